@@ -1,0 +1,26 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "coven",
+    products: [
+        .executable(name: "coven", targets: ["coven"]),
+        .library(name: "CovenKit", targets: ["CovenKit"]),
+    ],
+    targets: [
+        .systemLibrary(name: "CSQLite", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CGcrypt", providers: [.apt(["libgcrypt20-dev"])]),
+        .systemLibrary(name: "CCurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CArchive", providers: [.apt(["libarchive-dev"])]),
+        .target(
+            name: "CovenKit",
+            dependencies: ["CSQLite", "CGcrypt", "CCurl", "CArchive"],
+            swiftSettings: [.unsafeFlags(["-Ounchecked"], .when(configuration: .release))]
+        ),
+        .executableTarget(name: "coven", dependencies: ["CovenKit"]),
+        .target(name: "CovenTestSupport", dependencies: ["CovenKit"]),
+        .testTarget(name: "CovenKitTests", dependencies: ["CovenKit", "CovenTestSupport"]),
+        .testTarget(name: "CovenCLITests", dependencies: ["CovenTestSupport"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,15 @@
+#ifndef COVEN_CGCRYPT_SHIM_H
+#define COVEN_CGCRYPT_SHIM_H
+#include <gcrypt.h>
+
+// gcry_control is variadic: one typed wrapper per command we use.
+static inline gcry_error_t coven_gcry_disable_secmem_warn(void) { return gcry_control(GCRYCTL_DISABLE_SECMEM_WARN, 0); }
+static inline gcry_error_t coven_gcry_init_secmem(int bytes) { return gcry_control(GCRYCTL_INIT_SECMEM, bytes, 0); }
+static inline gcry_error_t coven_gcry_initialization_finished(void) { return gcry_control(GCRYCTL_INITIALIZATION_FINISHED, 0); }
+static inline int coven_gcry_initialization_finished_p(void) { return (int)gcry_control(GCRYCTL_INITIALIZATION_FINISHED_P); }
+static inline gcry_error_t coven_gcry_suspend_secmem_warn(void) { return gcry_control(GCRYCTL_SUSPEND_SECMEM_WARN); }
+// gcry_md_final is a macro over gcry_md_ctl.
+static inline gcry_error_t coven_gcry_md_final(gcry_md_hd_t h) { return gcry_md_ctl(h, GCRYCTL_FINALIZE, NULL, 0); }
+// gcry_cipher_setiv, _authenticate, _gettag and _checktag are macros or functions taking
+// size_t; they import fine. gcry_err_code is a static inline in gpg-error.h and imports too.
+#endif

@@ -1,0 +1,495 @@
+import CSQLite
+import Foundation
+
+// MARK: - Values
+
+/// A value SQLite stores: NULL, INTEGER, REAL, TEXT or BLOB.
+public enum SQLValue: Sendable, Equatable, Hashable {
+    case null
+    case integer(Int64)
+    case real(Double)
+    case text(String)
+    case blob([UInt8])
+
+    /// The value as text, or nil for NULL; integers and reals are formatted.
+    public var textValue: String? {
+        switch self {
+        case .null: return nil
+        case .integer(let v): return String(v)
+        case .real(let v): return String(v)
+        case .text(let v): return v
+        case .blob(let v): return String(decoding: v, as: UTF8.self)
+        }
+    }
+
+    /// The value as an integer, or nil when it is not one.
+    public var intValue: Int64? {
+        switch self {
+        case .integer(let v): return v
+        case .real(let v): return Int64(v)
+        case .text(let v): return Int64(v)
+        default: return nil
+        }
+    }
+
+    /// The value's bytes, for BLOB and TEXT.
+    public var bytesValue: [UInt8]? {
+        switch self {
+        case .blob(let v): return v
+        case .text(let v): return Array(v.utf8)
+        default: return nil
+        }
+    }
+
+    /// Whether this is NULL.
+    public var isNull: Bool { if case .null = self { return true } else { return false } }
+}
+
+extension SQLValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByNilLiteral {
+    public init(stringLiteral value: String) { self = .text(value) }
+    public init(integerLiteral value: Int64) { self = .integer(value) }
+    public init(nilLiteral: ()) { self = .null }
+}
+
+/// Something that binds as one SQL parameter.
+public protocol SQLBindable {
+    /// The value to bind.
+    var sqlValue: SQLValue { get }
+}
+
+extension String: SQLBindable { public var sqlValue: SQLValue { .text(self) } }
+extension Int: SQLBindable { public var sqlValue: SQLValue { .integer(Int64(self)) } }
+extension Int64: SQLBindable { public var sqlValue: SQLValue { .integer(self) } }
+extension Int32: SQLBindable { public var sqlValue: SQLValue { .integer(Int64(self)) } }
+extension Bool: SQLBindable { public var sqlValue: SQLValue { .integer(self ? 1 : 0) } }
+extension Double: SQLBindable { public var sqlValue: SQLValue { .real(self) } }
+extension SQLValue: SQLBindable { public var sqlValue: SQLValue { self } }
+extension Array: SQLBindable where Element == UInt8 { public var sqlValue: SQLValue { .blob(self) } }
+extension Data: SQLBindable { public var sqlValue: SQLValue { .blob([UInt8](self)) } }
+extension Optional: SQLBindable where Wrapped: SQLBindable {
+    public var sqlValue: SQLValue {
+        switch self {
+        case .none: return .null
+        case .some(let v): return v.sqlValue
+        }
+    }
+}
+
+// MARK: - Row
+
+/// One result row: values by position, with names.
+public struct Row: Sendable {
+    /// The column names, in order.
+    public let columns: [String]
+    /// The values, in column order.
+    public let values: [SQLValue]
+
+    /// The value at a position.
+    public subscript(_ index: Int) -> SQLValue { values[index] }
+
+    /// The value of a named column, or NULL when there is none.
+    public subscript(_ name: String) -> SQLValue {
+        guard let index = columns.firstIndex(of: name) else { return .null }
+        return values[index]
+    }
+
+    /// A column as text; nil for NULL.
+    public func string(_ name: String) -> String? { self[name].textValue }
+    /// A column as an integer; nil for NULL.
+    public func int(_ name: String) -> Int64? { self[name].intValue }
+    /// A column as bytes; nil for NULL.
+    public func bytes(_ name: String) -> [UInt8]? { self[name].bytesValue }
+}
+
+// MARK: - Database
+
+/// One SQLite connection. Not Sendable: a connection is confined to the task that opened it.
+///
+/// Related SQLite documentation: <https://sqlite.org/c3ref/open.html>
+public final class Database {
+    /// The raw handle, for the few engine parts that call SQLite directly (sessions, functions).
+    let handle: OpaquePointer
+    /// The path of the database file.
+    public let path: String
+    /// Typed errors thrown by this connection's SQL functions.
+    let functionErrors = FunctionErrorSlot()
+
+    /// Opens (or creates, when `create`) the database at `path`.
+    ///
+    /// - Throws: ``CovenError`` `.noDevice` when the file is missing and `create` is false,
+    ///   `.sql` for any other failure.
+    public init(path: String, create: Bool = false, readOnly: Bool = false) throws {
+        var db: OpaquePointer?
+        var flags = readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE
+        if create { flags |= SQLITE_OPEN_CREATE }
+        flags |= SQLITE_OPEN_NOMUTEX
+        let code = sqlite3_open_v2(path, &db, flags, nil)
+        guard code == SQLITE_OK, let db else {
+            // sqlite3_open_v2 may return a handle even on failure; it must still be closed.
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            if let db { sqlite3_close_v2(db) }
+            if code == SQLITE_CANTOPEN && !create {
+                throw CovenError(.noDevice, "no coven device at '\(path)'", hint: "run 'coven init' or pass --db", cause: message)
+            }
+            throw CovenError(.sql, "cannot open database '\(path)'", cause: message)
+        }
+        self.handle = db
+        self.path = path
+        sqlite3_extended_result_codes(db, 1)
+        sqlite3_busy_timeout(db, 30_000)
+    }
+
+    deinit {
+        sqlite3_close_v2(handle)
+    }
+
+    /// The message of the connection's last error.
+    var lastMessage: String { String(cString: sqlite3_errmsg(handle)) }
+
+    /// Throws a ``CovenError`` for a failed SQLite call.
+    func check(_ code: Int32, _ sql: String? = nil) throws {
+        guard code == SQLITE_OK || code == SQLITE_DONE || code == SQLITE_ROW else {
+            throw sqliteError(code, sql)
+        }
+    }
+
+    func sqliteError(_ code: Int32, _ sql: String?) -> CovenError {
+        let message = lastMessage
+        let primary = code & 0xff
+        if primary == SQLITE_FULL {
+            return CovenError(.noRoom, "the disk holding '\(path)' is full", cause: message)
+        }
+        if primary == SQLITE_BUSY || primary == SQLITE_LOCKED {
+            return CovenError(.busy, "the device database is busy", cause: message)
+        }
+        if primary == SQLITE_READONLY && sql != nil {
+            return CovenError(.sql, "attempt to write through a read-only query", cause: message)
+        }
+        var details: [String: String] = [:]
+        if let sql { details["sql"] = String(sql.prefix(200)) }
+        return CovenError(.sql, message, details: details)
+    }
+
+    /// Prepares one statement.
+    public func prepare(_ sql: String) throws -> Statement {
+        try Statement(database: self, sql: sql)
+    }
+
+    /// Runs SQL that may hold several statements and returns nothing.
+    public func execute(_ sql: String) throws {
+        var error: UnsafeMutablePointer<CChar>?
+        let code = sqlite3_exec(handle, sql, nil, nil, &error)
+        if code != SQLITE_OK {
+            let message = error.map { String(cString: $0) } ?? lastMessage
+            sqlite3_free(error)
+            if (code & 0xff) == SQLITE_FULL {
+                throw CovenError(.noRoom, "the disk holding '\(path)' is full", cause: message)
+            }
+            throw CovenError(.sql, message, details: ["sql": String(sql.prefix(200))])
+        }
+    }
+
+    /// Runs one statement with parameters and returns nothing.
+    public func run(_ sql: String, _ parameters: [SQLBindable] = []) throws {
+        let statement = try prepare(sql)
+        try statement.bind(parameters)
+        try statement.runToEnd()
+    }
+
+    /// Runs a query and returns every row.
+    public func query(_ sql: String, _ parameters: [SQLBindable] = []) throws -> [Row] {
+        let statement = try prepare(sql)
+        try statement.bind(parameters)
+        var rows: [Row] = []
+        while let row = try statement.next() { rows.append(row) }
+        return rows
+    }
+
+    /// Runs a query and returns its first row, if any.
+    public func queryOne(_ sql: String, _ parameters: [SQLBindable] = []) throws -> Row? {
+        let statement = try prepare(sql)
+        try statement.bind(parameters)
+        return try statement.next()
+    }
+
+    /// Runs a query and returns the first column of its first row.
+    public func scalar(_ sql: String, _ parameters: [SQLBindable] = []) throws -> SQLValue {
+        try queryOne(sql, parameters)?[0] ?? .null
+    }
+
+    /// The rows the last INSERT, UPDATE or DELETE changed.
+    public var changes: Int { Int(sqlite3_changes(handle)) }
+
+    /// Whether a transaction is open.
+    public var inTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+
+    /// Runs `body` in an IMMEDIATE transaction: committed when it returns, rolled back when it throws.
+    ///
+    /// Every state change of coven goes through here, so a crash leaves either all of it or none.
+    @discardableResult
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            if inTransaction { try? execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// Runs `body` inside a savepoint, released when it returns, rolled back when it throws.
+    @discardableResult
+    public func savepoint<T>(_ name: String = "coven", _ body: () throws -> T) throws -> T {
+        try execute("SAVEPOINT \(name)")
+        do {
+            let result = try body()
+            try execute("RELEASE \(name)")
+            return result
+        } catch {
+            try? execute("ROLLBACK TO \(name)")
+            try? execute("RELEASE \(name)")
+            throw error
+        }
+    }
+
+    /// Whether a table or view of that name exists in the main schema.
+    public func hasTable(_ name: String) throws -> Bool {
+        try scalar("SELECT count(*) FROM sqlite_schema WHERE name = ?1 AND type IN ('table','view')", [name]).intValue ?? 0 > 0
+    }
+}
+
+// MARK: - Statement
+
+/// One prepared statement, finalized when released.
+///
+/// Related SQLite documentation: <https://sqlite.org/c3ref/stmt.html>
+public final class Statement {
+    let handle: OpaquePointer
+    let database: Database
+    /// The statement's SQL.
+    public let sql: String
+
+    init(database: Database, sql: String) throws {
+        var statement: OpaquePointer?
+        let code = sqlite3_prepare_v2(database.handle, sql, -1, &statement, nil)
+        guard code == SQLITE_OK, let statement else {
+            throw database.sqliteError(code == SQLITE_OK ? SQLITE_MISUSE : code, sql)
+        }
+        self.handle = statement
+        self.database = database
+        self.sql = sql
+    }
+
+    deinit { sqlite3_finalize(handle) }
+
+    /// Whether the statement only reads.
+    public var isReadOnly: Bool { sqlite3_stmt_readonly(handle) != 0 }
+
+    /// The number of result columns.
+    public var columnCount: Int { Int(sqlite3_column_count(handle)) }
+
+    /// The result column names.
+    public var columnNames: [String] {
+        (0..<columnCount).map { String(cString: sqlite3_column_name(handle, Int32($0))) }
+    }
+
+    /// Binds positional parameters, from ?1.
+    public func bind(_ values: [SQLBindable]) throws {
+        for (index, value) in values.enumerated() {
+            try bind(value.sqlValue, at: Int32(index + 1))
+        }
+    }
+
+    /// Binds a named parameter (`:name`, `@name` or `$name`); unknown names are ignored.
+    public func bind(_ value: SQLValue, named name: String) throws {
+        for prefix in [":", "@", "$"] {
+            let index = sqlite3_bind_parameter_index(handle, prefix + name)
+            if index > 0 { try bind(value, at: index) }
+        }
+    }
+
+    /// The number of parameters the statement takes.
+    public var parameterCount: Int { Int(sqlite3_bind_parameter_count(handle)) }
+
+    /// Binds one value at a 1-based position.
+    public func bind(_ value: SQLValue, at index: Int32) throws {
+        let code: Int32
+        switch value {
+        case .null: code = sqlite3_bind_null(handle, index)
+        case .integer(let v): code = sqlite3_bind_int64(handle, index, v)
+        case .real(let v): code = sqlite3_bind_double(handle, index, v)
+        case .text(let v): code = sqlite3_bind_text(handle, index, v, -1, coven_sqlite_transient())
+        case .blob(let v):
+            code = v.withUnsafeBytes { raw in
+                sqlite3_bind_blob64(handle, index, raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1), sqlite3_uint64(raw.count), coven_sqlite_transient())
+            }
+        }
+        try database.check(code, sql)
+    }
+
+    /// Resets the statement so it can run again, keeping its bindings.
+    public func reset() {
+        sqlite3_reset(handle)
+    }
+
+    /// Clears all bindings to NULL.
+    public func clearBindings() {
+        sqlite3_clear_bindings(handle)
+    }
+
+    /// Steps to the next row; nil when done.
+    public func next() throws -> Row? {
+        let code = sqlite3_step(handle)
+        switch code {
+        case SQLITE_ROW:
+            return Row(columns: columnNames, values: (0..<Int32(columnCount)).map { column($0) })
+        case SQLITE_DONE:
+            return nil
+        default:
+            throw database.sqliteError(code, sql)
+        }
+    }
+
+    /// Steps until done, discarding rows.
+    public func runToEnd() throws {
+        while true {
+            let code = sqlite3_step(handle)
+            if code == SQLITE_DONE { return }
+            if code != SQLITE_ROW { throw database.sqliteError(code, sql) }
+        }
+    }
+
+    /// The value of a column of the current row.
+    func column(_ index: Int32) -> SQLValue {
+        switch sqlite3_column_type(handle, index) {
+        case SQLITE_INTEGER: return .integer(sqlite3_column_int64(handle, index))
+        case SQLITE_FLOAT: return .real(sqlite3_column_double(handle, index))
+        case SQLITE_TEXT:
+            let count = Int(sqlite3_column_bytes(handle, index))
+            guard let pointer = sqlite3_column_text(handle, index) else { return .text("") }
+            return .text(String(decoding: UnsafeBufferPointer(start: pointer, count: count), as: UTF8.self))
+        case SQLITE_BLOB:
+            let count = Int(sqlite3_column_bytes(handle, index))
+            guard count > 0, let pointer = sqlite3_column_blob(handle, index) else { return .blob([]) }
+            return .blob([UInt8](UnsafeRawBufferPointer(start: pointer, count: count)))
+        default: return .null
+        }
+    }
+}
+
+// MARK: - Values passed to and from SQL functions
+
+extension SQLValue {
+    /// Reads an `sqlite3_value` (a function argument or a changeset value).
+    init(raw value: OpaquePointer?) {
+        guard let value else { self = .null; return }
+        switch sqlite3_value_type(value) {
+        case SQLITE_INTEGER: self = .integer(sqlite3_value_int64(value))
+        case SQLITE_FLOAT: self = .real(sqlite3_value_double(value))
+        case SQLITE_TEXT:
+            let count = Int(sqlite3_value_bytes(value))
+            if let pointer = sqlite3_value_text(value) {
+                self = .text(String(decoding: UnsafeBufferPointer(start: pointer, count: count), as: UTF8.self))
+            } else {
+                self = .text("")
+            }
+        case SQLITE_BLOB:
+            let count = Int(sqlite3_value_bytes(value))
+            if count > 0, let pointer = sqlite3_value_blob(value) {
+                self = .blob([UInt8](UnsafeRawBufferPointer(start: pointer, count: count)))
+            } else {
+                self = .blob([])
+            }
+        default: self = .null
+        }
+    }
+
+    /// Sets this value as the result of an SQL function.
+    func setResult(_ context: OpaquePointer?) {
+        switch self {
+        case .null: sqlite3_result_null(context)
+        case .integer(let v): sqlite3_result_int64(context, v)
+        case .real(let v): sqlite3_result_double(context, v)
+        case .text(let v): sqlite3_result_text(context, v, -1, coven_sqlite_transient())
+        case .blob(let v):
+            v.withUnsafeBytes { raw in
+                sqlite3_result_blob64(context, raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1), sqlite3_uint64(raw.count), coven_sqlite_transient())
+            }
+        }
+    }
+}
+
+// MARK: - SQL functions
+
+/// The Swift body of an SQL function: arguments in, one value out.
+public typealias SQLFunctionBody = ([SQLValue]) throws -> SQLValue
+
+/// Boxes a function body so SQLite can hold it as user data.
+final class SQLFunctionBox {
+    let body: SQLFunctionBody
+    let errors: FunctionErrorSlot
+    init(_ body: @escaping SQLFunctionBody, errors: FunctionErrorSlot) {
+        self.body = body
+        self.errors = errors
+    }
+}
+
+extension Database {
+    /// Registers an SQL function on this connection.
+    ///
+    /// A body that throws a ``CovenError`` makes the statement fail; the error is kept in
+    /// ``functionError`` so the caller can rethrow it with its code instead of SQLite's text.
+    ///
+    /// - Parameters:
+    ///   - name: the function's SQL name.
+    ///   - arguments: the argument count, or -1 for any.
+    ///   - deterministic: whether equal arguments always give an equal result.
+    public func createFunction(_ name: String, arguments: Int32, deterministic: Bool, _ body: @escaping SQLFunctionBody) throws {
+        let box = Unmanaged.passRetained(SQLFunctionBox(body, errors: functionErrors))
+        var flags = SQLITE_UTF8
+        if deterministic { flags |= SQLITE_DETERMINISTIC }
+        let code = sqlite3_create_function_v2(
+            handle, name, arguments, flags, box.toOpaque(),
+            { context, count, values in
+                guard let user = sqlite3_user_data(context) else { return }
+                let box = Unmanaged<SQLFunctionBox>.fromOpaque(user).takeUnretainedValue()
+                var arguments: [SQLValue] = []
+                arguments.reserveCapacity(Int(count))
+                for index in 0..<Int(count) {
+                    arguments.append(SQLValue(raw: values?[index]))
+                }
+                do {
+                    try box.body(arguments).setResult(context)
+                } catch let error as CovenError {
+                    box.errors.set(error)
+                    sqlite3_result_error(context, "\(error.code.rawValue): \(error.message)", -1)
+                } catch {
+                    sqlite3_result_error(context, String(describing: error), -1)
+                }
+            },
+            nil, nil,
+            { user in
+                guard let user else { return }
+                Unmanaged<SQLFunctionBox>.fromOpaque(user).release()
+            })
+        try check(code)
+    }
+
+    /// The last ``CovenError`` an SQL function threw on this connection, taken (cleared) by the read.
+    public func takeFunctionError() -> CovenError? { functionErrors.take() }
+}
+
+/// Holds the typed error an SQL function threw, so it survives SQLite's text-only error path.
+/// Connection-confined, like the connection that owns it.
+final class FunctionErrorSlot {
+    private var last: CovenError?
+
+    func set(_ error: CovenError) { last = error }
+
+    func take() -> CovenError? {
+        defer { last = nil }
+        return last
+    }
+}

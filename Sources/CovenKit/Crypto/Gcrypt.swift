@@ -1,0 +1,154 @@
+import CGcrypt
+import Foundation
+
+// MARK: - Library initialization
+
+/// libgcrypt must be initialized once per process before any use, and the version checked.
+///
+/// Related documentation: libgcrypt manual, "Initializing the library".
+enum Gcrypt {
+    /// Initializes libgcrypt once: version check, 1 MiB of secure memory for keys, done.
+    static let ready: Bool = {
+        guard gcry_check_version("1.9.0") != nil else { return false }
+        _ = coven_gcry_disable_secmem_warn()
+        _ = coven_gcry_init_secmem(1 << 20)
+        _ = coven_gcry_initialization_finished()
+        return true
+    }()
+
+    /// Throws unless libgcrypt is initialized and recent enough.
+    static func ensure() throws {
+        guard ready else {
+            throw CovenError(.internal, "libgcrypt 1.9 or later is required")
+        }
+    }
+
+    /// A ``CovenError`` for a failed libgcrypt call, with gcry_strerror's text.
+    static func error(_ code: gcry_error_t, _ operation: String) -> CovenError {
+        CovenError(.internal, "libgcrypt failed to \(operation)", cause: String(cString: gcry_strerror(code)))
+    }
+}
+
+// MARK: - Random
+
+/// Random bytes from libgcrypt's CSPRNG.
+public enum SecureRandom {
+    /// `count` bytes of strong randomness (keys, names, ids).
+    public static func bytes(_ count: Int) -> [UInt8] {
+        _ = Gcrypt.ready
+        var bytes = [UInt8](repeating: 0, count: count)
+        bytes.withUnsafeMutableBytes { raw in
+            if let base = raw.baseAddress { gcry_randomize(base, count, GCRY_STRONG_RANDOM) }
+        }
+        return bytes
+    }
+
+    /// `count` bytes of nonce-quality randomness (cheaper; for ids and names).
+    public static func nonce(_ count: Int) -> [UInt8] {
+        _ = Gcrypt.ready
+        var bytes = [UInt8](repeating: 0, count: count)
+        bytes.withUnsafeMutableBytes { raw in
+            if let base = raw.baseAddress { gcry_create_nonce(base, count) }
+        }
+        return bytes
+    }
+}
+
+// MARK: - SHA-256
+
+/// An incremental SHA-256 (libgcrypt uses the CPU's SHA extensions where present).
+///
+/// Not Sendable: one owner. The handle is closed in `deinit`.
+public final class SHA256 {
+    private var handle: gcry_md_hd_t?
+
+    /// Starts a hash.
+    public init() throws {
+        try Gcrypt.ensure()
+        var handle: gcry_md_hd_t?
+        let code = gcry_md_open(&handle, Int32(GCRY_MD_SHA256.rawValue), 0)
+        guard code == 0, let handle else { throw Gcrypt.error(code, "open SHA-256") }
+        self.handle = handle
+    }
+
+    deinit { gcry_md_close(handle) }
+
+    /// Adds bytes.
+    public func update(_ bytes: UnsafeRawBufferPointer) {
+        guard let base = bytes.baseAddress, bytes.count > 0 else { return }
+        gcry_md_write(handle, base, bytes.count)
+    }
+
+    /// Adds bytes.
+    public func update(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { update($0) }
+    }
+
+    /// The digest of everything added; the hash is reset for reuse.
+    public func finish() -> [UInt8] {
+        _ = coven_gcry_md_final(handle)
+        var digest = [UInt8](repeating: 0, count: 32)
+        if let pointer = gcry_md_read(handle, Int32(GCRY_MD_SHA256.rawValue)) {
+            digest.withUnsafeMutableBytes { $0.copyMemory(from: UnsafeRawBufferPointer(start: pointer, count: 32)) }
+        }
+        gcry_md_reset(handle)
+        return digest
+    }
+
+    /// The SHA-256 of one buffer, written into `output` (32 bytes), with no allocation.
+    public static func hash(_ bytes: UnsafeRawBufferPointer, into output: UnsafeMutableRawPointer) {
+        _ = Gcrypt.ready
+        gcry_md_hash_buffer(Int32(GCRY_MD_SHA256.rawValue), output, bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, bytes.count)
+    }
+
+    /// The SHA-256 of one buffer.
+    public static func digest(_ bytes: UnsafeRawBufferPointer) -> [UInt8] {
+        var digest = [UInt8](repeating: 0, count: 32)
+        digest.withUnsafeMutableBytes { hash(bytes, into: $0.baseAddress!) }
+        return digest
+    }
+
+    /// The SHA-256 of a byte array.
+    public static func digest(_ bytes: [UInt8]) -> [UInt8] {
+        bytes.withUnsafeBytes { digest($0) }
+    }
+}
+
+// MARK: - Hex
+
+extension Array where Element == UInt8 {
+    /// Lowercase hex.
+    public var hex: String {
+        let digits: [UInt8] = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(count * 2)
+        for byte in self {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0x0f)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Bytes from hex text; nil when it is not an even run of hex digits.
+    public init?(hex: String) {
+        let utf8 = Array(hex.utf8)
+        guard utf8.count % 2 == 0 else { return nil }
+        var bytes = [UInt8]()
+        bytes.reserveCapacity(utf8.count / 2)
+        func value(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 48...57: return c - 48
+            case 97...102: return c - 87
+            case 65...70: return c - 55
+            default: return nil
+            }
+        }
+        var index = 0
+        while index < utf8.count {
+            guard let high = value(utf8[index]), let low = value(utf8[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+            index += 2
+        }
+        self = bytes
+    }
+}

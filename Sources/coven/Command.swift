@@ -1,0 +1,247 @@
+import CovenKit
+import Foundation
+
+// MARK: - The model every command declares
+
+/// How a shell completes an option's value or an argument.
+enum Completion: String, Codable, Sendable {
+    case none
+    case file
+    case directory
+    /// A file id of this device (completed by calling `coven sql`).
+    case fileID = "file-id"
+    /// One of a fixed set of words, given in ``OptionSpec/choices``.
+    case choice
+}
+
+/// One option of a command (`--place VALUE`, `-z`).
+struct OptionSpec: Codable, Sendable {
+    /// The long name without dashes (`place`).
+    var long: String
+    /// The one-letter short name, if any.
+    var short: String?
+    /// The value's placeholder (`WHERE`), or nil for a flag.
+    var value: String?
+    /// One line of help.
+    var help: String
+    /// Whether the option may be given more than once (`--param`).
+    var repeatable: Bool = false
+    /// How to complete the value.
+    var completion: Completion = .none
+    /// The allowed values when ``completion`` is `.choice`.
+    var choices: [String] = []
+
+    init(_ long: String, short: String? = nil, value: String? = nil, help: String,
+         repeatable: Bool = false, completion: Completion = .none, choices: [String] = []) {
+        self.long = long
+        self.short = short
+        self.value = value
+        self.help = help
+        self.repeatable = repeatable
+        self.completion = choices.isEmpty ? completion : .choice
+        self.choices = choices
+    }
+}
+
+/// One positional argument.
+struct ArgumentSpec: Codable, Sendable {
+    /// The placeholder (`FILE`).
+    var name: String
+    /// One line of help.
+    var help: String
+    /// Whether it may be left out.
+    var optional: Bool = false
+    /// Whether it may be given more than once (`FILE...`).
+    var repeating: Bool = false
+    /// How to complete it.
+    var completion: Completion = .none
+    /// The allowed values when ``completion`` is `.choice`.
+    var choices: [String] = []
+
+    init(_ name: String, help: String, optional: Bool = false, repeating: Bool = false,
+         completion: Completion = .none, choices: [String] = []) {
+        self.name = name
+        self.help = help
+        self.optional = optional
+        self.repeating = repeating
+        self.completion = choices.isEmpty ? completion : .choice
+        self.choices = choices
+    }
+}
+
+/// Whether a command's output is a contract for scripts (plumbing) or for people (porcelain).
+enum CommandCategory: String, Codable, Sendable {
+    case plumbing
+    case porcelain
+}
+
+/// A subcommand: one type per file in `Commands/`, listed once in ``CommandRegistry/all``.
+///
+/// `run` parses nothing itself: the registry's parser hands it an ``Invocation`` checked against
+/// ``options`` and ``arguments``. It calls CovenKit and renders text or JSON through the context.
+protocol Command: Sendable {
+    /// The subcommand word (`stage`, `upload-worker`).
+    static var name: String { get }
+    /// One line saying what it does, lowercase, no final period.
+    static var abstract: String { get }
+    /// The usage lines after `coven NAME` (without it); several for several forms.
+    static var synopsis: [String] { get }
+    /// A paragraph or more for `--help` and the docs page's DESCRIPTION.
+    static var discussion: String { get }
+    /// The command's own options (the global ones are added by the registry).
+    static var options: [OptionSpec] { get }
+    /// Its positional arguments.
+    static var arguments: [ArgumentSpec] { get }
+    /// Whether it changes the device (and so takes the device lock).
+    static var mutates: Bool { get }
+    /// Plumbing or porcelain.
+    static var category: CommandCategory { get }
+    /// Runs the command; returns the exit status (0 for done).
+    static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32
+}
+
+extension Command {
+    static var discussion: String { "" }
+    static var arguments: [ArgumentSpec] { [] }
+    static var category: CommandCategory { .plumbing }
+}
+
+// MARK: - A parsed command line
+
+/// The options and arguments the parser read for one command.
+struct Invocation {
+    /// Every option given, by long name, with its values in order (flags have one empty value
+    /// per occurrence).
+    var options: [String: [String]] = [:]
+    /// The positional arguments, in order.
+    var arguments: [String] = []
+
+    /// Whether a flag or option was given.
+    func has(_ long: String) -> Bool { options[long] != nil }
+
+    /// The last value of an option.
+    func value(_ long: String) -> String? { options[long]?.last }
+
+    /// Every value of a repeatable option.
+    func values(_ long: String) -> [String] { options[long] ?? [] }
+
+    /// An option's value as an integer, or a usage error naming it.
+    func integer(_ long: String) throws -> Int64? {
+        guard let text = value(long) else { return nil }
+        guard let number = Int64(text) else {
+            throw CovenError(.usage, "option '--\(long)' takes a whole number, not '\(text)'")
+        }
+        return number
+    }
+}
+
+// MARK: - What a running command talks to
+
+/// The environment a command runs in: global options, output streams, terminal facts.
+final class CommandContext {
+    /// `--db` or `COVEN_DB` or the default path.
+    let databasePath: String
+    /// `--json`: print data and errors as JSON.
+    let json: Bool
+    /// `--quiet`: print nothing but data and errors.
+    let quiet: Bool
+    /// `--no-wait`: fail with `busy` instead of waiting for the device lock.
+    let noWait: Bool
+    /// The process environment.
+    let environment: [String: String]
+    /// Where data goes.
+    let out: OutputStream
+    /// Where messages, progress and errors go.
+    let err: OutputStream
+
+    init(databasePath: String, json: Bool, quiet: Bool, noWait: Bool, environment: [String: String],
+         out: OutputStream, err: OutputStream) {
+        self.databasePath = databasePath
+        self.json = json
+        self.quiet = quiet
+        self.noWait = noWait
+        self.environment = environment
+        self.out = out
+        self.err = err
+    }
+
+    /// Whether stdin is a terminal (nothing interactive happens when it is not).
+    var stdinIsTerminal: Bool { isatty(0) == 1 }
+
+    /// Whether progress bars may be drawn: stderr is a terminal and `--quiet`/`--json` are off.
+    var showsProgress: Bool { isatty(2) == 1 && !quiet && !json }
+
+    /// Whether colour may be used (`NO_COLOR` unset and stderr a terminal).
+    var usesColor: Bool { environment["NO_COLOR"] == nil && isatty(2) == 1 }
+
+    /// Prints one line of data on stdout.
+    func line(_ text: String) { out.write(text + "\n") }
+
+    /// Prints a value as one JSON document on stdout.
+    func printJSON(_ value: Any) throws {
+        out.write(try JSONText.render(value) + "\n")
+    }
+
+    /// Prints a message for people on stderr, unless `--quiet`.
+    func note(_ text: String) {
+        guard !quiet else { return }
+        err.write("coven: " + text + "\n")
+    }
+}
+
+/// A byte sink over a file descriptor, buffered; flushed by ``flush()`` and at exit.
+final class OutputStream {
+    private let descriptor: Int32
+    private var buffer: [UInt8] = []
+    private let limit: Int
+
+    init(descriptor: Int32, bufferSize: Int = 64 * 1024) {
+        self.descriptor = descriptor
+        self.limit = bufferSize
+        buffer.reserveCapacity(bufferSize)
+    }
+
+    func write(_ text: String) { write(Array(text.utf8)) }
+
+    func write(_ bytes: [UInt8]) {
+        buffer.append(contentsOf: bytes)
+        if buffer.count >= limit { flush() }
+    }
+
+    func write(_ bytes: UnsafeRawBufferPointer) {
+        if buffer.count + bytes.count >= limit {
+            flush()
+            writeAll(bytes)
+        } else {
+            buffer.append(contentsOf: bytes)
+        }
+    }
+
+    func flush() {
+        guard !buffer.isEmpty else { return }
+        buffer.withUnsafeBytes { writeAll($0) }
+        buffer.removeAll(keepingCapacity: true)
+    }
+
+    private func writeAll(_ bytes: UnsafeRawBufferPointer) {
+        var offset = 0
+        while offset < bytes.count, let base = bytes.baseAddress {
+            let written = Foundation.write(descriptor, base + offset, bytes.count - offset)
+            if written < 0 {
+                if errno == EINTR { continue }
+                // EPIPE: the reader went away (`coven cat | head`); stop quietly like cat does.
+                if errno == EPIPE { exit(141) }
+                return
+            }
+            offset += written
+        }
+    }
+}
+
+/// JSON rendering with stable key order, for output that scripts and golden tests compare.
+enum JSONText {
+    static func render(_ value: Any) throws -> String {
+        let data = try JSONSerialization.data(withJSONObject: value, options: [.sortedKeys, .fragmentsAllowed, .withoutEscapingSlashes])
+        return String(decoding: data, as: UTF8.self)
+    }
+}
