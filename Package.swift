@@ -12,9 +12,10 @@ let package = Package(
         .systemLibrary(name: "CGcrypt", providers: [.apt(["libgcrypt20-dev"])]),
         .systemLibrary(name: "CCurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CArchive", providers: [.apt(["libarchive-dev"])]),
+        .systemLibrary(name: "CLinux"),
         .target(
             name: "CovenKit",
-            dependencies: ["CSQLite", "CGcrypt", "CCurl", "CArchive"],
+            dependencies: ["CSQLite", "CGcrypt", "CCurl", "CArchive", "CLinux"],
             swiftSettings: [.unsafeFlags(["-Ounchecked"], .when(configuration: .release))]
         ),
         .executableTarget(name: "coven", dependencies: ["CovenKit"]),

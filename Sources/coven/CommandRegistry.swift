@@ -5,6 +5,13 @@ import Foundation
 /// `commands[]` does). Adding a command is one line here plus its file, docs page and tests.
 enum CommandRegistry {
     static let all: [Command.Type] = [
+        InitCommand.self,
+        MigrateCommand.self,
+        KeyCommand.self,
+        StageCommand.self,
+        WriteCommand.self,
+        SQLCommand.self,
+        StatusCommand.self,
     ]
 
     static func find(_ name: String) -> Command.Type? {

@@ -4,5 +4,14 @@ import Foundation
 // A reader that goes away (`coven cat | head`) must not kill us with SIGPIPE mid-write of state.
 signal(SIGPIPE, SIG_IGN)
 
-let exitStatus = CLI.main(Array(CommandLine.arguments.dropFirst()), environment: ProcessInfo.processInfo.environment)
+// Arguments as the OS gives them: a name that is not UTF-8 (a Latin-1 'Caf\xE9.flac') keeps its
+// bytes (CommandLine.arguments would replace them).
+var words: [String] = []
+for index in 1..<Int(CommandLine.argc) {
+    guard let argument = CommandLine.unsafeArgv[index] else { continue }
+    let length = strlen(argument)
+    let bytes = [UInt8](UnsafeRawBufferPointer(start: argument, count: length))
+    words.append(PathText.string(fromOSBytes: bytes))
+}
+let exitStatus = CLI.main(words, environment: ProcessInfo.processInfo.environment)
 exit(exitStatus)

@@ -1,0 +1,13 @@
+#ifndef COVEN_CLINUX_SHIM_H
+#define COVEN_CLINUX_SHIM_H
+// Linux calls that Swift's Glibc module does not import (they need _GNU_SOURCE).
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <fcntl.h>
+
+// Starts writeback of a byte range without waiting, so a later fsync has little left to do.
+static inline int coven_start_writeback(int fd, long long offset, long long count) {
+    return sync_file_range(fd, offset, count, SYNC_FILE_RANGE_WRITE);
+}
+#endif

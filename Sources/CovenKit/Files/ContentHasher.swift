@@ -1,0 +1,178 @@
+import Foundation
+
+/// The hashes coven records for a file's bytes: the whole-file SHA-256 and a SHA-256 of each
+/// 64 KiB chunk (an empty file has one chunk, the empty one). Every upload attempt checks each
+/// chunk against these before encrypting it.
+public struct ContentDigests: Sendable, Equatable {
+    /// The size read.
+    public var size: Int64
+    /// SHA-256 of all bytes.
+    public var content: [UInt8]
+    /// SHA-256 of each 64 KiB chunk, 32 bytes each, in order.
+    public var chunks: [UInt8]
+
+    /// The chunk size the chunk hashes cover.
+    public static let chunkSize = 65536
+
+    /// The recorded hash of chunk `index`.
+    public func chunk(_ index: Int) -> ArraySlice<UInt8> { chunks[(index * 32)..<(index * 32 + 32)] }
+}
+
+/// Reads a stream once, hashing it whole on one core and chunk by chunk on the other, and
+/// optionally writing it out as it goes (coven's copy of app bytes).
+///
+/// Memory is two 4 MiB blocks plus 32 bytes per 64 KiB of input, whatever the file's size.
+final class ContentHasher {
+    static let blockSize = 4 << 20
+
+    /// Fills `buffer` as far as the source allows; returns the count (less only at the end).
+    typealias Reader = (UnsafeMutableRawBufferPointer) throws -> Int
+    /// Takes one block of the bytes read, in order.
+    typealias Writer = (UnsafeRawBufferPointer) throws -> Void
+
+    /// Hashes everything `read` gives, passing each block to `write` too.
+    static func run(read: @escaping Reader, write: Writer?, progress: ((Int64) -> Void)?) throws -> ContentDigests {
+        let whole = try SHA256()
+        let blocks = [UnsafeMutableRawBufferPointer.allocate(byteCount: blockSize, alignment: 4096),
+                      UnsafeMutableRawBufferPointer.allocate(byteCount: blockSize, alignment: 4096)]
+        defer { blocks.forEach { $0.deallocate() } }
+        var chunkHashes: [UInt8] = []
+        var total: Int64 = 0
+        var current = 0
+        var count = try fill(blocks[0], read)
+        let state = PipelineState()
+        repeat {
+            let block = UnsafeRawBufferPointer(rebasing: blocks[current][0..<count])
+            let next = blocks[1 - current]
+            let chunkCount = max(1, (count + ContentDigests.chunkSize - 1) / ContentDigests.chunkSize)
+            let start = chunkHashes.count
+            chunkHashes.append(contentsOf: repeatElement(0, count: chunkCount * 32))
+            let isLast = count < blockSize
+            let blockCount = count
+            try chunkHashes.withUnsafeMutableBytes { hashes in
+                let hashBase = SendablePointer(hashes.baseAddress! + start)
+                let blockBase = SendableRawBuffer(block)
+                let nextBase = SendableMutableRawBuffer(next)
+                let lanes = Unchecked((whole, write, read))
+                DispatchQueue.concurrentPerform(iterations: 2) { lane in
+                    let (whole, write, read) = lanes.value
+                    do {
+                        if lane == 0 {
+                            whole.update(blockBase.buffer)
+                            try write?(blockBase.buffer)
+                        } else {
+                            for index in 0..<chunkCount {
+                                let lower = index * ContentDigests.chunkSize
+                                let upper = min(lower + ContentDigests.chunkSize, blockCount)
+                                SHA256.hash(UnsafeRawBufferPointer(rebasing: blockBase.buffer[lower..<upper]), into: hashBase.pointer + index * 32)
+                            }
+                            if !isLast { state.nextCount = try fill(nextBase.buffer, read) }
+                        }
+                    } catch {
+                        state.record(error)
+                    }
+                }
+            }
+            if let error = state.error { throw error }
+            total += Int64(count)
+            progress?(total)
+            if isLast { break }
+            count = state.nextCount
+            current = 1 - current
+            // A source ending exactly on a block boundary: the last block read is empty.
+            if count == 0 { break }
+        } while true
+        // An empty file, or one ending exactly on a chunk boundary: hashes are already right for
+        // the empty case (one chunk, SHA-256 of nothing); a full final block needs no extra chunk.
+        return ContentDigests(size: total, content: whole.finish(), chunks: chunkHashes)
+    }
+
+    /// Reads until `buffer` is full or the source ends.
+    static func fill(_ buffer: UnsafeMutableRawBufferPointer, _ read: Reader) throws -> Int {
+        var filled = 0
+        while filled < buffer.count {
+            let got = try read(UnsafeMutableRawBufferPointer(rebasing: buffer[filled...]))
+            if got == 0 { break }
+            filled += got
+        }
+        return filled
+    }
+}
+
+/// State shared by the two lanes of one block (one writes, the other reads it after the join).
+private final class PipelineState: @unchecked Sendable {
+    var nextCount = 0
+    private let lock = NSLock()
+    private(set) var error: Error?
+
+    func record(_ error: Error) {
+        lock.lock()
+        defer { lock.unlock() }
+        if self.error == nil { self.error = error }
+    }
+}
+
+/// A value handed to the lanes of `concurrentPerform`, each of which uses its own part of it
+/// (the whole-file hash and the writer on lane 0, the reader on lane 1).
+struct Unchecked<T>: @unchecked Sendable { let value: T; init(_ value: T) { self.value = value } }
+
+/// Pointers handed to the two lanes of `concurrentPerform`, which touch disjoint bytes.
+struct SendablePointer: @unchecked Sendable { let pointer: UnsafeMutableRawPointer; init(_ p: UnsafeMutableRawPointer) { pointer = p } }
+struct SendableRawBuffer: @unchecked Sendable { let buffer: UnsafeRawBufferPointer; init(_ b: UnsafeRawBufferPointer) { buffer = b } }
+struct SendableMutableRawBuffer: @unchecked Sendable { let buffer: UnsafeMutableRawBufferPointer; init(_ b: UnsafeMutableRawBufferPointer) { buffer = b } }
+
+// MARK: - Reading files by their OS bytes
+
+/// An open file descriptor, closed when released.
+final class FileHandleFD {
+    let fd: Int32
+    let path: String
+
+    /// Opens `path` (a String that may carry escaped non-UTF-8 bytes) read-only.
+    init(reading path: String) throws {
+        let fd = PathText.withCString(path) { open($0, O_RDONLY | O_CLOEXEC) }
+        guard fd >= 0 else {
+            let code = errno
+            if code == ENOENT || code == ENOTDIR {
+                throw CovenError(.userFileMissing, "'\(PathText.display(path))' is missing", cause: String(cString: strerror(code)), details: ["path": PathText.display(path)])
+            }
+            throw CovenError.posix("open", path: PathText.display(path), errno: code)
+        }
+        self.fd = fd
+        self.path = path
+    }
+
+    init(descriptor: Int32, path: String) {
+        self.fd = descriptor
+        self.path = path
+    }
+
+    deinit { close(fd) }
+
+    /// `fstat` of the open file.
+    func status() throws -> stat {
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw CovenError.posix("stat", path: PathText.display(path)) }
+        return info
+    }
+
+    /// Reads at the current position, retrying EINTR.
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        while true {
+            let got = Foundation.read(fd, buffer.baseAddress, buffer.count)
+            if got >= 0 { return got }
+            if errno == EINTR { continue }
+            throw CovenError.posix("read", path: PathText.display(path))
+        }
+    }
+
+    /// Reads at `offset`, retrying EINTR.
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        while true {
+            let got = pread(fd, buffer.baseAddress, buffer.count, off_t(offset))
+            if got >= 0 { return got }
+            if errno == EINTR { continue }
+            throw CovenError.posix("read", path: PathText.display(path))
+        }
+    }
+}

@@ -1,0 +1,193 @@
+import CLinux
+import Foundation
+
+/// A file staged or prepared, waiting for a write to put it in rows.
+public struct StagedFile: Sendable, Equatable {
+    /// The staged (or prepared) id the write names.
+    public var id: String
+    /// Whose bytes.
+    public var kind: FileKind
+    /// Its namespace.
+    public var namespace: String
+    /// Where it goes when the write commits.
+    public var place: String
+    /// Its size.
+    public var size: Int64
+    /// The exact modification time of a user's original: whole seconds since the epoch rounded
+    /// down, and nanoseconds past that second.
+    public var modifiedSeconds: Int64?
+    /// See ``modifiedSeconds``.
+    public var modifiedNanos: Int64?
+    /// The hex SHA-256 of its bytes.
+    public var contentHash: String
+}
+
+/// How a user's original looked when it was read: what a later check compares against.
+struct OriginalIdentity: Equatable {
+    var size: Int64
+    var modifiedSeconds: Int64
+    var modifiedNanos: Int64
+    /// Device, inode and change time: an edit that restores size and mtime still moves ctime.
+    var changeStamp: String
+
+    init(_ info: stat) {
+        size = Int64(info.st_size)
+        modifiedSeconds = Int64(info.st_mtim.tv_sec)
+        modifiedNanos = Int64(info.st_mtim.tv_nsec)
+        changeStamp = "\(info.st_dev):\(info.st_ino):\(info.st_ctim.tv_sec):\(info.st_ctim.tv_nsec)"
+    }
+
+    init(size: Int64, modifiedSeconds: Int64, modifiedNanos: Int64, changeStamp: String) {
+        self.size = size
+        self.modifiedSeconds = modifiedSeconds
+        self.modifiedNanos = modifiedNanos
+        self.changeStamp = changeStamp
+    }
+}
+
+extension Device {
+    // MARK: - Namespaces
+
+    /// The namespace, checked to exist and to be of `kind`.
+    ///
+    /// - Throws: `.undeclaredNamespace`, `.namespaceKind`.
+    func namespace(_ name: String, kind: FileKind) throws -> Manifest.Namespace {
+        guard let namespace = manifest.namespace(name) else {
+            throw CovenError(.undeclaredNamespace, "namespace '\(name)' is not declared in the manifest", details: ["namespace": name])
+        }
+        guard namespace.kind == kind else {
+            throw CovenError(.namespaceKind, "namespace '\(name)' holds \(namespace.kind == .user ? "the person's originals" : "app-provided bytes"), not \(kind == .user ? "a person's original" : "app bytes")",
+                             hint: kind == .user ? "stage app bytes without --user" : "stage a person's original with --user", details: ["namespace": name])
+        }
+        return namespace
+    }
+
+    // MARK: - Preparing a user's original
+
+    /// Reads a person's original once: its size, exact modification time, whole-file SHA-256
+    /// and a SHA-256 of each 64 KiB chunk. Never copies, moves, changes or deletes it.
+    ///
+    /// - Parameters:
+    ///   - path: the original's path (a String that may carry non-UTF-8 bytes, see ``PathText``).
+    ///   - namespace: a declared `user` namespace.
+    ///   - place: where the file goes when a write puts it.
+    ///   - progress: called with the bytes read so far.
+    /// - Returns: the prepared file, recorded until a write puts it.
+    /// - Throws: `.undeclaredNamespace`, `.namespaceKind`, `.userFileMissing`,
+    ///   `.userFileChanged` (it changed while being read), `.io`.
+    public func prepareUserFile(path: String, namespace name: String, place: Place, progress: ((Int64) -> Void)? = nil) throws -> StagedFile {
+        _ = try namespace(name, kind: .user)
+        let absolute = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+        let file = try FileHandleFD(reading: absolute)
+        let before = try file.status()
+        guard (before.st_mode & S_IFMT) == S_IFREG else {
+            throw CovenError(.io, "'\(PathText.display(absolute))' is not a regular file", details: ["path": PathText.display(absolute)])
+        }
+        posix_fadvise(file.fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
+        var offset: Int64 = 0
+        let digests = try ContentHasher.run(read: { buffer in
+            let got = try file.read(into: buffer, at: offset)
+            offset += Int64(got)
+            return got
+        }, write: nil, progress: progress)
+        let after = try file.status()
+        let identity = OriginalIdentity(before)
+        guard OriginalIdentity(after) == identity, digests.size == identity.size else {
+            throw CovenError(.userFileChanged, "'\(PathText.display(absolute))' changed while it was being read", hint: "stage it again once it is saved", details: ["path": PathText.display(absolute)])
+        }
+        let id = Identifier.uuid7()
+        let lock = try self.lock(wait: true)
+        defer { _ = lock }
+        try database.transaction {
+            try database.run("""
+                INSERT INTO coven_staged (id, kind, namespace, place, path, size, modified_seconds, modified_nanos, change_stamp, content_hash, chunk_hashes, created_at)
+                VALUES (?1, 'user', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                """, [id, name, place.rawValue, PathText.osBytes(absolute), digests.size, identity.modifiedSeconds, identity.modifiedNanos, identity.changeStamp, digests.content, digests.chunks, Timestamp.iso8601(Date())])
+        }
+        return StagedFile(id: id, kind: .user, namespace: name, place: place.rawValue, size: digests.size, modifiedSeconds: identity.modifiedSeconds, modifiedNanos: identity.modifiedNanos, contentHash: digests.content.hex)
+    }
+
+    // MARK: - Staging app bytes
+
+    /// Copies app bytes from an open descriptor (a file or stdin) into coven's own copy,
+    /// hashing them as they stream; the copy is written and synced before this returns.
+    ///
+    /// A crash part way leaves only a temporary file that no record names, which the next
+    /// open removes.
+    ///
+    /// - Throws: `.undeclaredNamespace`, `.namespaceKind`, `.noRoom`, `.io`.
+    public func stageAppBytes(from descriptor: Int32, sourceName: String, namespace name: String, place: Place, progress: ((Int64) -> Void)? = nil) throws -> StagedFile {
+        _ = try namespace(name, kind: .app)
+        let id = Identifier.uuid7()
+        let relative = "copies/" + id
+        let final = paths.folder + "/" + relative
+        let temporary = final + ".tmp." + String(getpid())
+        let out = Foundation.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard out >= 0 else { throw CovenError.posix("create", path: temporary) }
+        var kept = false
+        defer {
+            close(out)
+            if !kept { unlink(temporary) }
+        }
+        let source = FileHandleFD(descriptor: dup(descriptor), path: sourceName)
+        posix_fadvise(source.fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
+        var written: Int64 = 0
+        let digests = try ContentHasher.run(read: { try source.read(into: $0) }, write: { block in
+            try AtomicFile.writeAll(out, block, path: temporary)
+            // Start writing back now, so the final fsync has little left to wait for.
+            _ = coven_start_writeback(out, Int64(written), Int64(block.count))
+            written += Int64(block.count)
+        }, progress: progress)
+        guard fsync(out) == 0 else { throw CovenError.posix("sync", path: temporary) }
+        let lock = try self.lock(wait: true)
+        defer { _ = lock }
+        guard rename(temporary, final) == 0 else { throw CovenError.posix("rename into", path: final) }
+        kept = true
+        try AtomicFile.syncFolder(paths.copies)
+        do {
+            try database.transaction {
+                try database.run("""
+                    INSERT INTO coven_staged (id, kind, namespace, place, copy, size, content_hash, chunk_hashes, created_at)
+                    VALUES (?1, 'app', ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                    """, [id, name, place.rawValue, relative, digests.size, digests.content, digests.chunks, Timestamp.iso8601(Date())])
+            }
+        } catch {
+            unlink(final)
+            throw error
+        }
+        return StagedFile(id: id, kind: .app, namespace: name, place: place.rawValue, size: digests.size, modifiedSeconds: nil, modifiedNanos: nil, contentHash: digests.content.hex)
+    }
+
+    // MARK: - Checking an original again
+
+    /// Checks a user's original against what was recorded: missing, or changed (size, mtime,
+    /// or, when its change time moved, its bytes).
+    ///
+    /// - Throws: `.userFileMissing`, `.userFileChanged`.
+    func checkOriginal(path: [UInt8], recorded: OriginalIdentity, contentHash: [UInt8]) throws {
+        let text = PathText.string(fromOSBytes: path)
+        let display = PathText.text(path)
+        var info = stat()
+        let code = PathText.withCString(text) { stat($0, &info) }
+        guard code == 0 else {
+            throw CovenError(.userFileMissing, "'\(display)' is missing", cause: String(cString: strerror(errno)), details: ["path": display])
+        }
+        let now = OriginalIdentity(info)
+        guard now.size == recorded.size, now.modifiedSeconds == recorded.modifiedSeconds, now.modifiedNanos == recorded.modifiedNanos else {
+            throw CovenError(.userFileChanged, "'\(display)' changed since it was staged", hint: "stage it again", details: ["path": display])
+        }
+        if now.changeStamp != recorded.changeStamp {
+            // Size and time match but something touched the file: compare the bytes.
+            let file = try FileHandleFD(reading: text)
+            var offset: Int64 = 0
+            let digests = try ContentHasher.run(read: { buffer in
+                let got = try file.read(into: buffer, at: offset)
+                offset += Int64(got)
+                return got
+            }, write: nil, progress: nil)
+            guard digests.content == contentHash else {
+                throw CovenError(.userFileChanged, "'\(display)' changed since it was staged", hint: "stage it again", details: ["path": display])
+            }
+        }
+    }
+}

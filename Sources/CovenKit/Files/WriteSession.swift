@@ -1,0 +1,461 @@
+import CSQLite
+import Foundation
+
+/// What one write made.
+public struct WriteResult: Sendable {
+    /// The ids of the file records the write made, in the order its SQL made them.
+    public var files: [String]
+    /// Staged or prepared id → the file id it became.
+    public var staged: [String: String]
+    /// The move the write's cloud files form, if it staged any for the cloud.
+    public var move: String?
+    /// Rows the app's SQL returned (a final SELECT or RETURNING), as printed by `--json`.
+    public var rows: [Row]
+}
+
+/// A file put in rows by the write's SQL, applied to coven's tables after the SQL has run.
+struct PutIntent {
+    enum Source {
+        case staged(Row)
+        case existing(FileRecord)
+    }
+
+    var fileID: String
+    var source: Source
+    var namespace: String
+    var kind: FileKind
+    var place: Place
+    var size: Int64
+    var object: String
+    var key: String
+}
+
+extension Device {
+    /// Runs one transaction of app SQL with coven's write functions, validates every file
+    /// reference, records the write for publishing and commits — or changes nothing.
+    ///
+    /// The SQL may call `coven_put_staged(staged)`, `coven_put_user_file([namespace,] prepared
+    /// [, place])`, `coven_existing_file(file)`, `coven_stamp()` and `coven_uuid7()`. Every
+    /// synced row it inserts or updates is stamped with the write's hybrid-clock time.
+    ///
+    /// - Throws: `.fileUnknown`, `.fileUnreferenced`, `.fileWriteOnce`, `.boundFileTooLarge`,
+    ///   `.namespaceKind`, `.undeclaredNamespace`, `.deviceOnly`, `.notThisDevice`,
+    ///   `.userFileMissing`, `.userFileChanged`, `.invalidId`, `.notFound` (a staged id that
+    ///   names nothing), `.sql`.
+    public func write(sql: String, parameters: [String: SQLValue] = [:]) throws -> WriteResult {
+        let lock = try self.lock(wait: true)
+        defer { _ = lock }
+        let session = WriteSession(device: self)
+        return try session.run(sql: sql, parameters: parameters)
+    }
+}
+
+/// One write in progress. Lives for one call of ``Device/write(sql:parameters:)``.
+final class WriteSession {
+    let device: Device
+    var database: Database { device.database }
+    var manifest: Manifest { device.manifest }
+    var intents: [PutIntent] = []
+    var stamp = ""
+    var moveID: String?
+    var usedStaged: Set<String> = []
+    /// Bound references: objects whose upload this write's publication waits for.
+    var waitsFor: Set<String> = []
+
+    init(device: Device) {
+        self.device = device
+    }
+
+    func run(sql: String, parameters: [String: SQLValue]) throws -> WriteResult {
+        var rows: [Row] = []
+        let result: WriteResult = try database.transaction {
+            stamp = try HybridClock.next(device: device)
+            let session = try Session(database: database, tables: manifest.tables.map(\.name) + ["coven_files"])
+            try installFunctions()
+            database.setAuthorizer(WriteSession.appPolicy)
+            do {
+                try database.executeScript(sql, parameters: parameters) { rows.append($0) }
+            } catch {
+                database.setAuthorizer(nil)
+                try? SQLFunctions.install(on: device)
+                throw error
+            }
+            database.setAuthorizer(nil)
+            try SQLFunctions.install(on: device)
+
+            let appChanges = try Changeset.changes(try session.changeset(), database: database)
+            try applyIntents()
+            try stampRows(appChanges)
+            let references = try validate(appChanges)
+            try releaseUnreferenced(candidates: references.released, stillNamed: references.named)
+            if let moveID, try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE move = ?1", [moveID]).intValue ?? 0 > 0 {
+                try database.run("INSERT INTO coven_move_state (id, state, created_at) VALUES (?1, 'moving', ?2)", [moveID, Timestamp.iso8601(Date())])
+            }
+            let changeset = try session.changeset()
+            if !changeset.isEmpty {
+                let waits = try JSONSerialization.data(withJSONObject: waitsFor.sorted())
+                try database.run("INSERT INTO coven_outbox (hlc, changeset, waits_for, created_at) VALUES (?1, ?2, ?3, ?4)",
+                                 [stamp, changeset, String(decoding: waits, as: UTF8.self), Timestamp.iso8601(Date())])
+            }
+            var staged: [String: String] = [:]
+            for intent in intents {
+                if case .staged(let row) = intent.source, let id = row.string("id") { staged[id] = intent.fileID }
+            }
+            let usedMove = try moveID.flatMap { id in
+                try database.scalar("SELECT count(*) FROM coven_move_state WHERE id = ?1", [id]).intValue ?? 0 > 0 ? id : nil
+            }
+            return WriteResult(files: intents.map(\.fileID), staged: staged, move: usedMove, rows: rows)
+        }
+        device.removeReleasedCopies()
+        return result
+    }
+
+    // MARK: - The app's SQL
+
+    /// App SQL reads anything but changes only app tables: no coven table, no schema change
+    /// (that is what migrations are for), no transaction control, no ATTACH.
+    static let appPolicy: AuthorizerPolicy = { action, first, _ in
+        func isCoven(_ name: String?) -> Bool {
+            guard let name = name?.lowercased() else { return false }
+            return name.hasPrefix("coven_") || name.hasPrefix("sqlite_")
+        }
+        switch action {
+        case SQLITE_INSERT, SQLITE_UPDATE, SQLITE_DELETE:
+            return !isCoven(first)
+        case SQLITE_CREATE_INDEX, SQLITE_CREATE_TABLE, SQLITE_CREATE_TRIGGER, SQLITE_CREATE_VIEW,
+             SQLITE_DROP_INDEX, SQLITE_DROP_TABLE, SQLITE_DROP_TRIGGER, SQLITE_DROP_VIEW,
+             SQLITE_ALTER_TABLE, SQLITE_CREATE_VTABLE, SQLITE_DROP_VTABLE,
+             SQLITE_TRANSACTION, SQLITE_SAVEPOINT, SQLITE_ATTACH, SQLITE_DETACH:
+            return false
+        case SQLITE_PRAGMA:
+            // Reading pragmas (table_info and friends) is fine; setting one is not.
+            return true
+        default:
+            return true
+        }
+    }
+
+    // MARK: - Write functions
+
+    func installFunctions() throws {
+        try database.createFunction("coven_stamp", arguments: 0, deterministic: false) { [unowned self] _ in
+            .text(self.stamp)
+        }
+        try database.createFunction("coven_put_staged", arguments: 1, deterministic: false) { [unowned self] args in
+            guard let id = args[0].textValue else { throw CovenError(.usage, "coven_put_staged() takes a staged id") }
+            return .text(try self.putStaged(id, expectedKind: .app, namespace: nil, place: nil))
+        }
+        try database.createFunction("coven_put_user_file", arguments: -1, deterministic: false) { [unowned self] args in
+            let texts = args.map(\.textValue)
+            let (namespace, prepared, place): (String?, String?, String?)
+            switch texts.count {
+            case 1: (namespace, prepared, place) = (nil, texts[0], nil)
+            case 2: (namespace, prepared, place) = (texts[0], texts[1], nil)
+            case 3: (namespace, prepared, place) = (texts[0], texts[1], texts[2])
+            default: throw CovenError(.usage, "coven_put_user_file() takes ([namespace,] prepared [, place])")
+            }
+            guard let prepared else { throw CovenError(.usage, "coven_put_user_file() needs a prepared id") }
+            var parsedPlace: Place?
+            if let place {
+                guard let value = Place(rawValue: place) else {
+                    throw CovenError(.usage, "place must be 'cloud' or 'device-only', not '\(place)'")
+                }
+                parsedPlace = value
+            }
+            return .text(try self.putStaged(prepared, expectedKind: .user, namespace: namespace, place: parsedPlace))
+        }
+        try database.createFunction("coven_existing_file", arguments: 1, deterministic: false) { [unowned self] args in
+            guard let id = args[0].textValue else { throw CovenError(.usage, "coven_existing_file() takes a file id") }
+            return .text(try self.putExisting(id))
+        }
+    }
+
+    /// Puts a staged app file or a prepared original: checks it, allocates the file's id,
+    /// storage name and key, and records the intent applied after the SQL.
+    func putStaged(_ id: String, expectedKind: FileKind, namespace requested: String?, place requestedPlace: Place?) throws -> String {
+        guard !usedStaged.contains(id) else {
+            throw CovenError(.notFound, "staged file '\(id)' is already put in this write", details: ["staged": id])
+        }
+        guard let row = try database.queryOne("SELECT * FROM coven_staged WHERE id = ?1", [id]) else {
+            throw CovenError(.notFound, "no staged file '\(id)'", hint: "stage it with 'coven stage' first; a staged file is put by one write only", details: ["staged": id])
+        }
+        let kind = FileKind(rawValue: row.string("kind") ?? "") ?? .app
+        var namespace = row.string("namespace") ?? ""
+        if let requested {
+            _ = try device.namespace(requested, kind: expectedKind)
+            namespace = requested
+        }
+        guard kind == expectedKind else {
+            throw CovenError(.namespaceKind, kind == .user
+                ? "'\(id)' is a person's original: put it with coven_put_user_file()"
+                : "'\(id)' holds app bytes: put it with coven_put_staged()", details: ["staged": id])
+        }
+        _ = try device.namespace(namespace, kind: kind)
+        if kind == .user, let path = row.bytes("path") {
+            let identity = OriginalIdentity(size: row.int("size") ?? 0, modifiedSeconds: row.int("modified_seconds") ?? 0,
+                                            modifiedNanos: row.int("modified_nanos") ?? 0, changeStamp: row.string("change_stamp") ?? "")
+            try device.checkOriginal(path: path, recorded: identity, contentHash: row.bytes("content_hash") ?? [])
+        }
+        let place = requestedPlace ?? Place(rawValue: row.string("place") ?? "") ?? .cloud
+        usedStaged.insert(id)
+        let fileID = Identifier.uuid7()
+        intents.append(PutIntent(
+            fileID: fileID, source: .staged(row), namespace: namespace, kind: kind, place: place,
+            size: row.int("size") ?? 0, object: "files/\(device.deviceID)/\(Identifier.objectName())",
+            key: SecureRandom.bytes(32).hex))
+        return fileID
+    }
+
+    /// A new record over an existing file's bytes and key: nothing is uploaded again.
+    func putExisting(_ id: String) throws -> String {
+        let record: FileRecord
+        if let existing = try device.fileRecord(id) {
+            record = existing
+        } else if let pending = intents.first(where: { $0.fileID == id }) {
+            // A file put earlier in this same write.
+            let coordinates = Coordinates(at: .device, device: device.deviceID, object: pending.object, key: pending.key)
+            record = try FileRecord(row: Row(columns: ["id", "audience", "namespace", "size", "hash", "coordinates"],
+                                             values: [.text(id), .text("store"), .text(pending.namespace), .integer(pending.size), .null, .text(coordinates.json)]))
+        } else {
+            throw CovenError(.fileUnknown, "no file '\(id)' to stage anew", details: ["file": id])
+        }
+        if record.coordinates.at == .device, record.coordinates.device != device.deviceID {
+            throw CovenError(.notThisDevice, "file '\(id)' is on another device only", details: ["file": id, "device": record.coordinates.device ?? ""])
+        }
+        let kind = manifest.namespace(record.namespace)?.kind ?? .app
+        let fileID = Identifier.uuid7()
+        intents.append(PutIntent(
+            fileID: fileID, source: .existing(record), namespace: record.namespace, kind: kind,
+            place: record.coordinates.at == .stored ? .cloud : .deviceOnly, size: record.size,
+            object: record.coordinates.object, key: record.coordinates.key))
+        return fileID
+    }
+
+    // MARK: - After the SQL
+
+    /// Makes the records, local bytes and uploads of the files the SQL put.
+    func applyIntents() throws {
+        var position = try database.scalar("SELECT coalesce(max(position), 0) FROM coven_upload_queue").intValue ?? 0
+        for intent in intents {
+            switch intent.source {
+            case .existing(let record):
+                try database.run("""
+                    INSERT INTO coven_files (id, audience, namespace, size, hash, coordinates, _updated_at)
+                    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                    """, [intent.fileID, record.audience, record.namespace, record.size, record.hash, record.coordinates.json, stamp])
+            case .staged(let row):
+                let coordinates = Coordinates(at: .device, device: device.deviceID, object: intent.object, key: intent.key)
+                try database.run("""
+                    INSERT INTO coven_files (id, audience, namespace, size, hash, coordinates, _updated_at)
+                    VALUES (?1, 'store', ?2, ?3, NULL, ?4, ?5)
+                    """, [intent.fileID, intent.namespace, intent.size, coordinates.json, stamp])
+                try database.run("""
+                    INSERT INTO coven_local (object, kind, path, copy, size, modified_seconds, modified_nanos, change_stamp, content_hash, chunk_hashes)
+                    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                    """, [intent.object, intent.kind.rawValue, row["path"], row["copy"], intent.size, row["modified_seconds"], row["modified_nanos"],
+                          row["change_stamp"], row["content_hash"], row["chunk_hashes"]])
+                try database.run("DELETE FROM coven_staged WHERE id = ?1", [row.string("id") ?? ""])
+                if intent.place == .cloud {
+                    if moveID == nil { moveID = Identifier.uuid7() }
+                    position += 1
+                    try database.run("""
+                        INSERT INTO coven_upload_queue (object, position, move, bytes_total)
+                        VALUES (?1, ?2, ?3, ?4)
+                        """, [intent.object, position, moveID, EncryptedSize.of(intent.size)])
+                }
+            }
+        }
+    }
+
+    /// Stamps every synced row the SQL inserted or updated with the write's clock value.
+    func stampRows(_ changes: [Change]) throws {
+        var byTable: [String: [SQLValue]] = [:]
+        for change in changes where change.operation != .delete && change.table != "coven_files" {
+            if let id = change.new[0] { byTable[change.table, default: []].append(id) }
+        }
+        for (table, ids) in byTable {
+            let json = try JSONSerialization.data(withJSONObject: ids.compactMap(\.textValue))
+            try database.run("UPDATE \"\(table)\" SET _updated_at = ?1 WHERE id IN (SELECT value FROM json_each(?2))", [stamp, String(decoding: json, as: UTF8.self)])
+        }
+    }
+
+    struct References {
+        /// File ids the write's rows name now.
+        var named: Set<String> = []
+        /// File ids some row stopped naming.
+        var released: Set<String> = []
+    }
+
+    /// Checks ids and every file reference the SQL set, per spec/files.md.
+    func validate(_ changes: [Change]) throws -> References {
+        var references = References()
+        var columnNames: [String: [String]] = [:]
+        let putIDs = Set(intents.map(\.fileID))
+        var audiences: [String: String] = [:]
+        for change in changes {
+            guard let table = manifest.table(change.table) else { continue }
+            if columnNames[table.name] == nil {
+                columnNames[table.name] = try database.query("SELECT name FROM pragma_table_info(?1) ORDER BY cid", [table.name]).compactMap { $0.string("name") }
+            }
+            let names = columnNames[table.name] ?? []
+            let rowID = (change.new[0] ?? change.old[0])?.textValue ?? ""
+            if change.operation == .insert, table.identity == .uuid {
+                guard let id = change.new[0]?.textValue, Identifier.isCanonicalUUID(id) else {
+                    throw CovenError(.invalidId, "table '\(table.name)' takes canonical lowercase UUIDv4 or v7 ids, not '\(rowID)'", hint: "use coven_uuid7()", details: ["table": table.name, "id": rowID])
+                }
+            }
+            for column in table.files {
+                guard let index = names.firstIndex(of: column.column) else { continue }
+                let old = change.old[index]
+                let new = change.new[index]
+                switch change.operation {
+                case .delete:
+                    if let id = old?.textValue { references.released.insert(id) }
+                case .insert, .update:
+                    if change.operation == .update {
+                        guard let new else { continue } // unchanged
+                        if let oldID = old?.textValue, new.textValue != oldID {
+                            if column.writeOnce {
+                                throw CovenError(.fileWriteOnce, "column '\(table.name).\(column.column)' is write-once and already names file '\(oldID)'", details: ["table": table.name, "column": column.column, "id": rowID, "file": oldID])
+                            }
+                            references.released.insert(oldID)
+                        }
+                    }
+                    guard let value = new, !value.isNull else { continue }
+                    guard case .text(let fileID) = value else {
+                        throw CovenError(.fileUnknown, "column '\(table.name).\(column.column)' must hold a file id as text", details: ["table": table.name, "column": column.column, "id": rowID])
+                    }
+                    references.named.insert(fileID)
+                    let audience = try rowAudience(table: table, id: rowID)
+                    try checkReference(fileID, table: table, column: column, rowID: rowID, audience: audience, isPut: putIDs.contains(fileID), audiences: &audiences)
+                }
+            }
+        }
+        // Every file put in this write must be named by a row it wrote.
+        for intent in intents where !references.named.contains(intent.fileID) {
+            throw CovenError(.fileUnreferenced, "file '\(intent.fileID)' is put but no row references it", hint: "put its id in a file column in the same write", details: ["file": intent.fileID])
+        }
+        return references
+    }
+
+    /// The audience of a row: its audience column, its parent's through audience_from, or the store.
+    func rowAudience(table: Manifest.SyncedTable, id: String, depth: Int = 0) throws -> String {
+        guard depth < 32 else { return "store" }
+        if let column = table.audienceColumn {
+            return try database.scalar("SELECT \"\(column)\" FROM \"\(table.name)\" WHERE id = ?1", [id]).textValue ?? "store"
+        }
+        if let column = table.audienceFrom {
+            guard let parentID = try database.scalar("SELECT \"\(column)\" FROM \"\(table.name)\" WHERE id = ?1", [id]).textValue,
+                  let target = try database.scalar("SELECT \"table\" FROM pragma_foreign_key_list(?1) WHERE \"from\" = ?2", [table.name, column]).textValue,
+                  let parent = manifest.table(target) else { return "store" }
+            return try rowAudience(table: parent, id: parentID, depth: depth + 1)
+        }
+        return "store"
+    }
+
+    func checkReference(_ fileID: String, table: Manifest.SyncedTable, column: Manifest.FileColumn, rowID: String, audience: String, isPut: Bool, audiences: inout [String: String]) throws {
+        let where_ = ["table": table.name, "column": column.column, "id": rowID, "file": fileID]
+        guard let record = try device.fileRecord(fileID) else {
+            throw CovenError(.fileUnknown, "'\(table.name).\(column.column)' names no file '\(fileID)'", details: where_)
+        }
+        if isPut {
+            // A new file takes the audience of the first row naming it.
+            if let first = audiences[fileID], first != audience {
+                throw CovenError(.fileUnknown, "file '\(fileID)' is named by rows of two audiences", details: where_)
+            }
+            audiences[fileID] = audience
+            if record.audience != audience {
+                try database.run("UPDATE coven_files SET audience = ?1 WHERE id = ?2", [audience, fileID])
+            }
+        } else if record.audience != audience {
+            throw CovenError(.fileUnknown, "file '\(fileID)' is not in the audience of row '\(rowID)'", details: where_)
+        }
+        guard column.bound else { return }
+        let kind = manifest.namespace(record.namespace)?.kind ?? .app
+        guard kind == .app else {
+            throw CovenError(.namespaceKind, "bound column '\(table.name).\(column.column)' takes app files only, not the person's original '\(fileID)'", details: where_)
+        }
+        guard record.size <= column.boundLimit else {
+            throw CovenError(.boundFileTooLarge, "file '\(fileID)' is \(record.size) bytes, over the \(column.boundLimit)-byte limit of bound column '\(table.name).\(column.column)'", details: where_)
+        }
+        if record.coordinates.at == .stored { return }
+        let object = record.coordinates.object
+        if isPut, let intent = intents.first(where: { $0.fileID == fileID }), case .staged = intent.source, intent.place == .cloud {
+            // Staged by this write for the cloud: its upload is bound, outside any move.
+            try database.run("UPDATE coven_upload_queue SET bound = 1, move = NULL WHERE object = ?1", [object])
+            waitsFor.insert(object)
+            return
+        }
+        if try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE object = ?1 AND bound = 1 AND state IN ('queued', 'sending')", [object]).intValue ?? 0 > 0 {
+            waitsFor.insert(object)
+            return
+        }
+        throw CovenError(.deviceOnly, "bound column '\(table.name).\(column.column)' names file '\(fileID)', which is on one device only", hint: "stage it for the cloud in the same write", details: where_)
+    }
+
+    // MARK: - A file goes with its last reference
+
+    /// Deletes the records no row names any more, and retires their uploads.
+    func releaseUnreferenced(candidates: Set<String>, stillNamed: Set<String>) throws {
+        let candidates = candidates.subtracting(stillNamed)
+        guard !candidates.isEmpty else { return }
+        let json = String(decoding: try JSONSerialization.data(withJSONObject: candidates.sorted()), as: UTF8.self)
+        var named: Set<String> = []
+        for table in manifest.tables {
+            for column in table.files {
+                for row in try database.query("SELECT DISTINCT \"\(column.column)\" AS file FROM \"\(table.name)\" WHERE \"\(column.column)\" IN (SELECT value FROM json_each(?1))", [json]) {
+                    if let id = row.string("file") { named.insert(id) }
+                }
+            }
+        }
+        for fileID in candidates.subtracting(named).sorted() {
+            guard let record = try device.fileRecord(fileID) else { continue }
+            try database.run("DELETE FROM coven_files WHERE id = ?1", [fileID])
+            let object = record.coordinates.object
+            let others = try database.scalar("SELECT count(*) FROM coven_files WHERE json_extract(coordinates, '$.object') = ?1", [object]).intValue ?? 0
+            guard others == 0 else { continue }
+            try device.retireUpload(object: object)
+            try database.run("DELETE FROM coven_pins WHERE file = ?1", [fileID])
+        }
+    }
+}
+
+extension Device {
+    /// Retires the upload of an object no record names: one not started goes at once; one with
+    /// a provider session, or being sent, is marked so the worker aborts or finishes it and
+    /// switches nothing. Local bytes go with it unless a send still reads them.
+    ///
+    /// Call inside a transaction.
+    func retireUpload(object: String) throws {
+        if let queued = try database.queryOne("SELECT state, upload_id, lease_until FROM coven_upload_queue WHERE object = ?1", [object]) {
+            let sending = queued.string("state") == "sending" && (queued["lease_until"].intValue.map { Double($0) } ?? 0) > Date().timeIntervalSince1970
+            if queued["upload_id"].isNull && !sending {
+                try database.run("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
+                try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
+            } else {
+                try database.run("UPDATE coven_upload_queue SET state = 'retired' WHERE object = ?1", [object])
+                return // the worker still needs the local bytes
+            }
+        }
+        try forgetLocalBytes(object: object)
+    }
+
+    /// Drops this device's record of an object's local bytes; coven's own copy is deleted
+    /// after the transaction commits (a crash before that leaves a copy no row names, which
+    /// the next open removes).
+    func forgetLocalBytes(object: String) throws {
+        if let copy = try database.scalar("SELECT copy FROM coven_local WHERE object = ?1 AND kind = 'app'", [object]).textValue {
+            try database.run("INSERT INTO coven_meta (key, value) VALUES ('release:' || ?1, ?1) ON CONFLICT DO NOTHING", [copy])
+        }
+        try database.run("DELETE FROM coven_local WHERE object = ?1", [object])
+    }
+}
+
+/// The encrypted size of a plaintext size (docs/format.md): an 8-byte header, then every 64 KiB
+/// chunk with its 16-byte tag; an empty file is one empty chunk.
+enum EncryptedSize {
+    static func of(_ size: Int64) -> Int64 {
+        let chunks = max(1, (size + 65535) / 65536)
+        return 8 + size + 16 * chunks
+    }
+}

@@ -1,0 +1,314 @@
+import Foundation
+
+// MARK: - The device
+
+/// One working copy of a store on this machine: its database and the folder beside it.
+///
+/// Not Sendable: a `Device` owns a SQLite connection and is confined to the task that opened it.
+/// Parts that run on other threads (upload jobs) open their own connection with
+/// ``openConnection()``.
+public final class Device {
+    /// Where the database and its folder are.
+    public let paths: DevicePaths
+    /// The connection.
+    public let database: Database
+    /// The store's random id.
+    public let storeID: String
+    /// This device's random id.
+    public let deviceID: String
+    /// This device's name (the host name unless `--name` was given).
+    public let deviceName: String
+    /// Where the store lives.
+    public let storage: StorageLocation
+    /// The manifest the device was created or last migrated with.
+    public private(set) var manifest: Manifest
+    /// Whether the connection only reads.
+    public let readOnly: Bool
+
+    /// The format of store.json and of everything coven writes to storage.
+    public static let storeFormat = 1
+
+    private init(paths: DevicePaths, database: Database, readOnly: Bool) throws {
+        self.paths = paths
+        self.database = database
+        self.readOnly = readOnly
+        func meta(_ key: String) throws -> String {
+            guard let value = try database.scalar("SELECT value FROM coven_meta WHERE key = ?1", [key]).textValue else {
+                throw CovenError(.noDevice, "'\(paths.database)' is not a coven device database", cause: "no \(key)")
+            }
+            return value
+        }
+        guard try database.hasTable("coven_meta") else {
+            throw CovenError(.noDevice, "'\(paths.database)' is not a coven device database")
+        }
+        let version = try database.scalar("PRAGMA user_version").intValue ?? 0
+        if version > Schema.version {
+            throw CovenError(.updateRequired, "the device database was written by a newer coven", hint: "update coven")
+        }
+        storeID = try meta("store_id")
+        deviceID = try meta("device_id")
+        deviceName = try meta("device_name")
+        storage = try StorageLocation(parsing: try meta("storage"))
+        manifest = try Manifest(json: Data(try meta("manifest").utf8))
+    }
+
+    // MARK: Opening
+
+    /// Opens the device at `paths`, checks its schema and installs coven's views and functions.
+    ///
+    /// - Throws: `.noDevice` when there is none; `.schema` when a synced table breaks a rule;
+    ///   `.updateRequired` when a newer coven wrote it.
+    public static func open(paths: DevicePaths, readOnly: Bool = false) throws -> Device {
+        guard FileManager.default.fileExists(atPath: paths.database) else {
+            throw CovenError(.noDevice, "no coven device at '\(paths.database)'", hint: "run 'coven init --storage URL --manifest FILE', or pass --db")
+        }
+        let database = try Database(path: paths.database, readOnly: readOnly)
+        try configure(database, readOnly: readOnly)
+        let device = try Device(paths: paths, database: database, readOnly: readOnly)
+        if !readOnly {
+            try database.execute(Schema.views)
+        }
+        try SQLFunctions.install(on: device)
+        try SchemaCheck(database: database, manifest: device.manifest).run()
+        device.sweepAfterCrash()
+        return device
+    }
+
+    /// Another connection to the same device, for a thread of its own.
+    public func openConnection() throws -> Device {
+        try Device.open(paths: paths, readOnly: readOnly)
+    }
+
+    static func configure(_ database: Database, readOnly: Bool) throws {
+        if !readOnly {
+            try database.execute("PRAGMA journal_mode = WAL")
+        }
+        // FULL: a commit is on disk when it returns, so a state change survives power loss.
+        try database.execute("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON")
+        if readOnly { try database.execute("PRAGMA query_only = ON") }
+    }
+
+    // MARK: Creating
+
+    /// Creates a store at `storage` and this device, its first.
+    ///
+    /// The database is built under a temporary name and renamed into place last, so a crash
+    /// leaves no half device; the store's `store.json` is written only if none is there.
+    ///
+    /// - Parameters:
+    ///   - paths: where the device goes.
+    ///   - storage: the store's location.
+    ///   - manifest: what the store declares.
+    ///   - name: this device's name; the host name when nil.
+    ///   - provider: a provider connected to `storage`.
+    /// - Throws: `.alreadyExists` when a device is at `paths` or a store at `storage`;
+    ///   `.manifest`, `.migration`, `.schema` for a manifest whose migrations fail its own
+    ///   rules; `.storage` when storage cannot be written.
+    public static func create(
+        paths: DevicePaths, storage: StorageLocation, manifest: Manifest, name: String?, provider: StorageProvider
+    ) throws -> Device {
+        let fm = FileManager.default
+        if fm.fileExists(atPath: paths.database) {
+            throw CovenError(.alreadyExists, "a coven device already exists at '\(paths.database)'", hint: "pass another --db")
+        }
+        let parent = (paths.database as NSString).deletingLastPathComponent
+        try makeFolder(parent, mode: 0o700)
+        if fm.fileExists(atPath: paths.folder) {
+            throw CovenError(.alreadyExists, "'\(paths.folder)' already exists", hint: "pass another --db, or remove what is left of an earlier device there")
+        }
+        try makeFolder(paths.folder, mode: 0o700)
+        var created = false
+        // Until the device is in place, a failure removes everything this call made.
+        defer { if !created { try? fm.removeItem(atPath: paths.folder) } }
+        for folder in [paths.copies, paths.cache, paths.partial, paths.temporary] {
+            try makeFolder(folder, mode: 0o700)
+        }
+        let lock = try DeviceLock(path: paths.lock, wait: false)
+        defer { _ = lock }
+
+        if try provider.head("store.json") != nil {
+            throw CovenError(.alreadyExists, "a store already exists at '\(storage)'", hint: "join it from another device's snapshot, or use another storage URL")
+        }
+
+        let storeID = Identifier.uuid4()
+        let deviceID = Identifier.uuid4()
+        let deviceName = name ?? ProcessInfo.processInfo.hostName
+        let now = Timestamp.iso8601(Date())
+
+        // Build the database aside, then rename it into place.
+        let building = paths.database + ".init-" + Identifier.objectName()
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(building + suffix) } }
+        do {
+            let database = try Database(path: building, create: true)
+            chmod(building, 0o600)
+            try configure(database, readOnly: false)
+            try database.execute(Schema.tables)
+            try database.execute("PRAGMA user_version = \(Schema.version)")
+            let manifestJSON = try manifest.canonicalJSON()
+            try database.transaction {
+                for (key, value) in [
+                    ("store_id", storeID), ("device_id", deviceID), ("device_name", deviceName),
+                    ("storage", storage.description), ("manifest", manifestJSON), ("created_at", now),
+                    ("format", String(storeFormat)),
+                ] {
+                    try database.run("INSERT INTO coven_meta (key, value) VALUES (?1, ?2)", [key, value])
+                }
+                try database.run("INSERT INTO coven_device_registry (device, name, joined_at) VALUES (?1, ?2, ?3)", [deviceID, deviceName, now])
+                try Migrations.apply(manifest.migrations, to: database, recorded: [])
+            }
+            try SchemaCheck(database: database, manifest: manifest).run()
+            // Checkpoint so the renamed file holds everything without its WAL.
+            try database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+
+        let storeKey = SecureRandom.bytes(32)
+        try AtomicFile.write(paths.storeKey, bytes: storeKey, mode: 0o600)
+
+        let storeJSON = try JSONSerialization.data(withJSONObject: [
+            "coven_store": storeFormat, "id": storeID, "created_at": now,
+        ], options: [.sortedKeys])
+        guard try provider.putIfAbsent("store.json", data: [UInt8](storeJSON) + [10]) else {
+            throw CovenError(.alreadyExists, "a store already exists at '\(storage)'")
+        }
+        guard rename(building, paths.database) == 0 else {
+            throw CovenError.posix("rename database into", path: paths.database)
+        }
+        try AtomicFile.syncFolder(parent)
+        created = true
+        return try open(paths: paths)
+    }
+
+    static func makeFolder(_ path: String, mode: mode_t) throws {
+        if mkdir(path, mode) != 0 && errno != EEXIST {
+            // Create parents as needed.
+            do {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: Int(mode)])
+            } catch {
+                throw CovenError.posix("create folder", path: path)
+            }
+        }
+    }
+
+    // MARK: State
+
+    /// A value of this device's settings (`coven_meta`).
+    public func setting(_ key: String) throws -> String? {
+        try database.scalar("SELECT value FROM coven_meta WHERE key = ?1", [key]).textValue
+    }
+
+    /// Sets a value of this device's settings (inside the caller's transaction, if any).
+    public func setSetting(_ key: String, _ value: String?) throws {
+        if let value {
+            try database.run("INSERT INTO coven_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, value])
+        } else {
+            try database.run("DELETE FROM coven_meta WHERE key = ?1", [key])
+        }
+    }
+
+    /// Takes the device lock, which every mutating command holds while it runs.
+    public func lock(wait: Bool) throws -> DeviceLock {
+        try DeviceLock(path: paths.lock, wait: wait)
+    }
+
+    /// The store key, read from `<db>.d/store.key`.
+    public func storeKeyBytes() throws -> [UInt8] {
+        guard let data = FileManager.default.contents(atPath: paths.storeKey), data.count == 32 else {
+            throw CovenError(.io, "cannot read the store key '\(paths.storeKey)'")
+        }
+        return [UInt8](data)
+    }
+
+    /// Applies the manifest's new migrations and records it; refuses a changed old migration.
+    ///
+    /// - Returns: the positions (0-based) of the migrations applied now.
+    /// - Throws: `.migration` when an applied migration changed or is missing; `.sql` when one
+    ///   fails (nothing is applied then); `.schema` when the result breaks a synced-table rule.
+    @discardableResult
+    public func migrate(to newManifest: Manifest) throws -> [Int] {
+        let recorded = try database.query("SELECT position, sha256 FROM coven_migrations ORDER BY position").map { ($0.int("position") ?? 0, $0.string("sha256") ?? "") }
+        let applied: [Int] = try database.transaction {
+            let positions = try Migrations.apply(newManifest.migrations, to: database, recorded: recorded)
+            try SchemaCheck(database: database, manifest: newManifest).run()
+            try setSetting("manifest", try newManifest.canonicalJSON())
+            return positions
+        }
+        manifest = newManifest
+        return applied
+    }
+}
+
+// MARK: - Migrations
+
+enum Migrations {
+    /// Runs the migrations not yet recorded, in order, inside the caller's transaction.
+    static func apply(_ migrations: [String], to database: Database, recorded: [(Int64, String)]) throws -> [Int] {
+        if recorded.count > migrations.count {
+            throw CovenError(.migration, "the manifest has \(migrations.count) migrations but the device applied \(recorded.count)", hint: "migrations are only ever added at the end")
+        }
+        for (position, sha) in recorded {
+            let expected = SHA256.digest(Array(migrations[Int(position)].utf8)).hex
+            if expected != sha {
+                throw CovenError(.migration, "migrations[\(position)] changed since it was applied", hint: "add a new migration at the end instead of editing an old one", details: ["position": String(position)])
+            }
+        }
+        var applied: [Int] = []
+        for position in recorded.count..<migrations.count {
+            let sql = migrations[position]
+            do {
+                try database.execute(sql)
+            } catch let error as CovenError {
+                throw CovenError(.migration, "migrations[\(position)] failed", cause: error.message, details: ["position": String(position)])
+            }
+            try database.run("INSERT INTO coven_migrations (position, sha256, applied_at) VALUES (?1, ?2, ?3)", [position, SHA256.digest(Array(sql.utf8)).hex, Timestamp.iso8601(Date())])
+            applied.append(position)
+        }
+        return applied
+    }
+}
+
+extension Manifest {
+    /// The manifest as a document of the public shape (docs/manifest.md), keys sorted: what
+    /// the device stores and what ``init(json:)`` reads back.
+    public func canonicalJSON() throws -> String {
+        let namespaces: [[String: Any]] = namespaces.map { namespace in
+            var object: [String: Any] = ["name": namespace.name, "kind": namespace.kind.rawValue, "kept": namespace.kept]
+            if let budget = namespace.budget { object["budget"] = budget }
+            return object
+        }
+        let tables: [[String: Any]] = tables.map { table in
+            var object: [String: Any] = ["name": table.name, "identity": table.identity.rawValue]
+            if let column = table.audienceColumn { object["audience_column"] = column }
+            if let column = table.audienceFrom { object["audience_from"] = column }
+            switch table.gate {
+            case .none: break
+            case .gatedBy(let column): object["gated_by"] = column
+            case .gatedByDescendants: object["gated_by_descendants"] = true
+            case .remoteRoot: object["remote_root"] = true
+            }
+            if !table.files.isEmpty {
+                object["files"] = table.files.map { file -> [String: Any] in
+                    var column: [String: Any] = ["column": file.column, "bound": file.bound, "write_once": file.writeOnce]
+                    if file.bound { column["bound_limit"] = file.boundLimit }
+                    return column
+                }
+            }
+            return object
+        }
+        let data = try JSONSerialization.data(withJSONObject: ["namespaces": namespaces, "tables": tables, "migrations": migrations], options: [.sortedKeys])
+        return String(decoding: data, as: UTF8.self)
+    }
+}
+
+// MARK: - Time
+
+/// Times as coven writes them.
+public enum Timestamp {
+    /// `2026-11-29T11:27:37.123Z`.
+    public static func iso8601(_ date: Date) -> String {
+        let millis = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        var time = time_t(millis / 1000)
+        var parts = tm()
+        gmtime_r(&time, &parts)
+        return String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday), Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), Int(millis % 1000))
+    }
+}

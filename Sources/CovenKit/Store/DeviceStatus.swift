@@ -1,0 +1,102 @@
+import Foundation
+
+/// The whole device at a glance: what `coven status` prints.
+public struct DeviceStatus: Sendable {
+    /// Counts of file records by where they are.
+    public struct Files: Sendable {
+        public var total: Int64 = 0
+        public var stored: Int64 = 0
+        public var deviceOnlyHere: Int64 = 0
+        public var deviceOnlyElsewhere: Int64 = 0
+        public var uploading: Int64 = 0
+        public var missing: Int64 = 0
+    }
+
+    /// The upload queue.
+    public struct Uploads: Sendable {
+        public var queued: Int64 = 0
+        public var sending: Int64 = 0
+        public var failed: Int64 = 0
+        public var paused = false
+        public var bytesConfirmed: Int64 = 0
+        public var bytesTotal: Int64 = 0
+    }
+
+    public var storeID: String
+    public var storage: String
+    public var deviceID: String
+    public var deviceName: String
+    public var database: String
+    public var namespaces: [Manifest.Namespace]
+    public var tables: [String]
+    public var migrations: Int
+    public var staged: Int64
+    public var files = Files()
+    public var uploads = Uploads()
+    public var outbox: Int64 = 0
+    public var cache: CacheSummary
+}
+
+/// The file cache: its budget, what it holds, and the kept files ("attachments") held or not.
+public struct CacheSummary: Sendable {
+    /// Why a kept file is not held.
+    public struct NotHeld: Sendable {
+        public var reason: String
+        public var count: Int64
+        public var bytes: Int64
+        public var unstated: Int64
+    }
+
+    /// The budget in bytes (nil: keep everything).
+    public var budget: Int64?
+    /// Whether the budget is the default.
+    public var budgetIsDefault: Bool
+    /// Bytes held against the budget: fetched files and partials not kept.
+    public var used: Int64
+    /// Bytes of partial downloads.
+    public var partial: Int64
+    /// Kept files held whole.
+    public var heldCount: Int64
+    /// Their bytes (and their partials').
+    public var heldBytes: Int64
+    /// Kept files not held, by reason.
+    public var notHeld: [NotHeld]
+}
+
+extension Device {
+    /// Gathers the device's status (reads only).
+    public func status() throws -> DeviceStatus {
+        let db = database
+        func count(_ sql: String, _ parameters: [SQLBindable] = []) throws -> Int64 {
+            try db.scalar(sql, parameters).intValue ?? 0
+        }
+        var status = DeviceStatus(
+            storeID: storeID, storage: storage.description, deviceID: deviceID, deviceName: deviceName,
+            database: paths.database, namespaces: manifest.namespaces, tables: manifest.tables.map(\.name),
+            migrations: manifest.migrations.count, staged: try count("SELECT count(*) FROM coven_staged"),
+            cache: try cacheSummary())
+        let me = deviceID
+        status.files.total = try count("SELECT count(*) FROM coven_files")
+        status.files.stored = try count("SELECT count(*) FROM coven_files WHERE json_extract(coordinates, '$.at') = 'stored'")
+        let uploadingHere = """
+            json_extract(f.coordinates, '$.at') = 'device' AND json_extract(f.coordinates, '$.device') = ?1
+            AND EXISTS (SELECT 1 FROM coven_upload_queue q WHERE q.object = json_extract(f.coordinates, '$.object') AND q.state IN ('queued', 'sending'))
+            """
+        status.files.uploading = try count("SELECT count(*) FROM coven_files f WHERE \(uploadingHere)", [me])
+        status.files.deviceOnlyHere = try count("SELECT count(*) FROM coven_files f WHERE json_extract(f.coordinates, '$.at') = 'device' AND json_extract(f.coordinates, '$.device') = ?1", [me]) - status.files.uploading
+        status.files.deviceOnlyElsewhere = try count("SELECT count(*) FROM coven_files WHERE json_extract(coordinates, '$.at') = 'device' AND json_extract(coordinates, '$.device') <> ?1", [me])
+        status.files.missing = try count("""
+            SELECT count(*) FROM coven_files f JOIN coven_upload_queue q ON q.object = json_extract(f.coordinates, '$.object')
+            WHERE q.state IN ('queued', 'sending') AND q.last_error_code IN ('user_file_missing', 'file_unavailable', 'missing')
+            """)
+        status.uploads.queued = try count("SELECT count(*) FROM coven_upload_queue WHERE state = 'queued'")
+        status.uploads.sending = try count("SELECT count(*) FROM coven_upload_queue WHERE state = 'sending' AND lease_until > ?1", [Date().timeIntervalSince1970])
+        status.uploads.queued += try count("SELECT count(*) FROM coven_upload_queue WHERE state = 'sending' AND NOT (lease_until > ?1)", [Date().timeIntervalSince1970])
+        status.uploads.failed = try count("SELECT count(*) FROM coven_upload_queue WHERE state = 'failed'")
+        status.uploads.paused = try setting("uploads_paused") == "1"
+        status.uploads.bytesConfirmed = try count("SELECT coalesce(sum(bytes_confirmed), 0) FROM coven_upload_queue WHERE state IN ('queued', 'sending', 'failed')")
+        status.uploads.bytesTotal = try count("SELECT coalesce(sum(bytes_total), 0) FROM coven_upload_queue WHERE state IN ('queued', 'sending', 'failed')")
+        status.outbox = try count("SELECT count(*) FROM coven_outbox")
+        return status
+    }
+}

@@ -1,0 +1,38 @@
+import Foundation
+
+/// A hybrid logical clock: wall-clock milliseconds, a counter for writes within one millisecond
+/// (or while the wall clock is behind the last stamp), and the device id to break ties. Its text
+/// sorts in time order, so `_updated_at` values compare as strings (last writer wins).
+///
+/// `2026-11-29T11:27:37.123Z-0000-<device id>`
+public enum HybridClock {
+    /// The next stamp after the device's last one, recorded in `coven_meta` (call inside the
+    /// write's transaction so the stamp and the write commit together).
+    static func next(device: Device, now: Date = Date()) throws -> String {
+        let wall = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
+        var millis = wall
+        var counter: Int64 = 0
+        if let last = try device.setting("hlc"), let (lastMillis, lastCounter) = parse(last) {
+            if lastMillis >= wall {
+                millis = lastMillis
+                counter = lastCounter + 1
+            }
+        }
+        let stamp = Timestamp.iso8601(Date(timeIntervalSince1970: Double(millis) / 1000)) + "-" + String(format: "%04x", counter) + "-" + device.deviceID
+        try device.setSetting("hlc", stamp)
+        return stamp
+    }
+
+    /// The milliseconds and counter of a stamp.
+    static func parse(_ stamp: String) -> (Int64, Int64)? {
+        let parts = stamp.split(separator: "-", maxSplits: 4, omittingEmptySubsequences: false)
+        // 2026-11-29T11:27:37.123Z-0000-<device…>: date has two dashes of its own.
+        guard parts.count >= 4 else { return nil }
+        let dateText = parts[0...2].joined(separator: "-")
+        guard let counter = Int64(parts[3], radix: 16) else { return nil }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        guard let date = formatter.date(from: dateText) else { return nil }
+        return (Int64((date.timeIntervalSince1970 * 1000).rounded()), counter)
+    }
+}

@@ -1,0 +1,203 @@
+import Foundation
+
+/// coven's own tables and views inside the device database.
+///
+/// `coven_files` is the one synced table of coven's (spec/files.md "Files and references"); the
+/// rest is this device's state and never leaves it. The upload queue, local bytes and cache are
+/// keyed by *object* (the storage key `files/<device>/<name>`), not by file id, because several
+/// file records can name one object (`coven_existing_file`), and the bytes, the upload and the
+/// cache belong to the object.
+enum Schema {
+    /// The device schema's version, in `PRAGMA user_version`.
+    static let version: Int64 = 1
+
+    static let tables = """
+    CREATE TABLE IF NOT EXISTS coven_meta (
+        key TEXT PRIMARY KEY,
+        value TEXT
+    ) STRICT;
+
+    CREATE TABLE IF NOT EXISTS coven_migrations (
+        position INTEGER PRIMARY KEY,
+        sha256 TEXT NOT NULL,
+        applied_at TEXT NOT NULL
+    ) STRICT;
+
+    -- The synced file records the app's SQL reads and joins.
+    CREATE TABLE IF NOT EXISTS coven_files (
+        id TEXT PRIMARY KEY,
+        audience TEXT NOT NULL,
+        namespace TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        hash TEXT,
+        coordinates TEXT NOT NULL CHECK (json_valid(coordinates)),
+        _updated_at TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX IF NOT EXISTS coven_files_object ON coven_files (json_extract(coordinates, '$.object'));
+
+    -- Staged app bytes and prepared originals, until a write puts them in rows.
+    CREATE TABLE IF NOT EXISTS coven_staged (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL CHECK (kind IN ('user', 'app')),
+        namespace TEXT NOT NULL,
+        place TEXT NOT NULL CHECK (place IN ('cloud', 'device-only')),
+        path BLOB,
+        copy TEXT,
+        size INTEGER NOT NULL,
+        modified_seconds INTEGER,
+        modified_nanos INTEGER,
+        change_stamp TEXT,
+        content_hash BLOB NOT NULL,
+        chunk_hashes BLOB NOT NULL,
+        created_at TEXT NOT NULL
+    ) STRICT;
+
+    -- This device's bytes of an object: the person's original, or coven's own copy of app bytes.
+    CREATE TABLE IF NOT EXISTS coven_local (
+        object TEXT PRIMARY KEY,
+        kind TEXT NOT NULL CHECK (kind IN ('user', 'app')),
+        path BLOB,
+        copy TEXT,
+        size INTEGER NOT NULL,
+        modified_seconds INTEGER,
+        modified_nanos INTEGER,
+        change_stamp TEXT,
+        content_hash BLOB NOT NULL,
+        chunk_hashes BLOB NOT NULL
+    ) STRICT;
+
+    -- Uploads of this device, oldest first.
+    CREATE TABLE IF NOT EXISTS coven_upload_queue (
+        object TEXT PRIMARY KEY,
+        position INTEGER NOT NULL UNIQUE,
+        move TEXT,
+        bound INTEGER NOT NULL DEFAULT 0,
+        state TEXT NOT NULL DEFAULT 'queued' CHECK (state IN ('queued', 'sending', 'failed', 'retired')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at REAL NOT NULL DEFAULT 0,
+        last_error TEXT,
+        last_error_code TEXT,
+        upload_id TEXT,
+        part_size INTEGER,
+        bytes_confirmed INTEGER NOT NULL DEFAULT 0,
+        bytes_total INTEGER NOT NULL,
+        worker TEXT,
+        lease_until REAL
+    ) STRICT;
+
+    CREATE TABLE IF NOT EXISTS coven_upload_parts (
+        object TEXT NOT NULL,
+        number INTEGER NOT NULL,
+        etag TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        PRIMARY KEY (object, number)
+    ) STRICT;
+
+    -- Moves of device-only files to the cloud.
+    CREATE TABLE IF NOT EXISTS coven_move_state (
+        id TEXT PRIMARY KEY,
+        state TEXT NOT NULL CHECK (state IN ('moving', 'failed', 'done', 'cancelled')),
+        created_at TEXT NOT NULL,
+        error TEXT,
+        error_code TEXT,
+        error_file TEXT
+    ) STRICT;
+
+    -- Writes recorded for publishing (SQLite session changesets), in commit order.
+    CREATE TABLE IF NOT EXISTS coven_outbox (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        hlc TEXT NOT NULL,
+        changeset BLOB NOT NULL,
+        waits_for TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(waits_for)),
+        created_at TEXT NOT NULL
+    ) STRICT;
+
+    -- Known devices of the store (this one at least).
+    CREATE TABLE IF NOT EXISTS coven_device_registry (
+        device TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        joined_at TEXT NOT NULL,
+        gone INTEGER NOT NULL DEFAULT 0
+    ) STRICT;
+
+    -- Cached bytes of stored objects, chunk by chunk.
+    CREATE TABLE IF NOT EXISTS coven_cache (
+        object TEXT PRIMARY KEY,
+        size INTEGER NOT NULL,
+        chunks BLOB NOT NULL,
+        bytes INTEGER NOT NULL DEFAULT 0,
+        complete INTEGER NOT NULL DEFAULT 0,
+        last_read REAL NOT NULL,
+        touched REAL NOT NULL
+    ) STRICT;
+
+    CREATE TABLE IF NOT EXISTS coven_pins (
+        file TEXT PRIMARY KEY,
+        pinned_at TEXT NOT NULL
+    ) STRICT;
+    """
+
+    /// The views app SQL and `coven sql` read. Recreated at every open, so they can change
+    /// compatibly with new versions.
+    static let views = """
+    DROP VIEW IF EXISTS coven_user_files;
+    CREATE VIEW coven_user_files AS
+        SELECT f.id AS file, l.path AS path, l.size AS size,
+               l.modified_seconds AS modified_seconds, l.modified_nanos AS modified_nanos
+        FROM coven_files AS f
+        JOIN coven_local AS l ON l.object = json_extract(f.coordinates, '$.object')
+        WHERE l.kind = 'user'
+          AND json_extract(f.coordinates, '$.at') = 'device'
+          AND json_extract(f.coordinates, '$.device') = (SELECT value FROM coven_meta WHERE key = 'device_id');
+
+    DROP VIEW IF EXISTS coven_uploads;
+    CREATE VIEW coven_uploads AS
+        SELECT f.id AS file, q.position AS position, q.move AS move,
+               (q.state = 'sending' AND q.lease_until > ((julianday('now') - 2440587.5) * 86400.0)) AS sending,
+               q.bytes_confirmed AS bytes_confirmed, q.bytes_total AS bytes_total,
+               CASE
+                 WHEN q.state = 'failed' THEN 'failed'
+                 WHEN q.state = 'retired' THEN 'retire'
+                 WHEN q.state = 'sending' AND q.lease_until > ((julianday('now') - 2440587.5) * 86400.0) THEN 'sending'
+                 WHEN q.last_error_code IN ('user_file_missing', 'user_file_changed', 'file_unavailable') THEN 'source'
+                 WHEN q.bound = 0 AND coalesce((SELECT value FROM coven_meta WHERE key = 'uploads_paused'), '0') = '1' THEN 'pause'
+                 WHEN q.bound = 0 AND coalesce((SELECT value FROM coven_meta WHERE key = 'unmetered_only'), '0') = '1'
+                      AND coalesce((SELECT value FROM coven_meta WHERE key = 'network_metered'), '0') = '1' THEN 'network'
+                 WHEN q.next_attempt_at > ((julianday('now') - 2440587.5) * 86400.0) THEN 'retry'
+                 ELSE 'storage'
+               END AS waiting_for,
+               q.state AS state, q.bound AS bound, q.attempts AS attempts,
+               q.last_error_code AS error, q.last_error AS error_message, q.object AS object
+        FROM coven_upload_queue AS q
+        JOIN coven_files AS f ON json_extract(f.coordinates, '$.object') = q.object;
+
+    DROP VIEW IF EXISTS coven_sending;
+    CREATE VIEW coven_sending AS
+        SELECT file, bytes_confirmed, bytes_total FROM coven_uploads WHERE sending;
+
+    DROP VIEW IF EXISTS coven_upload_pause;
+    CREATE VIEW coven_upload_pause AS
+        SELECT coalesce((SELECT value FROM coven_meta WHERE key = 'uploads_paused'), '0') = '1' AS paused,
+               (SELECT count(*) FROM coven_upload_queue WHERE state IN ('queued', 'sending') AND bound = 0) AS queued;
+
+    DROP VIEW IF EXISTS coven_network;
+    CREATE VIEW coven_network AS
+        SELECT coalesce((SELECT value FROM coven_meta WHERE key = 'network_metered'), '0') = '1' AS metered,
+               coalesce((SELECT value FROM coven_meta WHERE key = 'unmetered_only'), '0') = '1' AS unmetered_only;
+
+    DROP VIEW IF EXISTS coven_moves;
+    CREATE VIEW coven_moves AS
+        SELECT m.id AS move, m.state AS state, f.id AS file, m.created_at AS created_at,
+               m.error_code AS error, m.error AS error_message, m.error_file AS error_file
+        FROM coven_move_state AS m
+        JOIN coven_upload_queue AS q ON q.move = m.id
+        JOIN coven_files AS f ON json_extract(f.coordinates, '$.object') = q.object
+        WHERE m.state IN ('moving', 'failed');
+
+    DROP VIEW IF EXISTS coven_devices;
+    CREATE VIEW coven_devices AS
+        SELECT device, name, joined_at, gone,
+               device = (SELECT value FROM coven_meta WHERE key = 'device_id') AS this_device
+        FROM coven_device_registry;
+    """
+}

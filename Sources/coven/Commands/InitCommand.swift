@@ -1,0 +1,41 @@
+import CovenKit
+import Foundation
+
+/// `coven init`: create a store and this device.
+struct InitCommand: Command {
+    static let name = "init"
+    static let abstract = "create a store at a storage URL and this device, its first"
+    static let synopsis = ["--storage URL --manifest FILE [--name NAME]"]
+    static let discussion = """
+    Creates the store (store.json at the storage, a random store id and a random 256-bit store \
+    key) and this device: its database at --db with the folder beside it. Refuses to overwrite \
+    an existing store or device. The store key is written to the device folder with mode 0600 \
+    and printed only by 'coven key export'.
+    """
+    static let options = [
+        OptionSpec("storage", value: "URL", help: "where the store lives: file:///DIR or s3://BUCKET/PREFIX"),
+        OptionSpec("manifest", value: "FILE", help: "the manifest declaring namespaces, synced tables and migrations", completion: .file),
+        OptionSpec("name", value: "NAME", help: "this device's name (default: the host name)"),
+    ]
+    static let mutates = true
+
+    static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        guard let storageText = invocation.value("storage") else { throw CovenError(.usage, "missing --storage URL") }
+        guard let manifestPath = invocation.value("manifest") else { throw CovenError(.usage, "missing --manifest FILE") }
+        let storage = try StorageLocation(parsing: storageText)
+        let manifest = try Manifest(contentsOf: manifestPath)
+        let provider = try StorageConnector(location: storage).connect()
+        let device = try Device.create(paths: DevicePaths(database: context.databasePath), storage: storage, manifest: manifest,
+                                       name: invocation.value("name"), provider: provider)
+        if context.json {
+            try context.printJSON([
+                "store": ["id": device.storeID, "storage": device.storage.description],
+                "device": ["id": device.deviceID, "name": device.deviceName, "database": device.paths.database],
+            ])
+        } else {
+            context.line(device.storeID)
+            context.note("created store \(device.storeID) at \(device.storage) with device '\(device.deviceName)' (\(device.deviceID))")
+        }
+        return 0
+    }
+}

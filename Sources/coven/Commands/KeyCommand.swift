@@ -1,0 +1,28 @@
+import CovenKit
+import Foundation
+
+/// `coven key export`: print the store key, for joining devices.
+struct KeyCommand: Command {
+    static let name = "key"
+    static let abstract = "print the store key for joining another device"
+    static let synopsis = ["export"]
+    static let discussion = """
+    Prints one line, 'coven-store-key-v1:STORE:KEY' (KEY is 64 hex digits), on stdout and \
+    nowhere else. Whoever holds it can read everything in the store: keep it like a password.
+    """
+    static let options: [OptionSpec] = []
+    static let arguments = [ArgumentSpec("ACTION", help: "what to do with the key", choices: ["export"])]
+    static let mutates = false
+
+    static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        let device = try context.openDeviceReadOnly()
+        let key = try device.storeKeyBytes()
+        let text = "coven-store-key-v1:\(device.storeID):\(key.hex)"
+        if context.json {
+            try context.printJSON(["store": device.storeID, "key": text])
+        } else {
+            context.line(text)
+        }
+        return 0
+    }
+}

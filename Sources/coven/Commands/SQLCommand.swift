@@ -1,0 +1,87 @@
+import CovenKit
+import Foundation
+
+/// `coven sql`: read-only SQL over the app's tables and coven's views.
+struct SQLCommand: Command {
+    static let name = "sql"
+    static let abstract = "run read-only SQL over the app tables and coven's views"
+    static let synopsis = ["[SQL | -] [--param NAME=VALUE]... [-z]"]
+    static let discussion = """
+    Prints each row on a line, its values separated by tabs (NULL as nothing, a BLOB such as a \
+    path as its text with bytes that are not UTF-8 as \\xNN); with -z each row ends with NUL \
+    instead of a newline; with --json one array of objects (a BLOB as lowercase hex). Reads \
+    coven_files, coven_user_files, coven_uploads, coven_sending, coven_moves, \
+    coven_upload_pause, coven_network and coven_devices, with the functions \
+    coven_file_device(coordinates) and coven_path_text(path). Never changes anything and never \
+    waits for the device lock.
+    """
+    static let options = [
+        OptionSpec("param", short: "p", value: "NAME=VALUE", help: "bind :NAME in the SQL to VALUE (text)", repeatable: true),
+        OptionSpec("null-terminated", short: "z", help: "end each row with NUL instead of a newline"),
+    ]
+    static let arguments = [ArgumentSpec("SQL", help: "the query, or - for stdin", optional: true)]
+    static let mutates = false
+
+    static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        var sql: String
+        if let argument = invocation.arguments.first, argument != "-" {
+            sql = argument
+        } else {
+            guard invocation.arguments.first == "-" || !context.stdinIsTerminal else {
+                throw CovenError(.usage, "missing SQL", hint: "pass it as an argument, or - to read it from stdin")
+            }
+            sql = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+        }
+        sql = sql.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !sql.isEmpty else { throw CovenError(.usage, "the SQL is empty") }
+        var parameters: [String: SQLValue] = [:]
+        for pair in invocation.values("param") {
+            guard let equals = pair.firstIndex(of: "="), equals != pair.startIndex else {
+                throw CovenError(.usage, "--param takes NAME=VALUE, not '\(pair)'")
+            }
+            var name = String(pair[..<equals])
+            if let first = name.first, ":@$".contains(first) { name.removeFirst() }
+            parameters[name] = .text(String(pair[pair.index(after: equals)...]))
+        }
+        let device = try context.openDeviceReadOnly()
+        let terminator = invocation.has("null-terminated") ? "\0" : "\n"
+        var objects: [[String: Any]] = []
+        do {
+            try device.database.executeScript(sql, parameters: parameters) { row in
+                if context.json {
+                    objects.append(jsonObject(row))
+                } else {
+                    context.out.write(row.values.map(text).joined(separator: "\t") + terminator)
+                }
+            }
+        } catch let error as CovenError where error.code == .sql && error.message.contains("readonly") {
+            throw CovenError(.sql, "coven sql only reads", hint: "change rows with 'coven write'", cause: error.message)
+        }
+        if context.json { try context.printJSON(objects) }
+        return 0
+    }
+
+    static func text(_ value: SQLValue) -> String {
+        switch value {
+        case .null: return ""
+        case .integer(let v): return String(v)
+        case .real(let v): return String(v)
+        case .text(let v): return v
+        case .blob(let v): return PathText.text(v)
+        }
+    }
+
+    static func jsonObject(_ row: Row) -> [String: Any] {
+        var object: [String: Any] = [:]
+        for (name, value) in zip(row.columns, row.values) {
+            switch value {
+            case .null: object[name] = NSNull()
+            case .integer(let v): object[name] = v
+            case .real(let v): object[name] = v
+            case .text(let v): object[name] = v
+            case .blob(let v): object[name] = v.hex
+            }
+        }
+        return object
+    }
+}

@@ -1,0 +1,72 @@
+import CovenKit
+import Foundation
+
+/// `coven status`: the whole device at a glance.
+struct StatusCommand: Command {
+    static let name = "status"
+    static let abstract = "show the store, this device, its files, uploads and cache"
+    static let synopsis = ["[--json]"]
+    static let discussion = """
+    Prints the store and device, counts of files by where they are, the upload queue and the \
+    file cache. With --json, one object whose keys docs/json.md documents; keys are only ever \
+    added. Reads only: never waits for the device lock.
+    """
+    static let options: [OptionSpec] = []
+    static let mutates = false
+    static let category = CommandCategory.porcelain
+
+    static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        let device = try context.openDeviceReadOnly()
+        let status = try device.status()
+        if context.json {
+            try context.printJSON(json(status))
+            return 0
+        }
+        let s = status
+        var lines = [
+            "store    \(s.storeID) at \(s.storage)",
+            "device   \(s.deviceID) '\(s.deviceName)'",
+            "files    \(s.files.total) in all: \(s.files.stored) stored, \(s.files.uploading) uploading, \(s.files.deviceOnlyHere) on this device only, \(s.files.deviceOnlyElsewhere) on another device only, \(s.files.missing) missing",
+            "uploads  \(s.uploads.queued) queued, \(s.uploads.sending) sending, \(s.uploads.failed) failed\(s.uploads.paused ? ", paused" : ""); \(ByteSize.format(s.uploads.bytesConfirmed)) of \(ByteSize.format(s.uploads.bytesTotal)) confirmed",
+        ]
+        let budget = s.cache.budget.map { ByteSize.format($0) } ?? "keep-all"
+        lines.append("cache    \(ByteSize.format(s.cache.used)) used of \(budget)\(s.cache.budgetIsDefault ? " (default)" : ""), \(ByteSize.format(s.cache.partial)) partial")
+        lines.append("kept     \(s.cache.heldCount) held (\(ByteSize.format(s.cache.heldBytes)))" + s.cache.notHeld.map { ", \($0.count) \($0.reason)" }.joined())
+        if s.staged > 0 { lines.append("staged   \(s.staged) waiting for a write") }
+        if s.outbox > 0 { lines.append("outbox   \(s.outbox) writes not yet published") }
+        lines.forEach(context.line)
+        return 0
+    }
+
+    static func json(_ s: DeviceStatus) -> [String: Any] {
+        [
+            "store": ["id": s.storeID, "storage": s.storage],
+            "device": ["id": s.deviceID, "name": s.deviceName, "database": s.database],
+            "manifest": [
+                "namespaces": s.namespaces.map { ["name": $0.name, "kind": $0.kind.rawValue, "kept": $0.kept, "budget": $0.budget.map { $0 as Any } ?? NSNull()] },
+                "tables": s.tables,
+                "migrations": s.migrations,
+            ],
+            "files": [
+                "total": s.files.total, "stored": s.files.stored, "device_only_here": s.files.deviceOnlyHere,
+                "device_only_elsewhere": s.files.deviceOnlyElsewhere, "uploading": s.files.uploading, "missing": s.files.missing,
+            ],
+            "staged": s.staged,
+            "uploads": [
+                "queued": s.uploads.queued, "sending": s.uploads.sending, "failed": s.uploads.failed, "paused": s.uploads.paused,
+                "bytes_confirmed": s.uploads.bytesConfirmed, "bytes_total": s.uploads.bytesTotal,
+            ],
+            "outbox": s.outbox,
+            "file_cache": [
+                "budget": s.cache.budget.map { $0 as Any } ?? NSNull(),
+                "budget_is_default": s.cache.budgetIsDefault,
+                "used": s.cache.used,
+                "partial": s.cache.partial,
+                "attachments": [
+                    "held": ["count": s.cache.heldCount, "bytes": s.cache.heldBytes],
+                    "not_held_by_reason": s.cache.notHeld.map { ["reason": $0.reason, "count": $0.count, "bytes": $0.bytes, "unstated": $0.unstated] },
+                ],
+            ],
+        ]
+    }
+}

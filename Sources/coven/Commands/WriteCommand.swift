@@ -1,0 +1,59 @@
+import CovenKit
+import Foundation
+
+/// `coven write`: one transaction of app SQL with coven's write functions.
+struct WriteCommand: Command {
+    static let name = "write"
+    static let abstract = "run one transaction of app SQL that may put files in rows"
+    static let synopsis = ["[SQL | -] [--param NAME=VALUE]..."]
+    static let discussion = """
+    Runs the SQL (an argument, or stdin when it is - or absent) as one transaction, with coven's \
+    SQL functions: coven_put_staged(STAGED), coven_put_user_file([NAMESPACE,] PREPARED [, PLACE]), \
+    coven_existing_file(FILE), coven_stamp() and coven_uuid7(). Before it commits, every file \
+    reference is checked (file_unknown, file_unreferenced, file_write_once, bound_file_too_large, \
+    namespace_kind, device_only), every synced row it changed is stamped, and the write is \
+    recorded for publishing. A failed write changes nothing; staged files stay staged. Prints \
+    the ids of the files it made, one a line.
+    """
+    static let options = [
+        OptionSpec("param", short: "p", value: "NAME=VALUE", help: "bind :NAME in the SQL to VALUE (text)", repeatable: true),
+    ]
+    static let arguments = [ArgumentSpec("SQL", help: "the SQL to run, or - for stdin", optional: true)]
+    static let mutates = true
+
+    static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        var sql: String
+        if let argument = invocation.arguments.first, argument != "-" {
+            sql = argument
+        } else {
+            guard invocation.arguments.first == "-" || !context.stdinIsTerminal else {
+                throw CovenError(.usage, "missing SQL", hint: "pass it as an argument, or - to read it from stdin")
+            }
+            sql = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+        }
+        sql = sql.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !sql.isEmpty else { throw CovenError(.usage, "the SQL is empty") }
+        var parameters: [String: SQLValue] = [:]
+        for pair in invocation.values("param") {
+            guard let equals = pair.firstIndex(of: "="), equals != pair.startIndex else {
+                throw CovenError(.usage, "--param takes NAME=VALUE, not '\(pair)'")
+            }
+            var name = String(pair[..<equals])
+            if let first = name.first, ":@$".contains(first) { name.removeFirst() }
+            parameters[name] = .text(String(pair[pair.index(after: equals)...]))
+        }
+        let device = try context.openDevice()
+        let result = try device.write(sql: sql, parameters: parameters)
+        if context.json {
+            try context.printJSON([
+                "files": result.files,
+                "staged": result.staged,
+                "move": result.move.map { $0 as Any } ?? NSNull(),
+                "rows": result.rows.map(SQLCommand.jsonObject),
+            ])
+        } else {
+            result.files.forEach(context.line)
+        }
+        return 0
+    }
+}
