@@ -8,10 +8,15 @@ import Foundation
 /// Related documentation: libgcrypt manual, "Initializing the library".
 enum Gcrypt {
     /// Initializes libgcrypt once: version check, 1 MiB of secure memory for keys, done.
+    ///
+    /// The secure pool grows on demand (GCRYCTL_AUTO_EXPAND_SECMEM) so that many live
+    /// ``FileKey``s and cipher handles never exhaust it; allocation then fails only when the
+    /// process is out of memory.
     static let ready: Bool = {
         guard gcry_check_version("1.9.0") != nil else { return false }
         _ = coven_gcry_disable_secmem_warn()
         _ = coven_gcry_init_secmem(1 << 20)
+        _ = coven_gcry_auto_expand_secmem(1 << 20)
         _ = coven_gcry_initialization_finished()
         return true
     }()
@@ -26,6 +31,12 @@ enum Gcrypt {
     /// A ``CovenError`` for a failed libgcrypt call, with gcry_strerror's text.
     static func error(_ code: gcry_error_t, _ operation: String) -> CovenError {
         CovenError(.internal, "libgcrypt failed to \(operation)", cause: String(cString: gcry_strerror(code)))
+    }
+
+    /// Throws ``error(_:_:)`` unless `code` is 0 (GPG_ERR_NO_ERROR).
+    @inline(__always)
+    static func check(_ code: gcry_error_t, _ operation: @autoclosure () -> String) throws {
+        guard code == 0 else { throw error(code, operation()) }
     }
 }
 
