@@ -109,13 +109,19 @@ public final class SHA256 {
     /// The SHA-256 of one buffer, written into `output` (32 bytes), with no allocation.
     public static func hash(_ bytes: UnsafeRawBufferPointer, into output: UnsafeMutableRawPointer) {
         _ = Gcrypt.ready
-        gcry_md_hash_buffer(Int32(GCRY_MD_SHA256.rawValue), output, bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, bytes.count)
+        // An empty buffer may have no address; hash from a valid one-byte buffer with length 0.
+        withUnsafeBytes(of: UInt8(0)) { empty in
+            gcry_md_hash_buffer(
+                Int32(GCRY_MD_SHA256.rawValue), output, bytes.baseAddress ?? empty.baseAddress, bytes.count)
+        }
     }
 
     /// The SHA-256 of one buffer.
     public static func digest(_ bytes: UnsafeRawBufferPointer) -> [UInt8] {
         var digest = [UInt8](repeating: 0, count: 32)
-        digest.withUnsafeMutableBytes { hash(bytes, into: $0.baseAddress!) }
+        digest.withUnsafeMutableBytes { output in
+            if let base = output.baseAddress { hash(bytes, into: base) }
+        }
         return digest
     }
 

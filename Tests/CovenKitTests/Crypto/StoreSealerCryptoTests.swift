@@ -108,3 +108,19 @@ final class FileKeyCryptoTests: XCTestCase {
         XCTAssertEqual(Set(keys.prefix(100).map(\.hex)).count, 100)
     }
 }
+
+/// The SHA-256 helpers of Gcrypt.swift, including the empty buffer that has no address.
+final class SHA256CryptoTests: XCTestCase {
+    func testKnownDigests() throws {
+        XCTAssertEqual(SHA256.digest([]).hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        XCTAssertEqual(
+            SHA256.digest(UnsafeRawBufferPointer(start: nil, count: 0)).hex,
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        XCTAssertEqual(
+            SHA256.digest(Array("abc".utf8)).hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        let hash = try SHA256()
+        hash.update(Array("a".utf8))
+        hash.update(Array("bc".utf8))
+        XCTAssertEqual(hash.finish().hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+    }
+}
