@@ -8,6 +8,7 @@ static inline gcry_error_t coven_gcry_init_secmem(int bytes) { return gcry_contr
 static inline gcry_error_t coven_gcry_initialization_finished(void) { return gcry_control(GCRYCTL_INITIALIZATION_FINISHED, 0); }
 static inline int coven_gcry_initialization_finished_p(void) { return (int)gcry_control(GCRYCTL_INITIALIZATION_FINISHED_P); }
 static inline gcry_error_t coven_gcry_suspend_secmem_warn(void) { return gcry_control(GCRYCTL_SUSPEND_SECMEM_WARN); }
+static inline gcry_error_t coven_gcry_auto_expand_secmem(unsigned int chunk) { return gcry_control(GCRYCTL_AUTO_EXPAND_SECMEM, chunk, 0); }
 // gcry_md_final is a macro over gcry_md_ctl.
 static inline gcry_error_t coven_gcry_md_final(gcry_md_hd_t h) { return gcry_md_ctl(h, GCRYCTL_FINALIZE, NULL, 0); }
 // gcry_cipher_setiv, _authenticate, _gettag and _checktag are macros or functions taking

@@ -8,10 +8,15 @@ import Foundation
 /// Related documentation: libgcrypt manual, "Initializing the library".
 enum Gcrypt {
     /// Initializes libgcrypt once: version check, 1 MiB of secure memory for keys, done.
+    ///
+    /// The secure pool grows on demand (GCRYCTL_AUTO_EXPAND_SECMEM) so that many live
+    /// ``FileKey``s and cipher handles never exhaust it; allocation then fails only when the
+    /// process is out of memory.
     static let ready: Bool = {
         guard gcry_check_version("1.9.0") != nil else { return false }
         _ = coven_gcry_disable_secmem_warn()
         _ = coven_gcry_init_secmem(1 << 20)
+        _ = coven_gcry_auto_expand_secmem(1 << 20)
         _ = coven_gcry_initialization_finished()
         return true
     }()
@@ -26,6 +31,12 @@ enum Gcrypt {
     /// A ``CovenError`` for a failed libgcrypt call, with gcry_strerror's text.
     static func error(_ code: gcry_error_t, _ operation: String) -> CovenError {
         CovenError(.internal, "libgcrypt failed to \(operation)", cause: String(cString: gcry_strerror(code)))
+    }
+
+    /// Throws ``error(_:_:)`` unless `code` is 0 (GPG_ERR_NO_ERROR).
+    @inline(__always)
+    static func check(_ code: gcry_error_t, _ operation: @autoclosure () -> String) throws {
+        guard code == 0 else { throw error(code, operation()) }
     }
 }
 
@@ -98,13 +109,19 @@ public final class SHA256 {
     /// The SHA-256 of one buffer, written into `output` (32 bytes), with no allocation.
     public static func hash(_ bytes: UnsafeRawBufferPointer, into output: UnsafeMutableRawPointer) {
         _ = Gcrypt.ready
-        gcry_md_hash_buffer(Int32(GCRY_MD_SHA256.rawValue), output, bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, bytes.count)
+        // An empty buffer may have no address; hash from a valid one-byte buffer with length 0.
+        withUnsafeBytes(of: UInt8(0)) { empty in
+            gcry_md_hash_buffer(
+                Int32(GCRY_MD_SHA256.rawValue), output, bytes.baseAddress ?? empty.baseAddress, bytes.count)
+        }
     }
 
     /// The SHA-256 of one buffer.
     public static func digest(_ bytes: UnsafeRawBufferPointer) -> [UInt8] {
         var digest = [UInt8](repeating: 0, count: 32)
-        digest.withUnsafeMutableBytes { hash(bytes, into: $0.baseAddress!) }
+        digest.withUnsafeMutableBytes { output in
+            if let base = output.baseAddress { hash(bytes, into: base) }
+        }
         return digest
     }
 

@@ -1,0 +1,171 @@
+import XCTest
+
+@testable import CovenKit
+
+/// Seal and open at the boundary lengths, through every path: bulk two-thread sealing (whole and
+/// by parts), chunk-by-chunk sealing, ranged opening, and the streaming reader fed in odd pieces.
+final class ObjectRoundTripCryptoTests: XCTestCase {
+    static let cs = 65536
+    static let lengths = [0, 1, cs - 1, cs, cs + 1, 2 * cs + 500]
+    static let pieces = [1, 7, 65551, 100_000]
+
+    func testBoundaryLengthsAllPaths() throws {
+        let key = FileKey()
+        for length in Self.lengths {
+            let plaintext = randomBytes(length, seed: UInt64(length))
+            let object = try sealObject(plaintext, key: key)
+            XCTAssertEqual(Int64(object.count), ObjectLayout.encryptedSize(plaintextSize: Int64(length)))
+            XCTAssertEqual(try sealObjectSequentially(plaintext, key: key), object, "length \(length)")
+            XCTAssertEqual(try sealObject(plaintext, key: key, partChunks: 1), object, "length \(length)")
+            XCTAssertEqual(try openObject(object, key: key, plaintextSize: Int64(length)), plaintext)
+            for piece in Self.pieces {
+                XCTAssertEqual(
+                    try readObject(object, key: key, plaintextSize: nil, piece: piece), plaintext,
+                    "length \(length), piece \(piece), unknown size")
+                XCTAssertEqual(
+                    try readObject(object, key: key, plaintextSize: Int64(length), piece: piece), plaintext,
+                    "length \(length), piece \(piece), known size")
+            }
+        }
+    }
+
+    func testSeveralMebibytesBulkAndStreaming() throws {
+        let key = FileKey()
+        let length = 5 << 20 + 12345
+        let plaintext = randomBytes(length, seed: 42)
+        let object = try sealObject(plaintext, key: key)
+        // By 8 MiB-style parts (here 1 MiB = 16 chunks, and an odd 5-chunk run) the bytes match.
+        XCTAssertEqual(try sealObject(plaintext, key: key, partChunks: 16), object)
+        XCTAssertEqual(try sealObject(plaintext, key: key, partChunks: 5), object)
+        XCTAssertEqual(try sealObjectSequentially(plaintext, key: key), object)
+        XCTAssertEqual(try openObject(object, key: key, plaintextSize: Int64(length)), plaintext)
+        for piece in [7, 65551, 100_000, 1 << 20, object.count] {
+            XCTAssertEqual(try readObject(object, key: key, plaintextSize: nil, piece: piece), plaintext, "piece \(piece)")
+            XCTAssertEqual(
+                try readObject(object, key: key, plaintextSize: Int64(length), piece: piece), plaintext, "piece \(piece)")
+        }
+    }
+
+    func testRangedOpenOfEveryRun() throws {
+        let key = FileKey()
+        let opener = try ObjectOpener(key: key)
+        for length in [0, 1, Self.cs, Self.cs + 1, 2 * Self.cs + 500, 9 * Self.cs + 3] {
+            let size = Int64(length)
+            let plaintext = randomBytes(length, seed: 9)
+            let object = try sealObject(plaintext, key: key)
+            let chunks = ObjectLayout.chunkCount(plaintextSize: size)
+            for first in 0..<chunks {
+                for last in first..<chunks {
+                    let sealed = ObjectLayout.encryptedRange(chunk: first, plaintextSize: size).lowerBound
+                        ..< ObjectLayout.encryptedRange(chunk: last, plaintextSize: size).upperBound
+                    let plain = ObjectLayout.plaintextRange(chunk: first, plaintextSize: size).lowerBound
+                        ..< ObjectLayout.plaintextRange(chunk: last, plaintextSize: size).upperBound
+                    var output = [UInt8](repeating: 0xAA, count: plain.count)
+                    let written = try object.withUnsafeBytes { bytes in
+                        try output.withUnsafeMutableBytes { out in
+                            try opener.openChunks(
+                                firstChunk: first,
+                                sealed: UnsafeRawBufferPointer(rebasing: bytes[Int(sealed.lowerBound)..<Int(sealed.upperBound)]),
+                                totalPlaintextSize: size, into: out)
+                        }
+                    }
+                    XCTAssertEqual(written, plain.count)
+                    XCTAssertEqual(output[...], plaintext[Int(plain.lowerBound)..<Int(plain.upperBound)], "\(first)...\(last)")
+                }
+            }
+        }
+    }
+
+    func testChunksCoveringFetchesExactlyWhatARangedReadNeeds() throws {
+        let key = FileKey()
+        let opener = try ObjectOpener(key: key)
+        let length = 4 * Self.cs + 777
+        let size = Int64(length)
+        let plaintext = randomBytes(length, seed: 3)
+        let object = try sealObject(plaintext, key: key)
+        var generator = SplitMix64(seed: 11)
+        for _ in 0..<50 {
+            let a = Int64.random(in: 0..<size, using: &generator)
+            let b = Int64.random(in: (a + 1)...size, using: &generator)
+            let chunks = ObjectLayout.chunks(covering: a..<b, plaintextSize: size)
+            let sealed = ObjectLayout.encryptedRange(chunk: chunks.lowerBound, plaintextSize: size).lowerBound
+                ..< ObjectLayout.encryptedRange(chunk: chunks.upperBound - 1, plaintextSize: size).upperBound
+            let plainStart = ObjectLayout.plaintextRange(chunk: chunks.lowerBound, plaintextSize: size).lowerBound
+            var output = [UInt8](repeating: 0, count: sealed.count)
+            let written = try object.withUnsafeBytes { bytes in
+                try output.withUnsafeMutableBytes { out in
+                    try opener.openChunks(
+                        chunks,
+                        sealed: UnsafeRawBufferPointer(rebasing: bytes[Int(sealed.lowerBound)..<Int(sealed.upperBound)]),
+                        totalPlaintextSize: size, into: out)
+                }
+            }
+            let wanted = output[Int(a - plainStart)..<Int(b - plainStart)]
+            XCTAssertLessThanOrEqual(Int(b - plainStart), written)
+            XCTAssertEqual(Array(wanted), Array(plaintext[Int(a)..<Int(b)]), "\(a)..<\(b)")
+        }
+    }
+
+    func testSealingIsDeterministicPerKeyAndDiffersAcrossKeys() throws {
+        let plaintext = randomBytes(3 * Self.cs, seed: 5)
+        let key = FileKey()
+        XCTAssertEqual(try sealObject(plaintext, key: key), try sealObject(plaintext, key: key))
+        XCTAssertNotEqual(try sealObject(plaintext, key: key), try sealObject(plaintext, key: FileKey()))
+    }
+
+    func testSealChunksRejectsRunsThatAreNotWholeChunks() throws {
+        let sealer = try ObjectSealer(key: FileKey())
+        var output = [UInt8](repeating: 0, count: 4 * 65552)
+        let input = [UInt8](repeating: 1, count: 3 * Self.cs)
+        try input.withUnsafeBytes { input in
+            try output.withUnsafeMutableBytes { out in
+                // Not a chunk multiple and not reaching the end of the file.
+                assertThrowsCoven(.internal) {
+                    try sealer.sealChunks(
+                        firstChunk: 0, plaintext: UnsafeRawBufferPointer(rebasing: input[0..<100]),
+                        totalPlaintextSize: 3 * 65536, into: out)
+                }
+                // Past the end of the file.
+                assertThrowsCoven(.internal) {
+                    try sealer.sealChunks(firstChunk: 0, plaintext: input, totalPlaintextSize: 2 * 65536, into: out)
+                }
+                assertThrowsCoven(.internal) {
+                    try sealer.sealChunks(
+                        firstChunk: 3, plaintext: UnsafeRawBufferPointer(rebasing: input[0..<0]),
+                        totalPlaintextSize: 3 * 65536, into: out)
+                }
+                // Output too small.
+                assertThrowsCoven(.internal) {
+                    try sealer.sealChunks(
+                        firstChunk: 0, plaintext: input, totalPlaintextSize: 3 * 65536,
+                        into: UnsafeMutableRawBufferPointer(rebasing: out[0..<(3 * 65552 - 1)]))
+                }
+                // The exact fit works, the final run of a file may be short.
+                XCTAssertEqual(
+                    try sealer.sealChunks(firstChunk: 0, plaintext: input, totalPlaintextSize: 3 * 65536, into: out),
+                    3 * 65552)
+                XCTAssertEqual(
+                    try sealer.sealChunks(
+                        firstChunk: 2, plaintext: UnsafeRawBufferPointer(rebasing: input[0..<10]),
+                        totalPlaintextSize: 2 * 65536 + 10, into: out),
+                    26)
+            }
+        }
+    }
+
+    func testChunkCipherInPlace() throws {
+        let key = FileKey()
+        let cipher = try ChunkCipher(key: key)
+        let plaintext = randomBytes(1000, seed: 1)
+        var buffer = plaintext + [UInt8](repeating: 0, count: 16)
+        try buffer.withUnsafeMutableBytes { buffer in
+            try cipher.seal(
+                index: 5, isLast: true, plaintext: UnsafeRawBufferPointer(rebasing: buffer[0..<1000]), into: buffer)
+        }
+        XCTAssertNotEqual(Array(buffer[0..<1000]), plaintext)
+        try buffer.withUnsafeMutableBytes { buffer in
+            try cipher.open(index: 5, isLast: true, sealed: UnsafeRawBufferPointer(buffer), into: buffer)
+        }
+        XCTAssertEqual(Array(buffer[0..<1000]), plaintext)
+    }
+}
