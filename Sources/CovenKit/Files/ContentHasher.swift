@@ -41,6 +41,7 @@ final class ContentHasher {
         var current = 0
         var count = try fill(blocks[0], read)
         let state = PipelineState()
+        let lanes = Lanes(whole: whole, write: write, read: read)
         repeat {
             let block = UnsafeRawBufferPointer(rebasing: blocks[current][0..<count])
             let next = blocks[1 - current]
@@ -53,20 +54,18 @@ final class ContentHasher {
                 let hashBase = SendablePointer(hashes.baseAddress! + start)
                 let blockBase = SendableRawBuffer(block)
                 let nextBase = SendableMutableRawBuffer(next)
-                let lanes = Unchecked((whole, write, read))
                 DispatchQueue.concurrentPerform(iterations: 2) { lane in
-                    let (whole, write, read) = lanes.value
                     do {
                         if lane == 0 {
-                            whole.update(blockBase.buffer)
-                            try write?(blockBase.buffer)
+                            lanes.whole.update(blockBase.buffer)
+                            try lanes.write?(blockBase.buffer)
                         } else {
                             for index in 0..<chunkCount {
                                 let lower = index * ContentDigests.chunkSize
                                 let upper = min(lower + ContentDigests.chunkSize, blockCount)
                                 SHA256.hash(UnsafeRawBufferPointer(rebasing: blockBase.buffer[lower..<upper]), into: hashBase.pointer + index * 32)
                             }
-                            if !isLast { state.nextCount = try fill(nextBase.buffer, read) }
+                            if !isLast { state.nextCount = try fill(nextBase.buffer, lanes.read) }
                         }
                     } catch {
                         state.record(error)
@@ -112,9 +111,19 @@ private final class PipelineState: @unchecked Sendable {
     }
 }
 
-/// A value handed to the lanes of `concurrentPerform`, each of which uses its own part of it
-/// (the whole-file hash and the writer on lane 0, the reader on lane 1).
-struct Unchecked<T>: @unchecked Sendable { let value: T; init(_ value: T) { self.value = value } }
+/// What the two lanes use, each its own part: the whole-file hash and the writer on lane 0,
+/// the reader on lane 1.
+private final class Lanes: @unchecked Sendable {
+    let whole: SHA256
+    let write: ContentHasher.Writer?
+    let read: ContentHasher.Reader
+
+    init(whole: SHA256, write: ContentHasher.Writer?, read: @escaping ContentHasher.Reader) {
+        self.whole = whole
+        self.write = write
+        self.read = read
+    }
+}
 
 /// Pointers handed to the two lanes of `concurrentPerform`, which touch disjoint bytes.
 struct SendablePointer: @unchecked Sendable { let pointer: UnsafeMutableRawPointer; init(_ p: UnsafeMutableRawPointer) { pointer = p } }
