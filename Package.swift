@@ -20,7 +20,7 @@ let package = Package(
         .executableTarget(name: "coven", dependencies: ["CovenKit"]),
         .target(name: "CovenTestSupport", dependencies: ["CovenKit"]),
         .testTarget(name: "CovenKitTests", dependencies: ["CovenKit", "CovenTestSupport"]),
-        .testTarget(name: "CovenCLITests", dependencies: ["CovenTestSupport"]),
+        .testTarget(name: "CovenCLITests", dependencies: ["coven", "CovenTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )
