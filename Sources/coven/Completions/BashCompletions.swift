@@ -146,12 +146,13 @@ struct BashCompletions {
     _coven() {
         local cur=${COMP_WORDS[COMP_CWORD]}
         [[ $cur == = ]] && cur=
-        # Rejoin what COMP_WORDBREAKS split apart: "--db" "=" "x" is the one word "--db=x".
+        # Rejoin what COMP_WORDBREAKS split apart: "--db" "=" "x" is the one word "--db=x",
+        # and "a" "=" "1" the one word "a=1".
         local -a words=()
         local i word glue=0
         for ((i = 1; i <= COMP_CWORD; i++)); do
             word=${COMP_WORDS[i]}
-            if ((${#words[@]})) && [[ $word == = && ${words[-1]} == --* && ${words[-1]} != *=* ]]; then
+            if ((${#words[@]})) && [[ $word == = ]]; then
                 words[-1]+='='
                 glue=1
             elif ((glue)); then

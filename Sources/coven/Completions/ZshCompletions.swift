@@ -106,7 +106,7 @@ struct ZshCompletions {
         if !choices.isEmpty { return "(" + choices.map(escapeChoice).joined(separator: " ") + ")" }
         switch completion {
         case .file: return "_files"
-        case .directory: return "_files -/"
+        case .directory: return "_path_files -/"
         case .fileID: return "_coven_file_ids"
         case .choice, .none: return " "
         }

@@ -44,7 +44,7 @@ enum DocsPages {
         let name = "\(dump.name)-\(command.name)"
         var options = ""
         let rows = command.arguments.map { ("`\($0.name)`", $0.help) } + command.options.map { (optionLabel($0), $0.help) }
-        if !rows.isEmpty { options = table(rows) + "\n" }
+        if !rows.isEmpty { options = table(["option", "meaning"], rows) + "\n\n" }
         options += "The global options " + globalList(dump) + " are described in [coven(1)](coven.md)."
         let exitStatus = """
             ## EXIT STATUS
@@ -81,9 +81,9 @@ enum DocsPages {
             guard !members.isEmpty else { continue }
             if !commands.isEmpty { commands += "\n\n" }
             commands += "### \(category.rawValue) commands\n\n"
-            commands += table(members.map { ("[\(dump.name)-\($0.name)(1)](\(dump.name)-\($0.name).md)", $0.abstract) })
+            commands += table(["command", "what it does"], members.map { ("[\(dump.name)-\($0.name)(1)](\(dump.name)-\($0.name).md)", $0.abstract) })
         }
-        let options = table(dump.globalOptions.map { (optionLabel($0), $0.help) } + [("`--version`", "print coven's version and exit")])
+        let options = table(["option", "meaning"], dump.globalOptions.map { (optionLabel($0), $0.help) } + [("`--version`", "print coven's version and exit")])
         return Page(
             fileName: dump.name + ".md", title: "\(dump.name)(1)",
             blocks: [
@@ -163,9 +163,9 @@ enum DocsPages {
         return labels.dropLast().joined(separator: ", ") + " and " + last
     }
 
-    /// A two-column markdown table with an empty header row (a man page shows none).
-    static func table(_ rows: [(String, String)]) -> String {
-        var text = "| | |\n|---|---|\n"
+    /// A two-column markdown table (a man page shows no header row).
+    static func table(_ header: [String], _ rows: [(String, String)]) -> String {
+        var text = "| " + header.joined(separator: " | ") + " |\n|---|---|\n"
         for (left, right) in rows {
             text += "| \(cell(left)) | \(cell(right)) |\n"
         }
