@@ -136,6 +136,10 @@ final class CompletionsTests: XCTestCase {
             let calls = (try? String(contentsOfFile: bench.log, encoding: .utf8)) ?? ""
             XCTAssertTrue(calls.contains("sql --db /x/dev.db -z SELECT id FROM coven_files\n"), "\(shell.rawValue) ran: \(calls)")
             try? FileManager.default.removeItem(atPath: bench.log)
+            _ = try bench.complete(shell, "coven cat --db=/y/after.db ")
+            let after = (try? String(contentsOfFile: bench.log, encoding: .utf8)) ?? ""
+            XCTAssertTrue(after.contains("sql --db /y/after.db -z SELECT id FROM coven_files\n"), "\(shell.rawValue) ran: \(after)")
+            try? FileManager.default.removeItem(atPath: bench.log)
             _ = try bench.complete(shell, "coven cat ")
             let plain = (try? String(contentsOfFile: bench.log, encoding: .utf8)) ?? ""
             XCTAssertTrue(plain.contains("sql -z SELECT id FROM coven_files\n"), "\(shell.rawValue) ran: \(plain)")

@@ -27,8 +27,8 @@ struct ZshCompletions {
             text += "        \(spec) \\\n"
         }
         text += """
-                '1: :_coven_commands' \\
-                '*:: :->command' && ret=0
+                '(-)1: :_coven_commands' \\
+                '(-)*:: :->command' && ret=0
             if [[ $state == command ]]; then
                 local _coven_db=${opt_args[--db]}
                 curcontext=${curcontext%:*:*}:coven-$words[1]:

@@ -29,7 +29,7 @@ struct DocsGeneratorCommand: Command {
                 problems.append(existing == nil ? "\(path): missing" : "\(path): stale")
                 continue
             }
-            try Files.write(text, to: path)
+            try GeneratedFiles.write(text, to: path)
             context.note(existing == nil ? "created '\(path)': write its DESCRIPTION and EXAMPLES" : "updated '\(path)'")
         }
         guard problems.isEmpty else {
@@ -70,7 +70,7 @@ struct ManRendererCommand: Command {
                 throw CovenError(.io, "cannot read '\(docs)/\(name)'", cause: error.localizedDescription)
             }
             let target = out + "/" + name.dropLast(3) + ".1"
-            try Files.write(renderer.render(markdown), to: target)
+            try GeneratedFiles.write(renderer.render(markdown), to: target)
             context.line(target)
         }
         return ExitCodes.success
@@ -92,7 +92,7 @@ struct RegistryDumpCommand: Command {
 }
 
 /// Writing the generated files.
-enum Files {
+enum GeneratedFiles {
     /// Writes `text` to `path` (through a temporary file and a rename), creating its folder.
     static func write(_ text: String, to path: String) throws {
         let folder = (path as NSString).deletingLastPathComponent
