@@ -32,7 +32,8 @@ enum CLI {
 
     /// Finds the command and runs it; every failure is thrown for ``main(_:environment:)``.
     private static func dispatch(_ words: [String], environment: [String: String], out: OutputStream, err: OutputStream) throws -> Int32 {
-        if words.first == "--version" {
+        // `--version` among the options before any command word (`coven --json --version`).
+        if words.prefix(while: { $0.hasPrefix("-") && $0 != "-" && $0 != "--" }).contains("--version") {
             out.write("coven \(version)\n")
             return ExitCodes.success
         }

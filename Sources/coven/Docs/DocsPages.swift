@@ -23,14 +23,26 @@ enum DocsPages {
     /// The last line of a generated block.
     static let endMarker = "<!-- end generated -->"
 
-    /// One page: its file name, the generated blocks by name, and a skeleton for a new page.
+    /// One page: its file name, title and sections, each generated or prose.
     struct Page {
+        /// A section's body: a generated block (its name and content), or the prose a new page
+        /// starts with.
+        enum Body {
+            case generated(String, String)
+            case prose(String)
+        }
+
         var fileName: String
         var title: String
+        var sections: [(heading: String, body: Body)]
+
         /// The generated blocks, in page order (name, content without markers).
-        var blocks: [(name: String, content: String)]
-        /// The hand-written sections of a new page, in order after SYNOPSIS.
-        var skeleton: (description: String, extraSections: String)
+        var blocks: [(name: String, content: String)] {
+            sections.compactMap { section in
+                if case let .generated(name, content) = section.body { return (name, content) }
+                return nil
+            }
+        }
     }
 
     /// Every page the registry calls for: `coven.md` first, then one per command.
@@ -46,30 +58,21 @@ enum DocsPages {
         let rows = command.arguments.map { ("`\($0.name)`", $0.help) } + command.options.map { (optionLabel($0), $0.help) }
         if !rows.isEmpty { options = table(["option", "meaning"], rows) + "\n\n" }
         options += "The global options " + globalList(dump) + " are described in [coven(1)](coven.md)."
-        let exitStatus = """
-            ## EXIT STATUS
-
-            0 when the command did its job; 2 for a usage error; otherwise the status of the \
-            error's class, as listed in [exit-codes.md](exit-codes.md).
-
-            """
-        let examples = """
-            ## EXAMPLES
-
-            \(fillInMarker) examples a user can paste, each after a sentence saying what it does -->
-
-            """
+        let description = (command.discussion.isEmpty ? "" : command.discussion + "\n\n")
+            + "\(fillInMarker) what the command does, what it prints on stdout (and with --json), what it refuses -->"
         return Page(
             fileName: name + ".md", title: "\(name)(1)",
-            blocks: [
-                ("name", "\(name) - \(command.abstract)"),
-                ("synopsis", codeBlock(command.usage)),
-                ("options", options),
-            ],
-            skeleton: (
-                description: (command.discussion.isEmpty ? "" : command.discussion + "\n\n")
-                    + "\(fillInMarker) what the command does, what it prints on stdout (and with --json), what it refuses -->",
-                extraSections: exitStatus + "\n" + examples))
+            sections: [
+                ("NAME", .generated("name", "\(name) - \(command.abstract)")),
+                ("SYNOPSIS", .generated("synopsis", codeBlock(command.usage))),
+                ("DESCRIPTION", .prose(description)),
+                ("OPTIONS", .generated("options", options)),
+                ("EXIT STATUS", .prose("""
+                    0 when the command did its job; 2 for a usage error; otherwise the status of the \
+                    error's class, as listed in [exit-codes.md](exit-codes.md).
+                    """)),
+                ("EXAMPLES", .prose("\(fillInMarker) examples a user can paste, each after a sentence saying what it does -->")),
+            ])
     }
 
     // MARK: - coven.md, the overview
@@ -86,45 +89,30 @@ enum DocsPages {
         let options = table(["option", "meaning"], dump.globalOptions.map { (optionLabel($0), $0.help) } + [("`--version`", "print coven's version and exit")])
         return Page(
             fileName: dump.name + ".md", title: "\(dump.name)(1)",
-            blocks: [
-                ("name", "\(dump.name) - keeps the files of a local-first, end-to-end-encrypted store"),
-                ("synopsis", codeBlock(Help.overviewUsageLines)),
-                ("options", options),
-                ("commands", commands),
-            ],
-            skeleton: (
-                description: "\(fillInMarker) what coven is, the store, the device, the storage -->",
-                extraSections: """
-                    ## COMMANDS
-
-                    ## EXIT STATUS
-
-                    \(fillInMarker) the exit statuses -->
-
-                    ## EXAMPLES
-
-                    \(fillInMarker) examples -->
-
-                    """))
+            sections: [
+                ("NAME", .generated("name", "\(dump.name) - keeps the files of a local-first, end-to-end-encrypted store")),
+                ("SYNOPSIS", .generated("synopsis", codeBlock(Help.overviewUsageLines))),
+                ("DESCRIPTION", .prose("\(fillInMarker) what coven is, the store, the device, the storage -->")),
+                ("OPTIONS", .generated("options", options)),
+                ("COMMANDS", .generated("commands", commands)),
+                ("EXIT STATUS", .prose("\(fillInMarker) the exit statuses -->")),
+                ("EXAMPLES", .prose("\(fillInMarker) examples -->")),
+            ])
     }
 
     // MARK: - Writing and updating a page
 
-    /// A new page: title, the generated blocks in their sections, the skeleton prose.
+    /// A new page: the title, then each section with its generated block or starting prose.
     static func skeleton(_ page: Page) -> String {
-        func block(_ name: String) -> String {
-            guard let content = page.blocks.first(where: { $0.name == name })?.content else { return "" }
-            return beginMarker(name) + "\n" + content + "\n" + endMarker + "\n"
+        var text = "# \(page.title)\n"
+        for (heading, body) in page.sections {
+            text += "\n## \(heading)\n\n"
+            switch body {
+            case let .generated(name, content): text += beginMarker(name) + "\n" + content + "\n" + endMarker + "\n"
+            case let .prose(prose): text += prose + "\n"
+            }
         }
-        var text = "# \(page.title)\n\n## NAME\n\n" + block("name") + "\n## SYNOPSIS\n\n" + block("synopsis")
-        text += "\n## DESCRIPTION\n\n" + page.skeleton.description + "\n\n## OPTIONS\n\n" + block("options")
-        var extra = page.skeleton.extraSections
-        if let commands = page.blocks.first(where: { $0.name == "commands" }) {
-            extra = extra.replacingOccurrences(
-                of: "## COMMANDS\n\n",
-                with: "## COMMANDS\n\n" + beginMarker("commands") + "\n" + commands.content + "\n" + endMarker + "\n\n")
-        }
-        return text + "\n" + extra
+        return text
     }
 
     /// `text` with every generated block of `page` rewritten; the prose around them is kept.
