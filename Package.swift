@@ -21,7 +21,11 @@ let package = Package(
         .executableTarget(name: "coven", dependencies: ["CovenKit"]),
         .target(name: "CovenTestSupport", dependencies: ["CovenKit"]),
         .testTarget(name: "CovenKitTests", dependencies: ["CovenKit", "CovenTestSupport"]),
-        .testTarget(name: "CovenCLITests", dependencies: ["CovenTestSupport"]),
+        // The CLI tests `@testable import coven`: SwiftPM builds an executable target testable,
+        // so the parser, help, docs and completion renderers stay in Sources/coven beside the
+        // commands (Sources/coven/Commands/<Name>Command.swift), and depending on the target also
+        // builds the binary the golden cases run.
+        .testTarget(name: "CovenCLITests", dependencies: ["coven", "CovenTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

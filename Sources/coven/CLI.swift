@@ -3,6 +3,10 @@ import Foundation
 
 /// Dispatch: find the command, parse its words, run it, and turn any error into one line (or one
 /// JSON object) on stderr and its documented exit status.
+///
+/// The words are `[GLOBAL OPTIONS] COMMAND [OPTIONS AND ARGUMENTS]`; global options may also come
+/// after the command word. `coven help [COMMAND]`, `coven --help` and `coven --version` are
+/// handled here, before any command runs.
 enum CLI {
     static let version = "0.1.0"
 
@@ -10,39 +14,14 @@ enum CLI {
         let out = OutputStream(descriptor: 1)
         let err = OutputStream(descriptor: 2, bufferSize: 0)
         defer { out.flush(); err.flush() }
-        let wantsJSON = words.contains("--json")
-        guard let first = words.first else {
+        // Decided before parsing, so that a usage error is reported as JSON too.
+        let wantsJSON = words.prefix { $0 != "--" }.contains("--json")
+        guard !words.isEmpty else {
             err.write(Help.overview())
             return ExitCodes.usage
         }
-        if first == "--help" || first == "-h" || first == "help" {
-            if first == "help", words.count > 1, let command = CommandRegistry.find(words[1]) {
-                out.write(Help.render(command))
-            } else {
-                out.write(Help.overview())
-            }
-            return ExitCodes.success
-        }
-        if first == "--version" {
-            out.write("coven \(version)\n")
-            return ExitCodes.success
-        }
-        guard let command = CommandRegistry.find(first) else {
-            report(CovenError(.usage, "'\(first)' is not a coven command", hint: "see 'coven --help'"), json: wantsJSON, err: err)
-            return ExitCodes.usage
-        }
         do {
-            let invocation = try Parser.parse(Array(words.dropFirst()), options: command.options, arguments: command.arguments, command: command.name)
-            if invocation.has("help") {
-                out.write(Help.render(command))
-                return ExitCodes.success
-            }
-            let context = CommandContext(
-                databasePath: DevicePaths.databasePath(option: invocation.value("db"), environment: environment),
-                json: invocation.has("json"), quiet: invocation.has("quiet"), noWait: invocation.has("no-wait"),
-                environment: environment, out: out, err: err)
-            let status = try command.run(invocation, context)
-            return status
+            return try dispatch(words, environment: environment, out: out, err: err)
         } catch {
             out.flush()
             let error = error.asCovenError
@@ -51,7 +30,60 @@ enum CLI {
         }
     }
 
-    /// Writes an error as `coven: error: …` (+ `coven: hint: …`), or one JSON object.
+    /// Finds the command and runs it; every failure is thrown for ``main(_:environment:)``.
+    private static func dispatch(_ words: [String], environment: [String: String], out: OutputStream, err: OutputStream) throws -> Int32 {
+        // `--version` among the options before any command word (`coven --json --version`).
+        if words.prefix(while: { $0.hasPrefix("-") && $0 != "-" && $0 != "--" }).contains("--version") {
+            out.write("coven \(version)\n")
+            return ExitCodes.success
+        }
+        let (globals, rest) = try Parser.splitLeadingGlobals(words)
+        guard let name = rest.first else {
+            let leading = try Parser.parse(globals, options: [], arguments: [], command: "")
+            guard leading.has("help") else {
+                throw CovenError(.usage, "no command given", hint: "see 'coven --help'")
+            }
+            out.write(Help.overview())
+            return ExitCodes.success
+        }
+        if name == "help" {
+            return try help(Array(rest.dropFirst()), out: out)
+        }
+        guard let command = CommandRegistry.find(name) else {
+            let known = CommandRegistry.all.map { $0.name } + ["help"]
+            let hint = Parser.suggestion(for: name, among: known).map { "did you mean '\($0)'?" } ?? "see 'coven --help'"
+            throw CovenError(.usage, "'\(name)' is not a coven command", hint: hint)
+        }
+        let invocation = try Parser.parse(globals + rest.dropFirst(), options: command.options, arguments: command.arguments, command: command.name)
+        if invocation.has("help") {
+            out.write(Help.render(command))
+            return ExitCodes.success
+        }
+        let context = CommandContext(
+            databasePath: DevicePaths.databasePath(option: invocation.value("db"), environment: environment),
+            json: invocation.has("json"), quiet: invocation.has("quiet"), noWait: invocation.has("no-wait"),
+            environment: environment, out: out, err: err)
+        return try command.run(invocation, context)
+    }
+
+    /// `coven help` (the overview) and `coven help COMMAND`, both on stdout.
+    private static func help(_ words: [String], out: OutputStream) throws -> Int32 {
+        let topic = ArgumentSpec("COMMAND", help: "a command", optional: true)
+        let invocation = try Parser.parse(words, options: [], arguments: [topic], command: "help")
+        guard let name = invocation.arguments.first else {
+            out.write(Help.overview())
+            return ExitCodes.success
+        }
+        guard let command = CommandRegistry.all.first(where: { $0.name == name }) else {
+            let hint = Parser.suggestion(for: name, among: CommandRegistry.all.map { $0.name }).map { "did you mean '\($0)'?" }
+            throw CovenError(.usage, "'\(name)' is not a coven command", hint: hint ?? "see 'coven --help'")
+        }
+        out.write(Help.render(command))
+        return ExitCodes.success
+    }
+
+    /// Writes an error as `coven: error: CODE: message[: cause]` (+ `coven: hint: …`), or as one
+    /// JSON object on one line (docs/json.md, "Errors").
     static func report(_ error: CovenError, json: Bool, err: OutputStream) {
         if json {
             var object: [String: Any] = ["error": error.code.rawValue, "message": error.message]

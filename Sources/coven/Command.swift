@@ -86,7 +86,9 @@ protocol Command: Sendable {
     static var abstract: String { get }
     /// The usage lines after `coven NAME` (without it); several for several forms.
     static var synopsis: [String] { get }
-    /// A paragraph or more for `--help` and the docs page's DESCRIPTION.
+    /// A paragraph or more for `--help` and the docs page's DESCRIPTION. Paragraphs are
+    /// separated by a blank line and wrapped to 80 columns by `--help`; a paragraph whose first
+    /// line starts with a space (an example) is printed as written.
     static var discussion: String { get }
     /// The command's own options (the global ones are added by the registry).
     static var options: [OptionSpec] { get }

@@ -2,7 +2,8 @@ import CovenKit
 import Foundation
 
 /// Every subcommand, once: drives dispatch, help, the docs pages and the completions (as git's
-/// `commands[]` does). Adding a command is one line here plus its file, docs page and tests.
+/// `commands[]` does). Adding a command is one line here plus its file, docs page and golden cases
+/// (the checklist is in Tests/golden/README.md).
 enum CommandRegistry {
     static let all: [Command.Type] = [
         InitCommand.self,
@@ -12,9 +13,19 @@ enum CommandRegistry {
         WriteCommand.self,
         SQLCommand.self,
         StatusCommand.self,
+        CompletionsCommand.self,
     ]
 
+    /// Maintainer tools (`__docs`, `__man`, `__registry`): dispatched like any command but left
+    /// out of help, docs pages and completions.
+    static let hidden: [Command.Type] = [
+        DocsGeneratorCommand.self,
+        ManRendererCommand.self,
+        RegistryDumpCommand.self,
+    ]
+
+    /// The command named `name`, public or hidden.
     static func find(_ name: String) -> Command.Type? {
-        all.first { $0.name == name }
+        all.first { $0.name == name } ?? hidden.first { $0.name == name }
     }
 }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# make bench: runs every bench/bench-*.sh in name order against a release build of coven.
+#
+# Each benchmark script measures one of the quality bars (throughput beside the
+# reference tool, peak memory, bytes transferred) with hyperfine or /usr/bin/time, and prints
+# its figures. It gets COVEN (the release binary) and BENCH_TMP (a scratch folder removed
+# afterwards) in its environment. Add a benchmark by adding a script; this one needs no change.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v hyperfine >/dev/null 2>&1; then
+    echo "bench: hyperfine is not installed (scripts/setup-test-deps.sh installs it)" >&2
+    exit 1
+fi
+
+shopt -s nullglob
+benchmarks=(bench/bench-*.sh)
+if [[ ${#benchmarks[@]} -eq 0 ]]; then
+    echo "no benchmarks yet"
+    exit 0
+fi
+
+swift build -c release
+COVEN=$(pwd)/.build/release/coven
+BENCH_TMP=$(mktemp -d "${TMPDIR:-/tmp}/coven-bench.XXXXXX")
+trap 'rm -rf "$BENCH_TMP"' EXIT
+export COVEN BENCH_TMP
+
+status=0
+for benchmark in "${benchmarks[@]}"; do
+    echo "== $benchmark"
+    bash "$benchmark" || { echo "bench: $benchmark failed" >&2; status=1; }
+done
+exit $status
