@@ -93,7 +93,7 @@ final class WriteSession {
             }
             let changeset = try session.changeset()
             if !changeset.isEmpty {
-                let waits = try JSONSerialization.data(withJSONObject: waitsFor.sorted())
+                let waits = try JSONSerialization.data(withJSONObject: waitsFor.sorted(), options: [.withoutEscapingSlashes])
                 try database.run("INSERT INTO coven_outbox (hlc, changeset, waits_for, created_at) VALUES (?1, ?2, ?3, ?4)",
                                  [stamp, changeset, String(decoding: waits, as: UTF8.self), Timestamp.iso8601(Date())])
             }
