@@ -1,0 +1,728 @@
+import Foundation
+
+// MARK: - file:// provider
+
+/// A `file:///dir` store: every key is a file under the directory (a disk, a NAS mount).
+///
+/// Writes are crash-safe: bytes go to a temporary name in the same folder, are fsynced, renamed
+/// over the key, and the folder is fsynced, so a reader (or a restart after `kill -9`) sees the
+/// old object or the new one, never part of one. Temporary names start with `.coven-tmp-` and
+/// are never listed.
+///
+/// Multipart uploads live in `DIR/.uploads/<uploadID>/`: a `data` file the size of the object,
+/// written in place with `pwrite`, an `info` record (key, total size, part size) and one
+/// `part-<n>` record per confirmed part (size, offset, etag), each written only after the part's
+/// bytes are fsynced. A killed upload therefore keeps every part it confirmed, and
+/// ``completeMultipart(_:uploadID:parts:)`` is a rename.
+///
+/// Only `ENOENT` means "nothing there"; any other failure is an error. `ENOSPC` and `EDQUOT` are
+/// `.storageFull` (failure `.full`); a vanished mount (`ENOTCONN`, `ESTALE`, the directory
+/// itself gone) is failure `.network`; the rest is failure `.provider` with the `strerror` text.
+///
+/// Not Sendable by convention (like every provider), though it holds no open handles between
+/// calls: several instances may work on one directory at once.
+public final class FileStorage: StorageProvider {
+    /// The store's directory, absolute, without a trailing `/`.
+    public let directory: String
+
+    /// Unlimited: one file of any size.
+    public var singleRequestLimit: Int64 { Int64.max }
+    /// Any part size works.
+    public var minimumPartSize: Int64 { 1 }
+
+    /// The largest piece read at once by ``get(_:range:sink:)``.
+    static let readPiece = 1 << 20
+    private static let uploadsFolder = ".uploads"
+    private static let temporaryPrefix = ".coven-tmp-"
+
+    /// Opens a store directory.
+    ///
+    /// - Parameters:
+    ///   - directory: an absolute path.
+    ///   - create: make the directory (and its parents) when it does not exist, as `coven init`
+    ///     does. Otherwise a missing directory is an error: an unmounted disk must never look
+    ///     like an empty store.
+    /// - Throws: ``CovenError`` `.storage` with failure `.network` when the directory is not there
+    ///   (and `create` is false), `.provider` when it is not a directory or cannot be made.
+    public init(directory: String, create: Bool = false) throws {
+        var path = directory
+        while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
+        self.directory = path
+        if create {
+            do {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            } catch {
+                throw CovenError.storage(
+                    "cannot create storage directory '\(path)'", failure: .provider, cause: String(describing: error))
+            }
+        }
+        try checkRoot()
+    }
+
+    // MARK: - Errors
+
+    /// The error for a failed system call.
+    private func failure(_ operation: String, key: String?, path: String, errno code: Int32) -> CovenError {
+        let reason = String(cString: strerror(code))
+        let failure: StorageFailure
+        switch code {
+        case ENOSPC, EDQUOT: failure = .full
+        case ENOTCONN, ESTALE, EHOSTDOWN, EHOSTUNREACH, ETIMEDOUT, ENETDOWN, ENETUNREACH: failure = .network
+        default: failure = .provider
+        }
+        var error = CovenError.storage("cannot \(operation) '\(key ?? path)'", failure: failure, cause: reason)
+        error.details["path"] = path
+        if let key { error.details["key"] = key }
+        return error
+    }
+
+    private func missing(_ key: String) -> CovenError {
+        CovenError(.missing, "nothing is stored at '\(key)'", details: ["key": key])
+    }
+
+    /// Throws unless the store directory is there: ENOENT below a vanished root is not absence.
+    private func checkRoot() throws {
+        var info = stat()
+        guard stat(directory, &info) == 0 else {
+            let code = errno
+            if code == ENOENT {
+                var error = CovenError.storage(
+                    "storage directory '\(directory)' is not there", failure: .network, cause: String(cString: strerror(code)))
+                error.hint = "is the disk or network share mounted?"
+                error.details["path"] = directory
+                throw error
+            }
+            throw failure("open storage directory", key: nil, path: directory, errno: code)
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else {
+            var error = CovenError.storage(
+                "storage path '\(directory)' is not a directory", failure: .provider, cause: "not a directory")
+            error.details["path"] = directory
+            throw error
+        }
+    }
+
+    // MARK: - Keys and paths
+
+    /// The file path of a key, after checking the key names a file inside the store.
+    private func path(for key: String) throws -> String {
+        let segments = key.split(separator: "/", omittingEmptySubsequences: false)
+        let valid = !key.isEmpty && !key.contains("\0")
+            && segments.allSatisfy { !$0.isEmpty && $0 != "." && $0 != ".." && !$0.hasPrefix(Self.temporaryPrefix) }
+            && segments.first != Substring(Self.uploadsFolder)
+        guard valid else {
+            throw CovenError.storage(
+                "'\(key)' cannot be a key of a file:// store", failure: .provider,
+                cause: "keys are relative paths without empty, '.', '..' or reserved segments", details: key)
+        }
+        return directory + "/" + key
+    }
+
+    private static func parent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    private static func temporaryName() -> String {
+        temporaryPrefix + SecureRandom.nonce(8).hex
+    }
+
+    /// Creates the folders of `folder` below the store directory (never the directory itself),
+    /// fsyncing each parent that gained an entry.
+    private func makeFolders(_ folder: String, key: String?) throws {
+        guard folder.count > directory.count, folder.hasPrefix(directory + "/") else { return }
+        var info = stat()
+        if stat(folder, &info) == 0, info.st_mode & S_IFMT == S_IFDIR { return }
+        let relative = folder.dropFirst(directory.count + 1).split(separator: "/")
+        var current = directory
+        for segment in relative {
+            let next = current + "/" + segment
+            if mkdir(next, 0o755) == 0 {
+                try syncFolder(current, key: key)
+            } else {
+                let code = errno
+                guard code == EEXIST else {
+                    if code == ENOENT, current == directory { try checkRoot() }
+                    throw failure("create folder for", key: key, path: next, errno: code)
+                }
+            }
+            current = next
+        }
+    }
+
+    /// fsyncs a folder so a rename or a new entry in it survives a crash.
+    private func syncFolder(_ folder: String, key: String?) throws {
+        let fd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw failure("open folder of", key: key, path: folder, errno: errno) }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw failure("sync folder of", key: key, path: folder, errno: errno) }
+    }
+
+    /// Writes every byte at `offset` (or the file position when nil), resuming on EINTR and
+    /// short writes.
+    private func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, offset: Int64?, key: String?, path: String) throws {
+        guard var base = bytes.baseAddress else { return }
+        var remaining = bytes.count
+        var position = offset
+        while remaining > 0 {
+            let written: Int
+            if let at = position {
+                written = pwrite(fd, base, remaining, off_t(at))
+            } else {
+                written = write(fd, base, remaining)
+            }
+            if written < 0 {
+                if errno == EINTR { continue }
+                throw failure("write", key: key, path: path, errno: errno)
+            }
+            remaining -= written
+            base += written
+            position = position.map { $0 + Int64(written) }
+        }
+    }
+
+    /// Writes `bytes` to a new temporary file in `folder`, fsynced and closed; returns its path.
+    private func writeTemporary(_ bytes: UnsafeRawBufferPointer, in folder: String, key: String?) throws -> String {
+        let temporary = folder + "/" + Self.temporaryName()
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw failure("write", key: key, path: temporary, errno: errno) }
+        do {
+            try writeAll(fd, bytes, offset: nil, key: key, path: temporary)
+            guard fsync(fd) == 0 else { throw failure("sync", key: key, path: temporary, errno: errno) }
+        } catch {
+            close(fd)
+            unlink(temporary)
+            throw error
+        }
+        guard close(fd) == 0 else {
+            let code = errno
+            unlink(temporary)
+            throw failure("write", key: key, path: temporary, errno: code)
+        }
+        return temporary
+    }
+
+    /// Replaces `path` with `bytes` atomically: temporary file, fsync, rename, fsync the folder.
+    private func replaceFile(_ path: String, with bytes: UnsafeRawBufferPointer, key: String?) throws {
+        let folder = Self.parent(of: path)
+        let temporary = try writeTemporary(bytes, in: folder, key: key)
+        guard rename(temporary, path) == 0 else {
+            let code = errno
+            unlink(temporary)
+            throw failure("write", key: key, path: path, errno: code)
+        }
+        try syncFolder(folder, key: key)
+    }
+
+    // MARK: - Objects
+
+    public func put(_ key: String, data: [UInt8]) throws {
+        let path = try path(for: key)
+        try makeFolders(Self.parent(of: path), key: key)
+        try data.withUnsafeBytes { try replaceFile(path, with: $0, key: key) }
+    }
+
+    /// Stores `data` at `key` unless a file is there, atomically across processes and devices
+    /// sharing the directory: the bytes are written and fsynced under a temporary name, then
+    /// `link(2)`ed to the key, which fails with `EEXIST` for the loser of a race.
+    ///
+    /// On a filesystem without hard links (some SMB/FAT mounts), the key is claimed with
+    /// `open(O_CREAT | O_EXCL)` and the complete temporary file renamed over the claim; a reader
+    /// may then briefly see the empty claim.
+    public func putIfAbsent(_ key: String, data: [UInt8]) throws -> Bool {
+        let path = try path(for: key)
+        let folder = Self.parent(of: path)
+        try makeFolders(folder, key: key)
+        let temporary = try data.withUnsafeBytes { try writeTemporary($0, in: folder, key: key) }
+        defer { unlink(temporary) }
+        if link(temporary, path) == 0 {
+            try syncFolder(folder, key: key)
+            return true
+        }
+        let code = errno
+        switch code {
+        case EEXIST:
+            return false
+        case EPERM, ENOTSUP, EOPNOTSUPP, EMLINK, ENOSYS:
+            let claim = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+            guard claim >= 0 else {
+                let claimCode = errno
+                if claimCode == EEXIST { return false }
+                throw failure("write", key: key, path: path, errno: claimCode)
+            }
+            close(claim)
+            guard rename(temporary, path) == 0 else {
+                throw failure("write", key: key, path: path, errno: errno)
+            }
+            try syncFolder(folder, key: key)
+            return true
+        default:
+            throw failure("write", key: key, path: path, errno: code)
+        }
+    }
+
+    @discardableResult
+    public func get(_ key: String, range: Range<Int64>?, sink: (UnsafeRawBufferPointer) throws -> Void) throws -> Int64? {
+        let path = try path(for: key)
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            if code == ENOENT {
+                try checkRoot()
+                throw missing(key)
+            }
+            throw failure("read", key: key, path: path, errno: code)
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw failure("read", key: key, path: path, errno: errno) }
+        guard info.st_mode & S_IFMT == S_IFREG else { throw missing(key) }
+        let size = Int64(info.st_size)
+        var start: Int64 = 0
+        var end = size
+        if let range {
+            guard range.isEmpty ? range.lowerBound <= size : range.lowerBound < size else {
+                throw CovenError(
+                    .rangeOutOfBounds, "range starts past the end of '\(key)'", details: ["key": key, "size": String(size)])
+            }
+            start = range.lowerBound
+            end = min(range.upperBound, size)
+        }
+        guard start < end else { return size }
+        let capacity = Int(min(Int64(Self.readPiece), end - start))
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
+        defer { buffer.deallocate() }
+        guard let base = buffer.baseAddress else { return size }
+        var position = start
+        while position < end {
+            let want = Int(min(Int64(capacity), end - position))
+            let count = pread(fd, base, want, off_t(position))
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw failure("read", key: key, path: path, errno: errno)
+            }
+            if count == 0 {
+                // The file shrank under us: an object is immutable, so this is a fault.
+                throw CovenError.storage(
+                    "'\(key)' ended early", failure: .provider, cause: "end of file at \(position) of \(size) bytes",
+                    details: key)
+            }
+            try sink(UnsafeRawBufferPointer(start: base, count: count))
+            position += Int64(count)
+        }
+        return size
+    }
+
+    public func head(_ key: String) throws -> ObjectInfo? {
+        let path = try path(for: key)
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            let code = errno
+            if code == ENOENT {
+                try checkRoot()
+                return nil
+            }
+            throw failure("look up", key: key, path: path, errno: code)
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else { return nil }
+        return ObjectInfo(key: key, size: Int64(info.st_size))
+    }
+
+    public func delete(_ key: String) throws {
+        let path = try path(for: key)
+        guard unlink(path) == 0 else {
+            let code = errno
+            if code == ENOENT {
+                try checkRoot()
+                return
+            }
+            throw failure("delete", key: key, path: path, errno: code)
+        }
+        try syncFolder(Self.parent(of: path), key: key)
+    }
+
+    public func list(prefix: String) throws -> [ObjectInfo] {
+        try checkRoot()
+        // Walk only the deepest folder the prefix names in full.
+        let folderPart: String
+        if let slash = prefix.lastIndex(of: "/") {
+            folderPart = String(prefix[...slash])
+        } else {
+            folderPart = ""
+        }
+        guard !folderPart.split(separator: "/").contains(where: { $0 == "." || $0 == ".." }) else { return [] }
+        var objects: [ObjectInfo] = []
+        try walk(relative: folderPart, prefix: prefix, into: &objects)
+        objects.sort { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+        return objects
+    }
+
+    /// Adds the files below `relative` (a folder key ending in `/`, or empty for the root)
+    /// whose keys start with `prefix`.
+    private func walk(relative: String, prefix: String, into objects: inout [ObjectInfo]) throws {
+        let folder = relative.isEmpty ? directory : directory + "/" + relative.dropLast()
+        guard let stream = opendir(folder) else {
+            let code = errno
+            if code == ENOENT || code == ENOTDIR { return }
+            throw failure("list", key: nil, path: folder, errno: code)
+        }
+        defer { closedir(stream) }
+        var names: [String] = []
+        while true {
+            errno = 0
+            guard let entry = readdir(stream) else {
+                if errno != 0 { throw failure("list", key: nil, path: folder, errno: errno) }
+                break
+            }
+            let name = withUnsafePointer(to: &entry.pointee.d_name) { pointer in
+                pointer.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name == "." || name == ".." || name.hasPrefix(Self.temporaryPrefix) { continue }
+            if relative.isEmpty && name == Self.uploadsFolder { continue }
+            names.append(name)
+        }
+        for name in names {
+            let key = relative + name
+            var info = stat()
+            guard stat(folder + "/" + name, &info) == 0 else {
+                let code = errno
+                if code == ENOENT { continue }  // deleted while listing
+                throw failure("list", key: key, path: folder + "/" + name, errno: code)
+            }
+            switch info.st_mode & S_IFMT {
+            case S_IFDIR:
+                let below = key + "/"
+                if below.hasPrefix(prefix) || prefix.hasPrefix(below) {
+                    try walk(relative: below, prefix: prefix, into: &objects)
+                }
+            case S_IFREG:
+                if key.hasPrefix(prefix) { objects.append(ObjectInfo(key: key, size: Int64(info.st_size))) }
+            default:
+                continue
+            }
+        }
+    }
+
+    // MARK: - Multipart
+
+    /// What `DIR/.uploads/<id>/info` records.
+    private struct UploadInfo: Codable {
+        var key: String
+        var totalSize: Int64
+        var partSize: Int64
+    }
+
+    /// What `DIR/.uploads/<id>/part-<n>` records.
+    private struct PartRecord: Codable {
+        var number: Int
+        var offset: Int64
+        var size: Int64
+        var etag: String
+    }
+
+    private func uploadFolder(_ uploadID: String, key: String) throws -> String {
+        // Ids are ours: lowercase hex. Anything else cannot name an upload (nor escape the folder).
+        guard !uploadID.isEmpty, uploadID.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) else {
+            throw missingUpload(key, uploadID)
+        }
+        return directory + "/" + Self.uploadsFolder + "/" + uploadID
+    }
+
+    private func missingUpload(_ key: String, _ uploadID: String) -> CovenError {
+        CovenError(.missing, "the upload of '\(key)' no longer exists", details: ["key": key, "upload": uploadID])
+    }
+
+    /// Reads the upload's info record; `.missing` when the upload is gone.
+    private func loadInfo(_ folder: String, key: String, uploadID: String) throws -> UploadInfo {
+        let bytes: [UInt8]
+        do {
+            bytes = try readSmallFile(folder + "/info", key: key)
+        } catch let error as CovenError where error.details["errno"] == "ENOENT" {
+            try checkRoot()
+            throw missingUpload(key, uploadID)
+        }
+        guard let info = try? JSONDecoder().decode(UploadInfo.self, from: Data(bytes)) else {
+            throw CovenError.storage(
+                "the record of upload '\(uploadID)' is damaged", failure: .provider, cause: "unreadable info file",
+                details: key)
+        }
+        guard info.key == key else {
+            throw CovenError.storage(
+                "upload '\(uploadID)' is for '\(info.key)', not '\(key)'", failure: .provider, cause: "key mismatch",
+                details: key)
+        }
+        return info
+    }
+
+    /// A whole small file (a record); errors carry `errno: ENOENT` in details when it is absent.
+    private func readSmallFile(_ path: String, key: String) throws -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            var error = failure("read", key: key, path: path, errno: code)
+            if code == ENOENT { error.details["errno"] = "ENOENT" }
+            throw error
+        }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw failure("read", key: key, path: path, errno: errno)
+            }
+            if count == 0 { break }
+            bytes.append(contentsOf: chunk[0..<count])
+        }
+        return bytes
+    }
+
+    private func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
+        do {
+            return Array(try JSONEncoder().encode(value))
+        } catch {
+            throw CovenError(.internal, "cannot encode an upload record", cause: String(describing: error))
+        }
+    }
+
+    public func createMultipart(_ key: String, totalSize: Int64, partSize: Int64) throws -> String {
+        _ = try path(for: key)
+        guard totalSize >= 0, partSize >= 1 else {
+            throw CovenError.storage(
+                "cannot start an upload of '\(key)'", failure: .provider,
+                cause: "total size \(totalSize) and part size \(partSize) are not valid", details: key)
+        }
+        let uploads = directory + "/" + Self.uploadsFolder
+        try makeFolders(uploads, key: key)
+        let uploadID = SecureRandom.nonce(16).hex
+        let folder = uploads + "/" + uploadID
+        guard mkdir(folder, 0o755) == 0 else { throw failure("start an upload of", key: key, path: folder, errno: errno) }
+        do {
+            let dataPath = folder + "/data"
+            let fd = open(dataPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+            guard fd >= 0 else { throw failure("start an upload of", key: key, path: dataPath, errno: errno) }
+            defer { close(fd) }
+            guard ftruncate(fd, off_t(totalSize)) == 0 else {
+                throw failure("start an upload of", key: key, path: dataPath, errno: errno)
+            }
+            guard fsync(fd) == 0 else { throw failure("start an upload of", key: key, path: dataPath, errno: errno) }
+            let info = try encode(UploadInfo(key: key, totalSize: totalSize, partSize: partSize))
+            try info.withUnsafeBytes { try replaceFile(folder + "/info", with: $0, key: key) }
+            try syncFolder(uploads, key: key)
+        } catch {
+            removeUploadFolder(folder)
+            throw error
+        }
+        return uploadID
+    }
+
+    public func uploadPart(_ key: String, uploadID: String, number: Int, offset: Int64, data: UnsafeRawBufferPointer) throws -> UploadedPart {
+        let folder = try uploadFolder(uploadID, key: key)
+        let info = try loadInfo(folder, key: key, uploadID: uploadID)
+        guard number >= 1, offset >= 0, offset + Int64(data.count) <= info.totalSize else {
+            throw CovenError.storage(
+                "cannot send part \(number) of '\(key)'", failure: .provider,
+                cause: "bytes \(offset)..<\(offset + Int64(data.count)) are outside the object's \(info.totalSize)",
+                details: key)
+        }
+        let dataPath = folder + "/data"
+        let fd = open(dataPath, O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            if code == ENOENT { throw missingUpload(key, uploadID) }
+            throw failure("send part \(number) of", key: key, path: dataPath, errno: code)
+        }
+        do {
+            try writeAll(fd, data, offset: offset, key: key, path: dataPath)
+            guard fsync(fd) == 0 else { throw failure("sync part \(number) of", key: key, path: dataPath, errno: errno) }
+        } catch {
+            close(fd)
+            throw error
+        }
+        guard close(fd) == 0 else { throw failure("send part \(number) of", key: key, path: dataPath, errno: errno) }
+        let etag = String(SHA256.digest(data).hex.prefix(32))
+        let record = try encode(PartRecord(number: number, offset: offset, size: Int64(data.count), etag: etag))
+        do {
+            try record.withUnsafeBytes { try replaceFile(folder + "/part-\(number)", with: $0, key: key) }
+        } catch {
+            // Abandoned while this part was being written?
+            if !folderExists(folder) { throw missingUpload(key, uploadID) }
+            throw error
+        }
+        return UploadedPart(number: number, etag: etag, size: Int64(data.count))
+    }
+
+    private func folderExists(_ folder: String) -> Bool {
+        var info = stat()
+        return stat(folder, &info) == 0
+    }
+
+    private func partRecords(_ folder: String, key: String, uploadID: String) throws -> [PartRecord] {
+        guard let stream = opendir(folder) else {
+            let code = errno
+            if code == ENOENT {
+                try checkRoot()
+                throw missingUpload(key, uploadID)
+            }
+            throw failure("list the parts of", key: key, path: folder, errno: code)
+        }
+        var names: [String] = []
+        while true {
+            errno = 0
+            guard let entry = readdir(stream) else {
+                let code = errno
+                closedir(stream)
+                if code != 0 { throw failure("list the parts of", key: key, path: folder, errno: code) }
+                break
+            }
+            let name = withUnsafePointer(to: &entry.pointee.d_name) { pointer in
+                pointer.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name.hasPrefix("part-") { names.append(name) }
+        }
+        var records: [PartRecord] = []
+        for name in names {
+            let bytes: [UInt8]
+            do {
+                bytes = try readSmallFile(folder + "/" + name, key: key)
+            } catch let error as CovenError where error.details["errno"] == "ENOENT" {
+                continue
+            }
+            guard let record = try? JSONDecoder().decode(PartRecord.self, from: Data(bytes)), name == "part-\(record.number)" else {
+                throw CovenError.storage(
+                    "the record of a part of upload '\(uploadID)' is damaged", failure: .provider, cause: "unreadable \(name)",
+                    details: key)
+            }
+            records.append(record)
+        }
+        return records.sorted { $0.number < $1.number }
+    }
+
+    public func listParts(_ key: String, uploadID: String) throws -> [UploadedPart] {
+        let folder = try uploadFolder(uploadID, key: key)
+        _ = try loadInfo(folder, key: key, uploadID: uploadID)
+        return try partRecords(folder, key: key, uploadID: uploadID).map {
+            UploadedPart(number: $0.number, etag: $0.etag, size: $0.size)
+        }
+    }
+
+    public func completeMultipart(_ key: String, uploadID: String, parts: [UploadedPart]) throws {
+        let path = try path(for: key)
+        let folder = try uploadFolder(uploadID, key: key)
+        let expectedSize = parts.reduce(Int64(0)) { $0 + $1.size }
+        let info: UploadInfo
+        do {
+            info = try loadInfo(folder, key: key, uploadID: uploadID)
+        } catch let error as CovenError where error.code == .missing {
+            // Completed by an earlier call whose answer was lost?
+            if let object = try head(key), object.size == expectedSize { return }
+            throw error
+        }
+        let dataPath = folder + "/data"
+        var dataInfo = stat()
+        if stat(dataPath, &dataInfo) != 0 {
+            let code = errno
+            guard code == ENOENT else { throw failure("complete the upload of", key: key, path: dataPath, errno: code) }
+            // A crash after the rename and before the folder was removed.
+            if let object = try head(key), object.size == info.totalSize {
+                removeUploadFolder(folder)
+                return
+            }
+            throw missingUpload(key, uploadID)
+        }
+
+        let records = Dictionary(try partRecords(folder, key: key, uploadID: uploadID).map { ($0.number, $0) }) { a, _ in a }
+        let sorted = parts.sorted { $0.number < $1.number }
+        var offset: Int64 = 0
+        for (index, part) in sorted.enumerated() {
+            guard part.number == index + 1 else {
+                throw incomplete(key, "part \(index + 1) is missing from the list")
+            }
+            guard let record = records[part.number] else {
+                throw incomplete(key, "part \(part.number) was never confirmed")
+            }
+            guard record.etag == part.etag, record.size == part.size else {
+                throw incomplete(key, "part \(part.number) does not match what was confirmed")
+            }
+            guard record.offset == offset else {
+                throw incomplete(key, "part \(part.number) starts at \(record.offset), not \(offset)")
+            }
+            offset += record.size
+        }
+        guard offset == info.totalSize else {
+            throw incomplete(key, "the parts hold \(offset) of \(info.totalSize) bytes")
+        }
+
+        let fd = open(dataPath, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw failure("complete the upload of", key: key, path: dataPath, errno: errno) }
+        let synced = fsync(fd) == 0
+        let syncCode = errno
+        close(fd)
+        guard synced else { throw failure("complete the upload of", key: key, path: dataPath, errno: syncCode) }
+
+        let target = Self.parent(of: path)
+        try makeFolders(target, key: key)
+        guard rename(dataPath, path) == 0 else {
+            throw failure("complete the upload of", key: key, path: path, errno: errno)
+        }
+        try syncFolder(target, key: key)
+        try syncFolder(folder, key: key)
+        removeUploadFolder(folder)
+        try? syncFolder(directory + "/" + Self.uploadsFolder, key: key)
+    }
+
+    private func incomplete(_ key: String, _ reason: String) -> CovenError {
+        CovenError.storage("cannot complete the upload of '\(key)'", failure: .provider, cause: reason, details: key)
+    }
+
+    public func abortMultipart(_ key: String, uploadID: String) throws {
+        let folder: String
+        do {
+            folder = try uploadFolder(uploadID, key: key)
+        } catch {
+            return  // not an id of ours: nothing to abandon
+        }
+        var info = stat()
+        guard stat(folder, &info) == 0 else {
+            let code = errno
+            if code == ENOENT {
+                try checkRoot()
+                return
+            }
+            throw failure("abandon the upload of", key: key, path: folder, errno: code)
+        }
+        guard removeUploadFolder(folder) else {
+            throw failure("abandon the upload of", key: key, path: folder, errno: errno)
+        }
+        try syncFolder(directory + "/" + Self.uploadsFolder, key: key)
+    }
+
+    /// Removes an upload folder and its files; true when it is gone.
+    @discardableResult
+    private func removeUploadFolder(_ folder: String) -> Bool {
+        if let stream = opendir(folder) {
+            var names: [String] = []
+            while let entry = readdir(stream) {
+                let name = withUnsafePointer(to: &entry.pointee.d_name) { pointer in
+                    pointer.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+                }
+                if name != "." && name != ".." { names.append(name) }
+            }
+            closedir(stream)
+            for name in names { unlink(folder + "/" + name) }
+        }
+        return rmdir(folder) == 0 || errno == ENOENT
+    }
+}
+
+extension CovenError {
+    /// A `.storage` error with its failure class, cause and the key it concerns.
+    fileprivate static func storage(
+        _ message: String, failure: StorageFailure, cause: String, details key: String
+    ) -> CovenError {
+        var error = CovenError.storage(message, failure: failure, cause: cause)
+        error.details["key"] = key
+        return error
+    }
+}

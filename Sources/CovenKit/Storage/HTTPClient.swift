@@ -1,0 +1,408 @@
+import CCurl
+import Foundation
+
+// MARK: - Requests and responses
+
+/// One HTTP request as ``HTTPClient`` sends it.
+struct HTTPRequest {
+    /// `GET`, `HEAD`, `PUT`, `POST` or `DELETE`.
+    var method: String
+    /// The full URL, path and query already encoded exactly as signed.
+    var url: String
+    /// Headers to send, in order (`Host`, `Authorization`, `x-amz-*`, `Range`, …).
+    var headers: [(String, String)]
+    /// The body's type; always sent for `PUT` and `POST` so libcurl never adds its default
+    /// `application/x-www-form-urlencoded` (shared/s3/README.md, deviation 2).
+    var contentType: String = "application/octet-stream"
+}
+
+/// What the server answered before the body: the status and the headers.
+struct HTTPResponseHead {
+    /// The HTTP status of the final response (never a 100 Continue).
+    var status: Int = 0
+    /// Headers by lowercase name (the last one wins).
+    var headers: [String: String] = [:]
+}
+
+/// A complete answer: head and, unless it was streamed, the body.
+struct HTTPResponse {
+    /// The HTTP status.
+    var status: Int
+    /// Headers by lowercase name.
+    var headers: [String: String]
+    /// The body, when collected (always for errors, up to a limit when streaming).
+    var body: [UInt8]
+
+    /// A header's value by case-insensitive name.
+    func header(_ name: String) -> String? { headers[name.lowercased()] }
+
+    /// True for 2xx.
+    var isSuccess: Bool { (200..<300).contains(status) }
+}
+
+/// Receives the body of a 2xx response as it arrives, in the pieces libcurl read.
+typealias HTTPBodySink = (HTTPResponseHead, UnsafeRawBufferPointer) throws -> Void
+
+// MARK: - The client
+
+/// An HTTP/1.1 client over one libcurl easy handle, reused across requests so connections are
+/// kept alive.
+///
+/// Not Sendable: one owner (one task). The handle and its error buffer are freed in `deinit`.
+///
+/// Every request runs under a whole-request timeout (`CURLOPT_TIMEOUT_MS`), a connect timeout,
+/// and a low-speed limit, so a stalled transfer fails instead of hanging. Connection failures,
+/// 429 and 500/502/503/504 are retried ``StorageOptions/requestRetries`` times with exponential
+/// backoff and jitter, honouring `Retry-After` up to ``maximumRetryAfter`` seconds.
+///
+/// Related documentation: libcurl's `curl_easy_setopt(3)`, `curl_easy_reset(3)` (which keeps
+/// live connections), `CURLOPT_ERRORBUFFER`, `CURLOPT_POSTFIELDS`.
+final class HTTPClient {
+    /// curl_global_init, once per process, before the first handle.
+    private static let globalInit: CURLcode = curl_global_init(Int(CURL_GLOBAL_SSL))
+
+    private let handle: UnsafeMutableRawPointer
+    private let errorBuffer: UnsafeMutablePointer<CChar>
+    /// Timeouts and retries.
+    let options: StorageOptions
+    /// A CA bundle for TLS (`AWS_CA_BUNDLE`), when set.
+    let caBundle: String?
+    /// The longest `Retry-After` waited for within one call; a longer one ends the retries and
+    /// the caller gets the `.throttled` failure with the wait.
+    var maximumRetryAfter: Double = 30
+    /// The first backoff delay in seconds; doubled each attempt up to ``maximumBackoff``.
+    var initialBackoff: Double = 0.2
+    /// The longest backoff delay in seconds.
+    var maximumBackoff: Double = 8
+
+    /// Opens an easy handle.
+    ///
+    /// - Throws: ``CovenError`` `.internal` when libcurl cannot be initialized.
+    init(options: StorageOptions, caBundle: String? = nil) throws {
+        guard Self.globalInit == CURLE_OK else {
+            throw CovenError(.internal, "libcurl failed to initialize", cause: String(cString: curl_easy_strerror(Self.globalInit)))
+        }
+        guard let handle = curl_easy_init() else {
+            throw CovenError(.internal, "libcurl failed to create a handle")
+        }
+        self.handle = handle
+        self.errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
+        self.errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+        self.options = options
+        self.caBundle = caBundle
+    }
+
+    deinit {
+        curl_easy_cleanup(handle)
+        errorBuffer.deallocate()
+    }
+
+    // MARK: - Sending with retries
+
+    /// Sends a request, retrying connection failures and 429/5xx answers.
+    ///
+    /// `build` is called before every attempt (so each is signed afresh) with the number of
+    /// body bytes already handed to `sink` by earlier attempts: a caller streaming a GET asks
+    /// for the rest of the range, so a retry resumes instead of repeating bytes.
+    ///
+    /// - Parameters:
+    ///   - operation: what is being done, for messages (`get 'files/a/b'`).
+    ///   - timeout: the whole-request timeout in seconds.
+    ///   - body: the request body, sent from this memory without a copy of its own
+    ///     (`CURLOPT_POSTFIELDS`); it must stay valid during the call.
+    ///   - sink: where a 2xx body goes as it arrives; nil collects it into the response.
+    ///   - build: makes the request for one attempt.
+    /// - Returns: the final response, whatever its status (after retries for retryable ones).
+    /// - Throws: ``CovenError`` `.storage` with failure `.network` (or `.provider` for a bad URL)
+    ///   when no response came, carrying the curl error text; the sink's own error, unchanged;
+    ///   what `build` throws.
+    func send(
+        operation: String, timeout: Double, body: UnsafeRawBufferPointer? = nil, sink: HTTPBodySink? = nil,
+        build: (_ delivered: Int64) throws -> HTTPRequest
+    ) throws -> HTTPResponse {
+        var attempt = 0
+        var delivered: Int64 = 0
+        while true {
+            let request = try build(delivered)
+            let outcome = try perform(request, timeout: timeout, body: body, sink: sink)
+            delivered += outcome.delivered
+            switch outcome.result {
+            case .failure(let code, let text):
+                if Self.isRetryable(code), attempt < options.requestRetries {
+                    Thread.sleep(forTimeInterval: backoff(attempt))
+                    attempt += 1
+                    continue
+                }
+                throw Self.transportError(operation: operation, code: code, text: text, attempts: attempt + 1)
+            case .response(let response):
+                if Self.isRetryable(status: response.status), attempt < options.requestRetries {
+                    let wait: Double
+                    if let retryAfter = Self.retryAfter(response.header("retry-after")) {
+                        guard retryAfter <= maximumRetryAfter else { return response }
+                        wait = retryAfter
+                    } else {
+                        wait = backoff(attempt)
+                    }
+                    Thread.sleep(forTimeInterval: wait)
+                    attempt += 1
+                    continue
+                }
+                return response
+            }
+        }
+    }
+
+    /// The delay before retry number `attempt + 1`: exponential, with "equal jitter" (half fixed,
+    /// half random) so parallel clients spread out.
+    private func backoff(_ attempt: Int) -> Double {
+        let ceiling = min(maximumBackoff, initialBackoff * pow(2, Double(attempt)))
+        return ceiling / 2 + Double.random(in: 0...(ceiling / 2))
+    }
+
+    /// Connection-level failures worth another attempt.
+    static func isRetryable(_ code: CURLcode) -> Bool {
+        [CURLE_COULDNT_CONNECT, CURLE_RECV_ERROR, CURLE_SEND_ERROR, CURLE_GOT_NOTHING,
+         CURLE_OPERATION_TIMEDOUT, CURLE_PARTIAL_FILE].contains(code)
+    }
+
+    /// Statuses worth another attempt: throttling and transient server errors.
+    static func isRetryable(status: Int) -> Bool {
+        [429, 500, 502, 503, 504].contains(status)
+    }
+
+    /// Seconds from a `Retry-After` value: delta seconds or an HTTP date.
+    static func retryAfter(_ value: String?) -> Double? {
+        guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
+        if let seconds = Double(value) { return max(0, seconds) }
+        // An IMF-fixdate (RFC 9110 section 5.6.7); rare, so a formatter per call is fine.
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        guard let when = formatter.date(from: value) else { return nil }
+        return max(0, when.timeIntervalSinceNow)
+    }
+
+    // MARK: - Errors
+
+    private static func transportError(operation: String, code: CURLcode, text: String, attempts: Int) -> CovenError {
+        let failure: StorageFailure
+        switch code {
+        case CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL, CURLE_BAD_FUNCTION_ARGUMENT:
+            failure = .provider
+        default:
+            failure = .network
+        }
+        let tries = attempts > 1 ? " after \(attempts) attempts" : ""
+        var error = CovenError.storage(
+            "cannot reach storage to \(operation)\(tries)", failure: failure,
+            cause: "curl error \(code.rawValue): \(text)")
+        error.details["curl_code"] = String(code.rawValue)
+        return error
+    }
+
+    /// The ``CovenError`` for a response the caller did not expect: the status, S3's `<Code>` and
+    /// `<Message>`, and the failure class.
+    ///
+    /// 401/403 are `.denied`; 429 and 503 `.throttled` (with `Retry-After`); 507,
+    /// `EntityTooLarge` and `QuotaExceeded` `.full`; 502/504 `.network`; the rest `.provider`.
+    static func statusError(_ response: HTTPResponse, operation: String) -> CovenError {
+        let xml = S3XML(response.body)
+        let code = xml.rootName == "Error" ? xml.text("Code") : nil
+        let message = xml.rootName == "Error" ? xml.text("Message") : nil
+        var cause = "HTTP \(response.status)"
+        if let code { cause += " \(code)" }
+        if let message, !message.isEmpty { cause += ": \(message)" }
+        let failure: StorageFailure
+        switch (response.status, code ?? "") {
+        case (401, _), (403, _): failure = .denied
+        case (429, _), (503, _), (_, "SlowDown"): failure = .throttled
+        case (507, _), (_, "EntityTooLarge"), (_, "QuotaExceeded"): failure = .full
+        case (502, _), (504, _): failure = .network
+        default: failure = .provider
+        }
+        let retryAfter = failure == .throttled ? retryAfter(response.header("retry-after")) : nil
+        let verb: String
+        switch failure {
+        case .denied: verb = "storage refused access to"
+        case .throttled: verb = "storage asked to slow down to"
+        case .full: verb = "storage is full; cannot"
+        case .network, .provider: verb = "storage failed to"
+        }
+        var error = CovenError.storage(
+            "\(verb) \(operation)", failure: failure, cause: cause, status: response.status, retryAfter: retryAfter)
+        if let code { error.details["provider_code"] = code }
+        if failure == .denied {
+            error.hint = "check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and the bucket's permissions"
+        }
+        return error
+    }
+
+    // MARK: - One attempt
+
+    private enum Result {
+        case response(HTTPResponse)
+        case failure(CURLcode, String)
+    }
+
+    private struct Outcome {
+        var result: Result
+        var delivered: Int64
+    }
+
+    /// Sets one option, checking its code.
+    private func set(_ code: CURLcode, _ option: String) throws {
+        guard code == CURLE_OK else {
+            throw CovenError(.internal, "libcurl refused option \(option)", cause: String(cString: curl_easy_strerror(code)))
+        }
+    }
+
+    private func perform(
+        _ request: HTTPRequest, timeout: Double, body: UnsafeRawBufferPointer?, sink: HTTPBodySink?
+    ) throws -> Outcome {
+        // Reset every option but keep live connections, so each request starts from defaults.
+        curl_easy_reset(handle)
+        errorBuffer[0] = 0
+        try set(coven_curl_setopt_pointer(handle, CURLOPT_ERRORBUFFER, errorBuffer), "ERRORBUFFER")
+        try request.url.withCString { try set(coven_curl_setopt_string(handle, CURLOPT_URL, $0), "URL") }
+        try set(coven_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1), "NOSIGNAL")
+        // Keys may hold "." and ".." segments: send the path exactly as signed.
+        try set(coven_curl_setopt_long(handle, CURLOPT_PATH_AS_IS, 1), "PATH_AS_IS")
+        try set(coven_curl_setopt_long(handle, CURLOPT_CONNECTTIMEOUT_MS, Self.milliseconds(options.connectTimeout)), "CONNECTTIMEOUT_MS")
+        try set(coven_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, Self.milliseconds(timeout)), "TIMEOUT_MS")
+        // A transfer slower than 1 byte/s for this long is stalled.
+        try set(coven_curl_setopt_long(handle, CURLOPT_LOW_SPEED_LIMIT, 1), "LOW_SPEED_LIMIT")
+        try set(coven_curl_setopt_long(handle, CURLOPT_LOW_SPEED_TIME, max(1, Int(min(timeout, 30).rounded(.up)))), "LOW_SPEED_TIME")
+        try set(coven_curl_setopt_long(handle, CURLOPT_BUFFERSIZE, 512 * 1024), "BUFFERSIZE")
+        try set(coven_curl_setopt_long(handle, CURLOPT_UPLOAD_BUFFERSIZE, 2 * 1024 * 1024), "UPLOAD_BUFFERSIZE")
+        if let caBundle {
+            try caBundle.withCString { try set(coven_curl_setopt_string(handle, CURLOPT_CAINFO, $0), "CAINFO") }
+        }
+
+        var headerLines = request.headers.map { "\($0.0): \($0.1)" }
+        // No "Expect: 100-continue" round trip before bodies.
+        headerLines.append("Expect:")
+        let empty: [UInt8] = [0]
+        switch request.method {
+        case "GET":
+            try set(coven_curl_setopt_long(handle, CURLOPT_HTTPGET, 1), "HTTPGET")
+        case "HEAD":
+            try set(coven_curl_setopt_long(handle, CURLOPT_NOBODY, 1), "NOBODY")
+        case "PUT", "POST":
+            headerLines.append("Content-Type: \(request.contentType)")
+        default:
+            try request.method.withCString { try set(coven_curl_setopt_string(handle, CURLOPT_CUSTOMREQUEST, $0), "CUSTOMREQUEST") }
+        }
+
+        var list: UnsafeMutablePointer<curl_slist>?
+        defer { curl_slist_free_all(list) }
+        for line in headerLines {
+            guard let appended = curl_slist_append(list, line) else {
+                throw CovenError(.internal, "libcurl could not add a header")
+            }
+            list = appended
+        }
+        try set(coven_curl_setopt_slist(handle, CURLOPT_HTTPHEADER, list), "HTTPHEADER")
+
+        let transfer = Transfer(sink: sink)
+        return try withExtendedLifetime(transfer) {
+            let context = Unmanaged.passUnretained(transfer).toOpaque()
+            try set(coven_curl_setopt_callback(handle, CURLOPT_HEADERFUNCTION) { data, size, count, context in
+                guard let data, let context else { return 0 }
+                let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
+                transfer.header(UnsafeRawBufferPointer(start: data, count: size * count))
+                return size * count
+            }, "HEADERFUNCTION")
+            try set(coven_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, context), "HEADERDATA")
+            try set(coven_curl_setopt_callback(handle, CURLOPT_WRITEFUNCTION) { data, size, count, context in
+                guard let context else { return 0 }
+                let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
+                return transfer.receive(UnsafeRawBufferPointer(start: data, count: size * count)) ? size * count : 0
+            }, "WRITEFUNCTION")
+            try set(coven_curl_setopt_pointer(handle, CURLOPT_WRITEDATA, context), "WRITEDATA")
+
+            let code: CURLcode = try empty.withUnsafeBytes { emptyBytes in
+                if request.method == "PUT" || request.method == "POST" {
+                    // The body goes straight from the caller's memory: POSTFIELDS is not copied by
+                    // libcurl, and CUSTOMREQUEST turns the POST into a PUT where needed.
+                    let bytes = body ?? UnsafeRawBufferPointer(rebasing: emptyBytes[0..<0])
+                    let base = bytes.baseAddress ?? emptyBytes.baseAddress
+                    try set(coven_curl_setopt_off(handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bytes.count)), "POSTFIELDSIZE_LARGE")
+                    try set(coven_curl_setopt_pointer(handle, CURLOPT_POSTFIELDS, UnsafeMutableRawPointer(mutating: base)), "POSTFIELDS")
+                    if request.method == "PUT" {
+                        try set(coven_curl_setopt_string(handle, CURLOPT_CUSTOMREQUEST, "PUT"), "CUSTOMREQUEST")
+                    }
+                }
+                return curl_easy_perform(handle)
+            }
+            if let error = transfer.sinkError { throw error }
+            guard code == CURLE_OK else {
+                let text = errorBuffer[0] != 0 ? String(cString: errorBuffer) : String(cString: curl_easy_strerror(code))
+                return Outcome(result: .failure(code, text), delivered: transfer.delivered)
+            }
+            var status = 0
+            if coven_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK, status != 0 {
+                transfer.head.status = status
+            }
+            let response = HTTPResponse(status: transfer.head.status, headers: transfer.head.headers, body: transfer.body)
+            return Outcome(result: .response(response), delivered: transfer.delivered)
+        }
+    }
+
+    private static func milliseconds(_ seconds: Double) -> Int {
+        max(1, Int((seconds * 1000).rounded(.up)))
+    }
+}
+
+// MARK: - Transfer state
+
+/// The state of one attempt, reached from libcurl's callbacks through their user pointer.
+private final class Transfer {
+    /// Most of an error body kept when a sink streams the 2xx bodies.
+    static let errorBodyLimit = 64 * 1024
+
+    var head = HTTPResponseHead()
+    var body: [UInt8] = []
+    let sink: HTTPBodySink?
+    var sinkError: Error?
+    var delivered: Int64 = 0
+
+    init(sink: HTTPBodySink?) { self.sink = sink }
+
+    /// One header line (or a status line, which starts a new response: 100 Continue, redirects).
+    func header(_ line: UnsafeRawBufferPointer) {
+        var text = String(decoding: line, as: UTF8.self)
+        while let last = text.last, last == "\n" || last == "\r" { text.removeLast() }
+        if text.hasPrefix("HTTP/") {
+            let fields = text.split(separator: " ", maxSplits: 2)
+            head = HTTPResponseHead(status: fields.count > 1 ? Int(fields[1]) ?? 0 : 0, headers: [:])
+            body.removeAll(keepingCapacity: true)
+            return
+        }
+        guard let colon = text.firstIndex(of: ":") else { return }
+        let name = text[..<colon].lowercased()
+        let value = text[text.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        head.headers[name] = value
+    }
+
+    /// Body bytes: to the sink for a 2xx answer, else collected. False stops the transfer.
+    func receive(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        if let sink, (200..<300).contains(head.status) {
+            do {
+                try sink(head, bytes)
+                delivered += Int64(bytes.count)
+                return true
+            } catch {
+                sinkError = error
+                return false
+            }
+        }
+        if sink != nil {
+            let room = Self.errorBodyLimit - body.count
+            if room > 0 { body.append(contentsOf: bytes.prefix(room)) }
+        } else {
+            body.append(contentsOf: bytes)
+        }
+        return true
+    }
+}

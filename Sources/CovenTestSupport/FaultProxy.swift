@@ -1,0 +1,97 @@
+import CovenKit
+import Foundation
+
+// MARK: - A fault-injecting proxy
+
+/// `scripts/faultproxy.py` in front of a loopback S3 server: forwards requests unchanged (Host
+/// included, so SigV4 still verifies) and injects the faults written with ``inject(_:)``.
+///
+/// The proxy exits when ``stop()`` is called, when this test process dies, or after 10 minutes.
+public final class FaultProxy {
+    /// `http://127.0.0.1:PORT`: use it as the client's endpoint.
+    public let endpoint: String
+    private let process: Process
+    private let workDirectory: String
+    private var stopped = false
+
+    /// Starts a proxy to `upstream` (`http://host:port`).
+    ///
+    /// - Throws: ``CovenError`` `.internal` when python3 or the script cannot start.
+    public init(upstream: String) throws {
+        let script = TestPaths.repositoryRoot() + "/scripts/faultproxy.py"
+        let work = try TestPaths.temporaryDirectory("faultproxy")
+        let portFile = work + "/port"
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [
+            "python3", script, "--upstream", upstream, "--port", "0", "--port-file", portFile,
+            "--control", work + "/control.json", "--stats", work + "/stats.json",
+            "--parent-pid", String(ProcessInfo.processInfo.processIdentifier), "--timeout", "600",
+        ]
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        _ = FileManager.default.createFile(atPath: work + "/proxy.log", contents: nil)
+        process.standardError = FileHandle(forWritingAtPath: work + "/proxy.log")
+        do {
+            try process.run()
+        } catch {
+            throw CovenError(.internal, "cannot start the fault proxy", cause: String(describing: error))
+        }
+        let deadline = Date().addingTimeInterval(15)
+        var port: Int?
+        while Date() < deadline {
+            if let text = try? String(contentsOfFile: portFile, encoding: .utf8),
+               let value = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+                port = value
+                break
+            }
+            guard process.isRunning else { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        guard let port else {
+            if process.isRunning { process.terminate() }
+            let log = (try? String(contentsOfFile: work + "/proxy.log", encoding: .utf8)) ?? ""
+            throw CovenError(.internal, "the fault proxy did not start", cause: log)
+        }
+        self.endpoint = "http://127.0.0.1:\(port)"
+        self.process = process
+        self.workDirectory = work
+    }
+
+    deinit { stop() }
+
+    /// Sets the faults: one rule or `{"rules": [...]}` (see scripts/faultproxy.py), replacing
+    /// the previous ones and their counters.
+    ///
+    /// - Throws: when the control file cannot be written.
+    public func inject(_ json: String) throws {
+        let path = workDirectory + "/control.json"
+        let temporary = path + ".tmp"
+        try Data(json.utf8).write(to: URL(fileURLWithPath: temporary))
+        guard rename(temporary, path) == 0 else {
+            throw CovenError(.internal, "cannot write the fault proxy's control file", cause: String(cString: strerror(errno)))
+        }
+    }
+
+    /// Removes every fault.
+    public func clear() throws { try inject("{}") }
+
+    /// The proxy's counters: `requests`, `forwarded`, `injected`, `status`, `reset`, `stall`.
+    public func stats() -> [String: Int] {
+        guard let data = FileManager.default.contents(atPath: workDirectory + "/stats.json"),
+              let object = try? JSONSerialization.jsonObject(with: data) as? [String: Int]
+        else { return [:] }
+        return object
+    }
+
+    /// Stops the proxy (the process this object started) and removes its files.
+    public func stop() {
+        guard !stopped else { return }
+        stopped = true
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        try? FileManager.default.removeItem(atPath: workDirectory)
+    }
+}

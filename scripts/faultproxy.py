@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""faultproxy.py - a fault-injecting HTTP/1.1 proxy for coven's storage tests (stdlib only).
+
+    faultproxy.py --upstream http://127.0.0.1:9000 [--port 0] [--port-file F] [--control F]
+                  [--stats F] [--parent-pid PID] [--timeout SECONDS]
+
+Listens on 127.0.0.1:PORT (0 = a free port, written to --port-file and to stderr) and forwards
+every request to the upstream S3 endpoint with the same method, path, query, headers and body.
+The Host header is forwarded unchanged: the client signs for the proxy's host:port (it uses the
+proxy URL as its endpoint), and the upstream verifies SigV4 against the Host it receives, so
+signatures still match (checked with start-s3-server's launcher and SeaweedFS).
+
+Faults are rules, set by writing JSON to the --control file (re-read when it changes; every new
+content resets the counters) or by `POST /__fault` with the JSON as body. `GET /__stats` answers
+the counters, also written to --stats after every request. A rule, or {"rules": [rule, ...]}:
+
+    {"mode": "status", "status": 500, "count": 2}        answer 500 (S3 XML error body) twice
+    {"mode": "status", "status": 503, "retry_after": 1}   503 SlowDown with Retry-After: 1
+    {"mode": "reset", "after_bytes": 65536}               forward, send headers and that many body
+                                                          bytes, then reset the connection (RST)
+    {"mode": "stall", "seconds": 10, "after_bytes": 0}    forward, send headers and that many
+                                                          body bytes, then go silent
+    {"mode": "none"} or {}                                no faults
+
+Optional in every rule: "method": "GET" and "path": "substring" to match only some requests;
+"count": N faults (default 1; -1 = every matching request). "after_bytes" defaults to half the
+body, at most 64 KiB.
+
+Bounded: exits after --timeout seconds (default 600) and as soon as --parent-pid is gone.
+"""
+import argparse
+import http.client
+import http.server
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+import urllib.parse
+
+HOP_BY_HOP = {
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
+    "transfer-encoding", "upgrade", "expect",
+}
+
+
+class Faults:
+    """The rules in force and the counters, shared by the handler threads."""
+
+    def __init__(self, control_path, stats_path):
+        self.lock = threading.Lock()
+        self.rules = []
+        self.control_path = control_path
+        self.stats_path = stats_path
+        self.control_stamp = None
+        self.stats = {"requests": 0, "forwarded": 0, "injected": 0, "status": 0, "reset": 0, "stall": 0}
+
+    def set(self, spec):
+        rules = spec.get("rules", [spec]) if isinstance(spec, dict) else list(spec)
+        cleaned = []
+        for rule in rules:
+            mode = rule.get("mode", "none")
+            if mode == "none":
+                continue
+            if mode not in ("status", "reset", "stall"):
+                raise ValueError("unknown mode %r" % mode)
+            rule = dict(rule)
+            rule["remaining"] = int(rule.get("count", 1))
+            cleaned.append(rule)
+        with self.lock:
+            self.rules = cleaned
+
+    def reload(self):
+        if not self.control_path:
+            return
+        try:
+            st = os.stat(self.control_path)
+        except FileNotFoundError:
+            return
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if stamp == self.control_stamp:
+            return
+        try:
+            with open(self.control_path, "rb") as f:
+                spec = json.loads(f.read() or b"{}")
+            self.set(spec)
+            self.control_stamp = stamp
+        except (OSError, ValueError) as e:
+            log("cannot read control file: %s" % e)
+
+    def take(self, method, path):
+        self.reload()
+        with self.lock:
+            self.stats["requests"] += 1
+            for rule in self.rules:
+                if rule["remaining"] == 0:
+                    continue
+                if rule.get("method") and rule["method"].upper() != method:
+                    continue
+                if rule.get("path") and rule["path"] not in path:
+                    continue
+                if rule["remaining"] > 0:
+                    rule["remaining"] -= 1
+                self.stats["injected"] += 1
+                self.stats[rule["mode"]] += 1
+                return dict(rule)
+            self.stats["forwarded"] += 1
+            return None
+
+    def snapshot(self):
+        with self.lock:
+            return dict(self.stats)
+
+    def write_stats(self):
+        if not self.stats_path:
+            return
+        data = json.dumps(self.snapshot()).encode()
+        tmp = "%s.%d.tmp" % (self.stats_path, threading.get_ident())
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, self.stats_path)
+
+
+def log(message):
+    sys.stderr.write("faultproxy: %s\n" % message)
+    sys.stderr.flush()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "faultproxy"
+    faults = None
+    upstream = None  # (host, port)
+
+    def log_message(self, fmt, *args):  # quiet
+        pass
+
+    def do_GET(self):
+        self.proxy()
+
+    do_PUT = do_POST = do_DELETE = do_HEAD = do_GET
+
+    def read_body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def send_plain(self, status, body, extra=()):
+        self.send_response_only(status)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in extra:
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        self.wfile.flush()
+
+    def proxy(self):
+        body = self.read_body()
+        if self.path.startswith("/__fault"):
+            try:
+                self.faults.set(json.loads(body or b"{}"))
+                self.faults.control_stamp = None
+                self.send_plain(200, b'{"ok":true}')
+            except ValueError as e:
+                self.send_plain(400, json.dumps({"error": str(e)}).encode())
+            return
+        if self.path.startswith("/__stats"):
+            self.send_plain(200, json.dumps(self.faults.snapshot()).encode())
+            return
+        rule = self.faults.take(self.command, self.path)
+        try:
+            if rule and rule["mode"] == "status":
+                self.inject_status(rule)
+            else:
+                self.forward(body, rule)
+        finally:
+            self.faults.write_stats()
+
+    def inject_status(self, rule):
+        status = int(rule.get("status", 500))
+        code = {503: "SlowDown", 429: "TooManyRequests", 500: "InternalError"}.get(status, "InjectedFault")
+        xml = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code>'
+               '<Message>injected by faultproxy</Message></Error>' % code).encode()
+        extra = []
+        if "retry_after" in rule:
+            extra.append(("Retry-After", str(rule["retry_after"])))
+        self.send_plain(status, xml, extra)
+
+    def forward(self, body, rule):
+        host, port = self.upstream
+        conn = http.client.HTTPConnection(host, port, timeout=120)
+        try:
+            conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+            for name, value in self.headers.items():
+                if name.lower() in HOP_BY_HOP or name.lower() == "content-length":
+                    continue
+                conn.putheader(name, value)
+            if body or self.command in ("PUT", "POST"):
+                conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body if body else None)
+            response = conn.getresponse()
+            data = b"" if self.command == "HEAD" else response.read()
+            self.send_response_only(response.status, response.reason)
+            for name, value in response.getheaders():
+                if name.lower() in HOP_BY_HOP or name.lower() == "content-length":
+                    continue
+                self.send_header(name, value)
+            if self.command == "HEAD":
+                self.send_header("Content-Length", response.getheader("Content-Length", "0"))
+            else:
+                self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if rule is None:
+                self.wfile.write(data)
+                self.wfile.flush()
+                return
+            after = rule.get("after_bytes")
+            after = min(len(data) // 2, 65536) if after is None else max(0, min(int(after), len(data)))
+            self.wfile.write(data[:after])
+            self.wfile.flush()
+            if rule["mode"] == "stall":
+                time.sleep(min(float(rule.get("seconds", 10)), 300))
+                self.close_connection = True
+                return
+            # reset: abortive close, the peer sees ECONNRESET
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            self.connection.close()
+        finally:
+            conn.close()
+
+    def handle(self):
+        try:
+            super().handle()
+        except (ConnectionError, BrokenPipeError, OSError, ValueError):
+            pass
+
+    def finish(self):
+        try:
+            super().finish()
+        except (ConnectionError, BrokenPipeError, OSError, ValueError):
+            pass
+
+
+def main():
+    parser = argparse.ArgumentParser(description="fault-injecting HTTP proxy for storage tests")
+    parser.add_argument("--upstream", required=True, help="http://host:port of the real S3 endpoint")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--port-file")
+    parser.add_argument("--control")
+    parser.add_argument("--stats")
+    parser.add_argument("--parent-pid", type=int)
+    parser.add_argument("--timeout", type=float, default=600)
+    args = parser.parse_args()
+
+    target = urllib.parse.urlsplit(args.upstream)
+    if target.scheme != "http" or not target.hostname:
+        parser.error("--upstream must be http://host:port")
+    Handler.upstream = (target.hostname, target.port or 80)
+    Handler.faults = Faults(args.control, args.stats)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server.daemon_threads = True
+    port = server.server_address[1]
+    if args.port_file:
+        tmp = args.port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("%d\n" % port)
+        os.replace(tmp, args.port_file)
+    log("listening on 127.0.0.1:%d, forwarding to %s" % (port, args.upstream))
+
+    deadline = time.monotonic() + args.timeout
+
+    def watchdog():
+        while True:
+            time.sleep(0.5)
+            if time.monotonic() > deadline:
+                log("timeout reached, exiting")
+                os._exit(0)
+            if args.parent_pid:
+                try:
+                    os.kill(args.parent_pid, 0)
+                except ProcessLookupError:
+                    log("parent %d is gone, exiting" % args.parent_pid)
+                    os._exit(0)
+                except PermissionError:
+                    pass
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
