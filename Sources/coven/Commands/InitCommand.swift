@@ -24,7 +24,7 @@ struct InitCommand: Command {
         guard let manifestPath = invocation.value("manifest") else { throw CovenError(.usage, "missing --manifest FILE") }
         let storage = try StorageLocation(parsing: storageText)
         let manifest = try Manifest(contentsOf: manifestPath)
-        let provider = try StorageConnector(location: storage).connect()
+        let provider = try StorageConnector(location: storage).connect(create: true)
         let device = try Device.create(paths: DevicePaths(database: context.databasePath), storage: storage, manifest: manifest,
                                        name: invocation.value("name"), provider: provider)
         if context.json {
