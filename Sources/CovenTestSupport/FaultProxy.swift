@@ -10,7 +10,7 @@ import Foundation
 public final class FaultProxy {
     /// `http://127.0.0.1:PORT`: use it as the client's endpoint.
     public let endpoint: String
-    private let process: Process
+    private let process: Spawn.Child
     private let workDirectory: String
     private var stopped = false
 
@@ -21,19 +21,16 @@ public final class FaultProxy {
         let script = TestPaths.repositoryRoot() + "/scripts/faultproxy.py"
         let work = try TestPaths.temporaryDirectory("faultproxy")
         let portFile = work + "/port"
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
-            "python3", script, "--upstream", upstream, "--port", "0", "--port-file", portFile,
-            "--control", work + "/control.json", "--stats", work + "/stats.json",
-            "--parent-pid", String(ProcessInfo.processInfo.processIdentifier), "--timeout", "600",
-        ]
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        _ = FileManager.default.createFile(atPath: work + "/proxy.log", contents: nil)
-        process.standardError = FileHandle(forWritingAtPath: work + "/proxy.log")
+        let process: Spawn.Child
         do {
-            try process.run()
+            process = try Spawn.start(
+                "/usr/bin/env",
+                [
+                    "python3", script, "--upstream", upstream, "--port", "0", "--port-file", portFile,
+                    "--control", work + "/control.json", "--stats", work + "/stats.json",
+                    "--parent-pid", String(ProcessInfo.processInfo.processIdentifier), "--timeout", "600",
+                ],
+                stderr: work + "/proxy.log")
         } catch {
             throw CovenError(.internal, "cannot start the fault proxy", cause: String(describing: error))
         }
@@ -45,11 +42,11 @@ public final class FaultProxy {
                 port = value
                 break
             }
-            guard process.isRunning else { break }
+            guard Spawn.isRunning(process) else { break }
             Thread.sleep(forTimeInterval: 0.05)
         }
         guard let port else {
-            if process.isRunning { process.terminate() }
+            Spawn.stop(process, grace: 1)
             let log = (try? String(contentsOfFile: work + "/proxy.log", encoding: .utf8)) ?? ""
             throw CovenError(.internal, "the fault proxy did not start", cause: log)
         }
@@ -88,10 +85,7 @@ public final class FaultProxy {
     public func stop() {
         guard !stopped else { return }
         stopped = true
-        if process.isRunning {
-            process.terminate()
-            process.waitUntilExit()
-        }
+        Spawn.stop(process, grace: 5)
         try? FileManager.default.removeItem(atPath: workDirectory)
     }
 }

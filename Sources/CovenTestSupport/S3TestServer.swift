@@ -67,7 +67,7 @@ public final class S3TestServer {
     /// The server's process id, when this object started it.
     public let pid: Int32?
     private let workDirectory: String?
-    private var watchdog: Process?
+    private var watchdog: Spawn.Child?
     private var stopped = false
 
     /// The `AWS_*` variables a client needs.
@@ -114,28 +114,22 @@ public final class S3TestServer {
         _ = FileManager.default.createFile(atPath: stdoutPath, contents: nil)
         _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
 
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: script)
-        process.arguments = ["0", pidFile]
-        process.currentDirectoryURL = URL(fileURLWithPath: work)
         var childEnvironment = environment
         // The child must not reuse a server the Makefile started for the other kind.
         childEnvironment.removeValue(forKey: "AWS_ENDPOINT_URL")
-        process.environment = childEnvironment
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle(forWritingAtPath: stdoutPath)
-        process.standardError = FileHandle(forWritingAtPath: stderrPath)
+        let result: (status: Int32, timedOut: Bool)
         do {
-            try process.run()
+            result = try Spawn.run(
+                script, ["0", pidFile], environment: childEnvironment, directory: work, stdout: stdoutPath,
+                stderr: stderrPath, timeout: 300)
         } catch {
             throw CovenError(.internal, "cannot run '\(script)'", cause: String(describing: error))
         }
-        process.waitUntilExit()
         let output = (try? String(contentsOfFile: stdoutPath, encoding: .utf8)) ?? ""
         let errors = (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
-        guard process.terminationStatus == 0 else {
+        guard result.status == 0 else {
             throw CovenError(
-                .internal, "\(kind.script) failed with status \(process.terminationStatus)",
+                .internal, "\(kind.script) failed with status \(result.status)\(result.timedOut ? " (timed out)" : "")",
                 cause: String(errors.suffix(2000)))
         }
 
@@ -159,16 +153,12 @@ public final class S3TestServer {
 
     /// Stops the server when the test process dies without calling ``stop()``.
     private func startWatchdog(stopScript: String, pidFile: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = [
-            "-c", "while kill -0 \"$1\" 2>/dev/null; do sleep 2; done; \"$2\" \"$3\"", "watchdog",
-            String(ProcessInfo.processInfo.processIdentifier), stopScript, pidFile,
-        ]
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        if (try? process.run()) != nil { watchdog = process }
+        watchdog = try? Spawn.start(
+            "/bin/sh",
+            [
+                "-c", "while kill -0 \"$1\" 2>/dev/null; do sleep 2; done; \"$2\" \"$3\"", "watchdog",
+                String(ProcessInfo.processInfo.processIdentifier), stopScript, pidFile,
+            ])
     }
 
     /// Stops the server this object started (a reused one is left running) and removes its
@@ -176,17 +166,9 @@ public final class S3TestServer {
     public func stop() {
         guard !stopped else { return }
         stopped = true
-        if let watchdog, watchdog.isRunning {
-            watchdog.terminate()
-            watchdog.waitUntilExit()
-        }
+        if let watchdog { Spawn.stop(watchdog, grace: 1) }
         guard pid != nil, let workDirectory else { return }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: TestPaths.sharedDirectory() + "/s3/stop-s3-server")
-        process.arguments = [workDirectory + "/server.pid"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        if (try? process.run()) != nil { process.waitUntilExit() }
+        _ = try? Spawn.run(TestPaths.sharedDirectory() + "/s3/stop-s3-server", [workDirectory + "/server.pid"], timeout: 30)
         try? FileManager.default.removeItem(atPath: workDirectory)
     }
 

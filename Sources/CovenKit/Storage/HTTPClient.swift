@@ -372,7 +372,7 @@ private final class Transfer {
     /// One header line (or a status line, which starts a new response: 100 Continue, redirects).
     func header(_ line: UnsafeRawBufferPointer) {
         var text = String(decoding: line, as: UTF8.self)
-        while let last = text.last, last == "\n" || last == "\r" { text.removeLast() }
+        while let last = text.last, last.isNewline { text.removeLast() }  // "\r\n" is one Character
         if text.hasPrefix("HTTP/") {
             let fields = text.split(separator: " ", maxSplits: 2)
             head = HTTPResponseHead(status: fields.count > 1 ? Int(fields[1]) ?? 0 : 0, headers: [:])
