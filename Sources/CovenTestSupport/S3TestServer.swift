@@ -17,12 +17,15 @@ public enum TestPaths {
         return FileManager.default.currentDirectoryPath
     }
 
-    /// The shared folder: `COVEN_SHARED_DIR`, else `<repo>/../shared`.
+    /// The shared folder: `COVEN_SHARED_DIR`, else `<repo>/../shared` when it holds the S3
+    /// tools, else the copy in `<repo>/Tests/shared` (Tests/shared/README.md).
     public static func sharedDirectory() -> String {
         if let custom = ProcessInfo.processInfo.environment["COVEN_SHARED_DIR"], !custom.isEmpty {
             return custom
         }
-        return URL(fileURLWithPath: repositoryRoot()).deletingLastPathComponent().appendingPathComponent("shared").path
+        let beside = URL(fileURLWithPath: repositoryRoot()).deletingLastPathComponent().appendingPathComponent("shared").path
+        if FileManager.default.isExecutableFile(atPath: beside + "/s3/start-s3-server") { return beside }
+        return repositoryRoot() + "/Tests/shared"
     }
 
     /// A new empty temporary folder.
