@@ -1,17 +1,96 @@
 #!/usr/bin/env bash
-# make demo: coven's main job end to end on file:// storage, in a temporary folder.
+# make demo: coven's main job end to end on file:// storage, in a temporary folder removed
+# afterwards (set COVEN_DEMO_KEEP=1 to keep it).
+#
+#   1. build coven in release mode;
+#   2. write a manifest: an app namespace, a user namespace and a table with a file column;
+#   3. coven init --storage file://$DEMO/store: the store and this device;
+#   4. coven stage a sample file (app bytes) and prepare a person's original (--user);
+#   5. coven write rows that reference both, in one transaction;
+#   6. coven upload-worker --once: encrypt and store them under $DEMO/store/files/;
+#   7. coven cat a byte range back and compare it with the source;
+#   8. coven status, then coven status --json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cat <<'PLAN'
-make demo will, in a temporary folder removed afterwards:
-  1. build coven in release mode (swift build -c release);
-  2. write a manifest declaring an app namespace and a table with a file column;
-  3. coven init --storage file://$DEMO/store --manifest coven.json, creating the store and this device;
-  4. coven stage the namespace a sample file, printing its id;
-  5. coven write a row that references it;
-  6. coven upload-worker --once, encrypting and storing it under $DEMO/store/files/;
-  7. coven cat the id with --offset and --length, reading a range back;
-  8. coven status, then coven status --json.
-PLAN
-echo "demo: the steps above are not wired up yet"
+step() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
+
+step "build (swift build -c release)"
+swift build -c release >&2
+coven="$PWD/.build/release/coven"
+
+DEMO=$(mktemp -d "${TMPDIR:-/tmp}/coven-demo.XXXXXX")
+if [[ ${COVEN_DEMO_KEEP-} != 1 ]]; then trap 'rm -rf "$DEMO"' EXIT; fi
+export COVEN_DB="$DEMO/device/device.db"
+cd "$DEMO"
+echo "demo folder: $DEMO" >&2
+
+step "manifest"
+cat > coven.json <<'JSON'
+{
+  "namespaces": [
+    { "name": "attachments", "kind": "app", "budget": "256MiB" },
+    { "name": "music", "kind": "user", "kept": true }
+  ],
+  "tables": [
+    { "name": "songs", "identity": "uuid", "files": [ { "column": "file" } ] }
+  ],
+  "migrations": [
+    "CREATE TABLE songs (id TEXT PRIMARY KEY, title TEXT NOT NULL, file TEXT, _updated_at TEXT NOT NULL) STRICT"
+  ]
+}
+JSON
+cat coven.json
+
+step "coven init --storage file://$DEMO/store --manifest coven.json"
+"$coven" init --storage "file://$DEMO/store" --manifest coven.json --name demo
+
+step "sample files: 3 MiB of app bytes and a person's original with a Latin-1 name"
+head -c $((3 * 1024 * 1024 + 12345)) /dev/urandom > sample.bin
+mkdir -p Music
+original=$'Music/Caf\xe9.flac'
+head -c 200000 /dev/urandom > "$original"
+
+step "coven stage sample.bin --namespace attachments"
+staged=$("$coven" stage sample.bin --namespace attachments)
+echo "$staged"
+step "coven stage --user Music/Caf\\xE9.flac --namespace music"
+prepared=$("$coven" stage --user "$original" --namespace music)
+echo "$prepared"
+
+step "coven write: two rows referencing them, one transaction"
+"$coven" write --param staged="$staged" --param prepared="$prepared" "
+  INSERT INTO songs (id, title, file, _updated_at)
+    VALUES (coven_uuid7(), 'app bytes', coven_put_staged(:staged), coven_stamp());
+  INSERT INTO songs (id, title, file, _updated_at)
+    VALUES (coven_uuid7(), 'an original', coven_put_user_file('music', :prepared, 'cloud'), coven_stamp());
+" | tee ids.txt
+file=$("$coven" sql "SELECT file FROM songs WHERE title = 'app bytes'")
+
+step "coven sql: the queue before uploading"
+"$coven" sql "SELECT file, waiting_for, bytes_total FROM coven_uploads"
+"$coven" sql "SELECT coven_path_text(path), size FROM coven_user_files"
+
+step "coven upload-worker --once"
+"$coven" upload-worker --once
+
+step "the store holds only random names"
+find store -type f | sort
+
+step "coven cat $file --offset 1000000 --length 70000 (a range across two chunks)"
+"$coven" cat "$file" --offset 1000000 --length 70000 > range.bin
+tail -c +1000001 sample.bin | head -c 70000 | cmp - range.bin
+echo "the range matches the source ($(wc -c < range.bin) bytes)"
+
+step "coven cat $file (whole file)"
+"$coven" cat "$file" | cmp - sample.bin && echo "the whole file matches the source"
+
+step "coven file-status $file"
+"$coven" file-status "$file"
+
+step "coven status"
+"$coven" status
+step "coven status --json"
+"$coven" status --json
+echo >&2
+echo "demo: done" >&2
