@@ -41,9 +41,10 @@ extension Device {
     /// - Throws: `.fileUnknown`, `.fileUnreferenced`, `.fileWriteOnce`, `.boundFileTooLarge`,
     ///   `.namespaceKind`, `.undeclaredNamespace`, `.deviceOnly`, `.notThisDevice`,
     ///   `.userFileMissing`, `.userFileChanged`, `.invalidId`, `.notFound` (a staged id that
-    ///   names nothing), `.sql`.
-    public func write(sql: String, parameters: [String: SQLValue] = [:]) throws -> WriteResult {
-        let lock = try self.lock(wait: true)
+    ///   names nothing), `.sql`; `.busy` when `wait` is false and another process holds the
+    ///   device lock.
+    public func write(sql: String, parameters: [String: SQLValue] = [:], wait: Bool = true) throws -> WriteResult {
+        let lock = try self.lock(wait: wait)
         defer { _ = lock }
         let session = WriteSession(device: self)
         return try session.run(sql: sql, parameters: parameters)

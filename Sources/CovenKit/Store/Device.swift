@@ -161,21 +161,48 @@ public final class Device {
             try database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         }
 
-        let storeKey = SecureRandom.bytes(32)
-        try AtomicFile.write(paths.storeKey, bytes: storeKey, mode: 0o600)
+        let storeKey = FileKey()
+        try storeKey.withUnsafeBytes { try AtomicFile.write(paths.storeKey, bytes: Array($0), mode: 0o600) }
 
         let storeJSON = try JSONSerialization.data(withJSONObject: [
             "coven_store": storeFormat, "id": storeID, "created_at": now,
         ], options: [.sortedKeys])
-        guard try provider.putIfAbsent("store.json", data: [UInt8](storeJSON) + [10]) else {
-            throw CovenError(.alreadyExists, "a store already exists at '\(storage)'")
+        // The storage objects this call made, removed again if a later step fails, so a failed
+        // init leaves neither a store nor a device behind.
+        var stored: [String] = []
+        defer {
+            if !created { for key in stored.reversed() { try? provider.delete(key) } }
         }
+        guard try provider.putIfAbsent("store.json", data: [UInt8](storeJSON) + [10]) else {
+            throw CovenError(.alreadyExists, "a store already exists at '\(storage)'", hint: "join it from another device's snapshot, or use another storage URL")
+        }
+        stored.append("store.json")
+        let entry = registryEntryKey(deviceID)
+        let sealed = try StoreSealer.seal(try registryEntry(device: deviceID, name: deviceName, joinedAt: now), storeKey: storeKey)
+        guard try provider.putIfAbsent(entry, data: sealed) else {
+            throw CovenError(.alreadyExists, "the device registry of '\(storage)' already has an entry '\(entry)'")
+        }
+        stored.append(entry)
         guard rename(building, paths.database) == 0 else {
             throw CovenError.posix("rename database into", path: paths.database)
         }
         try AtomicFile.syncFolder(parent)
         created = true
         return try open(paths: paths)
+    }
+
+    // MARK: The device registry
+
+    /// The storage key of a device's registry entry: `devices/<device>` (DESIGN "Storage layout").
+    public static func registryEntryKey(_ device: String) -> String { "devices/" + device }
+
+    /// The plaintext of a device registry entry, before it is sealed under the store key: one
+    /// JSON object `{"coven_device":1,"device":ID,"joined_at":TIME,"name":NAME}`, keys sorted.
+    static func registryEntry(device: String, name: String, joinedAt: String) throws -> [UInt8] {
+        let data = try JSONSerialization.data(withJSONObject: [
+            "coven_device": 1, "device": device, "name": name, "joined_at": joinedAt,
+        ] as [String: Any], options: [.sortedKeys, .withoutEscapingSlashes])
+        return [UInt8](data)
     }
 
     static func makeFolder(_ path: String, mode: mode_t) throws {
@@ -216,6 +243,15 @@ public final class Device {
             throw CovenError(.io, "cannot read the store key '\(paths.storeKey)'")
         }
         return [UInt8](data)
+    }
+
+    /// The store key in secure memory, read from `<db>.d/store.key`.
+    ///
+    /// - Throws: `.io` when the file is missing or not 32 bytes.
+    public func storeKey() throws -> FileKey {
+        var bytes = try storeKeyBytes()
+        defer { for index in bytes.indices { bytes[index] = 0 } }
+        return try FileKey(bytes: bytes)
     }
 
     /// Applies the manifest's new migrations and records it; refuses a changed old migration.
