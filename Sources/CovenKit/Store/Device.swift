@@ -63,8 +63,13 @@ public final class Device {
             throw CovenError(.noDevice, "no coven device at '\(paths.database)'", hint: "run 'coven init --storage URL --manifest FILE', or pass --db")
         }
         let database = try Database(path: paths.database, readOnly: readOnly)
-        try configure(database, readOnly: readOnly)
-        let device = try Device(paths: paths, database: database, readOnly: readOnly)
+        let device: Device
+        do {
+            try configure(database, readOnly: readOnly)
+            device = try Device(paths: paths, database: database, readOnly: readOnly)
+        } catch let error as CovenError where error.code == .sql && (error.message + (error.cause ?? "")).contains("not a database") {
+            throw CovenError(.noDevice, "'\(paths.database)' is not a coven device database", hint: "pass the --db of a device coven made", cause: error.message, details: ["path": paths.database])
+        }
         if !readOnly {
             try database.execute(Schema.views)
         }
