@@ -115,7 +115,10 @@ final class DocsTests: XCTestCase {
     }
 
     func testUpdateKeepsProseAndRefusesLostMarkers() throws {
-        let page = DocsPages.page(RegistryDump.current().commands[0], .current())
+        // The completions command by name: the registry's order is not this test's business
+        // (it took the first command, which stopped being `completions` when `init` came first).
+        let dump = RegistryDump.current()
+        let page = DocsPages.page(try XCTUnwrap(dump.commands.first { $0.name == "completions" }), dump)
         var text = DocsPages.skeleton(page)
         text = text.replacingOccurrences(of: "coven completions SHELL", with: "coven completions OLD")
         text += "\nhand-written words\n"

@@ -72,11 +72,16 @@ extension Device {
     ///   - namespace: a declared `user` namespace.
     ///   - place: where the file goes when a write puts it.
     ///   - progress: called with the bytes read so far.
+    ///   - wait: whether to wait for the device lock; when false the lock is taken before the
+    ///     read and a busy device fails at once (`--no-wait`).
     /// - Returns: the prepared file, recorded until a write puts it.
     /// - Throws: `.undeclaredNamespace`, `.namespaceKind`, `.userFileMissing`,
-    ///   `.userFileChanged` (it changed while being read), `.io`.
-    public func prepareUserFile(path: String, namespace name: String, place: Place, progress: ((Int64) -> Void)? = nil) throws -> StagedFile {
+    ///   `.userFileChanged` (it changed while being read), `.busy`, `.io`.
+    public func prepareUserFile(path: String, namespace name: String, place: Place, wait: Bool = true, progress: ((Int64) -> Void)? = nil) throws -> StagedFile {
         _ = try namespace(name, kind: .user)
+        // Under --no-wait a busy device fails before any byte is read.
+        let early = wait ? nil : try self.lock(wait: false)
+        defer { _ = early }
         let absolute = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
         let file = try FileHandleFD(reading: absolute)
         let before = try file.status()
@@ -96,7 +101,7 @@ extension Device {
             throw CovenError(.userFileChanged, "'\(PathText.display(absolute))' changed while it was being read", hint: "stage it again once it is saved", details: ["path": PathText.display(absolute)])
         }
         let id = Identifier.uuid7()
-        let lock = try self.lock(wait: true)
+        let lock = try early ?? self.lock(wait: true)
         defer { _ = lock }
         try database.transaction {
             try database.run("""
@@ -115,9 +120,14 @@ extension Device {
     /// A crash part way leaves only a temporary file that no record names, which the next
     /// open removes.
     ///
-    /// - Throws: `.undeclaredNamespace`, `.namespaceKind`, `.noRoom`, `.io`.
-    public func stageAppBytes(from descriptor: Int32, sourceName: String, namespace name: String, place: Place, progress: ((Int64) -> Void)? = nil) throws -> StagedFile {
+    /// With `wait` false (`--no-wait`) the device lock is taken before the first byte is
+    /// read, so a busy device fails at once; otherwise it is taken only to record the copy.
+    ///
+    /// - Throws: `.undeclaredNamespace`, `.namespaceKind`, `.noRoom`, `.busy`, `.io`.
+    public func stageAppBytes(from descriptor: Int32, sourceName: String, namespace name: String, place: Place, wait: Bool = true, progress: ((Int64) -> Void)? = nil) throws -> StagedFile {
         _ = try namespace(name, kind: .app)
+        let early = wait ? nil : try self.lock(wait: false)
+        defer { _ = early }
         let id = Identifier.uuid7()
         let relative = "copies/" + id
         let final = paths.folder + "/" + relative
@@ -139,7 +149,7 @@ extension Device {
             written += Int64(block.count)
         }, progress: progress)
         guard fsync(out) == 0 else { throw CovenError.posix("sync", path: temporary) }
-        let lock = try self.lock(wait: true)
+        let lock = try early ?? self.lock(wait: true)
         defer { _ = lock }
         guard rename(temporary, final) == 0 else { throw CovenError.posix("rename into", path: final) }
         kept = true

@@ -41,9 +41,10 @@ extension Device {
     /// - Throws: `.fileUnknown`, `.fileUnreferenced`, `.fileWriteOnce`, `.boundFileTooLarge`,
     ///   `.namespaceKind`, `.undeclaredNamespace`, `.deviceOnly`, `.notThisDevice`,
     ///   `.userFileMissing`, `.userFileChanged`, `.invalidId`, `.notFound` (a staged id that
-    ///   names nothing), `.sql`.
-    public func write(sql: String, parameters: [String: SQLValue] = [:]) throws -> WriteResult {
-        let lock = try self.lock(wait: true)
+    ///   names nothing), `.sql`; `.busy` when `wait` is false and another process holds the
+    ///   device lock.
+    public func write(sql: String, parameters: [String: SQLValue] = [:], wait: Bool = true) throws -> WriteResult {
+        let lock = try self.lock(wait: wait)
         defer { _ = lock }
         let session = WriteSession(device: self)
         return try session.run(sql: sql, parameters: parameters)
@@ -78,6 +79,11 @@ final class WriteSession {
             } catch {
                 database.setAuthorizer(nil)
                 try? SQLFunctions.install(on: device)
+                if let error = error as? CovenError, error.code == .sql, error.message == "not authorized" {
+                    // The authorizer's refusal: say what the write may not do.
+                    throw CovenError(.sql, "a write changes only the app's rows: not coven's tables, the schema, pragmas or the transaction",
+                                     hint: "change the schema with a migration ('coven migrate')", cause: error.message, details: error.details)
+                }
                 throw error
             }
             database.setAuthorizer(nil)
@@ -114,7 +120,7 @@ final class WriteSession {
 
     /// App SQL reads anything but changes only app tables: no coven table, no schema change
     /// (that is what migrations are for), no transaction control, no ATTACH.
-    static let appPolicy: AuthorizerPolicy = { action, first, _ in
+    static let appPolicy: AuthorizerPolicy = { action, first, second in
         func isCoven(_ name: String?) -> Bool {
             guard let name = name?.lowercased() else { return false }
             return name.hasPrefix("coven_") || name.hasPrefix("sqlite_")
@@ -128,12 +134,22 @@ final class WriteSession {
              SQLITE_TRANSACTION, SQLITE_SAVEPOINT, SQLITE_ATTACH, SQLITE_DETACH:
             return false
         case SQLITE_PRAGMA:
-            // Reading pragmas (table_info and friends) is fine; setting one is not.
-            return true
+            // Reading a pragma is fine (no argument), and so are the pragmas whose argument
+            // names what to read (table_info(t)); setting one (foreign_keys = OFF,
+            // writable_schema = ON, journal_mode = …) is not.
+            guard let argument = second else { return true }
+            _ = argument
+            return WriteSession.readingPragmas.contains(first?.lowercased() ?? "")
         default:
             return true
         }
     }
+
+    /// Pragmas whose argument only says what to read.
+    static let readingPragmas: Set<String> = [
+        "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
+        "foreign_key_list", "foreign_key_check", "integrity_check", "quick_check",
+    ]
 
     // MARK: - Write functions
 

@@ -22,6 +22,11 @@ extension Device {
     /// file or local record names (a crash between writing a copy and recording it).
     func sweepAfterCrash() {
         guard !readOnly else { return }
+        // Only while no other process changes the device: a stage in another process renames
+        // its copy into place and then records it under the lock, and its copy must not be
+        // taken for a crash's leftover in between. A busy device is swept by a later open.
+        guard let lock = try? DeviceLock(path: paths.lock, wait: false) else { return }
+        defer { _ = lock }
         removeReleasedCopies()
         for folder in [paths.copies, paths.temporary] {
             guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { continue }

@@ -63,8 +63,13 @@ public final class Device {
             throw CovenError(.noDevice, "no coven device at '\(paths.database)'", hint: "run 'coven init --storage URL --manifest FILE', or pass --db")
         }
         let database = try Database(path: paths.database, readOnly: readOnly)
-        try configure(database, readOnly: readOnly)
-        let device = try Device(paths: paths, database: database, readOnly: readOnly)
+        let device: Device
+        do {
+            try configure(database, readOnly: readOnly)
+            device = try Device(paths: paths, database: database, readOnly: readOnly)
+        } catch let error as CovenError where error.code == .sql && (error.message + (error.cause ?? "")).contains("not a database") {
+            throw CovenError(.noDevice, "'\(paths.database)' is not a coven device database", hint: "pass the --db of a device coven made", cause: error.message, details: ["path": paths.database])
+        }
         if !readOnly {
             try database.execute(Schema.views)
         }
@@ -108,27 +113,33 @@ public final class Device {
         paths: DevicePaths, storage: StorageLocation, manifest: Manifest, name: String?, provider: StorageProvider
     ) throws -> Device {
         let fm = FileManager.default
-        if fm.fileExists(atPath: paths.database) {
-            throw CovenError(.alreadyExists, "a coven device already exists at '\(paths.database)'", hint: "pass another --db")
+        try refuseExisting(paths)
+        if try provider.head("store.json") != nil {
+            throw CovenError(.alreadyExists, "a store already exists at '\(storage)'", hint: "join it from another device's snapshot, or use another storage URL")
         }
         let parent = (paths.database as NSString).deletingLastPathComponent
-        try makeFolder(parent, mode: 0o700)
-        if fm.fileExists(atPath: paths.folder) {
-            throw CovenError(.alreadyExists, "'\(paths.folder)' already exists", hint: "pass another --db, or remove what is left of an earlier device there")
+        // The folders above the database that this call makes, removed again on failure.
+        var madeFolders: [String] = []
+        var ancestor = parent
+        while !ancestor.isEmpty, ancestor != "/", !fm.fileExists(atPath: ancestor) {
+            madeFolders.append(ancestor)
+            ancestor = (ancestor as NSString).deletingLastPathComponent
         }
-        try makeFolder(paths.folder, mode: 0o700)
         var created = false
         // Until the device is in place, a failure removes everything this call made.
-        defer { if !created { try? fm.removeItem(atPath: paths.folder) } }
+        defer {
+            if !created {
+                try? fm.removeItem(atPath: paths.folder)
+                for folder in madeFolders { rmdir(folder) } // innermost first; only if empty
+            }
+        }
+        try makeFolder(parent, mode: 0o700)
+        try makeFolder(paths.folder, mode: 0o700)
         for folder in [paths.copies, paths.cache, paths.partial, paths.temporary] {
             try makeFolder(folder, mode: 0o700)
         }
         let lock = try DeviceLock(path: paths.lock, wait: false)
         defer { _ = lock }
-
-        if try provider.head("store.json") != nil {
-            throw CovenError(.alreadyExists, "a store already exists at '\(storage)'", hint: "join it from another device's snapshot, or use another storage URL")
-        }
 
         let storeID = Identifier.uuid4()
         let deviceID = Identifier.uuid4()
@@ -154,28 +165,93 @@ public final class Device {
                     try database.run("INSERT INTO coven_meta (key, value) VALUES (?1, ?2)", [key, value])
                 }
                 try database.run("INSERT INTO coven_device_registry (device, name, joined_at) VALUES (?1, ?2, ?3)", [deviceID, deviceName, now])
-                try Migrations.apply(manifest.migrations, to: database, recorded: [])
+                _ = try Migrations.apply(manifest.migrations, to: database, recorded: [])
             }
             try SchemaCheck(database: database, manifest: manifest).run()
             // Checkpoint so the renamed file holds everything without its WAL.
             try database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         }
 
-        let storeKey = SecureRandom.bytes(32)
-        try AtomicFile.write(paths.storeKey, bytes: storeKey, mode: 0o600)
+        let storeKey = FileKey()
+        try storeKey.withUnsafeBytes { try AtomicFile.write(paths.storeKey, bytes: Array($0), mode: 0o600) }
 
         let storeJSON = try JSONSerialization.data(withJSONObject: [
             "coven_store": storeFormat, "id": storeID, "created_at": now,
         ], options: [.sortedKeys])
-        guard try provider.putIfAbsent("store.json", data: [UInt8](storeJSON) + [10]) else {
-            throw CovenError(.alreadyExists, "a store already exists at '\(storage)'")
+        // The storage objects this call made, removed again if a later step fails, so a failed
+        // init leaves neither a store nor a device behind.
+        var stored: [String] = []
+        defer {
+            if !created { for key in stored.reversed() { try? provider.delete(key) } }
         }
+        guard try provider.putIfAbsent("store.json", data: [UInt8](storeJSON) + [10]) else {
+            throw CovenError(.alreadyExists, "a store already exists at '\(storage)'", hint: "join it from another device's snapshot, or use another storage URL")
+        }
+        stored.append("store.json")
+        let entry = registryEntryKey(deviceID)
+        let sealed = try StoreSealer.seal(try registryEntry(device: deviceID, name: deviceName, joinedAt: now), storeKey: storeKey)
+        guard try provider.putIfAbsent(entry, data: sealed) else {
+            throw CovenError(.alreadyExists, "the device registry of '\(storage)' already has an entry '\(entry)'")
+        }
+        stored.append(entry)
         guard rename(building, paths.database) == 0 else {
             throw CovenError.posix("rename database into", path: paths.database)
         }
         try AtomicFile.syncFolder(parent)
         created = true
         return try open(paths: paths)
+    }
+
+    // MARK: The device registry
+
+    /// The storage key of a device's registry entry: `devices/<device>` (DESIGN "Storage layout").
+    public static func registryEntryKey(_ device: String) -> String { "devices/" + device }
+
+    /// The plaintext of a device registry entry, before it is sealed under the store key: one
+    /// JSON object `{"coven_device":1,"device":ID,"joined_at":TIME,"name":NAME}`, keys sorted.
+    static func registryEntry(device: String, name: String, joinedAt: String) throws -> [UInt8] {
+        let data = try JSONSerialization.data(withJSONObject: [
+            "coven_device": 1, "device": device, "name": name, "joined_at": joinedAt,
+        ] as [String: Any], options: [.sortedKeys, .withoutEscapingSlashes])
+        return [UInt8](data)
+    }
+
+    /// Creates a store at `storage` and this device, connecting to the storage itself: a
+    /// `file://` directory is made when missing, and removed again (when still empty) if the
+    /// call fails, so a refused or failed `coven init` leaves nothing behind.
+    ///
+    /// - Throws: as ``create(paths:storage:manifest:name:provider:)``, and `.storage` when the
+    ///   storage cannot be reached.
+    public static func create(paths: DevicePaths, storage: StorageLocation, manifest: Manifest, name: String?) throws -> Device {
+        try refuseExisting(paths)
+        var madeStorage: [String] = []
+        if case .file(let directory) = storage {
+            var folder = directory
+            while !folder.isEmpty, folder != "/", !FileManager.default.fileExists(atPath: folder) {
+                madeStorage.append(folder)
+                folder = (folder as NSString).deletingLastPathComponent
+            }
+        }
+        do {
+            let provider = try StorageConnector(location: storage).connect(create: true)
+            return try create(paths: paths, storage: storage, manifest: manifest, name: name, provider: provider)
+        } catch {
+            for folder in madeStorage { rmdir(folder) }
+            throw error
+        }
+    }
+
+    /// Refuses a device database or device folder already at `paths`.
+    ///
+    /// - Throws: `.alreadyExists`.
+    static func refuseExisting(_ paths: DevicePaths) throws {
+        var info = stat()
+        if lstat(paths.database, &info) == 0 {
+            throw CovenError(.alreadyExists, "a coven device already exists at '\(paths.database)'", hint: "pass another --db", details: ["path": paths.database])
+        }
+        if lstat(paths.folder, &info) == 0 {
+            throw CovenError(.alreadyExists, "'\(paths.folder)' already exists", hint: "pass another --db, or remove what is left of an earlier device there", details: ["path": paths.folder])
+        }
     }
 
     static func makeFolder(_ path: String, mode: mode_t) throws {
@@ -216,6 +292,15 @@ public final class Device {
             throw CovenError(.io, "cannot read the store key '\(paths.storeKey)'")
         }
         return [UInt8](data)
+    }
+
+    /// The store key in secure memory, read from `<db>.d/store.key`.
+    ///
+    /// - Throws: `.io` when the file is missing or not 32 bytes.
+    public func storeKey() throws -> FileKey {
+        var bytes = try storeKeyBytes()
+        defer { for index in bytes.indices { bytes[index] = 0 } }
+        return try FileKey(bytes: bytes)
     }
 
     /// Applies the manifest's new migrations and records it; refuses a changed old migration.

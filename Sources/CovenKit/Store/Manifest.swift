@@ -97,7 +97,11 @@ extension Manifest {
         do {
             root = try JSONSerialization.jsonObject(with: data, options: [])
         } catch {
-            throw CovenError(.manifest, "the manifest is not valid JSON", cause: (error as NSError).localizedDescription)
+            // Foundation's localizedDescription says only "the data is not in the correct
+            // format"; the debug description says where.
+            let nsError = error as NSError
+            let cause = nsError.userInfo[NSDebugDescriptionErrorKey] as? String ?? nsError.localizedDescription
+            throw CovenError(.manifest, "the manifest is not valid JSON", cause: cause)
         }
         let reader = JSONReader(path: "")
         let object = try reader.object(root)
@@ -177,9 +181,33 @@ extension Manifest {
     }
 
     /// Reads and parses the manifest file at `path`.
+    ///
+    /// - Throws: `.manifest` when the file cannot be read (with the system's reason) or is not
+    ///   a valid manifest.
     public init(contentsOf path: String) throws {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw CovenError(.manifest, "cannot read manifest '\(path)'", cause: String(cString: strerror(errno)))
+        let display = PathText.display(path)
+        func unreadable(_ code: Int32) -> CovenError {
+            CovenError(.manifest, "cannot read manifest '\(display)'", cause: String(cString: strerror(code)), details: ["path": display])
+        }
+        let fd = PathText.withCString(path) { open($0, O_RDONLY | O_CLOEXEC) }
+        guard fd >= 0 else { throw unreadable(errno) }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw unreadable(errno) }
+        guard (info.st_mode & S_IFMT) == S_IFREG else { throw unreadable((info.st_mode & S_IFMT) == S_IFDIR ? EISDIR : EINVAL) }
+        // A manifest is a small document; refuse anything absurd rather than read it whole.
+        guard info.st_size <= 16 << 20 else { throw CovenError(.manifest, "manifest '\(display)' is larger than 16 MiB", details: ["path": display]) }
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let got = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if got < 0 {
+                if errno == EINTR { continue }
+                throw unreadable(errno)
+            }
+            if got == 0 { break }
+            data.append(contentsOf: buffer[0..<got])
+            if data.count > 16 << 20 { throw CovenError(.manifest, "manifest '\(display)' is larger than 16 MiB", details: ["path": display]) }
         }
         try self.init(json: data)
     }

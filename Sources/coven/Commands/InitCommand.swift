@@ -24,9 +24,8 @@ struct InitCommand: Command {
         guard let manifestPath = invocation.value("manifest") else { throw CovenError(.usage, "missing --manifest FILE") }
         let storage = try StorageLocation(parsing: storageText)
         let manifest = try Manifest(contentsOf: manifestPath)
-        let provider = try StorageConnector(location: storage).connect(create: true)
         let device = try Device.create(paths: DevicePaths(database: context.databasePath), storage: storage, manifest: manifest,
-                                       name: invocation.value("name"), provider: provider)
+                                       name: invocation.value("name"))
         if context.json {
             try context.printJSON([
                 "store": ["id": device.storeID, "storage": device.storage.description],

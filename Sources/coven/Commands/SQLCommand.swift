@@ -54,8 +54,10 @@ struct SQLCommand: Command {
                     context.out.write(row.values.map(text).joined(separator: "\t") + terminator)
                 }
             }
-        } catch let error as CovenError where error.code == .sql && error.message.contains("readonly") {
-            throw CovenError(.sql, "coven sql only reads", hint: "change rows with 'coven write'", cause: error.message)
+        } catch let error as CovenError where error.code == .sql && (error.cause ?? error.message).contains("readonly") {
+            // The connection is read-only (and query_only): SQLite says "attempt to write a
+            // readonly database" for any write, temporary tables included.
+            throw CovenError(.sql, "coven sql only reads", hint: "change rows with 'coven write'", cause: error.cause ?? error.message)
         }
         if context.json { try context.printJSON(objects) }
         return 0

@@ -40,7 +40,7 @@ struct StageCommand: Command {
             }
             let progress = ProgressLine(context, label: "reading", total: total)
             defer { progress.finish() }
-            staged = try device.prepareUserFile(path: user, namespace: namespace, place: place, progress: progress.update)
+            staged = try device.prepareUserFile(path: user, namespace: namespace, place: place, wait: !context.noWait, progress: progress.update)
         } else {
             guard let source = invocation.arguments.first else {
                 throw CovenError(.usage, "missing PATH (or - for stdin, or --user PATH)")
@@ -57,7 +57,7 @@ struct StageCommand: Command {
             let total: Int64? = fstat(descriptor, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG ? Int64(info.st_size) : nil
             let progress = ProgressLine(context, label: "staging", total: total)
             defer { progress.finish() }
-            staged = try device.stageAppBytes(from: descriptor, sourceName: source == "-" ? "stdin" : source, namespace: namespace, place: place, progress: progress.update)
+            staged = try device.stageAppBytes(from: descriptor, sourceName: source == "-" ? "stdin" : source, namespace: namespace, place: place, wait: !context.noWait, progress: progress.update)
         }
         if context.json {
             var object: [String: Any] = [

@@ -43,7 +43,7 @@ struct WriteCommand: Command {
             parameters[name] = .text(String(pair[pair.index(after: equals)...]))
         }
         let device = try context.openDevice()
-        let result = try device.write(sql: sql, parameters: parameters)
+        let result = try device.write(sql: sql, parameters: parameters, wait: !context.noWait)
         if context.json {
             try context.printJSON([
                 "files": result.files,

@@ -191,9 +191,22 @@ struct ManPage {
         return !next.isWhitespace
     }
 
-    /// Roff escapes: backslash and the hyphen-minus (so options copy as typed).
+    /// Roff escapes: backslash and the hyphen-minus (so options copy as typed), and every
+    /// character past ASCII as `\[uXXXX]` (roff input is ASCII: groff warns about, and may
+    /// garble, a raw `…` or `é`).
     static func escape(_ text: String) -> String {
-        text.replacingOccurrences(of: "\\", with: "\\e").replacingOccurrences(of: "-", with: "\\-")
+        var out = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\\": out += "\\e"
+            case "-": out += "\\-"
+            case _ where scalar.isASCII: out.unicodeScalars.append(scalar)
+            default:
+                let hex = String(scalar.value, radix: 16, uppercase: true)
+                out += "\\[u" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex + "]"
+            }
+        }
+        return out
     }
 
     /// A line starting with `.` or `'` would be a request: guard it with `\&`.

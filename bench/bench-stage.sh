@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Staging throughput and memory (issue 3, "Performance"), side by side with the reference tools:
+#
+#   1. `coven stage --user` of a 1 GiB original, page cache warm, against `sha256sum` of the
+#      same file: target at least 4x faster (coven computes the whole-file SHA-256 and the
+#      per-chunk SHA-256s in one read, over both cores); GB/s printed for both.
+#   2. `coven stage -` of the same bytes from stdin into coven's own copy (written and
+#      fsynced) against `cat FILE > COPY`: target within 1.5x.
+#   3. peak RSS (`/usr/bin/time -v`) of both stage forms on a 4 GiB file: target under 32 MiB.
+#
+# hyperfine runs each command 5 times after a warm-up and reports medians. Environment: COVEN
+# (release binary) and BENCH_TMP (scratch, removed afterwards) from bench/run.sh; BENCH_STAGE_MIB
+# and BENCH_STAGE_BIG_MIB change the sizes (1024 and 4096 MiB).
+set -euo pipefail
+
+: "${COVEN:?run through bench/run.sh}" "${BENCH_TMP:?run through bench/run.sh}"
+size_mib=${BENCH_STAGE_MIB:-1024}
+big_mib=${BENCH_STAGE_BIG_MIB:-4096}
+work=$BENCH_TMP/stage
+mkdir -p "$work"
+cd "$work"
+
+cat > coven.json <<'EOF'
+{
+  "namespaces": [
+    { "name": "originals", "kind": "user" },
+    { "name": "blobs", "kind": "app" }
+  ]
+}
+EOF
+
+fresh_device() {
+    rm -rf "$work/store" "$work/dev"
+    "$COVEN" --quiet init --storage "file://$work/store" --manifest "$work/coven.json" --db "$work/dev/device.db" >/dev/null
+}
+export -f fresh_device
+export work COVEN
+
+echo "making a ${size_mib} MiB file of random bytes"
+head -c "$((size_mib * 1048576))" /dev/urandom > data.bin
+cat data.bin > /dev/null # warm the page cache
+bytes=$((size_mib * 1048576))
+fresh_device
+
+median() { jq -r ".results[$1].median" "$2"; }
+ratio() { python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print(f'{a / b:.2f}')" "$1" "$2"; }
+rate() { python3 -c "import sys; print(f'{int(sys.argv[1]) / float(sys.argv[2]) / 1e9:.2f}')" "$1" "$2"; }
+
+echo
+echo "-- 1. prepare a ${size_mib} MiB original (stage --user) vs sha256sum"
+hyperfine --shell bash --style basic --runs 5 --warmup 1 --export-json user.json \
+    --command-name sha256sum "sha256sum data.bin" \
+    --command-name "coven stage --user" "$COVEN --db dev/device.db stage --user data.bin --namespace originals"
+sha=$(median 0 user.json)
+user=$(median 1 user.json)
+
+echo
+echo "-- 2. stage ${size_mib} MiB of app bytes from stdin (written and fsynced) vs cat > COPY"
+hyperfine --shell bash --style basic --runs 5 --warmup 1 --export-json app.json \
+    --command-name "cat > COPY" --prepare "rm -f copy.bin" "cat data.bin > copy.bin" \
+    --command-name "coven stage -" --prepare "fresh_device" "$COVEN --db dev/device.db stage - --namespace blobs < data.bin"
+cat_time=$(median 0 app.json)
+app=$(median 1 app.json)
+rm -f copy.bin
+
+echo
+echo "-- 3. peak RSS staging a ${big_mib} MiB file"
+rm -f data.bin
+truncate -s "$((big_mib * 1048576))" big.bin # sparse: memory is what is measured here
+fresh_device
+/usr/bin/time -v "$COVEN" --db dev/device.db stage --user big.bin --namespace originals 2> rss-user.txt >/dev/null
+rss_user=$(awk -F': ' '/Maximum resident set size/ { print $2 }' rss-user.txt)
+/usr/bin/time -v "$COVEN" --db dev/device.db stage - --namespace blobs < big.bin 2> rss-app.txt >/dev/null
+rss_app=$(awk -F': ' '/Maximum resident set size/ { print $2 }' rss-app.txt)
+/usr/bin/time -v sha256sum big.bin 2> rss-sha.txt >/dev/null
+rss_sha=$(awk -F': ' '/Maximum resident set size/ { print $2 }' rss-sha.txt)
+rm -rf big.bin dev store
+
+echo
+echo "== stage figures (medians of 5)"
+printf '%-34s %8.3f s  %6s GB/s\n' "sha256sum ${size_mib} MiB" "$sha" "$(rate "$bytes" "$sha")"
+printf '%-34s %8.3f s  %6s GB/s   %sx faster than sha256sum (target >= 4)\n' "coven stage --user ${size_mib} MiB" "$user" "$(rate "$bytes" "$user")" "$(ratio "$sha" "$user")"
+printf '%-34s %8.3f s  %6s GB/s\n' "cat > COPY ${size_mib} MiB" "$cat_time" "$(rate "$bytes" "$cat_time")"
+printf '%-34s %8.3f s  %6s GB/s   %sx the time of cat (target <= 1.5)\n' "coven stage - ${size_mib} MiB" "$app" "$(rate "$bytes" "$app")" "$(ratio "$app" "$cat_time")"
+printf '%-34s %8s KiB (sha256sum: %s KiB; target < 32768)\n' "peak RSS stage --user ${big_mib} MiB" "$rss_user" "$rss_sha"
+printf '%-34s %8s KiB (target < 32768)\n' "peak RSS stage - ${big_mib} MiB" "$rss_app"
+
+status=0
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) / float(sys.argv[2]) >= 4 else 1)" "$sha" "$user" || { echo "bench-stage: stage --user is under 4x sha256sum"; status=1; }
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) / float(sys.argv[2]) <= 1.5 else 1)" "$app" "$cat_time" || { echo "bench-stage: stage - is over 1.5x cat"; status=1; }
+[[ $rss_user -lt 32768 && $rss_app -lt 32768 ]] || { echo "bench-stage: peak RSS over 32 MiB"; status=1; }
+exit $status
