@@ -56,7 +56,7 @@ public enum UploadWorker {
         shouldStop: @escaping @Sendable () -> Bool = { false },
         events: @escaping @Sendable (UploadEvent) -> Void = { _ in }
     ) throws -> UploadRunSummary {
-        let device = try Device.open(paths: paths)
+        let device = try Job.openDevice(paths)
         try device.setNetworkMetered(settings.networkMetered ?? false)
         let connector = StorageConnector(location: device.storage, options: storageOptions)
         // Fail early, before any thread, when storage cannot be reached at all.
@@ -146,13 +146,32 @@ private final class Job {
 
     init(paths: DevicePaths, connector: StorageConnector, settings: UploadSettings, once: Bool, shared: RunState,
          shouldStop: @escaping @Sendable () -> Bool, events: @escaping @Sendable (UploadEvent) -> Void) throws {
-        self.device = try Device.open(paths: paths)
+        self.device = try Job.openDevice(paths)
         self.connector = connector
         self.settings = settings
         self.once = once
         self.shared = shared
         self.shouldStop = shouldStop
         self.events = events
+    }
+
+    private static let opening = NSLock()
+
+    /// Opens a connection for a job. Opening recreates coven's views (DROP + CREATE outside a
+    /// transaction), so two opens at once can collide: the jobs of a run open one at a time, and
+    /// a collision with another process's open is retried.
+    static func openDevice(_ paths: DevicePaths) throws -> Device {
+        opening.lock()
+        defer { opening.unlock() }
+        var attempt = 0
+        while true {
+            do {
+                return try Device.open(paths: paths)
+            } catch let error as CovenError where error.code == .sql && error.message.contains("already exists") && attempt < 5 {
+                attempt += 1
+                Thread.sleep(forTimeInterval: 0.05 * Double(attempt))
+            }
+        }
     }
 
     func storage() throws -> any StorageProvider {
