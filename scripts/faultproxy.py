@@ -22,6 +22,10 @@ the counters, also written to --stats after every request. A rule, or {"rules": 
                                                           body bytes, then go silent
     {"mode": "none"} or {}                                no faults
 
+    {"mode": "reset", "before": true}                      read the request, forward nothing, reset
+    {"mode": "stall", "seconds": 10, "before": true}      read the request, forward nothing, go silent
+                                                          (for requests whose answer has no body)
+
 Optional in every rule: "method": "GET" and "path": "substring" to match only some requests;
 "count": N faults (default 1; -1 = every matching request). "after_bytes" defaults to half the
 body, at most 64 KiB.
@@ -197,6 +201,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         try:
             if rule and rule["mode"] == "status":
                 self.inject_status(rule)
+            elif rule and rule.get("before"):
+                self.fail_before(rule)
             else:
                 self.forward(body, rule)
         finally:
@@ -211,6 +217,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if "retry_after" in rule:
             extra.append(("Retry-After", str(rule["retry_after"])))
         self.send_plain(status, xml, extra)
+
+    def fail_before(self, rule):
+        if rule["mode"] == "stall":
+            time.sleep(min(float(rule.get("seconds", 10)), 300))
+            self.close_connection = True
+            return
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        self.connection.close()
 
     def forward(self, body, rule):
         host, port = self.upstream

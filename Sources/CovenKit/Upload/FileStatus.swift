@@ -62,7 +62,12 @@ extension Device {
                     throw CovenError(.noStorage, "no storage is set up to check file '\(id)'", hint: "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", details: ["file": id])
                 }
             }
-            let provider = try StorageConnector(location: storage, options: options).connect()
+            let provider: any StorageProvider
+            if case .s3 = storage {
+                provider = try S3Storage(location: storage, options: options, environment: environment)
+            } else {
+                provider = try StorageConnector(location: storage, options: options).connect()
+            }
             guard let info = try provider.head(object) else {
                 return .missing(device: nil, reason: .lost)
             }

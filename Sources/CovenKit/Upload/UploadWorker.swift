@@ -45,6 +45,8 @@ public enum UploadWorker {
     ///     running until `shouldStop` says so.
     ///   - settings: budget, part size, backoff, lease, poll interval.
     ///   - storageOptions: timeouts and retries of storage requests.
+    ///   - connect: makes a provider for one job (the device's storage with the process
+    ///     environment's credentials when nil).
     ///   - shouldStop: polled between parts and while idle.
     ///   - events: progress and outcomes.
     /// - Returns: the run's summary.
@@ -53,14 +55,16 @@ public enum UploadWorker {
     public static func run(
         paths: DevicePaths, jobs: Int, once: Bool, settings: UploadSettings = UploadSettings(),
         storageOptions: StorageOptions = StorageOptions(),
+        connect: (@Sendable () throws -> any StorageProvider)? = nil,
         shouldStop: @escaping @Sendable () -> Bool = { false },
         events: @escaping @Sendable (UploadEvent) -> Void = { _ in }
     ) throws -> UploadRunSummary {
         let device = try Job.openDevice(paths)
         try device.setNetworkMetered(settings.networkMetered ?? false)
         let connector = StorageConnector(location: device.storage, options: storageOptions)
-        // Fail early, before any thread, when storage cannot be reached at all.
-        _ = try connector.connect()
+        let makeProvider: @Sendable () throws -> any StorageProvider = connect ?? { try connector.connect() }
+        // Fail early, before any thread, when storage cannot be made at all.
+        _ = try makeProvider()
         let shared = RunState()
         let count = max(1, jobs)
         let group = DispatchGroup()
@@ -69,7 +73,7 @@ public enum UploadWorker {
             let thread = Thread {
                 defer { group.leave() }
                 do {
-                    try Job(paths: paths, connector: connector, settings: settings, once: once, shared: shared,
+                    try Job(paths: paths, connect: makeProvider, settings: settings, once: once, shared: shared,
                             shouldStop: shouldStop, events: events).run()
                 } catch {
                     shared.fail(error)
@@ -135,7 +139,7 @@ private final class RunState: @unchecked Sendable {
 /// One job: its own connection and provider, claiming and sending one upload at a time.
 private final class Job {
     let device: Device
-    let connector: StorageConnector
+    let connect: @Sendable () throws -> any StorageProvider
     let settings: UploadSettings
     let once: Bool
     let shared: RunState
@@ -144,10 +148,10 @@ private final class Job {
     let worker = WorkerIdentity.current()
     private var provider: (any StorageProvider)?
 
-    init(paths: DevicePaths, connector: StorageConnector, settings: UploadSettings, once: Bool, shared: RunState,
+    init(paths: DevicePaths, connect: @escaping @Sendable () throws -> any StorageProvider, settings: UploadSettings, once: Bool, shared: RunState,
          shouldStop: @escaping @Sendable () -> Bool, events: @escaping @Sendable (UploadEvent) -> Void) throws {
         self.device = try Job.openDevice(paths)
-        self.connector = connector
+        self.connect = connect
         self.settings = settings
         self.once = once
         self.shared = shared
@@ -176,7 +180,7 @@ private final class Job {
 
     func storage() throws -> any StorageProvider {
         if let provider { return provider }
-        let made = try connector.connect()
+        let made = try connect()
         provider = made
         return made
     }

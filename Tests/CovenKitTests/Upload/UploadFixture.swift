@@ -83,8 +83,16 @@ final class UploadFixture {
     func run(jobs: Int = 2, once: Bool = true, settings extra: [String: String] = [:], storageOptions: StorageOptions? = nil) throws -> UploadRunSummary {
         var values = ["COVEN_UPLOAD_BACKOFF": "0.05", "COVEN_UPLOAD_BACKOFF_MAX": "0.2"]
         values.merge(extra) { _, new in new }
+        let location = self.location
+        let environment = self.environment
+        let options = storageOptions ?? Self.quickOptions
         return try UploadWorker.run(paths: paths, jobs: jobs, once: once, settings: UploadSettings(environment: values),
-                                    storageOptions: storageOptions ?? Self.quickOptions)
+                                    storageOptions: options, connect: {
+            switch location {
+            case .file: return try StorageConnector(location: location, options: options).connect()
+            case .s3: return try S3Storage(location: location, options: options, environment: environment)
+            }
+        })
     }
 
     static var quickOptions: StorageOptions {
