@@ -57,6 +57,14 @@ extension Device {
             let state = row.string("state")
             let moveState = row.string("move_state")
             if state == "retired" || moveState == "cancelled" {
+                let stored: Bool
+                if case .stored = end { stored = true } else { stored = false }
+                if uploadID != nil && !stored {
+                    // A provider session to abort first: the upload stays queued (retired or
+                    // cancelled) until a claim of its own aborts it.
+                    try database.run("UPDATE coven_upload_queue SET worker = NULL, lease_until = NULL WHERE object = ?1", [claim.object])
+                    return (.dropped, nil, nil)
+                }
                 try dropUpload(claim.object, forgetBytes: state == "retired")
                 if case .stored = end { return (.dropped, claim.object, nil) }
                 return (.dropped, nil, uploadID)

@@ -218,6 +218,36 @@ final class UploadWorkerTests: XCTestCase {
         XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_outbox WHERE changeset IS NOT NULL"), 2)
     }
 
+    func testLastReferenceGoneDuringAMultipartUploadAbortsItsSessionFirst() throws {
+        let fixture = try UploadFixture()
+        let file = try fixture.addOriginal("m.bin", UploadFixture.bytes(600_000))
+        let object = try fixture.record(file).coordinates.object
+        let worker = WorkerIdentity.current()
+        let settings = UploadSettings(environment: ["COVEN_UPLOAD_PART_SIZE": "65536", "COVEN_UPLOAD_SINGLE_LIMIT": "0"])
+        let claim = try fixture.device.claimUpload(worker: worker, lease: 60, excluded: []).get()
+        var deleted = false
+        // The row goes once two parts are confirmed, while the upload is in flight.
+        let sender = UploadSender(device: fixture.device, provider: try fixture.provider(), settings: settings, worker: worker) { _, confirmed, _ in
+            if confirmed >= 2 * 65552, !deleted {
+                deleted = true
+                do { try fixture.write("DELETE FROM notes") } catch { XCTFail("\(error)") }
+            }
+        }
+        XCTAssertThrowsError(try sender.send(claim)) { XCTAssertEqual($0 as? UploadStop, .retired) }
+        let end = try fixture.device.finishAttempt(claim, worker: worker, end: .stopped(.retired), settings: settings)
+        XCTAssertEqual(end.outcome, .dropped)
+        // Still queued, retired, with its session, until the abort succeeds.
+        XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_upload_queue").textValue, "retired")
+        let uploadID = try XCTUnwrap(fixture.scalar("SELECT upload_id FROM coven_upload_queue").textValue)
+        XCTAssertLessThan(try fixture.count("SELECT count(*) FROM coven_upload_parts"), 10, "it stopped part way")
+        XCTAssertTrue(fixture.storeFiles().contains { $0.contains(uploadID) })
+        try fixture.run()
+        XCTAssertFalse(fixture.storeFiles().contains { $0.contains(uploadID) })
+        XCTAssertFalse(fixture.storeFiles().contains(object))
+        XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_upload_queue"), 0)
+        XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_local"), 0)
+    }
+
     func testRetiredMultipartSessionIsAbortedBeforeTheUploadGoes() throws {
         let fixture = try UploadFixture()
         let file = try fixture.addOriginal("m.bin", UploadFixture.bytes(300_000))
