@@ -74,75 +74,96 @@ struct UploadSource {
         }
     }
 
-    /// Reads chunks `chunks` into `buffer`, checks each against its recorded hash on both cores,
-    /// and only then seals them into `output` (the run's sealed bytes, back to back).
+    /// Reads chunks `chunks` straight into their sealed places in `output` (each chunk where its
+    /// ciphertext goes, its tag's 16 bytes left free), then on both cores checks each chunk
+    /// against its recorded hash and, only once it matched, seals it in place.
     ///
+    /// No plaintext buffer is needed, and a chunk that differs is never encrypted.
+    ///
+    /// - Parameters:
+    ///   - chunks: consecutive chunks of the file.
+    ///   - ciphers: one cipher per lane (two use both cores).
+    ///   - output: room for the run's sealed bytes, back to back.
     /// - Returns: the number of sealed bytes written.
-    /// - Throws: ``changed(chunk:)`` for a short read or a chunk that differs: nothing of the
-    ///   run is sealed then.
-    func sealRun(_ chunks: Range<Int64>, sealer: ObjectSealer, buffer: UnsafeMutableRawBufferPointer, into output: UnsafeMutableRawBufferPointer) throws -> Int {
-        let start = chunks.lowerBound * ObjectLayout.chunkSize
-        let end = min(chunks.upperBound * ObjectLayout.chunkSize, size)
-        let count = Int(end - start)
-        var filled = 0
-        while filled < count {
-            let got = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[filled..<count]), at: start + Int64(filled))
-            if got == 0 { throw changed(chunk: chunks.lowerBound + Int64(filled) / ObjectLayout.chunkSize) }
-            filled += got
+    /// - Throws: ``changed(chunk:)`` for a short read or a chunk that differs; nothing is sent
+    ///   then.
+    func sealRun(_ chunks: Range<Int64>, ciphers: [ChunkCipher], into output: UnsafeMutableRawBufferPointer) throws -> Int {
+        let sealedSize = Int(ObjectLayout.sealedChunkSize)
+        var sealed = 0
+        for (k, chunk) in chunks.enumerated() {
+            let plain = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size)
+            let count = plain.count
+            let at = k * sealedSize
+            var filled = 0
+            while filled < count {
+                let got = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: output[(at + filled)..<(at + count)]), at: plain.lowerBound + Int64(filled))
+                if got == 0 { throw changed(chunk: chunk) }
+                filled += got
+            }
+            sealed = at + count + Int(ObjectLayout.tagSize)
         }
-        let plain = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-        if let bad = try firstMismatch(chunks, plain: plain) { throw changed(chunk: bad) }
-        return try sealer.sealChunks(firstChunk: chunks.lowerBound, plaintext: plain, totalPlaintextSize: size, into: output)
-    }
-
-    /// The first chunk of the run whose SHA-256 differs from the recorded one, hashing on two
-    /// threads.
-    private func firstMismatch(_ chunks: Range<Int64>, plain: UnsafeRawBufferPointer) throws -> Int64? {
-        let count = Int(chunks.count)
-        let lanes = count >= 4 ? 2 : 1
-        let results = UnsafeMutableBufferPointer<Int64>.allocate(capacity: lanes)
-        results.initialize(repeating: -1)
-        defer { results.deallocate() }
-        let shared = HashLanes(plain: plain, recorded: chunkHashes, first: chunks.lowerBound, count: count, lanes: lanes, results: results)
-        let body: @Sendable (Int) -> Void = { lane in shared.check(lane: lane) }
+        let lanes = chunks.count >= 4 ? min(2, ciphers.count) : 1
+        let work = SealLanes(output: output, recorded: chunkHashes, chunks: chunks, size: size, lanes: lanes, ciphers: ciphers)
+        let body: @Sendable (Int) -> Void = { lane in work.run(lane: lane) }
         if lanes == 1 { body(0) } else { DispatchQueue.concurrentPerform(iterations: lanes, execute: body) }
-        return results.lazy.filter { $0 >= 0 }.min()
+        if let bad = work.mismatch { throw changed(chunk: bad) }
+        if let error = work.error { throw error }
+        return sealed
     }
 }
 
-/// What the hashing lanes of one run share. @unchecked: each lane reads the same immutable
-/// buffers and writes only its own result slot; `concurrentPerform` returns after all lanes.
-private final class HashLanes: @unchecked Sendable {
-    let plain: UnsafeRawBufferPointer
+/// What the lanes of one run share. @unchecked: each lane touches only its own chunks' bytes in
+/// `output`, its own cipher and its own result slots; `concurrentPerform` returns after all.
+private final class SealLanes: @unchecked Sendable {
+    let output: UnsafeMutableRawBufferPointer
     let recorded: [UInt8]
-    let first: Int64
-    let count: Int
+    let chunks: Range<Int64>
+    let size: Int64
     let lanes: Int
-    let results: UnsafeMutableBufferPointer<Int64>
+    let ciphers: [ChunkCipher]
+    private var mismatches: [Int64?]
+    private var errors: [Error?]
 
-    init(plain: UnsafeRawBufferPointer, recorded: [UInt8], first: Int64, count: Int, lanes: Int, results: UnsafeMutableBufferPointer<Int64>) {
-        self.plain = plain
+    init(output: UnsafeMutableRawBufferPointer, recorded: [UInt8], chunks: Range<Int64>, size: Int64, lanes: Int, ciphers: [ChunkCipher]) {
+        self.output = output
         self.recorded = recorded
-        self.first = first
-        self.count = count
+        self.chunks = chunks
+        self.size = size
         self.lanes = lanes
-        self.results = results
+        self.ciphers = ciphers
+        mismatches = Array(repeating: nil, count: lanes)
+        errors = Array(repeating: nil, count: lanes)
     }
 
-    func check(lane: Int) {
+    var mismatch: Int64? { mismatches.compactMap { $0 }.min() }
+    var error: Error? { errors.compactMap { $0 }.first }
+
+    func run(lane: Int) {
+        let count = chunks.count
         let lower = count * lane / lanes
         let upper = count * (lane + 1) / lanes
+        let cipher = ciphers[lane]
+        let last = ObjectLayout.chunkCount(plaintextSize: size) - 1
         var digest = [UInt8](repeating: 0, count: 32)
         recorded.withUnsafeBytes { recordedBytes in
             digest.withUnsafeMutableBytes { out in
-                guard let outBase = out.baseAddress, let recordedBase = recordedBytes.baseAddress else { return }
+                guard let digestBase = out.baseAddress, let recordedBase = recordedBytes.baseAddress, let base = output.baseAddress else { return }
                 for k in lower..<upper {
-                    let from = k * Int(ObjectLayout.chunkSize)
-                    let to = min(from + Int(ObjectLayout.chunkSize), plain.count)
-                    SHA256.hash(UnsafeRawBufferPointer(rebasing: plain[from..<to]), into: outBase)
-                    let index = Int(first) + k
-                    if memcmp(outBase, recordedBase + index * 32, 32) != 0 {
-                        results[lane] = first + Int64(k)
+                    let chunk = chunks.lowerBound + Int64(k)
+                    let plainCount = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size).count
+                    let at = base + k * Int(ObjectLayout.sealedChunkSize)
+                    SHA256.hash(UnsafeRawBufferPointer(start: at, count: plainCount), into: digestBase)
+                    guard memcmp(digestBase, recordedBase + Int(chunk) * 32, 32) == 0 else {
+                        mismatches[lane] = chunk
+                        return
+                    }
+                    do {
+                        // In place: libgcrypt encrypts a buffer onto itself.
+                        try cipher.seal(index: chunk, isLast: chunk == last,
+                                        plaintext: UnsafeRawBufferPointer(start: at, count: plainCount),
+                                        into: UnsafeMutableRawBufferPointer(start: at, count: plainCount + Int(ObjectLayout.tagSize)))
+                    } catch {
+                        errors[lane] = error
                         return
                     }
                 }
@@ -189,12 +210,12 @@ final class UploadSender {
             throw CovenError(.internal, "the queued size of '\(claim.object)' disagrees with its local bytes", cause: "\(claim.bytesTotal) queued, \(total) from \(source.size) bytes")
         }
         let key = try FileKey(hex: keyHex)
-        let sealer = try ObjectSealer(key: key)
+        let ciphers = try (0..<ChunkRun.threads).map { _ in try ChunkCipher(key: key) }
         let single = min(provider.singleRequestLimit, settings.singleRequestLimit)
         if total <= single && claim.uploadID == nil {
-            try sendWhole(claim, source: source, sealer: sealer, total: total)
+            try sendWhole(claim, source: source, ciphers: ciphers, total: total)
         } else {
-            try sendParts(claim, source: source, sealer: sealer, total: total)
+            try sendParts(claim, source: source, ciphers: ciphers, total: total)
         }
     }
 
@@ -204,20 +225,17 @@ final class UploadSender {
 
     // MARK: One request
 
-    private func sendWhole(_ claim: UploadClaim, source: UploadSource, sealer: ObjectSealer, total: Int64) throws {
+    private func sendWhole(_ claim: UploadClaim, source: UploadSource, ciphers: [ChunkCipher], total: Int64) throws {
         var object = [UInt8](repeating: 0, count: Int(total))
         let chunkCount = ObjectLayout.chunkCount(plaintextSize: source.size)
-        let runPlain = Int(Self.runChunks * ObjectLayout.chunkSize)
-        let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, min(runPlain, Int(source.size))), alignment: 4096)
-        defer { plain.deallocate() }
         try object.withUnsafeMutableBytes { out in
-            let header = sealer.header()
+            let header = ObjectHeader.file
             for (index, byte) in header.enumerated() { out[index] = byte }
             var first: Int64 = 0
             while first < chunkCount {
                 let run = first..<min(first + Self.runChunks, chunkCount)
                 let offset = Int(ObjectLayout.encryptedRange(chunk: run.lowerBound, plaintextSize: source.size).lowerBound)
-                _ = try source.sealRun(run, sealer: sealer, buffer: plain, into: UnsafeMutableRawBufferPointer(rebasing: out[offset...]))
+                _ = try source.sealRun(run, ciphers: ciphers, into: UnsafeMutableRawBufferPointer(rebasing: out[offset...]))
                 first = run.upperBound
             }
         }
@@ -237,7 +255,7 @@ final class UploadSender {
         return (chunks, offset)
     }
 
-    private func sendParts(_ claim: UploadClaim, source: UploadSource, sealer: ObjectSealer, total: Int64) throws {
+    private func sendParts(_ claim: UploadClaim, source: UploadSource, ciphers: [ChunkCipher], total: Int64) throws {
         let db = device.database
         var uploadID = claim.uploadID
         var partPlain = claim.partSize ?? settings.partSize
@@ -287,10 +305,8 @@ final class UploadSender {
         var done = confirmed.values.reduce(Int64(0)) { $0 + $1.size }
         progress(claim.object, done, total)
 
-        // Two sealed buffers: part k+1 is read, checked and sealed while part k is sent.
+        // Two buffers: part k+1 is read into place, checked and sealed while part k is sent.
         let sealedCapacity = Int(chunksPerPart * ObjectLayout.sealedChunkSize + ObjectLayout.headerSize)
-        let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(chunksPerPart * ObjectLayout.chunkSize), alignment: 4096)
-        defer { plain.deallocate() }
         let buffers = [UnsafeMutableRawBufferPointer.allocate(byteCount: sealedCapacity, alignment: 4096),
                        UnsafeMutableRawBufferPointer.allocate(byteCount: sealedCapacity, alignment: 4096)]
         defer { buffers.forEach { $0.deallocate() } }
@@ -324,10 +340,10 @@ final class UploadSender {
                 let buffer = buffers[current]
                 var length = 0
                 if number == 1 {
-                    for (index, byte) in sealer.header().enumerated() { buffer[index] = byte }
+                    for (index, byte) in ObjectHeader.file.enumerated() { buffer[index] = byte }
                     length = Int(ObjectLayout.headerSize)
                 }
-                length += try source.sealRun(chunks, sealer: sealer, buffer: plain, into: UnsafeMutableRawBufferPointer(rebasing: buffer[length...]))
+                length += try source.sealRun(chunks, ciphers: ciphers, into: UnsafeMutableRawBufferPointer(rebasing: buffer[length...]))
                 if let previous = inFlight {
                     inFlight = nil
                     try record(previous)
