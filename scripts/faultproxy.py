@@ -2,7 +2,7 @@
 """faultproxy.py - a fault-injecting HTTP/1.1 proxy for coven's storage tests (stdlib only).
 
     faultproxy.py --upstream http://127.0.0.1:9000 [--port 0] [--port-file F] [--control F]
-                  [--stats F] [--parent-pid PID] [--timeout SECONDS]
+                  [--stats F] [--log F] [--parent-pid PID] [--timeout SECONDS]
 
 Listens on 127.0.0.1:PORT (0 = a free port, written to --port-file and to stderr) and forwards
 every request to the upstream S3 endpoint with the same method, path, query, headers and body.
@@ -22,9 +22,16 @@ the counters, also written to --stats after every request. A rule, or {"rules": 
                                                           body bytes, then go silent
     {"mode": "none"} or {}                                no faults
 
+    {"mode": "reset", "before": true}                      read the request, forward nothing, reset
+    {"mode": "stall", "seconds": 10, "before": true}      read the request, forward nothing, go silent
+                                                          (for requests whose answer has no body)
+
 Optional in every rule: "method": "GET" and "path": "substring" to match only some requests;
 "count": N faults (default 1; -1 = every matching request). "after_bytes" defaults to half the
 body, at most 64 KiB.
+
+With --log F, every request is appended to F as one line: METHOD PATH?QUERY BODY-BYTES ACTION
+(ACTION: forwarded, or the injected mode), so tests can count what reached the provider.
 
 Bounded: exits after --timeout seconds (default 600) and as soon as --parent-pid is gone.
 """
@@ -49,8 +56,9 @@ HOP_BY_HOP = {
 class Faults:
     """The rules in force and the counters, shared by the handler threads."""
 
-    def __init__(self, control_path, stats_path):
+    def __init__(self, control_path, stats_path, log_path=None):
         self.lock = threading.Lock()
+        self.log_path = log_path
         self.rules = []
         self.control_path = control_path
         self.stats_path = stats_path
@@ -108,6 +116,13 @@ class Faults:
                 return dict(rule)
             self.stats["forwarded"] += 1
             return None
+
+    def log_request(self, method, path, size, action):
+        if not self.log_path:
+            return
+        with self.lock:
+            with open(self.log_path, "a") as f:
+                f.write("%s %s %d %s\n" % (method, path, size, action))
 
     def snapshot(self):
         with self.lock:
@@ -182,9 +197,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_plain(200, json.dumps(self.faults.snapshot()).encode())
             return
         rule = self.faults.take(self.command, self.path)
+        self.faults.log_request(self.command, self.path, len(body), rule["mode"] if rule else "forwarded")
         try:
             if rule and rule["mode"] == "status":
                 self.inject_status(rule)
+            elif rule and rule.get("before"):
+                self.fail_before(rule)
             else:
                 self.forward(body, rule)
         finally:
@@ -199,6 +217,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if "retry_after" in rule:
             extra.append(("Retry-After", str(rule["retry_after"])))
         self.send_plain(status, xml, extra)
+
+    def fail_before(self, rule):
+        if rule["mode"] == "stall":
+            time.sleep(min(float(rule.get("seconds", 10)), 300))
+            self.close_connection = True
+            return
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        self.connection.close()
 
     def forward(self, body, rule):
         host, port = self.upstream
@@ -263,6 +290,7 @@ def main():
     parser.add_argument("--port-file")
     parser.add_argument("--control")
     parser.add_argument("--stats")
+    parser.add_argument("--log")
     parser.add_argument("--parent-pid", type=int)
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args()
@@ -271,7 +299,7 @@ def main():
     if target.scheme != "http" or not target.hostname:
         parser.error("--upstream must be http://host:port")
     Handler.upstream = (target.hostname, target.port or 80)
-    Handler.faults = Faults(args.control, args.stats)
+    Handler.faults = Faults(args.control, args.stats, args.log)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True

@@ -27,7 +27,7 @@ public final class FaultProxy {
                 "/usr/bin/env",
                 [
                     "python3", script, "--upstream", upstream, "--port", "0", "--port-file", portFile,
-                    "--control", work + "/control.json", "--stats", work + "/stats.json",
+                    "--control", work + "/control.json", "--stats", work + "/stats.json", "--log", work + "/requests.log",
                     "--parent-pid", String(ProcessInfo.processInfo.processIdentifier), "--timeout", "600",
                 ],
                 stderr: work + "/proxy.log")
@@ -79,6 +79,13 @@ public final class FaultProxy {
               let object = try? JSONSerialization.jsonObject(with: data) as? [String: Int]
         else { return [:] }
         return object
+    }
+
+    /// Every request the proxy received so far, one per line: `METHOD PATH?QUERY BODY-BYTES
+    /// ACTION` (ACTION is `forwarded` or the injected fault's mode).
+    public func requests() -> [String] {
+        guard let text = try? String(contentsOfFile: workDirectory + "/requests.log", encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").map(String.init)
     }
 
     /// Stops the proxy (the process this object started) and removes its files.

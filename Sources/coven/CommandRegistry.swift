@@ -13,6 +13,12 @@ enum CommandRegistry {
         WriteCommand.self,
         SQLCommand.self,
         StatusCommand.self,
+        UploadWorkerCommand.self,
+        UploadsCommand.self,
+        PauseCommand.self,
+        ResumeCommand.self,
+        RetryCommand.self,
+        FileStatusCommand.self,
         CompletionsCommand.self,
     ]
 

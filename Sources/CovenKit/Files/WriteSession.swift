@@ -277,7 +277,7 @@ final class WriteSession {
                     try database.run("""
                         INSERT INTO coven_upload_queue (object, position, move, bytes_total)
                         VALUES (?1, ?2, ?3, ?4)
-                        """, [intent.object, position, moveID, EncryptedSize.of(intent.size)])
+                        """, [intent.object, position, moveID, ObjectLayout.encryptedSize(plaintextSize: intent.size)])
                 }
             }
         }
@@ -464,14 +464,5 @@ extension Device {
             try database.run("INSERT INTO coven_meta (key, value) VALUES ('release:' || ?1, ?1) ON CONFLICT DO NOTHING", [copy])
         }
         try database.run("DELETE FROM coven_local WHERE object = ?1", [object])
-    }
-}
-
-/// The encrypted size of a plaintext size (docs/format.md): an 8-byte header, then every 64 KiB
-/// chunk with its 16-byte tag; an empty file is one empty chunk.
-enum EncryptedSize {
-    static func of(_ size: Int64) -> Int64 {
-        let chunks = max(1, (size + 65535) / 65536)
-        return 8 + size + 16 * chunks
     }
 }

@@ -82,7 +82,9 @@ enum Schema {
         bytes_confirmed INTEGER NOT NULL DEFAULT 0,
         bytes_total INTEGER NOT NULL,
         worker TEXT,
-        lease_until REAL
+        lease_until REAL,
+        -- Upload: 1 once storage holds the object while its move waits for its other files.
+        uploaded INTEGER NOT NULL DEFAULT 0
     ) STRICT;
 
     CREATE TABLE IF NOT EXISTS coven_upload_parts (
@@ -159,6 +161,7 @@ enum Schema {
                  WHEN q.state = 'failed' THEN 'failed'
                  WHEN q.state = 'retired' THEN 'retire'
                  WHEN q.state = 'sending' AND q.lease_until > ((julianday('now') - 2440587.5) * 86400.0) THEN 'sending'
+                 WHEN q.uploaded = 1 THEN 'move'
                  WHEN q.last_error_code IN ('user_file_missing', 'user_file_changed', 'file_unavailable') THEN 'source'
                  WHEN q.bound = 0 AND coalesce((SELECT value FROM coven_meta WHERE key = 'uploads_paused'), '0') = '1' THEN 'pause'
                  WHEN q.bound = 0 AND coalesce((SELECT value FROM coven_meta WHERE key = 'unmetered_only'), '0') = '1'

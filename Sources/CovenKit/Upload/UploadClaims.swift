@@ -1,0 +1,207 @@
+import Foundation
+
+// MARK: - Workers and leases
+
+/// Who holds an upload: `host pid token`. A claim carries a lease in `coven_upload_queue`
+/// (`worker`, `lease_until`), renewed while the worker sends; another worker takes the upload
+/// over only once the lease ran out or, on the same host, once the holder's process is gone
+/// (a `kill -9` leaves a lease that nobody renews).
+struct WorkerIdentity: Sendable, Equatable {
+    let host: String
+    let pid: Int32
+    let token: String
+
+    static func current() -> WorkerIdentity {
+        WorkerIdentity(host: hostName(), pid: getpid(), token: Identifier.objectName().prefix(8).lowercased())
+    }
+
+    init(host: String, pid: Int32, token: String) {
+        self.host = host
+        self.pid = pid
+        self.token = token
+    }
+
+    init?(text: String) {
+        let parts = text.split(separator: " ").map(String.init)
+        guard parts.count == 3, let pid = Int32(parts[1]) else { return nil }
+        self.init(host: parts[0], pid: pid, token: parts[2])
+    }
+
+    var text: String { "\(host) \(pid) \(token)" }
+
+    /// Whether this holder is a process of this host that no longer runs.
+    var isGoneHere: Bool {
+        guard host == Self.hostName(), pid > 0 else { return false }
+        if pid == getpid() { return false }
+        return kill(pid, 0) != 0 && errno == ESRCH
+    }
+
+    static func hostName() -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count - 1) == 0 else { return "localhost" }
+        let name = String(cString: buffer).replacingOccurrences(of: " ", with: "_")
+        return name.isEmpty ? "localhost" : name
+    }
+}
+
+/// What a worker claimed.
+struct UploadClaim: Sendable {
+    enum Task: Sendable, Equatable {
+        /// Send the object's bytes.
+        case send
+        /// No record names the object any more: abort its provider session, then drop it.
+        case retire
+        /// Its move was cancelled: abort its provider session, then drop it (the file stays on
+        /// this device only, with its local bytes).
+        case cancel
+    }
+
+    var task: Task
+    var object: String
+    var move: String?
+    var bound: Bool
+    var attempts: Int64
+    var bytesTotal: Int64
+    var uploadID: String?
+    var partSize: Int64?
+}
+
+/// Why nothing could be claimed, for a worker deciding whether to wait or stop.
+struct ClaimWait: Sendable {
+    /// The earliest time an upload waiting for a retry becomes eligible.
+    var nextAttempt: Double?
+    /// Uploads held by other live workers.
+    var heldElsewhere: Int
+}
+
+extension Device {
+    /// Claims the oldest eligible upload for `worker`, in one short IMMEDIATE transaction, so
+    /// two workers (two cron runs, or two jobs of one run) never claim the same upload.
+    ///
+    /// Bound uploads come first and ignore pause and the unmetered-only setting; trailing ones
+    /// wait for them. Uploads of a failed or done move are not sent; those of a cancelled
+    /// move, and retired ones with a provider session, are claimed to be cleaned up.
+    ///
+    /// - Parameters:
+    ///   - worker: the claiming worker.
+    ///   - lease: seconds the claim holds without renewal.
+    ///   - excluded: objects this run leaves alone (waiting for their source).
+    /// - Returns: the claim, or why there is none.
+    func claimUpload(worker: WorkerIdentity, lease: Double, excluded: Set<String>) throws -> Result<UploadClaim, ClaimWaitBox> {
+        try database.transaction {
+            let now = Date().timeIntervalSince1970
+            let paused = try setting("uploads_paused") == "1"
+            let networkBlocked = try setting("unmetered_only") == "1" && setting("network_metered") == "1"
+            let rows = try database.query("""
+                SELECT q.object, q.move, q.bound, q.state, q.attempts, q.next_attempt_at, q.upload_id, q.part_size,
+                       q.bytes_total, q.worker, q.lease_until, m.state AS move_state
+                FROM coven_upload_queue q LEFT JOIN coven_move_state m ON m.id = q.move
+                WHERE q.uploaded = 0 AND q.state <> 'failed'
+                ORDER BY q.bound DESC, q.position
+                """)
+            var wait = ClaimWait(nextAttempt: nil, heldElsewhere: 0)
+            for row in rows {
+                guard let object = row.string("object"), !excluded.contains(object) else { continue }
+                let state = row.string("state") ?? ""
+                if state == "sending" || row.string("worker") != nil {
+                    let leaseUntil = row["lease_until"].doubleValue ?? 0
+                    let holder = row.string("worker").flatMap(WorkerIdentity.init(text:))
+                    let live = leaseUntil > now && !(holder?.isGoneHere ?? true)
+                    if live {
+                        wait.heldElsewhere += 1
+                        continue
+                    }
+                }
+                let moveState = row.string("move_state")
+                var task = UploadClaim.Task.send
+                if state == "retired" {
+                    if row["upload_id"].isNull {
+                        // Nothing at the provider to abort: drop it now.
+                        try database.run("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
+                        try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
+                        if try database.scalar("SELECT count(*) FROM coven_files WHERE json_extract(coordinates, '$.object') = ?1", [object]).intValue ?? 0 == 0 {
+                            try forgetLocalBytes(object: object)
+                        }
+                        continue
+                    }
+                    task = .retire
+                } else if moveState == "cancelled" {
+                    task = .cancel
+                } else if moveState == "failed" || moveState == "done" {
+                    continue
+                }
+                let nextAttempt = row["next_attempt_at"].doubleValue ?? 0
+                if nextAttempt > now {
+                    wait.nextAttempt = min(wait.nextAttempt ?? nextAttempt, nextAttempt)
+                    continue
+                }
+                let bound = (row.int("bound") ?? 0) != 0
+                if task == .send && !bound && (paused || networkBlocked) { continue }
+                let attempts = (row.int("attempts") ?? 0) + (task == .send ? 1 : 0)
+                try database.run("""
+                    UPDATE coven_upload_queue
+                    SET state = CASE WHEN state = 'retired' THEN 'retired' ELSE 'sending' END,
+                        worker = ?2, lease_until = ?3, attempts = ?4
+                    WHERE object = ?1
+                    """, [object, worker.text, now + lease, attempts])
+                return .success(UploadClaim(
+                    task: task, object: object, move: row.string("move"), bound: bound, attempts: attempts,
+                    bytesTotal: row.int("bytes_total") ?? 0, uploadID: row.string("upload_id"), partSize: row.int("part_size")))
+            }
+            return .failure(ClaimWaitBox(wait))
+        }
+    }
+
+    /// Renews `worker`'s lease on `object` and says whether the upload is still wanted.
+    ///
+    /// - Returns: nil when the worker may go on; otherwise why it must stop.
+    func renewLease(object: String, worker: WorkerIdentity, lease: Double) throws -> UploadStop? {
+        try database.transaction {
+            guard let row = try database.queryOne("""
+                SELECT q.state, q.worker, m.state AS move_state FROM coven_upload_queue q
+                LEFT JOIN coven_move_state m ON m.id = q.move WHERE q.object = ?1
+                """, [object]) else { return .gone }
+            guard row.string("worker") == worker.text else { return .leaseLost }
+            if row.string("state") == "retired" { return .retired }
+            switch row.string("move_state") {
+            case "cancelled": return .cancelled
+            case "failed": return .moveFailed
+            default: break
+            }
+            try database.run("UPDATE coven_upload_queue SET lease_until = ?2 WHERE object = ?1", [object, Date().timeIntervalSince1970 + lease])
+            return nil
+        }
+    }
+}
+
+/// Why a worker stops an upload part way.
+enum UploadStop: String, Error, Sendable {
+    /// The queue row went (a cancel removed it).
+    case gone
+    /// Another worker took the upload over (this one's lease ran out).
+    case leaseLost
+    /// The file's last reference went.
+    case retired
+    /// Its move was cancelled.
+    case cancelled
+    /// Another file of its move changed.
+    case moveFailed
+}
+
+/// ``ClaimWait`` as an `Error`, so a claim can be a `Result`.
+struct ClaimWaitBox: Error, Sendable {
+    let wait: ClaimWait
+    init(_ wait: ClaimWait) { self.wait = wait }
+}
+
+extension SQLValue {
+    /// The value as a real number, or nil when it is not a number.
+    var doubleValue: Double? {
+        switch self {
+        case .real(let v): return v
+        case .integer(let v): return Double(v)
+        case .text(let v): return Double(v)
+        default: return nil
+        }
+    }
+}

@@ -1,0 +1,194 @@
+import Foundation
+
+/// How one attempt ended, as the worker records it.
+enum AttemptEnd {
+    /// Storage holds the object.
+    case stored
+    /// The attempt failed.
+    case failed(CovenError)
+    /// The upload is no longer wanted or no longer this worker's.
+    case stopped(UploadStop)
+}
+
+/// What the worker did with one attempt, for the run's summary.
+public enum UploadOutcome: Sendable, Equatable {
+    /// Stored; the file switched (or waits for the rest of its move).
+    case stored
+    /// Failed; retried later (after `retryAt`).
+    case willRetry(code: ErrorCode, message: String)
+    /// The original is missing: the upload waits for it and retries.
+    case waitingForSource(code: ErrorCode, message: String)
+    /// Failed for good (attempts budget spent, or a changed original failed its move).
+    case failed(code: ErrorCode, message: String)
+    /// Stopped or cleaned up: retired, cancelled, or its move failed.
+    case dropped
+}
+
+extension Device {
+    /// The record ids naming `object`.
+    func fileIDs(object: String) throws -> [String] {
+        try database.query("SELECT id FROM coven_files WHERE json_extract(coordinates, '$.object') = ?1 ORDER BY id", [object]).compactMap { $0.string("id") }
+    }
+
+    /// Records the end of `worker`'s attempt at `claim`, in one short transaction (and the
+    /// device lock, since it may write file records): switches files to stored, schedules a
+    /// retry, fails the upload or its move, or drops it.
+    ///
+    /// - Returns: the outcome, and objects whose stored bytes nothing names any more (to delete
+    ///   best effort) and a provider session to abort, after the commit.
+    func finishAttempt(_ claim: UploadClaim, worker: WorkerIdentity, end: AttemptEnd, settings: UploadSettings)
+        throws -> (outcome: UploadOutcome, orphan: String?, abort: String?)
+    {
+        let lock = try self.lock(wait: true)
+        defer { _ = lock }
+        let result: (UploadOutcome, String?, String?) = try database.transaction {
+            guard let row = try database.queryOne("""
+                SELECT q.*, m.state AS move_state FROM coven_upload_queue q LEFT JOIN coven_move_state m ON m.id = q.move
+                WHERE q.object = ?1
+                """, [claim.object]) else {
+                // Removed meanwhile (a cancel): whatever was stored is named by nothing.
+                if case .stored = end { return (.dropped, claim.object, nil) }
+                return (.dropped, nil, claim.uploadID)
+            }
+            guard row.string("worker") == worker.text else {
+                return (.dropped, nil, nil)  // another worker owns it now
+            }
+            let uploadID = row.string("upload_id")
+            let state = row.string("state")
+            let moveState = row.string("move_state")
+            if state == "retired" || moveState == "cancelled" {
+                let stored: Bool
+                if case .stored = end { stored = true } else { stored = false }
+                if uploadID != nil && !stored {
+                    // A provider session to abort first: the upload stays queued (retired or
+                    // cancelled) until a claim of its own aborts it.
+                    try database.run("UPDATE coven_upload_queue SET worker = NULL, lease_until = NULL WHERE object = ?1", [claim.object])
+                    return (.dropped, nil, nil)
+                }
+                try dropUpload(claim.object, forgetBytes: state == "retired")
+                if case .stored = end { return (.dropped, claim.object, nil) }
+                return (.dropped, nil, uploadID)
+            }
+            if moveState == "failed" {
+                try release(claim.object, clearSession: true)
+                if case .stored = end { return (.dropped, claim.object, nil) }
+                return (.dropped, nil, uploadID)
+            }
+            switch end {
+            case .stored:
+                try storeCompleted(claim.object, move: row.string("move"), moveState: moveState)
+                return (.stored, nil, nil)
+            case .stopped(let stop):
+                if stop == .leaseLost || stop == .gone { return (.dropped, nil, nil) }
+                try release(claim.object, clearSession: false)
+                return (.dropped, nil, nil)
+            case .failed(let error):
+                return try recordFailure(claim, error: error, row: row, settings: settings)
+            }
+        }
+        removeReleasedCopies()
+        return result
+    }
+
+    /// Gives an upload back to the queue (no worker, no lease).
+    private func release(_ object: String, clearSession: Bool) throws {
+        try database.run("UPDATE coven_upload_queue SET state = 'queued', worker = NULL, lease_until = NULL WHERE object = ?1", [object])
+        if clearSession {
+            try database.run("UPDATE coven_upload_queue SET upload_id = NULL, part_size = NULL, bytes_confirmed = 0 WHERE object = ?1", [object])
+            try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
+        }
+    }
+
+    /// Removes an upload from the queue; its local bytes go too when no record names them.
+    func dropUpload(_ object: String, forgetBytes: Bool) throws {
+        try database.run("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
+        try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
+        if forgetBytes, try fileIDs(object: object).isEmpty {
+            try forgetLocalBytes(object: object)
+        }
+    }
+
+    /// Storage holds `object`: a bound upload switches its file now; a move's upload waits
+    /// until every file of the move is stored, then one write switches them all.
+    private func storeCompleted(_ object: String, move: String?, moveState: String?) throws {
+        guard let move else {
+            try systemWrite { stamp in try switchToStored([object], stamp: stamp) }
+            return
+        }
+        try database.run("""
+            UPDATE coven_upload_queue SET uploaded = 1, state = 'queued', worker = NULL, lease_until = NULL,
+                bytes_confirmed = bytes_total, last_error = NULL, last_error_code = NULL
+            WHERE object = ?1
+            """, [object])
+        let waiting = try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE move = ?1 AND uploaded = 0 AND state <> 'retired'", [move]).intValue ?? 0
+        guard waiting == 0, moveState == nil || moveState == "moving" else { return }
+        let objects = try database.query("SELECT object FROM coven_upload_queue WHERE move = ?1 AND uploaded = 1 ORDER BY position", [move]).compactMap { $0.string("object") }
+        try systemWrite { stamp in try switchToStored(objects, stamp: stamp) }
+        try database.run("""
+            INSERT INTO coven_move_state (id, state, created_at) VALUES (?1, 'done', ?2)
+            ON CONFLICT (id) DO UPDATE SET state = 'done'
+            """, [move, Timestamp.iso8601(Date())])
+    }
+
+    /// Switches every record of this device naming `objects` to stored, with its content hash;
+    /// the uploads leave the queue and coven's copies are released.
+    private func switchToStored(_ objects: [String], stamp: String) throws {
+        for object in objects {
+            let hash = try database.scalar("SELECT content_hash FROM coven_local WHERE object = ?1", [object]).bytesValue?.hex
+            for row in try database.query("""
+                SELECT id, coordinates FROM coven_files
+                WHERE json_extract(coordinates, '$.object') = ?1 AND json_extract(coordinates, '$.at') = 'device'
+                  AND json_extract(coordinates, '$.device') = ?2
+                """, [object, deviceID]) {
+                let coordinates = try Coordinates(json: row.string("coordinates") ?? "")
+                let stored = Coordinates(at: .stored, device: nil, object: coordinates.object, key: coordinates.key)
+                try database.run("UPDATE coven_files SET coordinates = ?2, hash = ?3, _updated_at = ?4 WHERE id = ?1",
+                                 [row.string("id") ?? "", stored.json, hash, stamp])
+            }
+            try database.run("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
+            try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
+            try forgetLocalBytes(object: object)
+        }
+    }
+
+    private func recordFailure(_ claim: UploadClaim, error: CovenError, row: Row, settings: UploadSettings) throws -> (UploadOutcome, String?, String?) {
+        let now = Date().timeIntervalSince1970
+        let attempts = row.int("attempts") ?? claim.attempts
+        let message = error.description
+        func update(state: String, next: Double) throws {
+            try database.run("""
+                UPDATE coven_upload_queue SET state = ?2, worker = NULL, lease_until = NULL, next_attempt_at = ?3,
+                    last_error = ?4, last_error_code = ?5
+                WHERE object = ?1
+                """, [claim.object, state, next, message, error.code.rawValue])
+        }
+        switch error.code {
+        case .userFileMissing:
+            // An unplugged drive: wait and retry, without spending the attempts budget.
+            try update(state: "queued", next: now + settings.wait(after: attempts))
+            return (.waitingForSource(code: error.code, message: message), nil, nil)
+        case .userFileChanged:
+            // A changed original fails its move: no file of it switches.
+            try update(state: "failed", next: 0)
+            let uploadID = row.string("upload_id")
+            try database.run("UPDATE coven_upload_queue SET upload_id = NULL, part_size = NULL, bytes_confirmed = 0 WHERE object = ?1", [claim.object])
+            try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [claim.object])
+            if let move = row.string("move") {
+                let file = try fileIDs(object: claim.object).first
+                try database.run("""
+                    INSERT INTO coven_move_state (id, state, created_at, error, error_code, error_file) VALUES (?1, 'failed', ?2, ?3, ?4, ?5)
+                    ON CONFLICT (id) DO UPDATE SET state = 'failed', error = excluded.error, error_code = excluded.error_code, error_file = excluded.error_file
+                    """, [move, Timestamp.iso8601(Date()), message, error.code.rawValue, file])
+            }
+            return (.failed(code: error.code, message: message), nil, uploadID)
+        default:
+            if attempts >= Int64(settings.attempts) {
+                try update(state: "failed", next: 0)
+                return (.failed(code: error.code, message: message), nil, nil)
+            }
+            let wait = max(settings.wait(after: attempts), error.retryAfter ?? 0)
+            try update(state: "queued", next: now + wait)
+            return (.willRetry(code: error.code, message: message), nil, nil)
+        }
+    }
+}

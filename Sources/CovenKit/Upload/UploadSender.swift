@@ -1,0 +1,397 @@
+import Dispatch
+import Foundation
+
+// MARK: - The bytes of one upload
+
+/// The local bytes an upload reads: the person's original or coven's own copy, with what was
+/// recorded when it was staged.
+struct UploadSource {
+    let kind: FileKind
+    let file: FileHandleFD
+    let size: Int64
+    let chunkHashes: [UInt8]
+    let contentHash: [UInt8]
+    /// The path for messages.
+    let display: String
+
+    /// Opens the object's local bytes and checks the source's size (and an original's exact
+    /// modification time) against what staging recorded, before any byte is read.
+    ///
+    /// - Throws: `.userFileMissing` (original gone), `.userFileChanged` (original's size or
+    ///   time differs), `.fileUnavailable` (coven's copy missing or of another size).
+    static func open(object: String, device: Device) throws -> UploadSource {
+        guard let row = try device.database.queryOne("SELECT * FROM coven_local WHERE object = ?1", [object]) else {
+            throw CovenError(.fileUnavailable, "no local bytes of '\(object)' on this device", details: ["object": object])
+        }
+        let size = row.int("size") ?? 0
+        let hashes = row.bytes("chunk_hashes") ?? []
+        let content = row.bytes("content_hash") ?? []
+        guard hashes.count == Int(ObjectLayout.chunkCount(plaintextSize: size)) * 32 else {
+            throw CovenError(.fileUnavailable, "the recorded chunk hashes of '\(object)' do not cover its size", details: ["object": object])
+        }
+        if row.string("kind") == FileKind.user.rawValue {
+            let bytes = row.bytes("path") ?? []
+            let path = PathText.string(fromOSBytes: bytes)
+            let display = PathText.text(bytes)
+            let file: FileHandleFD
+            do {
+                file = try FileHandleFD(reading: path)
+            } catch let error as CovenError where error.code == .userFileMissing {
+                throw CovenError(.userFileMissing, "the original '\(display)' is missing", cause: error.cause, details: ["path": display])
+            }
+            let info = try file.status()
+            let seconds = Int64(info.st_mtim.tv_sec)
+            let nanos = Int64(info.st_mtim.tv_nsec)
+            guard (info.st_mode & S_IFMT) == S_IFREG, Int64(info.st_size) == size,
+                  seconds == row.int("modified_seconds"), nanos == row.int("modified_nanos") else {
+                throw CovenError(.userFileChanged, "the original '\(display)' changed since it was staged", hint: "stage it again", details: ["path": display])
+            }
+            posix_fadvise(file.fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
+            return UploadSource(kind: .user, file: file, size: size, chunkHashes: hashes, contentHash: content, display: display)
+        }
+        let copy = row.string("copy") ?? ""
+        let path = device.paths.folder + "/" + copy
+        let fd = Foundation.open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw CovenError(.fileUnavailable, "coven's copy '\(copy)' cannot be opened", cause: String(cString: strerror(errno)), details: ["path": path])
+        }
+        let file = FileHandleFD(descriptor: fd, path: path)
+        let info = try file.status()
+        guard Int64(info.st_size) == size else {
+            throw CovenError(.fileUnavailable, "coven's copy '\(copy)' is \(info.st_size) bytes, not \(size)", details: ["path": path])
+        }
+        posix_fadvise(fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
+        return UploadSource(kind: .app, file: file, size: size, chunkHashes: hashes, contentHash: content, display: path)
+    }
+
+    /// The failure for bytes that differ from what was recorded.
+    func changed(chunk: Int64) -> CovenError {
+        switch kind {
+        case .user:
+            return CovenError(.userFileChanged, "the original '\(display)' changed since it was staged", hint: "stage it again", cause: "chunk \(chunk) differs from its recorded hash", details: ["path": display, "chunk": String(chunk)])
+        case .app:
+            return CovenError(.fileUnavailable, "coven's copy '\(display)' fails its check", cause: "chunk \(chunk) differs from its recorded hash", details: ["path": display, "chunk": String(chunk)])
+        }
+    }
+
+    /// Reads chunks `chunks` straight into their sealed places in `output` (each chunk where its
+    /// ciphertext goes, its tag's 16 bytes left free), then on both cores checks each chunk
+    /// against its recorded hash and, only once it matched, seals it in place.
+    ///
+    /// No plaintext buffer is needed, and a chunk that differs is never encrypted.
+    ///
+    /// - Parameters:
+    ///   - chunks: consecutive chunks of the file.
+    ///   - ciphers: one cipher per lane (two use both cores).
+    ///   - output: room for the run's sealed bytes, back to back.
+    /// - Returns: the number of sealed bytes written.
+    /// - Throws: ``changed(chunk:)`` for a short read or a chunk that differs; nothing is sent
+    ///   then.
+    func sealRun(_ chunks: Range<Int64>, ciphers: [ChunkCipher], into output: UnsafeMutableRawBufferPointer) throws -> Int {
+        let sealedSize = Int(ObjectLayout.sealedChunkSize)
+        var sealed = 0
+        for (k, chunk) in chunks.enumerated() {
+            let plain = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size)
+            let count = plain.count
+            let at = k * sealedSize
+            var filled = 0
+            while filled < count {
+                let got = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: output[(at + filled)..<(at + count)]), at: plain.lowerBound + Int64(filled))
+                if got == 0 { throw changed(chunk: chunk) }
+                filled += got
+            }
+            sealed = at + count + Int(ObjectLayout.tagSize)
+        }
+        let lanes = chunks.count >= 4 ? min(2, ciphers.count) : 1
+        let work = SealLanes(output: output, recorded: chunkHashes, chunks: chunks, size: size, lanes: lanes, ciphers: ciphers)
+        let body: @Sendable (Int) -> Void = { lane in work.run(lane: lane) }
+        if lanes == 1 { body(0) } else { DispatchQueue.concurrentPerform(iterations: lanes, execute: body) }
+        if let bad = work.mismatch { throw changed(chunk: bad) }
+        if let error = work.error { throw error }
+        return sealed
+    }
+}
+
+/// What the lanes of one run share. @unchecked: each lane touches only its own chunks' bytes in
+/// `output`, its own cipher and its own result slots; `concurrentPerform` returns after all.
+private final class SealLanes: @unchecked Sendable {
+    let output: UnsafeMutableRawBufferPointer
+    let recorded: [UInt8]
+    let chunks: Range<Int64>
+    let size: Int64
+    let lanes: Int
+    let ciphers: [ChunkCipher]
+    private var mismatches: [Int64?]
+    private var errors: [Error?]
+
+    init(output: UnsafeMutableRawBufferPointer, recorded: [UInt8], chunks: Range<Int64>, size: Int64, lanes: Int, ciphers: [ChunkCipher]) {
+        self.output = output
+        self.recorded = recorded
+        self.chunks = chunks
+        self.size = size
+        self.lanes = lanes
+        self.ciphers = ciphers
+        mismatches = Array(repeating: nil, count: lanes)
+        errors = Array(repeating: nil, count: lanes)
+    }
+
+    var mismatch: Int64? { mismatches.compactMap { $0 }.min() }
+    var error: Error? { errors.compactMap { $0 }.first }
+
+    func run(lane: Int) {
+        let count = chunks.count
+        let lower = count * lane / lanes
+        let upper = count * (lane + 1) / lanes
+        let cipher = ciphers[lane]
+        let last = ObjectLayout.chunkCount(plaintextSize: size) - 1
+        var digest = [UInt8](repeating: 0, count: 32)
+        recorded.withUnsafeBytes { recordedBytes in
+            digest.withUnsafeMutableBytes { out in
+                guard let digestBase = out.baseAddress, let recordedBase = recordedBytes.baseAddress, let base = output.baseAddress else { return }
+                for k in lower..<upper {
+                    let chunk = chunks.lowerBound + Int64(k)
+                    let plainCount = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size).count
+                    let at = base + k * Int(ObjectLayout.sealedChunkSize)
+                    SHA256.hash(UnsafeRawBufferPointer(start: at, count: plainCount), into: digestBase)
+                    guard memcmp(digestBase, recordedBase + Int(chunk) * 32, 32) == 0 else {
+                        mismatches[lane] = chunk
+                        return
+                    }
+                    do {
+                        // In place: libgcrypt encrypts a buffer onto itself.
+                        try cipher.seal(index: chunk, isLast: chunk == last,
+                                        plaintext: UnsafeRawBufferPointer(start: at, count: plainCount),
+                                        into: UnsafeMutableRawBufferPointer(start: at, count: plainCount + Int(ObjectLayout.tagSize)))
+                    } catch {
+                        errors[lane] = error
+                        return
+                    }
+                }
+            }
+        }
+    }
+}
+
+// MARK: - One attempt
+
+/// Sends one claimed upload: one request, or a multipart upload resumed from its confirmed
+/// parts. Runs on a job's own thread with its own connection and provider.
+final class UploadSender {
+    let device: Device
+    let provider: any StorageProvider
+    let settings: UploadSettings
+    let worker: WorkerIdentity
+    let progress: (_ object: String, _ confirmed: Int64, _ total: Int64) -> Void
+
+    init(device: Device, provider: any StorageProvider, settings: UploadSettings, worker: WorkerIdentity,
+         progress: @escaping (String, Int64, Int64) -> Void) {
+        self.device = device
+        self.provider = provider
+        self.settings = settings
+        self.worker = worker
+        self.progress = progress
+    }
+
+    /// Plaintext chunks per run when filling a single request.
+    static let runChunks: Int64 = 64
+
+    /// Sends the claim's object; returns once the provider holds all of it.
+    ///
+    /// - Throws: ``UploadStop`` when the upload is no longer wanted or no longer this worker's;
+    ///   a source failure (`.userFileMissing`, `.userFileChanged`, `.fileUnavailable`); a
+    ///   storage failure.
+    func send(_ claim: UploadClaim) throws {
+        guard let keyHex = try device.database.scalar(
+            "SELECT json_extract(coordinates, '$.key') FROM coven_files WHERE json_extract(coordinates, '$.object') = ?1 LIMIT 1",
+            [claim.object]).textValue else { throw UploadStop.retired }
+        let source = try UploadSource.open(object: claim.object, device: device)
+        let total = ObjectLayout.encryptedSize(plaintextSize: source.size)
+        guard total == claim.bytesTotal else {
+            throw CovenError(.internal, "the queued size of '\(claim.object)' disagrees with its local bytes", cause: "\(claim.bytesTotal) queued, \(total) from \(source.size) bytes")
+        }
+        let key = try FileKey(hex: keyHex)
+        let ciphers = try (0..<ChunkRun.threads).map { _ in try ChunkCipher(key: key) }
+        let single = min(provider.singleRequestLimit, settings.singleRequestLimit)
+        if total <= single && claim.uploadID == nil {
+            try sendWhole(claim, source: source, ciphers: ciphers, total: total)
+        } else {
+            try sendParts(claim, source: source, ciphers: ciphers, total: total)
+        }
+    }
+
+    private func stillWanted(_ object: String) throws {
+        if let stop = try device.renewLease(object: object, worker: worker, lease: settings.lease) { throw stop }
+    }
+
+    // MARK: One request
+
+    private func sendWhole(_ claim: UploadClaim, source: UploadSource, ciphers: [ChunkCipher], total: Int64) throws {
+        var object = [UInt8](repeating: 0, count: Int(total))
+        let chunkCount = ObjectLayout.chunkCount(plaintextSize: source.size)
+        try object.withUnsafeMutableBytes { out in
+            let header = ObjectHeader.file
+            for (index, byte) in header.enumerated() { out[index] = byte }
+            var first: Int64 = 0
+            while first < chunkCount {
+                let run = first..<min(first + Self.runChunks, chunkCount)
+                let offset = Int(ObjectLayout.encryptedRange(chunk: run.lowerBound, plaintextSize: source.size).lowerBound)
+                _ = try source.sealRun(run, ciphers: ciphers, into: UnsafeMutableRawBufferPointer(rebasing: out[offset...]))
+                first = run.upperBound
+            }
+        }
+        try stillWanted(claim.object)
+        try provider.put(claim.object, data: object)
+        progress(claim.object, total, total)
+    }
+
+    // MARK: Parts
+
+    /// The plaintext chunks of part `number` (1-based) and where its bytes start in the object.
+    static func part(_ number: Int, chunksPerPart: Int64, plaintextSize: Int64) -> (chunks: Range<Int64>, offset: Int64) {
+        let chunkCount = ObjectLayout.chunkCount(plaintextSize: plaintextSize)
+        let first = Int64(number - 1) * chunksPerPart
+        let chunks = first..<min(first + chunksPerPart, chunkCount)
+        let offset = number == 1 ? 0 : ObjectLayout.encryptedRange(chunk: first, plaintextSize: plaintextSize).lowerBound
+        return (chunks, offset)
+    }
+
+    private func sendParts(_ claim: UploadClaim, source: UploadSource, ciphers: [ChunkCipher], total: Int64) throws {
+        let db = device.database
+        var uploadID = claim.uploadID
+        var partPlain = claim.partSize ?? settings.partSize
+        var confirmed: [Int: UploadedPart] = [:]
+        if let existing = uploadID {
+            // Resume: keep the parts both sides agree on.
+            do {
+                let remote = Dictionary(try provider.listParts(claim.object, uploadID: existing).map { ($0.number, $0) }) { a, _ in a }
+                for row in try db.query("SELECT number, etag, size FROM coven_upload_parts WHERE object = ?1", [claim.object]) {
+                    let number = Int(row.int("number") ?? 0)
+                    if let part = remote[number], part.etag == row.string("etag"), part.size == row.int("size") {
+                        confirmed[number] = part
+                    }
+                }
+            } catch let error as CovenError where error.code == .missing {
+                uploadID = nil
+            }
+        }
+        if uploadID == nil {
+            partPlain = settings.partSize
+            confirmed = [:]
+            try stillWanted(claim.object)
+            let id = try provider.createMultipart(claim.object, totalSize: total, partSize: partPlain / ObjectLayout.chunkSize * ObjectLayout.sealedChunkSize)
+            let kept: Bool = try db.transaction {
+                guard try db.scalar("SELECT worker FROM coven_upload_queue WHERE object = ?1", [claim.object]).textValue == worker.text else { return false }
+                try db.run("DELETE FROM coven_upload_parts WHERE object = ?1", [claim.object])
+                try db.run("UPDATE coven_upload_queue SET upload_id = ?2, part_size = ?3, bytes_confirmed = 0 WHERE object = ?1", [claim.object, id, partPlain])
+                return true
+            }
+            guard kept else {
+                try? provider.abortMultipart(claim.object, uploadID: id)
+                throw UploadStop.leaseLost
+            }
+            uploadID = id
+        }
+        guard let uploadID else { throw CovenError(.internal, "no upload session") }
+        let chunksPerPart = max(1, partPlain / ObjectLayout.chunkSize)
+        try db.transaction {
+            try db.run("DELETE FROM coven_upload_parts WHERE object = ?1", [claim.object])
+            for part in confirmed.values {
+                try db.run("INSERT INTO coven_upload_parts (object, number, etag, size) VALUES (?1, ?2, ?3, ?4)", [claim.object, part.number, part.etag, part.size])
+            }
+            try db.run("UPDATE coven_upload_queue SET bytes_confirmed = ?2 WHERE object = ?1", [claim.object, confirmed.values.reduce(Int64(0)) { $0 + $1.size }])
+        }
+        let chunkCount = ObjectLayout.chunkCount(plaintextSize: source.size)
+        let partCount = Int((chunkCount + chunksPerPart - 1) / chunksPerPart)
+        var done = confirmed.values.reduce(Int64(0)) { $0 + $1.size }
+        progress(claim.object, done, total)
+
+        // Two buffers: part k+1 is read into place, checked and sealed while part k is sent.
+        let sealedCapacity = Int(chunksPerPart * ObjectLayout.sealedChunkSize + ObjectLayout.headerSize)
+        let buffers = [UnsafeMutableRawBufferPointer.allocate(byteCount: sealedCapacity, alignment: 4096),
+                       UnsafeMutableRawBufferPointer.allocate(byteCount: sealedCapacity, alignment: 4096)]
+        defer { buffers.forEach { $0.deallocate() } }
+        let sendQueue = DispatchQueue(label: "coven.upload.send")
+        var inFlight: PartSend?
+        var current = 0
+
+        func record(_ send: PartSend) throws {
+            sendGroupWait(send)
+            let part = try send.result.get()
+            let stored: Bool = try db.transaction {
+                guard try db.scalar("SELECT worker FROM coven_upload_queue WHERE object = ?1", [claim.object]).textValue == worker.text else { return false }
+                try db.run("INSERT OR REPLACE INTO coven_upload_parts (object, number, etag, size) VALUES (?1, ?2, ?3, ?4)", [claim.object, part.number, part.etag, part.size])
+                try db.run("""
+                    UPDATE coven_upload_queue SET lease_until = ?2,
+                        bytes_confirmed = (SELECT coalesce(sum(size), 0) FROM coven_upload_parts WHERE object = ?1)
+                    WHERE object = ?1
+                    """, [claim.object, Date().timeIntervalSince1970 + settings.lease])
+                return true
+            }
+            guard stored else { throw UploadStop.leaseLost }
+            confirmed[part.number] = part
+            done += part.size
+            progress(claim.object, done, total)
+        }
+
+        do {
+            for number in 1...max(1, partCount) where confirmed[number] == nil {
+                try stillWanted(claim.object)
+                let (chunks, offset) = Self.part(number, chunksPerPart: chunksPerPart, plaintextSize: source.size)
+                let buffer = buffers[current]
+                var length = 0
+                if number == 1 {
+                    for (index, byte) in ObjectHeader.file.enumerated() { buffer[index] = byte }
+                    length = Int(ObjectLayout.headerSize)
+                }
+                length += try source.sealRun(chunks, ciphers: ciphers, into: UnsafeMutableRawBufferPointer(rebasing: buffer[length...]))
+                if let previous = inFlight {
+                    inFlight = nil
+                    try record(previous)
+                }
+                let send = PartSend(number: number)
+                let box = ProviderBox(provider)
+                let bytes = SendableRawBuffer(UnsafeRawBufferPointer(rebasing: buffer[0..<length]))
+                let object = claim.object
+                send.group.enter()
+                sendQueue.async {
+                    defer { send.group.leave() }
+                    send.result = Result { try box.provider.uploadPart(object, uploadID: uploadID, number: number, offset: offset, data: bytes.buffer) }
+                }
+                inFlight = send
+                current = 1 - current
+            }
+            if let previous = inFlight {
+                inFlight = nil
+                try record(previous)
+            }
+        } catch {
+            if let previous = inFlight {
+                // Never free a buffer a send still reads; keep what it confirmed.
+                sendGroupWait(previous)
+                try? record(previous)
+            }
+            throw error
+        }
+        try stillWanted(claim.object)
+        let parts = confirmed.values.sorted { $0.number < $1.number }
+        try provider.completeMultipart(claim.object, uploadID: uploadID, parts: parts)
+    }
+
+    private func sendGroupWait(_ send: PartSend) { send.group.wait() }
+}
+
+/// One part being sent on the send queue. @unchecked: `result` is written by the send block
+/// before `group.leave()` and read only after `group.wait()`.
+private final class PartSend: @unchecked Sendable {
+    let number: Int
+    let group = DispatchGroup()
+    var result: Result<UploadedPart, Error> = .failure(CovenError(.internal, "part not sent"))
+    init(number: Int) { self.number = number }
+}
+
+/// Hands a job's provider to its send queue. @unchecked: the job thread never uses the
+/// provider while a send is in flight (it waits for the send before the next call).
+private final class ProviderBox: @unchecked Sendable {
+    let provider: any StorageProvider
+    init(_ provider: any StorageProvider) { self.provider = provider }
+}

@@ -1,0 +1,297 @@
+import Foundation
+
+// MARK: - Running the worker
+
+/// What a worker reports as it goes (from its job threads; the receiver must be thread-safe).
+public enum UploadEvent: Sendable {
+    /// Bytes of an object the provider confirmed so far.
+    case progress(object: String, confirmed: Int64, total: Int64)
+    /// An attempt ended.
+    case finished(object: String, files: [String], outcome: UploadOutcome)
+}
+
+/// What one run of the worker did.
+public struct UploadRunSummary: Sendable {
+    /// Uploads stored.
+    public var stored = 0
+    /// Attempts that failed and will be retried.
+    public var retried = 0
+    /// Uploads dropped (retired, cancelled, or of a failed move).
+    public var dropped = 0
+    /// Uploads failed for good, this run or before (file ids, code, message).
+    public var failed: [(files: [String], code: ErrorCode, message: String)] = []
+    /// Uploads waiting for a missing original.
+    public var waiting: [(files: [String], code: ErrorCode, message: String)] = []
+    /// Whether the run stopped because it was asked to.
+    public var interrupted = false
+
+    /// Whether every upload the run could send was sent.
+    public var complete: Bool { failed.isEmpty && waiting.isEmpty }
+}
+
+/// Sends this device's queued uploads: `coven upload-worker`.
+///
+/// Each of `jobs` threads has its own database connection and storage provider, claims the
+/// oldest eligible upload under a lease (``Device/claimUpload(worker:lease:excluded:)``), sends
+/// it holding no lock, and records the outcome in short transactions. Overlapping runs (two cron
+/// jobs) share the queue through the leases and never send one upload twice.
+public enum UploadWorker {
+    /// Runs the worker.
+    ///
+    /// - Parameters:
+    ///   - paths: the device.
+    ///   - jobs: uploads sent at once (at least 1).
+    ///   - once: drain the queue and return (waiting for retries that fall due), instead of
+    ///     running until `shouldStop` says so.
+    ///   - settings: budget, part size, backoff, lease, poll interval.
+    ///   - storageOptions: timeouts and retries of storage requests.
+    ///   - connect: makes a provider for one job (the device's storage with the process
+    ///     environment's credentials when nil).
+    ///   - shouldStop: polled between parts and while idle.
+    ///   - events: progress and outcomes.
+    /// - Returns: the run's summary.
+    /// - Throws: `.noDevice`, `.sql`; a storage provider that cannot be made (`.storage`,
+    ///   `.usage`).
+    public static func run(
+        paths: DevicePaths, jobs: Int, once: Bool, settings: UploadSettings = UploadSettings(),
+        storageOptions: StorageOptions = StorageOptions(),
+        connect: (@Sendable () throws -> any StorageProvider)? = nil,
+        shouldStop: @escaping @Sendable () -> Bool = { false },
+        events: @escaping @Sendable (UploadEvent) -> Void = { _ in }
+    ) throws -> UploadRunSummary {
+        let device = try Job.openDevice(paths)
+        try device.setNetworkMetered(settings.networkMetered ?? false)
+        let connector = StorageConnector(location: device.storage, options: storageOptions)
+        let makeProvider: @Sendable () throws -> any StorageProvider = connect ?? { try connector.connect() }
+        // Fail early, before any thread, when storage cannot be made at all.
+        _ = try makeProvider()
+        let shared = RunState()
+        let count = max(1, jobs)
+        let group = DispatchGroup()
+        for index in 0..<count {
+            group.enter()
+            let thread = Thread {
+                defer { group.leave() }
+                do {
+                    try Job(paths: paths, connect: makeProvider, settings: settings, once: once, shared: shared,
+                            shouldStop: shouldStop, events: events).run()
+                } catch {
+                    shared.fail(error)
+                }
+            }
+            thread.name = "coven-upload-\(index)"
+            thread.stackSize = 1 << 20
+            thread.start()
+        }
+        group.wait()
+        if let error = shared.error { throw error }
+        var summary = shared.summary
+        summary.interrupted = shouldStop()
+        // Failed for good, this run or before: a cron job should hear of them.
+        let reported = Set(summary.failed.flatMap(\.files))
+        for row in try device.database.query("""
+            SELECT q.object, q.last_error_code, q.last_error FROM coven_upload_queue q WHERE q.state = 'failed' ORDER BY q.position
+            """) {
+            let files = try device.fileIDs(object: row.string("object") ?? "")
+            guard !files.contains(where: reported.contains) else { continue }
+            summary.failed.append((files, ErrorCode(rawValue: row.string("last_error_code") ?? "") ?? .storage, row.string("last_error") ?? ""))
+        }
+        return summary
+    }
+}
+
+/// State the jobs of one run share. @unchecked: every field is read and written under `lock`.
+private final class RunState: @unchecked Sendable {
+    private let lock = NSLock()
+    private var _summary = UploadRunSummary()
+    private var _excluded: Set<String> = []
+    private var _busy = 0
+    private var _error: Error?
+
+    var summary: UploadRunSummary { locked { _summary } }
+    var error: Error? { locked { _error } }
+    var excluded: Set<String> { locked { _excluded } }
+    var busy: Int { locked { _busy } }
+
+    func locked<T>(_ body: () -> T) -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return body()
+    }
+
+    func begin() { locked { _busy += 1 } }
+    func end() { locked { _busy -= 1 } }
+    func exclude(_ object: String) { locked { _ = _excluded.insert(object) } }
+    func fail(_ error: Error) { locked { if _error == nil { _error = error } } }
+    func record(_ outcome: UploadOutcome, files: [String]) {
+        locked {
+            switch outcome {
+            case .stored: _summary.stored += 1
+            case .willRetry: _summary.retried += 1
+            case .dropped: _summary.dropped += 1
+            case .failed(let code, let message): _summary.failed.append((files, code, message))
+            case .waitingForSource(let code, let message): _summary.waiting.append((files, code, message))
+            }
+        }
+    }
+}
+
+/// One job: its own connection and provider, claiming and sending one upload at a time.
+private final class Job {
+    let device: Device
+    let connect: @Sendable () throws -> any StorageProvider
+    let settings: UploadSettings
+    let once: Bool
+    let shared: RunState
+    let shouldStop: @Sendable () -> Bool
+    let events: @Sendable (UploadEvent) -> Void
+    let worker = WorkerIdentity.current()
+    private var provider: (any StorageProvider)?
+
+    init(paths: DevicePaths, connect: @escaping @Sendable () throws -> any StorageProvider, settings: UploadSettings, once: Bool, shared: RunState,
+         shouldStop: @escaping @Sendable () -> Bool, events: @escaping @Sendable (UploadEvent) -> Void) throws {
+        self.device = try Job.openDevice(paths)
+        self.connect = connect
+        self.settings = settings
+        self.once = once
+        self.shared = shared
+        self.shouldStop = shouldStop
+        self.events = events
+    }
+
+    private static let opening = NSLock()
+
+    /// Opens a connection for a job. Opening recreates coven's views (DROP + CREATE outside a
+    /// transaction), so two opens at once can collide: the jobs of a run open one at a time, and
+    /// a collision with another process's open is retried.
+    static func openDevice(_ paths: DevicePaths) throws -> Device {
+        opening.lock()
+        defer { opening.unlock() }
+        var attempt = 0
+        while true {
+            do {
+                return try Device.open(paths: paths)
+            } catch let error as CovenError where error.code == .sql && error.message.contains("already exists") && attempt < 5 {
+                attempt += 1
+                Thread.sleep(forTimeInterval: 0.05 * Double(attempt))
+            }
+        }
+    }
+
+    func storage() throws -> any StorageProvider {
+        if let provider { return provider }
+        let made = try connect()
+        provider = made
+        return made
+    }
+
+    func run() throws {
+        while !shouldStop() {
+            shared.begin()
+            let claimed: Result<UploadClaim, ClaimWaitBox>
+            do {
+                claimed = try device.claimUpload(worker: worker, lease: settings.lease, excluded: shared.excluded)
+            } catch {
+                shared.end()
+                throw error
+            }
+            switch claimed {
+            case .success(let claim):
+                defer { shared.end() }
+                try handle(claim)
+            case .failure(let box):
+                shared.end()
+                let wait = box.wait
+                let now = Date().timeIntervalSince1970
+                if once {
+                    // Drained when nothing is due later and no other job may queue more work.
+                    if wait.nextAttempt == nil && wait.heldElsewhere == 0 && shared.busy == 0 { return }
+                    if wait.nextAttempt == nil && wait.heldElsewhere > 0 && shared.busy == 0 {
+                        // Held by another run: leave them to it.
+                        return
+                    }
+                }
+                let until = min(wait.nextAttempt ?? (now + settings.poll), now + (once ? 0.5 : settings.poll))
+                sleep(until: until)
+            }
+        }
+    }
+
+    private func sleep(until time: Double) {
+        while !shouldStop() {
+            let left = time - Date().timeIntervalSince1970
+            if left <= 0 { return }
+            Thread.sleep(forTimeInterval: min(left, 0.2))
+        }
+    }
+
+    private func handle(_ claim: UploadClaim) throws {
+        let files = try device.fileIDs(object: claim.object)
+        switch claim.task {
+        case .retire, .cancel:
+            try cleanUp(claim, files: files)
+            return
+        case .send:
+            break
+        }
+        var end: AttemptEnd
+        do {
+            let sender = UploadSender(device: device, provider: try storage(), settings: settings, worker: worker) { [events] object, confirmed, total in
+                events(.progress(object: object, confirmed: confirmed, total: total))
+            }
+            try sender.send(claim)
+            end = .stored
+        } catch let stop as UploadStop {
+            end = .stopped(stop)
+        } catch {
+            end = .failed(error.asCovenError)
+        }
+        let (outcome, orphan, abort) = try device.finishAttempt(claim, worker: worker, end: end, settings: settings)
+        if let orphan {
+            // Stored bytes nothing names: delete them now, best effort (gc finds any left).
+            try? storage().delete(orphan)
+        }
+        if let abort {
+            try? storage().abortMultipart(claim.object, uploadID: abort)
+        }
+        if case .waitingForSource = outcome, once { shared.exclude(claim.object) }
+        shared.record(outcome, files: files)
+        events(.finished(object: claim.object, files: files, outcome: outcome))
+    }
+
+    /// A retired or cancelled upload with a provider session: abort it, then drop the upload.
+    /// Until the abort succeeds, the upload stays queued.
+    private func cleanUp(_ claim: UploadClaim, files: [String]) throws {
+        do {
+            if let uploadID = claim.uploadID {
+                try storage().abortMultipart(claim.object, uploadID: uploadID)
+            }
+            try device.lockedTransaction {
+                guard try device.database.scalar("SELECT worker FROM coven_upload_queue WHERE object = ?1", [claim.object]).textValue == worker.text else { return }
+                try device.dropUpload(claim.object, forgetBytes: claim.task == .retire)
+            }
+            device.removeReleasedCopies()
+            shared.record(.dropped, files: files)
+            events(.finished(object: claim.object, files: files, outcome: .dropped))
+        } catch {
+            let failure = error.asCovenError
+            try device.lockedTransaction {
+                try device.database.run("""
+                    UPDATE coven_upload_queue SET worker = NULL, lease_until = NULL, next_attempt_at = ?2, last_error = ?3, last_error_code = ?4
+                    WHERE object = ?1 AND worker = ?5
+                    """, [claim.object, Date().timeIntervalSince1970 + settings.wait(after: max(1, claim.attempts)), failure.description, failure.code.rawValue, worker.text])
+            }
+            if once { shared.exclude(claim.object) }
+            shared.record(.willRetry(code: failure.code, message: failure.description), files: files)
+        }
+    }
+}
+
+extension Device {
+    /// A short transaction under the device lock.
+    func lockedTransaction<T>(_ body: () throws -> T) throws -> T {
+        let lock = try self.lock(wait: true)
+        defer { _ = lock }
+        return try database.transaction(body)
+    }
+}

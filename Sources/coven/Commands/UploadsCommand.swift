@@ -1,0 +1,49 @@
+import CovenKit
+import Foundation
+
+/// `coven uploads`: the upload queue.
+struct UploadsCommand: Command {
+    static let name = "uploads"
+    static let abstract = "list this device's upload queue, oldest first"
+    static let synopsis = ["[--json] [-z]"]
+    static let discussion = """
+    Prints one line per file with a queued upload, oldest first: the file id, what it waits \
+    for, the bytes the provider confirmed, the encrypted size, the attempts made, the move \
+    (empty for a bound upload) and the last error's code and message, separated by tabs (-z: \
+    each line ends with NUL). What it waits for is one of storage (its turn), sending, pause, \
+    network (unmetered-only on a metered network), retry (a backoff), source (its original is \
+    missing or changed, or coven's copy fails its check), move (stored, waiting for the other \
+    files of its move), failed (attempts spent: see 'coven retry') and retire. With --json, one \
+    array of objects. Reads only.
+    """
+    static let options = [
+        OptionSpec("null-terminated", short: "z", help: "end each line with NUL instead of a newline"),
+    ]
+    static let mutates = false
+
+    static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        let device = try context.openDeviceReadOnly()
+        let uploads = try device.uploads()
+        if context.json {
+            try context.printJSON(uploads.map(json))
+            return 0
+        }
+        let terminator = invocation.has("null-terminated") ? "\0" : "\n"
+        for upload in uploads {
+            let fields = [upload.file, upload.waitingFor, String(upload.bytesConfirmed), String(upload.bytesTotal),
+                          String(upload.attempts), upload.move ?? "", upload.error ?? "",
+                          (upload.errorMessage ?? "").replacingOccurrences(of: "\t", with: " ").replacingOccurrences(of: "\n", with: " ")]
+            context.out.write(fields.joined(separator: "\t") + terminator)
+        }
+        return 0
+    }
+
+    static func json(_ upload: QueuedUpload) -> [String: Any] {
+        [
+            "file": upload.file, "position": upload.position, "move": upload.move.map { $0 as Any } ?? NSNull(),
+            "state": upload.state, "waiting_for": upload.waitingFor, "bound": upload.bound, "attempts": upload.attempts,
+            "bytes_confirmed": upload.bytesConfirmed, "bytes_total": upload.bytesTotal,
+            "error": upload.error.map { $0 as Any } ?? NSNull(), "error_message": upload.errorMessage.map { $0 as Any } ?? NSNull(),
+        ]
+    }
+}

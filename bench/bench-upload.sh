@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Upload of a staged 1 GiB file: coven upload-worker beside rclone with a crypt remote and cp.
+#
+#   file://   coven upload-worker --once --jobs 1   vs  rclone copy to a local crypt remote  vs  cp
+#   s3://     coven upload-worker --once to the loopback moto server  vs  rclone copy to a crypt
+#             remote over the same server
+#   memory    peak RSS (/usr/bin/time -v) with --jobs 1 (1 GiB file) and --jobs 4 (four 256 MiB files)
+#
+# Targets (issue 4): file:// at least 5x faster than rclone crypt; s3:// faster than rclone crypt;
+# peak RSS under 64 MiB with --jobs 1 and under 128 MiB with --jobs 4. hyperfine, median of 5.
+# Each run starts from a copy of a device whose upload is queued (the original is staged once).
+# SIZE (bytes, default 1 GiB) and RUNS (default 5) may be set for a quick look; SKIP_S3=1 skips S3.
+set -euo pipefail
+: "${COVEN:?set by bench/run.sh}" "${BENCH_TMP:?set by bench/run.sh}"
+SIZE=${SIZE:-1073741824}
+RUNS=${RUNS:-5}
+cd "$BENCH_TMP"
+SHARED=${COVEN_SHARED_DIR:-$(cd "$(dirname "$0")/../.." && pwd)/shared}
+
+median() { jq -r '.results[] | "\(.command)\t\(.median)"' "$1"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+rss() { # peak RSS in KiB of a command
+    /usr/bin/time -v "$@" 2> time.out >/dev/null || { cat time.out >&2; return 1; }
+    awk -F: '/Maximum resident set size/ { gsub(/ /, "", $2); print $2 }' time.out
+}
+
+echo "making a $SIZE-byte file of random bytes"
+head -c "$SIZE" /dev/urandom > big.bin
+cat > coven.json <<'EOF'
+{ "namespaces": [ { "name": "originals", "kind": "user", "budget": "1GiB" } ],
+  "tables": [ { "name": "notes", "identity": "uuid", "files": [ { "column": "file" } ] } ],
+  "migrations": [ "CREATE TABLE notes (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
+EOF
+
+# A template device with FILES queued, for storage URL $1, in folder $2.
+template() {
+    local storage=$1 folder=$2; shift 2
+    rm -rf "$folder" && mkdir -p "$folder"
+    COVEN_DB=$folder/device.db "$COVEN" init --storage "$storage" --manifest coven.json >/dev/null 2>&1
+    for original in "$@"; do
+        local staged
+        staged=$(COVEN_DB=$folder/device.db "$COVEN" stage --user "$original" --namespace originals)
+        COVEN_DB=$folder/device.db "$COVEN" write "INSERT INTO notes VALUES (coven_uuid7(), coven_put_user_file('$staged'), '')" >/dev/null
+    done
+}
+
+# ---------------------------------------------------------------- file://
+rclone_config=$BENCH_TMP/rclone.conf
+password=$(rclone obscure coven-bench-password)
+salt=$(rclone obscure coven-bench-salt)
+cat > "$rclone_config" <<EOF
+[localcrypt]
+type = crypt
+remote = $BENCH_TMP/rclone-dest
+password = $password
+password2 = $salt
+EOF
+
+template "file://$BENCH_TMP/store" template-file "$BENCH_TMP/big.bin"
+prepare_file="rm -rf $BENCH_TMP/run && cp -a $BENCH_TMP/template-file $BENCH_TMP/run && rm -rf $BENCH_TMP/store/files $BENCH_TMP/store/.uploads && sync"
+
+hyperfine --runs "$RUNS" --export-json file.json \
+    --prepare "$prepare_file" -n "coven upload-worker (file://)" "COVEN_DB=$BENCH_TMP/run/device.db $COVEN upload-worker --once --jobs 1" \
+    --prepare "rm -rf $BENCH_TMP/rclone-dest && sync" -n "rclone copy (local crypt)" "rclone --config $rclone_config copy $BENCH_TMP/big.bin localcrypt:" \
+    --prepare "rm -rf $BENCH_TMP/cp-dest && mkdir $BENCH_TMP/cp-dest && sync" -n "cp" "cp $BENCH_TMP/big.bin $BENCH_TMP/cp-dest/"
+median file.json
+coven_file=$(jq -r '.results[0].median' file.json)
+rclone_file=$(jq -r '.results[1].median' file.json)
+cp_file=$(jq -r '.results[2].median' file.json)
+echo "file://: coven $(ratio "$SIZE" "$(awk -v t="$coven_file" 'BEGIN{print t*1e6}')") MB/s; rclone crypt / coven = $(ratio "$rclone_file" "$coven_file")x (target >= 5); coven / cp = $(ratio "$coven_file" "$cp_file")x"
+
+# ---------------------------------------------------------------- memory
+eval "$prepare_file"
+rss_one=$(rss env COVEN_DB="$BENCH_TMP/run/device.db" "$COVEN" upload-worker --once --jobs 1)
+for index in 1 2 3 4; do head -c $((SIZE / 4)) /dev/urandom > "quarter-$index.bin"; done
+template "file://$BENCH_TMP/store" template-four "$BENCH_TMP"/quarter-{1,2,3,4}.bin
+rm -rf "$BENCH_TMP/store/files"
+rss_four=$(rss env COVEN_DB="$BENCH_TMP/template-four/device.db" "$COVEN" upload-worker --once --jobs 4)
+echo "peak RSS: --jobs 1 $((rss_one / 1024)) MiB (target < 64), --jobs 4 (four files) $((rss_four / 1024)) MiB (target < 128)"
+rm -rf template-four quarter-*.bin "$BENCH_TMP/store/files"
+
+# ---------------------------------------------------------------- s3:// (moto on loopback)
+if [[ "${SKIP_S3:-0}" == 1 || ! -x "$SHARED/s3/start-s3-server" ]]; then
+    echo "s3://: skipped"
+    exit 0
+fi
+"$SHARED/s3/start-s3-server" 0 "$BENCH_TMP/s3.pid" > s3.env 2> s3.err
+trap '"$SHARED/s3/stop-s3-server" "$BENCH_TMP/s3.pid" >/dev/null 2>&1 || true' EXIT
+eval "$(grep '^export ' s3.env)"
+cat >> "$rclone_config" <<EOF
+
+[moto]
+type = s3
+provider = Other
+access_key_id = $AWS_ACCESS_KEY_ID
+secret_access_key = $AWS_SECRET_ACCESS_KEY
+endpoint = $AWS_ENDPOINT_URL
+region = ${AWS_REGION:-us-east-1}
+
+[motocrypt]
+type = crypt
+remote = moto:bench/rclone
+password = $password
+password2 = $salt
+EOF
+rclone --config "$rclone_config" mkdir moto:bench
+template "s3://bench/coven?endpoint=$AWS_ENDPOINT_URL&path_style=true" template-s3 "$BENCH_TMP/big.bin"
+prepare_s3="rm -rf $BENCH_TMP/run && cp -a $BENCH_TMP/template-s3 $BENCH_TMP/run && rclone --config $rclone_config purge moto:bench/coven/files 2>/dev/null || true"
+hyperfine --runs "$RUNS" --export-json s3.json \
+    --prepare "$prepare_s3" -n "coven upload-worker (s3://)" "COVEN_DB=$BENCH_TMP/run/device.db $COVEN upload-worker --once --jobs 1" \
+    --prepare "rclone --config $rclone_config purge moto:bench/rclone 2>/dev/null || true" -n "rclone copy (crypt over s3)" "rclone --config $rclone_config copy $BENCH_TMP/big.bin motocrypt:"
+median s3.json
+coven_s3=$(jq -r '.results[0].median' s3.json)
+rclone_s3=$(jq -r '.results[1].median' s3.json)
+echo "s3://: rclone crypt / coven = $(ratio "$rclone_s3" "$coven_s3")x (target > 1)"
