@@ -23,6 +23,8 @@ extension Device {
     func sweepAfterCrash() {
         guard !readOnly else { return }
         removeReleasedCopies()
+        // The file cache: partials untouched for seven days, files no entry names (Read/FileCache.swift).
+        removeStalePartials()
         for folder in [paths.copies, paths.temporary] {
             guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { continue }
             for name in names {
