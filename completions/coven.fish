@@ -10,6 +10,36 @@ function __coven_takes_value --argument-names command option
             return 0
     end
     switch $command
+        case 'init'
+            switch $option
+                case '--storage' '--manifest' '--name'
+                    return 0
+            end
+        case 'migrate'
+            switch $option
+                case '--manifest'
+                    return 0
+            end
+        case 'stage'
+            switch $option
+                case '--user' '--namespace' '-n' '--place'
+                    return 0
+            end
+        case 'write'
+            switch $option
+                case '--param' '-p'
+                    return 0
+            end
+        case 'sql'
+            switch $option
+                case '--param' '-p'
+                    return 0
+            end
+        case 'cat'
+            switch $option
+                case '--offset' '--length'
+                    return 0
+            end
     end
     return 1
 end
@@ -99,6 +129,20 @@ end
 complete -c coven -f
 
 # Commands.
+complete -c coven -n __coven_needs_command -a 'init' -d 'create a store at a storage URL and this device, its first'
+complete -c coven -n __coven_needs_command -a 'migrate' -d 'apply the new migrations of a manifest and record it'
+complete -c coven -n __coven_needs_command -a 'key' -d 'print the store key for joining another device'
+complete -c coven -n __coven_needs_command -a 'stage' -d 'stage app bytes or prepare a person\'s original for a write'
+complete -c coven -n __coven_needs_command -a 'write' -d 'run one transaction of app SQL that may put files in rows'
+complete -c coven -n __coven_needs_command -a 'sql' -d 'run read-only SQL over the app tables and coven\'s views'
+complete -c coven -n __coven_needs_command -a 'status' -d 'show the store, this device, its files, uploads and cache'
+complete -c coven -n __coven_needs_command -a 'cat' -d 'write a file or an exact range of it to stdout'
+complete -c coven -n __coven_needs_command -a 'get' -d 'make sure a whole file is held on this device and print its path'
+complete -c coven -n __coven_needs_command -a 'pin' -d 'keep files on this device, outside the cache budget'
+complete -c coven -n __coven_needs_command -a 'unpin' -d 'stop keeping files on this device'
+complete -c coven -n __coven_needs_command -a 'budget' -d 'show or set the file cache budget'
+complete -c coven -n __coven_needs_command -a 'cache' -d 'empty the file cache of everything that can be fetched again'
+complete -c coven -n __coven_needs_command -a 'fetch-kept' -d 'fetch every kept file this device does not hold, smallest first'
 complete -c coven -n __coven_needs_command -a 'completions' -d 'print the completion script for bash, zsh or fish'
 complete -c coven -n __coven_needs_command -a 'help' -d 'show the help of coven or of one command'
 
@@ -110,8 +154,49 @@ complete -c coven -l 'no-wait' -d 'fail with \'busy\' instead of waiting for ano
 complete -c coven -s 'h' -l 'help' -d 'show this help'
 complete -c coven -n __coven_needs_command -l 'version' -d 'print coven\'s version'
 
+# coven init
+complete -c coven -n '__coven_using init' -l 'storage' -x -d 'where the store lives: file:///DIR or s3://BUCKET/PREFIX'
+complete -c coven -n '__coven_using init' -l 'manifest' -r -F -d 'the manifest declaring namespaces, synced tables and migrations'
+complete -c coven -n '__coven_using init' -l 'name' -x -d 'this device\'s name (default: the host name)'
+
+# coven migrate
+complete -c coven -n '__coven_using migrate' -l 'manifest' -r -F -d 'the manifest to migrate to'
+
+# coven key
+complete -c coven -n '__coven_at_argument key 0' -a 'export'
+
+# coven stage
+complete -c coven -n '__coven_using stage' -l 'user' -r -F -d 'prepare the person\'s original at PATH instead of copying bytes'
+complete -c coven -n '__coven_using stage' -s 'n' -l 'namespace' -x -d 'the declared namespace the file belongs to'
+complete -c coven -n '__coven_using stage' -l 'place' -x -a 'cloud device-only' -d 'cloud (uploaded, the default) or device-only'
+complete -c coven -n '__coven_at_argument stage 0' -F
+
+# coven write
+complete -c coven -n '__coven_using write' -s 'p' -l 'param' -x -d 'bind :NAME in the SQL to VALUE (text)'
+
+# coven sql
+complete -c coven -n '__coven_using sql' -s 'p' -l 'param' -x -d 'bind :NAME in the SQL to VALUE (text)'
+complete -c coven -n '__coven_using sql' -s 'z' -l 'null-terminated' -d 'end each row with NUL instead of a newline'
+
+# coven cat
+complete -c coven -n '__coven_using cat' -l 'offset' -x -d 'the first byte to write (default 0)'
+complete -c coven -n '__coven_using cat' -l 'length' -x -d 'how many bytes to write (default: to the end)'
+complete -c coven -n '__coven_at_argument cat 0' -a '(__coven_file_ids)'
+
+# coven get
+complete -c coven -n '__coven_at_argument get 0' -a '(__coven_file_ids)'
+
+# coven pin
+complete -c coven -n '__coven_at_argument pin 0 +' -a '(__coven_file_ids)'
+
+# coven unpin
+complete -c coven -n '__coven_at_argument unpin 0 +' -a '(__coven_file_ids)'
+
+# coven cache
+complete -c coven -n '__coven_at_argument cache 0' -a 'clear'
+
 # coven completions
 complete -c coven -n '__coven_at_argument completions 0' -a 'bash zsh fish'
 
 # coven help
-complete -c coven -n '__coven_at_argument help 0' -a 'completions'
+complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key stage write sql status cat get pin unpin budget cache fetch-kept completions'

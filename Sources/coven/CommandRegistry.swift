@@ -13,6 +13,13 @@ enum CommandRegistry {
         WriteCommand.self,
         SQLCommand.self,
         StatusCommand.self,
+        CatCommand.self,
+        GetCommand.self,
+        PinCommand.self,
+        UnpinCommand.self,
+        BudgetCommand.self,
+        CacheCommand.self,
+        FetchKeptCommand.self,
         CompletionsCommand.self,
     ]
 
