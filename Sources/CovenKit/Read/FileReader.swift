@@ -248,6 +248,12 @@ final class StoredRead {
     private var dropped: [Int64] = []
     private let key: FileKey
     private lazy var sealer: ObjectSealer? = try? ObjectSealer(key: key)
+    /// The buffer cached runs are read into, reused run after run (allocated, not touched,
+    /// until a cached run needs it).
+    private let cachedRun = RunBuffer(chunks: StoredRead.runChunks)
+    /// Scratch room for a run's sealed bytes (checking cached chunks, refetching bad ones).
+    private let sealScratch: UnsafeMutableRawBufferPointer = .allocate(
+        byteCount: Int(ObjectLayout.headerSize + StoredRead.runChunks * ObjectLayout.sealedChunkSize), alignment: 64)
     private var inlineProvider: StorageProvider?
     private var report = ReadReport(source: .cache)
 
@@ -272,11 +278,17 @@ final class StoredRead {
     /// bitmap. A row comes before its files, so a file without a row is garbage.
     private func openEntry() throws {
         let db = device.database
-        try db.transaction {
-            try db.run("""
-                INSERT INTO coven_cache (object, size, chunks, bytes, complete, last_read, touched)
-                VALUES (?1, ?2, ?3, 0, 0, ?4, ?4) ON CONFLICT (object) DO NOTHING
-                """, [object, size, bitmap.bytes, cacheNow()])
+        // The cache's bookkeeping may lose its last commits to a power cut (never to a crash of
+        // the process): a chunk is recorded only after its bytes are synced, so a lost record
+        // only means fetching the chunk again. So commits here need not wait for the disk.
+        try db.execute("PRAGMA synchronous = NORMAL")
+        if try device.cacheRow(object) == nil {
+            try db.transaction {
+                try db.run("""
+                    INSERT INTO coven_cache (object, size, chunks, bytes, complete, last_read, touched)
+                    VALUES (?1, ?2, ?3, 0, 0, ?4, ?4) ON CONFLICT (object) DO NOTHING
+                    """, [object, size, bitmap.bytes, cacheNow()])
+            }
         }
         for _ in 0..<3 {
             let fd = Foundation.open(files.data, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
@@ -303,13 +315,17 @@ final class StoredRead {
     }
 
     func close() {
+        if dataFD >= 0 || tagsFD >= 0 { try? device.database.execute("PRAGMA synchronous = FULL") }
         if dataFD >= 0 { Foundation.close(dataFD) }
         if tagsFD >= 0 { Foundation.close(tagsFD) }
         dataFD = -1
         tagsFD = -1
     }
 
-    deinit { close() }
+    deinit {
+        close()
+        sealScratch.deallocate()
+    }
 
     // MARK: Planning
 
@@ -338,8 +354,7 @@ final class StoredRead {
     func read(_ wanted: Range<Int64>, output: (UnsafeRawBufferPointer) throws -> Void) throws -> ReadReport {
         let chunks = ObjectLayout.chunks(covering: wanted, plaintextSize: size)
         let whole = wanted == 0..<size
-        // A whole read of an empty file still checks its one (empty) chunk's existence: nothing
-        // to fetch, and the hash check below covers it.
+        // A whole read of an empty file still fetches and checks its one (empty) chunk.
         let steps = plan(whole && size == 0 ? 0..<1 : chunks)
         let fetches = steps.compactMap { step -> Range<Int64>? in if case .fetch(let r) = step { return r } else { return nil } }
         let prefetcher = Prefetcher(
@@ -355,7 +370,7 @@ final class StoredRead {
                 if let interrupted, interrupted() {
                     throw CovenError(.interrupted, "interrupted", details: ["file": record.id])
                 }
-                var run: FetchedRun
+                let run: RunBuffer
                 switch step {
                 case .cached(let chunks):
                     run = try readCached(chunks)
@@ -365,27 +380,25 @@ final class StoredRead {
                     report.requests += 1
                     try store(run)
                 }
-                let runRange = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
-                    ..< ObjectLayout.plaintextRange(chunk: run.chunks.upperBound - 1, plaintextSize: size).upperBound
-                let from = Int(max(runRange.lowerBound, wanted.lowerBound) - runRange.lowerBound)
-                let to = Int(min(runRange.upperBound, wanted.upperBound) - runRange.lowerBound)
-                try run.plaintext.withUnsafeBytes { raw in
-                    let slice = from < to ? UnsafeRawBufferPointer(rebasing: raw[from..<to]) : UnsafeRawBufferPointer(start: nil, count: 0)
-                    if let hasher {
-                        hasher.update(slice)
-                        if index == steps.count - 1 {
-                            let digest = hasher.finish().hex
-                            if let expected = record.hash, digest != expected {
-                                // The chunks passed their tags but the file is not the one the
-                                // record names: forget them, serve nothing more.
-                                dropped.append(contentsOf: run.chunks)
-                                throw CovenError(.integrity, "file '\(record.id)' does not match its recorded hash",
-                                                 cause: "sha256 \(digest), recorded \(expected)", details: ["file": record.id, "reason": "hash"])
-                            }
+                defer { if case .fetch = step { prefetcher.recycle(run) } }
+                let runStart = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
+                let from = Int(max(runStart, wanted.lowerBound) - runStart)
+                let to = Int(min(runStart + Int64(run.plainCount), wanted.upperBound) - runStart)
+                let slice = from < to ? UnsafeRawBufferPointer(rebasing: run.plainBytes[from..<to]) : UnsafeRawBufferPointer(start: nil, count: 0)
+                if let hasher {
+                    hasher.update(slice)
+                    if index == steps.count - 1 {
+                        let digest = hasher.finish().hex
+                        if let expected = record.hash, digest != expected {
+                            // The chunks passed their tags but the file is not the one the
+                            // record names: forget them, serve nothing more.
+                            dropped.append(contentsOf: run.chunks)
+                            throw CovenError(.integrity, "file '\(record.id)' does not match its recorded hash",
+                                             cause: "sha256 \(digest), recorded \(expected)", details: ["file": record.id, "reason": "hash"])
                         }
                     }
-                    if from < to { try output(slice) }
                 }
+                if from < to { try output(slice) }
                 report.bytesRead += Int64(max(0, to - from))
             }
         } catch {
@@ -393,7 +406,7 @@ final class StoredRead {
         }
         // Record what was written and checked, also after a failure: a partial keeps it.
         do {
-            try record(touchOnly: false)
+            try recordChunks()
         } catch where failure == nil {
             failure = error
         } catch {}
@@ -403,32 +416,32 @@ final class StoredRead {
 
     /// Reads cached chunks and checks each against its tag; chunks that fail are fetched
     /// again (and their bad bytes never served).
-    private func readCached(_ chunks: Range<Int64>) throws -> FetchedRun {
+    private func readCached(_ chunks: Range<Int64>) throws -> RunBuffer {
+        let run = cachedRun
         let plain = ObjectLayout.plaintextRange(chunk: chunks.lowerBound, plaintextSize: size).lowerBound
             ..< ObjectLayout.plaintextRange(chunk: chunks.upperBound - 1, plaintextSize: size).upperBound
-        var plaintext = [UInt8](repeating: 0, count: plain.count)
-        var tags = [UInt8](repeating: 0, count: chunks.count * 16)
-        let gotPlain = plaintext.withUnsafeMutableBytes { preadAll(dataFD, $0, at: plain.lowerBound) }
-        let gotTags = tags.withUnsafeMutableBytes { preadAll(tagsFD, $0, at: chunks.lowerBound * 16) }
+        run.chunks = chunks
+        run.plainCount = plain.count
+        run.transferred = 0
+        let gotPlain = preadAll(dataFD, UnsafeMutableRawBufferPointer(rebasing: run.plaintext[0..<plain.count]), at: plain.lowerBound)
+        let gotTags = preadAll(tagsFD, UnsafeMutableRawBufferPointer(rebasing: run.tags[0..<(chunks.count * 16)]), at: chunks.lowerBound * 16)
         var bad: [Int64] = []
-        if gotPlain != plain.count || gotTags != tags.count {
+        if gotPlain != plain.count || gotTags != chunks.count * 16 {
             bad = Array(chunks)
         } else {
             guard let sealer else { throw CovenError(.internal, "cannot open a cipher for the cached file '\(record.id)'") }
-            var sealed = [UInt8](repeating: 0, count: plain.count + chunks.count * 16)
-            try plaintext.withUnsafeBytes { p in
-                try sealed.withUnsafeMutableBytes { s in
-                    _ = try sealer.sealChunks(firstChunk: chunks.lowerBound, plaintext: p, totalPlaintextSize: size, into: s)
-                }
-            }
+            let sealed = UnsafeMutableRawBufferPointer(rebasing: sealScratch[0..<(plain.count + chunks.count * 16)])
+            _ = try sealer.sealChunks(firstChunk: chunks.lowerBound, plaintext: run.plainBytes, totalPlaintextSize: size, into: sealed)
             var position = 0
             for (k, chunk) in chunks.enumerated() {
                 position += ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size).count
-                if sealed[position..<(position + 16)] != tags[(k * 16)..<(k * 16 + 16)] { bad.append(chunk) }
+                let computed = UnsafeRawBufferPointer(rebasing: sealed[position..<(position + 16)])
+                let stored = UnsafeRawBufferPointer(rebasing: run.tags[(k * 16)..<(k * 16 + 16)])
+                if !computed.elementsEqual(stored) { bad.append(chunk) }
                 position += 16
             }
         }
-        guard !bad.isEmpty else { return FetchedRun(chunks: chunks, plaintext: plaintext, tags: tags, transferred: 0) }
+        guard !bad.isEmpty else { return run }
         // Forget the bad chunks first, so a crash now never leaves them recorded.
         for chunk in bad { bitmap.remove(chunk) }
         try forget(bad)
@@ -437,37 +450,39 @@ final class StoredRead {
         if inlineProvider == nil { inlineProvider = try StorageConnector(location: device.storage).connect() }
         guard let provider = inlineProvider else { throw CovenError(.internal, "no storage provider") }
         let opener = try ObjectOpener(key: key)
+        let fetched = RunBuffer(chunks: Self.runChunks)
         // Refetch each bad stretch and patch it in.
         var index = 0
         while index < bad.count {
             var end = index + 1
             while end < bad.count, bad[end] == bad[end - 1] + 1 { end += 1 }
-            let fetched = try Prefetcher.fetch(bad[index]..<(bad[end - 1] + 1), object: object, size: size, provider: provider, opener: opener)
+            try Prefetcher.fetch(bad[index]..<(bad[end - 1] + 1), object: object, size: size, provider: provider,
+                                 opener: opener, sealed: sealScratch, into: fetched)
             report.bytesFetched += fetched.transferred
             report.requests += 1
             try store(fetched)
             let offset = Int(ObjectLayout.plaintextRange(chunk: fetched.chunks.lowerBound, plaintextSize: size).lowerBound - plain.lowerBound)
-            plaintext.replaceSubrange(offset..<(offset + fetched.plaintext.count), with: fetched.plaintext)
+            UnsafeMutableRawBufferPointer(rebasing: run.plaintext[offset..<(offset + fetched.plainCount)]).copyMemory(from: fetched.plainBytes)
             let tagOffset = Int(fetched.chunks.lowerBound - chunks.lowerBound) * 16
-            tags.replaceSubrange(tagOffset..<(tagOffset + fetched.tags.count), with: fetched.tags)
+            UnsafeMutableRawBufferPointer(rebasing: run.tags[tagOffset..<(tagOffset + fetched.chunks.count * 16)]).copyMemory(from: fetched.tagBytes)
             index = end
         }
-        return FetchedRun(chunks: chunks, plaintext: plaintext, tags: tags, transferred: 0)
+        return run
     }
 
-    /// Writes fetched chunks to the cache; they are recorded at the next ``record(touchOnly:)``.
-    private func store(_ run: FetchedRun) throws {
+    /// Writes fetched chunks to the cache; they are recorded at the next ``recordChunks()``.
+    private func store(_ run: RunBuffer) throws {
         let offset = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
-        try run.plaintext.withUnsafeBytes { try pwriteAll(dataFD, $0, at: offset, path: files.data) }
-        try run.tags.withUnsafeBytes { try pwriteAll(tagsFD, $0, at: run.chunks.lowerBound * 16, path: files.tags) }
+        try pwriteAll(dataFD, run.plainBytes, at: offset, path: files.data)
+        try pwriteAll(tagsFD, run.tagBytes, at: run.chunks.lowerBound * 16, path: files.tags)
         pending.append(contentsOf: run.chunks)
-        pendingBytes += Int64(run.plaintext.count)
-        if pendingBytes >= Self.recordEvery { try record(touchOnly: false) }
+        pendingBytes += Int64(run.plainCount)
+        if pendingBytes >= Self.recordEvery { try recordChunks() }
     }
 
     /// Syncs the written chunks, then records them (a chunk is recorded only once its bytes
     /// are on disk), with the read time.
-    private func record(touchOnly: Bool) throws {
+    private func recordChunks() throws {
         let chunks = pending.filter { !dropped.contains($0) }
         if !chunks.isEmpty {
             guard fdatasync(dataFD) == 0 else { throw CovenError.posix("sync cache file", path: files.data) }
