@@ -246,15 +246,6 @@ final class StoredRead {
     private var pending: [Int64] = []
     private var pendingBytes: Int64 = 0
     private var dropped: [Int64] = []
-    private let key: FileKey
-    private lazy var sealer: ObjectSealer? = try? ObjectSealer(key: key)
-    /// The buffer cached runs are read into, reused run after run (allocated, not touched,
-    /// until a cached run needs it).
-    private let cachedRun = RunBuffer(chunks: StoredRead.runChunks)
-    /// Scratch room for a run's sealed bytes (checking cached chunks, refetching bad ones).
-    private let sealScratch: UnsafeMutableRawBufferPointer = .allocate(
-        byteCount: Int(ObjectLayout.headerSize + StoredRead.runChunks * ObjectLayout.sealedChunkSize), alignment: 64)
-    private var inlineProvider: StorageProvider?
     private var report = ReadReport(source: .cache)
 
     /// How many plaintext bytes are written between two records of their chunks.
@@ -269,7 +260,7 @@ final class StoredRead {
         self.size = record.size
         self.files = device.cachePaths(object: record.coordinates.object)
         self.interrupted = interrupted
-        self.key = try FileKey(hex: record.coordinates.key)
+        _ = try FileKey(hex: record.coordinates.key)  // a bad key fails here, before any file is made
         bitmap = ChunkBitmap(count: ObjectLayout.chunkCount(plaintextSize: record.size))
         try openEntry()
     }
@@ -322,21 +313,13 @@ final class StoredRead {
         tagsFD = -1
     }
 
-    deinit {
-        close()
-        sealScratch.deallocate()
-    }
+    deinit { close() }
 
     // MARK: Planning
 
-    private enum Step {
-        case cached(Range<Int64>)
-        case fetch(Range<Int64>)
-    }
-
     /// Cuts the chunks into runs: cached ones, and missing ones up to 1 MiB per request.
-    private func plan(_ chunks: Range<Int64>) -> [Step] {
-        var steps: [Step] = []
+    private func plan(_ chunks: Range<Int64>) -> [ReadStep] {
+        var steps: [ReadStep] = []
         var chunk = chunks.lowerBound
         while chunk < chunks.upperBound {
             let cached = bitmap.contains(chunk)
@@ -356,31 +339,37 @@ final class StoredRead {
         let whole = wanted == 0..<size
         // A whole read of an empty file still fetches and checks its one (empty) chunk.
         let steps = plan(whole && size == 0 ? 0..<1 : chunks)
-        let fetches = steps.compactMap { step -> Range<Int64>? in if case .fetch(let r) = step { return r } else { return nil } }
-        let prefetcher = Prefetcher(
+        let producer = Prefetcher(
             connector: StorageConnector(location: device.storage), object: object, keyHex: record.coordinates.key,
-            size: size, runs: fetches)
-        prefetcher.start()
-        defer { prefetcher.stop() }
-        if !fetches.isEmpty { report.source = .storage }
+            size: size, steps: steps, dataFD: dataFD, tagsFD: tagsFD)
+        producer.start()
+        defer { producer.stop() }
         let hasher = whole ? try SHA256() : nil
         var failure: Error?
         do {
-            for (index, step) in steps.enumerated() {
+            for index in steps.indices {
                 if let interrupted, interrupted() {
                     throw CovenError(.interrupted, "interrupted", details: ["file": record.id])
                 }
-                let run: RunBuffer
-                switch step {
-                case .cached(let chunks):
-                    run = try readCached(chunks)
-                case .fetch:
-                    run = try prefetcher.next()
+                let run = try producer.next()
+                defer { producer.recycle(run) }
+                if run.transferred > 0 {
+                    report.source = .storage
                     report.bytesFetched += run.transferred
-                    report.requests += 1
-                    try store(run)
+                    report.requests += run.fromCache ? 0 : 1
                 }
-                defer { if case .fetch = step { prefetcher.recycle(run) } }
+                if run.fromCache {
+                    if !run.refetched.isEmpty {
+                        // Forget the bad chunks first, so a crash now never leaves them recorded;
+                        // then write the good bytes fetched for them.
+                        report.chunksRefetched += run.refetched.count
+                        report.requests += 1
+                        try forget(run.refetched)
+                        try store(run, only: run.refetched)
+                    }
+                } else {
+                    try store(run, only: nil)
+                }
                 let runStart = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
                 let from = Int(max(runStart, wanted.lowerBound) - runStart)
                 let to = Int(min(runStart + Int64(run.plainCount), wanted.upperBound) - runStart)
@@ -404,6 +393,7 @@ final class StoredRead {
         } catch {
             failure = error
         }
+        producer.stop()
         // Record what was written and checked, also after a failure: a partial keeps it.
         do {
             try recordChunks()
@@ -414,70 +404,27 @@ final class StoredRead {
         return report
     }
 
-    /// Reads cached chunks and checks each against its tag; chunks that fail are fetched
-    /// again (and their bad bytes never served).
-    private func readCached(_ chunks: Range<Int64>) throws -> RunBuffer {
-        let run = cachedRun
-        let plain = ObjectLayout.plaintextRange(chunk: chunks.lowerBound, plaintextSize: size).lowerBound
-            ..< ObjectLayout.plaintextRange(chunk: chunks.upperBound - 1, plaintextSize: size).upperBound
-        run.chunks = chunks
-        run.plainCount = plain.count
-        run.transferred = 0
-        let gotPlain = preadAll(dataFD, UnsafeMutableRawBufferPointer(rebasing: run.plaintext[0..<plain.count]), at: plain.lowerBound)
-        let gotTags = preadAll(tagsFD, UnsafeMutableRawBufferPointer(rebasing: run.tags[0..<(chunks.count * 16)]), at: chunks.lowerBound * 16)
-        var bad: [Int64] = []
-        if gotPlain != plain.count || gotTags != chunks.count * 16 {
-            bad = Array(chunks)
-        } else {
-            guard let sealer else { throw CovenError(.internal, "cannot open a cipher for the cached file '\(record.id)'") }
-            let sealed = UnsafeMutableRawBufferPointer(rebasing: sealScratch[0..<(plain.count + chunks.count * 16)])
-            _ = try sealer.sealChunks(firstChunk: chunks.lowerBound, plaintext: run.plainBytes, totalPlaintextSize: size, into: sealed)
-            var position = 0
-            for (k, chunk) in chunks.enumerated() {
-                position += ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size).count
-                let computed = UnsafeRawBufferPointer(rebasing: sealed[position..<(position + 16)])
-                let stored = UnsafeRawBufferPointer(rebasing: run.tags[(k * 16)..<(k * 16 + 16)])
-                if !computed.elementsEqual(stored) { bad.append(chunk) }
-                position += 16
-            }
+    /// Writes a run's chunks (or `only` some of them) to the cache; they are recorded at the
+    /// next ``recordChunks()``.
+    private func store(_ run: RunBuffer, only: [Int64]?) throws {
+        let base = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
+        guard let only else {
+            try pwriteAll(dataFD, run.plainBytes, at: base, path: files.data)
+            try pwriteAll(tagsFD, run.tagBytes, at: run.chunks.lowerBound * 16, path: files.tags)
+            pending.append(contentsOf: run.chunks)
+            pendingBytes += Int64(run.plainCount)
+            if pendingBytes >= Self.recordEvery { try recordChunks() }
+            return
         }
-        guard !bad.isEmpty else { return run }
-        // Forget the bad chunks first, so a crash now never leaves them recorded.
-        for chunk in bad { bitmap.remove(chunk) }
-        try forget(bad)
-        report.chunksRefetched += bad.count
-        report.source = .storage
-        if inlineProvider == nil { inlineProvider = try StorageConnector(location: device.storage).connect() }
-        guard let provider = inlineProvider else { throw CovenError(.internal, "no storage provider") }
-        let opener = try ObjectOpener(key: key)
-        let fetched = RunBuffer(chunks: Self.runChunks)
-        // Refetch each bad stretch and patch it in.
-        var index = 0
-        while index < bad.count {
-            var end = index + 1
-            while end < bad.count, bad[end] == bad[end - 1] + 1 { end += 1 }
-            try Prefetcher.fetch(bad[index]..<(bad[end - 1] + 1), object: object, size: size, provider: provider,
-                                 opener: opener, sealed: sealScratch, into: fetched)
-            report.bytesFetched += fetched.transferred
-            report.requests += 1
-            try store(fetched)
-            let offset = Int(ObjectLayout.plaintextRange(chunk: fetched.chunks.lowerBound, plaintextSize: size).lowerBound - plain.lowerBound)
-            UnsafeMutableRawBufferPointer(rebasing: run.plaintext[offset..<(offset + fetched.plainCount)]).copyMemory(from: fetched.plainBytes)
-            let tagOffset = Int(fetched.chunks.lowerBound - chunks.lowerBound) * 16
-            UnsafeMutableRawBufferPointer(rebasing: run.tags[tagOffset..<(tagOffset + fetched.chunks.count * 16)]).copyMemory(from: fetched.tagBytes)
-            index = end
+        for chunk in only {
+            let plain = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size)
+            let offset = Int(plain.lowerBound - base)
+            let k = Int(chunk - run.chunks.lowerBound)
+            try pwriteAll(dataFD, UnsafeRawBufferPointer(rebasing: run.plainBytes[offset..<(offset + plain.count)]), at: plain.lowerBound, path: files.data)
+            try pwriteAll(tagsFD, UnsafeRawBufferPointer(rebasing: run.tagBytes[(k * 16)..<(k * 16 + 16)]), at: chunk * 16, path: files.tags)
+            pending.append(chunk)
+            pendingBytes += Int64(plain.count)
         }
-        return run
-    }
-
-    /// Writes fetched chunks to the cache; they are recorded at the next ``recordChunks()``.
-    private func store(_ run: RunBuffer) throws {
-        let offset = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
-        try pwriteAll(dataFD, run.plainBytes, at: offset, path: files.data)
-        try pwriteAll(tagsFD, run.tagBytes, at: run.chunks.lowerBound * 16, path: files.tags)
-        pending.append(contentsOf: run.chunks)
-        pendingBytes += Int64(run.plainCount)
-        if pendingBytes >= Self.recordEvery { try recordChunks() }
     }
 
     /// Syncs the written chunks, then records them (a chunk is recorded only once its bytes

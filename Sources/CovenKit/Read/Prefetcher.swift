@@ -14,6 +14,11 @@ final class RunBuffer {
     var plainCount = 0
     /// Sealed bytes transferred for them.
     var transferred: Int64 = 0
+    /// Whether they came from the cache (otherwise they were fetched and are not cached yet).
+    var fromCache = false
+    /// Cached chunks of the run that failed their tag and were fetched again: the reader
+    /// forgets them, then writes them to the cache again.
+    var refetched: [Int64] = []
 
     init(chunks capacity: Int64) {
         plaintext = .allocate(byteCount: Int(capacity * ObjectLayout.chunkSize), alignment: 64)
@@ -31,21 +36,32 @@ final class RunBuffer {
     var tagBytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: tags[0..<(chunks.count * 16)]) }
 }
 
-/// Fetches runs of chunks of one stored object on a thread of its own, ahead of the reader.
+/// One run of a read's plan: chunks held in the cache, or missing ones to fetch.
+enum ReadStep: Sendable {
+    case cached(Range<Int64>)
+    case fetch(Range<Int64>)
+}
+
+/// Produces the runs of a read on a thread of its own, ahead of the reader: cached runs are
+/// read from the cache files and checked against their tags, missing ones fetched from storage
+/// (neighbouring chunks together, up to 1 MiB of ciphertext per request) and authenticated.
 ///
-/// The reader plans the runs (neighbouring missing chunks, up to 1 MiB of ciphertext per
-/// request) and takes them in order with ``next()``, handing each buffer back with
-/// ``recycle(_:)``; the fetcher keeps up to ``depth`` runs ready, so the network overlaps with
-/// the reader's output and cache writes. Each run is authenticated chunk by chunk on the
-/// fetcher's thread before the reader sees it: unchecked bytes never leave here.
+/// The reader takes the runs in order with ``next()`` and hands each buffer back with
+/// ``recycle(_:)``; up to `depth` runs wait ready, so checking and the network overlap with the
+/// reader's hashing, cache writes and output. Unchecked bytes never leave here: a cached chunk
+/// that fails its tag is fetched again (and listed in ``RunBuffer/refetched``), a fetched one
+/// that fails is an `integrity` error.
 ///
-/// The fetcher makes its own provider (one curl handle per thread) and its own cipher handles.
+/// The producer reads the cache files through the reader's descriptors (`pread` only) and makes
+/// its own provider (one curl handle per thread) and cipher handles.
 final class Prefetcher: @unchecked Sendable {
     private let connector: StorageConnector
     private let object: String
     private let keyHex: String
     private let size: Int64
-    private let runs: [Range<Int64>]
+    private let steps: [ReadStep]
+    private let dataFD: Int32
+    private let tagsFD: Int32
     private let condition = NSCondition()
     private var ready: [Result<RunBuffer, CovenError>] = []
     private var free: [RunBuffer]
@@ -53,26 +69,30 @@ final class Prefetcher: @unchecked Sendable {
     private var finished = false
 
     /// - Parameters:
-    ///   - runs: the chunk runs to fetch, in the order the reader takes them.
+    ///   - steps: the runs, in the order the reader takes them.
+    ///   - dataFD, tagsFD: the cache entry's files, open for reading.
     ///   - depth: how many runs may wait for the reader.
-    init(connector: StorageConnector, object: String, keyHex: String, size: Int64, runs: [Range<Int64>], depth: Int = 4) {
+    init(connector: StorageConnector, object: String, keyHex: String, size: Int64, steps: [ReadStep],
+         dataFD: Int32, tagsFD: Int32, depth: Int = 4) {
         self.connector = connector
         self.object = object
         self.keyHex = keyHex
         self.size = size
-        self.runs = runs
-        free = runs.isEmpty ? [] : (0..<min(depth, runs.count)).map { _ in RunBuffer(chunks: StoredRead.runChunks) }
+        self.steps = steps
+        self.dataFD = dataFD
+        self.tagsFD = tagsFD
+        free = (0..<min(depth, steps.count)).map { _ in RunBuffer(chunks: StoredRead.runChunks) }
     }
 
-    /// Starts fetching.
+    /// Starts producing.
     func start() {
-        guard !runs.isEmpty else { return }
+        guard !steps.isEmpty else { return }
         let thread = Thread { [self] in self.work() }
         thread.stackSize = 1 << 20
         thread.start()
     }
 
-    /// The next run, in order, waiting for it; throws the fetch's error.
+    /// The next run, in order, waiting for it; throws the run's error.
     func next() throws -> RunBuffer {
         condition.lock()
         defer { condition.unlock() }
@@ -80,7 +100,7 @@ final class Prefetcher: @unchecked Sendable {
         return try ready.removeFirst().get()
     }
 
-    /// Hands a buffer back for the next fetch.
+    /// Hands a buffer back for a later run.
     func recycle(_ buffer: RunBuffer) {
         condition.lock()
         free.append(buffer)
@@ -88,13 +108,13 @@ final class Prefetcher: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Stops fetching (the reader is done or failed) and waits for the fetcher's thread to
-    /// let go of its buffers.
+    /// Stops producing (the reader is done or failed) and waits for the producer's thread to
+    /// let go of its buffers and the descriptors.
     func stop() {
         condition.lock()
         stopped = true
         condition.broadcast()
-        while !finished && !runs.isEmpty { condition.wait() }
+        while !finished && !steps.isEmpty { condition.wait() }
         condition.unlock()
     }
 
@@ -120,19 +140,95 @@ final class Prefetcher: @unchecked Sendable {
             condition.unlock()
         }
         do {
-            let provider = try connector.connect()
             let key = try FileKey(hex: keyHex)
-            let opener = try ObjectOpener(key: key)
+            var opener: ObjectOpener?
+            var sealer: ObjectSealer?
+            var provider: StorageProvider?
             let sealed = UnsafeMutableRawBufferPointer.allocate(
                 byteCount: Int(ObjectLayout.headerSize + StoredRead.runChunks * ObjectLayout.sealedChunkSize), alignment: 64)
             defer { sealed.deallocate() }
-            for run in runs {
+            var spare: RunBuffer?
+            func connected() throws -> (StorageProvider, ObjectOpener) {
+                if provider == nil { provider = try connector.connect() }
+                if opener == nil { opener = try ObjectOpener(key: key) }
+                guard let provider, let opener else { throw CovenError(.internal, "no storage provider") }
+                return (provider, opener)
+            }
+            for step in steps {
                 guard let buffer = takeBuffer() else { return }
-                try Prefetcher.fetch(run, object: object, size: size, provider: provider, opener: opener, sealed: sealed, into: buffer)
+                switch step {
+                case .fetch(let run):
+                    let (provider, opener) = try connected()
+                    try Prefetcher.fetch(run, object: object, size: size, provider: provider, opener: opener, sealed: sealed, into: buffer)
+                    buffer.fromCache = false
+                    buffer.refetched = []
+                case .cached(let run):
+                    if sealer == nil { sealer = try ObjectSealer(key: key) }
+                    guard let sealer else { throw CovenError(.internal, "no cipher") }
+                    let bad = try Prefetcher.readCached(run, size: size, dataFD: dataFD, tagsFD: tagsFD, sealer: sealer, sealed: sealed, into: buffer)
+                    buffer.fromCache = true
+                    buffer.refetched = bad
+                    buffer.transferred = 0
+                    if !bad.isEmpty {
+                        let (provider, opener) = try connected()
+                        if spare == nil { spare = RunBuffer(chunks: StoredRead.runChunks) }
+                        guard let fetched = spare else { throw CovenError(.internal, "no buffer") }
+                        try Prefetcher.patch(bad, in: buffer, object: object, size: size, provider: provider, opener: opener, sealed: sealed, scratch: fetched)
+                    }
+                }
                 deliver(.success(buffer))
             }
         } catch {
             deliver(.failure(error.asCovenError))
+        }
+    }
+
+    /// Reads cached chunks into `buffer` and checks each against its tag by sealing its
+    /// plaintext again under the file's key and nonce. Returns the chunks that failed (or that
+    /// the cache files are too short to hold).
+    static func readCached(
+        _ run: Range<Int64>, size: Int64, dataFD: Int32, tagsFD: Int32, sealer: ObjectSealer,
+        sealed: UnsafeMutableRawBufferPointer, into buffer: RunBuffer
+    ) throws -> [Int64] {
+        let lower = ObjectLayout.plaintextRange(chunk: run.lowerBound, plaintextSize: size).lowerBound
+        let upper = ObjectLayout.plaintextRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
+        let count = Int(upper - lower)
+        buffer.chunks = run
+        buffer.plainCount = count
+        let gotPlain = preadAll(dataFD, UnsafeMutableRawBufferPointer(rebasing: buffer.plaintext[0..<count]), at: lower)
+        let gotTags = preadAll(tagsFD, UnsafeMutableRawBufferPointer(rebasing: buffer.tags[0..<(run.count * 16)]), at: run.lowerBound * 16)
+        guard gotPlain == count, gotTags == run.count * 16 else { return Array(run) }
+        let out = UnsafeMutableRawBufferPointer(rebasing: sealed[0..<(count + run.count * 16)])
+        _ = try sealer.sealChunks(firstChunk: run.lowerBound, plaintext: buffer.plainBytes, totalPlaintextSize: size, into: out)
+        var bad: [Int64] = []
+        var position = 0
+        for (k, chunk) in run.enumerated() {
+            position += ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size).count
+            let computed = UnsafeRawBufferPointer(rebasing: out[position..<(position + 16)])
+            let stored = UnsafeRawBufferPointer(rebasing: buffer.tags[(k * 16)..<(k * 16 + 16)])
+            if !computed.elementsEqual(stored) { bad.append(chunk) }
+            position += 16
+        }
+        return bad
+    }
+
+    /// Fetches the `bad` chunks of a cached run again and patches their plaintext and tags in.
+    static func patch(
+        _ bad: [Int64], in buffer: RunBuffer, object: String, size: Int64, provider: StorageProvider,
+        opener: ObjectOpener, sealed: UnsafeMutableRawBufferPointer, scratch: RunBuffer
+    ) throws {
+        let base = ObjectLayout.plaintextRange(chunk: buffer.chunks.lowerBound, plaintextSize: size).lowerBound
+        var index = 0
+        while index < bad.count {
+            var end = index + 1
+            while end < bad.count, bad[end] == bad[end - 1] + 1 { end += 1 }
+            try fetch(bad[index]..<(bad[end - 1] + 1), object: object, size: size, provider: provider, opener: opener, sealed: sealed, into: scratch)
+            buffer.transferred += scratch.transferred
+            let offset = Int(ObjectLayout.plaintextRange(chunk: scratch.chunks.lowerBound, plaintextSize: size).lowerBound - base)
+            UnsafeMutableRawBufferPointer(rebasing: buffer.plaintext[offset..<(offset + scratch.plainCount)]).copyMemory(from: scratch.plainBytes)
+            let tagOffset = Int(scratch.chunks.lowerBound - buffer.chunks.lowerBound) * 16
+            UnsafeMutableRawBufferPointer(rebasing: buffer.tags[tagOffset..<(tagOffset + scratch.chunks.count * 16)]).copyMemory(from: scratch.tagBytes)
+            index = end
         }
     }
 
