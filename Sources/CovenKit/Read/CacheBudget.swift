@@ -50,7 +50,7 @@ extension Device {
             let size = row.int("size") ?? 0
             let cached = try database.queryOne("SELECT bytes, complete FROM coven_cache WHERE object = ?1", [object])
             let isHere = row.string("at") == "device" && row.string("device") == deviceID
-            if isHere || cached?.int("complete") == 1 {
+            if isHere || (cached?.int("complete") ?? 0) >= 1 {
                 heldCount += 1
                 heldBytes += isHere ? size : (cached?.int("bytes") ?? 0)
                 continue

@@ -13,7 +13,8 @@ import Foundation
 ///   and comparing the tag, so a corrupted cached chunk is caught by its tag, as a fetched one is.
 ///
 /// `coven_cache` keeps the bookkeeping: the plaintext size, a bitmap of the chunks held, their
-/// bytes, whether the entry is complete, and when it was last read (trims take the longest ago
+/// bytes, whether the entry is complete (`complete`: 0 partial, 1 every chunk held, 2 every
+/// chunk held and the whole file once found to match its record's hash), and when it was last read (trims take the longest ago
 /// first) and touched. A chunk's bit is set only after its plaintext and tag are written and
 /// synced, so a crash loses at most chunks that were never recorded. An entry that is not
 /// complete is a *partial*: never answered as the file, resumed by fetching only its missing
@@ -42,6 +43,8 @@ struct CacheEntryRow {
     var chunks: [UInt8]
     var bytes: Int64
     var complete: Bool
+    /// Complete, and once read whole and found to match the record's hash (`complete = 2`).
+    var verified: Bool
     var lastRead: Double
 
     init(row: Row) {
@@ -49,7 +52,8 @@ struct CacheEntryRow {
         size = row.int("size") ?? 0
         chunks = row.bytes("chunks") ?? []
         bytes = row.int("bytes") ?? 0
-        complete = (row.int("complete") ?? 0) == 1
+        complete = (row.int("complete") ?? 0) >= 1
+        verified = (row.int("complete") ?? 0) == 2
         lastRead = row["last_read"].textValue.flatMap(Double.init) ?? 0
     }
 }

@@ -246,6 +246,10 @@ final class StoredRead {
     private var pending: [Int64] = []
     private var pendingBytes: Int64 = 0
     private var dropped: [Int64] = []
+    /// The entry was complete and verified against the record's hash when the read began.
+    private var verified = false
+    /// This read checked the whole file against the record's hash.
+    private var hashChecked = false
     private var report = ReadReport(source: .cache)
 
     /// How many plaintext bytes are written between two records of their chunks.
@@ -302,6 +306,7 @@ final class StoredRead {
         }
         if let row = try device.cacheRow(object), row.size == size {
             bitmap = ChunkBitmap(count: bitmap.count, bytes: row.chunks)
+            verified = row.verified && bitmap.isFull
         }
     }
 
@@ -344,7 +349,11 @@ final class StoredRead {
             size: size, steps: steps, dataFD: dataFD, tagsFD: tagsFD)
         producer.start()
         defer { producer.stop() }
-        let hasher = whole ? try SHA256() : nil
+        // A whole read checks the file against its record's hash before its last bytes go out.
+        // A cache entry that passed that check once and whose every chunk passes its tag now
+        // holds exactly the bytes checked, so it is not hashed again.
+        let allCached = steps.allSatisfy { if case .cached = $0 { return true } else { return false } }
+        let hasher = whole && !(verified && allCached) ? try SHA256() : nil
         var failure: Error?
         do {
             for index in steps.indices {
@@ -385,6 +394,7 @@ final class StoredRead {
                             throw CovenError(.integrity, "file '\(record.id)' does not match its recorded hash",
                                              cause: "sha256 \(digest), recorded \(expected)", details: ["file": record.id, "reason": "hash"])
                         }
+                        hashChecked = record.hash != nil
                     }
                 }
                 if from < to { try output(slice) }
@@ -439,16 +449,18 @@ final class StoredRead {
         pendingBytes = 0
         let db = device.database
         try db.transaction {
-            var current = ChunkBitmap(count: bitmap.count, bytes: try device.cacheRow(object).map { $0.size == size ? $0.chunks : [] } ?? [])
+            let row = try device.cacheRow(object).flatMap { $0.size == size ? $0 : nil }
+            var current = ChunkBitmap(count: bitmap.count, bytes: row?.chunks ?? [])
             for chunk in chunks { current.insert(chunk) }
             for chunk in dropped { current.remove(chunk) }
             bitmap = current
             let now = cacheNow()
+            let state: Int64 = !current.isFull ? 0 : (hashChecked || (row?.verified ?? false)) ? 2 : 1
             try db.run("""
                 INSERT INTO coven_cache (object, size, chunks, bytes, complete, last_read, touched) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
                 ON CONFLICT (object) DO UPDATE SET size = excluded.size, chunks = excluded.chunks, bytes = excluded.bytes,
                     complete = excluded.complete, last_read = excluded.last_read, touched = excluded.touched
-                """, [object, size, current.bytes, current.heldBytes(size: size), current.isFull, now])
+                """, [object, size, current.bytes, current.heldBytes(size: size), state, now])
         }
         dropped.removeAll()
     }

@@ -70,7 +70,7 @@ final class FetchKeptTests: ReadTestCase {
         })
         XCTAssertEqual(result.stop, .interrupted)
         XCTAssertEqual(result.fetched.map(\.file), [a])
-        XCTAssertEqual(try cacheRow(a)?.int("complete"), 1)
+        XCTAssertEqual(try cacheRow(a)?.int("complete"), 2, "fetched whole and checked against its hash")
         let partial = try XCTUnwrap(try cacheRow(b))
         XCTAssertEqual(partial.int("complete"), 0)
         XCTAssertEqual(partial.int("bytes"), Int64(16 * chunk), "the run fetched before the stop stays as a partial")
