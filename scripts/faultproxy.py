@@ -20,6 +20,11 @@ the counters, also written to --stats after every request. A rule, or {"rules": 
                                                           bytes, then reset the connection (RST)
     {"mode": "stall", "seconds": 10, "after_bytes": 0}    forward, send headers and that many
                                                           body bytes, then go silent
+    {"mode": "ignore_range"}                              a server that ignores Range: a ranged GET is
+                                                          forwarded as it is (so its signature is
+                                                          checked) and a 206 answer is replaced by
+                                                          200 with the whole object, as the proxy saw
+                                                          it PUT (single PUTs up to 16 MiB)
     {"mode": "none"} or {}                                no faults
 
     {"mode": "reset", "before": true}                      read the request, forward nothing, reset
@@ -32,6 +37,8 @@ body, at most 64 KiB.
 
 With --log F, every request is appended to F as one line: METHOD PATH?QUERY BODY-BYTES ACTION
 (ACTION: forwarded, or the injected mode), so tests can count what reached the provider.
+The counters include "body_bytes": the response body bytes sent to clients (what a reader
+transferred), so a test or benchmark can check that a ranged read fetched only its chunks.
 
 Bounded: exits after --timeout seconds (default 600) and as soon as --parent-pid is gone.
 """
@@ -63,7 +70,9 @@ class Faults:
         self.control_path = control_path
         self.stats_path = stats_path
         self.control_stamp = None
-        self.stats = {"requests": 0, "forwarded": 0, "injected": 0, "status": 0, "reset": 0, "stall": 0}
+        self.stats = {"requests": 0, "forwarded": 0, "injected": 0, "status": 0, "reset": 0, "stall": 0,
+                      "ignore_range": 0, "body_bytes": 0}
+        self.objects = {}  # path -> bytes of single PUTs up to 16 MiB, for ignore_range
 
     def set(self, spec):
         rules = spec.get("rules", [spec]) if isinstance(spec, dict) else list(spec)
@@ -72,7 +81,7 @@ class Faults:
             mode = rule.get("mode", "none")
             if mode == "none":
                 continue
-            if mode not in ("status", "reset", "stall"):
+            if mode not in ("status", "reset", "stall", "ignore_range"):
                 raise ValueError("unknown mode %r" % mode)
             rule = dict(rule)
             rule["remaining"] = int(rule.get("count", 1))
@@ -123,6 +132,10 @@ class Faults:
         with self.lock:
             with open(self.log_path, "a") as f:
                 f.write("%s %s %d %s\n" % (method, path, size, action))
+
+    def count_body(self, count):
+        with self.lock:
+            self.stats["body_bytes"] += count
 
     def snapshot(self):
         with self.lock:
@@ -241,9 +254,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
             conn.endheaders(body if body else None)
             response = conn.getresponse()
             data = b"" if self.command == "HEAD" else response.read()
-            self.send_response_only(response.status, response.reason)
+            status, reason = response.status, response.reason
+            path = self.path.split("?")[0]
+            if self.command == "PUT" and status == 200 and "?" not in self.path and len(body) <= 16 << 20:
+                with self.faults.lock:
+                    self.faults.objects[path] = body
+            whole = None
+            if rule is not None and rule["mode"] == "ignore_range" and status == 206:
+                with self.faults.lock:
+                    whole = self.faults.objects.get(path)
+                if whole is not None:
+                    data, status, reason = whole, 200, "OK"
+            self.send_response_only(status, reason)
             for name, value in response.getheaders():
                 if name.lower() in HOP_BY_HOP or name.lower() == "content-length":
+                    continue
+                if whole is not None and name.lower() == "content-range":
                     continue
                 self.send_header(name, value)
             if self.command == "HEAD":
@@ -251,14 +277,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             else:
                 self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            if rule is None:
+            if rule is None or rule["mode"] == "ignore_range":
                 self.wfile.write(data)
                 self.wfile.flush()
+                self.faults.count_body(len(data))
                 return
             after = rule.get("after_bytes")
             after = min(len(data) // 2, 65536) if after is None else max(0, min(int(after), len(data)))
             self.wfile.write(data[:after])
             self.wfile.flush()
+            self.faults.count_body(after)
             if rule["mode"] == "stall":
                 time.sleep(min(float(rule.get("seconds", 10)), 300))
                 self.close_connection = True

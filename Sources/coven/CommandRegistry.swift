@@ -19,6 +19,13 @@ enum CommandRegistry {
         ResumeCommand.self,
         RetryCommand.self,
         FileStatusCommand.self,
+        CatCommand.self,
+        GetCommand.self,
+        PinCommand.self,
+        UnpinCommand.self,
+        BudgetCommand.self,
+        CacheCommand.self,
+        FetchKeptCommand.self,
         CompletionsCommand.self,
     ]
 

@@ -50,19 +50,23 @@ extension Device {
             let size = row.int("size") ?? 0
             let cached = try database.queryOne("SELECT bytes, complete FROM coven_cache WHERE object = ?1", [object])
             let isHere = row.string("at") == "device" && row.string("device") == deviceID
-            if isHere || cached?.int("complete") == 1 {
+            if isHere || (cached?.int("complete") ?? 0) >= 1 {
                 heldCount += 1
                 heldBytes += isHere ? size : (cached?.int("bytes") ?? 0)
                 continue
             }
+            // The reasons are documented in docs/json.md ("file_cache").
             let reason: String
+            let partialBytes = cached?.int("bytes") ?? 0
+            heldBytes += partialBytes
             if row.string("at") == "device" {
-                reason = "device_only"
-            } else if let cached, (cached.int("bytes") ?? 0) > 0 {
-                heldBytes += cached.int("bytes") ?? 0
+                reason = "device_only_elsewhere"
+            } else if let failure = try setting("fetch_failed:" + object) {
+                reason = failure
+            } else if partialBytes > 0 {
                 reason = "partial"
             } else {
-                reason = try setting("fetch_failed:" + object) ?? "not_fetched"
+                reason = "not_fetched"
             }
             var group = reasons[reason] ?? CacheSummary.NotHeld(reason: reason, count: 0, bytes: 0, unstated: 0)
             group.count += 1

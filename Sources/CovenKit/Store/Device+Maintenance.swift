@@ -28,6 +28,8 @@ extension Device {
         guard let lock = try? DeviceLock(path: paths.lock, wait: false) else { return }
         defer { _ = lock }
         removeReleasedCopies()
+        // The file cache: partials untouched for seven days, files no entry names (Read/FileCache.swift).
+        removeStalePartials()
         for folder in [paths.copies, paths.temporary] {
             guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { continue }
             for name in names {

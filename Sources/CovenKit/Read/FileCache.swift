@@ -1,0 +1,267 @@
+import Foundation
+
+// MARK: - The file cache on disk
+
+/// The cache of fetched file bytes beside the device (spec/keep-files-on-a-device.md).
+///
+/// One entry per stored *object* (several records may name one), in `<db>.d/cache/`:
+///
+/// - `<device>-<name>`: the plaintext, at its own offsets, sparse while chunks are missing; once
+///   every chunk is there it is the whole file, and ``Device/holdFile(_:)`` prints its path.
+/// - `<device>-<name>.tags`: the 16-byte AES-GCM tag of each chunk at `16 · i`. A cached chunk is
+///   checked before it is served by sealing its plaintext again under the file's key and nonce
+///   and comparing the tag, so a corrupted cached chunk is caught by its tag, as a fetched one is.
+///
+/// `coven_cache` keeps the bookkeeping: the plaintext size, a bitmap of the chunks held, their
+/// bytes, whether the entry is complete (`complete`: 0 partial, 1 every chunk held, 2 every
+/// chunk held and the whole file once found to match its record's hash), and when it was last read (trims take the longest ago
+/// first) and touched. A chunk's bit is set only after its plaintext and tag are written and
+/// synced, so a crash loses at most chunks that were never recorded. An entry that is not
+/// complete is a *partial*: never answered as the file, resumed by fetching only its missing
+/// chunks (Range requests), and removed at open once untouched for seven days unless kept.
+///
+/// A reader holds a shared `flock` on the data file while it reads; trims and `cache clear`
+/// take an exclusive one without waiting and pass over an entry that is being read.
+public struct CacheEntryPaths: Sendable {
+    /// The plaintext file.
+    public let data: String
+    /// The tags file.
+    public let tags: String
+
+    init(paths: DevicePaths, object: String) {
+        let parts = object.split(separator: "/")
+        let name = parts.suffix(2).joined(separator: "-")
+        data = paths.cache + "/" + name
+        tags = data + ".tags"
+    }
+}
+
+/// One row of `coven_cache`.
+struct CacheEntryRow {
+    var object: String
+    var size: Int64
+    var chunks: [UInt8]
+    var bytes: Int64
+    var complete: Bool
+    /// Complete, and once read whole and found to match the record's hash (`complete = 2`).
+    var verified: Bool
+    var lastRead: Double
+
+    init(row: Row) {
+        object = row.string("object") ?? ""
+        size = row.int("size") ?? 0
+        chunks = row.bytes("chunks") ?? []
+        bytes = row.int("bytes") ?? 0
+        complete = (row.int("complete") ?? 0) >= 1
+        verified = (row.int("complete") ?? 0) == 2
+        lastRead = row["last_read"].textValue.flatMap(Double.init) ?? 0
+    }
+}
+
+/// A set of chunk indexes as a little-endian bitmap (bit `i % 8` of byte `i / 8`).
+struct ChunkBitmap {
+    var bytes: [UInt8]
+    let count: Int64
+
+    init(count: Int64, bytes: [UInt8] = []) {
+        self.count = count
+        let needed = Int((count + 7) / 8)
+        var bytes = bytes
+        if bytes.count < needed { bytes += [UInt8](repeating: 0, count: needed - bytes.count) }
+        if bytes.count > needed { bytes.removeLast(bytes.count - needed) }
+        self.bytes = bytes
+    }
+
+    func contains(_ chunk: Int64) -> Bool {
+        guard chunk >= 0, chunk < count else { return false }
+        return bytes[Int(chunk / 8)] & (1 << UInt8(chunk % 8)) != 0
+    }
+
+    mutating func insert(_ chunk: Int64) {
+        bytes[Int(chunk / 8)] |= 1 << UInt8(chunk % 8)
+    }
+
+    mutating func remove(_ chunk: Int64) {
+        bytes[Int(chunk / 8)] &= ~(1 << UInt8(chunk % 8))
+    }
+
+    var isFull: Bool { (0..<count).allSatisfy(contains) }
+
+    /// The plaintext bytes the set chunks hold in a file of `size` bytes.
+    func heldBytes(size: Int64) -> Int64 {
+        var total: Int64 = 0
+        for chunk in 0..<count where contains(chunk) {
+            total += Int64(ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size).count)
+        }
+        return total
+    }
+}
+
+/// The seconds since the epoch, as coven_cache stores times.
+func cacheNow() -> Double { Date().timeIntervalSince1970 }
+
+extension Device {
+    /// The paths of the cache entry of `object`.
+    public func cachePaths(object: String) -> CacheEntryPaths {
+        CacheEntryPaths(paths: paths, object: object)
+    }
+
+    /// Objects of kept files: pinned, or in a namespace the manifest declares kept.
+    func keptObjects() throws -> Set<String> {
+        let namespaces = manifest.namespaces.filter(\.kept).map(\.name)
+        let list = String(decoding: try JSONSerialization.data(withJSONObject: namespaces), as: UTF8.self)
+        let rows = try database.query("""
+            SELECT DISTINCT json_extract(coordinates, '$.object') AS object FROM coven_files
+            WHERE id IN (SELECT file FROM coven_pins) OR namespace IN (SELECT value FROM json_each(?1))
+            """, [list])
+        return Set(rows.compactMap { $0.string("object") })
+    }
+
+    func cacheRow(_ object: String) throws -> CacheEntryRow? {
+        try database.queryOne("SELECT * FROM coven_cache WHERE object = ?1", [object]).map(CacheEntryRow.init)
+    }
+
+    /// Removes one cache entry if nobody reads it now. Returns the bytes it held, or nil when
+    /// it is being read (a shared lock on its data file).
+    func removeCacheEntry(_ entry: CacheEntryRow) throws -> Int64? {
+        let files = cachePaths(object: entry.object)
+        let fd = Foundation.open(files.data, O_RDONLY | O_CLOEXEC)
+        if fd >= 0 {
+            defer { close(fd) }
+            guard flock(fd, LOCK_EX | LOCK_NB) == 0 else { return nil }
+            // Forget the entry first: a crash after this leaves files no row names, which the
+            // next open removes; never a row claiming chunks that are gone.
+            try database.transaction {
+                try database.run("DELETE FROM coven_cache WHERE object = ?1", [entry.object])
+            }
+            unlink(files.data)
+            unlink(files.tags)
+        } else {
+            try database.transaction {
+                try database.run("DELETE FROM coven_cache WHERE object = ?1", [entry.object])
+            }
+            unlink(files.tags)
+        }
+        return entry.bytes
+    }
+
+    // MARK: - Trimming
+
+    /// Trims the cache to its budgets: each namespace's own budget from the manifest, then the
+    /// device's. Removes what was read longest ago first; never a kept file's entry, never one
+    /// being read, never `sparing`.
+    ///
+    /// - Parameter sparing: an object the caller is reading or has just fetched.
+    /// - Returns: the bytes removed.
+    /// - Throws: `.sql`, `.io`.
+    @discardableResult
+    public func trimCache(sparing: String? = nil) throws -> Int64 {
+        let kept = try keptObjects()
+        let rows = try database.query("""
+            SELECT c.*, (SELECT namespace FROM coven_files f WHERE json_extract(f.coordinates, '$.object') = c.object LIMIT 1) AS namespace
+            FROM coven_cache c ORDER BY c.last_read, c.object
+            """)
+        var candidates: [(CacheEntryRow, String?)] = rows.map { (CacheEntryRow(row: $0), $0.string("namespace")) }
+            .filter { !kept.contains($0.0.object) && $0.0.object != sparing }
+        var removed: Int64 = 0
+        func trim(to budget: Int64, where matches: (String?) -> Bool) throws {
+            var used = candidates.filter { matches($0.1) }.reduce(Int64(0)) { $0 + $1.0.bytes }
+            var index = 0
+            while used > budget, index < candidates.count {
+                let (entry, namespace) = candidates[index]
+                guard matches(namespace) else { index += 1; continue }
+                if let bytes = try removeCacheEntry(entry) {
+                    used -= bytes
+                    removed += bytes
+                    candidates.remove(at: index)
+                } else {
+                    index += 1
+                }
+            }
+        }
+        for namespace in manifest.namespaces {
+            if let budget = namespace.budget {
+                try trim(to: budget) { $0 == namespace.name }
+            }
+        }
+        if let budget = try cacheBudget().bytes {
+            try trim(to: budget) { _ in true }
+        }
+        return removed
+    }
+
+    /// Sets the device's cache budget (bytes, `default` or `keep-all`), stores the choice and
+    /// trims to it at once.
+    ///
+    /// - Parameter choice: a byte count (at least 0), `"default"` or `"keep-all"`.
+    /// - Returns: the bytes the trim removed.
+    /// - Throws: `.usage` for anything else.
+    @discardableResult
+    public func setCacheBudget(_ choice: String) throws -> Int64 {
+        let value: String
+        switch choice {
+        case "default", "keep-all":
+            value = choice
+        default:
+            guard let bytes = ByteSize.parse(choice), bytes >= 0 else {
+                throw CovenError(.usage, "'\(choice)' is not a budget", hint: "give bytes (5000000000, 2GiB), default or keep-all")
+            }
+            value = String(bytes)
+        }
+        try database.transaction { try setSetting("cache_budget", value) }
+        return try trimCache()
+    }
+
+    /// Removes every cached file coven can fetch again; kept files, uploads not yet sent (never
+    /// in the cache) and files being read stay. The budget is unchanged.
+    ///
+    /// - Returns: the bytes removed.
+    public func clearCache() throws -> Int64 {
+        let kept = try keptObjects()
+        var removed: Int64 = 0
+        for row in try database.query("SELECT * FROM coven_cache ORDER BY object") {
+            let entry = CacheEntryRow(row: row)
+            guard !kept.contains(entry.object) else { continue }
+            removed += try removeCacheEntry(entry) ?? 0
+        }
+        return removed
+    }
+
+    // MARK: - Maintenance at open
+
+    /// The age after which an untouched partial goes: seven days, the longest a link lasts.
+    public static let partialLifetime: TimeInterval = 7 * 24 * 3600
+
+    /// Removes partial downloads untouched for seven days (by their data file's modification
+    /// time) unless they are a kept file's, and files in the cache folder no entry names.
+    /// Runs when the device opens for writing.
+    func removeStalePartials(now: Date = Date()) {
+        guard !readOnly, let rows = try? database.query("SELECT * FROM coven_cache WHERE complete = 0") else { return }
+        let kept = (try? keptObjects()) ?? []
+        for row in rows {
+            let entry = CacheEntryRow(row: row)
+            guard !kept.contains(entry.object) else { continue }
+            let files = cachePaths(object: entry.object)
+            var info = stat()
+            let touched = stat(files.data, &info) == 0 ? Double(info.st_mtim.tv_sec) : 0
+            if now.timeIntervalSince1970 - touched >= Self.partialLifetime {
+                _ = try? removeCacheEntry(entry)
+            }
+        }
+        // Files no entry names: a crash between forgetting an entry and unlinking its files.
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: paths.cache),
+              let objects = try? database.query("SELECT object FROM coven_cache") else { return }
+        let known = Set(objects.compactMap { $0.string("object") }.map { cachePaths(object: $0).data })
+        for name in names {
+            let path = paths.cache + "/" + name
+            let data = path.hasSuffix(".tags") ? String(path.dropLast(5)) : path
+            guard !known.contains(data) else { continue }
+            // A reader creates its row before its files, so an unnamed file is garbage unless a
+            // row is being made right now; leave files younger than a minute alone.
+            var info = stat()
+            if stat(path, &info) == 0, now.timeIntervalSince1970 - Double(info.st_mtim.tv_sec) > 60 {
+                unlink(path)
+            }
+        }
+    }
+}

@@ -1,0 +1,504 @@
+import Foundation
+
+// MARK: - What a read did
+
+/// Where a read found a file's bytes.
+public enum ReadSource: String, Sendable {
+    /// The person's original, before upload.
+    case original
+    /// coven's own copy of app bytes, before upload.
+    case copy
+    /// The cache, every chunk already held.
+    case cache
+    /// Storage, for at least one chunk.
+    case storage
+}
+
+/// What one read did: where the bytes came from and what storage sent.
+public struct ReadReport: Sendable {
+    /// Where the bytes came from.
+    public var source: ReadSource
+    /// Sealed bytes received from storage.
+    public var bytesFetched: Int64 = 0
+    /// Ranged GET requests sent.
+    public var requests: Int = 0
+    /// Cached chunks that failed their tag and were fetched again (never served).
+    public var chunksRefetched: Int = 0
+    /// The plaintext bytes written to the output.
+    public var bytesRead: Int64 = 0
+}
+
+/// A range of a file to read: from `offset`, `length` bytes or to the end.
+public struct ReadRange: Sendable, Equatable {
+    /// The first byte.
+    public var offset: Int64
+    /// How many bytes; nil for the rest of the file.
+    public var length: Int64?
+
+    /// The whole file.
+    public static let whole = ReadRange(offset: 0, length: nil)
+
+    /// Creates a range.
+    public init(offset: Int64, length: Int64?) {
+        self.offset = offset
+        self.length = length
+    }
+
+    /// The byte range within a file of `size` bytes.
+    ///
+    /// - Throws: `.rangeOutOfBounds` when it lies outside the file (a read is never short).
+    func resolve(size: Int64, file: String) throws -> Range<Int64> {
+        let end = length.map { offset.addingReportingOverflow($0) }
+        guard offset >= 0, (length ?? 0) >= 0, offset <= size, end.map({ !$0.overflow && $0.partialValue <= size }) ?? true else {
+            let text = length.map { "\($0) bytes at offset \(offset)" } ?? "offset \(offset)"
+            throw CovenError(.rangeOutOfBounds, "\(text) lies outside file '\(file)' of \(size) bytes",
+                             details: ["file": file, "size": String(size)])
+        }
+        return offset..<(end?.partialValue ?? size)
+    }
+}
+
+// MARK: - Reading
+
+extension Device {
+    /// Reads a file, or exactly a range of it, into `output`, from wherever it is: the person's
+    /// original before upload (checked first), coven's own copy, the cache, or storage
+    /// (spec/files.md "Reading a file").
+    ///
+    /// From storage it fetches only the encrypted chunks covering the range, neighbouring ones
+    /// together up to 1 MiB per request, ahead of the output; checks each chunk as it arrives;
+    /// and keeps them in the cache. A cached chunk that fails its tag is fetched again, never
+    /// served. A read of the whole file checks it against the record's hash before its last
+    /// bytes go out.
+    ///
+    /// - Parameters:
+    ///   - id: the file's id.
+    ///   - range: the bytes to read.
+    ///   - interrupted: polled between runs of chunks; true stops the read with `.interrupted`.
+    ///   - output: receives the bytes in order.
+    /// - Returns: what the read did.
+    /// - Throws: `.fileAbsent`, `.deviceOnly` (on another device only), `.userFileMissing`,
+    ///   `.userFileChanged`, `.rangeOutOfBounds`, `.integrity`, `.missing`, `.storage` (offline:
+    ///   failure `.network`), `.updateRequired`, `.noRoom`, `.interrupted`.
+    @discardableResult
+    public func readFile(
+        _ id: String, range: ReadRange = .whole, interrupted: (() -> Bool)? = nil,
+        output: (UnsafeRawBufferPointer) throws -> Void
+    ) throws -> ReadReport {
+        let record = try requireFile(id)
+        let coordinates = record.coordinates
+        if coordinates.at == .device {
+            guard coordinates.device == deviceID else {
+                throw deviceOnlyError(record)
+            }
+            return try readLocal(record, range: range, output: output)
+        }
+        let wanted = try range.resolve(size: record.size, file: id)
+        let read = try StoredRead(device: self, record: record, interrupted: interrupted)
+        defer { read.close() }
+        let report = try read.read(wanted, output: output)
+        if (try? cacheOverBudget()) == true { try? trimCache(sparing: coordinates.object) }
+        return report
+    }
+
+    func deviceOnlyError(_ record: FileRecord) -> CovenError {
+        let device = record.coordinates.device ?? ""
+        return CovenError(.deviceOnly, "file '\(record.id)' is on device '\(device)' only", hint: "read it on that device, or move it to the cloud there",
+                          details: ["file": record.id, "device": device])
+    }
+
+    /// Whether the cache holds more than its budget allows (so a trim has work).
+    func cacheOverBudget() throws -> Bool {
+        if manifest.namespaces.contains(where: { $0.budget != nil }) { return true }
+        guard let budget = try cacheBudget().bytes else { return false }
+        let used = try database.scalar("SELECT coalesce(sum(bytes), 0) FROM coven_cache").intValue ?? 0
+        return used > budget
+    }
+
+    /// The local bytes of a file on this device only: the original's path or coven's copy.
+    func localSource(_ record: FileRecord) throws -> (row: Row, path: String, kind: ReadSource) {
+        guard let row = try database.queryOne("SELECT * FROM coven_local WHERE object = ?1", [record.coordinates.object]) else {
+            throw CovenError(.missing, "this device holds no bytes of file '\(record.id)'", details: ["file": record.id, "device": deviceID])
+        }
+        if row.string("kind") == "user" {
+            let pathBytes = row.bytes("path") ?? []
+            try checkOriginal(path: pathBytes, recorded: OriginalIdentity(
+                size: row.int("size") ?? 0, modifiedSeconds: row.int("modified_seconds") ?? 0,
+                modifiedNanos: row.int("modified_nanos") ?? 0, changeStamp: row.string("change_stamp") ?? ""),
+                contentHash: row.bytes("content_hash") ?? [])
+            return (row, PathText.string(fromOSBytes: pathBytes), .original)
+        }
+        return (row, paths.folder + "/" + (row.string("copy") ?? ""), .copy)
+    }
+
+    /// Reads the original or coven's copy of a file on this device only.
+    private func readLocal(_ record: FileRecord, range: ReadRange, output: (UnsafeRawBufferPointer) throws -> Void) throws -> ReadReport {
+        let (row, path, kind) = try localSource(record)
+        let size = row.int("size") ?? record.size
+        let wanted = try range.resolve(size: size, file: record.id)
+        let display = PathText.display(path)
+        func changed() -> CovenError {
+            kind == .original
+                ? CovenError(.userFileChanged, "'\(display)' changed since it was staged", hint: "stage it again", details: ["path": display, "file": record.id])
+                : CovenError(.integrity, "coven's copy of file '\(record.id)' fails its check", details: ["file": record.id, "path": display])
+        }
+        let fd = PathText.withCString(path) { Foundation.open($0, O_RDONLY | O_CLOEXEC) }
+        guard fd >= 0 else {
+            if kind == .original { throw CovenError(.userFileMissing, "'\(display)' is missing", cause: String(cString: strerror(errno)), details: ["path": display, "file": record.id]) }
+            throw CovenError.posix("open", path: display)
+        }
+        defer { Foundation.close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, Int64(info.st_size) == size else { throw changed() }
+        posix_fadvise(fd, off_t(wanted.lowerBound), off_t(wanted.count), Int32(POSIX_FADV_SEQUENTIAL))
+        let whole = wanted == 0..<size
+        let hasher = whole ? try SHA256() : nil
+        let expected = row.bytes("content_hash") ?? []
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var position = wanted.lowerBound
+        if whole && size == 0, let hasher, hasher.finish() != expected { throw changed() }
+        while position < wanted.upperBound {
+            let count = Int(min(Int64(buffer.count), wanted.upperBound - position))
+            let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, off_t(position)) }
+            if got < 0 {
+                if errno == EINTR { continue }
+                throw CovenError.posix("read", path: display)
+            }
+            guard got > 0 else { throw changed() }
+            try buffer.withUnsafeBytes { raw in
+                let slice = UnsafeRawBufferPointer(rebasing: raw[0..<got])
+                if let hasher {
+                    hasher.update(slice)
+                    // The whole file checks against its recorded hash before its last bytes go out.
+                    if position + Int64(got) == size, hasher.finish() != expected { throw changed() }
+                }
+                try output(slice)
+            }
+            position += Int64(got)
+        }
+        return ReadReport(source: kind, bytesRead: Int64(wanted.count))
+    }
+
+    // MARK: - Holding a whole file
+
+    /// Makes sure the whole file is held on this device and returns the path of the held
+    /// copy: the person's original or coven's copy before upload, or the complete cache file.
+    ///
+    /// A partial is resumed: only its missing chunks are fetched. A file larger than the
+    /// budget is still fetched; a trim afterwards spares it.
+    ///
+    /// - Throws: as ``readFile(_:range:interrupted:output:)``; `.noRoom` when the disk has no
+    ///   room for the rest of it.
+    @discardableResult
+    public func holdFile(_ id: String, interrupted: (() -> Bool)? = nil) throws -> (path: String, report: ReadReport) {
+        let record = try requireFile(id)
+        if record.coordinates.at == .device {
+            guard record.coordinates.device == deviceID else { throw deviceOnlyError(record) }
+            let (_, path, kind) = try localSource(record)
+            return (path, ReadReport(source: kind))
+        }
+        let files = cachePaths(object: record.coordinates.object)
+        if let row = try cacheRow(record.coordinates.object), row.complete, access(files.data, R_OK) == 0 {
+            try database.transaction {
+                try database.run("UPDATE coven_cache SET last_read = ?2 WHERE object = ?1", [record.coordinates.object, cacheNow()])
+            }
+            return (files.data, ReadReport(source: .cache))
+        }
+        try checkRoom(for: record)
+        let read = try StoredRead(device: self, record: record, interrupted: interrupted)
+        defer { read.close() }
+        let report = try read.read(0..<record.size) { _ in }
+        if (try? cacheOverBudget()) == true { try? trimCache(sparing: record.coordinates.object) }
+        return (files.data, report)
+    }
+
+    /// Refuses a fetch the disk has no room for, before any byte is fetched.
+    ///
+    /// - Throws: `.noRoom` with the bytes needed and free.
+    func checkRoom(for record: FileRecord) throws {
+        let held = try cacheRow(record.coordinates.object)?.bytes ?? 0
+        let needed = record.size - held + Int64(ObjectLayout.chunkCount(plaintextSize: record.size)) * ObjectLayout.tagSize
+        var info = statvfs()
+        guard statvfs(paths.cache, &info) == 0 else { return }
+        let free = Int64(info.f_bavail) * Int64(info.f_frsize)
+        if needed > free {
+            throw CovenError(.noRoom, "no room on the disk for file '\(record.id)'",
+                             cause: "\(needed) bytes needed, \(free) free",
+                             details: ["file": record.id, "needed": String(needed), "free": String(free)])
+        }
+    }
+}
+
+// MARK: - A read from the cache and storage
+
+/// One read of a stored file through the cache. Holds a shared lock on the cache entry's data
+/// file while it lives, so trims and `cache clear` pass over it.
+final class StoredRead {
+    let device: Device
+    let record: FileRecord
+    let object: String
+    let size: Int64
+    let files: CacheEntryPaths
+    let interrupted: (() -> Bool)?
+    private var dataFD: Int32 = -1
+    private var tagsFD: Int32 = -1
+    private var bitmap: ChunkBitmap
+    private var pending: [Int64] = []
+    private var pendingBytes: Int64 = 0
+    private var dropped: [Int64] = []
+    /// The entry was complete and verified against the record's hash when the read began.
+    private var verified = false
+    /// This read checked the whole file against the record's hash.
+    private var hashChecked = false
+    private var report = ReadReport(source: .cache)
+
+    /// How many plaintext bytes are written between two records of their chunks.
+    static let recordEvery: Int64 = 16 << 20
+    /// Chunks per request: 1 MiB of plaintext.
+    static let runChunks: Int64 = 16
+
+    init(device: Device, record: FileRecord, interrupted: (() -> Bool)?) throws {
+        self.device = device
+        self.record = record
+        self.object = record.coordinates.object
+        self.size = record.size
+        self.files = device.cachePaths(object: record.coordinates.object)
+        self.interrupted = interrupted
+        _ = try FileKey(hex: record.coordinates.key)  // a bad key fails here, before any file is made
+        bitmap = ChunkBitmap(count: ObjectLayout.chunkCount(plaintextSize: record.size))
+        try openEntry()
+    }
+
+    /// Creates the entry's row and files if needed, locks the data file shared and loads the
+    /// bitmap. A row comes before its files, so a file without a row is garbage.
+    private func openEntry() throws {
+        let db = device.database
+        // The cache's bookkeeping may lose its last commits to a power cut (never to a crash of
+        // the process): a chunk is recorded only after its bytes are synced, so a lost record
+        // only means fetching the chunk again. So commits here need not wait for the disk.
+        try db.execute("PRAGMA synchronous = NORMAL")
+        if try device.cacheRow(object) == nil {
+            try db.transaction {
+                try db.run("""
+                    INSERT INTO coven_cache (object, size, chunks, bytes, complete, last_read, touched)
+                    VALUES (?1, ?2, ?3, 0, 0, ?4, ?4) ON CONFLICT (object) DO NOTHING
+                    """, [object, size, bitmap.bytes, cacheNow()])
+            }
+        }
+        for _ in 0..<3 {
+            let fd = Foundation.open(files.data, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw CovenError.posix("open cache file", path: files.data) }
+            while flock(fd, LOCK_SH) != 0 && errno == EINTR {}
+            // A trim may have removed the file between open and lock: use the file the path names.
+            var held = stat(), named = stat()
+            if fstat(fd, &held) == 0, stat(files.data, &named) == 0, held.st_ino == named.st_ino, held.st_nlink > 0 {
+                dataFD = fd
+                break
+            }
+            Foundation.close(fd)
+        }
+        guard dataFD >= 0 else { throw CovenError(.busy, "the cache entry of file '\(record.id)' keeps being removed") }
+        tagsFD = Foundation.open(files.tags, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard tagsFD >= 0 else { throw CovenError.posix("open cache file", path: files.tags) }
+        var info = stat()
+        if fstat(dataFD, &info) == 0, Int64(info.st_size) != size {
+            guard ftruncate(dataFD, off_t(size)) == 0 else { throw CovenError.posix("size cache file", path: files.data) }
+        }
+        if let row = try device.cacheRow(object), row.size == size {
+            bitmap = ChunkBitmap(count: bitmap.count, bytes: row.chunks)
+            verified = row.verified && bitmap.isFull
+        }
+    }
+
+    func close() {
+        if dataFD >= 0 || tagsFD >= 0 { try? device.database.execute("PRAGMA synchronous = FULL") }
+        if dataFD >= 0 { Foundation.close(dataFD) }
+        if tagsFD >= 0 { Foundation.close(tagsFD) }
+        dataFD = -1
+        tagsFD = -1
+    }
+
+    deinit { close() }
+
+    // MARK: Planning
+
+    /// Cuts the chunks into runs: cached ones, and missing ones up to 1 MiB per request.
+    private func plan(_ chunks: Range<Int64>) -> [ReadStep] {
+        var steps: [ReadStep] = []
+        var chunk = chunks.lowerBound
+        while chunk < chunks.upperBound {
+            let cached = bitmap.contains(chunk)
+            var end = chunk + 1
+            while end < chunks.upperBound, end - chunk < Self.runChunks, bitmap.contains(end) == cached { end += 1 }
+            steps.append(cached ? .cached(chunk..<end) : .fetch(chunk..<end))
+            chunk = end
+        }
+        return steps
+    }
+
+    // MARK: Reading
+
+    /// Reads `wanted` into `output`.
+    func read(_ wanted: Range<Int64>, output: (UnsafeRawBufferPointer) throws -> Void) throws -> ReadReport {
+        let chunks = ObjectLayout.chunks(covering: wanted, plaintextSize: size)
+        let whole = wanted == 0..<size
+        // A whole read of an empty file still fetches and checks its one (empty) chunk.
+        let steps = plan(whole && size == 0 ? 0..<1 : chunks)
+        let producer = Prefetcher(
+            connector: StorageConnector(location: device.storage), object: object, keyHex: record.coordinates.key,
+            size: size, steps: steps, dataFD: dataFD, tagsFD: tagsFD)
+        producer.start()
+        defer { producer.stop() }
+        // A whole read checks the file against its record's hash before its last bytes go out.
+        // A cache entry that passed that check once and whose every chunk passes its tag now
+        // holds exactly the bytes checked, so it is not hashed again.
+        let allCached = steps.allSatisfy { if case .cached = $0 { return true } else { return false } }
+        let hasher = whole && !(verified && allCached) ? try SHA256() : nil
+        var failure: Error?
+        do {
+            for index in steps.indices {
+                if let interrupted, interrupted() {
+                    throw CovenError(.interrupted, "interrupted", details: ["file": record.id])
+                }
+                let run = try producer.next()
+                defer { producer.recycle(run) }
+                if run.transferred > 0 {
+                    report.source = .storage
+                    report.bytesFetched += run.transferred
+                    report.requests += run.fromCache ? 0 : 1
+                }
+                if run.fromCache {
+                    if !run.refetched.isEmpty {
+                        // Forget the bad chunks first, so a crash now never leaves them recorded;
+                        // then write the good bytes fetched for them.
+                        report.chunksRefetched += run.refetched.count
+                        report.requests += 1
+                        try forget(run.refetched)
+                        try store(run, only: run.refetched)
+                    }
+                } else {
+                    try store(run, only: nil)
+                }
+                let runStart = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
+                let from = Int(max(runStart, wanted.lowerBound) - runStart)
+                let to = Int(min(runStart + Int64(run.plainCount), wanted.upperBound) - runStart)
+                let slice = from < to ? UnsafeRawBufferPointer(rebasing: run.plainBytes[from..<to]) : UnsafeRawBufferPointer(start: nil, count: 0)
+                if let hasher {
+                    hasher.update(slice)
+                    if index == steps.count - 1 {
+                        let digest = hasher.finish().hex
+                        if let expected = record.hash, digest != expected {
+                            // The chunks passed their tags but the file is not the one the
+                            // record names: forget them, serve nothing more.
+                            dropped.append(contentsOf: run.chunks)
+                            throw CovenError(.integrity, "file '\(record.id)' does not match its recorded hash",
+                                             cause: "sha256 \(digest), recorded \(expected)", details: ["file": record.id, "reason": "hash"])
+                        }
+                        hashChecked = record.hash != nil
+                    }
+                }
+                if from < to { try output(slice) }
+                report.bytesRead += Int64(max(0, to - from))
+            }
+        } catch {
+            failure = error
+        }
+        producer.stop()
+        // Record what was written and checked, also after a failure: a partial keeps it.
+        do {
+            try recordChunks()
+        } catch where failure == nil {
+            failure = error
+        } catch {}
+        if let failure { throw failure }
+        return report
+    }
+
+    /// Writes a run's chunks (or `only` some of them) to the cache; they are recorded at the
+    /// next ``recordChunks()``.
+    private func store(_ run: RunBuffer, only: [Int64]?) throws {
+        let base = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
+        guard let only else {
+            try pwriteAll(dataFD, run.plainBytes, at: base, path: files.data)
+            try pwriteAll(tagsFD, run.tagBytes, at: run.chunks.lowerBound * 16, path: files.tags)
+            pending.append(contentsOf: run.chunks)
+            pendingBytes += Int64(run.plainCount)
+            if pendingBytes >= Self.recordEvery { try recordChunks() }
+            return
+        }
+        for chunk in only {
+            let plain = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size)
+            let offset = Int(plain.lowerBound - base)
+            let k = Int(chunk - run.chunks.lowerBound)
+            try pwriteAll(dataFD, UnsafeRawBufferPointer(rebasing: run.plainBytes[offset..<(offset + plain.count)]), at: plain.lowerBound, path: files.data)
+            try pwriteAll(tagsFD, UnsafeRawBufferPointer(rebasing: run.tagBytes[(k * 16)..<(k * 16 + 16)]), at: chunk * 16, path: files.tags)
+            pending.append(chunk)
+            pendingBytes += Int64(plain.count)
+        }
+    }
+
+    /// Syncs the written chunks, then records them (a chunk is recorded only once its bytes
+    /// are on disk), with the read time.
+    private func recordChunks() throws {
+        let chunks = pending.filter { !dropped.contains($0) }
+        if !chunks.isEmpty {
+            guard fdatasync(dataFD) == 0 else { throw CovenError.posix("sync cache file", path: files.data) }
+            guard fdatasync(tagsFD) == 0 else { throw CovenError.posix("sync cache file", path: files.tags) }
+        }
+        pending.removeAll()
+        pendingBytes = 0
+        let db = device.database
+        try db.transaction {
+            let row = try device.cacheRow(object).flatMap { $0.size == size ? $0 : nil }
+            var current = ChunkBitmap(count: bitmap.count, bytes: row?.chunks ?? [])
+            for chunk in chunks { current.insert(chunk) }
+            for chunk in dropped { current.remove(chunk) }
+            bitmap = current
+            let now = cacheNow()
+            let state: Int64 = !current.isFull ? 0 : (hashChecked || (row?.verified ?? false)) ? 2 : 1
+            try db.run("""
+                INSERT INTO coven_cache (object, size, chunks, bytes, complete, last_read, touched) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+                ON CONFLICT (object) DO UPDATE SET size = excluded.size, chunks = excluded.chunks, bytes = excluded.bytes,
+                    complete = excluded.complete, last_read = excluded.last_read, touched = excluded.touched
+                """, [object, size, current.bytes, current.heldBytes(size: size), state, now])
+        }
+        dropped.removeAll()
+    }
+
+    /// Clears chunks' bits at once.
+    private func forget(_ chunks: [Int64]) throws {
+        let db = device.database
+        try db.transaction {
+            guard let row = try device.cacheRow(object) else { return }
+            var current = ChunkBitmap(count: bitmap.count, bytes: row.chunks)
+            for chunk in chunks { current.remove(chunk) }
+            try db.run("UPDATE coven_cache SET chunks = ?2, bytes = ?3, complete = 0 WHERE object = ?1",
+                       [object, current.bytes, current.heldBytes(size: size)])
+        }
+    }
+}
+
+// MARK: - Whole reads and writes at an offset
+
+func preadAll(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer, at offset: Int64) -> Int {
+    var done = 0
+    while done < buffer.count, let base = buffer.baseAddress {
+        let got = pread(fd, base + done, buffer.count - done, off_t(offset) + done)
+        if got < 0 && errno == EINTR { continue }
+        if got <= 0 { break }
+        done += got
+    }
+    return done
+}
+
+func pwriteAll(_ fd: Int32, _ buffer: UnsafeRawBufferPointer, at offset: Int64, path: String) throws {
+    var done = 0
+    while done < buffer.count, let base = buffer.baseAddress {
+        let wrote = pwrite(fd, base + done, buffer.count - done, off_t(offset) + done)
+        if wrote < 0 {
+            if errno == EINTR { continue }
+            throw CovenError.posix("write cache file", path: path)
+        }
+        done += wrote
+    }
+}

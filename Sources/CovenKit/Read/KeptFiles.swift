@@ -1,0 +1,200 @@
+import Foundation
+
+// MARK: - Pins
+
+extension Device {
+    /// Keeps stored files offline: pinned files stay outside the budget and no trim takes them.
+    ///
+    /// - Parameter ids: file ids.
+    /// - Returns: the ids newly pinned (already pinned ones are left as they are).
+    /// - Throws: `.fileAbsent` for an id with no record (nothing is pinned then);
+    ///   `.deviceOnly` for a file on another device only.
+    @discardableResult
+    public func pin(_ ids: [String]) throws -> [String] {
+        for id in ids {
+            let record = try requireFile(id)
+            if record.coordinates.at == .device, record.coordinates.device != deviceID { throw deviceOnlyError(record) }
+        }
+        var added: [String] = []
+        try database.transaction {
+            for id in ids {
+                let before = try database.scalar("SELECT count(*) FROM coven_pins WHERE file = ?1", [id]).intValue ?? 0
+                guard before == 0 else { continue }
+                try database.run("INSERT INTO coven_pins (file, pinned_at) VALUES (?1, ?2)", [id, Timestamp.iso8601(Date())])
+                added.append(id)
+            }
+        }
+        return added
+    }
+
+    /// Stops keeping files offline; their cached bytes count toward the budget again.
+    ///
+    /// - Returns: the ids that were pinned.
+    /// - Throws: `.fileAbsent` for an id with no record and no pin.
+    @discardableResult
+    public func unpin(_ ids: [String]) throws -> [String] {
+        var removed: [String] = []
+        try database.transaction {
+            for id in ids {
+                let pinned = (try database.scalar("SELECT count(*) FROM coven_pins WHERE file = ?1", [id]).intValue ?? 0) > 0
+                if !pinned { _ = try requireFile(id) }
+                try database.run("DELETE FROM coven_pins WHERE file = ?1", [id])
+                if pinned { removed.append(id) }
+            }
+        }
+        return removed
+    }
+}
+
+// MARK: - fetch-kept
+
+/// How `coven fetch-kept` ended.
+public enum FetchKeptStop: String, Sendable {
+    /// Every kept file is held (some may have failed otherwise: see the failures).
+    case done
+    /// The disk had no room for the next file.
+    case noRoom = "no_room"
+    /// Storage could not be reached.
+    case offline
+    /// The server asked for a wait longer than a minute.
+    case throttled
+    /// Interrupted (SIGINT).
+    case interrupted
+}
+
+/// One kept file fetch-kept worked on.
+public struct FetchKeptItem: Sendable {
+    /// The file id.
+    public var file: String
+    /// Its size.
+    public var size: Int64
+    /// Sealed bytes fetched for it.
+    public var bytesFetched: Int64
+    /// The error that stopped it, if any.
+    public var error: CovenError?
+}
+
+/// What `coven fetch-kept` did.
+public struct FetchKeptResult: Sendable {
+    /// Why it ended.
+    public var stop: FetchKeptStop = .done
+    /// The error that stopped it, for every stop but `.done`.
+    public var stopError: CovenError?
+    /// Files fetched whole, in order.
+    public var fetched: [FetchKeptItem] = []
+    /// Files passed over because they failed otherwise.
+    public var failed: [FetchKeptItem] = []
+    /// Kept files that were already held.
+    public var alreadyHeld: Int = 0
+    /// Kept files not tried because it stopped first.
+    public var remaining: Int = 0
+    /// The waits the server asked for and that were waited out, in seconds.
+    public var waited: [Double] = []
+}
+
+extension Device {
+    /// The longest wait a server may ask for that fetch-kept waits out.
+    public static let longestWaitedRetry: Double = 60
+
+    /// Kept stored files not held whole, smallest first.
+    func keptFilesToFetch() throws -> (toFetch: [FileRecord], held: Int) {
+        let namespaces = manifest.namespaces.filter(\.kept).map(\.name)
+        let list = String(decoding: try JSONSerialization.data(withJSONObject: namespaces), as: UTF8.self)
+        let rows = try database.query("""
+            SELECT f.* FROM coven_files f
+            WHERE (f.id IN (SELECT file FROM coven_pins) OR f.namespace IN (SELECT value FROM json_each(?1)))
+            ORDER BY f.size, f.id
+            """, [list])
+        var seen: Set<String> = []
+        var toFetch: [FileRecord] = []
+        var held = 0
+        for row in rows {
+            let record = try FileRecord(row: row)
+            if record.coordinates.at == .device {
+                if record.coordinates.device == deviceID { held += 1 }
+                continue
+            }
+            guard seen.insert(record.coordinates.object).inserted else { held += 1; continue }
+            if let entry = try cacheRow(record.coordinates.object), entry.complete, access(cachePaths(object: record.coordinates.object).data, R_OK) == 0 {
+                held += 1
+                continue
+            }
+            toFetch.append(record)
+        }
+        return (toFetch, held)
+    }
+
+    /// Fetches every kept file not held, smallest first (spec/keep-files-on-a-device.md
+    /// "Keep attachments offline").
+    ///
+    /// Waits out a server asking for a wait of a minute or less; stops at the first file the
+    /// disk has no room for, once storage cannot be reached, or once the server asks for a
+    /// longer wait; passes over a file that fails otherwise. `interrupted` stops it between
+    /// runs of chunks; files already fetched stay, and the bytes of the one in flight stay as a
+    /// partial. Each failure is recorded for `coven status`.
+    ///
+    /// - Parameters:
+    ///   - interrupted: polled often; true stops the fetch.
+    ///   - sleep: waits out a server's Retry-After (replaceable in tests).
+    /// - Returns: what was fetched, what failed and why it stopped.
+    public func fetchKept(
+        interrupted: (() -> Bool)? = nil, sleep: (Double) -> Void = { Thread.sleep(forTimeInterval: $0) }
+    ) throws -> FetchKeptResult {
+        var result = FetchKeptResult()
+        let (toFetch, held) = try keptFilesToFetch()
+        result.alreadyHeld = held
+        var index = 0
+        var throttledTries = 0
+        while index < toFetch.count {
+            let record = toFetch[index]
+            if let interrupted, interrupted() {
+                result.stop = .interrupted
+                result.stopError = CovenError(.interrupted, "interrupted")
+                break
+            }
+            do {
+                let (_, report) = try holdFile(record.id, interrupted: interrupted)
+                try setFetchFailure(record.coordinates.object, nil)
+                result.fetched.append(FetchKeptItem(file: record.id, size: record.size, bytesFetched: report.bytesFetched))
+                index += 1
+                throttledTries = 0
+            } catch {
+                let error = error.asCovenError
+                switch (error.code, error.storageFailure) {
+                case (.interrupted, _):
+                    result.stop = .interrupted
+                case (.noRoom, _):
+                    try setFetchFailure(record.coordinates.object, "too_large_for_disk")
+                    result.stop = .noRoom
+                case (.storage, .network?):
+                    result.stop = .offline
+                case (.storage, .throttled?):
+                    let wait = error.retryAfter ?? 1
+                    throttledTries += 1
+                    if wait <= Self.longestWaitedRetry && throttledTries <= 5 {
+                        result.waited.append(wait)
+                        sleep(wait)
+                        continue
+                    }
+                    result.stop = .throttled
+                default:
+                    try setFetchFailure(record.coordinates.object, error.code == .missing ? "missing" : "failed")
+                    result.failed.append(FetchKeptItem(file: record.id, size: record.size, bytesFetched: 0, error: error))
+                    index += 1
+                    throttledTries = 0
+                    continue
+                }
+                result.stopError = error
+                break
+            }
+        }
+        result.remaining = toFetch.count - index - (result.stop == .done ? 0 : 0)
+        if result.stop == .done { result.remaining = 0 }
+        return result
+    }
+
+    /// Records (or clears) why a kept object could not be fetched, for `coven status`.
+    func setFetchFailure(_ object: String, _ reason: String?) throws {
+        try database.transaction { try setSetting("fetch_failed:" + object, reason) }
+    }
+}

@@ -1,0 +1,289 @@
+import Foundation
+
+/// A run of chunks fetched from storage (or read from the cache) and checked: their plaintext
+/// and each chunk's tag, in buffers allocated once and reused run after run, so a read of any
+/// size touches a few MiB of memory.
+final class RunBuffer {
+    /// Room for one run's plaintext (16 chunks: 1 MiB).
+    let plaintext: UnsafeMutableRawBufferPointer
+    /// Room for one run's tags (16 bytes per chunk).
+    let tags: UnsafeMutableRawBufferPointer
+    /// The chunks it holds, consecutive.
+    var chunks: Range<Int64> = 0..<0
+    /// Plaintext bytes held.
+    var plainCount = 0
+    /// Sealed bytes transferred for them.
+    var transferred: Int64 = 0
+    /// Whether they came from the cache (otherwise they were fetched and are not cached yet).
+    var fromCache = false
+    /// Cached chunks of the run that failed their tag and were fetched again: the reader
+    /// forgets them, then writes them to the cache again.
+    var refetched: [Int64] = []
+
+    init(chunks capacity: Int64) {
+        plaintext = .allocate(byteCount: Int(capacity * ObjectLayout.chunkSize), alignment: 64)
+        tags = .allocate(byteCount: Int(capacity * ObjectLayout.tagSize), alignment: 16)
+    }
+
+    deinit {
+        plaintext.deallocate()
+        tags.deallocate()
+    }
+
+    /// The plaintext held.
+    var plainBytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: plaintext[0..<plainCount]) }
+    /// The tags held.
+    var tagBytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: tags[0..<(chunks.count * 16)]) }
+}
+
+/// One run of a read's plan: chunks held in the cache, or missing ones to fetch.
+enum ReadStep: Sendable {
+    case cached(Range<Int64>)
+    case fetch(Range<Int64>)
+}
+
+/// Produces the runs of a read on a thread of its own, ahead of the reader: cached runs are
+/// read from the cache files and checked against their tags, missing ones fetched from storage
+/// (neighbouring chunks together, up to 1 MiB of ciphertext per request) and authenticated.
+///
+/// The reader takes the runs in order with ``next()`` and hands each buffer back with
+/// ``recycle(_:)``; up to `depth` runs wait ready, so checking and the network overlap with the
+/// reader's hashing, cache writes and output. Unchecked bytes never leave here: a cached chunk
+/// that fails its tag is fetched again (and listed in ``RunBuffer/refetched``), a fetched one
+/// that fails is an `integrity` error.
+///
+/// The producer reads the cache files through the reader's descriptors (`pread` only) and makes
+/// its own provider (one curl handle per thread) and cipher handles.
+final class Prefetcher: @unchecked Sendable {
+    private let connector: StorageConnector
+    private let object: String
+    private let keyHex: String
+    private let size: Int64
+    private let steps: [ReadStep]
+    private let dataFD: Int32
+    private let tagsFD: Int32
+    private let condition = NSCondition()
+    private var ready: [Result<RunBuffer, CovenError>] = []
+    private var free: [RunBuffer]
+    private var stopped = false
+    private var finished = false
+
+    /// - Parameters:
+    ///   - steps: the runs, in the order the reader takes them.
+    ///   - dataFD, tagsFD: the cache entry's files, open for reading.
+    ///   - depth: how many runs may wait for the reader.
+    init(connector: StorageConnector, object: String, keyHex: String, size: Int64, steps: [ReadStep],
+         dataFD: Int32, tagsFD: Int32, depth: Int = 4) {
+        self.connector = connector
+        self.object = object
+        self.keyHex = keyHex
+        self.size = size
+        self.steps = steps
+        self.dataFD = dataFD
+        self.tagsFD = tagsFD
+        free = (0..<min(depth, steps.count)).map { _ in RunBuffer(chunks: StoredRead.runChunks) }
+    }
+
+    /// Starts producing.
+    func start() {
+        guard !steps.isEmpty else { return }
+        let thread = Thread { [self] in self.work() }
+        thread.stackSize = 1 << 20
+        thread.start()
+    }
+
+    /// The next run, in order, waiting for it; throws the run's error.
+    func next() throws -> RunBuffer {
+        condition.lock()
+        defer { condition.unlock() }
+        while ready.isEmpty { condition.wait() }
+        return try ready.removeFirst().get()
+    }
+
+    /// Hands a buffer back for a later run.
+    func recycle(_ buffer: RunBuffer) {
+        condition.lock()
+        free.append(buffer)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Stops producing (the reader is done or failed) and waits for the producer's thread to
+    /// let go of its buffers and the descriptors.
+    func stop() {
+        condition.lock()
+        stopped = true
+        condition.broadcast()
+        while !finished && !steps.isEmpty { condition.wait() }
+        condition.unlock()
+    }
+
+    private func takeBuffer() -> RunBuffer? {
+        condition.lock()
+        defer { condition.unlock() }
+        while free.isEmpty && !stopped { condition.wait() }
+        return stopped ? nil : free.removeLast()
+    }
+
+    private func deliver(_ result: Result<RunBuffer, CovenError>) {
+        condition.lock()
+        defer { condition.unlock() }
+        ready.append(result)
+        condition.broadcast()
+    }
+
+    private func work() {
+        defer {
+            condition.lock()
+            finished = true
+            condition.broadcast()
+            condition.unlock()
+        }
+        do {
+            let key = try FileKey(hex: keyHex)
+            var opener: ObjectOpener?
+            var sealer: ObjectSealer?
+            var provider: StorageProvider?
+            let sealed = UnsafeMutableRawBufferPointer.allocate(
+                byteCount: Int(ObjectLayout.headerSize + StoredRead.runChunks * ObjectLayout.sealedChunkSize), alignment: 64)
+            defer { sealed.deallocate() }
+            var spare: RunBuffer?
+            func connected() throws -> (StorageProvider, ObjectOpener) {
+                if provider == nil { provider = try connector.connect() }
+                if opener == nil { opener = try ObjectOpener(key: key) }
+                guard let provider, let opener else { throw CovenError(.internal, "no storage provider") }
+                return (provider, opener)
+            }
+            for step in steps {
+                guard let buffer = takeBuffer() else { return }
+                switch step {
+                case .fetch(let run):
+                    let (provider, opener) = try connected()
+                    try Prefetcher.fetch(run, object: object, size: size, provider: provider, opener: opener, sealed: sealed, into: buffer)
+                    buffer.fromCache = false
+                    buffer.refetched = []
+                case .cached(let run):
+                    if sealer == nil { sealer = try ObjectSealer(key: key) }
+                    guard let sealer else { throw CovenError(.internal, "no cipher") }
+                    let bad = try Prefetcher.readCached(run, size: size, dataFD: dataFD, tagsFD: tagsFD, sealer: sealer, sealed: sealed, into: buffer)
+                    buffer.fromCache = true
+                    buffer.refetched = bad
+                    buffer.transferred = 0
+                    if !bad.isEmpty {
+                        let (provider, opener) = try connected()
+                        if spare == nil { spare = RunBuffer(chunks: StoredRead.runChunks) }
+                        guard let fetched = spare else { throw CovenError(.internal, "no buffer") }
+                        try Prefetcher.patch(bad, in: buffer, object: object, size: size, provider: provider, opener: opener, sealed: sealed, scratch: fetched)
+                    }
+                }
+                deliver(.success(buffer))
+            }
+        } catch {
+            deliver(.failure(error.asCovenError))
+        }
+    }
+
+    /// Reads cached chunks into `buffer` and checks each against its tag by sealing its
+    /// plaintext again under the file's key and nonce. Returns the chunks that failed (or that
+    /// the cache files are too short to hold).
+    static func readCached(
+        _ run: Range<Int64>, size: Int64, dataFD: Int32, tagsFD: Int32, sealer: ObjectSealer,
+        sealed: UnsafeMutableRawBufferPointer, into buffer: RunBuffer
+    ) throws -> [Int64] {
+        let lower = ObjectLayout.plaintextRange(chunk: run.lowerBound, plaintextSize: size).lowerBound
+        let upper = ObjectLayout.plaintextRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
+        let count = Int(upper - lower)
+        buffer.chunks = run
+        buffer.plainCount = count
+        let gotPlain = preadAll(dataFD, UnsafeMutableRawBufferPointer(rebasing: buffer.plaintext[0..<count]), at: lower)
+        let gotTags = preadAll(tagsFD, UnsafeMutableRawBufferPointer(rebasing: buffer.tags[0..<(run.count * 16)]), at: run.lowerBound * 16)
+        guard gotPlain == count, gotTags == run.count * 16 else { return Array(run) }
+        let out = UnsafeMutableRawBufferPointer(rebasing: sealed[0..<(count + run.count * 16)])
+        _ = try sealer.sealChunks(firstChunk: run.lowerBound, plaintext: buffer.plainBytes, totalPlaintextSize: size, into: out)
+        var bad: [Int64] = []
+        var position = 0
+        for (k, chunk) in run.enumerated() {
+            position += ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size).count
+            let computed = UnsafeRawBufferPointer(rebasing: out[position..<(position + 16)])
+            let stored = UnsafeRawBufferPointer(rebasing: buffer.tags[(k * 16)..<(k * 16 + 16)])
+            if !computed.elementsEqual(stored) { bad.append(chunk) }
+            position += 16
+        }
+        return bad
+    }
+
+    /// Fetches the `bad` chunks of a cached run again and patches their plaintext and tags in.
+    static func patch(
+        _ bad: [Int64], in buffer: RunBuffer, object: String, size: Int64, provider: StorageProvider,
+        opener: ObjectOpener, sealed: UnsafeMutableRawBufferPointer, scratch: RunBuffer
+    ) throws {
+        let base = ObjectLayout.plaintextRange(chunk: buffer.chunks.lowerBound, plaintextSize: size).lowerBound
+        var index = 0
+        while index < bad.count {
+            var end = index + 1
+            while end < bad.count, bad[end] == bad[end - 1] + 1 { end += 1 }
+            try fetch(bad[index]..<(bad[end - 1] + 1), object: object, size: size, provider: provider, opener: opener, sealed: sealed, into: scratch)
+            buffer.transferred += scratch.transferred
+            let offset = Int(ObjectLayout.plaintextRange(chunk: scratch.chunks.lowerBound, plaintextSize: size).lowerBound - base)
+            UnsafeMutableRawBufferPointer(rebasing: buffer.plaintext[offset..<(offset + scratch.plainCount)]).copyMemory(from: scratch.plainBytes)
+            let tagOffset = Int(scratch.chunks.lowerBound - buffer.chunks.lowerBound) * 16
+            UnsafeMutableRawBufferPointer(rebasing: buffer.tags[tagOffset..<(tagOffset + scratch.chunks.count * 16)]).copyMemory(from: scratch.tagBytes)
+            index = end
+        }
+    }
+
+    /// Fetches one run with one ranged GET and authenticates it into `buffer`.
+    ///
+    /// A run that starts at chunk 0 also fetches the 8-byte header and checks it, so a newer
+    /// format fails with `update_required`.
+    ///
+    /// - Parameter sealed: scratch room for the run's sealed bytes and the header.
+    /// - Throws: `.integrity` when the object is shorter or longer than the record says or a
+    ///   chunk fails its tag; `.missing` when storage confirms nothing at the path; `.storage`.
+    static func fetch(
+        _ run: Range<Int64>, object: String, size: Int64, provider: StorageProvider, opener: ObjectOpener,
+        sealed: UnsafeMutableRawBufferPointer, into buffer: RunBuffer
+    ) throws {
+        let first = ObjectLayout.encryptedRange(chunk: run.lowerBound, plaintextSize: size)
+        let last = ObjectLayout.encryptedRange(chunk: run.upperBound - 1, plaintextSize: size)
+        let withHeader = run.lowerBound == 0
+        let lower = withHeader ? 0 : first.lowerBound
+        let wanted = Int(last.upperBound - lower)
+        precondition(wanted <= sealed.count, "internal error: a run larger than its buffer")
+        var received = 0
+        do {
+            try provider.get(object, range: lower..<last.upperBound) { bytes in
+                guard received + bytes.count <= wanted, let base = sealed.baseAddress, let from = bytes.baseAddress else {
+                    if bytes.isEmpty { return }
+                    throw CovenError(.integrity, "the stored object '\(object)' is longer than its record says", details: ["key": object, "reason": "length"])
+                }
+                (base + received).copyMemory(from: from, byteCount: bytes.count)
+                received += bytes.count
+            }
+        } catch let error as CovenError where error.code == .rangeOutOfBounds {
+            throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says", cause: error.cause, details: ["key": object, "reason": "length"])
+        }
+        var offset = 0
+        if withHeader {
+            guard received >= Int(ObjectLayout.headerSize) else {
+                throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says", details: ["key": object, "reason": "length"])
+            }
+            try ObjectOpener.checkHeader(UnsafeRawBufferPointer(rebasing: sealed[0..<8]))
+            offset = Int(ObjectLayout.headerSize)
+        }
+        let body = UnsafeRawBufferPointer(rebasing: sealed[offset..<received])
+        buffer.chunks = run
+        buffer.transferred = Int64(received)
+        buffer.plainCount = try opener.openChunks(run, sealed: body, totalPlaintextSize: size, into: buffer.plaintext)
+        // Keep each chunk's tag for the cache (the run holds at least one tag: openChunks checked).
+        guard let tagBase = buffer.tags.baseAddress, let bodyBase = body.baseAddress else {
+            throw CovenError(.internal, "no room for the tags of chunks \(run)")
+        }
+        var position = 0
+        for k in 0..<run.count {
+            position += ObjectLayout.plaintextRange(chunk: run.lowerBound + Int64(k), plaintextSize: size).count
+            (tagBase + k * 16).copyMemory(from: bodyBase + position, byteCount: 16)
+            position += 16
+        }
+    }
+}

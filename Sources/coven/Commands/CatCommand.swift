@@ -1,0 +1,39 @@
+import CovenKit
+import Foundation
+
+/// `coven cat`: a file, or an exact range of it, to stdout.
+struct CatCommand: Command {
+    static let name = "cat"
+    static let abstract = "write a file or an exact range of it to stdout"
+    static let synopsis = ["FILE [--offset N] [--length L]"]
+    static let discussion = """
+    Reads the file from wherever it is: the person's original before upload (checked first: \
+    user_file_missing, user_file_changed), coven's own copy, the cache beside the device, or \
+    storage. From storage only the encrypted chunks covering the range are fetched, neighbours \
+    together up to 1 MiB per request, ahead of the output; each is checked as it arrives and \
+    kept in the cache. A cached chunk that fails its check is fetched again, never written. A \
+    read of the whole file checks it against the record's hash before its last bytes go out.
+
+    A range outside the file fails with range_out_of_bounds: the output is never short. \
+    Offline, a range whose chunks are not cached fails at once with the storage error. A file \
+    on another device only fails with device_only. Never waits for the device lock.
+    """
+    static let options = [
+        OptionSpec("offset", value: "N", help: "the first byte to write (default 0)"),
+        OptionSpec("length", value: "L", help: "how many bytes to write (default: to the end)"),
+    ]
+    static let arguments = [ArgumentSpec("FILE", help: "the file's id", completion: .fileID)]
+    static let mutates = false
+
+    static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        guard let id = invocation.arguments.first else { throw CovenError(.usage, "missing FILE") }
+        let range = ReadRange(offset: try invocation.integer("offset") ?? 0, length: try invocation.integer("length"))
+        let device = try context.openDevice()
+        let report = try device.readFile(id, range: range) { context.out.write($0) }
+        context.out.flush()
+        if report.chunksRefetched > 0 {
+            context.note("warning: \(report.chunksRefetched) cached chunks of '\(id)' failed their check and were fetched again")
+        }
+        return 0
+    }
+}

@@ -1,0 +1,31 @@
+import CovenKit
+import Foundation
+
+/// `coven pin`: keep files offline.
+struct PinCommand: Command {
+    static let name = "pin"
+    static let abstract = "keep files on this device, outside the cache budget"
+    static let synopsis = ["FILE..."]
+    static let discussion = """
+    Marks the files kept: their cached bytes stay outside the budget and no trim or 'cache \
+    clear' takes them. Pinning fetches nothing; 'coven fetch-kept' fetches every kept file not \
+    held. Pinning a pinned file changes nothing. Prints the ids newly pinned, one a line.
+    """
+    static let options: [OptionSpec] = []
+    static let arguments = [ArgumentSpec("FILE", help: "file ids", repeating: true, completion: .fileID)]
+    static let mutates = true
+
+    static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        guard !invocation.arguments.isEmpty else { throw CovenError(.usage, "missing FILE") }
+        let device = try context.openDevice()
+        let lock = try device.lock(wait: !context.noWait)
+        defer { _ = lock }
+        let added = try device.pin(invocation.arguments)
+        if context.json {
+            try context.printJSON(["pinned": added])
+        } else {
+            added.forEach(context.line)
+        }
+        return 0
+    }
+}

@@ -1,0 +1,156 @@
+@testable import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+final class FetchKeptTests: ReadTestCase {
+    let chunk = Int(ObjectLayout.chunkSize)
+
+    func testFetchesSmallestFirstAndSkipsHeld() throws {
+        let big = try storedFile(pattern(5 * chunk, seed: 1), namespace: "keep")
+        let small = try storedFile(pattern(10, seed: 2), namespace: "keep")
+        let middle = try storedFile(pattern(2 * chunk, seed: 3))
+        let notKept = try storedFile(pattern(3, seed: 4))
+        try device.pin([middle])
+        let held = try storedFile(pattern(chunk, seed: 5), namespace: "keep")
+        _ = try device.holdFile(held)
+        let result = try device.fetchKept()
+        XCTAssertEqual(result.stop, .done)
+        XCTAssertEqual(result.fetched.map(\.file), [small, middle, big])
+        XCTAssertEqual(result.alreadyHeld, 1)
+        XCTAssertNil(try cacheRow(notKept))
+        let summary = try device.cacheSummary()
+        XCTAssertEqual(summary.heldCount, 4)
+        XCTAssertEqual(summary.notHeld.count, 0)
+        XCTAssertEqual(try device.fetchKept().fetched.count, 0, "nothing left to fetch")
+    }
+
+    func testStopsOnceStorageCannotBeReached() throws {
+        let first = try storedFile(pattern(10), namespace: "keep")
+        _ = try storedFile(pattern(chunk), namespace: "keep")
+        _ = try storedFile(pattern(2 * chunk), namespace: "keep")
+        _ = first
+        try FileManager.default.moveItem(atPath: store, toPath: store + ".away")
+        let result = try device.fetchKept()
+        XCTAssertEqual(result.stop, .offline)
+        XCTAssertEqual(result.stopError?.storageFailure, .network)
+        XCTAssertEqual(result.fetched.count, 0)
+        XCTAssertEqual(result.failed.count, 0, "the network is not a file's failure")
+        XCTAssertEqual(result.remaining, 3)
+    }
+
+    func testPassesOverAFileThatFailsOtherwise() throws {
+        let a = try storedFile(pattern(10, seed: 1), namespace: "keep")
+        let broken = try storedFile(pattern(chunk, seed: 2), namespace: "keep")
+        let c = try storedFile(pattern(2 * chunk, seed: 3), namespace: "keep")
+        let gone = try storedFile(pattern(3 * chunk, seed: 4), namespace: "keep")
+        let object = try device.requireFile(broken).coordinates.object
+        let path = store + "/" + object
+        var bytes = [UInt8](FileManager.default.contents(atPath: path) ?? Data())
+        bytes[20] ^= 1
+        FileManager.default.createFile(atPath: path, contents: Data(bytes))
+        unlink(store + "/" + (try device.requireFile(gone).coordinates.object))
+        let result = try device.fetchKept()
+        XCTAssertEqual(result.stop, .done)
+        XCTAssertEqual(result.fetched.map(\.file), [a, c])
+        XCTAssertEqual(result.failed.map(\.file), [broken, gone])
+        XCTAssertEqual(result.failed.map { $0.error?.code }, [.integrity, .missing])
+        let reasons = Dictionary(uniqueKeysWithValues: try device.cacheSummary().notHeld.map { ($0.reason, $0.count) })
+        XCTAssertEqual(reasons, ["failed": 1, "missing": 1])
+    }
+
+    func testInterruptedKeepsWhatWasFetched() throws {
+        let a = try storedFile(pattern(10, seed: 1), namespace: "keep")
+        let b = try storedFile(pattern(40 * chunk, seed: 2), namespace: "keep")
+        var polls = 0
+        // Stop inside the second file, after its first run of chunks.
+        let result = try device.fetchKept(interrupted: {
+            polls += 1
+            return polls > 4
+        })
+        XCTAssertEqual(result.stop, .interrupted)
+        XCTAssertEqual(result.fetched.map(\.file), [a])
+        XCTAssertEqual(try cacheRow(a)?.int("complete"), 2, "fetched whole and checked against its hash")
+        let partial = try XCTUnwrap(try cacheRow(b))
+        XCTAssertEqual(partial.int("complete"), 0)
+        XCTAssertEqual(partial.int("bytes"), Int64(16 * chunk), "the run fetched before the stop stays as a partial")
+        // The next run resumes it.
+        let again = try device.fetchKept()
+        XCTAssertEqual(again.fetched.map(\.file), [b])
+        XCTAssertEqual(again.fetched.first?.bytesFetched, ObjectLayout.encryptedSize(plaintextSize: Int64(40 * chunk)) - 16 * ObjectLayout.sealedChunkSize - ObjectLayout.headerSize)
+    }
+}
+
+/// fetch-kept and reads on a really full small filesystem: a 24 MiB tmpfs holding the device,
+/// filled up by a file of its own once the test's files are stored.
+final class NoRoomTests: ReadTestCase {
+    var mountPoint = ""
+
+    override func setUpWithError() throws {
+        folder = try TestPaths.temporaryDirectory("read-noroom")
+        store = folder + "/store"
+        mountPoint = folder + "/small"
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        let mounted = try Spawn.run("/bin/mount", ["-t", "tmpfs", "-o", "size=24m", "tmpfs", mountPoint], timeout: 30)
+        guard mounted.status == 0 else {
+            throw XCTSkip("cannot mount a tmpfs here (needs root): \(mounted)")
+        }
+        device = try makeDevice(storage: .file(directory: store), name: "small/device.db")
+    }
+
+    override func tearDownWithError() throws {
+        device = nil
+        _ = try? Spawn.run("/bin/umount", [mountPoint], timeout: 30)
+        try? FileManager.default.removeItem(atPath: folder)
+    }
+
+    /// Fills the small filesystem until `free` bytes are left.
+    func fill(leaving free: Int64) throws {
+        var info = statvfs()
+        XCTAssertEqual(statvfs(mountPoint, &info), 0)
+        let available = Int64(info.f_bavail) * Int64(info.f_frsize)
+        let filler = mountPoint + "/filler"
+        let fd = open(filler, O_WRONLY | O_CREAT, 0o600)
+        defer { close(fd) }
+        let block = [UInt8](repeating: 7, count: 1 << 16)
+        var left = available - free
+        while left > 0 {
+            let n = block.withUnsafeBytes { write(fd, $0.baseAddress, Int(min(Int64(block.count), left))) }
+            XCTAssertGreaterThan(n, 0)
+            left -= Int64(n)
+        }
+    }
+
+    func testFetchKeptStopsAtTheFirstFileWithNoRoom() throws {
+        let chunk = Int(ObjectLayout.chunkSize)
+        // Staged copies live beside the device too: store them, which releases the copies.
+        let small = try storedFile(pattern(4 * chunk, seed: 1), namespace: "keep")
+        let large = try storedFile(pattern(4 << 20, seed: 2), namespace: "keep")
+        let larger = try storedFile(pattern(5 << 20, seed: 3), namespace: "keep")
+        let paths = device.paths
+        device = nil
+        device = try Device.open(paths: paths)  // releases the staged copies
+        try fill(leaving: 1 << 20)
+        let result = try device.fetchKept()
+        XCTAssertEqual(result.stop, .noRoom)
+        XCTAssertEqual(result.stopError?.code, .noRoom)
+        XCTAssertEqual(result.fetched.map(\.file), [small])
+        XCTAssertEqual(result.remaining, 2)
+        let reasons = Dictionary(uniqueKeysWithValues: try device.cacheSummary().notHeld.map { ($0.reason, $0.count) })
+        XCTAssertEqual(reasons["too_large_for_disk"], 1)
+        XCTAssertEqual(reasons["not_fetched"], 1)
+        _ = (large, larger)
+    }
+
+    func testAReadThatFillsTheDiskFailsWithNoRoom() throws {
+        let id = try storedFile(pattern(4 << 20, seed: 4))
+        let paths = device.paths
+        device = nil
+        device = try Device.open(paths: paths)
+        try fill(leaving: 1 << 20)
+        // A read does not check ahead: the cache writes hit ENOSPC part way.
+        var out = 0
+        assertCode(.noRoom) { try device.readFile(id) { out += $0.count } }
+        XCTAssertLessThan(out, 4 << 20)
+    }
+}

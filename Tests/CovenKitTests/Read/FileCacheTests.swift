@@ -1,0 +1,163 @@
+@testable import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+final class FileCacheTests: ReadTestCase {
+    let chunk = Int(ObjectLayout.chunkSize)
+
+    /// Fetches whole files and sets their read times (seconds since the epoch) in order.
+    func cached(_ sizes: [Int], namespace: String = "blobs") throws -> [String] {
+        var ids: [String] = []
+        for (index, size) in sizes.enumerated() {
+            let id = try storedFile(pattern(size, seed: UInt64(index)), namespace: namespace)
+            _ = try device.holdFile(id)
+            let object = try device.requireFile(id).coordinates.object
+            try device.database.run("UPDATE coven_cache SET last_read = ?2 WHERE object = ?1", [object, Double(1000 + index)])
+            ids.append(id)
+        }
+        return ids
+    }
+
+    func isCached(_ id: String) throws -> Bool { try cacheRow(id) != nil }
+
+    func testTrimRemovesWhatWasReadLongestAgoFirst() throws {
+        let ids = try cached([chunk, 2 * chunk, chunk, chunk])
+        // Reading the first one again makes it the most recent.
+        _ = try read(ids[0], ReadRange(offset: 0, length: 1))
+        let removed = try device.setCacheBudget(String(2 * chunk))
+        XCTAssertEqual(removed, Int64(3 * chunk), "ids[1] (read at 1001) then ids[2] (1002)")
+        XCTAssertEqual(try ids.map(isCached), [true, false, false, true])
+        XCTAssertEqual(try device.setting("cache_budget"), String(2 * chunk))
+        XCTAssertEqual(try device.cacheBudget().bytes, Int64(2 * chunk))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: device.cachePaths(object: try device.requireFile(ids[1]).coordinates.object).data))
+        // A later read fetches it again.
+        XCTAssertEqual(try read(ids[1]).1.source, .storage)
+    }
+
+    func testPinsAndKeptNamespacesSurviveTrimsAndClear() throws {
+        let ids = try cached([chunk, chunk, chunk])
+        let kept = try cached([chunk], namespace: "keep")
+        XCTAssertEqual(try device.pin([ids[0]]), [ids[0]])
+        XCTAssertEqual(try device.pin([ids[0]]), [], "pinning twice changes nothing")
+        XCTAssertEqual(try device.setCacheBudget("0"), Int64(2 * chunk))
+        XCTAssertEqual(try ids.map(isCached), [true, false, false])
+        XCTAssertTrue(try isCached(kept[0]))
+        XCTAssertEqual(try device.cacheSummary().used, 0, "kept files are outside the budget")
+        XCTAssertEqual(try device.clearCache(), 0)
+        XCTAssertTrue(try isCached(ids[0]))
+        XCTAssertEqual(try device.unpin([ids[0]]), [ids[0]])
+        XCTAssertEqual(try device.clearCache(), Int64(chunk))
+        XCTAssertFalse(try isCached(ids[0]))
+        XCTAssertTrue(try isCached(kept[0]), "a kept namespace stays kept")
+        assertCode(.fileAbsent) { try device.pin(["01234567-0123-4123-8123-0123456789ab"]) }
+    }
+
+    func testKeepAllAndDefault() throws {
+        _ = try cached([chunk, chunk])
+        XCTAssertEqual(try device.setCacheBudget("keep-all"), 0)
+        XCTAssertNil(try device.cacheBudget().bytes)
+        XCTAssertEqual(try device.setCacheBudget("default"), 0)
+        XCTAssertTrue(try device.cacheBudget().isDefault)
+        XCTAssertGreaterThan(try device.cacheBudget().bytes ?? 0, 0)
+        XCTAssertEqual(try device.setCacheBudget("1MiB"), 0)
+        XCTAssertEqual(try device.cacheBudget().bytes, 1 << 20)
+        assertCode(.usage) { try device.setCacheBudget("lots") }
+    }
+
+    func testClearLeavesFilesBeingRead() throws {
+        let ids = try cached([chunk, chunk])
+        let data = device.cachePaths(object: try device.requireFile(ids[0]).coordinates.object).data
+        let fd = open(data, O_RDONLY)
+        XCTAssertEqual(flock(fd, LOCK_SH), 0)
+        XCTAssertEqual(try device.clearCache(), Int64(chunk))
+        XCTAssertEqual(try ids.map(isCached), [true, false])
+        close(fd)
+        XCTAssertEqual(try device.clearCache(), Int64(chunk))
+    }
+
+    func testPartialsCountTowardTheBudgetAndAreTrimmed() throws {
+        let id = try storedFile(pattern(10 * chunk))
+        _ = try read(id, ReadRange(offset: 0, length: Int64(3 * chunk)))
+        let summary = try device.cacheSummary()
+        XCTAssertEqual(summary.partial, Int64(3 * chunk))
+        XCTAssertEqual(summary.used, Int64(3 * chunk))
+        XCTAssertEqual(try device.setCacheBudget(String(chunk)), Int64(3 * chunk))
+        XCTAssertFalse(try isCached(id))
+    }
+
+    func testPartialIsNeverAnsweredAsTheFileAndResumes() throws {
+        let bytes = pattern(6 * chunk + 9)
+        let id = try storedFile(bytes)
+        _ = try read(id, ReadRange(offset: Int64(chunk), length: Int64(2 * chunk)))
+        XCTAssertEqual(try cacheRow(id)?.int("complete"), 0)
+        let (path, report) = try device.holdFile(id)
+        // Only the missing chunks (0, 3, 4, 5, 6) were fetched, with the header: two ranged requests.
+        XCTAssertEqual(report.requests, 2)
+        XCTAssertEqual(report.bytesFetched, ObjectLayout.encryptedSize(plaintextSize: Int64(bytes.count)) - 2 * ObjectLayout.sealedChunkSize)
+        XCTAssertTrue([UInt8](FileManager.default.contents(atPath: path) ?? Data()) == bytes)
+    }
+
+    func testSevenDayCleanupAtOpen() throws {
+        let old = try storedFile(pattern(2 * chunk, seed: 1))
+        let recent = try storedFile(pattern(2 * chunk, seed: 2))
+        let keptOld = try storedFile(pattern(2 * chunk, seed: 3))
+        let complete = try storedFile(pattern(chunk, seed: 4))
+        for id in [old, recent, keptOld] { _ = try read(id, ReadRange(offset: 0, length: 10)) }
+        _ = try device.holdFile(complete)
+        try device.pin([keptOld])
+        func age(_ id: String, days: Double) throws {
+            let data = device.cachePaths(object: try device.requireFile(id).coordinates.object).data
+            let when = Date().timeIntervalSince1970 - days * 86400
+            var times = [timeval(tv_sec: Int(when), tv_usec: 0), timeval(tv_sec: Int(when), tv_usec: 0)]
+            XCTAssertEqual(utimes(data, &times), 0)
+        }
+        try age(old, days: 8)
+        try age(recent, days: 6)
+        try age(keptOld, days: 30)
+        try age(complete, days: 30)
+        let paths = device.paths
+        device = nil
+        let readOnly = try Device.open(paths: paths, readOnly: true)
+        XCTAssertEqual(try readOnly.database.scalar("SELECT count(*) FROM coven_cache").intValue, 4, "a reader removes nothing")
+        device = try Device.open(paths: paths)
+        XCTAssertEqual(try [old, recent, keptOld, complete].map(isCached), [false, true, true, true])
+        let oldData = device.cachePaths(object: try device.requireFile(old).coordinates.object).data
+        XCTAssertFalse(FileManager.default.fileExists(atPath: oldData))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: oldData + ".tags"))
+    }
+
+    func testOrphanCacheFilesGoAtOpen() throws {
+        let orphan = device.paths.cache + "/dev-orphan"
+        FileManager.default.createFile(atPath: orphan, contents: Data([1, 2, 3]))
+        var times = [timeval(tv_sec: 1000, tv_usec: 0), timeval(tv_sec: 1000, tv_usec: 0)]
+        XCTAssertEqual(utimes(orphan, &times), 0)
+        let fresh = device.paths.cache + "/dev-fresh"
+        FileManager.default.createFile(atPath: fresh, contents: Data([1]))
+        let paths = device.paths
+        device = nil
+        device = try Device.open(paths: paths)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: orphan))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: fresh), "younger than a minute: maybe being made")
+    }
+
+    func testStatusGroupsKeptFilesByReason() throws {
+        let held = try cached([chunk], namespace: "keep")[0]
+        let notFetched = try storedFile(pattern(3 * chunk), namespace: "keep")
+        let partial = try storedFile(pattern(4 * chunk), namespace: "keep")
+        _ = try read(partial, ReadRange(offset: 0, length: 5))
+        let elsewhere = try storedFile(pattern(5), namespace: "keep")
+        try device.database.run("UPDATE coven_files SET coordinates = ?2 WHERE id = ?1",
+                                [elsewhere, #"{"at":"device","device":"11111111-1111-4111-8111-111111111111","object":"files/x/y","key":"00"}"#])
+        let summary = try device.cacheSummary()
+        XCTAssertEqual(summary.heldCount, 1)
+        XCTAssertEqual(summary.heldBytes, Int64(chunk + chunk), "held files and partials' bytes")
+        let groups = Dictionary(uniqueKeysWithValues: summary.notHeld.map { ($0.reason, ($0.count, $0.bytes)) })
+        XCTAssertEqual(groups["not_fetched"]?.0, 1)
+        XCTAssertEqual(groups["not_fetched"]?.1, Int64(3 * chunk))
+        XCTAssertEqual(groups["partial"]?.1, Int64(4 * chunk))
+        XCTAssertEqual(groups["device_only_elsewhere"]?.0, 1)
+        _ = held
+        _ = notFetched
+    }
+}

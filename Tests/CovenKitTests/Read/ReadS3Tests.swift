@@ -1,0 +1,141 @@
+@testable import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// Reads and fetch-kept against the loopback S3 server (moto) through the fault proxy, which
+/// counts the body bytes it forwards and injects 503s and servers that ignore Range.
+final class ReadS3Tests: ReadTestCase {
+    nonisolated(unsafe) private static var server: S3TestServer?
+    nonisolated(unsafe) private static var failure: String?
+    var proxy: FaultProxy!
+    let chunk = Int(ObjectLayout.chunkSize)
+
+    override class func setUp() {
+        super.setUp()
+        guard ProcessInfo.processInfo.environment["COVEN_SKIP_S3"] != "1" else { return }
+        do {
+            server = try S3TestServer.start(.moto)
+        } catch {
+            failure = "cannot start the moto S3 server: \(error.asCovenError)"
+        }
+    }
+
+    override class func tearDown() {
+        server?.stop()
+        server = nil
+        super.tearDown()
+    }
+
+    override func setUpWithError() throws {
+        if ProcessInfo.processInfo.environment["COVEN_SKIP_S3"] == "1" { throw XCTSkip("COVEN_SKIP_S3=1") }
+        guard let server = Self.server else {
+            XCTFail(Self.failure ?? "no S3 server")
+            throw CovenError(.internal, Self.failure ?? "no S3 server")
+        }
+        for (name, value) in server.environment { setenv(name, value, 1) }
+        setenv("COVEN_STORAGE_RETRIES", "1", 1)
+        folder = try TestPaths.temporaryDirectory("read-s3")
+        let bucket = "coven-read-" + UUID().uuidString.lowercased().prefix(8)
+        try server.makeBucket(bucket)
+        proxy = try FaultProxy(upstream: server.endpoint)
+        device = try makeDevice(storage: .s3(bucket: bucket, prefix: "store", endpoint: proxy.endpoint, region: server.region, pathStyle: true))
+    }
+
+    override func tearDownWithError() throws {
+        proxy?.stop()
+        unsetenv("COVEN_STORAGE_RETRIES")
+        try super.tearDownWithError()
+    }
+
+    func bodyBytes() -> Int { proxy.stats()["body_bytes"] ?? 0 }
+
+    func testSmallRangeTransfersOnlyItsChunks() throws {
+        let bytes = pattern(30 * chunk + 17)
+        let id = try storedFile(bytes)
+        let before = bodyBytes()
+        let offset = 11 * chunk + 100
+        let (got, report) = try read(id, ReadRange(offset: Int64(offset), length: Int64(2 * chunk)))
+        XCTAssertTrue(got == Array(bytes[offset..<(offset + 2 * chunk)]))
+        XCTAssertEqual(bodyBytes() - before, 3 * Int(ObjectLayout.sealedChunkSize), "chunks 11, 12 and 13, counted at the proxy")
+        XCTAssertEqual(report.bytesFetched, 3 * ObjectLayout.sealedChunkSize)
+        // Read again: from the cache, nothing crosses the proxy.
+        let again = bodyBytes()
+        XCTAssertEqual(try read(id, ReadRange(offset: Int64(offset), length: 10)).1.source, .cache)
+        XCTAssertEqual(bodyBytes(), again)
+    }
+
+    func testPartialResumesWithRangeAndSurvivesAServerIgnoringRange() throws {
+        let bytes = pattern(20 * chunk + 3)
+        let id = try storedFile(bytes)
+        _ = try read(id, ReadRange(offset: 0, length: Int64(4 * chunk)))
+        let before = bodyBytes()
+        // Resume: only the missing chunks cross, with Range requests.
+        let (path, report) = try device.holdFile(id)
+        XCTAssertEqual(bodyBytes() - before, Int(ObjectLayout.encryptedSize(plaintextSize: Int64(bytes.count)) - ObjectLayout.headerSize - 4 * ObjectLayout.sealedChunkSize))
+        XCTAssertEqual(report.requests, 2, "chunks 4-19 and 20: at most 1 MiB per request")
+        XCTAssertTrue([UInt8](FileManager.default.contents(atPath: path) ?? Data()) == bytes)
+        // A server that answers 200 with the whole object: the bytes before the range are
+        // dropped and the read is still exact.
+        try device.clearCache()
+        _ = try read(id, ReadRange(offset: 0, length: 10))
+        try proxy.inject(#"{"mode": "ignore_range", "count": -1}"#)
+        let whole = bodyBytes()
+        let (tail, tailReport) = try read(id, ReadRange(offset: Int64(18 * chunk), length: Int64(2 * chunk + 3)))
+        XCTAssertTrue(tail == Array(bytes[(18 * chunk)...]))
+        XCTAssertEqual(tailReport.bytesFetched, 2 * ObjectLayout.sealedChunkSize + 3 + ObjectLayout.tagSize)
+        XCTAssertGreaterThan(bodyBytes() - whole, Int(ObjectLayout.encryptedSize(plaintextSize: Int64(18 * chunk))), "the proxy sent the whole object")
+        XCTAssertGreaterThanOrEqual(proxy.stats()["ignore_range"] ?? 0, 1)
+        let (all, _) = try read(id)
+        XCTAssertTrue(all == bytes)
+    }
+
+    func testFetchKeptWaitsOutAShortRetryAfter() throws {
+        let a = try storedFile(pattern(10), namespace: "keep")
+        let b = try storedFile(pattern(chunk), namespace: "keep")
+        try proxy.inject(#"{"mode": "status", "status": 503, "retry_after": 45, "method": "GET", "count": 1}"#)
+        var slept: [Double] = []
+        let result = try device.fetchKept(sleep: { slept.append($0) })
+        XCTAssertEqual(result.stop, .done)
+        XCTAssertEqual(slept, [45])
+        XCTAssertEqual(result.waited, [45])
+        XCTAssertEqual(result.fetched.map(\.file), [a, b])
+    }
+
+    func testFetchKeptStopsWhenTheServerAsksForALongerWait() throws {
+        _ = try storedFile(pattern(10), namespace: "keep")
+        _ = try storedFile(pattern(chunk), namespace: "keep")
+        try proxy.inject(#"{"mode": "status", "status": 503, "retry_after": 120, "method": "GET", "count": -1}"#)
+        var slept: [Double] = []
+        let result = try device.fetchKept(sleep: { slept.append($0) })
+        XCTAssertEqual(result.stop, .throttled)
+        XCTAssertEqual(result.stopError?.retryAfter, 120)
+        XCTAssertEqual(slept, [])
+        XCTAssertEqual(result.fetched.count, 0)
+        XCTAssertEqual(result.remaining, 2)
+    }
+
+    func testUnreachableStorageFailsPromptly() throws {
+        let id = try storedFile(pattern(3 * chunk), namespace: "keep")
+        _ = try read(id, ReadRange(offset: 0, length: 1))
+        // Point the device at a closed port.
+        guard case .s3(let bucket, let prefix, _, let region, let style) = device.storage else { return XCTFail("not s3") }
+        let closed = StorageLocation.s3(bucket: bucket, prefix: prefix, endpoint: "http://127.0.0.1:1", region: region, pathStyle: style)
+        try device.database.run("UPDATE coven_meta SET value = ?1 WHERE key = 'storage'", [closed.description])
+        let paths = device.paths
+        device = nil
+        device = try Device.open(paths: paths)
+        XCTAssertEqual(try read(id, ReadRange(offset: 0, length: 1)).0.count, 1, "cached chunks still read")
+        let started = Date()
+        do {
+            _ = try read(id, ReadRange(offset: Int64(2 * chunk), length: 1))
+            XCTFail("expected storage")
+        } catch {
+            XCTAssertEqual(error.asCovenError.code, .storage)
+            XCTAssertEqual(error.asCovenError.storageFailure, .network)
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5)
+        let result = try device.fetchKept()
+        XCTAssertEqual(result.stop, .offline)
+    }
+}

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# bench-read.sh: coven's read path beside rclone and cat (spec/files.md "Reading a file").
+#
+#   1. a 256 KiB read at offset 500,000,000 of a 1 GiB stored file, cold cache, on the loopback
+#      moto S3 server: bytes fetched (counted at scripts/faultproxy.py) at most the range plus two
+#      sealed chunks; time against `rclone cat --offset --count` on a crypt remote over the same
+#      server (target: coven at least 3x faster);
+#   2. a cold full read of the file from file:// against `rclone cat` on a local crypt remote
+#      (target: at least 2.5x faster);
+#   3. a warm (cached) full read against `cat` of the plain file (target: within 2x);
+#   4. peak RSS of every coven read (target: under 32 MiB), from /usr/bin/time -v.
+#
+# How the stored file is made: the upload worker (`coven upload-worker --once`) is built by
+# another branch. Until it is here, the file is staged with `coven stage` + `coven write` (a tiny
+# placeholder), and its record is switched to stored the way the worker will: the 1 GiB object is
+# sealed by an independent implementation of docs/format.md (Python + pyca/cryptography, the
+# format's reference generator) under the key coven chose at staging, put where the record names
+# it, and the record's coordinates, size and hash are set with sqlite3.
+#
+# Environment (from bench/run.sh): COVEN (release binary), BENCH_TMP (scratch). Optional:
+# BENCH_READ_SIZE (bytes, default 1 GiB), BENCH_RUNS (default 5), COVEN_SHARED_DIR (the shared
+# folder with s3/start-s3-server, default ../shared beside the repository).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+: "${COVEN:?run through bench/run.sh}" "${BENCH_TMP:?run through bench/run.sh}"
+SIZE=${BENCH_READ_SIZE:-1073741824}
+RUNS=${BENCH_RUNS:-5}
+OFFSET=500000000
+LENGTH=262144
+T=$BENCH_TMP/read
+mkdir -p "$T"
+for tool in rclone hyperfine sqlite3 python3 /usr/bin/time; do
+    command -v "$tool" >/dev/null || { echo "bench-read: $tool is missing" >&2; exit 1; }
+done
+python3 -c 'import cryptography, boto3' 2>/dev/null || { echo "bench-read: python3 needs cryptography and boto3" >&2; exit 1; }
+
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+# --- the plain file -------------------------------------------------------------------------
+PLAIN=$T/plain.bin
+python3 - "$PLAIN" "$SIZE" <<'EOF'
+import hashlib, os, sys
+path, size = sys.argv[1], int(sys.argv[2])
+block = os.urandom(1 << 20)
+with open(path, "wb") as f:
+    left, i = size, 0
+    while left > 0:
+        n = min(left, len(block))
+        # vary each block so no two chunks are alike
+        f.write(i.to_bytes(8, "big") + block[8:n] if n >= 8 else block[:n])
+        left -= n
+        i += 1
+EOF
+SHA=$(sha256sum "$PLAIN" | cut -d' ' -f1)
+cat > "$T/coven.json" <<'EOF'
+{ "namespaces": [ { "name": "blobs", "kind": "app" } ],
+  "tables": [ { "name": "blobs", "identity": "uuid", "files": [ { "column": "file" } ] } ],
+  "migrations": [ "CREATE TABLE blobs (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
+EOF
+
+# make_stored DB OBJECT_DIR_OR_S3: stage a placeholder, write its row, switch the record to a
+# stored 1 GiB object sealed under its key; prints the file id. $2 = "file DIR" or "s3 BUCKET PREFIX".
+make_stored() {
+    local db=$1 kind=$2 where=$3 prefix=${4:-}
+    printf 'x' > "$T/placeholder"
+    local staged file row object key
+    staged=$(COVEN_DB=$db "$COVEN" stage "$T/placeholder" --namespace blobs)
+    file=$(COVEN_DB=$db "$COVEN" write "INSERT INTO blobs (id, file, _updated_at) VALUES (coven_uuid7(), coven_put_staged('$staged'), coven_stamp())")
+    row=$(sqlite3 "$db" "SELECT json_extract(coordinates, '\$.object') || ' ' || json_extract(coordinates, '\$.key') FROM coven_files WHERE id = '$file'")
+    object=${row% *}
+    key=${row#* }
+    python3 - "$PLAIN" "$key" "$kind" "$where" "$prefix" "$object" <<'EOF' >&2
+import os, sys
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+plain, key, kind, where, prefix, object_key = sys.argv[1:7]
+aead = AESGCM(bytes.fromhex(key))
+header = b"COVENF\x01\x01"
+CHUNK = 65536
+size = os.path.getsize(plain)
+n = max(1, -(-size // CHUNK))
+sealed = os.path.join(os.path.dirname(plain), "sealed.bin")
+with open(plain, "rb") as src, open(sealed, "wb") as out:
+    out.write(header)
+    for i in range(n):
+        nonce = i.to_bytes(11, "big") + (b"\x01" if i == n - 1 else b"\x00")
+        out.write(aead.encrypt(nonce, src.read(CHUNK), header))
+if kind == "file":
+    path = os.path.join(where, object_key)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.replace(sealed, path)
+else:
+    import boto3
+    from boto3.s3.transfer import TransferConfig
+    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+    s3.upload_file(sealed, where, (prefix + "/" if prefix else "") + object_key,
+                   Config=TransferConfig(multipart_chunksize=64 << 20))
+    os.remove(sealed)
+EOF
+    sqlite3 "$db" "BEGIN; UPDATE coven_files SET size = $SIZE, hash = '$SHA', coordinates = json_object('at', 'stored', 'object', '$object', 'key', '$key') WHERE id = '$file'; DELETE FROM coven_upload_queue WHERE object = '$object'; DELETE FROM coven_local WHERE object = '$object'; COMMIT;"
+    echo "$file"
+}
+
+# rss COMMAND...: peak RSS in KiB of one run (output to /dev/null).
+rss() { /usr/bin/time -v "$@" 2>&1 >/dev/null | awk -F': ' '/Maximum resident set size/ {print $2}'; }
+median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+median_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][int(sys.argv[2])]["median"])' "$1" "$2"; }
+ratio() { python3 -c 'import sys; print("%.2f" % (float(sys.argv[1]) / float(sys.argv[2])))' "$1" "$2"; }
+
+# --- file:// ---------------------------------------------------------------------------------
+DB=$T/local/device.db
+mkdir -p "$T/local"
+COVEN_DB=$DB "$COVEN" init --storage "file://$T/store" --manifest "$T/coven.json" --name bench 2>/dev/null >/dev/null
+FILE=$(make_stored "$DB" file "$T/store")
+export COVEN_DB=$DB
+"$COVEN" budget keep-all >/dev/null
+
+export RCLONE_CONFIG_CRYPTL_TYPE=crypt RCLONE_CONFIG_CRYPTL_REMOTE="$T/rclone-local"
+RCLONE_CONFIG_CRYPTL_PASSWORD=$(rclone obscure coven-bench-password)
+export RCLONE_CONFIG_CRYPTL_PASSWORD
+rclone copyto "$PLAIN" cryptl:big.bin
+
+echo "-- cold full read of $SIZE bytes from file:// (cache cleared before each run)"
+hyperfine --style basic --runs "$RUNS" --export-json "$T/cold.json" \
+    --prepare "'$COVEN' cache clear >/dev/null" \
+    "'$COVEN' cat $FILE > /dev/null" \
+    "rclone cat cryptl:big.bin > /dev/null"
+cold_coven=$(median_of "$T/cold.json" 0)
+cold_rclone=$(median_of "$T/cold.json" 1)
+"$COVEN" cache clear >/dev/null
+"$COVEN" cat "$FILE" | sha256sum | grep -q "$SHA" && echo "coven cat: content matches the plain file's sha256"
+rss_cold=$( "$COVEN" cache clear >/dev/null; rss "$COVEN" cat "$FILE")
+rss_rclone_cold=$(rss rclone cat cryptl:big.bin)
+
+echo "-- warm full read (every chunk cached) against cat of the plain file"
+"$COVEN" get "$FILE" >/dev/null
+hyperfine --style basic --runs "$RUNS" --warmup 1 --export-json "$T/warm.json" \
+    "'$COVEN' cat $FILE > /dev/null" \
+    "cat $PLAIN > /dev/null"
+warm_coven=$(median_of "$T/warm.json" 0)
+warm_cat=$(median_of "$T/warm.json" 1)
+rss_warm=$(rss "$COVEN" cat "$FILE")
+
+# --- S3 (moto) ---------------------------------------------------------------------------------
+SHARED=${COVEN_SHARED_DIR:-$(dirname "$ROOT")/shared}
+eval "$("$SHARED/s3/start-s3-server" 0 "$T/s3.pid" 2>/dev/null)"
+pids+=("$S3_SERVER_PID")
+BUCKET=coven-bench
+python3 -c "import boto3,os; boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL']).create_bucket(Bucket='$BUCKET')"
+python3 "$ROOT/scripts/faultproxy.py" --upstream "$AWS_ENDPOINT_URL" --port 0 --port-file "$T/proxy.port" \
+    --stats "$T/proxy.stats" --parent-pid $$ --timeout 3600 2>/dev/null &
+pids+=("$!")
+for _ in $(seq 50); do [[ -s $T/proxy.port ]] && break; sleep 0.1; done
+PROXY=http://127.0.0.1:$(cat "$T/proxy.port")
+
+SDB=$T/s3dev/device.db
+mkdir -p "$T/s3dev"
+COVEN_DB=$SDB "$COVEN" init --storage "s3://$BUCKET/store?endpoint=$PROXY&path_style=true" --manifest "$T/coven.json" --name bench-s3 >/dev/null 2>&1
+SFILE=$(make_stored "$SDB" s3 "$BUCKET" store)
+export COVEN_DB=$SDB
+"$COVEN" budget keep-all >/dev/null
+
+echo "-- bytes a cold $LENGTH-byte read at offset $OFFSET fetches, counted at the proxy"
+"$COVEN" cache clear >/dev/null
+before=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["body_bytes"])' "$T/proxy.stats")
+"$COVEN" cat "$SFILE" --offset $OFFSET --length $LENGTH > "$T/piece.coven"
+after=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["body_bytes"])' "$T/proxy.stats")
+fetched=$((after - before))
+limit=$((LENGTH + 2 * 65552))
+tail -c +$((OFFSET + 1)) "$PLAIN" | head -c $LENGTH | cmp - "$T/piece.coven" && echo "coven cat: the range matches the plain file"
+echo "fetched $fetched bytes for a $LENGTH-byte range (limit: range + two sealed chunks = $limit)"
+
+# Time it against the server directly (the proxy is Python; both tools go straight to moto).
+sqlite3 "$SDB" "UPDATE coven_meta SET value = 's3://$BUCKET/store?endpoint=$AWS_ENDPOINT_URL&path_style=true' WHERE key = 'storage'"
+export RCLONE_CONFIG_S3_TYPE=s3 RCLONE_CONFIG_S3_PROVIDER=Other RCLONE_CONFIG_S3_ENDPOINT="$AWS_ENDPOINT_URL" \
+    RCLONE_CONFIG_S3_ACCESS_KEY_ID="$AWS_ACCESS_KEY_ID" RCLONE_CONFIG_S3_SECRET_ACCESS_KEY="$AWS_SECRET_ACCESS_KEY" \
+    RCLONE_CONFIG_S3_REGION="$AWS_REGION" RCLONE_CONFIG_S3_FORCE_PATH_STYLE=true
+export RCLONE_CONFIG_CRYPTS_TYPE=crypt RCLONE_CONFIG_CRYPTS_REMOTE="s3:$BUCKET/rclone" RCLONE_CONFIG_CRYPTS_PASSWORD="$RCLONE_CONFIG_CRYPTL_PASSWORD"
+rclone copyto "$PLAIN" crypts:big.bin
+rclone cat crypts:big.bin --offset $OFFSET --count $LENGTH | cmp - "$T/piece.coven" && echo "rclone cat: the same range"
+
+echo "-- cold $LENGTH-byte read at offset $OFFSET over S3"
+hyperfine --style basic --runs "$RUNS" --warmup 1 --export-json "$T/range.json" \
+    --prepare "'$COVEN' cache clear >/dev/null" \
+    "'$COVEN' cat $SFILE --offset $OFFSET --length $LENGTH > /dev/null" \
+    "rclone cat crypts:big.bin --offset $OFFSET --count $LENGTH > /dev/null"
+range_coven=$(median_of "$T/range.json" 0)
+range_rclone=$(median_of "$T/range.json" 1)
+rss_range=$( "$COVEN" cache clear >/dev/null; rss "$COVEN" cat "$SFILE" --offset $OFFSET --length $LENGTH)
+rss_s3_full=$( "$COVEN" cache clear >/dev/null; rss "$COVEN" cat "$SFILE")
+
+echo
+echo "== bench-read summary (medians of $RUNS runs, seconds)"
+printf 'ranged read over S3:  coven %.4f  rclone %.4f  rclone/coven %sx (target >= 3)\n' "$range_coven" "$range_rclone" "$(ratio "$range_rclone" "$range_coven")"
+printf 'bytes fetched:        %d of at most %d  (%s)\n' "$fetched" "$limit" "$([[ $fetched -le $limit ]] && echo ok || echo OVER)"
+printf 'cold full file://:    coven %.3f  rclone %.3f  rclone/coven %sx (target >= 2.5)\n' "$cold_coven" "$cold_rclone" "$(ratio "$cold_rclone" "$cold_coven")"
+printf 'warm full (cached):   coven %.3f  cat %.3f  coven/cat %sx (target <= 2)\n' "$warm_coven" "$warm_cat" "$(ratio "$warm_coven" "$warm_cat")"
+printf 'peak RSS (MiB):       cold full %.1f, warm full %.1f, S3 range %.1f, S3 full %.1f (target < 32); rclone cold full %.1f\n' \
+    "$(echo "$rss_cold/1024" | bc -l)" "$(echo "$rss_warm/1024" | bc -l)" "$(echo "$rss_range/1024" | bc -l)" \
+    "$(echo "$rss_s3_full/1024" | bc -l)" "$(echo "$rss_rclone_cold/1024" | bc -l)"
