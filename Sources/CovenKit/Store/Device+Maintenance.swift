@@ -23,6 +23,8 @@ extension Device {
     func sweepAfterCrash() {
         guard !readOnly else { return }
         removeReleasedCopies()
+        // make-device-only calls a crash or kill stopped before their switch.
+        DeviceOnlyJournal.sweep(database: database)
         for folder in [paths.copies, paths.temporary] {
             guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { continue }
             for name in names {
