@@ -13,6 +13,9 @@ enum CommandRegistry {
         WriteCommand.self,
         SQLCommand.self,
         StatusCommand.self,
+        MoveCommand.self,
+        MovesCommand.self,
+        MakeDeviceOnlyCommand.self,
         CompletionsCommand.self,
     ]
 
