@@ -5,13 +5,23 @@
 
 # The command words.
 _coven_commands() {
-    echo 'completions' 'help'
+    echo 'init' 'migrate' 'key' 'stage' 'write' 'sql' 'status' 'move' 'moves' 'make-device-only' 'completions' 'help'
 }
 
 # The option words of COMMAND ('' is coven itself, before any command).
 _coven_options() {
     case $1 in
         '') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' '--version' ;;
+        'init') echo '--storage' '--manifest' '--name' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'migrate') echo '--manifest' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'key') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'stage') echo '--user' '--namespace' '-n' '--place' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'write') echo '--param' '-p' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'sql') echo '--param' '-p' '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'status') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'move') echo '--cancel' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'moves') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'make-device-only') echo '--folder' '--input-json' '--progress-json' '--parallel' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'completions') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'help') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
     esac
@@ -24,6 +34,39 @@ _coven_option_value() {
         --db) echo 'file'; return 0 ;;
     esac
     case $1 in
+        'init')
+            case $2 in
+                --storage) echo 'none'; return 0 ;;
+                --manifest) echo 'file'; return 0 ;;
+                --name) echo 'none'; return 0 ;;
+            esac ;;
+        'migrate')
+            case $2 in
+                --manifest) echo 'file'; return 0 ;;
+            esac ;;
+        'stage')
+            case $2 in
+                --user) echo 'file'; return 0 ;;
+                --namespace|-n) echo 'none'; return 0 ;;
+                --place) echo 'choice cloud device-only'; return 0 ;;
+            esac ;;
+        'write')
+            case $2 in
+                --param|-p) echo 'none'; return 0 ;;
+            esac ;;
+        'sql')
+            case $2 in
+                --param|-p) echo 'none'; return 0 ;;
+            esac ;;
+        'move')
+            case $2 in
+                --cancel) echo 'none'; return 0 ;;
+            esac ;;
+        'make-device-only')
+            case $2 in
+                --folder) echo 'directory'; return 0 ;;
+                --parallel) echo 'none'; return 0 ;;
+            esac ;;
     esac
     return 1
 }
@@ -31,13 +74,37 @@ _coven_option_value() {
 # How the positional argument at INDEX (from 0) of COMMAND completes: "KIND [CHOICE...]".
 _coven_argument() {
     case $1 in
+        'key')
+            case $2 in
+                0) echo 'choice export' ;;
+            esac ;;
+        'stage')
+            case $2 in
+                0) echo 'file' ;;
+            esac ;;
+        'write')
+            case $2 in
+                0) echo 'none' ;;
+            esac ;;
+        'sql')
+            case $2 in
+                0) echo 'none' ;;
+            esac ;;
+        'move')
+            case $2 in
+                *) echo 'file-id' ;;
+            esac ;;
+        'make-device-only')
+            case $2 in
+                *) echo 'file-id' ;;
+            esac ;;
         'completions')
             case $2 in
                 0) echo 'choice bash zsh fish' ;;
             esac ;;
         'help')
             case $2 in
-                0) echo 'choice completions' ;;
+                0) echo 'choice init migrate key stage write sql status move moves make-device-only completions' ;;
             esac ;;
     esac
 }

@@ -10,6 +10,41 @@ function __coven_takes_value --argument-names command option
             return 0
     end
     switch $command
+        case 'init'
+            switch $option
+                case '--storage' '--manifest' '--name'
+                    return 0
+            end
+        case 'migrate'
+            switch $option
+                case '--manifest'
+                    return 0
+            end
+        case 'stage'
+            switch $option
+                case '--user' '--namespace' '-n' '--place'
+                    return 0
+            end
+        case 'write'
+            switch $option
+                case '--param' '-p'
+                    return 0
+            end
+        case 'sql'
+            switch $option
+                case '--param' '-p'
+                    return 0
+            end
+        case 'move'
+            switch $option
+                case '--cancel'
+                    return 0
+            end
+        case 'make-device-only'
+            switch $option
+                case '--folder' '--parallel'
+                    return 0
+            end
     end
     return 1
 end
@@ -99,6 +134,16 @@ end
 complete -c coven -f
 
 # Commands.
+complete -c coven -n __coven_needs_command -a 'init' -d 'create a store at a storage URL and this device, its first'
+complete -c coven -n __coven_needs_command -a 'migrate' -d 'apply the new migrations of a manifest and record it'
+complete -c coven -n __coven_needs_command -a 'key' -d 'print the store key for joining another device'
+complete -c coven -n __coven_needs_command -a 'stage' -d 'stage app bytes or prepare a person\'s original for a write'
+complete -c coven -n __coven_needs_command -a 'write' -d 'run one transaction of app SQL that may put files in rows'
+complete -c coven -n __coven_needs_command -a 'sql' -d 'run read-only SQL over the app tables and coven\'s views'
+complete -c coven -n __coven_needs_command -a 'status' -d 'show the store, this device, its files, uploads and cache'
+complete -c coven -n __coven_needs_command -a 'move' -d 'move files on this device only to the cloud as one move, or cancel one'
+complete -c coven -n __coven_needs_command -a 'moves' -d 'list the moves under way or failed, one line per file'
+complete -c coven -n __coven_needs_command -a 'make-device-only' -d 'bring files back into a folder, then switch them to this device only'
 complete -c coven -n __coven_needs_command -a 'completions' -d 'print the completion script for bash, zsh or fish'
 complete -c coven -n __coven_needs_command -a 'help' -d 'show the help of coven or of one command'
 
@@ -110,8 +155,46 @@ complete -c coven -l 'no-wait' -d 'fail with \'busy\' instead of waiting for ano
 complete -c coven -s 'h' -l 'help' -d 'show this help'
 complete -c coven -n __coven_needs_command -l 'version' -d 'print coven\'s version'
 
+# coven init
+complete -c coven -n '__coven_using init' -l 'storage' -x -d 'where the store lives: file:///DIR or s3://BUCKET/PREFIX'
+complete -c coven -n '__coven_using init' -l 'manifest' -r -F -d 'the manifest declaring namespaces, synced tables and migrations'
+complete -c coven -n '__coven_using init' -l 'name' -x -d 'this device\'s name (default: the host name)'
+
+# coven migrate
+complete -c coven -n '__coven_using migrate' -l 'manifest' -r -F -d 'the manifest to migrate to'
+
+# coven key
+complete -c coven -n '__coven_at_argument key 0' -a 'export'
+
+# coven stage
+complete -c coven -n '__coven_using stage' -l 'user' -r -F -d 'prepare the person\'s original at PATH instead of copying bytes'
+complete -c coven -n '__coven_using stage' -s 'n' -l 'namespace' -x -d 'the declared namespace the file belongs to'
+complete -c coven -n '__coven_using stage' -l 'place' -x -a 'cloud device-only' -d 'cloud (uploaded, the default) or device-only'
+complete -c coven -n '__coven_at_argument stage 0' -F
+
+# coven write
+complete -c coven -n '__coven_using write' -s 'p' -l 'param' -x -d 'bind :NAME in the SQL to VALUE (text)'
+
+# coven sql
+complete -c coven -n '__coven_using sql' -s 'p' -l 'param' -x -d 'bind :NAME in the SQL to VALUE (text)'
+complete -c coven -n '__coven_using sql' -s 'z' -l 'null-terminated' -d 'end each row with NUL instead of a newline'
+
+# coven move
+complete -c coven -n '__coven_using move' -l 'cancel' -x -d 'cancel the move MOVE instead of making one'
+complete -c coven -n '__coven_at_argument move 0 +' -a '(__coven_file_ids)'
+
+# coven moves
+complete -c coven -n '__coven_using moves' -s 'z' -l 'null-terminated' -d 'end each line with NUL instead of a newline'
+
+# coven make-device-only
+complete -c coven -n '__coven_using make-device-only' -l 'folder' -x -a '(__fish_complete_directories (commandline -ct))' -d 'the folder the copies go under (it must exist)'
+complete -c coven -n '__coven_using make-device-only' -l 'input-json' -d 'read stdin as JSON lines {"file": FILE, "path": [NAME, ...]}'
+complete -c coven -n '__coven_using make-device-only' -l 'progress-json' -d 'write progress as JSON lines on stderr'
+complete -c coven -n '__coven_using make-device-only' -l 'parallel' -x -d 'how many files download at once (default 4)'
+complete -c coven -n '__coven_at_argument make-device-only 0 +' -a '(__coven_file_ids)'
+
 # coven completions
 complete -c coven -n '__coven_at_argument completions 0' -a 'bash zsh fish'
 
 # coven help
-complete -c coven -n '__coven_at_argument help 0' -a 'completions'
+complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key stage write sql status move moves make-device-only completions'
