@@ -25,6 +25,8 @@ work=$BENCH_TMP/device-only
 rm -rf "$work"
 mkdir -p "$work/src"
 eval "$("$SHARED/s3/start-s3-server" 0 "$work/s3.pid")"
+# rclone 1.60 cannot load AWS_CA_BUNDLE for an http endpoint; nothing here uses TLS.
+unset AWS_CA_BUNDLE
 trap '"$SHARED/s3/stop-s3-server" "$work/s3.pid" >/dev/null 2>&1 || true' EXIT
 bucket=coven-bench
 

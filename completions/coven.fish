@@ -190,7 +190,7 @@ complete -c coven -n '__coven_using moves' -s 'z' -l 'null-terminated' -d 'end e
 complete -c coven -n '__coven_using make-device-only' -l 'folder' -x -a '(__fish_complete_directories (commandline -ct))' -d 'the folder the copies go under (it must exist)'
 complete -c coven -n '__coven_using make-device-only' -l 'input-json' -d 'read stdin as JSON lines {"file": FILE, "path": [NAME, ...]}'
 complete -c coven -n '__coven_using make-device-only' -l 'progress-json' -d 'write progress as JSON lines on stderr'
-complete -c coven -n '__coven_using make-device-only' -l 'parallel' -x -d 'how many files download at once (default 4)'
+complete -c coven -n '__coven_using make-device-only' -l 'parallel' -x -d 'how many files download at once (default 8)'
 complete -c coven -n '__coven_at_argument make-device-only 0 +' -a '(__coven_file_ids)'
 
 # coven completions

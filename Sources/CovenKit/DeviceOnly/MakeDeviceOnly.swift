@@ -110,7 +110,7 @@ extension Device {
     ///   twice, `.io` for a folder that is not there; then `.storage`, `.missing`, `.integrity`,
     ///   `.noRoom`, `.interrupted`.
     public func makeDeviceOnly(
-        folder: String, requests: [DeviceOnlyRequest], parallel: Int = 4, cancel: CancelFlag = CancelFlag(),
+        folder: String, requests: [DeviceOnlyRequest], parallel: Int = 8, cancel: CancelFlag = CancelFlag(),
         progress: (@Sendable (DeviceOnlyProgress) -> Void)? = nil
     ) throws -> [DeviceOnlyCopy] {
         let plan = try planDeviceOnly(folder: folder, requests: requests)

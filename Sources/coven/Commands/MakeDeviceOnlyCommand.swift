@@ -47,14 +47,14 @@ struct MakeDeviceOnlyCommand: Command {
         OptionSpec("folder", value: "DIR", help: "the folder the copies go under (it must exist)", completion: .directory),
         OptionSpec("input-json", help: "read stdin as JSON lines {\"file\": FILE, \"path\": [NAME, ...]}"),
         OptionSpec("progress-json", help: "write progress as JSON lines on stderr"),
-        OptionSpec("parallel", value: "N", help: "how many files download at once (default 4)"),
+        OptionSpec("parallel", value: "N", help: "how many files download at once (default 8)"),
     ]
     static let arguments = [ArgumentSpec("FILE=REL/PATH", help: "a stored file and its path under the folder", optional: true, repeating: true, completion: .fileID)]
     static let mutates = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         guard let folder = invocation.value("folder") else { throw CovenError(.usage, "missing --folder DIR") }
-        let parallel = try invocation.integer("parallel") ?? 4
+        let parallel = try invocation.integer("parallel") ?? 8
         guard parallel >= 1 && parallel <= 64 else { throw CovenError(.usage, "--parallel takes 1 to 64, not \(parallel)") }
         var requests: [DeviceOnlyRequest] = []
         if invocation.arguments.isEmpty {
