@@ -215,8 +215,8 @@ extension Device {
 
     // MARK: Listing
 
-    /// The moves under way or failed, one entry per file, oldest move first (the `coven_moves`
-    /// view, with each original's path as text).
+    /// The moves under way or failed, one entry per file, oldest move first and its files in
+    /// upload order (the `coven_moves` view, with each original's path as text).
     public func moves() throws -> [MoveListing] {
         try database.query("""
             SELECT m.move, m.state, m.file, m.error, m.error_message, m.error_file, m.created_at,
@@ -224,7 +224,8 @@ extension Device {
             FROM coven_moves AS m
             JOIN coven_files AS f ON f.id = m.file
             LEFT JOIN coven_local AS l ON l.object = json_extract(f.coordinates, '$.object')
-            ORDER BY m.created_at, m.move, m.file
+            LEFT JOIN coven_upload_queue AS q ON q.object = json_extract(f.coordinates, '$.object')
+            ORDER BY m.created_at, m.move, q.position, m.file
             """).map { row in
             MoveListing(move: row.string("move") ?? "", state: row.string("state") ?? "", file: row.string("file") ?? "",
                         path: row.string("path"), error: row.string("error"), errorMessage: row.string("error_message"),
