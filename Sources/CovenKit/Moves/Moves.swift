@@ -96,6 +96,7 @@ extension WriteSession {
 
     private func applyMove(id: String, files: [String]) throws {
         let now = Date().timeIntervalSince1970
+        let idle = try Device.idleUploadCondition(database)
         var objects: [(object: String, size: Int64)] = []
         var seen: [String: String] = [:] // object → the file that brought it
         for file in files {
@@ -117,24 +118,28 @@ extension WriteSession {
                 guard other != file else { continue } // named twice: one upload
                 continue // another record over the same bytes: one upload serves both
             }
-            if let queued = try database.queryOne("SELECT move, state, upload_id, lease_until FROM coven_upload_queue WHERE object = ?1", [object]) {
+            if let queued = try database.queryOne("""
+                SELECT q.move, q.state, m.state AS move_state,
+                       (SELECT count(*) FROM coven_upload_queue WHERE object = ?1 AND \(idle)) AS idle
+                FROM coven_upload_queue AS q LEFT JOIN coven_move_state AS m ON m.id = q.move WHERE q.object = ?1
+                """, [object, now]) {
                 let move = queued.string("move")
-                let leased = queued.string("state") == "sending" && (queued["lease_until"].textValue.flatMap(Double.init) ?? 0) > now
-                if queued.string("state") == "retired" {
-                    guard queued["upload_id"].isNull && !leased else {
-                        throw CovenError(.fileInMove, "file '\(file)' is still in the upload of cancelled move '\(move ?? "")'",
-                                         hint: "let 'coven upload-worker' end that upload, then move the file again",
-                                         details: ["file": file, "move": move ?? ""])
-                    }
-                    // A cancelled upload nothing was sent for: gone now, the new move takes its place.
-                    try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
-                    try database.run("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
-                } else if let move {
+                let ended = queued.string("state") == "retired" || queued.string("move_state") == "cancelled"
+                if let move, move != moveID, !ended {
                     throw CovenError(.fileInMove, "file '\(file)' is already in move '\(move)'",
                                      hint: "cancel it with 'coven move --cancel \(move)' first", details: ["file": file, "move": move])
-                } else {
+                } else if let move, move == moveID {
+                    throw CovenError(.fileInMove, "file '\(file)' is already in move '\(move)' of this write", details: ["file": file, "move": move])
+                } else if !ended {
                     throw CovenError(.notDeviceOnlyHere, "file '\(file)' is already uploading for a bound reference", details: ["file": file])
+                } else if queued.int("idle") == 0 {
+                    throw CovenError(.fileInMove, "file '\(file)' is still in the upload of cancelled move '\(move ?? "")'",
+                                     hint: "let 'coven upload-worker' end that upload, then move the file again",
+                                     details: ["file": file, "move": move ?? ""])
                 }
+                // An upload of a cancelled move that sent nothing: the new move takes its place.
+                try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
+                try database.run("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
             }
             guard let size = try database.scalar("SELECT size FROM coven_local WHERE object = ?1", [object]).intValue else {
                 throw CovenError(.bytesAbsent, "this device holds no bytes of file '\(file)'", details: ["file": file])
@@ -146,7 +151,7 @@ extension WriteSession {
         for (object, size) in objects {
             position += 1
             try database.run("INSERT INTO coven_upload_queue (object, position, move, bytes_total) VALUES (?1, ?2, ?3, ?4)",
-                             [object, position, id, EncryptedSize.of(size)])
+                             [object, position, id, ObjectLayout.encryptedSize(plaintextSize: size)])
         }
         try database.run("INSERT INTO coven_move_state (id, state, created_at) VALUES (?1, 'moving', ?2)", [id, Timestamp.iso8601(Date())])
     }
@@ -175,7 +180,7 @@ extension Device {
     }
 
     /// Cancels a move that is under way or failed, in a write of its own: its files stay on
-    /// this device only, its queued uploads are retired (the worker aborts one it began).
+    /// this device only, and its uploads end (the worker aborts one it began).
     ///
     /// - Throws: `.notFound` for no such move; `.invalidState` for one already cancelled or
     ///   done.
@@ -197,20 +202,22 @@ extension Device {
             throw CovenError(.invalidState, "move '\(id)' is done: its files are stored", details: ["move": id, "state": state])
         }
         try database.run("UPDATE coven_move_state SET state = 'cancelled' WHERE id = ?1", [id])
-        let now = Date().timeIntervalSince1970
-        // Uploads nothing was sent for go at once; one with a provider session or being sent is
-        // retired, so the worker aborts it and switches nothing. The local bytes stay: the files
-        // stay on this device only.
-        try database.run("""
-            DELETE FROM coven_upload_parts WHERE object IN (
-                SELECT object FROM coven_upload_queue
-                WHERE move = ?1 AND upload_id IS NULL AND NOT (state = 'sending' AND coalesce(lease_until, 0) > ?2))
-            """, [id, now])
-        try database.run("""
-            DELETE FROM coven_upload_queue
-            WHERE move = ?1 AND upload_id IS NULL AND NOT (state = 'sending' AND coalesce(lease_until, 0) > ?2)
-            """, [id, now])
-        try database.run("UPDATE coven_upload_queue SET state = 'retired' WHERE move = ?1", [id])
+        // Uploads nothing was sent for go at once. One with a provider session, being sent or
+        // already stored stays for the upload worker, which sees its move cancelled: it aborts
+        // the session and drops the upload, switching nothing. The local bytes stay either way:
+        // the files stay on this device only.
+        let idle = try Self.idleUploadCondition(database)
+        try database.run("DELETE FROM coven_upload_parts WHERE object IN (SELECT object FROM coven_upload_queue WHERE move = ?1 AND \(idle))",
+                         [id, Date().timeIntervalSince1970])
+        try database.run("DELETE FROM coven_upload_queue WHERE move = ?1 AND \(idle)", [id, Date().timeIntervalSince1970])
+    }
+
+    /// The SQL condition (over `coven_upload_queue`, with the time as `?2`) of an upload that
+    /// has sent nothing: no provider session, not being sent, not stored yet (the `uploaded`
+    /// column, where the upload worker's schema has it).
+    static func idleUploadCondition(_ database: Database) throws -> String {
+        let hasUploaded = try database.scalar("SELECT count(*) FROM pragma_table_info('coven_upload_queue') WHERE name = 'uploaded'").intValue ?? 0 > 0
+        return "upload_id IS NULL AND NOT (state = 'sending' AND coalesce(lease_until, 0) > ?2)" + (hasUploaded ? " AND uploaded = 0" : "")
     }
 
     // MARK: Listing

@@ -51,7 +51,7 @@ final class MovesTests: XCTestCase {
         XCTAssertTrue(Identifier.isCanonicalUUID(move))
         XCTAssertEqual(try queued(move), 2)
         XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_move_state WHERE id = ?1", [move]).textValue, "moving")
-        XCTAssertEqual(try fixture.scalar("SELECT bytes_total FROM coven_uploads WHERE file = ?1", [b]).intValue, EncryptedSize.of(100_000))
+        XCTAssertEqual(try fixture.scalar("SELECT bytes_total FROM coven_uploads WHERE file = ?1", [b]).intValue, ObjectLayout.encryptedSize(plaintextSize: 100_000))
         // No row or record changes: the files stay on this device only until they switch.
         XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_outbox").intValue, outbox)
         XCTAssertEqual(try device.fileRecord(a)?.coordinates.at, .device)
@@ -103,7 +103,7 @@ final class MovesTests: XCTestCase {
         XCTAssertNotEqual(try device.moveToCloud(files: [here]), move)
     }
 
-    func testCancelLeavesTheFilesOnThisDeviceAndRetiresTheUploads() throws {
+    func testCancelLeavesTheFilesOnThisDeviceAndEndsTheUploads() throws {
         let a = try fixture.userFile("a.flac", [1, 2], place: .deviceOnly)
         let b = try fixture.userFile("b.flac", [3, 4], place: .deviceOnly)
         let move = try device.moveToCloud(files: [a, b])
@@ -113,7 +113,11 @@ final class MovesTests: XCTestCase {
             """, [b])
         try device.cancelMove(move)
         XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_move_state WHERE id = ?1", [move]).textValue, "cancelled")
-        XCTAssertEqual(try fixture.scalar("SELECT group_concat(state) FROM coven_upload_queue WHERE move = ?1", [move]).textValue, "retired")
+        // a's upload sent nothing and is gone; b's stays, its move cancelled, for the worker to
+        // abort its session and drop it.
+        XCTAssertEqual(try fixture.scalar("SELECT group_concat(upload_id) FROM coven_upload_queue WHERE move = ?1", [move]).textValue, "mp-1")
+        XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_upload_queue WHERE move = ?1", [move]).textValue, "queued")
+        XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_upload_parts").intValue, 0)
         XCTAssertEqual(try device.moves(), [])
         for id in [a, b] { XCTAssertEqual(try device.fileRecord(id)?.coordinates.device, device.deviceID) }
         XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_user_files").intValue, 2)
