@@ -226,7 +226,12 @@ extension Device {
     /// upload order (the `coven_moves` view, with each original's path as text).
     public func moves() throws -> [MoveListing] {
         try database.query("""
-            SELECT m.move, m.state, m.file, m.error, m.error_message, m.error_file, m.created_at,
+            SELECT m.move, m.state, m.file, m.error, m.error_message, m.created_at,
+                   -- The original the failure names, as text: error_file holds a path, or the
+                   -- id of the file whose original it is.
+                   coalesce((SELECT coven_path_text(l2.path) FROM coven_files AS f2
+                             JOIN coven_local AS l2 ON l2.object = json_extract(f2.coordinates, '$.object')
+                             WHERE f2.id = m.error_file AND l2.kind = 'user'), m.error_file) AS error_file,
                    CASE WHEN l.kind = 'user' THEN coven_path_text(l.path) END AS path
             FROM coven_moves AS m
             JOIN coven_files AS f ON f.id = m.file

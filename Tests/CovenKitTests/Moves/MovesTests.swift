@@ -94,6 +94,9 @@ final class MovesTests: XCTestCase {
         try device.database.run("UPDATE coven_move_state SET state = 'failed', error_code = 'user_file_changed', error = 'changed', error_file = ?2 WHERE id = ?1", [move, fixture.root + "/here.flac"])
         error = assertCovenError(.fileInMove) { try device.moveToCloud(files: [here]) }
         XCTAssertEqual(error?.details["move"], move)
+        // The worker may name the failing original by its file's id: listed as its path.
+        XCTAssertEqual(try device.moves().first { $0.move == move }?.errorFile, fixture.root + "/here.flac")
+        try device.database.run("UPDATE coven_move_state SET error_file = ?2 WHERE id = ?1", [move, here])
         let failed = try device.moves().filter { $0.move == move }
         XCTAssertEqual(failed.map(\.state), ["failed"])
         XCTAssertEqual(failed.first?.error, "user_file_changed")
