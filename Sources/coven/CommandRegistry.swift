@@ -26,6 +26,9 @@ enum CommandRegistry {
         BudgetCommand.self,
         CacheCommand.self,
         FetchKeptCommand.self,
+        MoveCommand.self,
+        MovesCommand.self,
+        MakeDeviceOnlyCommand.self,
         CompletionsCommand.self,
     ]
 

@@ -62,6 +62,8 @@ final class WriteSession {
     var usedStaged: Set<String> = []
     /// Bound references: objects whose upload this write's publication waits for.
     var waitsFor: Set<String> = []
+    /// Moves and cancels the SQL asked for (Moves/Moves.swift).
+    var moveIntents = MoveIntents()
 
     init(device: Device) {
         self.device = device
@@ -94,6 +96,7 @@ final class WriteSession {
             try stampRows(appChanges)
             let references = try validate(appChanges)
             try releaseUnreferenced(candidates: references.released, stillNamed: references.named)
+            try applyMoveIntents()
             if let moveID, try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE move = ?1", [moveID]).intValue ?? 0 > 0 {
                 try database.run("INSERT INTO coven_move_state (id, state, created_at) VALUES (?1, 'moving', ?2)", [moveID, Timestamp.iso8601(Date())])
             }
@@ -184,6 +187,7 @@ final class WriteSession {
             guard let id = args[0].textValue else { throw CovenError(.usage, "coven_existing_file() takes a file id") }
             return .text(try self.putExisting(id))
         }
+        try installMoveFunctions()
     }
 
     /// Puts a staged app file or a prepared original: checks it, allocates the file's id,

@@ -30,6 +30,8 @@ extension Device {
         removeReleasedCopies()
         // The file cache: partials untouched for seven days, files no entry names (Read/FileCache.swift).
         removeStalePartials()
+        // make-device-only calls a crash or kill stopped before their switch.
+        DeviceOnlyJournal.sweep(database: database)
         for folder in [paths.copies, paths.temporary] {
             guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { continue }
             for name in names {

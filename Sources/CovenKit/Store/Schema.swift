@@ -105,6 +105,20 @@ enum Schema {
         error_file TEXT
     ) STRICT;
 
+    -- make-device-only: what each call created until its switch commits (DeviceOnlyJournal).
+    CREATE TABLE IF NOT EXISTS coven_device_only_made (
+        call TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('folder', 'temporary', 'file')),
+        path BLOB NOT NULL,
+        pair BLOB,
+        made INTEGER NOT NULL DEFAULT 0,
+        pid INTEGER NOT NULL,
+        pid_start TEXT NOT NULL,
+        committed INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (call, seq)
+    ) STRICT;
+
     -- Writes recorded for publishing (SQLite session changesets), in commit order.
     CREATE TABLE IF NOT EXISTS coven_outbox (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,

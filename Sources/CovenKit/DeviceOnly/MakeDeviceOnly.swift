@@ -1,0 +1,476 @@
+import CLinux
+import Foundation
+
+// MARK: - Values
+
+/// A flag another thread (a signal handler's queue) sets to stop a long call.
+public final class CancelFlag: @unchecked Sendable {
+    // @unchecked: every access goes through `lock`.
+    private let lock = NSLock()
+    private var reason: String?
+
+    /// A flag not set.
+    public init() {}
+
+    /// Sets the flag; the first reason given is kept.
+    public func cancel(_ reason: String) {
+        lock.lock()
+        defer { lock.unlock() }
+        if self.reason == nil { self.reason = reason }
+    }
+
+    /// Why it was set, or nil while it is not.
+    public var cancelledBecause: String? {
+        lock.lock()
+        defer { lock.unlock() }
+        return reason
+    }
+}
+
+/// How far a make-device-only call is: one file's bytes, and the call's.
+public struct DeviceOnlyProgress: Sendable {
+    /// The file this report is about.
+    public var file: String
+    /// Its path under the folder, as written.
+    public var path: String
+    /// Its bytes down so far.
+    public var bytes: Int64
+    /// Its size.
+    public var size: Int64
+    /// Whether it is whole, synced and at its final name.
+    public var done: Bool
+    /// Every file's bytes down so far.
+    public var callBytes: Int64
+    /// Every file's size.
+    public var callSize: Int64
+    /// Files whole so far.
+    public var filesDone: Int
+    /// Files in the call.
+    public var fileCount: Int
+}
+
+/// A copy make-device-only wrote and switched to: the file's original on this device now.
+public struct DeviceOnlyCopy: Sendable, Equatable {
+    /// The file's id.
+    public var file: String
+    /// The copy's absolute path.
+    public var path: String
+    /// Its path under the folder, names joined by `/` as written.
+    public var relativePath: String
+    /// Its size.
+    public var size: Int64
+}
+
+/// One file of a call, checked and placed.
+struct PlannedCopy: Sendable {
+    var request: DeviceOnlyRequest
+    var record: FileRecord
+    var written: [String]
+    var folder: String
+    var final: String
+    var temporary: String
+    var relativePath: String { written.joined(separator: "/") }
+}
+
+/// The hashes a download computed as it wrote.
+struct CopyDigests: Sendable {
+    var content: [UInt8]
+    var chunks: [UInt8]
+}
+
+/// Everything a call does, checked before any byte downloads.
+struct DeviceOnlyPlan: Sendable {
+    var folder: String
+    var copies: [PlannedCopy]
+    /// Folders to make, outermost first.
+    var folders: [String]
+}
+
+extension Device {
+    // MARK: - make-device-only
+
+    /// Brings stored files back into `folder`, then switches every one to this device only in
+    /// one write, with each copy as the file's original here (listed in `coven_user_files`).
+    ///
+    /// Every refusal comes before any byte downloads. Each file downloads with its content hash
+    /// checked, into a temporary name in its final folder; it is synced and takes its final name
+    /// once whole. Until the switch commits, a failure or a cancel removes every copy and folder
+    /// the call made (a folder that was there, or that someone made meanwhile, stays); after a
+    /// crash, the next open of the device does (``DeviceOnlyJournal``).
+    ///
+    /// - Parameters:
+    ///   - folder: the folder the person picked; it must exist.
+    ///   - requests: the files and their paths under the folder.
+    ///   - parallel: how many files download at once.
+    ///   - cancel: stops the call when set; it then fails with `.interrupted`.
+    ///   - progress: called (one call at a time, from any thread) as bytes come down.
+    /// - Returns: the copies, in the order of `requests`.
+    /// - Throws: `.empty`, `.notUnicode`, `.link`, `.exists`, `.clash`, `.notInCloud`,
+    ///   `.namespaceKind`, `.fileAbsent` (each naming its input), `.usage` for a file given
+    ///   twice, `.io` for a folder that is not there; then `.storage`, `.missing`, `.integrity`,
+    ///   `.noRoom`, `.interrupted`.
+    public func makeDeviceOnly(
+        folder: String, requests: [DeviceOnlyRequest], parallel: Int = 8, cancel: CancelFlag = CancelFlag(),
+        progress: (@Sendable (DeviceOnlyProgress) -> Void)? = nil
+    ) throws -> [DeviceOnlyCopy] {
+        let plan = try planDeviceOnly(folder: folder, requests: requests)
+        guard !plan.copies.isEmpty else { return [] }
+        var entries = plan.folders.map { DeviceOnlyJournal.Entry(kind: "folder", path: $0, pair: nil) }
+        for copy in plan.copies {
+            entries.append(.init(kind: "temporary", path: copy.temporary, pair: nil))
+            entries.append(.init(kind: "file", path: copy.final, pair: copy.temporary))
+        }
+        let journal = try DeviceOnlyJournal.begin(database: database, entries: entries)
+        var committed = false
+        defer { if !committed { try? journal.cleanUp() } }
+
+        // Folders, outermost first; one that appeared meanwhile is someone else's and stays.
+        var made: [String] = []
+        for folder in plan.folders {
+            if PathText.withCString(folder, { mkdir($0, 0o777) }) == 0 {
+                made.append(folder)
+                continue
+            }
+            let failure = errno
+            var info = stat()
+            if failure == EEXIST, PathText.withCString(folder, { lstat($0, &info) }) == 0 {
+                if (info.st_mode & S_IFMT) == S_IFDIR { continue }
+                let copy = plan.copies.first { $0.final.hasPrefix(folder + "/") }
+                throw Self.pathError((info.st_mode & S_IFMT) == S_IFLNK ? .link : .exists, copy?.request, path: folder)
+            }
+            throw CovenError.posix("create folder", path: PathText.display(folder), errno: failure)
+        }
+        try journal.markMade(made)
+
+        let digests = try downloadCopies(plan, parallel: parallel, cancel: cancel, progress: progress)
+        if let reason = cancel.cancelledBecause { throw CovenError(.interrupted, "make-device-only stopped: \(reason)") }
+
+        // Every new name is durable before the switch names it.
+        var synced: Set<String> = []
+        for folder in plan.copies.map(\.folder) + made.map({ ($0 as NSString).deletingLastPathComponent }) + [plan.folder] where synced.insert(folder).inserted {
+            try AtomicFile.syncFolder(folder)
+        }
+
+        let lock = try self.lock(wait: true)
+        defer { _ = lock }
+        try switchToDeviceOnly(plan, digests: digests, journal: journal)
+        committed = true
+
+        // The temporaries go now; each copy's change time moves with its link count, so record
+        // the time it settles at.
+        for copy in plan.copies { _ = PathText.withCString(copy.temporary) { unlink($0) } }
+        for folder in synced { try? AtomicFile.syncFolder(folder) }
+        try? database.transaction {
+            for copy in plan.copies {
+                var info = stat()
+                guard PathText.withCString(copy.final, { stat($0, &info) }) == 0 else { continue }
+                try database.run("UPDATE coven_local SET change_stamp = ?1 WHERE object = ?2 AND kind = 'user' AND path = ?3",
+                                 [OriginalIdentity(info).changeStamp, copy.record.coordinates.object, PathText.osBytes(copy.final)])
+            }
+            try database.run("DELETE FROM coven_device_only_made WHERE call = ?1", [journal.call])
+        }
+        return plan.copies.map { DeviceOnlyCopy(file: $0.record.id, path: $0.final, relativePath: $0.relativePath, size: $0.record.size) }
+    }
+
+    // MARK: Refusals, before any byte downloads
+
+    static func pathError(_ code: ErrorCode, _ request: DeviceOnlyRequest?, path: String) -> CovenError {
+        let display = PathText.display(path)
+        let what: String
+        switch code {
+        case .link: what = "goes through the symbolic link '\(display)'"
+        default: what = "has something already at '\(display)'"
+        }
+        guard let request else { return CovenError(code, "'\(display)' is in the way", details: ["path": display]) }
+        return CovenError(code, "\(request.input): the path '\(request.given)' of file '\(request.file)' \(what)",
+                          hint: code == .exists ? "coven never replaces a file: pick another path or folder" : nil,
+                          details: ["input": request.input, "file": request.file, "path": request.given, "at": display])
+    }
+
+    /// Checks every input and lays out the call; changes nothing.
+    func planDeviceOnly(folder given: String, requests: [DeviceOnlyRequest]) throws -> DeviceOnlyPlan {
+        // The folder's path must be valid Unicode: no byte that came in as an escape.
+        if given.unicodeScalars.contains(where: { $0.value >= PathText.escapeBase && $0.value <= PathText.escapeBase + 0xFF }) {
+            throw CovenError(.notUnicode, "the folder '\(PathText.display(given))' is not valid Unicode", details: ["input": "--folder", "path": PathText.display(given)])
+        }
+        var folder = DevicePaths.absolute(given)
+        while folder.count > 1 && folder.hasSuffix("/") { folder.removeLast() }
+        var info = stat()
+        guard stat(folder, &info) == 0 else {
+            throw CovenError.posix("open folder", path: folder)
+        }
+        guard (info.st_mode & S_IFMT) == S_IFDIR else {
+            throw CovenError(.io, "'\(folder)' is not a folder", details: ["path": folder])
+        }
+
+        var byFile: [String: DeviceOnlyRequest] = [:]
+        var copies: [PlannedCopy] = []
+        for request in requests {
+            try request.checkNotEmpty()
+            if let first = byFile[request.file] {
+                throw CovenError(.usage, "\(request.input): file '\(request.file)' is given twice (first in \(first.input))", details: ["input": request.input, "file": request.file])
+            }
+            byFile[request.file] = request
+            let details = ["input": request.input, "file": request.file, "path": request.given]
+            guard let record = try fileRecord(request.file) else {
+                throw CovenError(.fileAbsent, "\(request.input): no file '\(request.file)' on this device", details: details)
+            }
+            if manifest.namespace(record.namespace)?.kind != .user {
+                throw CovenError(.namespaceKind, "\(request.input): file '\(request.file)' holds app bytes, not a person's file", hint: "make-device-only brings back files of user namespaces only", details: details)
+            }
+            guard record.coordinates.at == .stored, record.hash != nil else {
+                var more = details
+                more["device"] = record.coordinates.device ?? ""
+                throw CovenError(.notInCloud, "\(request.input): file '\(request.file)' is on one device only, not in the cloud", details: more)
+            }
+            let written = request.names.map(DeviceOnlyName.written)
+            let final = folder + "/" + written.joined(separator: "/")
+            let parent = (final as NSString).deletingLastPathComponent
+            copies.append(PlannedCopy(request: request, record: record, written: written, folder: parent, final: final,
+                                      temporary: parent + "/.coven-" + Identifier.objectName() + ".tmp"))
+        }
+
+        // Two paths that are one after the rule, case folding or Unicode normalization; a file
+        // where another path needs a folder is one too.
+        var files: [String: DeviceOnlyRequest] = [:]
+        var folders: [String: DeviceOnlyRequest] = [:]
+        for copy in copies {
+            let key = DeviceOnlyName.clashKey(copy.written)
+            if let other = files[key] ?? folders[key] {
+                throw clash(copy.request, other)
+            }
+            files[key] = copy.request
+            for depth in 1..<max(1, copy.written.count) {
+                let folderKey = DeviceOnlyName.clashKey(Array(copy.written.prefix(depth)))
+                if let other = files[folderKey] { throw clash(copy.request, other) }
+                if folders[folderKey] == nil { folders[folderKey] = copy.request }
+            }
+        }
+
+        // Links and what is already there, walking each path from the folder down.
+        var toMake: [String] = []
+        var planned: Set<String> = []
+        for copy in copies {
+            var path = folder
+            for (index, name) in copy.written.enumerated() {
+                path += "/" + name
+                let isLast = index == copy.written.count - 1
+                var info = stat()
+                if lstat(path, &info) != 0 {
+                    guard errno == ENOENT else { throw CovenError.posix("look at", path: path) }
+                    if !isLast, planned.insert(path).inserted { toMake.append(path) }
+                    continue
+                }
+                if (info.st_mode & S_IFMT) == S_IFLNK { throw Self.pathError(.link, copy.request, path: path) }
+                if isLast || (info.st_mode & S_IFMT) != S_IFDIR { throw Self.pathError(.exists, copy.request, path: path) }
+            }
+        }
+        toMake.sort { $0.split(separator: "/").count < $1.split(separator: "/").count }
+        return DeviceOnlyPlan(folder: folder, copies: copies, folders: toMake)
+    }
+
+    private func clash(_ request: DeviceOnlyRequest, _ other: DeviceOnlyRequest) -> CovenError {
+        CovenError(.clash, "\(request.input): the path '\(request.given)' of file '\(request.file)' is one with the path '\(other.given)' of file '\(other.file)' (\(other.input))",
+                   hint: "macOS and Windows volumes hold names equal after case folding and Unicode normalization as one",
+                   details: ["input": request.input, "file": request.file, "path": request.given,
+                             "other_input": other.input, "other_file": other.file, "other_path": other.given])
+    }
+
+    // MARK: Downloads
+
+    func downloadCopies(
+        _ plan: DeviceOnlyPlan, parallel: Int, cancel: CancelFlag, progress: (@Sendable (DeviceOnlyProgress) -> Void)?
+    ) throws -> [CopyDigests] {
+        let connector = StorageConnector(location: storage)
+        let state = DownloadState(count: plan.copies.count, callSize: plan.copies.reduce(0) { $0 + $1.record.size }, progress: progress)
+        let workers = max(1, min(parallel, plan.copies.count))
+        let group = DispatchGroup()
+        for _ in 0..<workers {
+            group.enter()
+            let thread = Thread {
+                defer { group.leave() }
+                var provider: (any StorageProvider)?
+                while let index = state.take(stopping: cancel) {
+                    let copy = plan.copies[index]
+                    do {
+                        if provider == nil { provider = try connector.connect() }
+                        guard let provider else { return }
+                        let digests = try Self.download(copy, provider: provider, cancel: cancel) { bytes in
+                            state.report(index, copy, bytes: bytes, done: false)
+                        }
+                        state.finish(index, copy, digests)
+                    } catch {
+                        state.fail(error)
+                        return
+                    }
+                }
+            }
+            thread.stackSize = 1 << 20
+            thread.start()
+        }
+        group.wait()
+        if let failure = state.failure { throw failure }
+        if let reason = cancel.cancelledBecause { throw CovenError(.interrupted, "make-device-only stopped: \(reason)") }
+        return try state.results()
+    }
+
+    /// Downloads one file into its temporary, decrypting and checking as it streams, syncs it
+    /// and links it at its final name (never over anything).
+    static func download(_ copy: PlannedCopy, provider: any StorageProvider, cancel: CancelFlag, onBytes: @escaping (Int64) -> Void) throws -> CopyDigests {
+        let record = copy.record
+        let key = try FileKey(hex: record.coordinates.key)
+        let reader = try ObjectReader(key: key, plaintextSize: record.size)
+        let whole = try SHA256()
+        var chunks: [UInt8] = []
+        chunks.reserveCapacity(Int(max(1, (record.size + 65535) / 65536)) * 32)
+        let fd = PathText.withCString(copy.temporary) { Foundation.open($0, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o666) }
+        guard fd >= 0 else { throw CovenError.posix("create", path: PathText.display(copy.temporary)) }
+        var closed = false
+        defer { if !closed { close(fd) } }
+        var written: Int64 = 0
+        var started: Int64 = 0
+        let emit: (UnsafeRawBufferPointer) throws -> Void = { plain in
+            whole.update(plain)
+            let start = chunks.count
+            chunks.append(contentsOf: repeatElement(0, count: 32))
+            chunks.withUnsafeMutableBytes { SHA256.hash(plain, into: $0.baseAddress! + start) }
+            try AtomicFile.writeAll(fd, plain, path: PathText.display(copy.temporary))
+            written += Int64(plain.count)
+            if written - started >= 8 << 20 {
+                _ = coven_start_writeback(fd, started, written - started)
+                started = written
+            }
+            onBytes(written)
+        }
+        do {
+            try provider.get(record.coordinates.object, range: nil) { bytes in
+                if let reason = cancel.cancelledBecause { throw CovenError(.interrupted, "make-device-only stopped: \(reason)") }
+                try reader.feed(bytes, emit: emit)
+            }
+            try reader.finish(emit: emit)
+        } catch let error as CovenError where error.code == .missing {
+            throw CovenError(.missing, "storage holds nothing at '\(record.coordinates.object)' for file '\(record.id)'", cause: error.cause, details: ["file": record.id, "object": record.coordinates.object])
+        }
+        if record.size == 0 { chunks = SHA256.digest([UInt8]()) }
+        let content = whole.finish()
+        guard written == record.size, content.hex == record.hash?.lowercased() else {
+            throw CovenError(.integrity, "file '\(record.id)' does not match its content hash", details: ["file": record.id])
+        }
+        guard fsync(fd) == 0 else { throw CovenError.posix("sync", path: PathText.display(copy.temporary)) }
+        closed = true
+        guard close(fd) == 0 else { throw CovenError.posix("close", path: PathText.display(copy.temporary)) }
+        // A hard link is a rename that never replaces: the final name appears whole, or the call
+        // fails if something took the name meanwhile. The temporary goes once the switch commits.
+        let linked = PathText.withCString(copy.temporary) { from in PathText.withCString(copy.final) { to in link(from, to) } }
+        guard linked == 0 else {
+            if errno == EEXIST { throw pathError(.exists, copy.request, path: copy.final) }
+            throw CovenError.posix("link into", path: PathText.display(copy.final))
+        }
+        onBytes(written)
+        return CopyDigests(content: content, chunks: chunks)
+    }
+
+    // MARK: The switch
+
+    /// One write switching every copied file to this device only, recorded for publishing.
+    func switchToDeviceOnly(_ plan: DeviceOnlyPlan, digests: [CopyDigests], journal: DeviceOnlyJournal) throws {
+        try database.transaction {
+            let stamp = try HybridClock.next(device: self)
+            let session = try Session(database: database, tables: ["coven_files"])
+            for (copy, digest) in zip(plan.copies, digests) {
+                let id = copy.record.id
+                guard let now = try fileRecord(id) else {
+                    throw CovenError(.fileAbsent, "\(copy.request.input): file '\(id)' was deleted meanwhile", details: ["input": copy.request.input, "file": id])
+                }
+                guard now.coordinates == copy.record.coordinates else {
+                    throw CovenError(.notInCloud, "\(copy.request.input): file '\(id)' changed place meanwhile", details: ["input": copy.request.input, "file": id])
+                }
+                var info = stat()
+                guard PathText.withCString(copy.final, { stat($0, &info) }) == 0 else {
+                    throw CovenError.posix("look at", path: PathText.display(copy.final))
+                }
+                let identity = OriginalIdentity(info)
+                let coordinates = Coordinates(at: .device, device: deviceID, object: now.coordinates.object, key: now.coordinates.key)
+                try database.run("UPDATE coven_files SET coordinates = ?1, _updated_at = ?2 WHERE id = ?3", [coordinates.json, stamp, id])
+                try database.run("""
+                    INSERT INTO coven_local (object, kind, path, copy, size, modified_seconds, modified_nanos, change_stamp, content_hash, chunk_hashes)
+                    VALUES (?1, 'user', ?2, NULL, ?3, ?4, ?5, ?6, ?7, ?8)
+                    ON CONFLICT (object) DO UPDATE SET kind = 'user', path = excluded.path, copy = NULL, size = excluded.size,
+                        modified_seconds = excluded.modified_seconds, modified_nanos = excluded.modified_nanos,
+                        change_stamp = excluded.change_stamp, content_hash = excluded.content_hash, chunk_hashes = excluded.chunk_hashes
+                    """, [now.coordinates.object, PathText.osBytes(copy.final), identity.size, identity.modifiedSeconds, identity.modifiedNanos,
+                          identity.changeStamp, digest.content, digest.chunks])
+                try database.run("DELETE FROM coven_pins WHERE file = ?1", [id])
+            }
+            let changeset = try session.changeset()
+            if !changeset.isEmpty {
+                try database.run("INSERT INTO coven_outbox (hlc, changeset, waits_for, created_at) VALUES (?1, ?2, '[]', ?3)",
+                                 [stamp, changeset, Timestamp.iso8601(Date())])
+            }
+            try journal.markCommitted()
+        }
+    }
+}
+
+/// What the download threads share, behind one lock.
+final class DownloadState: @unchecked Sendable {
+    // @unchecked: every access goes through `lock`.
+    private let lock = NSLock()
+    private var nextIndex = 0
+    private let count: Int
+    private var digests: [CopyDigests?]
+    private var bytes: [Int64]
+    private var callBytes: Int64 = 0
+    private let callSize: Int64
+    private var filesDone = 0
+    private(set) var failure: (any Error)?
+    private let progress: (@Sendable (DeviceOnlyProgress) -> Void)?
+
+    init(count: Int, callSize: Int64, progress: (@Sendable (DeviceOnlyProgress) -> Void)?) {
+        self.count = count
+        self.callSize = callSize
+        self.progress = progress
+        digests = Array(repeating: nil, count: count)
+        bytes = Array(repeating: 0, count: count)
+    }
+
+    func take(stopping cancel: CancelFlag) -> Int? {
+        lock.lock()
+        defer { lock.unlock() }
+        guard failure == nil, cancel.cancelledBecause == nil, nextIndex < count else { return nil }
+        nextIndex += 1
+        return nextIndex - 1
+    }
+
+    func report(_ index: Int, _ copy: PlannedCopy, bytes now: Int64, done: Bool) {
+        lock.lock()
+        defer { lock.unlock() }
+        callBytes += now - bytes[index]
+        bytes[index] = now
+        if done { filesDone += 1 }
+        progress?(DeviceOnlyProgress(file: copy.record.id, path: copy.relativePath, bytes: now, size: copy.record.size, done: done,
+                                     callBytes: callBytes, callSize: callSize, filesDone: filesDone, fileCount: count))
+    }
+
+    func finish(_ index: Int, _ copy: PlannedCopy, _ result: CopyDigests) {
+        lock.lock()
+        digests[index] = result
+        lock.unlock()
+        report(index, copy, bytes: copy.record.size, done: true)
+    }
+
+    func fail(_ error: any Error) {
+        lock.lock()
+        defer { lock.unlock() }
+        if failure == nil { failure = error }
+    }
+
+    func results() throws -> [CopyDigests] {
+        lock.lock()
+        defer { lock.unlock() }
+        return try digests.map { digest in
+            guard let digest else { throw CovenError(.internal, "a download ended without its result") }
+            return digest
+        }
+    }
+}

@@ -1,0 +1,87 @@
+import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// `coven make-device-only` run as the built binary on file:// storage: the three input forms,
+/// the names as written, progress lines and the switch seen from `coven sql`.
+final class MakeDeviceOnlyCLITests: XCTestCase {
+    func fileProvider(_ device: Device) throws -> any StorageProvider {
+        try StorageConnector(location: device.storage).connect()
+    }
+
+    func testStdinLinesJSONLinesAndArguments() throws {
+        let cli = try CLIDevice("mdo-cli")
+        let contents = (0..<4).map { patternBytes(50_000 + $0, seed: UInt8($0)) }
+        let ids = try cli.storedFiles(contents, provider: fileProvider)
+        try FileManager.default.createDirectory(atPath: cli.work + "/Music", withIntermediateDirectories: true)
+
+        // Before: stored, nothing listed as an original.
+        XCTAssertEqual(try cli.sql("SELECT count(*) FROM coven_files WHERE coven_file_device(coordinates) IS NULL"), ["4"])
+        XCTAssertEqual(try cli.sql("SELECT count(*) FROM coven_user_files"), ["0"])
+
+        // Lines on stdin: each field one name, so AC/DC is one name; a Latin-1 byte is kept as \xE9.
+        var lines = Data("\(ids[0])\tAC/DC\tBack in Black.flac\n".utf8)
+        lines.append(Data("\(ids[1])\tCaf".utf8) + Data([0xE9]) + Data(".flac\r\n".utf8))
+        FileManager.default.createFile(atPath: cli.work + "/list.tsv", contents: lines)
+        var result = try cli.run(["make-device-only", "--folder", "Music", "--progress-json"], stdin: cli.work + "/list.tsv")
+        XCTAssertEqual(result.status, 0, result.stderrText)
+        XCTAssertEqual(result.stdoutText, "\(ids[0])\t\(cli.work)/Music/AC\u{FF0F}DC/Back in Black.flac\n\(ids[1])\t\(cli.work)/Music/Caf\u{FF3C}xE9.flac\n")
+        let progress = result.stderrText.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        XCTAssertFalse(progress.isEmpty, result.stderrText)
+        let last = progress.filter { $0["done"] as? Bool == true }
+        XCTAssertEqual(Set(last.compactMap { $0["file"] as? String }), [ids[0], ids[1]])
+        XCTAssertEqual(progress.last?["call_bytes"] as? Int, contents[0].count + contents[1].count)
+        XCTAssertEqual(progress.last?["files_done"] as? Int, 2)
+
+        // JSON lines, then arguments with --json output.
+        FileManager.default.createFile(atPath: cli.work + "/list.json", contents: Data("{\"file\": \"\(ids[2])\", \"path\": [\"Why?\", \"CON.flac\"]}\n".utf8))
+        result = try cli.run(["make-device-only", "--folder", "Music", "--input-json"], stdin: cli.work + "/list.json")
+        XCTAssertEqual(result.status, 0, result.stderrText)
+        XCTAssertEqual(result.stderrText, "")
+        result = try cli.run(["--json", "make-device-only", "--folder", cli.work + "/Music", "\(ids[3])=Deep/er/trailing. "])
+        XCTAssertEqual(result.status, 0, result.stderrText)
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: result.stdout) as? [String: Any])
+        let files = try XCTUnwrap(object["files"] as? [[String: Any]])
+        XCTAssertEqual(files.first?["relative_path"] as? String, "Deep/er/trailing.\u{2420}")
+        XCTAssertEqual(files.first?["size"] as? Int, contents[3].count)
+
+        XCTAssertEqual(cli.tree("Music"), [
+            "AC\u{FF0F}DC", "AC\u{FF0F}DC/Back in Black.flac", "Caf\u{FF3C}xE9.flac", "Deep", "Deep/er", "Deep/er/trailing.\u{2420}",
+            "Why\u{FF1F}", "Why\u{FF1F}/\u{FF23}ON.flac",
+        ])
+        XCTAssertEqual(FileManager.default.contents(atPath: cli.work + "/Music/Why\u{FF1F}/\u{FF23}ON.flac").map([UInt8].init), contents[2])
+        // After: every file on this device, each copy its original here, one write each call.
+        XCTAssertEqual(try cli.sql("SELECT count(*) FROM coven_files WHERE coven_file_device(coordinates) = coven_device_id()"), ["4"])
+        XCTAssertEqual(try cli.sql("SELECT coven_path_text(path) FROM coven_user_files WHERE file = '\(ids[1])'"), ["\(cli.work)/Music/Caf\u{FF3C}xE9.flac"])
+        // One write per call, each recorded for publishing.
+        XCTAssertEqual(try cli.sql("SELECT count(*) FROM coven_outbox"), ["3"])
+        // Again: something is already at each path now.
+        result = try cli.run(["make-device-only", "--folder", "Music", "\(ids[3])=Deep/er/trailing. "])
+        XCTAssertEqual(result.status, 4)
+        XCTAssertTrue(result.stderrText.hasPrefix("coven: error: not_in_cloud: argument 1"), result.stderrText)
+    }
+
+    func testClashesAndLinksFromTheCommandLine() throws {
+        let cli = try CLIDevice("mdo-clash")
+        let ids = try cli.storedFiles([[1], [2], [3]], provider: fileProvider)
+        try FileManager.default.createDirectory(atPath: cli.work + "/Music", withIntermediateDirectories: true)
+        var result = try cli.run(["make-device-only", "--folder", "Music", "\(ids[0])=Album/Track.flac", "\(ids[1])=album/track.flac"])
+        XCTAssertEqual(result.status, 4)
+        XCTAssertEqual(result.stderrText.split(separator: "\n").first.map(String.init),
+                       "coven: error: clash: argument 2: the path 'album/track.flac' of file '\(ids[1])' is one with the path 'Album/Track.flac' of file '\(ids[0])' (argument 1)")
+        result = try cli.run(["make-device-only", "--folder", "Music", "\(ids[0])=Caf\u{E9}.flac", "\(ids[1])=Cafe\u{301}.flac"])
+        XCTAssertEqual(result.status, 4)
+        XCTAssertTrue(result.stderrText.hasPrefix("coven: error: clash:"), result.stderrText)
+        XCTAssertEqual(symlink(cli.work, cli.work + "/Music/loop"), 0)
+        result = try cli.run(["make-device-only", "--folder", "Music", "\(ids[2])=loop/x.flac"])
+        XCTAssertEqual(result.status, 4)
+        XCTAssertTrue(result.stderrText.hasPrefix("coven: error: link: argument 1: the path 'loop/x.flac'"), result.stderrText)
+        // A folder path with a Latin-1 byte, passed as real bytes through a shell.
+        result = try Processes.run("/bin/sh", ["-c", "mkdir \"$(printf 'Caf\\351')\" && exec coven make-device-only --folder \"$(printf 'Caf\\351')\" \"$0\"", "\(ids[2])=x"],
+                                   environment: cli.environment, directory: cli.work)
+        XCTAssertEqual(result.status, 4, result.stderrText)
+        XCTAssertEqual(result.stderrText, "coven: error: not_unicode: the folder 'Caf\\xE9' is not valid Unicode\n")
+        XCTAssertEqual(cli.tree("Music"), ["loop"])
+    }
+}

@@ -1,0 +1,294 @@
+@testable import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// make-device-only against real SQLite, real libgcrypt and file:// storage; stored files come
+/// from ``StoredFixture`` until the upload worker lands.
+final class MakeDeviceOnlyTests: XCTestCase {
+    var fixture: DeviceTestFixture!
+    var folder = ""
+
+    override func setUpWithError() throws {
+        fixture = try DeviceTestFixture("mdo")
+        folder = fixture.root + "/Music"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+    }
+
+    override func tearDown() { fixture = nil }
+
+    var device: Device { fixture.device }
+
+    func request(_ file: String, _ names: [String], _ input: String = "argument 1") -> DeviceOnlyRequest {
+        DeviceOnlyRequest(file: file, names: names, input: input)
+    }
+
+    /// Everything under `folder`, relative, sorted.
+    func tree() throws -> [String] {
+        guard let enumerator = FileManager.default.enumerator(atPath: folder) else { return [] }
+        return (enumerator.allObjects as? [String] ?? []).sorted()
+    }
+
+    func journalRows() throws -> Int64 {
+        try fixture.scalar("SELECT count(*) FROM coven_device_only_made").intValue ?? -1
+    }
+
+    // MARK: - The whole call
+
+    func testBringsFilesBackAndSwitchesThemInOneWrite() throws {
+        let first = DeviceTestFixture.bytes(200_000, seed: 1)
+        let second = DeviceTestFixture.bytes(65536, seed: 2)
+        let empty: [UInt8] = []
+        let a = try fixture.storedFile(first)
+        let b = try fixture.storedFile(second)
+        let c = try fixture.storedFile(empty)
+        let outboxBefore = try fixture.scalar("SELECT count(*) FROM coven_outbox").intValue ?? 0
+        let progress = ProgressLog()
+        let copies = try device.makeDeviceOnly(folder: folder, requests: [
+            request(a, ["AC/DC", "Back in Black.flac"]), request(b, ["AC/DC", "Hells Bells?.flac"], "argument 2"),
+            request(c, ["Empty", "nothing"], "argument 3"),
+        ], progress: progress.record)
+        XCTAssertEqual(copies.map(\.file), [a, b, c])
+        XCTAssertEqual(try tree(), ["AC\u{FF0F}DC", "AC\u{FF0F}DC/Back in Black.flac", "AC\u{FF0F}DC/Hells Bells\u{FF1F}.flac", "Empty", "Empty/nothing"])
+        XCTAssertEqual(FileManager.default.contents(atPath: folder + "/AC\u{FF0F}DC/Back in Black.flac").map([UInt8].init), first)
+        XCTAssertEqual(FileManager.default.contents(atPath: folder + "/AC\u{FF0F}DC/Hells Bells\u{FF1F}.flac").map([UInt8].init), second)
+        XCTAssertEqual(FileManager.default.contents(atPath: folder + "/Empty/nothing").map([UInt8].init), empty)
+
+        // Every file now on this device only, with its copy as its original here.
+        for id in [a, b, c] {
+            let record = try XCTUnwrap(device.fileRecord(id))
+            XCTAssertEqual(record.coordinates.at, .device)
+            XCTAssertEqual(record.coordinates.device, device.deviceID)
+        }
+        let listed = try device.database.query("SELECT file, coven_path_text(path) AS path, size FROM coven_user_files ORDER BY size")
+        XCTAssertEqual(listed.map { $0.string("file") }, [c, b, a])
+        XCTAssertEqual(listed.last?.string("path"), folder + "/AC\u{FF0F}DC/Back in Black.flac")
+        // The copy's hashes are recorded as staging would: whole file and every 64 KiB chunk.
+        let local = try XCTUnwrap(device.database.queryOne("SELECT l.* FROM coven_local AS l JOIN coven_files AS f ON l.object = json_extract(f.coordinates, '$.object') WHERE f.id = ?1", [a]))
+        XCTAssertEqual(local.bytes("content_hash"), SHA256.digest(first))
+        XCTAssertEqual(local.bytes("chunk_hashes")?.count, 4 * 32)
+        XCTAssertEqual(Array(local.bytes("chunk_hashes")?.prefix(32) ?? []), SHA256.digest(Array(first[0..<65536])))
+        var info = stat()
+        XCTAssertEqual(stat(folder + "/AC\u{FF0F}DC/Back in Black.flac", &info), 0)
+        XCTAssertEqual(local.int("modified_seconds"), Int64(info.st_mtim.tv_sec))
+        XCTAssertEqual(local.int("modified_nanos"), Int64(info.st_mtim.tv_nsec))
+        XCTAssertEqual(local.string("change_stamp"), OriginalIdentity(info).changeStamp)
+        // One write, recorded for publishing.
+        XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_outbox").intValue, outboxBefore + 1)
+        let changes = try Changeset.changes(try XCTUnwrap(fixture.scalar("SELECT changeset FROM coven_outbox ORDER BY seq DESC LIMIT 1").bytesValue), database: device.database)
+        XCTAssertEqual(changes.count, 3)
+        XCTAssertTrue(changes.allSatisfy { $0.table == "coven_files" && $0.operation == .update })
+        XCTAssertEqual(try journalRows(), 0)
+        // Progress: each file done once, the call's bytes adding up.
+        XCTAssertEqual(progress.doneFiles.sorted(), [a, b, c].sorted())
+        XCTAssertEqual(progress.lastCallBytes, Int64(first.count + second.count))
+        // A file made device-only can move back to the cloud.
+        let move = try device.moveToCloud(files: [a])
+        XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_uploads WHERE move = ?1", [move]).intValue, 1)
+    }
+
+    func testAFolderThatWasThereStaysAndNewFoldersAreMade() throws {
+        let a = try fixture.storedFile([1, 2, 3])
+        try FileManager.default.createDirectory(atPath: folder + "/Existing", withIntermediateDirectories: true)
+        _ = try device.makeDeviceOnly(folder: folder, requests: [request(a, ["Existing", "New", "Deeper", "x.bin"])])
+        XCTAssertEqual(try tree(), ["Existing", "Existing/New", "Existing/New/Deeper", "Existing/New/Deeper/x.bin"])
+    }
+
+    // MARK: - Refusals, before any byte downloads
+
+    func testRefusals() throws {
+        let stored = try fixture.storedFile([1, 2, 3])
+        let other = try fixture.storedFile([4, 5, 6])
+        let deviceOnly = try fixture.userFile("orig.flac", [7, 8], place: .deviceOnly)
+        let app = try fixture.storedFile([9], namespace: "covers")
+
+        var error = assertCovenError(.empty) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, [])]) }
+        XCTAssertEqual(error?.details["input"], "argument 1")
+        assertCovenError(.empty) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["a", ""])]) }
+        assertCovenError(.empty) { try DeviceOnlyRequest.argument("\(stored)=", position: 1) }
+        assertCovenError(.empty) { try DeviceOnlyRequest.argument("\(stored)=a//b", position: 1) }
+        assertCovenError(.empty) { try DeviceOnlyRequest.tabLine(stored, number: 1) }
+        assertCovenError(.empty) { try DeviceOnlyRequest.jsonLine("{\"file\": \"\(stored)\", \"path\": []}", number: 4) }
+
+        let latin1 = PathText.string(fromOSBytes: Array((fixture.root + "/Caf").utf8) + [0xE9])
+        error = assertCovenError(.notUnicode) { try device.makeDeviceOnly(folder: latin1, requests: [request(stored, ["a"])]) }
+        XCTAssertEqual(error?.details["path"], fixture.root + "/Caf\\xE9")
+
+        error = assertCovenError(.fileAbsent) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["a"]), request("01a228b9-0000-7000-8000-000000000000", ["b"], "argument 2")]) }
+        XCTAssertEqual(error?.details["input"], "argument 2")
+        error = assertCovenError(.notInCloud) { try device.makeDeviceOnly(folder: folder, requests: [request(deviceOnly, ["a"])]) }
+        XCTAssertEqual(error?.details["device"], device.deviceID)
+        error = assertCovenError(.namespaceKind) { try device.makeDeviceOnly(folder: folder, requests: [request(app, ["a"], "line 3")]) }
+        XCTAssertEqual(error?.details["input"], "line 3")
+
+        // Something already there: a file, or a file where a folder goes.
+        try fixture.writeFile("Music/taken.flac", [0])
+        error = assertCovenError(.exists) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["taken.flac"])]) }
+        XCTAssertEqual(error?.details["path"], "[\"taken.flac\"]")
+        assertCovenError(.exists) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["taken.flac", "inside"])]) }
+        // The written name is what is checked: "Why?" is there as "Why？".
+        try fixture.writeFile("Music/Why\u{FF1F}", [0])
+        assertCovenError(.exists) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["Why?"])]) }
+
+        // A symbolic link below the folder, to a folder or dangling.
+        try FileManager.default.createDirectory(atPath: fixture.root + "/elsewhere", withIntermediateDirectories: true)
+        XCTAssertEqual(symlink(fixture.root + "/elsewhere", folder + "/Linked"), 0)
+        error = assertCovenError(.link) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["Linked", "a.flac"])]) }
+        XCTAssertEqual(error?.details["at"], folder + "/Linked")
+        XCTAssertEqual(symlink("/nonexistent", folder + "/dangling"), 0)
+        assertCovenError(.link) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["dangling"])]) }
+
+        // Clashes: by the rule, by case, by Unicode form, and a file where a folder goes.
+        error = assertCovenError(.clash) {
+            try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["Why?.flac"]), request(other, ["Why\u{FF1F}.flac"], "argument 2")])
+        }
+        XCTAssertEqual(error?.details["path"], "[\"Why\u{FF1F}.flac\"]")
+        XCTAssertEqual(error?.details["other_path"], "[\"Why?.flac\"]")
+        error = assertCovenError(.clash) {
+            try device.makeDeviceOnly(folder: folder, requests: [
+                DeviceOnlyRequest(file: stored, names: ["Album", "Track.flac"], input: "argument 1", given: "Album/Track.flac"),
+                DeviceOnlyRequest(file: other, names: ["album", "track.flac"], input: "argument 2", given: "album/track.flac"),
+            ])
+        }
+        XCTAssertEqual(error?.details["path"], "album/track.flac")
+        XCTAssertEqual(error?.details["other_path"], "Album/Track.flac")
+        XCTAssertTrue(error?.message.contains("'album/track.flac'") == true && error?.message.contains("'Album/Track.flac'") == true, error?.message ?? "")
+        assertCovenError(.clash) {
+            try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["Caf\u{E9}.flac"]), request(other, ["Cafe\u{301}.flac"], "argument 2")])
+        }
+        assertCovenError(.clash) {
+            try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["Disc"]), request(other, ["disc", "1.flac"], "argument 2")])
+        }
+        assertCovenError(.usage) {
+            try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["x"]), request(stored, ["y"], "argument 2")])
+        }
+
+        // Nothing was made or switched by any of them.
+        XCTAssertEqual(try tree(), ["Linked", "Why\u{FF1F}", "dangling", "taken.flac"])
+        XCTAssertEqual(try device.fileRecord(stored)?.coordinates.at, .stored)
+        XCTAssertEqual(try journalRows(), 0)
+    }
+
+    // MARK: - Until the switch commits, nothing stays
+
+    func testAFailedDownloadRemovesWhatTheCallMade() throws {
+        let good = try fixture.storedFile(DeviceTestFixture.bytes(100_000))
+        let bad = try fixture.storedFile(DeviceTestFixture.bytes(1000, seed: 3), hash: String(repeating: "0", count: 64))
+        try FileManager.default.createDirectory(atPath: folder + "/Kept", withIntermediateDirectories: true)
+        assertCovenError(.integrity) {
+            try device.makeDeviceOnly(folder: folder, requests: [request(good, ["Kept", "New", "good.bin"]), request(bad, ["Other", "bad.bin"], "argument 2")], parallel: 1)
+        }
+        XCTAssertEqual(try tree(), ["Kept"])
+        XCTAssertEqual(try device.fileRecord(good)?.coordinates.at, .stored)
+        XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_user_files").intValue, 0)
+        XCTAssertEqual(try journalRows(), 0)
+    }
+
+    func testAMissingObjectFailsWithMissing() throws {
+        let id = try fixture.storedFile([1, 2, 3])
+        let object = try XCTUnwrap(device.fileRecord(id)).coordinates.object
+        try fixture.provider.delete(object)
+        let error = assertCovenError(.missing) { try device.makeDeviceOnly(folder: folder, requests: [request(id, ["a", "b"])]) }
+        XCTAssertEqual(error?.details["file"], id)
+        XCTAssertEqual(try tree(), [])
+    }
+
+    func testACancelRemovesWhatTheCallMade() throws {
+        let ids = try (0..<3).map { try fixture.storedFile(DeviceTestFixture.bytes(300_000, seed: UInt8($0))) }
+        let cancel = CancelFlag()
+        let error = assertCovenError(.interrupted) {
+            try device.makeDeviceOnly(folder: folder, requests: ids.enumerated().map { request($1, ["Album", "\($0).bin"], "argument \($0 + 1)") },
+                                      parallel: 1, cancel: cancel, progress: { progress in
+                                          if progress.done { cancel.cancel("interrupted by SIGINT") }
+                                      })
+        }
+        XCTAssertTrue(error?.message.contains("SIGINT") == true)
+        XCTAssertEqual(try tree(), [])
+        XCTAssertTrue(try ids.allSatisfy { try device.fileRecord($0)?.coordinates.at == .stored })
+    }
+
+    func testSomethingTakingTheNameMeanwhileIsNeverReplaced() throws {
+        let id = try fixture.storedFile(DeviceTestFixture.bytes(1000))
+        let path = folder + "/Album/late.bin"
+        let error = assertCovenError(.exists) {
+            try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "late.bin"])], progress: { progress in
+                // Someone saves a file at the path while the download runs.
+                if !progress.done, !FileManager.default.fileExists(atPath: path) {
+                    FileManager.default.createFile(atPath: path, contents: Data("mine".utf8))
+                }
+            })
+        }
+        XCTAssertNotNil(error)
+        // Their file and the folder it is in stay; coven's temporary is gone.
+        XCTAssertEqual(try tree(), ["Album", "Album/late.bin"])
+        XCTAssertEqual(FileManager.default.contents(atPath: path), Data("mine".utf8))
+    }
+
+    // MARK: - After a crash, the next open
+
+    func testTheNextOpenCleansUpAfterACallWhoseProcessIsGone() throws {
+        let id = try fixture.storedFile(DeviceTestFixture.bytes(1000))
+        // What a killed call leaves: its journal, a folder it made, a whole copy linked at its
+        // final name with its temporary, and a folder that was there before.
+        try FileManager.default.createDirectory(atPath: folder + "/Before", withIntermediateDirectories: true)
+        let plan = try device.planDeviceOnly(folder: folder, requests: [request(id, ["Before", "Made", "x.bin"])])
+        XCTAssertEqual(plan.folders, [folder + "/Before/Made"])
+        let copy = plan.copies[0]
+        var entries = plan.folders.map { DeviceOnlyJournal.Entry(kind: "folder", path: $0, pair: nil) }
+        entries.append(.init(kind: "temporary", path: copy.temporary, pair: nil))
+        entries.append(.init(kind: "file", path: copy.final, pair: copy.temporary))
+        let journal = try DeviceOnlyJournal.begin(database: device.database, entries: entries)
+        XCTAssertEqual(mkdir(folder + "/Before/Made", 0o755), 0)
+        try journal.markMade([folder + "/Before/Made"])
+        XCTAssertTrue(FileManager.default.createFile(atPath: copy.temporary, contents: Data([1, 2])))
+        XCTAssertEqual(link(copy.temporary, copy.final), 0)
+        // A process that is gone: a child that exited.
+        let child = try Spawn.start("/bin/true", [])
+        Spawn.wait(child)
+        try device.database.run("UPDATE coven_device_only_made SET pid = ?1", [Int64(child.pid)])
+
+        // A live call is left alone by an open.
+        let live = try DeviceOnlyJournal.begin(database: device.database, entries: [.init(kind: "temporary", path: folder + "/.coven-live.tmp", pair: nil)])
+        XCTAssertTrue(FileManager.default.createFile(atPath: folder + "/.coven-live.tmp", contents: nil))
+
+        _ = try Device.open(paths: device.paths)
+        XCTAssertEqual(try tree(), [".coven-live.tmp", "Before"])
+        XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_device_only_made WHERE call = ?1", [journal.call]).intValue, 0)
+        try live.cleanUp()
+        XCTAssertEqual(try tree(), ["Before"])
+        XCTAssertEqual(try journalRows(), 0)
+    }
+
+    func testAFileSomeoneElsePutAtAFinalNameIsNotRemovedByCleanup() throws {
+        // A journal naming a final path that holds someone else's file (not linked to our
+        // temporary) leaves it, and a folder someone filled stays.
+        let madeFolder = folder + "/Made"
+        let journal = try DeviceOnlyJournal.begin(database: device.database, entries: [
+            .init(kind: "folder", path: madeFolder, pair: nil),
+            .init(kind: "temporary", path: madeFolder + "/.coven-x.tmp", pair: nil),
+            .init(kind: "file", path: madeFolder + "/theirs.bin", pair: madeFolder + "/.coven-x.tmp"),
+        ])
+        XCTAssertEqual(mkdir(madeFolder, 0o755), 0)
+        try journal.markMade([madeFolder])
+        XCTAssertTrue(FileManager.default.createFile(atPath: madeFolder + "/.coven-x.tmp", contents: Data([1])))
+        XCTAssertTrue(FileManager.default.createFile(atPath: madeFolder + "/theirs.bin", contents: Data([2])))
+        try journal.cleanUp()
+        XCTAssertEqual(try tree(), ["Made", "Made/theirs.bin"])
+    }
+}
+
+/// Progress reports, collected from the download threads.
+final class ProgressLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private(set) var doneFiles: [String] = []
+    private(set) var lastCallBytes: Int64 = 0
+
+    var record: @Sendable (DeviceOnlyProgress) -> Void {
+        { [self] progress in
+            lock.lock()
+            defer { lock.unlock() }
+            if progress.done { doneFiles.append(progress.file) }
+            lastCallBytes = max(lastCallBytes, progress.callBytes)
+        }
+    }
+}
