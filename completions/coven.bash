@@ -5,7 +5,7 @@
 
 # The command words.
 _coven_commands() {
-    echo 'init' 'migrate' 'key' 'stage' 'write' 'sql' 'status' 'completions' 'help'
+    echo 'init' 'migrate' 'key' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'completions' 'help'
 }
 
 # The option words of COMMAND ('' is coven itself, before any command).
@@ -19,6 +19,22 @@ _coven_options() {
         'write') echo '--param' '-p' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'sql') echo '--param' '-p' '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'status') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'upload-worker') echo '--once' '--jobs' '-j' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'uploads') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'pause') echo '--unmetered-only' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'resume') echo '--any-network' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'retry') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'file-status') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'cat') echo '--offset' '--length' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'get') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'pin') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'unpin') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'budget') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'cache') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'fetch-kept') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'move') echo '--cancel' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'moves') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'make-device-only') echo '--folder' '--input-json' '--progress-json' '--parallel' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'completions') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'help') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
     esac
@@ -55,6 +71,24 @@ _coven_option_value() {
             case $2 in
                 --param|-p) echo 'none'; return 0 ;;
             esac ;;
+        'upload-worker')
+            case $2 in
+                --jobs|-j) echo 'none'; return 0 ;;
+            esac ;;
+        'cat')
+            case $2 in
+                --offset) echo 'none'; return 0 ;;
+                --length) echo 'none'; return 0 ;;
+            esac ;;
+        'move')
+            case $2 in
+                --cancel) echo 'none'; return 0 ;;
+            esac ;;
+        'make-device-only')
+            case $2 in
+                --folder) echo 'directory'; return 0 ;;
+                --parallel) echo 'none'; return 0 ;;
+            esac ;;
     esac
     return 1
 }
@@ -78,13 +112,53 @@ _coven_argument() {
             case $2 in
                 0) echo 'none' ;;
             esac ;;
+        'retry')
+            case $2 in
+                *) echo 'file-id' ;;
+            esac ;;
+        'file-status')
+            case $2 in
+                0) echo 'file-id' ;;
+            esac ;;
+        'cat')
+            case $2 in
+                0) echo 'file-id' ;;
+            esac ;;
+        'get')
+            case $2 in
+                0) echo 'file-id' ;;
+            esac ;;
+        'pin')
+            case $2 in
+                *) echo 'file-id' ;;
+            esac ;;
+        'unpin')
+            case $2 in
+                *) echo 'file-id' ;;
+            esac ;;
+        'budget')
+            case $2 in
+                0) echo 'none' ;;
+            esac ;;
+        'cache')
+            case $2 in
+                0) echo 'choice clear' ;;
+            esac ;;
+        'move')
+            case $2 in
+                *) echo 'file-id' ;;
+            esac ;;
+        'make-device-only')
+            case $2 in
+                *) echo 'file-id' ;;
+            esac ;;
         'completions')
             case $2 in
                 0) echo 'choice bash zsh fish' ;;
             esac ;;
         'help')
             case $2 in
-                0) echo 'choice init migrate key stage write sql status completions' ;;
+                0) echo 'choice init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only completions' ;;
             esac ;;
     esac
 }

@@ -35,6 +35,26 @@ function __coven_takes_value --argument-names command option
                 case '--param' '-p'
                     return 0
             end
+        case 'upload-worker'
+            switch $option
+                case '--jobs' '-j'
+                    return 0
+            end
+        case 'cat'
+            switch $option
+                case '--offset' '--length'
+                    return 0
+            end
+        case 'move'
+            switch $option
+                case '--cancel'
+                    return 0
+            end
+        case 'make-device-only'
+            switch $option
+                case '--folder' '--parallel'
+                    return 0
+            end
     end
     return 1
 end
@@ -131,6 +151,22 @@ complete -c coven -n __coven_needs_command -a 'stage' -d 'stage app bytes or pre
 complete -c coven -n __coven_needs_command -a 'write' -d 'run one transaction of app SQL that may put files in rows'
 complete -c coven -n __coven_needs_command -a 'sql' -d 'run read-only SQL over the app tables and coven\'s views'
 complete -c coven -n __coven_needs_command -a 'status' -d 'show the store, this device, its files, uploads and cache'
+complete -c coven -n __coven_needs_command -a 'upload-worker' -d 'send queued uploads to storage, resumably, in parallel'
+complete -c coven -n __coven_needs_command -a 'uploads' -d 'list this device\'s upload queue, oldest first'
+complete -c coven -n __coven_needs_command -a 'pause' -d 'pause trailing uploads, or limit them to unmetered networks'
+complete -c coven -n __coven_needs_command -a 'resume' -d 'resume paused uploads, or send them on any network again'
+complete -c coven -n __coven_needs_command -a 'retry' -d 'try failed or waiting uploads again now, with a fresh attempts budget'
+complete -c coven -n __coven_needs_command -a 'file-status' -d 'say whether a file is available, uploading, on one device only or missing'
+complete -c coven -n __coven_needs_command -a 'cat' -d 'write a file or an exact range of it to stdout'
+complete -c coven -n __coven_needs_command -a 'get' -d 'make sure a whole file is held on this device and print its path'
+complete -c coven -n __coven_needs_command -a 'pin' -d 'keep files on this device, outside the cache budget'
+complete -c coven -n __coven_needs_command -a 'unpin' -d 'stop keeping files on this device'
+complete -c coven -n __coven_needs_command -a 'budget' -d 'show or set the file cache budget'
+complete -c coven -n __coven_needs_command -a 'cache' -d 'empty the file cache of everything that can be fetched again'
+complete -c coven -n __coven_needs_command -a 'fetch-kept' -d 'fetch every kept file this device does not hold, smallest first'
+complete -c coven -n __coven_needs_command -a 'move' -d 'move files on this device only to the cloud as one move, or cancel one'
+complete -c coven -n __coven_needs_command -a 'moves' -d 'list the moves under way or failed, one line per file'
+complete -c coven -n __coven_needs_command -a 'make-device-only' -d 'bring files back into a folder, then switch them to this device only'
 complete -c coven -n __coven_needs_command -a 'completions' -d 'print the completion script for bash, zsh or fish'
 complete -c coven -n __coven_needs_command -a 'help' -d 'show the help of coven or of one command'
 
@@ -166,8 +202,58 @@ complete -c coven -n '__coven_using write' -s 'p' -l 'param' -x -d 'bind :NAME i
 complete -c coven -n '__coven_using sql' -s 'p' -l 'param' -x -d 'bind :NAME in the SQL to VALUE (text)'
 complete -c coven -n '__coven_using sql' -s 'z' -l 'null-terminated' -d 'end each row with NUL instead of a newline'
 
+# coven upload-worker
+complete -c coven -n '__coven_using upload-worker' -l 'once' -d 'drain the queue, then exit (for cron)'
+complete -c coven -n '__coven_using upload-worker' -s 'j' -l 'jobs' -x -d 'uploads sent at once (default 2)'
+
+# coven uploads
+complete -c coven -n '__coven_using uploads' -s 'z' -l 'null-terminated' -d 'end each line with NUL instead of a newline'
+
+# coven pause
+complete -c coven -n '__coven_using pause' -l 'unmetered-only' -d 'send trailing uploads only while the network is not metered'
+
+# coven resume
+complete -c coven -n '__coven_using resume' -l 'any-network' -d 'send trailing uploads on metered networks too'
+
+# coven retry
+complete -c coven -n '__coven_at_argument retry 0 +' -a '(__coven_file_ids)'
+
+# coven file-status
+complete -c coven -n '__coven_at_argument file-status 0' -a '(__coven_file_ids)'
+
+# coven cat
+complete -c coven -n '__coven_using cat' -l 'offset' -x -d 'the first byte to write (default 0)'
+complete -c coven -n '__coven_using cat' -l 'length' -x -d 'how many bytes to write (default: to the end)'
+complete -c coven -n '__coven_at_argument cat 0' -a '(__coven_file_ids)'
+
+# coven get
+complete -c coven -n '__coven_at_argument get 0' -a '(__coven_file_ids)'
+
+# coven pin
+complete -c coven -n '__coven_at_argument pin 0 +' -a '(__coven_file_ids)'
+
+# coven unpin
+complete -c coven -n '__coven_at_argument unpin 0 +' -a '(__coven_file_ids)'
+
+# coven cache
+complete -c coven -n '__coven_at_argument cache 0' -a 'clear'
+
+# coven move
+complete -c coven -n '__coven_using move' -l 'cancel' -x -d 'cancel the move MOVE instead of making one'
+complete -c coven -n '__coven_at_argument move 0 +' -a '(__coven_file_ids)'
+
+# coven moves
+complete -c coven -n '__coven_using moves' -s 'z' -l 'null-terminated' -d 'end each line with NUL instead of a newline'
+
+# coven make-device-only
+complete -c coven -n '__coven_using make-device-only' -l 'folder' -x -a '(__fish_complete_directories (commandline -ct))' -d 'the folder the copies go under (it must exist)'
+complete -c coven -n '__coven_using make-device-only' -l 'input-json' -d 'read stdin as JSON lines {"file": FILE, "path": [NAME, ...]}'
+complete -c coven -n '__coven_using make-device-only' -l 'progress-json' -d 'write progress as JSON lines on stderr'
+complete -c coven -n '__coven_using make-device-only' -l 'parallel' -x -d 'how many files download at once (default 8)'
+complete -c coven -n '__coven_at_argument make-device-only 0 +' -a '(__coven_file_ids)'
+
 # coven completions
 complete -c coven -n '__coven_at_argument completions 0' -a 'bash zsh fish'
 
 # coven help
-complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key stage write sql status completions'
+complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only completions'
