@@ -184,6 +184,23 @@ final class MakeDeviceOnlyTests: XCTestCase {
         XCTAssertEqual(try journalRows(), 0)
     }
 
+    func testATamperedObjectFailsItsCheckAndNothingStays() throws {
+        let good = try fixture.storedFile(DeviceTestFixture.bytes(200_000, seed: 4))
+        let bad = try fixture.storedFile(DeviceTestFixture.bytes(200_000, seed: 5))
+        let object = try XCTUnwrap(device.fileRecord(bad)).coordinates.object
+        // Truncated by the provider: the last chunk is gone.
+        var bytes = [UInt8](try XCTUnwrap(FileManager.default.contents(atPath: fixture.root + "/store/" + object)))
+        bytes.removeLast(1000)
+        try fixture.provider.put(object, data: bytes)
+        let error = assertCovenError(.integrity) {
+            try device.makeDeviceOnly(folder: folder, requests: [request(good, ["A", "good.bin"]), request(bad, ["A", "bad.bin"], "argument 2")])
+        }
+        XCTAssertEqual(error?.details["reason"], "truncated")
+        XCTAssertEqual(try tree(), [])
+        XCTAssertEqual(try device.fileRecord(good)?.coordinates.at, .stored)
+        XCTAssertEqual(try journalRows(), 0)
+    }
+
     func testAMissingObjectFailsWithMissing() throws {
         let id = try fixture.storedFile([1, 2, 3])
         let object = try XCTUnwrap(device.fileRecord(id)).coordinates.object
