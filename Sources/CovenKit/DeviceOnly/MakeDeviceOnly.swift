@@ -336,7 +336,9 @@ extension Device {
             chunks.withUnsafeMutableBytes { SHA256.hash(plain, into: $0.baseAddress! + start) }
             try AtomicFile.writeAll(fd, plain, path: PathText.display(copy.temporary))
             written += Int64(plain.count)
-            if written - started >= 8 << 20 {
+            // Start writing back every MiB, so the disk works while bytes still come down and
+            // the fsync at the end has little left to wait for.
+            if written - started >= 1 << 20 {
                 _ = coven_start_writeback(fd, started, written - started)
                 started = written
             }

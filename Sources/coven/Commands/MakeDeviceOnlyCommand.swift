@@ -26,8 +26,8 @@ struct MakeDeviceOnlyCommand: Command {
     U+2400 to U+241F and DEL U+2421, a last dot becomes U+FF0E and a last space U+2420, a \
     Windows device name (CON, PRN, AUX, NUL, COM1 to COM9, LPT1 to LPT9, any case, with or \
     without an extension) has its first character made fullwidth, and a name past 255 bytes \
-    keeps its extension and is cut before it, ending in an ellipsis. So AC/DC is the folder \
-    AC\u{FF0F}DC.
+    keeps its extension and is cut before it, ending in an ellipsis. So the one name AC/DC \
+    becomes a folder whose slash is U+FF0F, the fullwidth solidus.
 
     Refused before any byte downloads, each error naming its input: an empty path or name \
     (empty), a folder path that is not valid Unicode (not_unicode), a path through a symbolic \

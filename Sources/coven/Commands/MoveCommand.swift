@@ -20,7 +20,7 @@ struct MoveCommand: Command {
     naming the move).
 
     With --cancel, cancels a move under way or failed: it switches nothing, its files stay on \
-    this device only, and its uploads are retired (the worker aborts one it began). A failed \
+    this device only, and its uploads end (the upload worker aborts one it began). A failed \
     move stays listed until it is cancelled.
     """
     static let options = [

@@ -62,6 +62,19 @@ final class MakeDeviceOnlyCLITests: XCTestCase {
         XCTAssertTrue(result.stderrText.hasPrefix("coven: error: not_in_cloud: argument 1"), result.stderrText)
     }
 
+    func testAProgressLineOnATerminalOnly() throws {
+        guard let script = Processes.which("script", path: "/usr/bin:/bin") else { throw XCTSkip("no 'script' to give coven a terminal") }
+        let cli = try CLIDevice("mdo-tty")
+        let ids = try cli.storedFiles([patternBytes(300_000, seed: 9)], provider: fileProvider)
+        try FileManager.default.createDirectory(atPath: cli.work + "/Music", withIntermediateDirectories: true)
+        // script(1) runs coven with stderr on a terminal: the progress line is drawn, then erased.
+        let result = try Processes.run(script, ["-qec", "coven make-device-only --folder Music '\(ids[0])=Album/one.flac' 2>&1 >/dev/null", "/dev/null"],
+                                       environment: cli.environment, directory: cli.work)
+        XCTAssertEqual(result.status, 0, result.stdoutText + result.stderrText)
+        XCTAssertTrue(result.stdoutText.contains("[1/1] Album/one.flac 100% | all 293.0 KiB / 293.0 KiB 100%"), result.stdoutText.debugDescription)
+        XCTAssertTrue(result.stdoutText.hasSuffix("\r\u{1B}[K"), result.stdoutText.debugDescription)
+    }
+
     func testClashesAndLinksFromTheCommandLine() throws {
         let cli = try CLIDevice("mdo-clash")
         let ids = try cli.storedFiles([[1], [2], [3]], provider: fileProvider)

@@ -184,6 +184,23 @@ final class MakeDeviceOnlyTests: XCTestCase {
         XCTAssertEqual(try journalRows(), 0)
     }
 
+    func testATamperedObjectFailsItsCheckAndNothingStays() throws {
+        let good = try fixture.storedFile(DeviceTestFixture.bytes(200_000, seed: 4))
+        let bad = try fixture.storedFile(DeviceTestFixture.bytes(200_000, seed: 5))
+        let object = try XCTUnwrap(device.fileRecord(bad)).coordinates.object
+        // Truncated by the provider: the last chunk is gone.
+        var bytes = [UInt8](try XCTUnwrap(FileManager.default.contents(atPath: fixture.root + "/store/" + object)))
+        bytes.removeLast(1000)
+        try fixture.provider.put(object, data: bytes)
+        let error = assertCovenError(.integrity) {
+            try device.makeDeviceOnly(folder: folder, requests: [request(good, ["A", "good.bin"]), request(bad, ["A", "bad.bin"], "argument 2")])
+        }
+        XCTAssertEqual(error?.details["reason"], "truncated")
+        XCTAssertEqual(try tree(), [])
+        XCTAssertEqual(try device.fileRecord(good)?.coordinates.at, .stored)
+        XCTAssertEqual(try journalRows(), 0)
+    }
+
     func testAMissingObjectFailsWithMissing() throws {
         let id = try fixture.storedFile([1, 2, 3])
         let object = try XCTUnwrap(device.fileRecord(id)).coordinates.object
@@ -224,6 +241,38 @@ final class MakeDeviceOnlyTests: XCTestCase {
         XCTAssertEqual(FileManager.default.contents(atPath: path), Data("mine".utf8))
     }
 
+    func testARecordChangingMeanwhileFailsTheSwitchAndRemovesTheCopies() throws {
+        let moved = try fixture.storedFile(DeviceTestFixture.bytes(2000, seed: 1))
+        let deleted = try fixture.storedFile(DeviceTestFixture.bytes(2000, seed: 2))
+        // Another writer (a sync applying another device's write) changes a record mid-call.
+        let other = UncheckedBox(try Database(path: device.paths.database))
+        for (id, code, change) in [(moved, ErrorCode.notInCloud, "UPDATE coven_files SET coordinates = json_set(coordinates, '$.at', 'device', '$.device', 'another') WHERE id = ?1"),
+                                   (deleted, ErrorCode.fileAbsent, "DELETE FROM coven_files WHERE id = ?1")] {
+            let changed = ProgressLog()
+            let error = assertCovenError(code) {
+                try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "x.bin"])], progress: { progress in
+                    if progress.done, changed.doneFiles.isEmpty {
+                        changed.record(progress)
+                        try? other.value.run(change, [id])
+                    }
+                })
+            }
+            XCTAssertEqual(error?.details["file"], id)
+            XCTAssertEqual(try tree(), [])
+            XCTAssertEqual(try journalRows(), 0)
+        }
+        XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_user_files").intValue, 0)
+    }
+
+    func testStorageThatIsNotThereFailsAndMakesNothing() throws {
+        let id = try fixture.storedFile([1, 2, 3])
+        try FileManager.default.removeItem(atPath: fixture.root + "/store")
+        let error = assertCovenError(.storage) { try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "x.bin"])]) }
+        XCTAssertEqual(error?.storageFailure, .network)
+        XCTAssertEqual(try tree(), [])
+        XCTAssertEqual(try device.fileRecord(id)?.coordinates.at, .stored)
+    }
+
     // MARK: - After a crash, the next open
 
     func testTheNextOpenCleansUpAfterACallWhoseProcessIsGone() throws {
@@ -259,6 +308,24 @@ final class MakeDeviceOnlyTests: XCTestCase {
         XCTAssertEqual(try journalRows(), 0)
     }
 
+    func testACrashAfterTheSwitchCommittedRemovesOnlyTheTemporaries() throws {
+        let id = try fixture.storedFile(DeviceTestFixture.bytes(1000))
+        let plan = try device.planDeviceOnly(folder: folder, requests: [request(id, ["x.bin"])])
+        let copy = plan.copies[0]
+        let journal = try DeviceOnlyJournal.begin(database: device.database, entries: [
+            .init(kind: "temporary", path: copy.temporary, pair: nil), .init(kind: "file", path: copy.final, pair: copy.temporary),
+        ])
+        XCTAssertTrue(FileManager.default.createFile(atPath: copy.temporary, contents: Data([1])))
+        XCTAssertEqual(link(copy.temporary, copy.final), 0)
+        try device.database.transaction { try journal.markCommitted() }
+        let child = try Spawn.start("/bin/true", [])
+        Spawn.wait(child)
+        try device.database.run("UPDATE coven_device_only_made SET pid = ?1", [Int64(child.pid)])
+        _ = try Device.open(paths: device.paths)
+        XCTAssertEqual(try tree(), ["x.bin"])
+        XCTAssertEqual(try journalRows(), 0)
+    }
+
     func testAFileSomeoneElsePutAtAFinalNameIsNotRemovedByCleanup() throws {
         // A journal naming a final path that holds someone else's file (not linked to our
         // temporary) leaves it, and a folder someone filled stays.
@@ -275,6 +342,12 @@ final class MakeDeviceOnlyTests: XCTestCase {
         try journal.cleanUp()
         XCTAssertEqual(try tree(), ["Made", "Made/theirs.bin"])
     }
+}
+
+/// A value handed to a download thread's callback while its owner waits (tests only).
+final class UncheckedBox<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
 }
 
 /// Progress reports, collected from the download threads.

@@ -65,6 +65,20 @@ final class MovesTests: XCTestCase {
         XCTAssertNil(listed.first { $0.file == b }?.path)
     }
 
+    func testNothingIsReadAgainAndTwoRecordsOverOneObjectAreOneUpload() throws {
+        let a = try fixture.userFile("gone.flac", [1, 2, 3], place: .deviceOnly)
+        // A second record over the same bytes (another audience's, say): one object, one upload.
+        let twin = try XCTUnwrap(device.write(sql: "INSERT INTO tracks (id, file, _updated_at) VALUES (coven_uuid7(), coven_existing_file(:a), '')",
+                                              parameters: ["a": .text(a)]).files.first)
+        // The original is unplugged: the move is still made (the worker waits for it).
+        try FileManager.default.removeItem(atPath: fixture.root + "/gone.flac")
+        let move = try device.moveToCloud(files: [a, twin, a])
+        XCTAssertEqual(try queued(move), 1)
+        XCTAssertEqual(Set(try device.moves().map(\.file)), [a, twin])
+        let error = assertCovenError(.fileInMove) { try device.moveToCloud(files: [twin]) }
+        XCTAssertEqual(error?.details["move"], move)
+    }
+
     func testRefusals() throws {
         let here = try fixture.userFile("here.flac", [1], place: .deviceOnly)
         let stored = try fixture.storedFile([2])
