@@ -17,21 +17,6 @@ struct DeviceOnlyJournal {
     let database: Database
     let call: String
 
-    static let table = """
-    CREATE TABLE IF NOT EXISTS coven_device_only_made (
-        call TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        kind TEXT NOT NULL CHECK (kind IN ('folder', 'temporary', 'file')),
-        path BLOB NOT NULL,
-        pair BLOB,
-        made INTEGER NOT NULL DEFAULT 0,
-        pid INTEGER NOT NULL,
-        pid_start TEXT NOT NULL,
-        committed INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (call, seq)
-    ) STRICT;
-    """
-
     struct Entry {
         var kind: String
         var path: String

@@ -71,6 +71,8 @@ public final class Device {
             throw CovenError(.noDevice, "'\(paths.database)' is not a coven device database", hint: "pass the --db of a device coven made", cause: error.message, details: ["path": paths.database])
         }
         if !readOnly {
+            // Tables a newer coven added (every statement is IF NOT EXISTS), then the views.
+            try database.execute(Schema.tables)
             try database.execute(Schema.views)
         }
         try SQLFunctions.install(on: device)
