@@ -25,7 +25,6 @@ struct DeviceOnlyJournal {
 
     /// Records the entries of a new call in one transaction.
     static func begin(database: Database, entries: [Entry]) throws -> DeviceOnlyJournal {
-        try database.execute(table)
         let call = Identifier.uuid7()
         let pid = getpid()
         let start = ProcessStart.of(pid) ?? ""
