@@ -43,9 +43,11 @@ public enum TestPaths {
 ///
 /// ``start(_:)`` launches one on a free port and parses the `export` lines it prints; ``stop()``
 /// (or deinit) stops it with `stop-s3-server`. A watchdog shell stops it too if the test process
-/// dies first. When the Makefile already started one, it is reused: `AWS_ENDPOINT_URL` (with
-/// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`) for moto, `COVEN_SEAWEEDFS_ENDPOINT_URL` for
-/// SeaweedFS.
+/// dies first. A server someone started already is reused when named on purpose:
+/// `COVEN_TEST_MOTO_ENDPOINT_URL` (with `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`) for moto,
+/// `COVEN_TEST_SEAWEEDFS_ENDPOINT_URL` for SeaweedFS. Never `AWS_ENDPOINT_URL` itself: a test
+/// that exports a server's variables into its own process would make a later class reuse a
+/// server that has stopped.
 public final class S3TestServer {
     /// Which server.
     public enum Kind: String, Sendable {
@@ -90,14 +92,14 @@ public final class S3TestServer {
 
     deinit { stop() }
 
-    /// Starts a server (or reuses the Makefile's).
+    /// Starts a server (or reuses the one named by the environment, see above).
     ///
     /// The first start may install moto or SeaweedFS with pip (about 30 s).
     ///
     /// - Throws: ``CovenError`` `.internal` with the script's stderr when it fails.
     public static func start(_ kind: Kind) throws -> S3TestServer {
         let environment = ProcessInfo.processInfo.environment
-        let reuseVariable = kind == .moto ? "AWS_ENDPOINT_URL" : "COVEN_SEAWEEDFS_ENDPOINT_URL"
+        let reuseVariable = kind == .moto ? "COVEN_TEST_MOTO_ENDPOINT_URL" : "COVEN_TEST_SEAWEEDFS_ENDPOINT_URL"
         if let endpoint = environment[reuseVariable], !endpoint.isEmpty {
             return S3TestServer(
                 kind: kind, endpoint: endpoint, accessKeyID: environment["AWS_ACCESS_KEY_ID"] ?? "s3test",
