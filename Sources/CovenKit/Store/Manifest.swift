@@ -310,7 +310,8 @@ public enum ByteSize {
 
     static func parse(_ value: Any, at path: String) throws -> Int64 {
         if JSONReader.boolean(value) == nil, let number = value as? NSNumber {
-            guard number.doubleValue >= 0, number.doubleValue == number.doubleValue.rounded() else {
+            // Within Int64 before converting: a huge number (1e30) must be refused, not trap.
+            guard number.doubleValue >= 0, number.doubleValue < 9e18, number.doubleValue == number.doubleValue.rounded() else {
                 throw CovenError(.manifest, "\(path) must be a whole number of bytes or a size like \"2GiB\"")
             }
             return number.int64Value
