@@ -59,8 +59,12 @@ public final class Device {
     /// - Throws: `.noDevice` when there is none; `.schema` when a synced table breaks a rule;
     ///   `.updateRequired` when a newer coven wrote it.
     public static func open(paths: DevicePaths, readOnly: Bool = false) throws -> Device {
-        guard FileManager.default.fileExists(atPath: paths.database) else {
+        var isFolder: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: paths.database, isDirectory: &isFolder) else {
             throw CovenError(.noDevice, "no coven device at '\(paths.database)'", hint: "run 'coven init --storage URL --manifest FILE', or pass --db")
+        }
+        guard !isFolder.boolValue else {
+            throw CovenError(.noDevice, "'\(paths.database)' is a folder, not a coven device database", hint: "pass the database file with --db", details: ["path": paths.database])
         }
         let database = try Database(path: paths.database, readOnly: readOnly)
         let device: Device

@@ -194,7 +194,10 @@ extension Manifest {
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw unreadable(errno) }
-        guard (info.st_mode & S_IFMT) == S_IFREG else { throw unreadable((info.st_mode & S_IFMT) == S_IFDIR ? EISDIR : EINVAL) }
+        guard (info.st_mode & S_IFMT) == S_IFREG else {
+            if (info.st_mode & S_IFMT) == S_IFDIR { throw unreadable(EISDIR) }
+            throw CovenError(.manifest, "cannot read manifest '\(display)'", cause: "not a regular file", details: ["path": display])
+        }
         // A manifest is a small document; refuse anything absurd rather than read it whole.
         guard info.st_size <= 16 << 20 else { throw CovenError(.manifest, "manifest '\(display)' is larger than 16 MiB", details: ["path": display]) }
         var data = Data()
