@@ -75,7 +75,16 @@ public final class Device {
             throw CovenError(.noDevice, "'\(paths.database)' is not a coven device database", hint: "pass the --db of a device coven made", cause: error.message, details: ["path": paths.database])
         }
         if !readOnly {
-            try database.execute(Schema.views)
+            // The views change only with coven: recreate them when their text differs from what
+            // the device last made (a schema write at every open would queue each command
+            // behind any write in progress, and invalidate every other connection's statements).
+            let digest = SHA256.digest(Array(Schema.views.utf8)).hex
+            if try database.scalar("SELECT value FROM coven_meta WHERE key = 'views_sha256'").textValue != digest {
+                try database.transaction {
+                    try database.execute(Schema.views)
+                    try device.setSetting("views_sha256", digest)
+                }
+            }
         }
         try SQLFunctions.install(on: device)
         try SchemaCheck(database: database, manifest: device.manifest).run()
