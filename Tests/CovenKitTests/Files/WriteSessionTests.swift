@@ -260,6 +260,41 @@ final class WriteSessionTests: DeviceTestCase {
         assertCovenError(.fileUnknown) { try device.write(sql: "INSERT INTO settings (id, file) VALUES ('x', coven_existing_file('\(put.file)'))") }
     }
 
+    /// A file another device holds on that device only: not ours to copy over
+    /// (`not_this_device`), and a bound reference cannot name it (`device_only`).
+    func testAFileOnAnotherDeviceOnly() throws {
+        let elsewhere = "01a228b5-0000-7000-8000-0000000000e1"
+        let coordinates = Coordinates(at: .device, device: "0d66d330-9a6d-4a26-8c94-738d73b70517",
+                                      object: "files/0d66d330-9a6d-4a26-8c94-738d73b70517/abcdefghijklmnopqrstuvwxyz", key: String(repeating: "0", count: 64))
+        // As a sync would apply it: a record made by another device.
+        try device.database.run("INSERT INTO coven_files (id, audience, namespace, size, hash, coordinates, _updated_at) VALUES (?1, 'store', 'covers', 4, NULL, ?2, 'x')",
+                                [elsewhere, coordinates.json])
+        let copied = assertCovenError(.notThisDevice) {
+            try device.write(sql: "INSERT INTO settings (id, file) VALUES ('copy', coven_existing_file('\(elsewhere)'))")
+        }
+        XCTAssertEqual(copied?.details["device"], "0d66d330-9a6d-4a26-8c94-738d73b70517")
+        assertCovenError(.deviceOnly) {
+            try device.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', '\(elsewhere)')")
+        }
+        // A trailing reference may name it: other devices see it on that device.
+        XCTAssertNoThrow(try device.write(sql: "INSERT INTO settings (id, file) VALUES ('there', '\(elsewhere)')"))
+        XCTAssertEqual(try device.status().files.deviceOnlyElsewhere, 1)
+    }
+
+    /// A bound reference may name a file uploading for another bound reference; the write
+    /// waits for that upload too.
+    func testABoundReferenceToAFileUploadingForAnother() throws {
+        let cover = try stageApp(device, text: "tiny")
+        let file = try device.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', coven_put_staged('\(cover.id)'))").files[0]
+        try device.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', '\(file)')")
+        let object = try XCTUnwrap(try device.fileRecord(file)).coordinates.object
+        let waits = try device.database.query("SELECT waits_for FROM coven_outbox ORDER BY seq DESC LIMIT 2").compactMap { $0.string("waits_for") }
+        XCTAssertEqual(waits, ["[\"\(object)\"]", "[\"\(object)\"]"])
+        // Once its upload is no longer under way (failed), it is on this device only: refused.
+        try device.database.run("UPDATE coven_upload_queue SET state = 'failed' WHERE object = ?1", [object])
+        assertCovenError(.deviceOnly) { try device.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', '\(file)')") }
+    }
+
     func testParametersBindAndReturningRowsComeBack() throws {
         let result = try device.write(sql: "INSERT INTO settings (id, value) VALUES (:id, @value) RETURNING id, value",
                                       parameters: ["id": .text("theme"), "value": .text("dark")])
