@@ -179,8 +179,11 @@ final class FileHandleFD {
     let path: String
 
     /// Opens `path` (a String that may carry escaped non-UTF-8 bytes) read-only.
+    ///
+    /// Non-blocking, so that a FIFO where an original should be is refused as "not a regular
+    /// file" instead of waiting for a writer forever (regular files ignore the flag).
     init(reading path: String) throws {
-        let fd = PathText.withCString(path) { open($0, O_RDONLY | O_CLOEXEC) }
+        let fd = PathText.withCString(path) { open($0, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
         guard fd >= 0 else {
             let code = errno
             if code == ENOENT || code == ENOTDIR {

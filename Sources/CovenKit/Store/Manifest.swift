@@ -189,7 +189,8 @@ extension Manifest {
         func unreadable(_ code: Int32) -> CovenError {
             CovenError(.manifest, "cannot read manifest '\(display)'", cause: String(cString: strerror(code)), details: ["path": display])
         }
-        let fd = PathText.withCString(path) { open($0, O_RDONLY | O_CLOEXEC) }
+        // Non-blocking: a FIFO given as the manifest is refused, not waited on.
+        let fd = PathText.withCString(path) { open($0, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
         guard fd >= 0 else { throw unreadable(errno) }
         defer { close(fd) }
         var info = stat()

@@ -141,6 +141,9 @@ final class StagerTests: DeviceTestCase {
         assertCovenError(.userFileMissing) { try device.prepareUserFile(path: work + "/none.flac", namespace: "music", place: .cloud) }
         assertCovenError(.userFileMissing) { try device.prepareUserFile(path: path + "/below", namespace: "music", place: .cloud) }
         assertCovenError(.io) { try device.prepareUserFile(path: work, namespace: "music", place: .cloud) }
+        // A FIFO where an original should be is refused at once, not waited on.
+        XCTAssertEqual(mkfifo(work + "/fifo.flac", 0o600), 0)
+        assertCovenError(.io) { try device.prepareUserFile(path: work + "/fifo.flac", namespace: "music", place: .cloud) }
         let folder = open(work, O_RDONLY | O_DIRECTORY)
         defer { close(folder) }
         assertCovenError(.io) { try device.stageAppBytes(from: folder, sourceName: work, namespace: "covers", place: .cloud) }
