@@ -59,12 +59,16 @@ public final class Device {
     /// - Throws: `.noDevice` when there is none; `.schema` when a synced table breaks a rule;
     ///   `.updateRequired` when a newer coven wrote it.
     public static func open(paths: DevicePaths, readOnly: Bool = false) throws -> Device {
-        var isFolder: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: paths.database, isDirectory: &isFolder) else {
+        var info = stat()
+        guard stat(paths.database, &info) == 0 else {
             throw CovenError(.noDevice, "no coven device at '\(paths.database)'", hint: "run 'coven init --storage URL --manifest FILE', or pass --db")
         }
-        guard !isFolder.boolValue else {
+        guard (info.st_mode & S_IFMT) != S_IFDIR else {
             throw CovenError(.noDevice, "'\(paths.database)' is a folder, not a coven device database", hint: "pass the database file with --db", details: ["path": paths.database])
+        }
+        // A FIFO or a device node is no database, and opening one could wait forever.
+        guard (info.st_mode & S_IFMT) == S_IFREG else {
+            throw CovenError(.noDevice, "'\(paths.database)' is not a coven device database", hint: "pass the database file with --db", cause: "not a regular file", details: ["path": paths.database])
         }
         let database = try Database(path: paths.database, readOnly: readOnly)
         let device: Device
