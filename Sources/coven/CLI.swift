@@ -59,11 +59,33 @@ enum CLI {
             out.write(Help.render(command))
             return ExitCodes.success
         }
+        try refuseUndecodable(invocation, command)
         let context = CommandContext(
             databasePath: DevicePaths.databasePath(option: invocation.value("db"), environment: environment),
             json: invocation.has("json"), quiet: invocation.has("quiet"), noWait: invocation.has("no-wait"),
             environment: environment, out: out, err: err)
         return try command.run(invocation, context)
+    }
+
+    /// Refuses words that are not valid UTF-8 where coven needs text (SQL, a namespace, a URL,
+    /// the `--db` path, which SQLite and the folder beside it take as text). Paths coven opens
+    /// by their bytes (`--user PATH`, `stage PATH`, `--manifest FILE`) keep any bytes.
+    private static func refuseUndecodable(_ invocation: Invocation, _ command: Command.Type) throws {
+        func keepsBytes(_ completion: Completion) -> Bool { completion == .file || completion == .directory }
+        func refuse(_ what: String, _ value: String) -> CovenError {
+            CovenError(.usage, "\(what) is not valid UTF-8: '\(PathText.display(value))'", hint: "only paths of files coven reads may hold other bytes")
+        }
+        for (long, values) in invocation.options {
+            let spec = command.options.first { $0.long == long }
+            let keeps = long != "db" && spec.map { keepsBytes($0.completion) } == true
+            for value in values where !keeps && PathText.hasUndecodableBytes(value) {
+                throw refuse("option '--\(long)'", value)
+            }
+        }
+        for (index, argument) in invocation.arguments.enumerated() where PathText.hasUndecodableBytes(argument) {
+            let spec = index < command.arguments.count ? command.arguments[index] : command.arguments.last
+            guard let spec, keepsBytes(spec.completion) else { throw refuse("argument \(spec?.name ?? String(index + 1))", argument) }
+        }
     }
 
     /// `coven help` (the overview) and `coven help COMMAND`, both on stdout.

@@ -1,6 +1,13 @@
 import CovenKit
 import Foundation
 
+// A closed standard stream (`coven stage - <&-`) would hand its number to the next file opened
+// (the database), and `stage -` would read that: every one of 0, 1 and 2 is something, if only
+// /dev/null.
+for descriptor in Int32(0)...2 where fcntl(descriptor, F_GETFD) == -1 {
+    _ = open("/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY)
+}
+
 // A reader that goes away (`coven cat | head`) must not kill us with SIGPIPE mid-write of state.
 signal(SIGPIPE, SIG_IGN)
 

@@ -21,9 +21,13 @@ public struct ContentDigests: Sendable, Equatable {
 /// Reads a stream once, hashing it whole on one core and chunk by chunk on the other, and
 /// optionally writing it out as it goes (coven's copy of app bytes).
 ///
-/// Memory is two 4 MiB blocks plus 32 bytes per 64 KiB of input, whatever the file's size.
+/// Memory is two 1 MiB blocks plus 32 bytes per 64 KiB of input, whatever the file's size.
+/// (1 MiB keeps the two lanes' sync points cheap, well under a percent of a block's hashing,
+/// while peak memory stays small: bench/bench-stage.sh measures both.)
 final class ContentHasher {
-    static let blockSize = 4 << 20
+    static let blockSize = 1 << 20
+    /// A last block up to this size is hashed on the calling thread alone.
+    static let inlineLimit = 256 << 10
 
     /// Fills `buffer` as far as the source allows; returns the count (less only at the end).
     typealias Reader = (UnsafeMutableRawBufferPointer) throws -> Int
@@ -31,12 +35,30 @@ final class ContentHasher {
     typealias Writer = (UnsafeRawBufferPointer) throws -> Void
 
     /// Hashes everything `read` gives, passing each block to `write` too.
-    static func run(read: @escaping Reader, write: Writer?, progress: ((Int64) -> Void)?) throws -> ContentDigests {
+    ///
+    /// `sizeHint`, the size the source is expected to have (a regular file's), sizes the chunk
+    /// hashes up front so they never grow by copying; the hashes are of what is read whatever
+    /// the hint says.
+    static func run(read: @escaping Reader, write: Writer?, sizeHint: Int64? = nil, progress: ((Int64) -> Void)?) throws -> ContentDigests {
         let whole = try SHA256()
-        let blocks = [UnsafeMutableRawBufferPointer.allocate(byteCount: blockSize, alignment: 4096),
-                      UnsafeMutableRawBufferPointer.allocate(byteCount: blockSize, alignment: 4096)]
+        // A small source expected whole in one block gets blocks its size (rounded up to whole
+        // chunks, plus one, so its end is seen without a second read), not 1 MiB: staging many
+        // small files then costs no more memory than their bytes. Blocks stay whole chunks, so
+        // a source that grows past its hint is still hashed in the right 64 KiB chunks.
+        let capacity: Int
+        if let sizeHint, sizeHint >= 0, sizeHint < Int64(blockSize) {
+            let chunk = ContentDigests.chunkSize
+            capacity = min(blockSize, (Int(sizeHint) / chunk + 1) * chunk)
+        } else {
+            capacity = blockSize
+        }
+        let blocks = [UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 4096),
+                      UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 4096)]
         defer { blocks.forEach { $0.deallocate() } }
         var chunkHashes: [UInt8] = []
+        if let sizeHint, sizeHint > 0, sizeHint < Int64(Int.max / 2) {
+            chunkHashes.reserveCapacity(Int((sizeHint + Int64(ContentDigests.chunkSize) - 1) / Int64(ContentDigests.chunkSize)) * 32 + 32)
+        }
         var total: Int64 = 0
         var current = 0
         var count = try fill(blocks[0], read)
@@ -48,10 +70,29 @@ final class ContentHasher {
             let chunkCount = max(1, (count + ContentDigests.chunkSize - 1) / ContentDigests.chunkSize)
             let start = chunkHashes.count
             chunkHashes.append(contentsOf: repeatElement(0, count: chunkCount * 32))
-            let isLast = count < blockSize
+            let isLast = count < capacity
             let blockCount = count
+            if isLast && count <= Self.inlineLimit {
+                // One short last block (a small file's only one): hashing it on this thread is
+                // cheaper than handing it to two.
+                chunkHashes.withUnsafeMutableBytes { hashes in
+                    guard let first = hashes.baseAddress else { return }
+                    let base = first + start
+                    for index in 0..<chunkCount {
+                        let lower = index * ContentDigests.chunkSize
+                        let upper = min(lower + ContentDigests.chunkSize, blockCount)
+                        SHA256.hash(UnsafeRawBufferPointer(rebasing: block[lower..<upper]), into: base + index * 32)
+                    }
+                }
+                whole.update(block)
+                try write?(block)
+                total += Int64(count)
+                progress?(total)
+                break
+            }
             try chunkHashes.withUnsafeMutableBytes { hashes in
-                let hashBase = SendablePointer(hashes.baseAddress! + start)
+                guard let first = hashes.baseAddress else { return }
+                let hashBase = SendablePointer(first + start)
                 let blockBase = SendableRawBuffer(block)
                 let nextBase = SendableMutableRawBuffer(next)
                 DispatchQueue.concurrentPerform(iterations: 2) { lane in
@@ -138,8 +179,11 @@ final class FileHandleFD {
     let path: String
 
     /// Opens `path` (a String that may carry escaped non-UTF-8 bytes) read-only.
+    ///
+    /// Non-blocking, so that a FIFO where an original should be is refused as "not a regular
+    /// file" instead of waiting for a writer forever (regular files ignore the flag).
     init(reading path: String) throws {
-        let fd = PathText.withCString(path) { open($0, O_RDONLY | O_CLOEXEC) }
+        let fd = PathText.withCString(path) { open($0, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
         guard fd >= 0 else {
             let code = errno
             if code == ENOENT || code == ENOTDIR {

@@ -94,7 +94,7 @@ extension Device {
             let got = try file.read(into: buffer, at: offset)
             offset += Int64(got)
             return got
-        }, write: nil, progress: progress)
+        }, write: nil, sizeHint: Int64(before.st_size), progress: progress)
         let after = try file.status()
         let identity = OriginalIdentity(before)
         guard OriginalIdentity(after) == identity, digests.size == identity.size else {
@@ -139,15 +139,19 @@ extension Device {
             close(out)
             if !kept { unlink(temporary) }
         }
-        let source = FileHandleFD(descriptor: dup(descriptor), path: sourceName)
+        let duplicate = dup(descriptor)
+        guard duplicate >= 0 else { throw CovenError.posix("read", path: sourceName) }
+        let source = FileHandleFD(descriptor: duplicate, path: sourceName)
         posix_fadvise(source.fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
+        var sourceInfo = stat()
+        let sizeHint: Int64? = fstat(source.fd, &sourceInfo) == 0 && (sourceInfo.st_mode & S_IFMT) == S_IFREG ? Int64(sourceInfo.st_size) : nil
         var written: Int64 = 0
         let digests = try ContentHasher.run(read: { try source.read(into: $0) }, write: { block in
             try AtomicFile.writeAll(out, block, path: temporary)
             // Start writing back now, so the final fsync has little left to wait for.
             _ = coven_start_writeback(out, Int64(written), Int64(block.count))
             written += Int64(block.count)
-        }, progress: progress)
+        }, sizeHint: sizeHint, progress: progress)
         guard fsync(out) == 0 else { throw CovenError.posix("sync", path: temporary) }
         let lock = try early ?? self.lock(wait: true)
         defer { _ = lock }

@@ -291,7 +291,9 @@ final class WriteSession {
     func stampRows(_ changes: [Change]) throws {
         var byTable: [String: [SQLValue]] = [:]
         for change in changes where change.operation != .delete && change.table != "coven_files" {
-            if let id = change.new[0] { byTable[change.table, default: []].append(id) }
+            // An UPDATE's changeset leaves the unchanged primary key out of the new values: the
+            // row's id is then the old one.
+            if let id = change.new[0] ?? change.old[0] { byTable[change.table, default: []].append(id) }
         }
         for (table, ids) in byTable {
             let json = try JSONSerialization.data(withJSONObject: ids.compactMap(\.textValue))

@@ -49,11 +49,17 @@ public final class FileStorage: StorageProvider {
         while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
         self.directory = path
         if create {
+            var isFolder: ObjCBool = false
+            if FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), !isFolder.boolValue {
+                throw CovenError.storage(
+                    "cannot create storage directory '\(path)'", failure: .provider, cause: "a file is there, not a folder")
+            }
             do {
                 try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
             } catch {
+                // Foundation's sentence, not its whole NSError dump.
                 throw CovenError.storage(
-                    "cannot create storage directory '\(path)'", failure: .provider, cause: String(describing: error))
+                    "cannot create storage directory '\(path)'", failure: .provider, cause: error.localizedDescription)
             }
         }
         try checkRoot()

@@ -32,6 +32,9 @@ extension Device {
         removeStalePartials()
         // make-device-only calls a crash or kill stopped before their switch.
         DeviceOnlyJournal.sweep(database: database)
+        // Every copy a record names, read once: a device holding many app files on this device
+        // only must not pay one query per copy at every open.
+        guard let named = try? Set(database.query("SELECT copy FROM coven_local WHERE copy IS NOT NULL UNION SELECT copy FROM coven_staged WHERE copy IS NOT NULL").compactMap { $0.string("copy") }) else { return }
         for folder in [paths.copies, paths.temporary] {
             guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { continue }
             for name in names {
@@ -43,9 +46,7 @@ extension Device {
                     continue
                 }
                 guard folder == paths.copies else { continue }
-                let relative = "copies/" + name
-                let used = (try? database.scalar("SELECT (SELECT count(*) FROM coven_local WHERE copy = ?1) + (SELECT count(*) FROM coven_staged WHERE copy = ?1)", [relative]).intValue) ?? 1
-                if used == 0 { unlink(path) }
+                if !named.contains("copies/" + name) { unlink(path) }
             }
         }
     }

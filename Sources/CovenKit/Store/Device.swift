@@ -59,8 +59,16 @@ public final class Device {
     /// - Throws: `.noDevice` when there is none; `.schema` when a synced table breaks a rule;
     ///   `.updateRequired` when a newer coven wrote it.
     public static func open(paths: DevicePaths, readOnly: Bool = false) throws -> Device {
-        guard FileManager.default.fileExists(atPath: paths.database) else {
+        var info = stat()
+        guard stat(paths.database, &info) == 0 else {
             throw CovenError(.noDevice, "no coven device at '\(paths.database)'", hint: "run 'coven init --storage URL --manifest FILE', or pass --db")
+        }
+        guard (info.st_mode & S_IFMT) != S_IFDIR else {
+            throw CovenError(.noDevice, "'\(paths.database)' is a folder, not a coven device database", hint: "pass the database file with --db", details: ["path": paths.database])
+        }
+        // A FIFO or a device node is no database, and opening one could wait forever.
+        guard (info.st_mode & S_IFMT) == S_IFREG else {
+            throw CovenError(.noDevice, "'\(paths.database)' is not a coven device database", hint: "pass the database file with --db", cause: "not a regular file", details: ["path": paths.database])
         }
         let database = try Database(path: paths.database, readOnly: readOnly)
         let device: Device
@@ -71,9 +79,18 @@ public final class Device {
             throw CovenError(.noDevice, "'\(paths.database)' is not a coven device database", hint: "pass the --db of a device coven made", cause: error.message, details: ["path": paths.database])
         }
         if !readOnly {
-            // Tables a newer coven added (every statement is IF NOT EXISTS), then the views.
-            try database.execute(Schema.tables)
-            try database.execute(Schema.views)
+            // Tables a newer coven added (every statement is IF NOT EXISTS) and the views change
+            // only with coven: run them when their text differs from what the device last ran
+            // (a schema write at every open would queue each command behind any write in
+            // progress, and invalidate every other connection's statements).
+            let digest = SHA256.digest(Array((Schema.tables + Schema.views).utf8)).hex
+            if try database.scalar("SELECT value FROM coven_meta WHERE key = 'views_sha256'").textValue != digest {
+                try database.transaction {
+                    try database.execute(Schema.tables)
+                    try database.execute(Schema.views)
+                    try device.setSetting("views_sha256", digest)
+                }
+            }
         }
         try SQLFunctions.install(on: device)
         try SchemaCheck(database: database, manifest: device.manifest).run()

@@ -18,6 +18,12 @@ public enum HybridClock {
                 counter = lastCounter + 1
             }
         }
+        // The counter is four hex digits, so that stamps compare as text: past 0xffff (a wall
+        // clock set back for long), the stamp moves on to the next millisecond instead.
+        if counter > 0xffff {
+            millis += 1
+            counter = 0
+        }
         let stamp = Timestamp.iso8601(Date(timeIntervalSince1970: Double(millis) / 1000)) + "-" + String(format: "%04x", counter) + "-" + device.deviceID
         try device.setSetting("hlc", stamp)
         return stamp

@@ -189,12 +189,16 @@ extension Manifest {
         func unreadable(_ code: Int32) -> CovenError {
             CovenError(.manifest, "cannot read manifest '\(display)'", cause: String(cString: strerror(code)), details: ["path": display])
         }
-        let fd = PathText.withCString(path) { open($0, O_RDONLY | O_CLOEXEC) }
+        // Non-blocking: a FIFO given as the manifest is refused, not waited on.
+        let fd = PathText.withCString(path) { open($0, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
         guard fd >= 0 else { throw unreadable(errno) }
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw unreadable(errno) }
-        guard (info.st_mode & S_IFMT) == S_IFREG else { throw unreadable((info.st_mode & S_IFMT) == S_IFDIR ? EISDIR : EINVAL) }
+        guard (info.st_mode & S_IFMT) == S_IFREG else {
+            if (info.st_mode & S_IFMT) == S_IFDIR { throw unreadable(EISDIR) }
+            throw CovenError(.manifest, "cannot read manifest '\(display)'", cause: "not a regular file", details: ["path": display])
+        }
         // A manifest is a small document; refuse anything absurd rather than read it whole.
         guard info.st_size <= 16 << 20 else { throw CovenError(.manifest, "manifest '\(display)' is larger than 16 MiB", details: ["path": display]) }
         var data = Data()
@@ -310,7 +314,8 @@ public enum ByteSize {
 
     static func parse(_ value: Any, at path: String) throws -> Int64 {
         if JSONReader.boolean(value) == nil, let number = value as? NSNumber {
-            guard number.doubleValue >= 0, number.doubleValue == number.doubleValue.rounded() else {
+            // Within Int64 before converting: a huge number (1e30) must be refused, not trap.
+            guard number.doubleValue >= 0, number.doubleValue < 9e18, number.doubleValue == number.doubleValue.rounded() else {
                 throw CovenError(.manifest, "\(path) must be a whole number of bytes or a size like \"2GiB\"")
             }
             return number.int64Value

@@ -98,6 +98,12 @@ extension PathText {
         }
     }
 
+    /// Whether `text` carries bytes that were not valid UTF-8 (kept by
+    /// ``string(fromOSBytes:)``): fine for a path, wrong for SQL, a name or a URL.
+    public static func hasUndecodableBytes(_ text: String) -> Bool {
+        text.unicodeScalars.contains { $0.value >= escapeBase && $0.value <= escapeBase + 0xFF }
+    }
+
     /// A path for messages: its text, with undecodable bytes as `\xNN`.
     public static func display(_ path: String) -> String { text(osBytes(path)) }
 }

@@ -22,6 +22,9 @@ struct InitCommand: Command {
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         guard let storageText = invocation.value("storage") else { throw CovenError(.usage, "missing --storage URL") }
         guard let manifestPath = invocation.value("manifest") else { throw CovenError(.usage, "missing --manifest FILE") }
+        if let name = invocation.value("name"), name.trimmingCharacters(in: .whitespaces).isEmpty {
+            throw CovenError(.usage, "--name takes a name, not an empty word", hint: "leave --name out to use the host name")
+        }
         let storage = try StorageLocation(parsing: storageText)
         let manifest = try Manifest(contentsOf: manifestPath)
         let device = try Device.create(paths: DevicePaths(database: context.databasePath), storage: storage, manifest: manifest,

@@ -79,7 +79,8 @@ struct SQLCommand: Command {
             switch value {
             case .null: object[name] = NSNull()
             case .integer(let v): object[name] = v
-            case .real(let v): object[name] = v
+            // JSON has no infinity (SQLite has, for 1e999): null, as for any value JSON lacks.
+            case .real(let v): object[name] = v.isFinite ? v : NSNull()
             case .text(let v): object[name] = v
             case .blob(let v): object[name] = v.hex
             }

@@ -3,14 +3,33 @@ import XCTest
 
 final class ContentHasherTests: XCTestCase {
     /// Hashes `bytes` through the two-lane pipeline, reading in pieces of `piece`.
-    func digests(_ bytes: [UInt8], piece: Int = .max) throws -> ContentDigests {
+    func digests(_ bytes: [UInt8], piece: Int = .max, sizeHint: Int64? = nil) throws -> ContentDigests {
         var offset = 0
         return try ContentHasher.run(read: { buffer in
             let count = min(buffer.count, piece, bytes.count - offset)
-            buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes.withUnsafeBytes { $0 }[offset..<offset + count]))
+            bytes.withUnsafeBytes { source in
+                buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: source[offset..<offset + count]))
+            }
             offset += count
             return count
-        }, write: nil, progress: nil)
+        }, write: nil, sizeHint: sizeHint, progress: nil)
+    }
+
+    /// A size hint only sizes the buffers: a source larger or smaller than its hint (a file that
+    /// grew or shrank while read) is still hashed whole, in the right 64 KiB chunks.
+    func testSizeHintsRightAndWrong() throws {
+        let block = ContentHasher.blockSize
+        for (size, hint) in [(0, 0), (5, 5), (5, 0), (65536, 65536), (65537, 65536), (200_000, 10), (200_000, 199_999),
+                             (block + 3, 100), (10, Int(block) * 4), (3 * 65536, 65535), (ContentHasher.inlineLimit + 1, ContentHasher.inlineLimit + 1)] {
+            let bytes = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 3) }
+            for piece in [Int.max, 4096] {
+                let result = try digests(bytes, piece: piece, sizeHint: Int64(hint))
+                let (content, chunks) = expected(bytes)
+                XCTAssertEqual(result.size, Int64(size), "size \(size) hint \(hint)")
+                XCTAssertEqual(result.content, content, "content of \(size) bytes, hint \(hint)")
+                XCTAssertEqual(result.chunks, chunks, "chunks of \(size) bytes, hint \(hint)")
+            }
+        }
     }
 
     func expected(_ bytes: [UInt8]) -> ([UInt8], [UInt8]) {

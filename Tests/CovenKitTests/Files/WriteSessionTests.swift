@@ -1,0 +1,305 @@
+import CovenKit
+@testable import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// `coven write`: each refusal, a failed write changing nothing, a file going with its last
+/// reference, and the outbox recording one changeset per write.
+final class WriteSessionTests: DeviceTestCase {
+    let album = DeviceTestCase.album
+    var device: Device!
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        device = try makeDevice()
+        try device.write(sql: "INSERT INTO albums (id, title) VALUES ('\(album)', 'Abbey Road')")
+    }
+
+    override func tearDownWithError() throws {
+        device = nil
+        try super.tearDownWithError()
+    }
+
+    /// Everything a write could change, to compare before and after a refused one.
+    private func snapshot() throws -> [String] {
+        var lines: [String] = []
+        for table in ["albums", "tracks", "covers", "settings", "coven_files", "coven_staged", "coven_local",
+                      "coven_upload_queue", "coven_outbox", "coven_move_state", "coven_meta"] {
+            for row in try device.database.query("SELECT * FROM \(table) ORDER BY 1") {
+                lines.append(table + ": " + row.values.map { "\($0)" }.joined(separator: "|"))
+            }
+        }
+        lines += try FileManager.default.contentsOfDirectory(atPath: paths.copies).sorted()
+        return lines
+    }
+
+    private func insertTrack(_ file: String, id: String = "coven_uuid7()") -> String {
+        "INSERT INTO tracks (id, album_id, file) VALUES (\(id), '\(album)', \(file))"
+    }
+
+    func testEachRefusalChangesNothingAndStagedFilesStayStaged() throws {
+        let cover = try stageApp(device, text: "PNG").id
+        let big = try stageApp(device, text: String(repeating: "x", count: 17)).id
+        let local = try stageApp(device, text: "local", place: .deviceOnly).id
+        let song = try device.prepareUserFile(path: try file("song.flac", "fLaC"), namespace: "music", place: .cloud).id
+        let first = try device.write(sql: insertTrack("coven_put_staged('\(try stageApp(device, text: "first").id)')", id: "'01a228b5-0000-7000-8000-000000000001'")).files[0]
+        let other = try stageApp(device, text: "other").id
+
+        let cases: [(ErrorCode, String)] = [
+            (.fileUnknown, insertTrack("'01a228b5-8875-73ea-8544-f3549008cd7b'")),
+            (.fileUnreferenced, "SELECT coven_put_staged('\(cover)')"),
+            (.fileUnreferenced, "INSERT INTO tracks (id, album_id, title) VALUES (coven_uuid7(), '\(album)', coven_put_staged('\(cover)'))"),
+            (.notFound, insertTrack("coven_put_staged('no-such-staged-id')")),
+            (.invalidId, "INSERT INTO albums (id) VALUES ('album-1')"),
+            (.invalidId, "INSERT INTO albums (id) VALUES ('0193A9B2-4C1E-7D3A-9F20-5B8E1C2D3F40')"),
+            (.invalidId, "INSERT INTO albums (id) VALUES ('0193a9b2-4c1e-1d3a-9f20-5b8e1c2d3f40')"),
+            (.invalidId, "INSERT INTO albums (id) VALUES ('01A228B5-0000-7000-8000-000000000002'); INSERT INTO albums (id) VALUES ('x')"),
+            (.fileWriteOnce, "UPDATE tracks SET file = coven_put_staged('\(other)') WHERE id = '01a228b5-0000-7000-8000-000000000001'"),
+            (.fileWriteOnce, "UPDATE tracks SET file = NULL WHERE id = '01a228b5-0000-7000-8000-000000000001'"),
+            (.boundFileTooLarge, "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', coven_put_staged('\(big)'))"),
+            (.namespaceKind, "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', coven_put_user_file('\(song)'))"),
+            (.namespaceKind, insertTrack("coven_put_user_file('\(cover)')")),
+            (.namespaceKind, insertTrack("coven_put_staged('\(song)')")),
+            (.namespaceKind, insertTrack("coven_put_user_file('covers', '\(song)')")),
+            (.undeclaredNamespace, insertTrack("coven_put_user_file('photos', '\(song)')")),
+            (.deviceOnly, "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', coven_put_staged('\(local)'))"),
+            (.deviceOnly, "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', '\(first)')"),
+            (.usage, insertTrack("coven_put_user_file('music', '\(song)', 'attic')")),
+            (.sql, "DELETE FROM coven_files"),
+            (.sql, "UPDATE coven_staged SET size = 0"),
+            (.sql, "DROP TABLE albums"),
+            (.sql, "CREATE TABLE extra (a)"),
+            (.sql, "PRAGMA foreign_keys = OFF"),
+            (.sql, "COMMIT"),
+            (.sql, "ATTACH ':memory:' AS other"),
+            (.sql, "INSERT INTO no_such_table VALUES (1)"),
+            // A refusal after good statements undoes them too.
+            (.fileUnknown, "INSERT INTO settings (id, value) VALUES ('theme', 'dark'); " + insertTrack("'01a228b5-8875-73ea-8544-f3549008cd7b'")),
+        ]
+        let before = try snapshot()
+        for (code, sql) in cases {
+            assertCovenError(code) { try device.write(sql: sql) }
+            XCTAssertEqual(try snapshot(), before, "a refused write changed something: \(sql)")
+        }
+        // The staged files still stage a write that is right.
+        let result = try device.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', coven_put_staged('\(cover)')); "
+                                           + insertTrack("coven_put_user_file('\(song)')"))
+        XCTAssertEqual(result.files.count, 2)
+    }
+
+    func testErrorDetailsNameTheCell() throws {
+        let error = assertCovenError(.fileUnknown) {
+            try device.write(sql: insertTrack("'01a228b5-8875-73ea-8544-f3549008cd7b'", id: "'01a228b5-0000-7000-8000-000000000009'"))
+        }
+        XCTAssertEqual(error?.details, ["table": "tracks", "column": "file", "id": "01a228b5-0000-7000-8000-000000000009",
+                                        "file": "01a228b5-8875-73ea-8544-f3549008cd7b"])
+    }
+
+    /// A reference names a file of its own row's audience.
+    func testAReferenceInAnotherAudienceIsUnknown() throws {
+        let circle = "01a228b5-0000-7000-8000-0000000000c1"
+        try device.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(circle)', 'Private', 'circle-1')")
+        let file = try device.write(sql: insertTrack("coven_put_staged('\(try stageApp(device, text: "a").id)')")).files[0]
+        XCTAssertEqual(try device.fileRecord(file)?.audience, "store")
+        assertCovenError(.fileUnknown) {
+            try device.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(circle)', '\(file)')")
+        }
+        // A new file takes its row's audience.
+        let inCircle = try device.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(circle)', coven_put_staged('\(try stageApp(device, text: "b").id)'))").files[0]
+        XCTAssertEqual(try device.fileRecord(inCircle)?.audience, "circle-1")
+    }
+
+    func testTheStagingWriteRecordsTheFileQueuesItsUploadAndTheOutbox() throws {
+        let staged = try stageApp(device, text: "cover bytes")
+        let result = try device.write(sql: "INSERT INTO settings (id, file) VALUES ('cover', coven_put_staged('\(staged.id)'))")
+        let fileID = try XCTUnwrap(result.files.first)
+        XCTAssertEqual(result.staged, [staged.id: fileID])
+        XCTAssertTrue(Identifier.isCanonicalUUID(fileID))
+        let record = try XCTUnwrap(try device.fileRecord(fileID))
+        XCTAssertEqual(record.coordinates.at, .device)
+        XCTAssertEqual(record.coordinates.device, device.deviceID)
+        XCTAssertTrue(record.coordinates.object.hasPrefix("files/\(device.deviceID)/"))
+        XCTAssertEqual(record.coordinates.object.count, "files/".count + 36 + 1 + 26)
+        XCTAssertEqual(record.coordinates.key.count, 64)
+        XCTAssertNil(record.hash)
+        XCTAssertEqual(record.size, 11)
+        let queue = try XCTUnwrap(try device.database.queryOne("SELECT * FROM coven_upload_queue"))
+        XCTAssertEqual(queue.string("object"), record.coordinates.object)
+        XCTAssertEqual(queue.string("state"), "queued")
+        XCTAssertEqual(queue.string("move"), result.move)
+        XCTAssertEqual(queue.int("bytes_total"), 8 + 11 + 16)
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_move_state WHERE id = ?1 AND state = 'moving'", [result.move ?? ""]), 1)
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_staged"), 0)
+        XCTAssertEqual(try device.database.scalar("SELECT copy FROM coven_local").textValue, "copies/" + staged.id)
+
+        // Two files put by one write get their own names and keys, and share one move.
+        let two = try device.write(sql: "INSERT INTO settings (id, file) VALUES ('a', coven_put_staged('\(try stageApp(device, text: "1").id)')), ('b', coven_put_staged('\(try stageApp(device, text: "2").id)'))")
+        let records = try two.files.map { try XCTUnwrap(try device.fileRecord($0)) }
+        XCTAssertNotEqual(records[0].coordinates.object, records[1].coordinates.object)
+        XCTAssertNotEqual(records[0].coordinates.key, records[1].coordinates.key)
+        XCTAssertEqual(try count(device, "SELECT count(DISTINCT move) FROM coven_upload_queue WHERE move = ?1", [two.move ?? ""]), 1)
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_upload_queue WHERE move = ?1", [two.move ?? ""]), 2)
+    }
+
+    /// One changeset per write, of the synced tables and coven_files, stamped with the write's
+    /// clock value, which every synced row it touched carries in _updated_at.
+    func testTheOutboxRecordsOneChangesetPerWrite() throws {
+        let before = try count(device, "SELECT count(*) FROM coven_outbox")
+        let staged = try stageApp(device, text: "x")
+        try device.write(sql: "INSERT INTO settings (id, value, file) VALUES ('theme', 'dark', coven_put_staged('\(staged.id)')); UPDATE albums SET title = 'Let It Be'")
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_outbox"), before + 1)
+        let entry = try XCTUnwrap(try device.database.queryOne("SELECT * FROM coven_outbox ORDER BY seq DESC LIMIT 1"))
+        let hlc = try XCTUnwrap(entry.string("hlc"))
+        let changes = try Changeset.changes(try XCTUnwrap(entry.bytes("changeset")), database: device.database)
+        XCTAssertEqual(Set(changes.map(\.table)), ["settings", "albums", "coven_files"])
+        XCTAssertEqual(try device.database.scalar("SELECT _updated_at FROM settings WHERE id = 'theme'").textValue, hlc)
+        XCTAssertEqual(try device.database.scalar("SELECT _updated_at FROM albums").textValue, hlc)
+        XCTAssertEqual(try device.database.scalar("SELECT _updated_at FROM coven_files").textValue, hlc)
+        XCTAssertEqual(entry.string("waits_for"), "[]")
+
+        // Stamps only grow, even within one millisecond.
+        var stamps: [String] = [hlc]
+        for index in 0..<5 {
+            try device.write(sql: "UPDATE settings SET value = '\(index)' WHERE id = 'theme'")
+            stamps.append(try XCTUnwrap(try device.database.scalar("SELECT hlc FROM coven_outbox ORDER BY seq DESC LIMIT 1").textValue))
+        }
+        XCTAssertEqual(stamps, stamps.sorted())
+        XCTAssertEqual(Set(stamps).count, stamps.count)
+        // A write that changes no synced row records nothing; a local table is not recorded.
+        let count0 = try count(device, "SELECT count(*) FROM coven_outbox")
+        try device.write(sql: "SELECT 1")
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_outbox"), count0)
+
+        // A bound reference's write waits for its upload.
+        let cover = try stageApp(device, text: "tiny")
+        try device.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', coven_put_staged('\(cover.id)'))")
+        let object = try XCTUnwrap(try device.database.scalar("SELECT object FROM coven_upload_queue WHERE bound = 1").textValue)
+        XCTAssertEqual(try device.database.scalar("SELECT waits_for FROM coven_outbox ORDER BY seq DESC LIMIT 1").textValue, "[\"\(object)\"]")
+        XCTAssertTrue(try device.database.scalar("SELECT move FROM coven_upload_queue WHERE bound = 1").isNull)
+    }
+
+    // MARK: - A file goes with its last reference
+
+    private func putSetting(_ id: String) throws -> (file: String, object: String, copy: String) {
+        let staged = try stageApp(device, text: "bytes of \(id)")
+        let file = try device.write(sql: "INSERT INTO settings (id, file) VALUES ('\(id)', coven_put_staged('\(staged.id)'))").files[0]
+        let object = try XCTUnwrap(try device.fileRecord(file)).coordinates.object
+        return (file, object, paths.folder + "/copies/" + staged.id)
+    }
+
+    private func assertReleased(_ put: (file: String, object: String, copy: String), line: UInt = #line) throws {
+        XCTAssertNil(try device.fileRecord(put.file), "the record goes", line: line)
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_upload_queue WHERE object = ?1", [put.object]), 0, "its upload is retired", line: line)
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_local WHERE object = ?1", [put.object]), 0, line: line)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: put.copy), "coven's copy is removed", line: line)
+    }
+
+    func testDeletingTheLastRowReleasesTheFile() throws {
+        let put = try putSetting("one")
+        try device.write(sql: "INSERT INTO settings (id, file) VALUES ('two', '\(put.file)')")
+        try device.write(sql: "DELETE FROM settings WHERE id = 'one'")
+        XCTAssertNotNil(try device.fileRecord(put.file), "another row still names it")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: put.copy))
+        try device.write(sql: "DELETE FROM settings WHERE id = 'two'")
+        try assertReleased(put)
+        // The deletion of the record is in the write's changeset.
+        let changeset = try XCTUnwrap(try device.database.scalar("SELECT changeset FROM coven_outbox ORDER BY seq DESC LIMIT 1").bytesValue)
+        let changes = try Changeset.changes(changeset, database: device.database)
+        XCTAssertTrue(changes.contains { $0.table == "coven_files" && $0.operation == .delete })
+    }
+
+    func testClearingTheLastReferenceReleasesTheFile() throws {
+        let put = try putSetting("one")
+        try device.write(sql: "UPDATE settings SET file = NULL WHERE id = 'one'")
+        try assertReleased(put)
+    }
+
+    func testRepointingTheLastReferenceReleasesTheOldFile() throws {
+        let put = try putSetting("one")
+        let next = try stageApp(device, text: "next")
+        let newFile = try device.write(sql: "UPDATE settings SET file = coven_put_staged('\(next.id)') WHERE id = 'one'").files[0]
+        try assertReleased(put)
+        XCTAssertNotNil(try device.fileRecord(newFile))
+        // Repointing to an existing file releases the old one too.
+        let other = try putSetting("two")
+        try device.write(sql: "UPDATE settings SET file = '\(newFile)' WHERE id = 'two'")
+        try assertReleased(other)
+    }
+
+    func testDeletingAParentRowDoesNotReleaseAChildsFile() throws {
+        let file = try device.write(sql: insertTrack("coven_put_staged('\(try stageApp(device, text: "t").id)')")).files[0]
+        try device.write(sql: "UPDATE albums SET title = 'x'")
+        XCTAssertNotNil(try device.fileRecord(file))
+    }
+
+    /// An upload already begun at the provider is marked retired, not dropped: the worker aborts
+    /// it, and coven's copy stays until then.
+    func testAnUploadUnderWayIsMarkedRetired() throws {
+        let put = try putSetting("one")
+        try device.database.run("UPDATE coven_upload_queue SET upload_id = 'session-1' WHERE object = ?1", [put.object])
+        try device.write(sql: "DELETE FROM settings WHERE id = 'one'")
+        XCTAssertNil(try device.fileRecord(put.file))
+        XCTAssertEqual(try device.database.scalar("SELECT state FROM coven_upload_queue WHERE object = ?1", [put.object]).textValue, "retired")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: put.copy), "the worker still needs the bytes to finish or abort")
+    }
+
+    /// coven_existing_file: a new record over the same object; the object goes only with the
+    /// last record naming it.
+    func testExistingFileSharesTheObjectUntilTheLastRecordGoes() throws {
+        let put = try putSetting("one")
+        let copy = try device.write(sql: "INSERT INTO settings (id, file) VALUES ('two', coven_existing_file('\(put.file)'))").files[0]
+        XCTAssertNotEqual(copy, put.file)
+        XCTAssertEqual(try device.fileRecord(copy)?.coordinates.object, put.object)
+        try device.write(sql: "DELETE FROM settings WHERE id = 'one'")
+        XCTAssertNil(try device.fileRecord(put.file))
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_upload_queue WHERE object = ?1", [put.object]), 1)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: put.copy))
+        try device.write(sql: "DELETE FROM settings WHERE id = 'two'")
+        try assertReleased((copy, put.object, put.copy))
+        assertCovenError(.fileUnknown) { try device.write(sql: "INSERT INTO settings (id, file) VALUES ('x', coven_existing_file('\(put.file)'))") }
+    }
+
+    /// A file another device holds on that device only: not ours to copy over
+    /// (`not_this_device`), and a bound reference cannot name it (`device_only`).
+    func testAFileOnAnotherDeviceOnly() throws {
+        let elsewhere = "01a228b5-0000-7000-8000-0000000000e1"
+        let coordinates = Coordinates(at: .device, device: "0d66d330-9a6d-4a26-8c94-738d73b70517",
+                                      object: "files/0d66d330-9a6d-4a26-8c94-738d73b70517/abcdefghijklmnopqrstuvwxyz", key: String(repeating: "0", count: 64))
+        // As a sync would apply it: a record made by another device.
+        try device.database.run("INSERT INTO coven_files (id, audience, namespace, size, hash, coordinates, _updated_at) VALUES (?1, 'store', 'covers', 4, NULL, ?2, 'x')",
+                                [elsewhere, coordinates.json])
+        let copied = assertCovenError(.notThisDevice) {
+            try device.write(sql: "INSERT INTO settings (id, file) VALUES ('copy', coven_existing_file('\(elsewhere)'))")
+        }
+        XCTAssertEqual(copied?.details["device"], "0d66d330-9a6d-4a26-8c94-738d73b70517")
+        assertCovenError(.deviceOnly) {
+            try device.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', '\(elsewhere)')")
+        }
+        // A trailing reference may name it: other devices see it on that device.
+        XCTAssertNoThrow(try device.write(sql: "INSERT INTO settings (id, file) VALUES ('there', '\(elsewhere)')"))
+        XCTAssertEqual(try device.status().files.deviceOnlyElsewhere, 1)
+    }
+
+    /// A bound reference may name a file uploading for another bound reference; the write
+    /// waits for that upload too.
+    func testABoundReferenceToAFileUploadingForAnother() throws {
+        let cover = try stageApp(device, text: "tiny")
+        let file = try device.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', coven_put_staged('\(cover.id)'))").files[0]
+        try device.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', '\(file)')")
+        let object = try XCTUnwrap(try device.fileRecord(file)).coordinates.object
+        let waits = try device.database.query("SELECT waits_for FROM coven_outbox ORDER BY seq DESC LIMIT 2").compactMap { $0.string("waits_for") }
+        XCTAssertEqual(waits, ["[\"\(object)\"]", "[\"\(object)\"]"])
+        // Once its upload is no longer under way (failed), it is on this device only: refused.
+        try device.database.run("UPDATE coven_upload_queue SET state = 'failed' WHERE object = ?1", [object])
+        assertCovenError(.deviceOnly) { try device.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', '\(file)')") }
+    }
+
+    func testParametersBindAndReturningRowsComeBack() throws {
+        let result = try device.write(sql: "INSERT INTO settings (id, value) VALUES (:id, @value) RETURNING id, value",
+                                      parameters: ["id": .text("theme"), "value": .text("dark")])
+        XCTAssertEqual(result.rows.map { $0.values }, [[.text("theme"), .text("dark")]])
+        assertCovenError(.usage) { try device.write(sql: "SELECT :missing") }
+        assertCovenError(.usage) { try device.write(sql: "SELECT ?") }
+    }
+}

@@ -1,0 +1,137 @@
+import CovenKit
+@testable import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// A test case with a fresh temporary folder, a music-library manifest and helpers to make a
+/// device in it (real SQLite, a real `file://` store, real files).
+class DeviceTestCase: XCTestCase {
+    /// The case's folder, removed afterwards.
+    var work = ""
+
+    override func setUpWithError() throws {
+        work = FileManager.default.temporaryDirectory.appendingPathComponent("coven-test-\(UUID().uuidString.prefix(8))")
+            .resolvingSymlinksInPath().path
+        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+    }
+
+    override func tearDownWithError() throws {
+        try? FileManager.default.removeItem(atPath: work)
+    }
+
+    /// albums (audience column), tracks (write-once file, audience from the album), covers
+    /// (bound file of at most 16 bytes), settings (shared-key, a trailing file column).
+    static let albumManifest = """
+        {
+          "namespaces": [
+            { "name": "music", "kind": "user", "budget": "2GiB", "kept": true },
+            { "name": "covers", "kind": "app", "budget": 268435456 }
+          ],
+          "tables": [
+            { "name": "albums", "identity": "uuid", "audience_column": "audience" },
+            { "name": "tracks", "identity": "uuid", "audience_from": "album_id",
+              "files": [ { "column": "file", "write_once": true } ] },
+            { "name": "covers", "identity": "uuid", "audience_from": "album_id",
+              "files": [ { "column": "file", "bound": true, "bound_limit": 16 } ] },
+            { "name": "settings", "identity": "shared-key", "files": [ { "column": "file" } ] }
+          ],
+          "migrations": [
+            "CREATE TABLE albums (id TEXT PRIMARY KEY, title TEXT, audience TEXT NOT NULL DEFAULT 'store', _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE tracks (id TEXT PRIMARY KEY, album_id TEXT NOT NULL REFERENCES albums(id), title TEXT, file TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE covers (id TEXT PRIMARY KEY, album_id TEXT NOT NULL REFERENCES albums(id), file TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE settings (id TEXT PRIMARY KEY, value TEXT, file TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT"
+          ]
+        }
+        """
+
+    static let album = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f40"
+
+    func manifest(_ json: String = DeviceTestCase.albumManifest) throws -> Manifest {
+        try Manifest(json: Data(json.utf8))
+    }
+
+    var paths: DevicePaths { DevicePaths(database: work + "/dev/device.db") }
+    var storeFolder: String { work + "/store" }
+
+    /// Creates the store and the device of this case.
+    @discardableResult
+    func makeDevice(_ json: String = DeviceTestCase.albumManifest, name: String = "test") throws -> Device {
+        try Device.create(paths: paths, storage: .file(directory: storeFolder), manifest: try manifest(json), name: name)
+    }
+
+    /// Writes `bytes` to `name` under the case's folder and returns its path.
+    @discardableResult
+    func file(_ name: String, _ bytes: [UInt8]) throws -> String {
+        let path = work + "/" + name
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    func file(_ name: String, _ text: String) throws -> String { try file(name, Array(text.utf8)) }
+
+    /// Stages app bytes from a file.
+    func stageApp(_ device: Device, _ path: String, namespace: String = "covers", place: Place = .cloud) throws -> StagedFile {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw CovenError.posix("open", path: path) }
+        defer { close(fd) }
+        return try device.stageAppBytes(from: fd, sourceName: path, namespace: namespace, place: place)
+    }
+
+    /// Stages `text` as app bytes.
+    func stageApp(_ device: Device, text: String, place: Place = .cloud) throws -> StagedFile {
+        try stageApp(device, try file("app-\(UUID().uuidString.prefix(8)).bin", text), place: place)
+    }
+
+    /// One integer from SQL.
+    func count(_ device: Device, _ sql: String, _ parameters: [SQLBindable] = []) throws -> Int64 {
+        try device.database.scalar(sql, parameters).intValue ?? -1
+    }
+
+    /// Asserts that `body` throws a ``CovenError`` with `code`, and returns it.
+    @discardableResult
+    func assertCovenError<T>(_ code: ErrorCode, file: StaticString = #filePath, line: UInt = #line, _ body: () throws -> T) -> CovenError? {
+        do {
+            _ = try body()
+            XCTFail("expected \(code.rawValue), got success", file: file, line: line)
+            return nil
+        } catch let error as CovenError {
+            XCTAssertEqual(error.code, code, error.description, file: file, line: line)
+            return error
+        } catch {
+            XCTFail("expected \(code.rawValue), got \(error)", file: file, line: line)
+            return nil
+        }
+    }
+
+    /// The built `coven` binary (next to the test bundle, or `.build/debug/coven`).
+    func covenBinary() throws -> String {
+        if let path = ProcessInfo.processInfo.environment["COVEN_BIN"], !path.isEmpty { return path }
+        var candidates: [String] = []
+        if let test = CommandLine.arguments.first {
+            candidates.append(URL(fileURLWithPath: test).deletingLastPathComponent().appendingPathComponent("coven").path)
+        }
+        let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent()
+        candidates.append(repository.appendingPathComponent(".build/debug/coven").path)
+        for candidate in candidates where FileManager.default.isExecutableFile(atPath: candidate) {
+            return candidate
+        }
+        throw XCTSkip("no coven binary (run 'swift build' first)")
+    }
+
+    /// Runs the real coven on this case's device; returns status, stdout and stderr.
+    func coven(_ arguments: [String], stdin: String? = nil, timeout: TimeInterval = 60) throws -> (status: Int32, stdout: String, stderr: String) {
+        let out = work + "/.out-\(UUID().uuidString.prefix(8))"
+        let err = out + ".err"
+        defer { unlink(out); unlink(err) }
+        var environment = ProcessInfo.processInfo.environment
+        environment["COVEN_DB"] = paths.database
+        environment["NO_COLOR"] = "1"
+        let result = try Spawn.run(try covenBinary(), arguments, environment: environment, directory: work,
+                                   stdin: stdin, stdout: out, stderr: err, timeout: timeout)
+        XCTAssertFalse(result.timedOut, "coven \(arguments) timed out")
+        let text = { (path: String) in (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
+        return (result.status, text(out), text(err))
+    }
+}
