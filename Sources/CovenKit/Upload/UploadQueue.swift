@@ -46,8 +46,10 @@ public struct UploadPause: Sendable, Equatable {
 public struct UploadSettings: Sendable {
     /// Attempts before an upload fails for good (`COVEN_UPLOAD_ATTEMPTS`, default 5).
     public var attempts: Int = 5
-    /// Plaintext bytes per multipart part, a multiple of 64 KiB (`COVEN_UPLOAD_PART_SIZE`,
-    /// default 8 MiB; raised to the provider's minimum part size).
+    /// Plaintext bytes per multipart part, rounded down to whole 64 KiB chunks
+    /// (`COVEN_UPLOAD_PART_SIZE`, default 8 MiB, above S3's 5 MiB minimum; an explicit value is
+    /// used as given, for servers that accept smaller parts). A resumed upload keeps the part
+    /// size it started with.
     public var partSize: Int64 = 8 << 20
     /// Encrypted objects up to this size go in one request (`COVEN_UPLOAD_SINGLE_LIMIT`,
     /// default 32 MiB; never above the provider's single-request limit).
