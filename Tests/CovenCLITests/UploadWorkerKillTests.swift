@@ -93,3 +93,46 @@ final class UploadWorkerKillTests: XCTestCase {
         XCTAssertEqual(plain, bytes)
     }
 }
+
+/// `coven upload-worker` without `--once`: it keeps looking at the queue, sends what a write
+/// queues meanwhile, and stops cleanly on SIGTERM.
+final class UploadWorkerDaemonTests: XCTestCase {
+    func testRunsUntilSIGTERMAndSendsWhatIsQueuedMeanwhile() throws {
+        let work = try TestPaths.temporaryDirectory("upload-daemon")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let binary = try Repository.covenBinary()
+        var environment = GoldenEnvironment.make(work: work, binary: binary)
+        environment["COVEN_DB"] = work + "/device.db"
+        environment["COVEN_UPLOAD_POLL"] = "0.2"
+        try FileManager.default.createDirectory(atPath: work + "/home", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: work + "/tmp", withIntermediateDirectories: true)
+        func coven(_ arguments: [String]) throws -> ProcessResult {
+            try Processes.run(binary, arguments, environment: environment, directory: work)
+        }
+        try Data("""
+            { "namespaces": [ { "name": "thumbs", "kind": "app", "budget": "1MiB" } ],
+              "tables": [ { "name": "notes", "identity": "uuid", "files": [ { "column": "file" } ] } ],
+              "migrations": [ "CREATE TABLE notes (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
+            """.utf8).write(to: URL(fileURLWithPath: work + "/coven.json"))
+        try Data("a cover\n".utf8).write(to: URL(fileURLWithPath: work + "/cover.txt"))
+        XCTAssertEqual(try coven(["init", "--storage", "file://" + work + "/store", "--manifest", "coven.json"]).status, 0)
+
+        let worker = try Spawn.start(binary, ["upload-worker"], environment: environment, directory: work, stderr: work + "/worker.err")
+        Thread.sleep(forTimeInterval: 0.5)
+        XCTAssertTrue(Spawn.isRunning(worker), "with nothing queued it keeps running")
+        let staged = try coven(["stage", "cover.txt", "--namespace", "thumbs"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        let write = try coven(["write", "INSERT INTO notes VALUES (coven_uuid7(), coven_put_staged('\(staged)'), '')"])
+        XCTAssertEqual(write.status, 0, write.stderrText)
+        let file = write.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        let deadline = Date().addingTimeInterval(20)
+        var status = ""
+        while Date() < deadline {
+            status = try coven(["file-status", file]).stdoutText
+            if status == "available\n" { break }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        XCTAssertEqual(status, "available\n")
+        kill(worker.pid, SIGTERM)
+        XCTAssertEqual(Spawn.wait(worker, timeout: 10).status, 0, (try? String(contentsOfFile: work + "/worker.err", encoding: .utf8)) ?? "")
+    }
+}
