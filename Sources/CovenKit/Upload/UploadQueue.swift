@@ -63,6 +63,9 @@ public struct UploadSettings: Sendable {
     /// Seconds between looks at an idle queue when running until stopped (`COVEN_UPLOAD_POLL`,
     /// default 5).
     public var poll: Double = 5
+    /// Parts one upload sends at once, each on its own connection (`COVEN_UPLOAD_LANES`, 1 to 4,
+    /// default 2; 1 when the worker runs more than two jobs).
+    public var lanes: Int = 2
     /// Whether the network is metered (`COVEN_NETWORK_METERED=1`); nil when not declared.
     public var networkMetered: Bool?
 
@@ -76,6 +79,7 @@ public struct UploadSettings: Sendable {
         if let v = environment["COVEN_UPLOAD_BACKOFF"].flatMap(Double.init), v >= 0 { backoff = v }
         if let v = environment["COVEN_UPLOAD_BACKOFF_MAX"].flatMap(Double.init), v >= 0 { backoffMax = v }
         if let v = environment["COVEN_UPLOAD_LEASE"].flatMap(Double.init), v >= 1 { lease = v }
+        if let v = environment["COVEN_UPLOAD_LANES"].flatMap(Int.init), (1...4).contains(v) { lanes = v }
         if let v = environment["COVEN_UPLOAD_POLL"].flatMap(Double.init), v > 0 { poll = v }
         if let v = environment["COVEN_NETWORK_METERED"], !v.isEmpty { networkMetered = v == "1" || v == "true" || v == "yes" }
     }

@@ -206,7 +206,7 @@ final class UploadWorkerTests: XCTestCase {
         let claim = try fixture.device.claimUpload(worker: worker, lease: 60, excluded: []).get()
         try fixture.write("DELETE FROM notes")
         XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_upload_queue").textValue, "retired")
-        let sender = UploadSender(device: fixture.device, provider: try fixture.provider(), settings: UploadSettings(environment: [:]), worker: worker) { _, _, _ in }
+        let sender = UploadSender(device: fixture.device, providers: [try fixture.provider()], settings: UploadSettings(environment: [:]), worker: worker) { _, _, _ in }
         XCTAssertThrowsError(try sender.send(claim))  // it sees the retirement before the request
         // Even an attempt that finished storing switches nothing, and its bytes are deleted.
         try fixture.provider().put(object, data: [1, 2, 3])
@@ -227,7 +227,7 @@ final class UploadWorkerTests: XCTestCase {
         let claim = try fixture.device.claimUpload(worker: worker, lease: 60, excluded: []).get()
         var deleted = false
         // The row goes once two parts are confirmed, while the upload is in flight.
-        let sender = UploadSender(device: fixture.device, provider: try fixture.provider(), settings: settings, worker: worker) { _, confirmed, _ in
+        let sender = UploadSender(device: fixture.device, providers: [try fixture.provider()], settings: settings, worker: worker) { _, confirmed, _ in
             if confirmed >= 2 * 65552, !deleted {
                 deleted = true
                 do { try fixture.write("DELETE FROM notes") } catch { XCTFail("\(error)") }
