@@ -14,8 +14,8 @@ set -euo pipefail
 : "${COVEN:?set by bench/run.sh}" "${BENCH_TMP:?set by bench/run.sh}"
 SIZE=${SIZE:-1073741824}
 RUNS=${RUNS:-5}
-cd "$BENCH_TMP"
 SHARED=${COVEN_SHARED_DIR:-$(cd "$(dirname "$0")/../.." && pwd)/shared}
+cd "$BENCH_TMP"
 
 median() { jq -r '.results[] | "\(.command)\t\(.median)"' "$1"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
@@ -69,15 +69,36 @@ rclone_file=$(jq -r '.results[1].median' file.json)
 cp_file=$(jq -r '.results[2].median' file.json)
 echo "file://: coven $(ratio "$SIZE" "$(awk -v t="$coven_file" 'BEGIN{print t*1e6}')") MB/s; rclone crypt / coven = $(ratio "$rclone_file" "$coven_file")x (target >= 5); coven / cp = $(ratio "$coven_file" "$cp_file")x"
 
+# ---------------------------------------------------------------- file:// on tmpfs
+# The same upload with the store and rclone's destination in memory (/dev/shm): the engine's
+# speed (read, hash check, AES-GCM, write) without the disk's fsyncs, which coven's file://
+# provider does per part (data, part record, folder) and rclone's local backend does not.
+if [[ -d /dev/shm && $(df --output=avail -B1 /dev/shm | tail -1) -gt $((3 * SIZE)) ]]; then
+    SHM=$(mktemp -d /dev/shm/coven-bench.XXXXXX)
+    trap 'rm -rf "$SHM"' EXIT
+    sed "s|$BENCH_TMP/rclone-dest|$SHM/rclone-dest|" "$rclone_config" > "$SHM/rclone.conf"
+    template "file://$SHM/store" "$SHM/template" "$BENCH_TMP/big.bin"
+    hyperfine --runs "$RUNS" --export-json shm.json \
+        --prepare "rm -rf $SHM/run && cp -a $SHM/template $SHM/run && rm -rf $SHM/store/files $SHM/store/.uploads" -n "coven upload-worker (file:// on tmpfs)" "COVEN_DB=$SHM/run/device.db $COVEN upload-worker --once --jobs 1" \
+        --prepare "rm -rf $SHM/rclone-dest" -n "rclone copy (local crypt on tmpfs)" "rclone --config $SHM/rclone.conf copy $BENCH_TMP/big.bin localcrypt:" \
+        --prepare "rm -rf $SHM/cp-dest && mkdir $SHM/cp-dest" -n "cp (to tmpfs)" "cp $BENCH_TMP/big.bin $SHM/cp-dest/"
+    median shm.json
+    coven_shm=$(jq -r '.results[0].median' shm.json)
+    rclone_shm=$(jq -r '.results[1].median' shm.json)
+    cp_shm=$(jq -r '.results[2].median' shm.json)
+    echo "file:// on tmpfs: rclone crypt / coven = $(ratio "$rclone_shm" "$coven_shm")x (target >= 5); coven / cp = $(ratio "$coven_shm" "$cp_shm")x"
+    rm -rf "$SHM"
+    trap - EXIT
+fi
+
 # ---------------------------------------------------------------- memory
 eval "$prepare_file"
 rss_one=$(rss env COVEN_DB="$BENCH_TMP/run/device.db" "$COVEN" upload-worker --once --jobs 1)
 for index in 1 2 3 4; do head -c $((SIZE / 4)) /dev/urandom > "quarter-$index.bin"; done
-template "file://$BENCH_TMP/store" template-four "$BENCH_TMP"/quarter-{1,2,3,4}.bin
-rm -rf "$BENCH_TMP/store/files"
+template "file://$BENCH_TMP/store-four" template-four "$BENCH_TMP"/quarter-{1,2,3,4}.bin
 rss_four=$(rss env COVEN_DB="$BENCH_TMP/template-four/device.db" "$COVEN" upload-worker --once --jobs 4)
 echo "peak RSS: --jobs 1 $((rss_one / 1024)) MiB (target < 64), --jobs 4 (four files) $((rss_four / 1024)) MiB (target < 128)"
-rm -rf template-four quarter-*.bin "$BENCH_TMP/store/files"
+rm -rf template-four store-four quarter-*.bin "$BENCH_TMP/store/files"
 
 # ---------------------------------------------------------------- s3:// (moto on loopback)
 if [[ "${SKIP_S3:-0}" == 1 || ! -x "$SHARED/s3/start-s3-server" ]]; then
@@ -87,6 +108,7 @@ fi
 "$SHARED/s3/start-s3-server" 0 "$BENCH_TMP/s3.pid" > s3.env 2> s3.err
 trap '"$SHARED/s3/stop-s3-server" "$BENCH_TMP/s3.pid" >/dev/null 2>&1 || true' EXIT
 eval "$(grep '^export ' s3.env)"
+# rclone's AWS SDK cannot use a custom CA bundle with its own transport; loopback needs none.
 cat >> "$rclone_config" <<EOF
 
 [moto]
@@ -103,12 +125,12 @@ remote = moto:bench/rclone
 password = $password
 password2 = $salt
 EOF
-rclone --config "$rclone_config" mkdir moto:bench
+env -u AWS_CA_BUNDLE rclone --config "$rclone_config" mkdir moto:bench
 template "s3://bench/coven?endpoint=$AWS_ENDPOINT_URL&path_style=true" template-s3 "$BENCH_TMP/big.bin"
-prepare_s3="rm -rf $BENCH_TMP/run && cp -a $BENCH_TMP/template-s3 $BENCH_TMP/run && rclone --config $rclone_config purge moto:bench/coven/files 2>/dev/null || true"
+prepare_s3="rm -rf $BENCH_TMP/run && cp -a $BENCH_TMP/template-s3 $BENCH_TMP/run && env -u AWS_CA_BUNDLE rclone --config $rclone_config purge moto:bench/coven/files 2>/dev/null || true"
 hyperfine --runs "$RUNS" --export-json s3.json \
     --prepare "$prepare_s3" -n "coven upload-worker (s3://)" "COVEN_DB=$BENCH_TMP/run/device.db $COVEN upload-worker --once --jobs 1" \
-    --prepare "rclone --config $rclone_config purge moto:bench/rclone 2>/dev/null || true" -n "rclone copy (crypt over s3)" "rclone --config $rclone_config copy $BENCH_TMP/big.bin motocrypt:"
+    --prepare "env -u AWS_CA_BUNDLE rclone --config $rclone_config purge moto:bench/rclone 2>/dev/null || true" -n "rclone copy (crypt over s3)" "env -u AWS_CA_BUNDLE rclone --config $rclone_config copy $BENCH_TMP/big.bin motocrypt:"
 median s3.json
 coven_s3=$(jq -r '.results[0].median' s3.json)
 rclone_s3=$(jq -r '.results[1].median' s3.json)

@@ -50,7 +50,8 @@ final class UploadWorkerKillTests: XCTestCase {
         XCTAssertEqual(write.status, 0, write.stderrText)
         let file = write.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
 
-        // Part 5 never gets an answer: the worker hangs there with parts 1-4 confirmed.
+        // Part 5 never gets an answer: the worker hangs there, having confirmed every other part
+        // (it sends two parts at once and records each as soon as the provider confirms it).
         try proxy.inject(#"{"mode": "stall", "seconds": 60, "method": "PUT", "path": "partNumber=5&", "before": true, "count": 1}"#)
         let worker = try Spawn.start(binary, ["upload-worker", "--once", "--jobs", "1"], environment: environment, directory: work,
                                      stderr: work + "/worker.err")
@@ -58,13 +59,14 @@ final class UploadWorkerKillTests: XCTestCase {
         var confirmed = 0
         while Date() < deadline {
             confirmed = Int(try coven(["sql", "SELECT count(*) FROM coven_upload_parts"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
-            if confirmed == 4 && proxy.requests().contains(where: { $0.contains("partNumber=5&") }) { break }
+            if confirmed == 9 && proxy.requests().contains(where: { $0.contains("partNumber=5&") }) { break }
             Thread.sleep(forTimeInterval: 0.1)
+            if ProcessInfo.processInfo.environment["DEBUG_KILL"] != nil { print("confirmed \(confirmed) requests \(proxy.requests().count)") }
         }
-        XCTAssertEqual(confirmed, 4, "parts 1-4 confirmed before the stall")
+        XCTAssertEqual(confirmed, 9, "parts 1-4 and 6-10 confirmed while part 5 stalls")
         kill(worker.pid, SIGKILL)
         XCTAssertEqual(Spawn.wait(worker, timeout: 10).status, 128 + SIGKILL)
-        XCTAssertEqual(try coven(["sql", "SELECT state, bytes_confirmed FROM coven_upload_queue"]).stdoutText, "sending\t\(8 + 4 * 65552)\n")
+        XCTAssertEqual(try coven(["sql", "SELECT state, bytes_confirmed FROM coven_upload_queue"]).stdoutText, "sending\t\(ObjectLayout.encryptedSize(plaintextSize: Int64(bytes.count)) - ObjectLayout.sealedChunkSize)\n")
         XCTAssertEqual(try coven(["file-status", file]).stdoutText, "uploading\n")
 
         // The next run takes over the dead worker's upload at once and resumes.
@@ -91,5 +93,48 @@ final class UploadWorkerKillTests: XCTestCase {
         try provider.get(fields[1], range: nil) { chunk in try reader.feed(chunk) { plain.append(contentsOf: $0) } }
         try reader.finish { plain.append(contentsOf: $0) }
         XCTAssertEqual(plain, bytes)
+    }
+}
+
+/// `coven upload-worker` without `--once`: it keeps looking at the queue, sends what a write
+/// queues meanwhile, and stops cleanly on SIGTERM.
+final class UploadWorkerDaemonTests: XCTestCase {
+    func testRunsUntilSIGTERMAndSendsWhatIsQueuedMeanwhile() throws {
+        let work = try TestPaths.temporaryDirectory("upload-daemon")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let binary = try Repository.covenBinary()
+        var environment = GoldenEnvironment.make(work: work, binary: binary)
+        environment["COVEN_DB"] = work + "/device.db"
+        environment["COVEN_UPLOAD_POLL"] = "0.2"
+        try FileManager.default.createDirectory(atPath: work + "/home", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: work + "/tmp", withIntermediateDirectories: true)
+        func coven(_ arguments: [String]) throws -> ProcessResult {
+            try Processes.run(binary, arguments, environment: environment, directory: work)
+        }
+        try Data("""
+            { "namespaces": [ { "name": "thumbs", "kind": "app", "budget": "1MiB" } ],
+              "tables": [ { "name": "notes", "identity": "uuid", "files": [ { "column": "file" } ] } ],
+              "migrations": [ "CREATE TABLE notes (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
+            """.utf8).write(to: URL(fileURLWithPath: work + "/coven.json"))
+        try Data("a cover\n".utf8).write(to: URL(fileURLWithPath: work + "/cover.txt"))
+        XCTAssertEqual(try coven(["init", "--storage", "file://" + work + "/store", "--manifest", "coven.json"]).status, 0)
+
+        let worker = try Spawn.start(binary, ["upload-worker"], environment: environment, directory: work, stderr: work + "/worker.err")
+        Thread.sleep(forTimeInterval: 0.5)
+        XCTAssertTrue(Spawn.isRunning(worker), "with nothing queued it keeps running")
+        let staged = try coven(["stage", "cover.txt", "--namespace", "thumbs"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        let write = try coven(["write", "INSERT INTO notes VALUES (coven_uuid7(), coven_put_staged('\(staged)'), '')"])
+        XCTAssertEqual(write.status, 0, write.stderrText)
+        let file = write.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        let deadline = Date().addingTimeInterval(20)
+        var status = ""
+        while Date() < deadline {
+            status = try coven(["file-status", file]).stdoutText
+            if status == "available\n" { break }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        XCTAssertEqual(status, "available\n")
+        kill(worker.pid, SIGTERM)
+        XCTAssertEqual(Spawn.wait(worker, timeout: 10).status, 0, (try? String(contentsOfFile: work + "/worker.err", encoding: .utf8)) ?? "")
     }
 }

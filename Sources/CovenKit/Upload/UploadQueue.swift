@@ -46,8 +46,10 @@ public struct UploadPause: Sendable, Equatable {
 public struct UploadSettings: Sendable {
     /// Attempts before an upload fails for good (`COVEN_UPLOAD_ATTEMPTS`, default 5).
     public var attempts: Int = 5
-    /// Plaintext bytes per multipart part, a multiple of 64 KiB (`COVEN_UPLOAD_PART_SIZE`,
-    /// default 8 MiB; raised to the provider's minimum part size).
+    /// Plaintext bytes per multipart part, rounded down to whole 64 KiB chunks
+    /// (`COVEN_UPLOAD_PART_SIZE`, default 8 MiB, above S3's 5 MiB minimum; an explicit value is
+    /// used as given, for servers that accept smaller parts). A resumed upload keeps the part
+    /// size it started with.
     public var partSize: Int64 = 8 << 20
     /// Encrypted objects up to this size go in one request (`COVEN_UPLOAD_SINGLE_LIMIT`,
     /// default 32 MiB; never above the provider's single-request limit).
@@ -61,6 +63,9 @@ public struct UploadSettings: Sendable {
     /// Seconds between looks at an idle queue when running until stopped (`COVEN_UPLOAD_POLL`,
     /// default 5).
     public var poll: Double = 5
+    /// Parts one upload sends at once, each on its own connection (`COVEN_UPLOAD_LANES`, 1 to 4,
+    /// default 2; 1 when the worker runs more than two jobs).
+    public var lanes: Int = 2
     /// Whether the network is metered (`COVEN_NETWORK_METERED=1`); nil when not declared.
     public var networkMetered: Bool?
 
@@ -74,6 +79,7 @@ public struct UploadSettings: Sendable {
         if let v = environment["COVEN_UPLOAD_BACKOFF"].flatMap(Double.init), v >= 0 { backoff = v }
         if let v = environment["COVEN_UPLOAD_BACKOFF_MAX"].flatMap(Double.init), v >= 0 { backoffMax = v }
         if let v = environment["COVEN_UPLOAD_LEASE"].flatMap(Double.init), v >= 1 { lease = v }
+        if let v = environment["COVEN_UPLOAD_LANES"].flatMap(Int.init), (1...4).contains(v) { lanes = v }
         if let v = environment["COVEN_UPLOAD_POLL"].flatMap(Double.init), v > 0 { poll = v }
         if let v = environment["COVEN_NETWORK_METERED"], !v.isEmpty { networkMetered = v == "1" || v == "true" || v == "yes" }
     }

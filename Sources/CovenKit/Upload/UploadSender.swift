@@ -178,15 +178,18 @@ private final class SealLanes: @unchecked Sendable {
 /// parts. Runs on a job's own thread with its own connection and provider.
 final class UploadSender {
     let device: Device
-    let provider: any StorageProvider
+    /// The job's providers: the first for control requests, all of them for parts at once.
+    let providers: [any StorageProvider]
+    var provider: any StorageProvider { providers[0] }
     let settings: UploadSettings
     let worker: WorkerIdentity
     let progress: (_ object: String, _ confirmed: Int64, _ total: Int64) -> Void
 
-    init(device: Device, provider: any StorageProvider, settings: UploadSettings, worker: WorkerIdentity,
+    init(device: Device, providers: [any StorageProvider], settings: UploadSettings, worker: WorkerIdentity,
          progress: @escaping (String, Int64, Int64) -> Void) {
+        precondition(!providers.isEmpty, "internal error: an upload needs a provider")
         self.device = device
-        self.provider = provider
+        self.providers = providers
         self.settings = settings
         self.worker = worker
         self.progress = progress
@@ -305,17 +308,25 @@ final class UploadSender {
         var done = confirmed.values.reduce(Int64(0)) { $0 + $1.size }
         progress(claim.object, done, total)
 
-        // Two buffers: part k+1 is read into place, checked and sealed while part k is sent.
+        // Parts go out on `lanes` connections at once; one more buffer takes the next part, read
+        // into place, checked and sealed while the others are sent. A part is recorded as soon
+        // as the provider confirms it, whatever the others do (one stalled part holds no other).
+        let laneCount = providers.count
         let sealedCapacity = Int(chunksPerPart * ObjectLayout.sealedChunkSize + ObjectLayout.headerSize)
-        let buffers = [UnsafeMutableRawBufferPointer.allocate(byteCount: sealedCapacity, alignment: 4096),
-                       UnsafeMutableRawBufferPointer.allocate(byteCount: sealedCapacity, alignment: 4096)]
+        let buffers = (0...laneCount).map { _ in UnsafeMutableRawBufferPointer.allocate(byteCount: sealedCapacity, alignment: 4096) }
         defer { buffers.forEach { $0.deallocate() } }
-        let sendQueue = DispatchQueue(label: "coven.upload.send")
-        var inFlight: PartSend?
-        var current = 0
+        let queues = (0..<laneCount).map { DispatchQueue(label: "coven.upload.send.\($0)") }
+        let boxes = providers.map { ProviderBox($0) }
+        let finished = DispatchSemaphore(value: 0)
+        var inFlight: [PartSend] = []
+        var freeLanes = Array(0..<laneCount)
+        var freeBuffers = Array(0...laneCount)
 
         func record(_ send: PartSend) throws {
             sendGroupWait(send)
+            inFlight.removeAll { $0 === send }
+            freeLanes.append(send.lane)
+            freeBuffers.append(send.buffer)
             let part = try send.result.get()
             let stored: Bool = try db.transaction {
                 guard try db.scalar("SELECT worker FROM coven_upload_queue WHERE object = ?1", [claim.object]).textValue == worker.text else { return false }
@@ -333,42 +344,58 @@ final class UploadSender {
             progress(claim.object, done, total)
         }
 
+        /// Records every send that has finished.
+        func recordFinished() throws {
+            for send in inFlight where send.group.wait(timeout: .now()) == .success {
+                try record(send)
+            }
+        }
+
         do {
             for number in 1...max(1, partCount) where confirmed[number] == nil {
                 try stillWanted(claim.object)
                 let (chunks, offset) = Self.part(number, chunksPerPart: chunksPerPart, plaintextSize: source.size)
-                let buffer = buffers[current]
+                // At most `laneCount` sends hold buffers, so one is always free here.
+                let bufferIndex = freeBuffers.removeLast()
+                let buffer = buffers[bufferIndex]
                 var length = 0
                 if number == 1 {
                     for (index, byte) in ObjectHeader.file.enumerated() { buffer[index] = byte }
                     length = Int(ObjectLayout.headerSize)
                 }
-                length += try source.sealRun(chunks, ciphers: ciphers, into: UnsafeMutableRawBufferPointer(rebasing: buffer[length...]))
-                if let previous = inFlight {
-                    inFlight = nil
-                    try record(previous)
+                do {
+                    length += try source.sealRun(chunks, ciphers: ciphers, into: UnsafeMutableRawBufferPointer(rebasing: buffer[length...]))
+                } catch {
+                    freeBuffers.append(bufferIndex)
+                    throw error
                 }
-                let send = PartSend(number: number)
-                let box = ProviderBox(provider)
+                try recordFinished()
+                while freeLanes.isEmpty {
+                    finished.wait()
+                    try recordFinished()
+                }
+                let lane = freeLanes.removeLast()
+                let send = PartSend(number: number, lane: lane, buffer: bufferIndex)
+                let box = boxes[lane]
                 let bytes = SendableRawBuffer(UnsafeRawBufferPointer(rebasing: buffer[0..<length]))
                 let object = claim.object
                 send.group.enter()
-                sendQueue.async {
-                    defer { send.group.leave() }
+                queues[lane].async {
                     send.result = Result { try box.provider.uploadPart(object, uploadID: uploadID, number: number, offset: offset, data: bytes.buffer) }
+                    send.group.leave()
+                    finished.signal()
                 }
-                inFlight = send
-                current = 1 - current
+                inFlight.append(send)
             }
-            if let previous = inFlight {
-                inFlight = nil
-                try record(previous)
+            while !inFlight.isEmpty {
+                let before = inFlight.count
+                try recordFinished()
+                if inFlight.count == before { finished.wait() }
             }
         } catch {
-            if let previous = inFlight {
-                // Never free a buffer a send still reads; keep what it confirmed.
-                sendGroupWait(previous)
-                try? record(previous)
+            // Never free a buffer a send still reads; keep what the provider confirmed.
+            while let send = inFlight.first {
+                do { try record(send) } catch { continue }
             }
             throw error
         }
@@ -384,13 +411,21 @@ final class UploadSender {
 /// before `group.leave()` and read only after `group.wait()`.
 private final class PartSend: @unchecked Sendable {
     let number: Int
+    let lane: Int
+    let buffer: Int
     let group = DispatchGroup()
     var result: Result<UploadedPart, Error> = .failure(CovenError(.internal, "part not sent"))
-    init(number: Int) { self.number = number }
+    init(number: Int, lane: Int, buffer: Int) {
+        self.number = number
+        self.lane = lane
+        self.buffer = buffer
+    }
 }
 
-/// Hands a job's provider to its send queue. @unchecked: the job thread never uses the
-/// provider while a send is in flight (it waits for the send before the next call).
+/// Hands a provider to its send lane. @unchecked: a provider is used by one send at a time
+/// (lanes take turns in order, and a lane's next send starts only after its previous one was
+/// waited for), and the job thread uses the first provider for control requests only while no
+/// send is in flight.
 private final class ProviderBox: @unchecked Sendable {
     let provider: any StorageProvider
     init(_ provider: any StorageProvider) { self.provider = provider }

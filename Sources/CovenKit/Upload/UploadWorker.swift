@@ -67,6 +67,11 @@ public enum UploadWorker {
         _ = try makeProvider()
         let shared = RunState()
         let count = max(1, jobs)
+        var laned = settings
+        // Each lane holds a part buffer: more than two jobs send one part at a time each, so
+        // memory stays within 128 MiB at four jobs.
+        if count > 2 { laned.lanes = 1 }
+        let settings = laned
         let group = DispatchGroup()
         for index in 0..<count {
             group.enter()
@@ -146,7 +151,7 @@ private final class Job {
     let shouldStop: @Sendable () -> Bool
     let events: @Sendable (UploadEvent) -> Void
     let worker = WorkerIdentity.current()
-    private var provider: (any StorageProvider)?
+    private var providers: [any StorageProvider] = []
 
     init(paths: DevicePaths, connect: @escaping @Sendable () throws -> any StorageProvider, settings: UploadSettings, once: Bool, shared: RunState,
          shouldStop: @escaping @Sendable () -> Bool, events: @escaping @Sendable (UploadEvent) -> Void) throws {
@@ -179,10 +184,13 @@ private final class Job {
     }
 
     func storage() throws -> any StorageProvider {
-        if let provider { return provider }
-        let made = try connect()
-        provider = made
-        return made
+        try lanes()[0]
+    }
+
+    /// The job's providers, one per send lane, made on first use.
+    func lanes() throws -> [any StorageProvider] {
+        while providers.count < max(1, settings.lanes) { providers.append(try connect()) }
+        return providers
     }
 
     func run() throws {
@@ -236,7 +244,7 @@ private final class Job {
         }
         var end: AttemptEnd
         do {
-            let sender = UploadSender(device: device, provider: try storage(), settings: settings, worker: worker) { [events] object, confirmed, total in
+            let sender = UploadSender(device: device, providers: try lanes(), settings: settings, worker: worker) { [events] object, confirmed, total in
                 events(.progress(object: object, confirmed: confirmed, total: total))
             }
             try sender.send(claim)

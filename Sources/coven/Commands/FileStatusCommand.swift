@@ -24,7 +24,7 @@ struct FileStatusCommand: Command {
         guard let file = invocation.arguments.first else { throw CovenError(.usage, "missing FILE") }
         let device = try context.openDeviceReadOnly()
         let status = try device.fileStatus(file, environment: context.environment, options: StorageOptions(environment: context.environment))
-        var object: [String: Any] = ["file": file]
+        var object: [String: Any] = ["file": file, "device": NSNull(), "this_device": NSNull(), "reason": NSNull(), "source_error": NSNull()]
         let text: String
         switch status {
         case .available:
@@ -42,12 +42,14 @@ struct FileStatusCommand: Command {
             object["status"] = "missing"
             object["reason"] = "lost"
             object["device"] = holder.map { $0 as Any } ?? NSNull()
+            object["this_device"] = holder.map { ($0 == device.deviceID) as Any } ?? NSNull()
             text = "missing lost"
         case .missing(let holder, .source(let code)):
             object["status"] = "missing"
             object["reason"] = "source"
             object["source_error"] = code.rawValue
             object["device"] = holder.map { $0 as Any } ?? NSNull()
+            object["this_device"] = holder.map { ($0 == device.deviceID) as Any } ?? NSNull()
             text = "missing source \(code.rawValue)"
         }
         if context.json {

@@ -8,7 +8,7 @@ struct PauseCommand: Command {
     static let synopsis = ["[--unmetered-only]"]
     static let discussion = """
     Pauses this device's trailing uploads: each keeps its place in the queue and a running \
-    worker sends no new one (a part in hand is finished). Bound uploads run on, since writes \
+    worker starts no new one (an upload already being sent is finished). Bound uploads run on, since writes \
     wait for them. With --unmetered-only, uploads are not paused but wait while the network is \
     metered; a worker started with COVEN_NETWORK_METERED=1 declares the network metered (the \
     coven_network view shows both). 'coven resume' undoes either. With --json, prints the \

@@ -182,6 +182,25 @@ final class UploadWorkerTests: XCTestCase {
         XCTAssertEqual(try fixture.record(file).coordinates.at, .stored)
     }
 
+    func testBoundUploadsIgnoreUnmeteredOnlyAndRetryMakesABackoffDueNow() throws {
+        let fixture = try UploadFixture()
+        let staged = try fixture.stageApp(UploadFixture.bytes(1000, seed: 3))
+        let bound = try fixture.write("INSERT INTO thumbnails VALUES (coven_uuid7(), coven_put_staged('\(staged)'), '')").files[0]
+        let trailing = try fixture.addOriginal("t.bin", UploadFixture.bytes(1000))
+        try fixture.device.setUnmeteredOnly(true)
+        try fixture.run(settings: ["COVEN_NETWORK_METERED": "1"])
+        XCTAssertEqual(try fixture.record(bound).coordinates.at, .stored, "writes wait for bound uploads: they run on a metered network")
+        XCTAssertEqual(try fixture.record(trailing).coordinates.at, .device)
+        // An upload waiting out a long backoff is due at once after coven retry.
+        try fixture.device.setUnmeteredOnly(false)
+        try fixture.device.database.run("UPDATE coven_upload_queue SET attempts = 1, next_attempt_at = ?1", [Date().timeIntervalSince1970 + 3600])
+        XCTAssertEqual(try fixture.scalar("SELECT waiting_for FROM coven_uploads").textValue, "retry")
+        XCTAssertEqual(try fixture.device.retryUploads(), [trailing])
+        XCTAssertEqual(try fixture.count("SELECT attempts FROM coven_upload_queue"), 0)
+        try fixture.run()
+        XCTAssertEqual(try fixture.record(trailing).coordinates.at, .stored)
+    }
+
     // MARK: A file goes with its last reference
 
     func testLastReferenceGoneBeforeTheAttemptRetiresIt() throws {
@@ -206,7 +225,7 @@ final class UploadWorkerTests: XCTestCase {
         let claim = try fixture.device.claimUpload(worker: worker, lease: 60, excluded: []).get()
         try fixture.write("DELETE FROM notes")
         XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_upload_queue").textValue, "retired")
-        let sender = UploadSender(device: fixture.device, provider: try fixture.provider(), settings: UploadSettings(environment: [:]), worker: worker) { _, _, _ in }
+        let sender = UploadSender(device: fixture.device, providers: [try fixture.provider()], settings: UploadSettings(environment: [:]), worker: worker) { _, _, _ in }
         XCTAssertThrowsError(try sender.send(claim))  // it sees the retirement before the request
         // Even an attempt that finished storing switches nothing, and its bytes are deleted.
         try fixture.provider().put(object, data: [1, 2, 3])
@@ -227,7 +246,7 @@ final class UploadWorkerTests: XCTestCase {
         let claim = try fixture.device.claimUpload(worker: worker, lease: 60, excluded: []).get()
         var deleted = false
         // The row goes once two parts are confirmed, while the upload is in flight.
-        let sender = UploadSender(device: fixture.device, provider: try fixture.provider(), settings: settings, worker: worker) { _, confirmed, _ in
+        let sender = UploadSender(device: fixture.device, providers: [try fixture.provider()], settings: settings, worker: worker) { _, confirmed, _ in
             if confirmed >= 2 * 65552, !deleted {
                 deleted = true
                 do { try fixture.write("DELETE FROM notes") } catch { XCTFail("\(error)") }
