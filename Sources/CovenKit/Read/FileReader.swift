@@ -1,3 +1,4 @@
+import CLinux
 import Foundation
 
 // MARK: - What a read did
@@ -252,7 +253,8 @@ final class StoredRead {
     private var hashChecked = false
     private var report = ReadReport(source: .cache)
 
-    /// How many plaintext bytes are written between two records of their chunks.
+    /// How many plaintext bytes are written between two records of their chunks (a read
+    /// stopped part way keeps what was recorded).
     static let recordEvery: Int64 = 16 << 20
     /// Chunks per request: 1 MiB of plaintext.
     static let runChunks: Int64 = 16
@@ -421,6 +423,8 @@ final class StoredRead {
         guard let only else {
             try pwriteAll(dataFD, run.plainBytes, at: base, path: files.data)
             try pwriteAll(tagsFD, run.tagBytes, at: run.chunks.lowerBound * 16, path: files.tags)
+            // Start writing back now, so the sync that completes the entry has little left.
+            _ = coven_start_writeback(dataFD, base, Int64(run.plainCount))
             pending.append(contentsOf: run.chunks)
             pendingBytes += Int64(run.plainCount)
             if pendingBytes >= Self.recordEvery { try recordChunks() }
@@ -437,17 +441,24 @@ final class StoredRead {
         }
     }
 
-    /// Syncs the written chunks, then records them (a chunk is recorded only once its bytes
-    /// are on disk), with the read time.
+    /// Records the written chunks, with the read time.
+    ///
+    /// A chunk is recorded only after its bytes and tag are written. They need not be on the
+    /// disk yet: a chunk a power cut loses reads back wrong, fails its tag and is fetched again,
+    /// never served. The entry is marked complete only after both files are synced, since
+    /// `coven get` hands the complete file to other programs, which do not check tags.
     private func recordChunks() throws {
         let chunks = pending.filter { !dropped.contains($0) }
-        if !chunks.isEmpty {
-            guard fdatasync(dataFD) == 0 else { throw CovenError.posix("sync cache file", path: files.data) }
-            guard fdatasync(tagsFD) == 0 else { throw CovenError.posix("sync cache file", path: files.tags) }
-        }
         pending.removeAll()
         pendingBytes = 0
         let db = device.database
+        let existing = try device.cacheRow(object).flatMap { $0.size == size ? $0 : nil }
+        var next = ChunkBitmap(count: bitmap.count, bytes: existing?.chunks ?? [])
+        for chunk in chunks { next.insert(chunk) }
+        if next.isFull && !(existing?.complete ?? false) {
+            guard fdatasync(dataFD) == 0 else { throw CovenError.posix("sync cache file", path: files.data) }
+            guard fdatasync(tagsFD) == 0 else { throw CovenError.posix("sync cache file", path: files.tags) }
+        }
         try db.transaction {
             let row = try device.cacheRow(object).flatMap { $0.size == size ? $0 : nil }
             var current = ChunkBitmap(count: bitmap.count, bytes: row?.chunks ?? [])
