@@ -98,7 +98,7 @@ extension Device {
         let read = try StoredRead(device: self, record: record, interrupted: interrupted)
         defer { read.close() }
         let report = try read.read(wanted, output: output)
-        if (try? cacheOverBudget()) == true { try? trimCache(sparing: coordinates.object) }
+        if (try? cacheOverBudget()) == true { _ = try? trimCache(sparing: coordinates.object) }
         return report
     }
 
@@ -209,7 +209,7 @@ extension Device {
         let read = try StoredRead(device: self, record: record, interrupted: interrupted)
         defer { read.close() }
         let report = try read.read(0..<record.size) { _ in }
-        if (try? cacheOverBudget()) == true { try? trimCache(sparing: record.coordinates.object) }
+        if (try? cacheOverBudget()) == true { _ = try? trimCache(sparing: record.coordinates.object) }
         return (files.data, report)
     }
 
@@ -402,6 +402,12 @@ final class StoredRead {
                 if from < to { try output(slice) }
                 report.bytesRead += Int64(max(0, to - from))
             }
+        } catch let error as CovenError where error.code == .missing {
+            // Storage confirms nothing at the path: name the file and the device that stored it.
+            let parts = object.split(separator: "/")
+            let uploader = parts.count >= 3 ? String(parts[1]) : ""
+            failure = CovenError(.missing, "storage holds nothing at the path file '\(record.id)' names", cause: error.cause,
+                                 details: ["file": record.id, "device": uploader, "key": object])
         } catch {
             failure = error
         }
