@@ -17,6 +17,10 @@
 # format's reference generator) under the key coven chose at staging, put where the record names
 # it, and the record's coordinates, size and hash are set with sqlite3.
 #
+# Start-up and peak RSS are mostly the shared Swift runtime and Foundation: with
+# BENCH_READ_STATIC=1 (the default) the script also builds coven with --static-swift-stdlib and
+# measures the same reads with it ("static"), to show what linking the runtime statically gives.
+#
 # Environment (from bench/run.sh): COVEN (release binary), BENCH_TMP (scratch). Optional:
 # BENCH_READ_SIZE (bytes, default 1 GiB), BENCH_RUNS (default 5), COVEN_SHARED_DIR (the shared
 # folder with s3/start-s3-server, default ../shared beside the repository).
@@ -41,6 +45,13 @@ unset AWS_CA_BUNDLE
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
 trap cleanup EXIT
+
+STATIC=""
+if [[ ${BENCH_READ_STATIC:-1} == 1 ]]; then
+    echo "-- building a release coven with the Swift runtime linked statically"
+    swift build -c release --static-swift-stdlib --build-path "$BENCH_TMP/static-build" >/dev/null 2>&1 \
+        && STATIC=$BENCH_TMP/static-build/release/coven || echo "bench-read: the static build failed; skipped"
+fi
 
 # --- the plain file -------------------------------------------------------------------------
 PLAIN=$T/plain.bin
@@ -135,6 +146,9 @@ cold_rclone=$(median_of "$T/cold.json" 1)
 "$COVEN" cache clear >/dev/null
 "$COVEN" cat "$FILE" | sha256sum | grep -q "$SHA" && echo "coven cat: content matches the plain file's sha256"
 rss_cold=$( "$COVEN" cache clear >/dev/null; rss "$COVEN" cat "$FILE")
+if [[ -n $STATIC ]]; then
+    rss_cold_static=$( "$COVEN" cache clear >/dev/null; rss "$STATIC" cat "$FILE")
+fi
 rss_rclone_cold=$(rss rclone cat cryptl:big.bin)
 
 echo "-- warm full read (every chunk cached) against cat of the plain file"
@@ -145,6 +159,11 @@ hyperfine --style basic --runs "$RUNS" --warmup 1 --export-json "$T/warm.json" \
 warm_coven=$(median_of "$T/warm.json" 0)
 warm_cat=$(median_of "$T/warm.json" 1)
 rss_warm=$(rss "$COVEN" cat "$FILE")
+if [[ -n $STATIC ]]; then
+    hyperfine --style basic --runs "$RUNS" --warmup 1 --export-json "$T/warm-static.json" "'$STATIC' cat $FILE > /dev/null" >/dev/null
+    warm_static=$(median_of "$T/warm-static.json" 0)
+    rss_warm_static=$(rss "$STATIC" cat "$FILE")
+fi
 
 # --- S3: moto, then SeaweedFS ------------------------------------------------------------------
 # moto keeps each object as one Python value, so its answer to a ranged GET of a 1 GiB object
@@ -212,6 +231,14 @@ s3_ranged() {
     R[$kind.rss]=$("$COVEN" cache clear >/dev/null; rss "$COVEN" cat "$sfile" --offset $OFFSET --length $LENGTH)
     # Peak RSS of a longer streamed read over S3 (8 MiB: eight requests).
     R[$kind.rss8]=$("$COVEN" cache clear >/dev/null; rss "$COVEN" cat "$sfile" --offset $OFFSET --length 8388608)
+    if [[ -n $STATIC ]]; then
+        hyperfine --style basic --runs "$RUNS" --warmup 1 --export-json "$dir/range-static.json" \
+            --prepare "'$COVEN' cache clear >/dev/null" \
+            "'$STATIC' cat $sfile --offset $OFFSET --length $LENGTH > /dev/null" >/dev/null
+        R[$kind.static]=$(median_of "$dir/range-static.json" 0)
+        R[$kind.rss.static]=$("$COVEN" cache clear >/dev/null; rss "$STATIC" cat "$sfile" --offset $OFFSET --length $LENGTH)
+        R[$kind.rss8.static]=$("$COVEN" cache clear >/dev/null; rss "$STATIC" cat "$sfile" --offset $OFFSET --length 8388608)
+    fi
     kill "$S3_SERVER_PID" 2>/dev/null || true
     unset COVEN_DB
 }
@@ -227,6 +254,9 @@ for kind in moto seaweedfs; do
     [[ -n ${R[$kind.coven]:-} ]] || continue
     printf 'ranged read, %-9s coven %.4f (its CPU %.4f)  rclone %.4f  rclone/coven %sx (target >= 3)\n' "$kind:" \
         "${R[$kind.coven]}" "${R[$kind.cpu]}" "${R[$kind.rclone]}" "$(ratio "${R[$kind.rclone]}" "${R[$kind.coven]}")"
+    if [[ -n ${R[$kind.static]:-} ]]; then
+        printf 'ranged read, %-9s static coven %.4f  rclone/static %sx\n' "$kind:" "${R[$kind.static]}" "$(ratio "${R[$kind.rclone]}" "${R[$kind.static]}")"
+    fi
     printf 'bytes fetched, %-9s %d of at most %d (%s)\n' "$kind:" "${R[$kind.fetched]}" "$limit" \
         "$([[ ${R[$kind.fetched]} -le $limit ]] && echo ok || echo OVER)"
 done
@@ -235,3 +265,9 @@ printf 'warm full (cached):   coven %.3f  cat %.3f  coven/cat %sx (target <= 2)\
 printf 'peak RSS (MiB):       cold full %s, warm full %s, S3 range %s / %s, S3 8 MiB %s / %s (moto / seaweedfs; target < 32); rclone cold full %s\n' \
     "$(mib "$rss_cold")" "$(mib "$rss_warm")" "$(mib "${R[moto.rss]:-}")" "$(mib "${R[seaweedfs.rss]:-}")" \
     "$(mib "${R[moto.rss8]:-}")" "$(mib "${R[seaweedfs.rss8]:-}")" "$(mib "$rss_rclone_cold")"
+if [[ -n $STATIC ]]; then
+    printf 'static build:         warm full %.3f (coven/cat %sx); peak RSS (MiB) cold full %s, warm full %s, S3 range %s / %s, S3 8 MiB %s / %s\n' \
+        "$warm_static" "$(ratio "$warm_static" "$warm_cat")" "$(mib "$rss_cold_static")" "$(mib "$rss_warm_static")" \
+        "$(mib "${R[moto.rss.static]:-}")" "$(mib "${R[seaweedfs.rss.static]:-}")" \
+        "$(mib "${R[moto.rss8.static]:-}")" "$(mib "${R[seaweedfs.rss8.static]:-}")"
+fi
