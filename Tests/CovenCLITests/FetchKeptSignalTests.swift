@@ -12,6 +12,14 @@ final class FetchKeptSignalTests: XCTestCase {
         defer { server.stop() }
         let proxy = try FaultProxy(upstream: server.endpoint)
         defer { proxy.stop() }
+        // Set for StoredFiles in this process; restored after, so no later test reuses this
+        // server once it is gone.
+        let saved = server.environment.keys.map { ($0, ProcessInfo.processInfo.environment[$0]) }
+        defer {
+            for (name, value) in saved {
+                if let value { setenv(name, value, 1) } else { unsetenv(name) }
+            }
+        }
         for (name, value) in server.environment { setenv(name, value, 1) }
         let bucket = "coven-sigint-" + UUID().uuidString.lowercased().prefix(8)
         try server.makeBucket(bucket)
