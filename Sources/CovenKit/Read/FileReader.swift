@@ -252,6 +252,8 @@ final class StoredRead {
     /// This read checked the whole file against the record's hash.
     private var hashChecked = false
     private var report = ReadReport(source: .cache)
+    /// Whether this read relaxed the connection's `synchronous` setting.
+    private var relaxed = false
 
     /// How many plaintext bytes are written between two records of their chunks (a read
     /// stopped part way keeps what was recorded).
@@ -276,9 +278,11 @@ final class StoredRead {
     private func openEntry() throws {
         let db = device.database
         // The cache's bookkeeping may lose its last commits to a power cut (never to a crash of
-        // the process): a chunk is recorded only after its bytes are synced, so a lost record
-        // only means fetching the chunk again. So commits here need not wait for the disk.
+        // the process): every cached chunk is checked against its tag when read, so a lost
+        // record or lost bytes only mean fetching the chunk again. So commits here need not
+        // wait for the disk; `close()` restores the device's setting.
         try db.execute("PRAGMA synchronous = NORMAL")
+        relaxed = true
         if try device.cacheRow(object) == nil {
             try db.transaction {
                 try db.run("""
@@ -313,7 +317,8 @@ final class StoredRead {
     }
 
     func close() {
-        if dataFD >= 0 || tagsFD >= 0 { try? device.database.execute("PRAGMA synchronous = FULL") }
+        if relaxed { try? device.database.execute("PRAGMA synchronous = FULL") }
+        relaxed = false
         if dataFD >= 0 { Foundation.close(dataFD) }
         if tagsFD >= 0 { Foundation.close(tagsFD) }
         dataFD = -1
