@@ -17,6 +17,10 @@
 # format's reference generator) under the key coven chose at staging, put where the record names
 # it, and the record's coordinates, size and hash are set with sqlite3.
 #
+# Start-up and peak RSS are mostly the shared Swift runtime and Foundation: with
+# BENCH_READ_STATIC=1 (the default) the script also builds coven with --static-swift-stdlib and
+# measures the same reads with it ("static"), to show what linking the runtime statically gives.
+#
 # Environment (from bench/run.sh): COVEN (release binary), BENCH_TMP (scratch). Optional:
 # BENCH_READ_SIZE (bytes, default 1 GiB), BENCH_RUNS (default 5), COVEN_SHARED_DIR (the shared
 # folder with s3/start-s3-server, default ../shared beside the repository).
@@ -26,7 +30,7 @@ ROOT=$(pwd)
 : "${COVEN:?run through bench/run.sh}" "${BENCH_TMP:?run through bench/run.sh}"
 SIZE=${BENCH_READ_SIZE:-1073741824}
 RUNS=${BENCH_RUNS:-5}
-OFFSET=500000000
+OFFSET=${BENCH_READ_OFFSET:-$(( SIZE >= 1073741824 ? 500000000 : SIZE * 47 / 100 ))}
 LENGTH=262144
 T=$BENCH_TMP/read
 mkdir -p "$T"
@@ -35,9 +39,19 @@ for tool in rclone hyperfine sqlite3 python3 /usr/bin/time; do
 done
 python3 -c 'import cryptography, boto3' 2>/dev/null || { echo "bench-read: python3 needs cryptography and boto3" >&2; exit 1; }
 
+# rclone refuses a CA bundle variable for plain-HTTP endpoints ("LoadCustomCABundleError"), and
+# the loopback servers need none.
+unset AWS_CA_BUNDLE
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
 trap cleanup EXIT
+
+STATIC=""
+if [[ ${BENCH_READ_STATIC:-1} == 1 ]]; then
+    echo "-- building a release coven with the Swift runtime linked statically"
+    swift build -c release --static-swift-stdlib --build-path "$BENCH_TMP/static-build" >/dev/null 2>&1 \
+        && STATIC=$BENCH_TMP/static-build/release/coven || echo "bench-read: the static build failed; skipped"
+fi
 
 # --- the plain file -------------------------------------------------------------------------
 PLAIN=$T/plain.bin
@@ -132,6 +146,9 @@ cold_rclone=$(median_of "$T/cold.json" 1)
 "$COVEN" cache clear >/dev/null
 "$COVEN" cat "$FILE" | sha256sum | grep -q "$SHA" && echo "coven cat: content matches the plain file's sha256"
 rss_cold=$( "$COVEN" cache clear >/dev/null; rss "$COVEN" cat "$FILE")
+if [[ -n $STATIC ]]; then
+    rss_cold_static=$( "$COVEN" cache clear >/dev/null; rss "$STATIC" cat "$FILE")
+fi
 rss_rclone_cold=$(rss rclone cat cryptl:big.bin)
 
 echo "-- warm full read (every chunk cached) against cat of the plain file"
@@ -142,61 +159,115 @@ hyperfine --style basic --runs "$RUNS" --warmup 1 --export-json "$T/warm.json" \
 warm_coven=$(median_of "$T/warm.json" 0)
 warm_cat=$(median_of "$T/warm.json" 1)
 rss_warm=$(rss "$COVEN" cat "$FILE")
+if [[ -n $STATIC ]]; then
+    hyperfine --style basic --runs "$RUNS" --warmup 1 --export-json "$T/warm-static.json" "'$STATIC' cat $FILE > /dev/null" >/dev/null
+    warm_static=$(median_of "$T/warm-static.json" 0)
+    rss_warm_static=$(rss "$STATIC" cat "$FILE")
+fi
 
-# --- S3 (moto) ---------------------------------------------------------------------------------
+# --- S3: moto, then SeaweedFS ------------------------------------------------------------------
+# moto keeps each object as one Python value, so its answer to a ranged GET of a 1 GiB object
+# takes time that grows with the object; SeaweedFS (a real S3 server in Go) serves ranges in
+# place. The ranged read is timed on both, so the figures say what is coven's and what the
+# server's.
 SHARED=${COVEN_SHARED_DIR:-$(dirname "$ROOT")/shared}
-eval "$("$SHARED/s3/start-s3-server" 0 "$T/s3.pid" 2>/dev/null)"
-pids+=("$S3_SERVER_PID")
-BUCKET=coven-bench
-python3 -c "import boto3,os; boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL']).create_bucket(Bucket='$BUCKET')"
-python3 "$ROOT/scripts/faultproxy.py" --upstream "$AWS_ENDPOINT_URL" --port 0 --port-file "$T/proxy.port" \
-    --stats "$T/proxy.stats" --parent-pid $$ --timeout 3600 2>/dev/null &
-pids+=("$!")
-for _ in $(seq 50); do [[ -s $T/proxy.port ]] && break; sleep 0.1; done
-PROXY=http://127.0.0.1:$(cat "$T/proxy.port")
+cpu_of() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"][int(sys.argv[2])]; print(r["user"] + r["system"])' "$1" "$2"; }
+stat_bytes() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["body_bytes"])' "$1"; }
+declare -A R
+s3_ranged() {
+    local kind=$1 script=$2
+    local dir=$T/$kind
+    mkdir -p "$dir"
+    local exports
+    if ! exports=$("$SHARED/s3/$script" 0 "$dir/s3.pid" 2>"$dir/start.log"); then
+        echo "-- $kind: the server did not start ($(tail -1 "$dir/start.log")); skipped"
+        return 0
+    fi
+    eval "$exports"
+    pids+=("$S3_SERVER_PID")
+    local bucket=coven-bench
+    python3 -c "import boto3,os; boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL']).create_bucket(Bucket='$bucket')"
+    python3 "$ROOT/scripts/faultproxy.py" --upstream "$AWS_ENDPOINT_URL" --port 0 --port-file "$dir/proxy.port" \
+        --stats "$dir/proxy.stats" --parent-pid $$ --timeout 3600 2>/dev/null &
+    pids+=("$!")
+    for _ in $(seq 50); do [[ -s $dir/proxy.port ]] && break; sleep 0.1; done
+    local proxy=http://127.0.0.1:$(cat "$dir/proxy.port")
+    local sdb=$dir/dev/device.db
+    mkdir -p "$dir/dev"
+    COVEN_DB=$sdb "$COVEN" init --storage "s3://$bucket/store?endpoint=$proxy&path_style=true" --manifest "$T/coven.json" --name "bench-$kind" >/dev/null 2>&1
+    local sfile
+    sfile=$(make_stored "$sdb" s3 "$bucket" store)
+    export COVEN_DB=$sdb
+    "$COVEN" budget keep-all >/dev/null
 
-SDB=$T/s3dev/device.db
-mkdir -p "$T/s3dev"
-COVEN_DB=$SDB "$COVEN" init --storage "s3://$BUCKET/store?endpoint=$PROXY&path_style=true" --manifest "$T/coven.json" --name bench-s3 >/dev/null 2>&1
-SFILE=$(make_stored "$SDB" s3 "$BUCKET" store)
-export COVEN_DB=$SDB
-"$COVEN" budget keep-all >/dev/null
+    echo "-- $kind: bytes a cold $LENGTH-byte read at offset $OFFSET fetches, counted at the proxy"
+    "$COVEN" cache clear >/dev/null
+    local before after
+    before=$(stat_bytes "$dir/proxy.stats")
+    "$COVEN" cat "$sfile" --offset $OFFSET --length $LENGTH > "$dir/piece.coven"
+    after=$(stat_bytes "$dir/proxy.stats")
+    R[$kind.fetched]=$((after - before))
+    cmp "$T/piece.plain" "$dir/piece.coven" && echo "coven cat: the range matches the plain file"
+    echo "fetched ${R[$kind.fetched]} bytes for a $LENGTH-byte range (limit: range + two sealed chunks = $limit)"
 
-echo "-- bytes a cold $LENGTH-byte read at offset $OFFSET fetches, counted at the proxy"
-"$COVEN" cache clear >/dev/null
-before=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["body_bytes"])' "$T/proxy.stats")
-"$COVEN" cat "$SFILE" --offset $OFFSET --length $LENGTH > "$T/piece.coven"
-after=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["body_bytes"])' "$T/proxy.stats")
-fetched=$((after - before))
+    # Timed against the server directly (the proxy is Python): both tools go straight to it.
+    sqlite3 "$sdb" "UPDATE coven_meta SET value = 's3://$bucket/store?endpoint=$AWS_ENDPOINT_URL&path_style=true' WHERE key = 'storage'"
+    export RCLONE_CONFIG_S3_TYPE=s3 RCLONE_CONFIG_S3_PROVIDER=Other RCLONE_CONFIG_S3_ENDPOINT="$AWS_ENDPOINT_URL" \
+        RCLONE_CONFIG_S3_ACCESS_KEY_ID="$AWS_ACCESS_KEY_ID" RCLONE_CONFIG_S3_SECRET_ACCESS_KEY="$AWS_SECRET_ACCESS_KEY" \
+        RCLONE_CONFIG_S3_REGION="$AWS_REGION" RCLONE_CONFIG_S3_FORCE_PATH_STYLE=true
+    export RCLONE_CONFIG_CRYPTS_TYPE=crypt RCLONE_CONFIG_CRYPTS_REMOTE="s3:$bucket/rclone" RCLONE_CONFIG_CRYPTS_PASSWORD="$RCLONE_CONFIG_CRYPTL_PASSWORD"
+    rclone copyto "$PLAIN" crypts:big.bin 2>/dev/null
+    rclone cat crypts:big.bin --offset $OFFSET --count $LENGTH > "$dir/piece.rclone" 2>/dev/null
+    cmp "$dir/piece.rclone" "$dir/piece.coven" && echo "rclone cat: the same range"
+
+    echo "-- $kind: cold $LENGTH-byte read at offset $OFFSET"
+    hyperfine --style basic --runs "$RUNS" --warmup 1 --export-json "$dir/range.json" \
+        --prepare "'$COVEN' cache clear >/dev/null" \
+        "'$COVEN' cat $sfile --offset $OFFSET --length $LENGTH > /dev/null" \
+        "rclone cat crypts:big.bin --offset $OFFSET --count $LENGTH > /dev/null 2>&1"
+    R[$kind.coven]=$(median_of "$dir/range.json" 0)
+    R[$kind.rclone]=$(median_of "$dir/range.json" 1)
+    R[$kind.cpu]=$(cpu_of "$dir/range.json" 0)
+    R[$kind.rss]=$("$COVEN" cache clear >/dev/null; rss "$COVEN" cat "$sfile" --offset $OFFSET --length $LENGTH)
+    # Peak RSS of a longer streamed read over S3 (8 MiB: eight requests).
+    R[$kind.rss8]=$("$COVEN" cache clear >/dev/null; rss "$COVEN" cat "$sfile" --offset $OFFSET --length 8388608)
+    if [[ -n $STATIC ]]; then
+        hyperfine --style basic --runs "$RUNS" --warmup 1 --export-json "$dir/range-static.json" \
+            --prepare "'$COVEN' cache clear >/dev/null" \
+            "'$STATIC' cat $sfile --offset $OFFSET --length $LENGTH > /dev/null" >/dev/null
+        R[$kind.static]=$(median_of "$dir/range-static.json" 0)
+        R[$kind.rss.static]=$("$COVEN" cache clear >/dev/null; rss "$STATIC" cat "$sfile" --offset $OFFSET --length $LENGTH)
+        R[$kind.rss8.static]=$("$COVEN" cache clear >/dev/null; rss "$STATIC" cat "$sfile" --offset $OFFSET --length 8388608)
+    fi
+    kill "$S3_SERVER_PID" 2>/dev/null || true
+    unset COVEN_DB
+}
+dd if="$PLAIN" iflag=skip_bytes,count_bytes skip=$OFFSET count=$LENGTH status=none > "$T/piece.plain"
 limit=$((LENGTH + 2 * 65552))
-tail -c +$((OFFSET + 1)) "$PLAIN" | head -c $LENGTH | cmp - "$T/piece.coven" && echo "coven cat: the range matches the plain file"
-echo "fetched $fetched bytes for a $LENGTH-byte range (limit: range + two sealed chunks = $limit)"
+s3_ranged moto start-s3-server
+s3_ranged seaweedfs start-seaweedfs-server
 
-# Time it against the server directly (the proxy is Python; both tools go straight to moto).
-sqlite3 "$SDB" "UPDATE coven_meta SET value = 's3://$BUCKET/store?endpoint=$AWS_ENDPOINT_URL&path_style=true' WHERE key = 'storage'"
-export RCLONE_CONFIG_S3_TYPE=s3 RCLONE_CONFIG_S3_PROVIDER=Other RCLONE_CONFIG_S3_ENDPOINT="$AWS_ENDPOINT_URL" \
-    RCLONE_CONFIG_S3_ACCESS_KEY_ID="$AWS_ACCESS_KEY_ID" RCLONE_CONFIG_S3_SECRET_ACCESS_KEY="$AWS_SECRET_ACCESS_KEY" \
-    RCLONE_CONFIG_S3_REGION="$AWS_REGION" RCLONE_CONFIG_S3_FORCE_PATH_STYLE=true
-export RCLONE_CONFIG_CRYPTS_TYPE=crypt RCLONE_CONFIG_CRYPTS_REMOTE="s3:$BUCKET/rclone" RCLONE_CONFIG_CRYPTS_PASSWORD="$RCLONE_CONFIG_CRYPTL_PASSWORD"
-rclone copyto "$PLAIN" crypts:big.bin
-rclone cat crypts:big.bin --offset $OFFSET --count $LENGTH | cmp - "$T/piece.coven" && echo "rclone cat: the same range"
-
-echo "-- cold $LENGTH-byte read at offset $OFFSET over S3"
-hyperfine --style basic --runs "$RUNS" --warmup 1 --export-json "$T/range.json" \
-    --prepare "'$COVEN' cache clear >/dev/null" \
-    "'$COVEN' cat $SFILE --offset $OFFSET --length $LENGTH > /dev/null" \
-    "rclone cat crypts:big.bin --offset $OFFSET --count $LENGTH > /dev/null"
-range_coven=$(median_of "$T/range.json" 0)
-range_rclone=$(median_of "$T/range.json" 1)
-rss_range=$( "$COVEN" cache clear >/dev/null; rss "$COVEN" cat "$SFILE" --offset $OFFSET --length $LENGTH)
-rss_s3_full=$( "$COVEN" cache clear >/dev/null; rss "$COVEN" cat "$SFILE")
-
+mib() { python3 -c 'import sys; print("%.1f" % (float(sys.argv[1]) / 1024) if sys.argv[1] else "-")' "${1:-}"; }
 echo
 echo "== bench-read summary (medians of $RUNS runs, seconds)"
-printf 'ranged read over S3:  coven %.4f  rclone %.4f  rclone/coven %sx (target >= 3)\n' "$range_coven" "$range_rclone" "$(ratio "$range_rclone" "$range_coven")"
-printf 'bytes fetched:        %d of at most %d  (%s)\n' "$fetched" "$limit" "$([[ $fetched -le $limit ]] && echo ok || echo OVER)"
+for kind in moto seaweedfs; do
+    [[ -n ${R[$kind.coven]:-} ]] || continue
+    printf 'ranged read, %-9s coven %.4f (its CPU %.4f)  rclone %.4f  rclone/coven %sx (target >= 3)\n' "$kind:" \
+        "${R[$kind.coven]}" "${R[$kind.cpu]}" "${R[$kind.rclone]}" "$(ratio "${R[$kind.rclone]}" "${R[$kind.coven]}")"
+    if [[ -n ${R[$kind.static]:-} ]]; then
+        printf 'ranged read, %-9s static coven %.4f  rclone/static %sx\n' "$kind:" "${R[$kind.static]}" "$(ratio "${R[$kind.rclone]}" "${R[$kind.static]}")"
+    fi
+    printf 'bytes fetched, %-9s %d of at most %d (%s)\n' "$kind:" "${R[$kind.fetched]}" "$limit" \
+        "$([[ ${R[$kind.fetched]} -le $limit ]] && echo ok || echo OVER)"
+done
 printf 'cold full file://:    coven %.3f  rclone %.3f  rclone/coven %sx (target >= 2.5)\n' "$cold_coven" "$cold_rclone" "$(ratio "$cold_rclone" "$cold_coven")"
 printf 'warm full (cached):   coven %.3f  cat %.3f  coven/cat %sx (target <= 2)\n' "$warm_coven" "$warm_cat" "$(ratio "$warm_coven" "$warm_cat")"
-printf 'peak RSS (MiB):       cold full %.1f, warm full %.1f, S3 range %.1f, S3 full %.1f (target < 32); rclone cold full %.1f\n' \
-    "$(echo "$rss_cold/1024" | bc -l)" "$(echo "$rss_warm/1024" | bc -l)" "$(echo "$rss_range/1024" | bc -l)" \
-    "$(echo "$rss_s3_full/1024" | bc -l)" "$(echo "$rss_rclone_cold/1024" | bc -l)"
+printf 'peak RSS (MiB):       cold full %s, warm full %s, S3 range %s / %s, S3 8 MiB %s / %s (moto / seaweedfs; target < 32); rclone cold full %s\n' \
+    "$(mib "$rss_cold")" "$(mib "$rss_warm")" "$(mib "${R[moto.rss]:-}")" "$(mib "${R[seaweedfs.rss]:-}")" \
+    "$(mib "${R[moto.rss8]:-}")" "$(mib "${R[seaweedfs.rss8]:-}")" "$(mib "$rss_rclone_cold")"
+if [[ -n $STATIC ]]; then
+    printf 'static build:         warm full %.3f (coven/cat %sx); peak RSS (MiB) cold full %s, warm full %s, S3 range %s / %s, S3 8 MiB %s / %s\n' \
+        "$warm_static" "$(ratio "$warm_static" "$warm_cat")" "$(mib "$rss_cold_static")" "$(mib "$rss_warm_static")" \
+        "$(mib "${R[moto.rss.static]:-}")" "$(mib "${R[seaweedfs.rss.static]:-}")" \
+        "$(mib "${R[moto.rss8.static]:-}")" "$(mib "${R[seaweedfs.rss8.static]:-}")"
+fi

@@ -15,8 +15,10 @@ import Foundation
 /// `coven_cache` keeps the bookkeeping: the plaintext size, a bitmap of the chunks held, their
 /// bytes, whether the entry is complete (`complete`: 0 partial, 1 every chunk held, 2 every
 /// chunk held and the whole file once found to match its record's hash), and when it was last read (trims take the longest ago
-/// first) and touched. A chunk's bit is set only after its plaintext and tag are written and
-/// synced, so a crash loses at most chunks that were never recorded. An entry that is not
+/// first) and touched. A chunk's bit is set only after its plaintext and tag are written, so a
+/// crash loses at most chunks that were never recorded; a power cut that loses written bytes of
+/// a recorded chunk makes it fail its tag, so it is fetched again, never served. An entry is
+/// marked complete only once both files are synced. An entry that is not
 /// complete is a *partial*: never answered as the file, resumed by fetching only its missing
 /// chunks (Range requests), and removed at open once untouched for seven days unless kept.
 ///

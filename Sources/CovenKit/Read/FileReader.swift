@@ -1,3 +1,4 @@
+import CLinux
 import Foundation
 
 // MARK: - What a read did
@@ -97,7 +98,7 @@ extension Device {
         let read = try StoredRead(device: self, record: record, interrupted: interrupted)
         defer { read.close() }
         let report = try read.read(wanted, output: output)
-        if (try? cacheOverBudget()) == true { try? trimCache(sparing: coordinates.object) }
+        if (try? cacheOverBudget()) == true { _ = try? trimCache(sparing: coordinates.object) }
         return report
     }
 
@@ -208,7 +209,7 @@ extension Device {
         let read = try StoredRead(device: self, record: record, interrupted: interrupted)
         defer { read.close() }
         let report = try read.read(0..<record.size) { _ in }
-        if (try? cacheOverBudget()) == true { try? trimCache(sparing: record.coordinates.object) }
+        if (try? cacheOverBudget()) == true { _ = try? trimCache(sparing: record.coordinates.object) }
         return (files.data, report)
     }
 
@@ -251,8 +252,11 @@ final class StoredRead {
     /// This read checked the whole file against the record's hash.
     private var hashChecked = false
     private var report = ReadReport(source: .cache)
+    /// Whether this read relaxed the connection's `synchronous` setting.
+    private var relaxed = false
 
-    /// How many plaintext bytes are written between two records of their chunks.
+    /// How many plaintext bytes are written between two records of their chunks (a read
+    /// stopped part way keeps what was recorded).
     static let recordEvery: Int64 = 16 << 20
     /// Chunks per request: 1 MiB of plaintext.
     static let runChunks: Int64 = 16
@@ -274,9 +278,11 @@ final class StoredRead {
     private func openEntry() throws {
         let db = device.database
         // The cache's bookkeeping may lose its last commits to a power cut (never to a crash of
-        // the process): a chunk is recorded only after its bytes are synced, so a lost record
-        // only means fetching the chunk again. So commits here need not wait for the disk.
+        // the process): every cached chunk is checked against its tag when read, so a lost
+        // record or lost bytes only mean fetching the chunk again. So commits here need not
+        // wait for the disk; `close()` restores the device's setting.
         try db.execute("PRAGMA synchronous = NORMAL")
+        relaxed = true
         if try device.cacheRow(object) == nil {
             try db.transaction {
                 try db.run("""
@@ -311,7 +317,8 @@ final class StoredRead {
     }
 
     func close() {
-        if dataFD >= 0 || tagsFD >= 0 { try? device.database.execute("PRAGMA synchronous = FULL") }
+        if relaxed { try? device.database.execute("PRAGMA synchronous = FULL") }
+        relaxed = false
         if dataFD >= 0 { Foundation.close(dataFD) }
         if tagsFD >= 0 { Foundation.close(tagsFD) }
         dataFD = -1
@@ -400,6 +407,12 @@ final class StoredRead {
                 if from < to { try output(slice) }
                 report.bytesRead += Int64(max(0, to - from))
             }
+        } catch let error as CovenError where error.code == .missing {
+            // Storage confirms nothing at the path: name the file and the device that stored it.
+            let parts = object.split(separator: "/")
+            let uploader = parts.count >= 3 ? String(parts[1]) : ""
+            failure = CovenError(.missing, "storage holds nothing at the path file '\(record.id)' names", cause: error.cause,
+                                 details: ["file": record.id, "device": uploader, "key": object])
         } catch {
             failure = error
         }
@@ -421,6 +434,8 @@ final class StoredRead {
         guard let only else {
             try pwriteAll(dataFD, run.plainBytes, at: base, path: files.data)
             try pwriteAll(tagsFD, run.tagBytes, at: run.chunks.lowerBound * 16, path: files.tags)
+            // Start writing back now, so the sync that completes the entry has little left.
+            _ = coven_start_writeback(dataFD, base, Int64(run.plainCount))
             pending.append(contentsOf: run.chunks)
             pendingBytes += Int64(run.plainCount)
             if pendingBytes >= Self.recordEvery { try recordChunks() }
@@ -437,17 +452,24 @@ final class StoredRead {
         }
     }
 
-    /// Syncs the written chunks, then records them (a chunk is recorded only once its bytes
-    /// are on disk), with the read time.
+    /// Records the written chunks, with the read time.
+    ///
+    /// A chunk is recorded only after its bytes and tag are written. They need not be on the
+    /// disk yet: a chunk a power cut loses reads back wrong, fails its tag and is fetched again,
+    /// never served. The entry is marked complete only after both files are synced, since
+    /// `coven get` hands the complete file to other programs, which do not check tags.
     private func recordChunks() throws {
         let chunks = pending.filter { !dropped.contains($0) }
-        if !chunks.isEmpty {
-            guard fdatasync(dataFD) == 0 else { throw CovenError.posix("sync cache file", path: files.data) }
-            guard fdatasync(tagsFD) == 0 else { throw CovenError.posix("sync cache file", path: files.tags) }
-        }
         pending.removeAll()
         pendingBytes = 0
         let db = device.database
+        let existing = try device.cacheRow(object).flatMap { $0.size == size ? $0 : nil }
+        var next = ChunkBitmap(count: bitmap.count, bytes: existing?.chunks ?? [])
+        for chunk in chunks { next.insert(chunk) }
+        if next.isFull && !(existing?.complete ?? false) {
+            guard fdatasync(dataFD) == 0 else { throw CovenError.posix("sync cache file", path: files.data) }
+            guard fdatasync(tagsFD) == 0 else { throw CovenError.posix("sync cache file", path: files.tags) }
+        }
         try db.transaction {
             let row = try device.cacheRow(object).flatMap { $0.size == size ? $0 : nil }
             var current = ChunkBitmap(count: bitmap.count, bytes: row?.chunks ?? [])

@@ -73,7 +73,7 @@ final class Prefetcher: @unchecked Sendable {
     ///   - dataFD, tagsFD: the cache entry's files, open for reading.
     ///   - depth: how many runs may wait for the reader.
     init(connector: StorageConnector, object: String, keyHex: String, size: Int64, steps: [ReadStep],
-         dataFD: Int32, tagsFD: Int32, depth: Int = 4) {
+         dataFD: Int32, tagsFD: Int32, depth: Int = 3) {
         self.connector = connector
         self.object = object
         self.keyHex = keyHex

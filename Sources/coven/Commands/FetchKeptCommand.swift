@@ -12,7 +12,8 @@ struct FetchKeptCommand: Command {
     that asks for a wait of a minute or less. Stops at the first file the disk has no room for \
     (exit 7), once storage cannot be reached (exit 5), or once the server asks for a longer \
     wait (exit 5); passes over a file that fails otherwise, reports it and ends with exit 10. \
-    Ctrl-C stops it (exit 130); the files already fetched stay, and the bytes of the one in \
+    Ctrl-C stops it after the run of chunks in flight (exit 130; a second Ctrl-C ends it at \
+    once); the files already fetched stay, and the bytes of the one in \
     flight stay as a partial. Prints a summary, or one JSON object with --json. Run it from cron \
     after each sync.
     """

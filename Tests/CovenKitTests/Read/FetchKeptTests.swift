@@ -55,6 +55,8 @@ final class FetchKeptTests: ReadTestCase {
         XCTAssertEqual(result.fetched.map(\.file), [a, c])
         XCTAssertEqual(result.failed.map(\.file), [broken, gone])
         XCTAssertEqual(result.failed.map { $0.error?.code }, [.integrity, .missing])
+        XCTAssertEqual(result.failed.last?.error?.details["file"], gone, "missing names the file and its device")
+        XCTAssertEqual(result.failed.last?.error?.details["device"], device.deviceID)
         let reasons = Dictionary(uniqueKeysWithValues: try device.cacheSummary().notHeld.map { ($0.reason, $0.count) })
         XCTAssertEqual(reasons, ["failed": 1, "missing": 1])
     }

@@ -10,6 +10,9 @@ final class ReadS3Tests: ReadTestCase {
     nonisolated(unsafe) private static var failure: String?
     var proxy: FaultProxy!
     let chunk = Int(ObjectLayout.chunkSize)
+    /// The variables this test sets, with their values before it, restored afterwards (another
+    /// test's S3TestServer.start would otherwise reuse this class's server once it is gone).
+    var savedEnvironment: [(String, String?)] = []
 
     override class func setUp() {
         super.setUp()
@@ -33,8 +36,9 @@ final class ReadS3Tests: ReadTestCase {
             XCTFail(Self.failure ?? "no S3 server")
             throw CovenError(.internal, Self.failure ?? "no S3 server")
         }
-        for (name, value) in server.environment { setenv(name, value, 1) }
-        setenv("COVEN_STORAGE_RETRIES", "1", 1)
+        let variables = server.environment.merging(["COVEN_STORAGE_RETRIES": "1"]) { a, _ in a }
+        savedEnvironment = variables.keys.map { ($0, ProcessInfo.processInfo.environment[$0]) }
+        for (name, value) in variables { setenv(name, value, 1) }
         folder = try TestPaths.temporaryDirectory("read-s3")
         let bucket = "coven-read-" + UUID().uuidString.lowercased().prefix(8)
         try server.makeBucket(bucket)
@@ -44,7 +48,9 @@ final class ReadS3Tests: ReadTestCase {
 
     override func tearDownWithError() throws {
         proxy?.stop()
-        unsetenv("COVEN_STORAGE_RETRIES")
+        for (name, value) in savedEnvironment {
+            if let value { setenv(name, value, 1) } else { unsetenv(name) }
+        }
         try super.tearDownWithError()
     }
 
