@@ -28,8 +28,12 @@ DEBUG_BIN := .build/debug/coven
 
 all: build
 
+# The Swift runtime and Foundation linked statically: a larger binary (about 75 MB) that starts
+# faster and maps about 6 MiB less memory in every process (see bench/).
+RELEASE_FLAGS := -c release --static-swift-stdlib
+
 build:
-	$(SWIFT) build -c release
+	$(SWIFT) build $(RELEASE_FLAGS)
 
 debug:
 	$(SWIFT) build

@@ -20,7 +20,10 @@ if [[ ${#benchmarks[@]} -eq 0 ]]; then
     exit 0
 fi
 
-swift build -c release
+# The release build of `make build`: the Swift runtime linked statically.
+swift build -c release --static-swift-stdlib
+# COVEN is already the static build: the scripts need not build a second one to compare.
+export BENCH_READ_STATIC=${BENCH_READ_STATIC:-0}
 COVEN=$(pwd)/.build/release/coven
 BENCH_TMP=$(mktemp -d "${TMPDIR:-/tmp}/coven-bench.XXXXXX")
 trap 'rm -rf "$BENCH_TMP"' EXIT

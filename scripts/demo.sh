@@ -15,8 +15,8 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
 
-step "build (swift build -c release)"
-swift build -c release >&2
+step "build (swift build -c release --static-swift-stdlib, as make build does)"
+swift build -c release --static-swift-stdlib >&2
 coven="$PWD/.build/release/coven"
 
 DEMO=$(mktemp -d "${TMPDIR:-/tmp}/coven-demo.XXXXXX")
