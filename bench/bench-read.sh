@@ -10,16 +10,12 @@
 #   3. a warm (cached) full read against `cat` of the plain file (target: within 2x);
 #   4. peak RSS of every coven read (target: under 32 MiB), from /usr/bin/time -v.
 #
-# How the stored file is made: the upload worker (`coven upload-worker --once`) is built by
-# another branch. Until it is here, the file is staged with `coven stage` + `coven write` (a tiny
-# placeholder), and its record is switched to stored the way the worker will: the 1 GiB object is
-# sealed by an independent implementation of docs/format.md (Python + pyca/cryptography, the
-# format's reference generator) under the key coven chose at staging, put where the record names
-# it, and the record's coordinates, size and hash are set with sqlite3.
+# How the stored file is made: `coven stage` + `coven write` + `coven upload-worker --once`, to
+# file:// and to each S3 server (through the counting proxy), as a person would.
 #
-# Start-up and peak RSS are mostly the shared Swift runtime and Foundation: with
-# BENCH_READ_STATIC=1 (the default) the script also builds coven with --static-swift-stdlib and
-# measures the same reads with it ("static"), to show what linking the runtime statically gives.
+# Start-up and peak RSS are mostly the Swift runtime and Foundation: `make build` (and so
+# bench/run.sh) links them statically. With BENCH_READ_STATIC=1 the script also builds a second,
+# static coven itself, for a COVEN that was built with the runtime as shared libraries.
 #
 # Environment (from bench/run.sh): COVEN (release binary), BENCH_TMP (scratch). Optional:
 # BENCH_READ_SIZE (bytes, default 1 GiB), BENCH_RUNS (default 5), COVEN_SHARED_DIR (the shared
@@ -37,7 +33,7 @@ mkdir -p "$T"
 for tool in rclone hyperfine sqlite3 python3 /usr/bin/time; do
     command -v "$tool" >/dev/null || { echo "bench-read: $tool is missing" >&2; exit 1; }
 done
-python3 -c 'import cryptography, boto3' 2>/dev/null || { echo "bench-read: python3 needs cryptography and boto3" >&2; exit 1; }
+python3 -c 'import boto3' 2>/dev/null || { echo "bench-read: python3 needs boto3" >&2; exit 1; }
 
 # rclone refuses a CA bundle variable for plain-HTTP endpoints ("LoadCustomCABundleError"), and
 # the loopback servers need none.
@@ -75,45 +71,13 @@ cat > "$T/coven.json" <<'EOF'
   "migrations": [ "CREATE TABLE blobs (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
 EOF
 
-# make_stored DB OBJECT_DIR_OR_S3: stage a placeholder, write its row, switch the record to a
-# stored 1 GiB object sealed under its key; prints the file id. $2 = "file DIR" or "s3 BUCKET PREFIX".
+# make_stored DB: stage the plain 1 GiB file, write its row and store it with
+# `coven upload-worker --once` (to whatever storage the device has); prints the file id.
 make_stored() {
-    local db=$1 kind=$2 where=$3 prefix=${4:-}
-    printf 'x' > "$T/placeholder"
-    local staged file row object key
-    staged=$(COVEN_DB=$db "$COVEN" stage "$T/placeholder" --namespace blobs)
+    local db=$1 staged file
+    staged=$(COVEN_DB=$db "$COVEN" stage "$PLAIN" --namespace blobs)
     file=$(COVEN_DB=$db "$COVEN" write "INSERT INTO blobs (id, file, _updated_at) VALUES (coven_uuid7(), coven_put_staged('$staged'), coven_stamp())")
-    row=$(sqlite3 "$db" "SELECT json_extract(coordinates, '\$.object') || ' ' || json_extract(coordinates, '\$.key') FROM coven_files WHERE id = '$file'")
-    object=${row% *}
-    key=${row#* }
-    python3 - "$PLAIN" "$key" "$kind" "$where" "$prefix" "$object" <<'EOF' >&2
-import os, sys
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-plain, key, kind, where, prefix, object_key = sys.argv[1:7]
-aead = AESGCM(bytes.fromhex(key))
-header = b"COVENF\x01\x01"
-CHUNK = 65536
-size = os.path.getsize(plain)
-n = max(1, -(-size // CHUNK))
-sealed = os.path.join(os.path.dirname(plain), "sealed.bin")
-with open(plain, "rb") as src, open(sealed, "wb") as out:
-    out.write(header)
-    for i in range(n):
-        nonce = i.to_bytes(11, "big") + (b"\x01" if i == n - 1 else b"\x00")
-        out.write(aead.encrypt(nonce, src.read(CHUNK), header))
-if kind == "file":
-    path = os.path.join(where, object_key)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    os.replace(sealed, path)
-else:
-    import boto3
-    from boto3.s3.transfer import TransferConfig
-    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
-    s3.upload_file(sealed, where, (prefix + "/" if prefix else "") + object_key,
-                   Config=TransferConfig(multipart_chunksize=64 << 20))
-    os.remove(sealed)
-EOF
-    sqlite3 "$db" "BEGIN; UPDATE coven_files SET size = $SIZE, hash = '$SHA', coordinates = json_object('at', 'stored', 'object', '$object', 'key', '$key') WHERE id = '$file'; DELETE FROM coven_upload_queue WHERE object = '$object'; DELETE FROM coven_local WHERE object = '$object'; COMMIT;"
+    COVEN_DB=$db "$COVEN" upload-worker --once >&2
     echo "$file"
 }
 
@@ -127,7 +91,7 @@ ratio() { python3 -c 'import sys; print("%.2f" % (float(sys.argv[1]) / float(sys
 DB=$T/local/device.db
 mkdir -p "$T/local"
 COVEN_DB=$DB "$COVEN" init --storage "file://$T/store" --manifest "$T/coven.json" --name bench 2>/dev/null >/dev/null
-FILE=$(make_stored "$DB" file "$T/store")
+FILE=$(make_stored "$DB")
 export COVEN_DB=$DB
 "$COVEN" budget keep-all >/dev/null
 
@@ -196,7 +160,7 @@ s3_ranged() {
     mkdir -p "$dir/dev"
     COVEN_DB=$sdb "$COVEN" init --storage "s3://$bucket/store?endpoint=$proxy&path_style=true" --manifest "$T/coven.json" --name "bench-$kind" >/dev/null 2>&1
     local sfile
-    sfile=$(make_stored "$sdb" s3 "$bucket" store)
+    sfile=$(make_stored "$sdb")
     export COVEN_DB=$sdb
     "$COVEN" budget keep-all >/dev/null
 
