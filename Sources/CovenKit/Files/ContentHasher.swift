@@ -95,25 +95,33 @@ final class ContentHasher {
                 let hashBase = SendablePointer(first + start)
                 let blockBase = SendableRawBuffer(block)
                 let nextBase = SendableMutableRawBuffer(next)
+                // Lane 0 hashes the whole file (and writes); lane 1 reads the next block and
+                // hashes the chunks, but for the last `handOver` of them, which lane 0 takes so
+                // that both lanes end together (reading costs lane 1 what writing costs lane 0).
+                let handOver = isLast ? 0 : min(state.handOver, chunkCount / 2)
                 DispatchQueue.concurrentPerform(iterations: 2) { lane in
+                    let started = DispatchTime.now().uptimeNanoseconds
                     do {
+                        let chunks = lane == 0 ? (chunkCount - handOver)..<chunkCount : 0..<(chunkCount - handOver)
                         if lane == 0 {
                             lanes.whole.update(blockBase.buffer)
                             try lanes.write?(blockBase.buffer)
-                        } else {
-                            for index in 0..<chunkCount {
-                                let lower = index * ContentDigests.chunkSize
-                                let upper = min(lower + ContentDigests.chunkSize, blockCount)
-                                SHA256.hash(UnsafeRawBufferPointer(rebasing: blockBase.buffer[lower..<upper]), into: hashBase.pointer + index * 32)
-                            }
-                            if !isLast { state.nextCount = try fill(nextBase.buffer, lanes.read) }
                         }
+                        for index in chunks {
+                            let lower = index * ContentDigests.chunkSize
+                            let upper = min(lower + ContentDigests.chunkSize, blockCount)
+                            SHA256.hash(UnsafeRawBufferPointer(rebasing: blockBase.buffer[lower..<upper]), into: hashBase.pointer + index * 32)
+                        }
+                        if lane == 1, !isLast { state.nextCount = try fill(nextBase.buffer, lanes.read) }
                     } catch {
                         state.record(error)
                     }
+                    let took = DispatchTime.now().uptimeNanoseconds - started
+                    if lane == 0 { state.elapsed0 = took } else { state.elapsed1 = took }
                 }
             }
             if let error = state.error { throw error }
+            state.balance(chunkCount: chunkCount)
             total += Int64(count)
             progress?(total)
             if isLast { break }
@@ -142,6 +150,21 @@ final class ContentHasher {
 /// State shared by the two lanes of one block (one writes, the other reads it after the join).
 private final class PipelineState: @unchecked Sendable {
     var nextCount = 0
+    /// How many chunks of each block lane 0 hashes, from the block's end.
+    var handOver = 0
+    /// Each lane's time on the last block (each lane writes only its own, before the join).
+    var elapsed0: UInt64 = 0
+    var elapsed1: UInt64 = 0
+
+    /// Moves one chunk toward the lane that finished first, when the other took over 5% longer.
+    func balance(chunkCount: Int) {
+        let (first, second) = (elapsed0, elapsed1)
+        if second > first + first / 20, handOver < chunkCount / 2 {
+            handOver += 1
+        } else if first > second + second / 20, handOver > 0 {
+            handOver -= 1
+        }
+    }
     private let lock = NSLock()
     private(set) var error: Error?
 
