@@ -71,8 +71,9 @@ echo "file://: coven $(ratio "$SIZE" "$(awk -v t="$coven_file" 'BEGIN{print t*1e
 
 # ---------------------------------------------------------------- file:// on tmpfs
 # The same upload with the store and rclone's destination in memory (/dev/shm): the engine's
-# speed (read, hash check, AES-GCM, write) without the disk's fsyncs, which coven's file://
-# provider does per part (data, part record, folder) and rclone's local backend does not.
+# speed (read, hash check, AES-GCM, write) without the disk's syncs, which coven's file://
+# provider does per part (an fdatasync of the part's bytes, then of its 64-byte record) and
+# rclone's local backend does not do at all.
 if [[ -d /dev/shm && $(df --output=avail -B1 /dev/shm | tail -1) -gt $((3 * SIZE)) ]]; then
     SHM=$(mktemp -d /dev/shm/coven-bench.XXXXXX)
     trap 'rm -rf "$SHM"' EXIT

@@ -260,6 +260,103 @@ final class FileStorageTests: XCTestCase {
         XCTAssertNil(try storage.head("k"))
     }
 
+    func testCompleteRefusesAPartWhoseTokenDoesNotMatch() throws {
+        let data = bytes(20)
+        let id = try storage.createMultipart("k", totalSize: 20, partSize: 10)
+        let first = try data[0..<10].withUnsafeBytes { try storage.uploadPart("k", uploadID: id, number: 1, offset: 0, data: $0) }
+        let second = try data[10..<20].withUnsafeBytes { try storage.uploadPart("k", uploadID: id, number: 2, offset: 10, data: $0) }
+        // Tokens are random, never a function of the bytes: the same bytes sent again get a new one.
+        let again = try data[10..<20].withUnsafeBytes { try storage.uploadPart("k", uploadID: id, number: 2, offset: 10, data: $0) }
+        XCTAssertNotEqual(again.etag, second.etag)
+        XCTAssertEqual(again.etag.count, 32)
+        XCTAssertEqual(try storage.listParts("k", uploadID: id), [first, again])
+        // The caller's stale record of part 2 (same size, old token) is refused.
+        XCTAssertThrowsError(try storage.completeMultipart("k", uploadID: id, parts: [first, second])) { error in
+            XCTAssertEqual(error.asCovenError.code, .storage)
+            XCTAssertTrue(error.asCovenError.cause?.contains("part 2 does not match") == true, "\(error)")
+        }
+        XCTAssertNil(try storage.head("k"))
+        try storage.completeMultipart("k", uploadID: id, parts: [first, again])
+        XCTAssertEqual(try read("k").bytes, data)
+    }
+
+    func testCompleteDetectsDataCutShortAfterConfirmation() throws {
+        let data = bytes(20)
+        let id = try storage.createMultipart("k", totalSize: 20, partSize: 10)
+        let first = try data[0..<10].withUnsafeBytes { try storage.uploadPart("k", uploadID: id, number: 1, offset: 0, data: $0) }
+        let second = try data[10..<20].withUnsafeBytes { try storage.uploadPart("k", uploadID: id, number: 2, offset: 10, data: $0) }
+        XCTAssertEqual(truncate(root + "/.uploads/\(id)/data", 15), 0)
+        XCTAssertThrowsError(try storage.completeMultipart("k", uploadID: id, parts: [first, second])) { error in
+            XCTAssertEqual(error.asCovenError.code, .storage)
+            XCTAssertTrue(error.asCovenError.cause?.contains("15 bytes, not 20") == true, "\(error)")
+        }
+        XCTAssertNil(try storage.head("k"))
+        // Grown is refused too.
+        XCTAssertEqual(truncate(root + "/.uploads/\(id)/data", 25), 0)
+        XCTAssertThrowsError(try storage.completeMultipart("k", uploadID: id, parts: [first, second]))
+        XCTAssertNil(try storage.head("k"))
+    }
+
+    func testATornOrForeignSlotIsNoPart() throws {
+        let data = bytes(30)
+        let id = try storage.createMultipart("k", totalSize: 30, partSize: 10)
+        let first = try data[0..<10].withUnsafeBytes { try storage.uploadPart("k", uploadID: id, number: 1, offset: 0, data: $0) }
+        let second = try data[10..<20].withUnsafeBytes { try storage.uploadPart("k", uploadID: id, number: 2, offset: 10, data: $0) }
+        let third = try data[20..<30].withUnsafeBytes { try storage.uploadPart("k", uploadID: id, number: 3, offset: 20, data: $0) }
+        let table = root + "/.uploads/\(id)/parts"
+        var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: table)))
+        XCTAssertEqual(bytes.count, 3 * FileStorage.slotSize)
+        // Slot 2 torn by a power loss (one byte of its size flipped): its check fails.
+        bytes[FileStorage.slotSize + 16] ^= 0x40
+        // Slot 3 holds a well-formed record of part 1: a slot only ever names its own part.
+        bytes.replaceSubrange((2 * FileStorage.slotSize)..<(3 * FileStorage.slotSize), with: bytes[0..<FileStorage.slotSize])
+        try Data(bytes).write(to: URL(fileURLWithPath: table))
+        XCTAssertEqual(try storage.listParts("k", uploadID: id), [first])
+        XCTAssertThrowsError(try storage.completeMultipart("k", uploadID: id, parts: [first, second, third])) { error in
+            XCTAssertTrue(error.asCovenError.cause?.contains("part 2 was never confirmed") == true, "\(error)")
+        }
+        // Sent again, the parts complete the object.
+        let second2 = try data[10..<20].withUnsafeBytes { try storage.uploadPart("k", uploadID: id, number: 2, offset: 10, data: $0) }
+        let third2 = try data[20..<30].withUnsafeBytes { try storage.uploadPart("k", uploadID: id, number: 3, offset: 20, data: $0) }
+        try storage.completeMultipart("k", uploadID: id, parts: [first, second2, third2])
+        XCTAssertEqual(try read("k").bytes, data)
+    }
+
+    func testSlotRoundTripAndRefusals() {
+        let record = FileStorage.PartRecord(number: 7, offset: 1 << 40, size: 8 << 20, etag: String(repeating: "a1", count: 16))
+        guard let slot = FileStorage.slotBytes(record) else { return XCTFail("no slot") }
+        XCTAssertEqual(slot.count, FileStorage.slotSize)
+        XCTAssertEqual(FileStorage.record(slot: slot[...]), record)
+        XCTAssertNil(FileStorage.record(slot: [UInt8](repeating: 0, count: FileStorage.slotSize)[...]))
+        XCTAssertNil(FileStorage.record(slot: slot[0..<(FileStorage.slotSize - 1)]))
+        // Tokens are 32 lowercase hex digits; anything else cannot be recorded.
+        XCTAssertNil(FileStorage.slotBytes(FileStorage.PartRecord(number: 1, offset: 0, size: 1, etag: "0000")))
+        XCTAssertNil(FileStorage.slotBytes(FileStorage.PartRecord(number: 1, offset: 0, size: 1, etag: String(repeating: "G", count: 32))))
+        XCTAssertNil(FileStorage.slotBytes(FileStorage.PartRecord(number: 0, offset: 0, size: 1, etag: String(repeating: "0", count: 32))))
+    }
+
+    func testUploadFromAnOlderVersionResumesFromItsPartFiles() throws {
+        let data = bytes(20)
+        let id = try storage.createMultipart("k", totalSize: 20, partSize: 10)
+        let folder = root + "/.uploads/\(id)"
+        // What an older version left: no part table, a JSON record per confirmed part.
+        XCTAssertEqual(unlink(folder + "/parts"), 0)
+        let fd = open(folder + "/data", O_WRONLY)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        _ = data[0..<10].withUnsafeBytes { pwrite(fd, $0.baseAddress, 10, 0) }
+        close(fd)
+        let legacy = #"{"number":1,"offset":0,"size":10,"etag":"0123456789abcdef0123456789abcdef"}"#
+        XCTAssertTrue(FileManager.default.createFile(atPath: folder + "/part-1", contents: Data(legacy.utf8)))
+        let first = UploadedPart(number: 1, etag: "0123456789abcdef0123456789abcdef", size: 10)
+        XCTAssertEqual(try storage.listParts("k", uploadID: id), [first])
+        // A new part gets the table, made on demand; both kinds complete the object.
+        let second = try data[10..<20].withUnsafeBytes { try storage.uploadPart("k", uploadID: id, number: 2, offset: 10, data: $0) }
+        XCTAssertEqual(try storage.listParts("k", uploadID: id), [first, second])
+        try storage.completeMultipart("k", uploadID: id, parts: [first, second])
+        XCTAssertEqual(try read("k").bytes, data)
+        XCTAssertEqual(entries(".uploads"), [])
+    }
+
     func testEmptyMultipartObject() throws {
         let id = try storage.createMultipart("k", totalSize: 0, partSize: 4)
         try storage.completeMultipart("k", uploadID: id, parts: [])

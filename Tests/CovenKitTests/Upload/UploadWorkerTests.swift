@@ -267,6 +267,33 @@ final class UploadWorkerTests: XCTestCase {
         XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_local"), 0)
     }
 
+    func testPartBookkeepingSkipsTheDiskSyncButTheUploadEndsWithFullSync() throws {
+        let fixture = try UploadFixture()
+        _ = try fixture.addOriginal("s.bin", UploadFixture.bytes(400_000))
+        _ = try fixture.addOriginal("t.bin", UploadFixture.bytes(400_000, seed: 2))
+        let worker = WorkerIdentity.current()
+        let settings = UploadSettings(environment: ["COVEN_UPLOAD_PART_SIZE": "65536", "COVEN_UPLOAD_SINGLE_LIMIT": "0"])
+        func synchronous() throws -> Int64? { try fixture.device.database.scalar("PRAGMA synchronous").intValue }
+        XCTAssertEqual(try synchronous(), 2)
+        var during: [Int64?] = []
+        var stopAfterTwo = false
+        let sender = UploadSender(device: fixture.device, providers: [try fixture.provider()], settings: settings, worker: worker) { _, confirmed, _ in
+            if confirmed > 0 { during.append(try? synchronous()) }
+            if stopAfterTwo, confirmed >= 2 * 65552 { try? fixture.device.database.run("UPDATE coven_upload_queue SET worker = 'someone else'") }
+        }
+        // A whole upload: parts recorded with NORMAL, FULL again once it completed.
+        let first = try fixture.device.claimUpload(worker: worker, lease: 60, excluded: []).get()
+        try sender.send(first)
+        XCTAssertFalse(during.isEmpty)
+        XCTAssertEqual(Set(during), [1])
+        XCTAssertEqual(try synchronous(), 2)
+        // An upload that stops part way (its lease lost) leaves FULL behind too.
+        let second = try fixture.device.claimUpload(worker: worker, lease: 60, excluded: [first.object]).get()
+        stopAfterTwo = true
+        XCTAssertThrowsError(try sender.send(second))
+        XCTAssertEqual(try synchronous(), 2)
+    }
+
     func testRetiredMultipartSessionIsAbortedBeforeTheUploadGoes() throws {
         let fixture = try UploadFixture()
         let file = try fixture.addOriginal("m.bin", UploadFixture.bytes(300_000))
