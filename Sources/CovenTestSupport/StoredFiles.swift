@@ -1,14 +1,8 @@
 import CovenKit
 import Foundation
 
-/// TEST FIXTURE, standing in for the upload worker until it lands: makes a file *stored* the
-/// way the worker will. The lead switches the read tests to the real worker later.
-///
-/// ``store(_:file:)`` takes a file on this device only whose bytes are here (coven's copy or
-/// the person's original), seals them with ``ObjectSealer`` under a new random ``FileKey``, puts
-/// the object at its `files/<device>/<name>` through the device's provider, and switches the
-/// record to `{"at":"stored","object":…,"key":…}` with its content SHA-256 as `hash`; the upload
-/// queue entry and the local bytes record go, as after a successful upload.
+/// Files for tests: staged and referenced by one write each (still on this device only), then
+/// stored by the real upload worker.
 public enum StoredFiles {
     /// Stages `bytes` as app bytes of `namespace` and writes one row of `table` (columns `id`,
     /// `file`) referencing it; returns the file id, still on this device only.
@@ -41,44 +35,16 @@ public enum StoredFiles {
         return file
     }
 
-    /// Makes a file stored as the upload worker will. Returns the object key.
+    /// Stores the file with the real upload worker (`UploadWorker.run`, `--once`): it drains
+    /// the device's queue, so every file queued then is stored too. Returns the object key.
+    ///
+    /// - Throws: what the worker throws; `.internal` when the file is not stored afterwards.
     @discardableResult
     public static func store(_ device: Device, file id: String) throws -> String {
-        guard let record = try device.fileRecord(id) else { throw CovenError(.fileAbsent, "no file '\(id)'") }
-        let object = record.coordinates.object
-        guard let local = try device.database.queryOne("SELECT * FROM coven_local WHERE object = ?1", [object]) else {
-            throw CovenError(.missing, "no local bytes of '\(id)'")
+        let summary = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))
+        guard let record = try device.fileRecord(id), record.coordinates.at == .stored else {
+            throw CovenError(.internal, "the upload worker did not store '\(id)'", cause: "\(summary)")
         }
-        let path: String
-        if local.string("kind") == "user" {
-            path = String(decoding: local.bytes("path") ?? [], as: UTF8.self)
-        } else {
-            path = device.paths.folder + "/" + (local.string("copy") ?? "")
-        }
-        guard let data = FileManager.default.contents(atPath: path) else { throw CovenError(.io, "cannot read '\(path)'") }
-        let plaintext = [UInt8](data)
-        let key = FileKey()
-        let sealer = try ObjectSealer(key: key)
-        var sealed = sealer.header()
-        var body = [UInt8](repeating: 0, count: Int(ObjectLayout.encryptedSize(plaintextSize: Int64(plaintext.count)) - ObjectLayout.headerSize))
-        try plaintext.withUnsafeBytes { p in
-            try body.withUnsafeMutableBytes { out in
-                _ = try sealer.sealChunks(firstChunk: 0, plaintext: p, totalPlaintextSize: Int64(plaintext.count), into: out)
-            }
-        }
-        sealed += body
-        let provider = try StorageConnector(location: device.storage).connect()
-        try provider.put(object, data: sealed)
-        let coordinates = Coordinates(at: .stored, device: nil, object: object, key: key.hex)
-        let hash = SHA256.digest(plaintext).hex
-        try device.database.transaction {
-            try device.database.run("UPDATE coven_files SET coordinates = ?2, hash = ?3 WHERE id = ?1", [id, coordinates.json, hash])
-            try device.database.run("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
-            try device.database.run("DELETE FROM coven_local WHERE object = ?1", [object])
-            if let copy = local.string("copy") {
-                try device.setSetting("release:" + copy, copy)
-            }
-        }
-        return object
+        return record.coordinates.object
     }
 }
