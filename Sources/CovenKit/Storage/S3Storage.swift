@@ -393,18 +393,24 @@ public final class S3Storage: StorageProvider {
                 guard name.hasPrefix(storePrefix) else { continue }
                 objects.append(ObjectInfo(key: String(name.dropFirst(storePrefix.count)), size: size))
             }
-            token = nil
-            if xml.text("IsTruncated") == "true" {
-                guard let next = xml.text("NextContinuationToken"), !next.isEmpty else {
-                    throw CovenError.storage(
-                        "storage gave a truncated listing without a continuation token", failure: .provider,
-                        cause: "IsTruncated true, no NextContinuationToken", status: response.status)
-                }
-                token = next
-            }
+            token = try Self.nextPage(xml, marker: "NextContinuationToken", of: "listing", status: response.status)
         } while token != nil
         objects.sort { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
         return objects
+    }
+
+    /// Where the next page of a paged answer starts (ListObjectsV2, ListParts): nil on the last
+    /// page.
+    ///
+    /// - Throws: `.storage` (provider) for a truncated page that names no next page.
+    private static func nextPage(_ xml: S3XML, marker: String, of what: String, status: Int) throws -> String? {
+        guard xml.text("IsTruncated") == "true" else { return nil }
+        guard let next = xml.text(marker), !next.isEmpty else {
+            throw CovenError.storage(
+                "storage gave a truncated \(what) without \(marker)", failure: .provider,
+                cause: "IsTruncated true, no \(marker)", status: status)
+        }
+        return next
     }
 
     /// Decodes a key of an `encoding-type=url` listing. AWS and SeaweedFS write a space as `+`
@@ -470,15 +476,7 @@ public final class S3Storage: StorageProvider {
                 else { continue }
                 parts.append(UploadedPart(number: number, etag: etag, size: size))
             }
-            marker = nil
-            if xml.text("IsTruncated") == "true" {
-                guard let next = xml.text("NextPartNumberMarker"), !next.isEmpty else {
-                    throw CovenError.storage(
-                        "storage gave a truncated part list without a marker", failure: .provider,
-                        cause: "IsTruncated true, no NextPartNumberMarker", status: response.status)
-                }
-                marker = next
-            }
+            marker = try Self.nextPage(xml, marker: "NextPartNumberMarker", of: "part list", status: response.status)
         } while marker != nil
         parts.sort { $0.number < $1.number }
         return parts
