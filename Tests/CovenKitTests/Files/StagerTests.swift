@@ -1,4 +1,3 @@
-import CovenKit
 @testable import CovenKit
 import CovenTestSupport
 import Foundation
@@ -6,21 +5,7 @@ import XCTest
 
 /// Staging: a person's original read once and checked again at the write; app bytes copied,
 /// crash-safe; names that are not UTF-8; times before 1970; many files in one write.
-final class StagerTests: DeviceTestCase {
-    let album = DeviceTestCase.album
-    var device: Device!
-
-    override func setUpWithError() throws {
-        try super.setUpWithError()
-        device = try makeDevice()
-        try device.write(sql: "INSERT INTO albums (id, title) VALUES ('\(album)', 'Abbey Road')")
-    }
-
-    override func tearDownWithError() throws {
-        device = nil
-        try super.tearDownWithError()
-    }
-
+final class StagerTests: AlbumDeviceTestCase {
     private func putTrack(_ prepared: String) throws -> WriteResult {
         try device.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(album)', coven_put_user_file('\(prepared)'))")
     }

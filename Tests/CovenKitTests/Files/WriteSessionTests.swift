@@ -1,4 +1,3 @@
-import CovenKit
 @testable import CovenKit
 import CovenTestSupport
 import Foundation
@@ -6,21 +5,7 @@ import XCTest
 
 /// `coven write`: each refusal, a failed write changing nothing, a file going with its last
 /// reference, and the outbox recording one changeset per write.
-final class WriteSessionTests: DeviceTestCase {
-    let album = DeviceTestCase.album
-    var device: Device!
-
-    override func setUpWithError() throws {
-        try super.setUpWithError()
-        device = try makeDevice()
-        try device.write(sql: "INSERT INTO albums (id, title) VALUES ('\(album)', 'Abbey Road')")
-    }
-
-    override func tearDownWithError() throws {
-        device = nil
-        try super.tearDownWithError()
-    }
-
+final class WriteSessionTests: AlbumDeviceTestCase {
     /// Everything a write could change, to compare before and after a refused one.
     private func snapshot() throws -> [String] {
         var lines: [String] = []
