@@ -164,23 +164,10 @@ private final class Job {
         self.events = events
     }
 
-    private static let opening = NSLock()
-
-    /// Opens a connection for a job. Opening recreates coven's views (DROP + CREATE outside a
-    /// transaction), so two opens at once can collide: the jobs of a run open one at a time, and
-    /// a collision with another process's open is retried.
+    /// Opens a connection for a job. (Device.open changes the schema only when coven's views
+    /// changed, in one transaction, so jobs and other processes may open at once.)
     static func openDevice(_ paths: DevicePaths) throws -> Device {
-        opening.lock()
-        defer { opening.unlock() }
-        var attempt = 0
-        while true {
-            do {
-                return try Device.open(paths: paths)
-            } catch let error as CovenError where error.code == .sql && error.message.contains("already exists") && attempt < 5 {
-                attempt += 1
-                Thread.sleep(forTimeInterval: 0.05 * Double(attempt))
-            }
-        }
+        try Device.open(paths: paths)
     }
 
     func storage() throws -> any StorageProvider {
