@@ -43,6 +43,30 @@ struct HTTPResponse {
 /// Receives the body of a 2xx response as it arrives, in the pieces libcurl read.
 typealias HTTPBodySink = (HTTPResponseHead, UnsafeRawBufferPointer) throws -> Void
 
+// MARK: - libcurl
+
+/// libcurl, loaded by the first ``HTTPClient`` of the process (Sources/CCurl/shim.h says why it
+/// is not linked), then initialized once with `curl_global_init`.
+struct CurlLibrary: @unchecked Sendable {
+    /// The resolved functions; loaded once and never unloaded, so the pointer stays valid.
+    let api: UnsafePointer<coven_curl_api>
+
+    /// The process's libcurl, or why it could not be loaded.
+    static let shared: Swift.Result<CurlLibrary, CovenError> = {
+        let table = UnsafeMutablePointer<coven_curl_api>.allocate(capacity: 1)
+        table.initialize(to: coven_curl_api())
+        if let message = coven_curl_load(table) {
+            table.deallocate()
+            return .failure(CovenError(.internal, "libcurl could not be loaded (install the libcurl4 package)", cause: String(cString: message)))
+        }
+        let code = coven_curl_global_init(table, Int(CURL_GLOBAL_SSL))
+        guard code == CURLE_OK else {
+            return .failure(CovenError(.internal, "libcurl failed to initialize", cause: String(cString: coven_curl_easy_strerror(table, code))))
+        }
+        return .success(CurlLibrary(api: UnsafePointer(table)))
+    }()
+}
+
 // MARK: - The client
 
 /// An HTTP/1.1 client over one libcurl easy handle, reused across requests so connections are
@@ -58,9 +82,7 @@ typealias HTTPBodySink = (HTTPResponseHead, UnsafeRawBufferPointer) throws -> Vo
 /// Related documentation: libcurl's `curl_easy_setopt(3)`, `curl_easy_reset(3)` (which keeps
 /// live connections), `CURLOPT_ERRORBUFFER`, `CURLOPT_POSTFIELDS`.
 final class HTTPClient {
-    /// curl_global_init, once per process, before the first handle.
-    private static let globalInit: CURLcode = curl_global_init(Int(CURL_GLOBAL_SSL))
-
+    private let curl: UnsafePointer<coven_curl_api>
     private let handle: UnsafeMutableRawPointer
     private let errorBuffer: UnsafeMutablePointer<CChar>
     /// Timeouts and retries.
@@ -77,12 +99,11 @@ final class HTTPClient {
 
     /// Opens an easy handle.
     ///
-    /// - Throws: ``CovenError`` `.internal` when libcurl cannot be initialized.
+    /// - Throws: ``CovenError`` `.internal` when libcurl cannot be loaded or initialized.
     init(options: StorageOptions, caBundle: String? = nil) throws {
-        guard Self.globalInit == CURLE_OK else {
-            throw CovenError(.internal, "libcurl failed to initialize", cause: String(cString: curl_easy_strerror(Self.globalInit)))
-        }
-        guard let handle = curl_easy_init() else {
+        let curl = try CurlLibrary.shared.get().api
+        self.curl = curl
+        guard let handle = coven_curl_easy_init(curl) else {
             throw CovenError(.internal, "libcurl failed to create a handle")
         }
         self.handle = handle
@@ -93,7 +114,7 @@ final class HTTPClient {
     }
 
     deinit {
-        curl_easy_cleanup(handle)
+        coven_curl_easy_cleanup(curl, handle)
         errorBuffer.deallocate()
     }
 
@@ -253,7 +274,7 @@ final class HTTPClient {
     /// Sets one option, checking its code.
     private func set(_ code: CURLcode, _ option: String) throws {
         guard code == CURLE_OK else {
-            throw CovenError(.internal, "libcurl refused option \(option)", cause: String(cString: curl_easy_strerror(code)))
+            throw CovenError(.internal, "libcurl refused option \(option)", cause: String(cString: coven_curl_easy_strerror(curl, code)))
         }
     }
 
@@ -261,22 +282,22 @@ final class HTTPClient {
         _ request: HTTPRequest, timeout: Double, body: UnsafeRawBufferPointer?, sink: HTTPBodySink?
     ) throws -> Outcome {
         // Reset every option but keep live connections, so each request starts from defaults.
-        curl_easy_reset(handle)
+        coven_curl_easy_reset(curl, handle)
         errorBuffer[0] = 0
-        try set(coven_curl_setopt_pointer(handle, CURLOPT_ERRORBUFFER, errorBuffer), "ERRORBUFFER")
-        try request.url.withCString { try set(coven_curl_setopt_string(handle, CURLOPT_URL, $0), "URL") }
-        try set(coven_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1), "NOSIGNAL")
+        try set(coven_curl_setopt_pointer(curl, handle, CURLOPT_ERRORBUFFER, errorBuffer), "ERRORBUFFER")
+        try request.url.withCString { try set(coven_curl_setopt_string(curl, handle, CURLOPT_URL, $0), "URL") }
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_NOSIGNAL, 1), "NOSIGNAL")
         // Keys may hold "." and ".." segments: send the path exactly as signed.
-        try set(coven_curl_setopt_long(handle, CURLOPT_PATH_AS_IS, 1), "PATH_AS_IS")
-        try set(coven_curl_setopt_long(handle, CURLOPT_CONNECTTIMEOUT_MS, Self.milliseconds(options.connectTimeout)), "CONNECTTIMEOUT_MS")
-        try set(coven_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, Self.milliseconds(timeout)), "TIMEOUT_MS")
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_PATH_AS_IS, 1), "PATH_AS_IS")
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_CONNECTTIMEOUT_MS, Self.milliseconds(options.connectTimeout)), "CONNECTTIMEOUT_MS")
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_TIMEOUT_MS, Self.milliseconds(timeout)), "TIMEOUT_MS")
         // A transfer slower than 1 byte/s for this long is stalled.
-        try set(coven_curl_setopt_long(handle, CURLOPT_LOW_SPEED_LIMIT, 1), "LOW_SPEED_LIMIT")
-        try set(coven_curl_setopt_long(handle, CURLOPT_LOW_SPEED_TIME, max(1, Int(min(timeout, 30).rounded(.up)))), "LOW_SPEED_TIME")
-        try set(coven_curl_setopt_long(handle, CURLOPT_BUFFERSIZE, 512 * 1024), "BUFFERSIZE")
-        try set(coven_curl_setopt_long(handle, CURLOPT_UPLOAD_BUFFERSIZE, 2 * 1024 * 1024), "UPLOAD_BUFFERSIZE")
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_LOW_SPEED_LIMIT, 1), "LOW_SPEED_LIMIT")
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_LOW_SPEED_TIME, max(1, Int(min(timeout, 30).rounded(.up)))), "LOW_SPEED_TIME")
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_BUFFERSIZE, 512 * 1024), "BUFFERSIZE")
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_UPLOAD_BUFFERSIZE, 2 * 1024 * 1024), "UPLOAD_BUFFERSIZE")
         if let caBundle {
-            try caBundle.withCString { try set(coven_curl_setopt_string(handle, CURLOPT_CAINFO, $0), "CAINFO") }
+            try caBundle.withCString { try set(coven_curl_setopt_string(curl, handle, CURLOPT_CAINFO, $0), "CAINFO") }
         }
 
         var headerLines = request.headers.map { "\($0.0): \($0.1)" }
@@ -285,41 +306,41 @@ final class HTTPClient {
         let empty: [UInt8] = [0]
         switch request.method {
         case "GET":
-            try set(coven_curl_setopt_long(handle, CURLOPT_HTTPGET, 1), "HTTPGET")
+            try set(coven_curl_setopt_long(curl, handle, CURLOPT_HTTPGET, 1), "HTTPGET")
         case "HEAD":
-            try set(coven_curl_setopt_long(handle, CURLOPT_NOBODY, 1), "NOBODY")
+            try set(coven_curl_setopt_long(curl, handle, CURLOPT_NOBODY, 1), "NOBODY")
         case "PUT", "POST":
             headerLines.append("Content-Type: \(request.contentType)")
         default:
-            try request.method.withCString { try set(coven_curl_setopt_string(handle, CURLOPT_CUSTOMREQUEST, $0), "CUSTOMREQUEST") }
+            try request.method.withCString { try set(coven_curl_setopt_string(curl, handle, CURLOPT_CUSTOMREQUEST, $0), "CUSTOMREQUEST") }
         }
 
         var list: UnsafeMutablePointer<curl_slist>?
-        defer { curl_slist_free_all(list) }
+        defer { coven_curl_slist_free_all(curl, list) }
         for line in headerLines {
-            guard let appended = curl_slist_append(list, line) else {
+            guard let appended = coven_curl_slist_append(curl, list, line) else {
                 throw CovenError(.internal, "libcurl could not add a header")
             }
             list = appended
         }
-        try set(coven_curl_setopt_slist(handle, CURLOPT_HTTPHEADER, list), "HTTPHEADER")
+        try set(coven_curl_setopt_slist(curl, handle, CURLOPT_HTTPHEADER, list), "HTTPHEADER")
 
         let transfer = Transfer(sink: sink)
         return try withExtendedLifetime(transfer) {
             let context = Unmanaged.passUnretained(transfer).toOpaque()
-            try set(coven_curl_setopt_callback(handle, CURLOPT_HEADERFUNCTION) { data, size, count, context in
+            try set(coven_curl_setopt_callback(curl, handle, CURLOPT_HEADERFUNCTION) { data, size, count, context in
                 guard let data, let context else { return 0 }
                 let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
                 transfer.header(UnsafeRawBufferPointer(start: data, count: size * count))
                 return size * count
             }, "HEADERFUNCTION")
-            try set(coven_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, context), "HEADERDATA")
-            try set(coven_curl_setopt_callback(handle, CURLOPT_WRITEFUNCTION) { data, size, count, context in
+            try set(coven_curl_setopt_pointer(curl, handle, CURLOPT_HEADERDATA, context), "HEADERDATA")
+            try set(coven_curl_setopt_callback(curl, handle, CURLOPT_WRITEFUNCTION) { data, size, count, context in
                 guard let context else { return 0 }
                 let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
                 return transfer.receive(UnsafeRawBufferPointer(start: data, count: size * count)) ? size * count : 0
             }, "WRITEFUNCTION")
-            try set(coven_curl_setopt_pointer(handle, CURLOPT_WRITEDATA, context), "WRITEDATA")
+            try set(coven_curl_setopt_pointer(curl, handle, CURLOPT_WRITEDATA, context), "WRITEDATA")
 
             let code: CURLcode = try empty.withUnsafeBytes { emptyBytes in
                 if request.method == "PUT" || request.method == "POST" {
@@ -327,21 +348,21 @@ final class HTTPClient {
                     // libcurl, and CUSTOMREQUEST turns the POST into a PUT where needed.
                     let bytes = body ?? UnsafeRawBufferPointer(rebasing: emptyBytes[0..<0])
                     let base = bytes.baseAddress ?? emptyBytes.baseAddress
-                    try set(coven_curl_setopt_off(handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bytes.count)), "POSTFIELDSIZE_LARGE")
-                    try set(coven_curl_setopt_pointer(handle, CURLOPT_POSTFIELDS, UnsafeMutableRawPointer(mutating: base)), "POSTFIELDS")
+                    try set(coven_curl_setopt_off(curl, handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bytes.count)), "POSTFIELDSIZE_LARGE")
+                    try set(coven_curl_setopt_pointer(curl, handle, CURLOPT_POSTFIELDS, UnsafeMutableRawPointer(mutating: base)), "POSTFIELDS")
                     if request.method == "PUT" {
-                        try set(coven_curl_setopt_string(handle, CURLOPT_CUSTOMREQUEST, "PUT"), "CUSTOMREQUEST")
+                        try set(coven_curl_setopt_string(curl, handle, CURLOPT_CUSTOMREQUEST, "PUT"), "CUSTOMREQUEST")
                     }
                 }
-                return curl_easy_perform(handle)
+                return coven_curl_easy_perform(curl, handle)
             }
             if let error = transfer.sinkError { throw error }
             guard code == CURLE_OK else {
-                let text = errorBuffer[0] != 0 ? String(cString: errorBuffer) : String(cString: curl_easy_strerror(code))
+                let text = errorBuffer[0] != 0 ? String(cString: errorBuffer) : String(cString: coven_curl_easy_strerror(curl, code))
                 return Outcome(result: .failure(code, text), delivered: transfer.delivered)
             }
             var status = 0
-            if coven_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK, status != 0 {
+            if coven_curl_getinfo_long(curl, handle, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK, status != 0 {
                 transfer.head.status = status
             }
             let response = HTTPResponse(status: transfer.head.status, headers: transfer.head.headers, body: transfer.body)
