@@ -23,26 +23,7 @@ struct SQLCommand: Command {
     static let mutates = false
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
-        var sql: String
-        if let argument = invocation.arguments.first, argument != "-" {
-            sql = argument
-        } else {
-            guard invocation.arguments.first == "-" || !context.stdinIsTerminal else {
-                throw CovenError(.usage, "missing SQL", hint: "pass it as an argument, or - to read it from stdin")
-            }
-            sql = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
-        }
-        sql = sql.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard !sql.isEmpty else { throw CovenError(.usage, "the SQL is empty") }
-        var parameters: [String: SQLValue] = [:]
-        for pair in invocation.values("param") {
-            guard let equals = pair.firstIndex(of: "="), equals != pair.startIndex else {
-                throw CovenError(.usage, "--param takes NAME=VALUE, not '\(pair)'")
-            }
-            var name = String(pair[..<equals])
-            if let first = name.first, ":@$".contains(first) { name.removeFirst() }
-            parameters[name] = .text(String(pair[pair.index(after: equals)...]))
-        }
+        let (sql, parameters) = try SQLInput.read(invocation, context)
         let device = try context.openDeviceReadOnly()
         let terminator = invocation.has("null-terminated") ? "\0" : "\n"
         var objects: [[String: Any]] = []

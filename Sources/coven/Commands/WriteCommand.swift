@@ -22,26 +22,7 @@ struct WriteCommand: Command {
     static let mutates = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
-        var sql: String
-        if let argument = invocation.arguments.first, argument != "-" {
-            sql = argument
-        } else {
-            guard invocation.arguments.first == "-" || !context.stdinIsTerminal else {
-                throw CovenError(.usage, "missing SQL", hint: "pass it as an argument, or - to read it from stdin")
-            }
-            sql = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
-        }
-        sql = sql.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard !sql.isEmpty else { throw CovenError(.usage, "the SQL is empty") }
-        var parameters: [String: SQLValue] = [:]
-        for pair in invocation.values("param") {
-            guard let equals = pair.firstIndex(of: "="), equals != pair.startIndex else {
-                throw CovenError(.usage, "--param takes NAME=VALUE, not '\(pair)'")
-            }
-            var name = String(pair[..<equals])
-            if let first = name.first, ":@$".contains(first) { name.removeFirst() }
-            parameters[name] = .text(String(pair[pair.index(after: equals)...]))
-        }
+        let (sql, parameters) = try SQLInput.read(invocation, context)
         let device = try context.openDevice()
         let result = try device.write(sql: sql, parameters: parameters, wait: !context.noWait)
         if context.json {

@@ -1,0 +1,30 @@
+import CovenKit
+import Foundation
+
+/// The SQL of `coven sql` and `coven write`: an argument, or stdin when it is `-` (or absent
+/// and stdin is not a terminal), with `--param NAME=VALUE` bindings (`:NAME`, `@NAME`, `$NAME`).
+enum SQLInput {
+    static func read(_ invocation: Invocation, _ context: CommandContext) throws -> (sql: String, parameters: [String: SQLValue]) {
+        var sql: String
+        if let argument = invocation.arguments.first, argument != "-" {
+            sql = argument
+        } else {
+            guard invocation.arguments.first == "-" || !context.stdinIsTerminal else {
+                throw CovenError(.usage, "missing SQL", hint: "pass it as an argument, or - to read it from stdin")
+            }
+            sql = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+        }
+        sql = sql.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !sql.isEmpty else { throw CovenError(.usage, "the SQL is empty") }
+        var parameters: [String: SQLValue] = [:]
+        for pair in invocation.values("param") {
+            guard let equals = pair.firstIndex(of: "="), equals != pair.startIndex else {
+                throw CovenError(.usage, "--param takes NAME=VALUE, not '\(pair)'")
+            }
+            var name = String(pair[..<equals])
+            if let first = name.first, ":@$".contains(first) { name.removeFirst() }
+            parameters[name] = .text(String(pair[pair.index(after: equals)...]))
+        }
+        return (sql, parameters)
+    }
+}
