@@ -131,13 +131,16 @@ extension Device {
         let id = Identifier.uuid7()
         let relative = "copies/" + id
         let final = paths.folder + "/" + relative
-        let temporary = final + ".tmp." + String(getpid())
+        // The bytes are written under tmp/ and linked into copies/ once whole; the temporary
+        // name goes only after the record commits, so a crash anywhere in between leaves it
+        // behind, stamped with this process's pid, and the next open finds its copy from it
+        // without listing copies/ (Device.sweepAfterCrash).
+        let temporary = paths.temporary + "/" + id + ".tmp." + String(getpid())
         let out = Foundation.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard out >= 0 else { throw CovenError.posix("create", path: temporary) }
-        var kept = false
         defer {
             close(out)
-            if !kept { unlink(temporary) }
+            unlink(temporary)
         }
         let duplicate = dup(descriptor)
         guard duplicate >= 0 else { throw CovenError.posix("read", path: sourceName) }
@@ -155,10 +158,10 @@ extension Device {
         guard fsync(out) == 0 else { throw CovenError.posix("sync", path: temporary) }
         let lock = try early ?? self.lock(wait: true)
         defer { _ = lock }
-        guard rename(temporary, final) == 0 else { throw CovenError.posix("rename into", path: final) }
-        kept = true
-        try AtomicFile.syncFolder(paths.copies)
+        // A link never replaces: the id is new, so anything already at `final` is a fault.
+        guard link(temporary, final) == 0 else { throw CovenError.posix("link into", path: final) }
         do {
+            try AtomicFile.syncFolder(paths.copies)
             try database.transaction {
                 try database.run("""
                     INSERT INTO coven_staged (id, kind, namespace, place, copy, size, content_hash, chunk_hashes, created_at)

@@ -22,7 +22,7 @@ extension Device {
     /// file or local record names (a crash between writing a copy and recording it).
     func sweepAfterCrash() {
         guard !readOnly else { return }
-        // Only while no other process changes the device: a stage in another process renames
+        // Only while no other process changes the device: a stage in another process links
         // its copy into place and then records it under the lock, and its copy must not be
         // taken for a crash's leftover in between. A busy device is swept by a later open.
         guard let lock = try? DeviceLock(path: paths.lock, wait: false) else { return }
@@ -32,22 +32,30 @@ extension Device {
         removeStalePartials()
         // make-device-only calls a crash or kill stopped before their switch.
         DeviceOnlyJournal.sweep(database: database)
-        // Every copy a record names, read once: a device holding many app files on this device
-        // only must not pay one query per copy at every open.
-        guard let named = try? Set(database.query("SELECT copy FROM coven_local WHERE copy IS NOT NULL UNION SELECT copy FROM coven_staged WHERE copy IS NOT NULL").compactMap { $0.string("copy") }) else { return }
-        for folder in [paths.copies, paths.temporary] {
-            guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { continue }
-            for name in names {
-                let path = folder + "/" + name
-                if let range = name.range(of: ".tmp.") {
-                    // <name>.tmp.<pid>: the writer's pid; gone means the file is garbage.
-                    if let pid = Int32(name[range.upperBound...]), pid > 0, kill(pid, 0) == 0 || errno == EPERM { continue }
+        // Temporary files of dead writers. A staging writes its copy's bytes to
+        // tmp/<id>.tmp.<pid>, links them at copies/<id>, records the copy and only then removes
+        // the temporary name, so a copy that a crash left unrecorded always has its temporary
+        // name here too: the sweep lists tmp/ (empty but for crashes and live writers), never
+        // copies/, and an open costs the same with a hundred thousand copies.
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: paths.temporary) else { return }
+        for name in names {
+            guard let range = name.range(of: ".tmp.") else { continue }
+            // The writer's pid: alive (or not ours to signal) means it is still writing.
+            if let pid = Int32(name[range.upperBound...]), pid > 0, kill(pid, 0) == 0 || errno == EPERM { continue }
+            let copy = "copies/" + name[..<range.lowerBound]
+            let named = (try? database.scalar(
+                "SELECT EXISTS (SELECT 1 FROM coven_local WHERE copy = ?1) OR EXISTS (SELECT 1 FROM coven_staged WHERE copy = ?1)",
+                [copy]).intValue) ?? 1
+            if named == 0, !copy.contains("/.."), !name.hasPrefix(".") {
+                let path = paths.folder + "/" + copy
+                // Only the copy linked from this very temporary file: the same inode.
+                var held = stat(), linked = stat()
+                if stat(paths.temporary + "/" + name, &held) == 0, stat(path, &linked) == 0,
+                   held.st_dev == linked.st_dev, held.st_ino == linked.st_ino {
                     unlink(path)
-                    continue
                 }
-                guard folder == paths.copies else { continue }
-                if !named.contains("copies/" + name) { unlink(path) }
             }
+            unlink(paths.temporary + "/" + name)
         }
     }
 }

@@ -170,10 +170,10 @@ final class StagerTests: AlbumDeviceTestCase {
             XCTAssertEqual(write(writer, block, block.count), block.count)
             fed += block.count
             Thread.sleep(forTimeInterval: 0.05)
-            let names = (try? FileManager.default.contentsOfDirectory(atPath: paths.copies)) ?? []
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: paths.temporary)) ?? []
             if let name = names.first(where: { $0.contains(".tmp.") }) {
                 var info = stat()
-                if stat(paths.copies + "/" + name, &info) == 0, info.st_size > 0 { temporary = name }
+                if stat(paths.temporary + "/" + name, &info) == 0, info.st_size > 0 { temporary = name }
             }
         }
         let name = try XCTUnwrap(temporary, "no temporary copy appeared after \(fed) bytes")
@@ -187,23 +187,52 @@ final class StagerTests: AlbumDeviceTestCase {
         let reader = try Device.open(paths: paths, readOnly: true)
         XCTAssertEqual(try count(reader, "SELECT count(*) FROM coven_staged"), 0)
         XCTAssertEqual(try count(reader, "SELECT count(*) FROM coven_local"), 0)
-        XCTAssertTrue(FileManager.default.fileExists(atPath: paths.copies + "/" + name), "a read-only open changes nothing")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: paths.temporary + "/" + name), "a read-only open changes nothing")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: paths.copies), [], "nothing is in copies/ before it is whole")
         // The next open that may change the device removes it.
         device = try Device.open(paths: paths)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: paths.temporary), [])
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: paths.copies), [])
         // And staging works as before.
         XCTAssertEqual(try stageApp(device, text: "after").size, 5)
     }
 
-    /// A copy renamed into place whose record never committed (a crash in between) is removed
-    /// by the next open; a staged copy stays.
-    func testAnUnrecordedCopyIsSweptAndARecordedOneStays() throws {
-        let staged = try stageApp(device, text: "kept")
-        try Data("orphan".utf8).write(to: URL(fileURLWithPath: paths.copies + "/01a228b5-0000-7000-8000-00000000dead"))
-        try Data("live".utf8).write(to: URL(fileURLWithPath: paths.copies + "/x.tmp.\(getpid())"))
+    /// The crash states of a staging, as the next open finds them under tmp/ (the writer's pid
+    /// gone): a copy linked into copies/ whose record never committed goes with its temporary
+    /// name; a copy whose record committed stays and only its temporary name goes; a live
+    /// writer's temporary file stays; a copy in copies/ with no temporary name is not touched
+    /// (the open never lists copies/).
+    func testCrashLeftoversAreSweptFromTheTemporaryFolder() throws {
+        let dead = try deadPid()
+        let recorded = try stageApp(device, text: "kept")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: paths.temporary), [], "a staging removes its temporary name")
+        // Crash after the record committed, before the temporary name went.
+        XCTAssertEqual(link(paths.copies + "/" + recorded.id, paths.temporary + "/\(recorded.id).tmp.\(dead)"), 0)
+        // Crash after the link, before the record.
+        let orphan = "01a228b5-0000-7000-8000-00000000dead"
+        try Data("orphan".utf8).write(to: URL(fileURLWithPath: paths.temporary + "/\(orphan).tmp.\(dead)"))
+        XCTAssertEqual(link(paths.temporary + "/\(orphan).tmp.\(dead)", paths.copies + "/" + orphan), 0)
+        // Crash before the link: only the temporary file.
+        let early = "01a228b5-0000-7000-8000-00000000beef"
+        try Data("half".utf8).write(to: URL(fileURLWithPath: paths.temporary + "/\(early).tmp.\(dead)"))
+        // A temporary name whose id names some other file in copies/: not the same inode, kept.
+        let other = "01a228b5-0000-7000-8000-0000000000aa"
+        try Data("other".utf8).write(to: URL(fileURLWithPath: paths.copies + "/" + other))
+        try Data("stray".utf8).write(to: URL(fileURLWithPath: paths.temporary + "/\(other).tmp.\(dead)"))
+        // A live writer.
+        try Data("live".utf8).write(to: URL(fileURLWithPath: paths.temporary + "/x.tmp.\(getpid())"))
+
         device = try Device.open(paths: paths)
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: paths.copies).sorted(), [staged.id, "x.tmp.\(getpid())"].sorted(),
-                       "the orphan goes; the staged copy and a live process's temporary file stay")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: paths.copies).sorted(), [recorded.id, other].sorted())
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: paths.temporary), ["x.tmp.\(getpid())"])
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: paths.copies + "/" + recorded.id)), Data("kept".utf8))
+    }
+
+    /// The pid of a process that has exited and been reaped.
+    private func deadPid() throws -> Int32 {
+        let child = try Spawn.start("/bin/true", [], environment: [:])
+        XCTAssertEqual(Spawn.wait(child, timeout: 10).status, 0)
+        return child.pid
     }
 
     /// 10,000 small files staged and referenced in one write, well within a minute.
