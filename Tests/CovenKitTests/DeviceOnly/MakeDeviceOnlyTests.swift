@@ -3,8 +3,8 @@ import CovenTestSupport
 import Foundation
 import XCTest
 
-/// make-device-only against real SQLite, real libgcrypt and file:// storage; stored files come
-/// from ``StoredFixture`` until the upload worker lands.
+/// make-device-only against real SQLite, real libgcrypt and file:// storage; stored files are
+/// staged and sent by the real upload worker (``DeviceTestFixture/storedFile(_:namespace:hash:)``).
 final class MakeDeviceOnlyTests: XCTestCase {
     var fixture: DeviceTestFixture!
     var folder = ""
