@@ -148,7 +148,7 @@ for line in open(f"{work}/cpu.txt"):
     cpu.setdefault(tool, []).append((float(user), float(sys_), float(srv), int(rss) / 1024))
 med = {tool: [statistics.median(column) for column in zip(*rows)] for tool, rows in cpu.items()}
 coven, rclone, synced = runs["coven"], runs["rclone"], runs["rclone-synced"]
-size = f"{total / 2**30:.2f} GiB" if total >= 2**30 else f"{total / 2**20:.1f} MiB"
+size = f"{total / 2**30:.2f} GiB" if total >= 1000 * 2**20 else f"{total / 2**20:.1f} MiB"
 print(f"{server}: make-device-only {files} files, {size}: coven {coven:.2f} s, rclone crypt {rclone:.2f} s, rclone/coven {rclone / coven:.2f}x;"
       f" rclone + sync {synced:.2f} s, (rclone + sync)/coven {synced / coven:.2f}x")
 for tool in ("coven", "rclone"):
