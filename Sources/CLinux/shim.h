@@ -10,4 +10,10 @@
 static inline int coven_start_writeback(int fd, long long offset, long long count) {
     return sync_file_range(fd, offset, count, SYNC_FILE_RANGE_WRITE);
 }
+
+// O_DIRECT (a _GNU_SOURCE flag): writes straight from the caller's memory to the disk,
+// bypassing the page cache.
+static inline int coven_o_direct(void) {
+    return O_DIRECT;
+}
 #endif

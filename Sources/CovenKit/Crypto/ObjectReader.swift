@@ -18,8 +18,9 @@
 /// to be non-final only once a further byte arrives, so the last chunk's plaintext is emitted
 /// by ``finish(emit:)``.
 ///
-/// Memory is one sealed chunk and one plaintext chunk (128 KiB), allocated once. Not `Sendable`:
-/// one owner.
+/// Memory is one sealed chunk and one plaintext chunk (128 KiB), allocated once. A caller that
+/// has a place for the plaintext (the block it writes out) sets ``plaintextTarget`` and chunks
+/// decrypt straight into it. Not `Sendable`: one owner.
 public final class ObjectReader {
     private let cipher: ChunkCipher
     /// The plaintext size and chunk count, when the caller knows the size.
@@ -33,6 +34,11 @@ public final class ObjectReader {
     private var sawFinalChunk = false
     private var finished = false
     private var failure: (any Error)?
+
+    /// Where the next chunk's plaintext goes: room for 65536 bytes, the caller's until `emit`
+    /// returns; nil, or a nil answer, uses the reader's own buffer. Asked once per chunk, just
+    /// before it is decrypted.
+    public var plaintextTarget: (() -> UnsafeMutableRawPointer?)?
 
     private static let headerSize = Int(ObjectLayout.headerSize)
     private static let chunkSize = Int(ObjectLayout.chunkSize)
@@ -193,7 +199,8 @@ public final class ObjectReader {
         _ sealed: UnsafeRawBufferPointer, isLast: Bool, emit: (UnsafeRawBufferPointer) throws -> Void
     ) throws {
         let index = nextChunk
-        let output = UnsafeMutableRawBufferPointer(start: plainBuffer, count: Self.chunkSize)
+        let target = plaintextTarget?() ?? plainBuffer
+        let output = UnsafeMutableRawBufferPointer(start: target, count: Self.chunkSize)
         try cipher.open(index: index, isLast: isLast, sealed: sealed, into: output)
         let count = sealed.count - Self.tagSize
         if isLast && count == 0 && index > 0 {
@@ -204,7 +211,7 @@ public final class ObjectReader {
         }
         nextChunk += 1
         sawFinalChunk = isLast
-        if count > 0 { try emit(UnsafeRawBufferPointer(start: plainBuffer, count: count)) }
+        if count > 0 { try emit(UnsafeRawBufferPointer(start: target, count: count)) }
     }
 
     private func truncated() -> CovenError {

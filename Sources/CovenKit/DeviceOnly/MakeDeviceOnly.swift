@@ -290,12 +290,13 @@ extension Device {
             let thread = Thread {
                 defer { group.leave() }
                 var provider: (any StorageProvider)?
+                let block = CopyBlock()
                 while let index = state.take(stopping: cancel) {
                     let copy = plan.copies[index]
                     do {
                         if provider == nil { provider = try connector.connect() }
                         guard let provider else { return }
-                        let digests = try Self.download(copy, provider: provider, cancel: cancel) { bytes in
+                        let digests = try Self.download(copy, provider: provider, block: block, cancel: cancel) { bytes in
                             state.report(index, copy, bytes: bytes, done: false)
                         }
                         state.finish(index, copy, digests)
@@ -316,33 +317,31 @@ extension Device {
 
     /// Downloads one file into its temporary, decrypting and checking as it streams, syncs it
     /// and links it at its final name (never over anything).
-    static func download(_ copy: PlannedCopy, provider: any StorageProvider, cancel: CancelFlag, onBytes: @escaping (Int64) -> Void) throws -> CopyDigests {
+    static func download(
+        _ copy: PlannedCopy, provider: any StorageProvider, block: CopyBlock, cancel: CancelFlag, onBytes: @escaping (Int64) -> Void
+    ) throws -> CopyDigests {
         let record = copy.record
         let key = try FileKey(hex: record.coordinates.key)
         let reader = try ObjectReader(key: key, plaintextSize: record.size)
         let whole = try SHA256()
         var chunks: [UInt8] = []
         chunks.reserveCapacity(Int(max(1, (record.size + 65535) / 65536)) * 32)
-        let fd = PathText.withCString(copy.temporary) { Foundation.open($0, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o666) }
-        guard fd >= 0 else { throw CovenError.posix("create", path: PathText.display(copy.temporary)) }
-        var closed = false
-        defer { if !closed { close(fd) } }
-        var written: Int64 = 0
-        var started: Int64 = 0
+        let writer = try CopyWriter(creating: copy.temporary, block: block)
+        // Chunks decrypt straight into the block that goes to the disk.
+        reader.plaintextTarget = { writer.room }
+        var reported: Int64 = 0
         let emit: (UnsafeRawBufferPointer) throws -> Void = { plain in
             whole.update(plain)
             let start = chunks.count
             chunks.append(contentsOf: repeatElement(0, count: 32))
             chunks.withUnsafeMutableBytes { SHA256.hash(plain, into: $0.baseAddress! + start) }
-            try AtomicFile.writeAll(fd, plain, path: PathText.display(copy.temporary))
-            written += Int64(plain.count)
-            // Start writing back every MiB, so the disk works while bytes still come down and
-            // the fsync at the end has little left to wait for.
-            if written - started >= 1 << 20 {
-                _ = coven_start_writeback(fd, started, written - started)
-                started = written
+            try writer.append(plain)
+            // Progress at the first bytes, then every MiB: a report takes the call's lock and
+            // draws, too dear for every 64 KiB chunk.
+            if reported == 0 || writer.count - reported >= 1 << 20 {
+                reported = writer.count
+                onBytes(reported)
             }
-            onBytes(written)
         }
         do {
             try provider.get(record.coordinates.object, range: nil) { bytes in
@@ -355,12 +354,11 @@ extension Device {
         }
         if record.size == 0 { chunks = SHA256.digest([UInt8]()) }
         let content = whole.finish()
+        let written = writer.count
         guard written == record.size, content.hex == record.hash?.lowercased() else {
             throw CovenError(.integrity, "file '\(record.id)' does not match its content hash", details: ["file": record.id])
         }
-        guard fsync(fd) == 0 else { throw CovenError.posix("sync", path: PathText.display(copy.temporary)) }
-        closed = true
-        guard close(fd) == 0 else { throw CovenError.posix("close", path: PathText.display(copy.temporary)) }
+        try writer.finish()
         // A hard link is a rename that never replaces: the final name appears whole, or the call
         // fails if something took the name meanwhile. The temporary goes once the switch commits.
         let linked = PathText.withCString(copy.temporary) { from in PathText.withCString(copy.final) { to in link(from, to) } }

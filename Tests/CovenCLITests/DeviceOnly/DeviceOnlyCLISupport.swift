@@ -53,15 +53,40 @@ final class CLIDevice {
         return result.stdoutText.split(separator: "\n", omittingEmptySubsequences: true).map(String.init)
     }
 
-    /// Stored files made in this process (``StoredFixture``), each referenced by a row.
-    func storedFiles(_ contents: [[UInt8]], provider: (Device) throws -> any StorageProvider) throws -> [String] {
-        let device = try Device.open(paths: DevicePaths(database: database))
-        let storage = try provider(device)
-        return try contents.map { bytes in
-            let id = try StoredFixture.storeFile(device: device, provider: storage, namespace: "music", bytes: bytes)
-            try device.database.run("INSERT INTO tracks (id, file, _updated_at) VALUES (?1, ?2, '')", [Identifier.uuid7(), id])
-            return id
+    /// Stored files, each referenced by a row, stored the real way by this binary: each staged
+    /// as a person's original of `music` (`coven stage --user`), the rows in one `coven write`,
+    /// then sent by `coven upload-worker --once`. Returns the file ids, in order.
+    func storedFiles(_ contents: [[UInt8]]) throws -> [String] {
+        try FileManager.default.createDirectory(atPath: work + "/originals", withIntermediateDirectories: true)
+        var staged: [String] = []
+        var rows = ""
+        for bytes in contents {
+            let path = work + "/originals/" + UUID().uuidString.lowercased()
+            guard FileManager.default.createFile(atPath: path, contents: Data(bytes)) else { throw TestError("cannot write \(path)") }
+            let stage = try run(["stage", "--user", path, "--namespace", "music"])
+            guard stage.status == 0 else { throw TestError("coven stage failed: \(stage.stderrText)") }
+            let id = stage.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+            staged.append(id)
+            rows += "INSERT INTO tracks (id, file, _updated_at) VALUES (coven_uuid7(), coven_put_user_file('\(id)'), '');\n"
         }
+        try rows.write(toFile: work + "/rows.sql", atomically: true, encoding: .utf8)
+        let written = try run(["--json", "write", "-"], stdin: work + "/rows.sql")
+        guard written.status == 0,
+              let answer = try JSONSerialization.jsonObject(with: written.stdout) as? [String: Any],
+              let files = answer["staged"] as? [String: String] else {
+            throw TestError("coven write failed: \(written.stderrText)")
+        }
+        let ids = try staged.map { id in
+            guard let file = files[id] else { throw TestError("the write made no file of staged \(id)") }
+            return file
+        }
+        let uploaded = try run(["upload-worker", "--once"])
+        guard uploaded.status == 0 else { throw TestError("coven upload-worker failed: \(uploaded.stderrText)") }
+        for id in ids {
+            let place = try sql("SELECT coven_file_device(coordinates) IS NULL FROM coven_files WHERE id = '\(id)'")
+            guard place == ["1"] else { throw TestError("file \(id) is not stored after the upload worker ran") }
+        }
+        return ids
     }
 
     /// Everything under `folder` (relative to work), sorted, hidden names included.

@@ -48,7 +48,7 @@ final class MakeDeviceOnlyKillCLITests: XCTestCase {
         var extra = server.environment
         extra["AWS_ENDPOINT_URL"] = proxy.endpoint
         cli = try CLIDevice("mdo-kill", storage: "s3://\(Self.bucket)/\(prefix)?path_style=true", extra: extra)
-        ids = try cli.storedFiles([first, second]) { _ in try server.storage(bucket: Self.bucket, prefix: prefix) }
+        ids = try cli.storedFiles([first, second])
         objectNames = try ids.map { id in
             let object = try XCTUnwrap(cli.sql("SELECT json_extract(coordinates, '$.object') FROM coven_files WHERE id = '\(id)'").first)
             return String(object.split(separator: "/").last ?? "")

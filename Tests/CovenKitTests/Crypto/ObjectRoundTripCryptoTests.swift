@@ -169,3 +169,62 @@ final class ObjectRoundTripCryptoTests: XCTestCase {
         XCTAssertEqual(Array(buffer[0..<1000]), plaintext)
     }
 }
+
+/// A reader's plaintext target: chunks decrypt straight into the caller's memory.
+final class ObjectReaderTargetCryptoTests: XCTestCase {
+    func testChunksDecryptIntoTheTargetAndANilAnswerUsesTheReadersOwnBuffer() throws {
+        let key = FileKey()
+        let length = 5 * 65536 + 777
+        let plaintext = randomBytes(length, seed: 7)
+        let object = try sealObject(plaintext, key: key)
+        let slots = UnsafeMutableRawPointer.allocate(byteCount: 6 * 65536, alignment: 16)
+        defer { slots.deallocate() }
+        for piece in [7, 65551, object.count] {
+            let reader = try ObjectReader(key: key, plaintextSize: Int64(length))
+            var asked = 0
+            // Every chunk but the third goes to its own slot; the third to the reader's buffer.
+            reader.plaintextTarget = {
+                defer { asked += 1 }
+                return asked == 2 ? nil : slots + asked * 65536
+            }
+            var output = [UInt8]()
+            var places: [UnsafeRawPointer?] = []
+            try object.withUnsafeBytes { bytes in
+                var offset = 0
+                while offset < bytes.count {
+                    let end = min(offset + piece, bytes.count)
+                    try reader.feed(UnsafeRawBufferPointer(rebasing: bytes[offset..<end])) {
+                        places.append($0.baseAddress)
+                        output += $0
+                    }
+                    offset = end
+                }
+            }
+            try reader.finish { output += $0 }
+            XCTAssertEqual(output, plaintext, "piece \(piece)")
+            XCTAssertEqual(asked, 6)
+            XCTAssertEqual(places.count, 6)
+            for (index, place) in places.enumerated() where index != 2 {
+                XCTAssertEqual(place, UnsafeRawPointer(slots + index * 65536), "chunk \(index)")
+            }
+            XCTAssertFalse(places[2].map { $0 >= UnsafeRawPointer(slots) && $0 < UnsafeRawPointer(slots + 6 * 65536) } ?? true)
+        }
+    }
+
+    func testAChunkFailingIntoTheTargetEmitsNothing() throws {
+        let key = FileKey()
+        let plaintext = randomBytes(3 * 65536, seed: 8)
+        var object = try sealObject(plaintext, key: key)
+        object[8 + 65552 + 10] ^= 1  // chunk 1
+        let slot = UnsafeMutableRawPointer.allocate(byteCount: 65536, alignment: 16)
+        defer { slot.deallocate() }
+        let reader = try ObjectReader(key: key, plaintextSize: Int64(plaintext.count))
+        reader.plaintextTarget = { slot }
+        var emitted = 0
+        XCTAssertThrowsError(try reader.feed(object) { emitted += $0.count }) { error in
+            XCTAssertEqual((error as? CovenError)?.code, .integrity)
+            XCTAssertEqual((error as? CovenError)?.details["chunk"], "1")
+        }
+        XCTAssertEqual(emitted, 65536)
+    }
+}

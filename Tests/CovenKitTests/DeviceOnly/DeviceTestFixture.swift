@@ -53,10 +53,20 @@ final class DeviceTestFixture {
         return result.files[0]
     }
 
-    /// A stored file (through ``StoredFixture``) referenced by a new row; returns its id.
+    /// A stored file referenced by a new row, stored the real way: staged for the cloud (a
+    /// person's original for a user namespace, app bytes otherwise) and sent by the upload
+    /// worker (``StoredFiles``); returns its id. A `hash` given replaces the record's content
+    /// hash afterwards (a wrong one tests `integrity`).
     func storedFile(_ bytes: [UInt8], namespace: String = "music", hash: String? = nil) throws -> String {
-        let id = try StoredFixture.storeFile(device: device, provider: provider, namespace: namespace, bytes: bytes, hash: hash)
-        try device.database.run("INSERT INTO tracks (id, file, _updated_at) VALUES (?1, ?2, '')", [Identifier.uuid7(), id])
+        let id: String
+        if device.manifest.namespace(namespace)?.kind == .user {
+            let path = try writeFile("originals/" + UUID().uuidString, bytes)
+            id = try StoredFiles.stageUser(device, path: path, namespace: namespace, table: "tracks")
+        } else {
+            id = try StoredFiles.stageApp(device, bytes: bytes, namespace: namespace, table: "tracks")
+        }
+        try StoredFiles.store(device, file: id)
+        if let hash { try device.database.run("UPDATE coven_files SET hash = ?1 WHERE id = ?2", [hash, id]) }
         return id
     }
 

@@ -3,8 +3,8 @@ import CovenTestSupport
 import Foundation
 import XCTest
 
-/// make-device-only against real SQLite, real libgcrypt and file:// storage; stored files come
-/// from ``StoredFixture`` until the upload worker lands.
+/// make-device-only against real SQLite, real libgcrypt and file:// storage; stored files are
+/// staged and sent by the real upload worker (``DeviceTestFixture/storedFile(_:namespace:hash:)``).
 final class MakeDeviceOnlyTests: XCTestCase {
     var fixture: DeviceTestFixture!
     var folder = ""
@@ -224,6 +224,20 @@ final class MakeDeviceOnlyTests: XCTestCase {
         XCTAssertTrue(try ids.allSatisfy { try device.fileRecord($0)?.coordinates.at == .stored })
     }
 
+    func testProgressAtTheFirstBytesThenEveryMebibyte() throws {
+        let bytes = DeviceTestFixture.bytes(3 << 20 + 1000, seed: 4)
+        let id = try fixture.storedFile(bytes)
+        let progress = ProgressLog()
+        let copies = try device.makeDeviceOnly(folder: folder, requests: [request(id, ["big.bin"])], progress: progress.record)
+        XCTAssertEqual(FileManager.default.contents(atPath: copies[0].path), Data(bytes))
+        // The first chunk, then every MiB past the last report, then its whole size once it
+        // is synced at its final name, then one report of it done.
+        let running = progress.reports.filter { !$0.done }.map(\.bytes)
+        XCTAssertEqual(running, [65536, 65536 + (1 << 20), 65536 + (2 << 20), Int64(bytes.count)])
+        XCTAssertEqual(progress.reports.filter(\.done).map(\.bytes), [Int64(bytes.count)])
+        XCTAssertEqual(progress.reports.last?.callBytes, Int64(bytes.count))
+    }
+
     func testSomethingTakingTheNameMeanwhileIsNeverReplaced() throws {
         let id = try fixture.storedFile(DeviceTestFixture.bytes(1000))
         let path = folder + "/Album/late.bin"
@@ -355,11 +369,13 @@ final class ProgressLog: @unchecked Sendable {
     private let lock = NSLock()
     private(set) var doneFiles: [String] = []
     private(set) var lastCallBytes: Int64 = 0
+    private(set) var reports: [DeviceOnlyProgress] = []
 
     var record: @Sendable (DeviceOnlyProgress) -> Void {
         { [self] progress in
             lock.lock()
             defer { lock.unlock() }
+            reports.append(progress)
             if progress.done { doneFiles.append(progress.file) }
             lastCallBytes = max(lastCallBytes, progress.callBytes)
         }
