@@ -97,7 +97,7 @@ final class CopyWriterTests: XCTestCase {
 
     func testAnExistingFileIsNeverReplaced() throws {
         let path = folder + "/taken"
-        FileManager.default.createFile(atPath: path, contents: Data("mine".utf8))
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("mine".utf8)))
         for direct in [true, false] {
             XCTAssertThrowsError(try CopyWriter(creating: path, block: CopyBlock(), direct: direct)) { error in
                 XCTAssertEqual((error as? CovenError)?.code, .io)
