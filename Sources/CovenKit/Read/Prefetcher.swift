@@ -1,3 +1,5 @@
+import CLinux
+import Dispatch
 import Foundation
 
 /// A run of chunks fetched from storage (or read from the cache) and checked: their plaintext
@@ -14,8 +16,10 @@ final class RunBuffer {
     var plainCount = 0
     /// Sealed bytes transferred for them.
     var transferred: Int64 = 0
-    /// Whether they came from the cache (otherwise they were fetched and are not cached yet).
+    /// Whether they came from the cache (otherwise they were fetched).
     var fromCache = false
+    /// Whether the fetched chunks were written to the cache files (not yet recorded).
+    var stored = false
     /// Cached chunks of the run that failed their tag and were fetched again: the reader
     /// forgets them, then writes them to the cache again.
     var refetched: [Int64] = []
@@ -52,9 +56,27 @@ enum ReadStep: Sendable {
 /// that fails its tag is fetched again (and listed in ``RunBuffer/refetched``), a fetched one
 /// that fails is an `integrity` error.
 ///
-/// The producer reads the cache files through the reader's descriptors (`pread` only) and makes
-/// its own provider (one curl handle per thread) and cipher handles.
+/// A fetched run is written to the cache here, before it is handed over (``CacheWriting``), so
+/// the reader's thread only hashes and writes the output: on two cores the cache writes (whose
+/// fresh page-cache pages cost as much as hashing) run beside the hash. The reader records the
+/// chunks of a run only after taking it, so a chunk's bit is never set before its bytes and tag
+/// are written.
+///
+/// A cached run is read and checked in two halves at once, each on its own core: each half
+/// `pread`s its chunks and seals them again one by one into a chunk-sized scratch (so the check
+/// writes no ciphertext beyond the cache's reach), comparing each tag with the stored one.
+///
+/// The producer reads and writes the cache files through the reader's descriptors (`pread`,
+/// `pwrite`) and makes its own provider (one curl handle per thread) and cipher handles.
 final class Prefetcher: @unchecked Sendable {
+    /// Where fetched runs go: the cache entry's files, by path for messages, and whether to start
+    /// their writeback at once (for a read that syncs them at the end, ``Device/holdFile(_:interrupted:)``).
+    struct CacheWriting {
+        var dataPath: String
+        var tagsPath: String
+        var startWriteback: Bool
+    }
+
     private let connector: StorageConnector
     private let object: String
     private let keyHex: String
@@ -62,6 +84,7 @@ final class Prefetcher: @unchecked Sendable {
     private let steps: [ReadStep]
     private let dataFD: Int32
     private let tagsFD: Int32
+    private let writing: CacheWriting?
     private let condition = NSCondition()
     private var ready: [Result<RunBuffer, CovenError>] = []
     private var free: [RunBuffer]
@@ -70,10 +93,11 @@ final class Prefetcher: @unchecked Sendable {
 
     /// - Parameters:
     ///   - steps: the runs, in the order the reader takes them.
-    ///   - dataFD, tagsFD: the cache entry's files, open for reading.
+    ///   - dataFD, tagsFD: the cache entry's files, open for reading and writing.
+    ///   - writing: where fetched runs are written before they are handed over (nil: not written).
     ///   - depth: how many runs may wait for the reader.
     init(connector: StorageConnector, object: String, keyHex: String, size: Int64, steps: [ReadStep],
-         dataFD: Int32, tagsFD: Int32, depth: Int = 3) {
+         dataFD: Int32, tagsFD: Int32, writing: CacheWriting?, depth: Int = 3) {
         self.connector = connector
         self.object = object
         self.keyHex = keyHex
@@ -81,6 +105,7 @@ final class Prefetcher: @unchecked Sendable {
         self.steps = steps
         self.dataFD = dataFD
         self.tagsFD = tagsFD
+        self.writing = writing
         free = (0..<min(depth, steps.count)).map { _ in RunBuffer(chunks: StoredRead.runChunks) }
     }
 
@@ -142,7 +167,7 @@ final class Prefetcher: @unchecked Sendable {
         do {
             let key = try FileKey(hex: keyHex)
             var opener: ObjectOpener?
-            var sealer: ObjectSealer?
+            var checker: TagChecker?
             var provider: StorageProvider?
             let sealed = UnsafeMutableRawBufferPointer.allocate(
                 byteCount: Int(ObjectLayout.headerSize + StoredRead.runChunks * ObjectLayout.sealedChunkSize), alignment: 64)
@@ -162,11 +187,17 @@ final class Prefetcher: @unchecked Sendable {
                     try Prefetcher.fetch(run, object: object, size: size, provider: provider, opener: opener, sealed: sealed, into: buffer)
                     buffer.fromCache = false
                     buffer.refetched = []
+                    buffer.stored = false
+                    if let writing {
+                        try write(buffer, to: writing)
+                        buffer.stored = true
+                    }
                 case .cached(let run):
-                    if sealer == nil { sealer = try ObjectSealer(key: key) }
-                    guard let sealer else { throw CovenError(.internal, "no cipher") }
-                    let bad = try Prefetcher.readCached(run, size: size, dataFD: dataFD, tagsFD: tagsFD, sealer: sealer, sealed: sealed, into: buffer)
+                    if checker == nil { checker = try TagChecker(key: key) }
+                    guard let checker else { throw CovenError(.internal, "no cipher") }
+                    let bad = try checker.readCached(run, size: size, dataFD: dataFD, tagsFD: tagsFD, into: buffer)
                     buffer.fromCache = true
+                    buffer.stored = false
                     buffer.refetched = bad
                     buffer.transferred = 0
                     if !bad.isEmpty {
@@ -183,33 +214,14 @@ final class Prefetcher: @unchecked Sendable {
         }
     }
 
-    /// Reads cached chunks into `buffer` and checks each against its tag by sealing its
-    /// plaintext again under the file's key and nonce. Returns the chunks that failed (or that
-    /// the cache files are too short to hold).
-    static func readCached(
-        _ run: Range<Int64>, size: Int64, dataFD: Int32, tagsFD: Int32, sealer: ObjectSealer,
-        sealed: UnsafeMutableRawBufferPointer, into buffer: RunBuffer
-    ) throws -> [Int64] {
-        let lower = ObjectLayout.plaintextRange(chunk: run.lowerBound, plaintextSize: size).lowerBound
-        let upper = ObjectLayout.plaintextRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
-        let count = Int(upper - lower)
-        buffer.chunks = run
-        buffer.plainCount = count
-        let gotPlain = preadAll(dataFD, UnsafeMutableRawBufferPointer(rebasing: buffer.plaintext[0..<count]), at: lower)
-        let gotTags = preadAll(tagsFD, UnsafeMutableRawBufferPointer(rebasing: buffer.tags[0..<(run.count * 16)]), at: run.lowerBound * 16)
-        guard gotPlain == count, gotTags == run.count * 16 else { return Array(run) }
-        let out = UnsafeMutableRawBufferPointer(rebasing: sealed[0..<(count + run.count * 16)])
-        _ = try sealer.sealChunks(firstChunk: run.lowerBound, plaintext: buffer.plainBytes, totalPlaintextSize: size, into: out)
-        var bad: [Int64] = []
-        var position = 0
-        for (k, chunk) in run.enumerated() {
-            position += ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size).count
-            let computed = UnsafeRawBufferPointer(rebasing: out[position..<(position + 16)])
-            let stored = UnsafeRawBufferPointer(rebasing: buffer.tags[(k * 16)..<(k * 16 + 16)])
-            if !computed.elementsEqual(stored) { bad.append(chunk) }
-            position += 16
-        }
-        return bad
+    /// Writes a fetched run's plaintext and tags to the cache files (recorded later by the
+    /// reader, once it takes the run).
+    private func write(_ run: RunBuffer, to writing: CacheWriting) throws {
+        let base = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
+        try pwriteAll(dataFD, run.plainBytes, at: base, path: writing.dataPath)
+        try pwriteAll(tagsFD, run.tagBytes, at: run.chunks.lowerBound * 16, path: writing.tagsPath)
+        // Start writing back now, so the sync that completes the entry has little left.
+        if writing.startWriteback { _ = coven_start_writeback(dataFD, base, Int64(run.plainCount)) }
     }
 
     /// Fetches the `bad` chunks of a cached run again and patches their plaintext and tags in.
@@ -285,5 +297,62 @@ final class Prefetcher: @unchecked Sendable {
             (tagBase + k * 16).copyMemory(from: bodyBase + position, byteCount: 16)
             position += 16
         }
+    }
+}
+
+/// Checks cached chunks against their tags on both cores: sealing a chunk's plaintext again
+/// under the file's key and nonce gives its tag, which must equal the stored one.
+///
+/// Owns one cipher handle and one chunk-sized scratch per thread; confined to the producer.
+final class TagChecker {
+    private let ciphers: [ChunkCipher]
+    private let scratch: [UnsafeMutableRawBufferPointer]
+
+    init(key: FileKey) throws {
+        ciphers = try (0..<ChunkRun.threads).map { _ in try ChunkCipher(key: key) }
+        scratch = ciphers.map { _ in .allocate(byteCount: Int(ObjectLayout.sealedChunkSize), alignment: 64) }
+    }
+
+    deinit { scratch.forEach { $0.deallocate() } }
+
+    /// Reads cached chunks into `buffer` and checks each against its tag, the run's halves at
+    /// once. Returns the chunks that failed (or that the cache files are too short to hold).
+    func readCached(_ run: Range<Int64>, size: Int64, dataFD: Int32, tagsFD: Int32, into buffer: RunBuffer) throws -> [Int64] {
+        let lower = ObjectLayout.plaintextRange(chunk: run.lowerBound, plaintextSize: size).lowerBound
+        let upper = ObjectLayout.plaintextRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
+        let count = Int(upper - lower)
+        buffer.chunks = run
+        buffer.plainCount = count
+        let gotTags = preadAll(tagsFD, UnsafeMutableRawBufferPointer(rebasing: buffer.tags[0..<(run.count * 16)]), at: run.lowerBound * 16)
+        guard gotTags == run.count * 16 else { return Array(run) }
+        let chunks = try ChunkRun(firstChunk: run.lowerBound, plaintextCount: count, totalPlaintextSize: size)
+        let failed = UnsafeMutableBufferPointer<Bool>.allocate(capacity: run.count)
+        failed.initialize(repeating: false)
+        defer { failed.deallocate() }
+        let plaintext = buffer.plaintext
+        let tags = buffer.tags
+        try chunks.forEachSlice(parts: ciphers.count) { slice, indexes in
+            let cipher = ciphers[slice]
+            let out = scratch[slice]
+            // This half's bytes, in one read.
+            let from = chunks.chunk(indexes.lowerBound).plainOffset
+            let last = chunks.chunk(indexes.upperBound - 1)
+            let to = last.plainOffset + last.plainCount
+            let got = preadAll(dataFD, UnsafeMutableRawBufferPointer(rebasing: plaintext[from..<to]), at: lower + Int64(from))
+            for k in indexes {
+                let (offset, plainCount, _) = chunks.chunk(k)
+                guard offset + plainCount <= from + got else {
+                    failed[k] = true
+                    continue
+                }
+                let index = chunks.firstChunk + Int64(k)
+                try cipher.seal(index: index, isLast: index == chunks.finalChunk,
+                                plaintext: UnsafeRawBufferPointer(rebasing: plaintext[offset..<(offset + plainCount)]), into: out)
+                let computed = UnsafeRawBufferPointer(rebasing: out[plainCount..<(plainCount + 16)])
+                let stored = UnsafeRawBufferPointer(rebasing: tags[(k * 16)..<(k * 16 + 16)])
+                if !computed.elementsEqual(stored) { failed[k] = true }
+            }
+        }
+        return run.enumerated().compactMap { failed[$0.offset] ? $0.element : nil }
     }
 }
