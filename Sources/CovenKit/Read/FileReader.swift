@@ -358,17 +358,20 @@ final class StoredRead {
         let whole = wanted == 0..<size
         // A whole read of an empty file still fetches and checks its one (empty) chunk.
         let steps = plan(whole && size == 0 ? 0..<1 : chunks)
-        let producer = Prefetcher(
-            connector: StorageConnector(location: device.storage), object: object, keyHex: record.coordinates.key,
-            size: size, steps: steps, dataFD: dataFD, tagsFD: tagsFD,
-            writing: .init(dataPath: files.data, tagsPath: files.tags, startWriteback: durable))
-        producer.start()
-        defer { producer.stop() }
         // A whole read checks the file against its record's hash before its last bytes go out.
         // A cache entry that passed that check once and whose every chunk passes its tag now
         // holds exactly the bytes checked, so it is not hashed again.
         let allCached = steps.allSatisfy { if case .cached = $0 { return true } else { return false } }
         let hasher = whole && !(verified && allCached) ? try SHA256() : nil
+        // While this thread hashes, the producer opens and checks runs on one thread, so the two
+        // keep both cores busy without queueing for one; otherwise it uses both.
+        let producer = Prefetcher(
+            connector: StorageConnector(location: device.storage), object: object, keyHex: record.coordinates.key,
+            size: size, steps: steps, dataFD: dataFD, tagsFD: tagsFD,
+            writing: .init(dataPath: files.data, tagsPath: files.tags, startWriteback: durable),
+            threads: hasher == nil ? ChunkRun.threads : 1)
+        producer.start()
+        defer { producer.stop() }
         var failure: Error?
         do {
             for index in steps.indices {

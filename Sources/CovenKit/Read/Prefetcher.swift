@@ -85,6 +85,7 @@ final class Prefetcher: @unchecked Sendable {
     private let dataFD: Int32
     private let tagsFD: Int32
     private let writing: CacheWriting?
+    private let threads: Int
     private let condition = NSCondition()
     private var ready: [Result<RunBuffer, CovenError>] = []
     private var free: [RunBuffer]
@@ -95,9 +96,11 @@ final class Prefetcher: @unchecked Sendable {
     ///   - steps: the runs, in the order the reader takes them.
     ///   - dataFD, tagsFD: the cache entry's files, open for reading and writing.
     ///   - writing: where fetched runs are written before they are handed over (nil: not written).
+    ///   - threads: how many threads open or check a run: 1 when the reader keeps the other core
+    ///     busy (hashing), so the two never queue for one core.
     ///   - depth: how many runs may wait for the reader.
     init(connector: StorageConnector, object: String, keyHex: String, size: Int64, steps: [ReadStep],
-         dataFD: Int32, tagsFD: Int32, writing: CacheWriting?, depth: Int = 3) {
+         dataFD: Int32, tagsFD: Int32, writing: CacheWriting?, threads: Int = ChunkRun.threads, depth: Int = 3) {
         self.connector = connector
         self.object = object
         self.keyHex = keyHex
@@ -106,6 +109,7 @@ final class Prefetcher: @unchecked Sendable {
         self.dataFD = dataFD
         self.tagsFD = tagsFD
         self.writing = writing
+        self.threads = threads
         free = (0..<min(depth, steps.count)).map { _ in RunBuffer(chunks: StoredRead.runChunks) }
     }
 
@@ -175,7 +179,7 @@ final class Prefetcher: @unchecked Sendable {
             var spare: RunBuffer?
             func connected() throws -> (StorageProvider, ObjectOpener) {
                 if provider == nil { provider = try connector.connect() }
-                if opener == nil { opener = try ObjectOpener(key: key) }
+                if opener == nil { opener = try ObjectOpener(key: key, threads: threads) }
                 guard let provider, let opener else { throw CovenError(.internal, "no storage provider") }
                 return (provider, opener)
             }
@@ -193,7 +197,7 @@ final class Prefetcher: @unchecked Sendable {
                         buffer.stored = true
                     }
                 case .cached(let run):
-                    if checker == nil { checker = try TagChecker(key: key) }
+                    if checker == nil { checker = try TagChecker(key: key, threads: threads) }
                     guard let checker else { throw CovenError(.internal, "no cipher") }
                     let bad = try checker.readCached(run, size: size, dataFD: dataFD, tagsFD: tagsFD, into: buffer)
                     buffer.fromCache = true
@@ -308,8 +312,8 @@ final class TagChecker {
     private let ciphers: [ChunkCipher]
     private let scratch: [UnsafeMutableRawBufferPointer]
 
-    init(key: FileKey) throws {
-        ciphers = try (0..<ChunkRun.threads).map { _ in try ChunkCipher(key: key) }
+    init(key: FileKey, threads: Int) throws {
+        ciphers = try (0..<max(1, min(threads, ChunkRun.threads))).map { _ in try ChunkCipher(key: key) }
         scratch = ciphers.map { _ in .allocate(byteCount: Int(ObjectLayout.sealedChunkSize), alignment: 64) }
     }
 
