@@ -222,6 +222,9 @@ final class Prefetcher: @unchecked Sendable {
     /// reader, once it takes the run).
     private func write(_ run: RunBuffer, to writing: CacheWriting) throws {
         let base = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
+        // Allocating the run's blocks first makes the write about a third cheaper on ext4 (no
+        // per-page delayed allocation). Only a help: a failure (no room) shows at the write.
+        if run.plainCount > 0 { _ = coven_preallocate(dataFD, base, Int64(run.plainCount)) }
         try pwriteAll(dataFD, run.plainBytes, at: base, path: writing.dataPath)
         try pwriteAll(tagsFD, run.tagBytes, at: run.chunks.lowerBound * 16, path: writing.tagsPath)
         // Start writing back now, so the sync that completes the entry has little left.
