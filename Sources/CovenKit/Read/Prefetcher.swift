@@ -24,7 +24,11 @@ final class RunBuffer {
     /// forgets them, then writes them to the cache again.
     var refetched: [Int64] = []
 
-    init(chunks capacity: Int64) {
+    /// The producer thread whose buffer it is.
+    let owner: Int
+
+    init(chunks capacity: Int64, owner: Int = 0) {
+        self.owner = owner
         plaintext = .allocate(byteCount: Int(capacity * ObjectLayout.chunkSize), alignment: 64)
         tags = .allocate(byteCount: Int(capacity * ObjectLayout.tagSize), alignment: 16)
     }
@@ -52,9 +56,9 @@ enum ReadStep: Sendable {
 ///
 /// The reader takes the runs in order with ``next()`` and hands each buffer back with
 /// ``recycle(_:)``; up to `depth` runs wait ready, so checking and the network overlap with the
-/// reader's hashing, cache writes and output. Unchecked bytes never leave here: a cached chunk
-/// that fails its tag is fetched again (and listed in ``RunBuffer/refetched``), a fetched one
-/// that fails is an `integrity` error.
+/// reader's hashing and output. Unchecked bytes never leave here: a cached chunk that fails its
+/// tag is fetched again (and listed in ``RunBuffer/refetched``), a fetched one that fails is an
+/// `integrity` error.
 ///
 /// A fetched run is written to the cache here, before it is handed over (``CacheWriting``), so
 /// the reader's thread only hashes and writes the output: on two cores the cache writes (whose
@@ -62,12 +66,15 @@ enum ReadStep: Sendable {
 /// chunks of a run only after taking it, so a chunk's bit is never set before its bytes and tag
 /// are written.
 ///
-/// A cached run is read and checked in two halves at once, each on its own core: each half
-/// `pread`s its chunks and seals them again one by one into a chunk-sized scratch (so the check
-/// writes no ciphertext beyond the cache's reach), comparing each tag with the stored one.
+/// How the work spreads over the cores (`threads`): beside a reader that hashes, one thread
+/// does everything (the hash keeps the other core busy). Otherwise, when every run is cached
+/// (a warm read), two producer threads take alternate runs, each reading and checking its run
+/// alone, so both cores check with no hand-off per run; a read that fetches has one producer
+/// thread, which opens each run in two halves at once. A check seals each chunk again into a
+/// chunk-sized scratch and compares the tag with the stored one.
 ///
-/// The producer reads and writes the cache files through the reader's descriptors (`pread`,
-/// `pwrite`) and makes its own provider (one curl handle per thread) and cipher handles.
+/// The producers read and write the cache files through the reader's descriptors (`pread`,
+/// `pwrite`), and each makes its own provider (one curl handle per thread) and cipher handles.
 final class Prefetcher: @unchecked Sendable {
     /// Where fetched runs go: the cache entry's files, by path for messages, and whether to start
     /// their writeback at once (for a read that syncs them at the end, ``Device/holdFile(_:interrupted:)``).
@@ -85,20 +92,27 @@ final class Prefetcher: @unchecked Sendable {
     private let dataFD: Int32
     private let tagsFD: Int32
     private let writing: CacheWriting?
-    private let threads: Int
+    /// Producer threads: each takes the steps whose index modulo `workers` is its own.
+    private let workers: Int
+    /// Threads each producer uses to open or check one run.
+    private let threadsPerRun: Int
     private let condition = NSCondition()
-    private var ready: [Result<RunBuffer, CovenError>] = []
-    private var free: [RunBuffer]
+    /// Finished runs by step index, until the reader takes them.
+    private var ready: [Int: Result<RunBuffer, CovenError>] = [:]
+    /// The step the reader takes next.
+    private var taken = 0
+    /// Each producer's free buffers.
+    private var free: [[RunBuffer]]
     private var stopped = false
-    private var finished = false
+    private var running = 0
 
     /// - Parameters:
     ///   - steps: the runs, in the order the reader takes them.
     ///   - dataFD, tagsFD: the cache entry's files, open for reading and writing.
     ///   - writing: where fetched runs are written before they are handed over (nil: not written).
-    ///   - threads: how many threads open or check a run: 1 when the reader keeps the other core
-    ///     busy (hashing), so the two never queue for one core.
-    ///   - depth: how many runs may wait for the reader.
+    ///   - threads: how many cores the producers may keep busy: 1 when the reader keeps the
+    ///     other core busy (hashing), so the threads never queue for one core.
+    ///   - depth: how many runs may wait for the reader (at least 2 per producer thread).
     init(connector: StorageConnector, object: String, keyHex: String, size: Int64, steps: [ReadStep],
          dataFD: Int32, tagsFD: Int32, writing: CacheWriting?, threads: Int = ChunkRun.threads, depth: Int = 3) {
         self.connector = connector
@@ -109,85 +123,102 @@ final class Prefetcher: @unchecked Sendable {
         self.dataFD = dataFD
         self.tagsFD = tagsFD
         self.writing = writing
-        self.threads = threads
-        free = (0..<min(depth, steps.count)).map { _ in RunBuffer(chunks: StoredRead.runChunks) }
+        let allCached = steps.allSatisfy { if case .cached = $0 { return true } else { return false } }
+        let threads = max(1, min(threads, ChunkRun.threads))
+        workers = allCached && steps.count > 1 ? threads : 1
+        threadsPerRun = workers > 1 ? 1 : threads
+        let perWorker = min(max(2, depth / workers), steps.count)
+        free = (0..<workers).map { worker in
+            (0..<perWorker).map { _ in RunBuffer(chunks: StoredRead.runChunks, owner: worker) }
+        }
     }
 
     /// Starts producing.
     func start() {
         guard !steps.isEmpty else { return }
-        let thread = Thread { [self] in self.work() }
-        thread.stackSize = 1 << 20
-        thread.start()
+        condition.lock()
+        running = workers
+        condition.unlock()
+        for worker in 0..<workers {
+            let thread = Thread { [self] in self.work(worker) }
+            thread.stackSize = 1 << 20
+            thread.start()
+        }
     }
 
     /// The next run, in order, waiting for it; throws the run's error.
     func next() throws -> RunBuffer {
         condition.lock()
         defer { condition.unlock() }
-        while ready.isEmpty { condition.wait() }
-        return try ready.removeFirst().get()
+        while ready[taken] == nil { condition.wait() }
+        let result = ready.removeValue(forKey: taken)
+        taken += 1
+        guard let result else { throw CovenError(.internal, "no run") }
+        return try result.get()
     }
 
     /// Hands a buffer back for a later run.
     func recycle(_ buffer: RunBuffer) {
         condition.lock()
-        free.append(buffer)
+        free[buffer.owner].append(buffer)
         condition.broadcast()
         condition.unlock()
     }
 
-    /// Stops producing (the reader is done or failed) and waits for the producer's thread to
-    /// let go of its buffers and the descriptors.
+    /// Stops producing (the reader is done or failed) and waits for the producers' threads to
+    /// let go of their buffers and the descriptors.
     func stop() {
         condition.lock()
         stopped = true
         condition.broadcast()
-        while !finished && !steps.isEmpty { condition.wait() }
+        while running > 0 { condition.wait() }
         condition.unlock()
     }
 
-    private func takeBuffer() -> RunBuffer? {
+    private func takeBuffer(_ worker: Int) -> RunBuffer? {
         condition.lock()
         defer { condition.unlock() }
-        while free.isEmpty && !stopped { condition.wait() }
-        return stopped ? nil : free.removeLast()
+        while free[worker].isEmpty && !stopped { condition.wait() }
+        return stopped ? nil : free[worker].removeLast()
     }
 
-    private func deliver(_ result: Result<RunBuffer, CovenError>) {
+    private func deliver(_ step: Int, _ result: Result<RunBuffer, CovenError>) {
         condition.lock()
         defer { condition.unlock() }
-        ready.append(result)
+        ready[step] = result
         condition.broadcast()
     }
 
-    private func work() {
+    private func work(_ worker: Int) {
         defer {
             condition.lock()
-            finished = true
+            running -= 1
             condition.broadcast()
             condition.unlock()
         }
+        var index = worker
         do {
             let key = try FileKey(hex: keyHex)
             var opener: ObjectOpener?
             var checker: TagChecker?
             var provider: StorageProvider?
-            let sealed = UnsafeMutableRawBufferPointer.allocate(
-                byteCount: Int(ObjectLayout.headerSize + StoredRead.runChunks * ObjectLayout.sealedChunkSize), alignment: 64)
-            defer { sealed.deallocate() }
+            var sealed: UnsafeMutableRawBufferPointer?
+            defer { sealed?.deallocate() }
             var spare: RunBuffer?
-            func connected() throws -> (StorageProvider, ObjectOpener) {
+            func connected() throws -> (StorageProvider, ObjectOpener, UnsafeMutableRawBufferPointer) {
                 if provider == nil { provider = try connector.connect() }
-                if opener == nil { opener = try ObjectOpener(key: key, threads: threads) }
-                guard let provider, let opener else { throw CovenError(.internal, "no storage provider") }
-                return (provider, opener)
+                if opener == nil { opener = try ObjectOpener(key: key, threads: threadsPerRun) }
+                if sealed == nil {
+                    sealed = .allocate(byteCount: Int(ObjectLayout.headerSize + StoredRead.runChunks * ObjectLayout.sealedChunkSize), alignment: 64)
+                }
+                guard let provider, let opener, let sealed else { throw CovenError(.internal, "no storage provider") }
+                return (provider, opener, sealed)
             }
-            for step in steps {
-                guard let buffer = takeBuffer() else { return }
-                switch step {
+            while index < steps.count {
+                guard let buffer = takeBuffer(worker) else { return }
+                switch steps[index] {
                 case .fetch(let run):
-                    let (provider, opener) = try connected()
+                    let (provider, opener, sealed) = try connected()
                     try Prefetcher.fetch(run, object: object, size: size, provider: provider, opener: opener, sealed: sealed, into: buffer)
                     buffer.fromCache = false
                     buffer.refetched = []
@@ -197,7 +228,7 @@ final class Prefetcher: @unchecked Sendable {
                         buffer.stored = true
                     }
                 case .cached(let run):
-                    if checker == nil { checker = try TagChecker(key: key, threads: threads) }
+                    if checker == nil { checker = try TagChecker(key: key, threads: threadsPerRun) }
                     guard let checker else { throw CovenError(.internal, "no cipher") }
                     let bad = try checker.readCached(run, size: size, dataFD: dataFD, tagsFD: tagsFD, into: buffer)
                     buffer.fromCache = true
@@ -205,16 +236,18 @@ final class Prefetcher: @unchecked Sendable {
                     buffer.refetched = bad
                     buffer.transferred = 0
                     if !bad.isEmpty {
-                        let (provider, opener) = try connected()
-                        if spare == nil { spare = RunBuffer(chunks: StoredRead.runChunks) }
+                        let (provider, opener, sealed) = try connected()
+                        if spare == nil { spare = RunBuffer(chunks: StoredRead.runChunks, owner: worker) }
                         guard let fetched = spare else { throw CovenError(.internal, "no buffer") }
                         try Prefetcher.patch(bad, in: buffer, object: object, size: size, provider: provider, opener: opener, sealed: sealed, scratch: fetched)
                     }
                 }
-                deliver(.success(buffer))
+                deliver(index, .success(buffer))
+                index += workers
             }
         } catch {
-            deliver(.failure(error.asCovenError))
+            // The reader stops at this step; the other producer's later runs are never taken.
+            deliver(index, .failure(error.asCovenError))
         }
     }
 
