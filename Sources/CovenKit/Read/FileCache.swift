@@ -123,6 +123,11 @@ struct ChunkBitmap {
 
     var isFull: Bool { (0..<count).allSatisfy(contains) }
 
+    /// Whether every chunk of this set is also in `other`.
+    func isSubset(of other: ChunkBitmap) -> Bool {
+        zip(bytes, other.bytes).allSatisfy { $0 & ~$1 == 0 } && bytes.count <= other.bytes.count
+    }
+
     /// The plaintext bytes the set chunks hold in a file of `size` bytes.
     func heldBytes(size: Int64) -> Int64 {
         var total: Int64 = 0

@@ -472,9 +472,12 @@ final class StoredRead {
         let existing = try device.cacheRow(object).flatMap { $0.size == size ? $0 : nil }
         var next = ChunkBitmap(count: bitmap.count, bytes: existing?.chunks ?? [])
         for chunk in chunks { next.insert(chunk) }
+        // The chunks whose bytes this read made sure are on the disk.
+        var synced: ChunkBitmap?
         if durable && next.isFull && !(existing?.complete ?? false) {
             guard fdatasync(dataFD) == 0 else { throw CovenError.posix("sync cache file", path: files.data) }
             guard fdatasync(tagsFD) == 0 else { throw CovenError.posix("sync cache file", path: files.tags) }
+            synced = next
         }
         try db.transaction {
             let row = try device.cacheRow(object).flatMap { $0.size == size ? $0 : nil }
@@ -484,10 +487,12 @@ final class StoredRead {
             bitmap = current
             let now = cacheNow()
             let checked = hashChecked || (row?.verified ?? false)
-            // An entry synced whole stays so: this read wrote nothing into it (a refetch forgets
-            // the chunk first, which makes the entry partial until it is recorded again).
-            let synced = durable || (row?.complete ?? false)
-            let state = !current.isFull ? CacheState.partial : CacheState(synced: synced, verified: checked)
+            // Complete (synced) when it was so already: this read wrote nothing new into it (a
+            // refetch forgets the chunk first, which makes the entry partial until it is recorded
+            // again); or when this read synced every chunk now recorded (another reader may have
+            // recorded chunks since, unsynced: then it stays whole, for the next `get` to sync).
+            let isSynced = (row?.complete ?? false) || (synced.map { current.isSubset(of: $0) } ?? false)
+            let state = !current.isFull ? CacheState.partial : CacheState(synced: isSynced, verified: checked)
             try db.run("""
                 INSERT INTO coven_cache (object, size, chunks, bytes, complete, last_read, touched) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
                 ON CONFLICT (object) DO UPDATE SET size = excluded.size, chunks = excluded.chunks, bytes = excluded.bytes,

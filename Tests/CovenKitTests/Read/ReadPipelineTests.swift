@@ -210,4 +210,16 @@ final class ReadPipelineTests: ReadTestCase {
         XCTAssertEqual(try cacheRow(id)?.int("complete"), 4)
         XCTAssertTrue(try read(id).0 == bytes)
     }
+
+    func testChunkBitmapSubsetDecidesWhatASyncCovered() {
+        var synced = ChunkBitmap(count: 20)
+        for chunk in [0, 3, 9, 19] as [Int64] { synced.insert(chunk) }
+        var current = ChunkBitmap(count: 20)
+        XCTAssertTrue(current.isSubset(of: synced))
+        for chunk in [3, 19] as [Int64] { current.insert(chunk) }
+        XCTAssertTrue(current.isSubset(of: synced))
+        current.insert(10)
+        XCTAssertFalse(current.isSubset(of: synced), "a chunk recorded after the sync is not covered")
+        XCTAssertFalse(synced.isSubset(of: current))
+    }
 }
