@@ -13,13 +13,10 @@ public final class ObjectOpener {
 
     /// Creates an opener for the file sealed under `key`.
     ///
-    /// - Parameters:
-    ///   - key: the file's key.
-    ///   - threads: how many threads open a run (at most; nil: both cores): 1 when the caller
-    ///     keeps the other core busy itself, such as a read hashing what it opens.
+    /// - Parameter key: the file's key.
     /// - Throws: ``CovenError`` `.internal` when libgcrypt cannot open a cipher.
-    public init(key: FileKey, threads: Int? = nil) throws {
-        ciphers = try (0..<max(1, min(threads ?? ChunkRun.threads, ChunkRun.threads))).map { _ in try ChunkCipher(key: key) }
+    public init(key: FileKey) throws {
+        ciphers = try (0..<ChunkRun.threads).map { _ in try ChunkCipher(key: key) }
     }
 
     /// Checks the 8-byte header that starts a file object.

@@ -199,27 +199,25 @@ final class Prefetcher: @unchecked Sendable {
         var index = worker
         do {
             let key = try FileKey(hex: keyHex)
-            var opener: ObjectOpener?
+            var cipher: ChunkCipher?
             var checker: TagChecker?
             var provider: StorageProvider?
-            var sealed: UnsafeMutableRawBufferPointer?
-            defer { sealed?.deallocate() }
+            var carry: UnsafeMutableRawBufferPointer?
+            defer { carry?.deallocate() }
             var spare: RunBuffer?
-            func connected() throws -> (StorageProvider, ObjectOpener, UnsafeMutableRawBufferPointer) {
+            func connected() throws -> (StorageProvider, ChunkCipher, UnsafeMutableRawBufferPointer) {
                 if provider == nil { provider = try connector.connect() }
-                if opener == nil { opener = try ObjectOpener(key: key, threads: threadsPerRun) }
-                if sealed == nil {
-                    sealed = .allocate(byteCount: Int(ObjectLayout.headerSize + StoredRead.runChunks * ObjectLayout.sealedChunkSize), alignment: 64)
-                }
-                guard let provider, let opener, let sealed else { throw CovenError(.internal, "no storage provider") }
-                return (provider, opener, sealed)
+                if cipher == nil { cipher = try ChunkCipher(key: key) }
+                if carry == nil { carry = .allocate(byteCount: Int(ObjectLayout.sealedChunkSize), alignment: 64) }
+                guard let provider, let cipher, let carry else { throw CovenError(.internal, "no storage provider") }
+                return (provider, cipher, carry)
             }
             while index < steps.count {
                 guard let buffer = takeBuffer(worker) else { return }
                 switch steps[index] {
                 case .fetch(let run):
-                    let (provider, opener, sealed) = try connected()
-                    try Prefetcher.fetch(run, object: object, size: size, provider: provider, opener: opener, sealed: sealed, into: buffer)
+                    let (provider, cipher, carry) = try connected()
+                    try Prefetcher.fetch(run, object: object, size: size, provider: provider, cipher: cipher, carry: carry, into: buffer)
                     buffer.fromCache = false
                     buffer.refetched = []
                     buffer.stored = false
@@ -236,10 +234,10 @@ final class Prefetcher: @unchecked Sendable {
                     buffer.refetched = bad
                     buffer.transferred = 0
                     if !bad.isEmpty {
-                        let (provider, opener, sealed) = try connected()
+                        let (provider, cipher, carry) = try connected()
                         if spare == nil { spare = RunBuffer(chunks: StoredRead.runChunks, owner: worker) }
                         guard let fetched = spare else { throw CovenError(.internal, "no buffer") }
-                        try Prefetcher.patch(bad, in: buffer, object: object, size: size, provider: provider, opener: opener, sealed: sealed, scratch: fetched)
+                        try Prefetcher.patch(bad, in: buffer, object: object, size: size, provider: provider, cipher: cipher, carry: carry, scratch: fetched)
                     }
                 }
                 deliver(index, .success(buffer))
@@ -267,14 +265,14 @@ final class Prefetcher: @unchecked Sendable {
     /// Fetches the `bad` chunks of a cached run again and patches their plaintext and tags in.
     static func patch(
         _ bad: [Int64], in buffer: RunBuffer, object: String, size: Int64, provider: StorageProvider,
-        opener: ObjectOpener, sealed: UnsafeMutableRawBufferPointer, scratch: RunBuffer
+        cipher: ChunkCipher, carry: UnsafeMutableRawBufferPointer, scratch: RunBuffer
     ) throws {
         let base = ObjectLayout.plaintextRange(chunk: buffer.chunks.lowerBound, plaintextSize: size).lowerBound
         var index = 0
         while index < bad.count {
             var end = index + 1
             while end < bad.count, bad[end] == bad[end - 1] + 1 { end += 1 }
-            try fetch(bad[index]..<(bad[end - 1] + 1), object: object, size: size, provider: provider, opener: opener, sealed: sealed, into: scratch)
+            try fetch(bad[index]..<(bad[end - 1] + 1), object: object, size: size, provider: provider, cipher: cipher, carry: carry, into: scratch)
             buffer.transferred += scratch.transferred
             let offset = Int(ObjectLayout.plaintextRange(chunk: scratch.chunks.lowerBound, plaintextSize: size).lowerBound - base)
             UnsafeMutableRawBufferPointer(rebasing: buffer.plaintext[offset..<(offset + scratch.plainCount)]).copyMemory(from: scratch.plainBytes)
@@ -284,59 +282,96 @@ final class Prefetcher: @unchecked Sendable {
         }
     }
 
-    /// Fetches one run with one ranged GET and authenticates it into `buffer`.
+    /// Fetches one run with one ranged GET and authenticates it into `buffer`, chunk by chunk as
+    /// the bytes arrive: a chunk that arrives whole in one piece is opened where it lies, one
+    /// split across pieces is gathered in `carry` (one sealed chunk) first. So no run of sealed
+    /// bytes is held, and nothing is copied on the way but the plaintext out.
     ///
     /// A run that starts at chunk 0 also fetches the 8-byte header and checks it, so a newer
     /// format fails with `update_required`.
     ///
-    /// - Parameter sealed: scratch room for the run's sealed bytes and the header.
+    /// The plaintext of a run that fails is never handed over (the failure is).
+    ///
+    /// - Parameter carry: scratch room for one sealed chunk.
     /// - Throws: `.integrity` when the object is shorter or longer than the record says or a
     ///   chunk fails its tag; `.missing` when storage confirms nothing at the path; `.storage`.
     static func fetch(
-        _ run: Range<Int64>, object: String, size: Int64, provider: StorageProvider, opener: ObjectOpener,
-        sealed: UnsafeMutableRawBufferPointer, into buffer: RunBuffer
+        _ run: Range<Int64>, object: String, size: Int64, provider: StorageProvider, cipher: ChunkCipher,
+        carry: UnsafeMutableRawBufferPointer, into buffer: RunBuffer
     ) throws {
         let first = ObjectLayout.encryptedRange(chunk: run.lowerBound, plaintextSize: size)
         let last = ObjectLayout.encryptedRange(chunk: run.upperBound - 1, plaintextSize: size)
+        let finalChunk = ObjectLayout.chunkCount(plaintextSize: size) - 1
         let withHeader = run.lowerBound == 0
         let lower = withHeader ? 0 : first.lowerBound
         let wanted = Int(last.upperBound - lower)
-        precondition(wanted <= sealed.count, "internal error: a run larger than its buffer")
+        precondition(carry.count >= Int(ObjectLayout.sealedChunkSize), "internal error: no room for a sealed chunk")
+        buffer.chunks = run
+        buffer.plainCount = 0
         var received = 0
+        var header = (UInt64(0), 0)  // the header's bytes and how many arrived
+        var chunk = run.lowerBound  // the next chunk to open
+        var held = 0  // bytes of it gathered in `carry`
+        var plainOffset = 0
+        guard let carryBase = carry.baseAddress, let plainBase = buffer.plaintext.baseAddress, let tagBase = buffer.tags.baseAddress else {
+            throw CovenError(.internal, "no room for chunks \(run)")
+        }
+        func open(_ sealed: UnsafeRawPointer, _ count: Int) throws {
+            let plain = count - 16
+            try cipher.open(index: chunk, isLast: chunk == finalChunk, sealed: UnsafeRawBufferPointer(start: sealed, count: count),
+                            into: UnsafeMutableRawBufferPointer(start: plainBase + plainOffset, count: plain))
+            // Keep each chunk's tag for the cache.
+            (tagBase + Int(chunk - run.lowerBound) * 16).copyMemory(from: sealed + plain, byteCount: 16)
+            plainOffset += plain
+            chunk += 1
+        }
         do {
             try provider.get(object, range: lower..<last.upperBound) { bytes in
-                guard received + bytes.count <= wanted, let base = sealed.baseAddress, let from = bytes.baseAddress else {
+                guard received + bytes.count <= wanted, var from = bytes.baseAddress else {
                     if bytes.isEmpty { return }
                     throw CovenError(.integrity, "the stored object '\(object)' is longer than its record says", details: ["key": object, "reason": "length"])
                 }
-                (base + received).copyMemory(from: from, byteCount: bytes.count)
                 received += bytes.count
+                var left = bytes.count
+                if withHeader && header.1 < Int(ObjectLayout.headerSize) {
+                    let n = min(Int(ObjectLayout.headerSize) - header.1, left)
+                    withUnsafeMutableBytes(of: &header.0) { ($0.baseAddress! + header.1).copyMemory(from: from, byteCount: n) }
+                    header.1 += n
+                    from += n
+                    left -= n
+                    if header.1 == Int(ObjectLayout.headerSize) {
+                        try withUnsafeBytes(of: header.0) { try ObjectOpener.checkHeader($0) }
+                    }
+                }
+                while left > 0 {
+                    // `received <= wanted` keeps `chunk` within the run.
+                    let need = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size).count + 16
+                    if held == 0 && left >= need {
+                        try open(from, need)
+                        from += need
+                        left -= need
+                        continue
+                    }
+                    let n = min(need - held, left)
+                    (carryBase + held).copyMemory(from: from, byteCount: n)
+                    held += n
+                    from += n
+                    left -= n
+                    if held == need {
+                        held = 0
+                        try open(UnsafeRawPointer(carryBase), need)
+                    }
+                }
             }
         } catch let error as CovenError where error.code == .rangeOutOfBounds {
             throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says", cause: error.cause, details: ["key": object, "reason": "length"])
         }
-        var offset = 0
-        if withHeader {
-            guard received >= Int(ObjectLayout.headerSize) else {
-                throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says", details: ["key": object, "reason": "length"])
-            }
-            try ObjectOpener.checkHeader(UnsafeRawBufferPointer(rebasing: sealed[0..<8]))
-            offset = Int(ObjectLayout.headerSize)
+        guard chunk == run.upperBound else {
+            throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says",
+                             cause: "\(received) of \(wanted) bytes", details: ["key": object, "reason": "length"])
         }
-        let body = UnsafeRawBufferPointer(rebasing: sealed[offset..<received])
-        buffer.chunks = run
         buffer.transferred = Int64(received)
-        buffer.plainCount = try opener.openChunks(run, sealed: body, totalPlaintextSize: size, into: buffer.plaintext)
-        // Keep each chunk's tag for the cache (the run holds at least one tag: openChunks checked).
-        guard let tagBase = buffer.tags.baseAddress, let bodyBase = body.baseAddress else {
-            throw CovenError(.internal, "no room for the tags of chunks \(run)")
-        }
-        var position = 0
-        for k in 0..<run.count {
-            position += ObjectLayout.plaintextRange(chunk: run.lowerBound + Int64(k), plaintextSize: size).count
-            (tagBase + k * 16).copyMemory(from: bodyBase + position, byteCount: 16)
-            position += 16
-        }
+        buffer.plainCount = plainOffset
     }
 }
 

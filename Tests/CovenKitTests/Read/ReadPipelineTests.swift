@@ -223,3 +223,122 @@ final class ReadPipelineTests: ReadTestCase {
         XCTAssertFalse(synced.isSubset(of: current))
     }
 }
+
+/// A provider that hands a FileStorage object's bytes to the sink in pieces of the given sizes,
+/// in turn (so chunks and the header arrive split anywhere), and can add or drop bytes at the
+/// end, as a faulty server would.
+final class PiecewiseProvider: StorageProvider {
+    let base: FileStorage
+    let pieces: [Int]
+    var extra = 0
+    var drop = 0
+
+    init(_ base: FileStorage, pieces: [Int]) {
+        self.base = base
+        self.pieces = pieces
+    }
+
+    var singleRequestLimit: Int64 { base.singleRequestLimit }
+    var minimumPartSize: Int64 { base.minimumPartSize }
+    func put(_ key: String, data: [UInt8]) throws { try base.put(key, data: data) }
+    func putIfAbsent(_ key: String, data: [UInt8]) throws -> Bool { try base.putIfAbsent(key, data: data) }
+    func head(_ key: String) throws -> ObjectInfo? { try base.head(key) }
+    func delete(_ key: String) throws { try base.delete(key) }
+    func list(prefix: String) throws -> [ObjectInfo] { try base.list(prefix: prefix) }
+    func createMultipart(_ key: String, totalSize: Int64, partSize: Int64) throws -> String {
+        try base.createMultipart(key, totalSize: totalSize, partSize: partSize)
+    }
+    func uploadPart(_ key: String, uploadID: String, number: Int, offset: Int64, data: UnsafeRawBufferPointer) throws -> UploadedPart {
+        try base.uploadPart(key, uploadID: uploadID, number: number, offset: offset, data: data)
+    }
+    func listParts(_ key: String, uploadID: String) throws -> [UploadedPart] { try base.listParts(key, uploadID: uploadID) }
+    func completeMultipart(_ key: String, uploadID: String, parts: [UploadedPart]) throws {
+        try base.completeMultipart(key, uploadID: uploadID, parts: parts)
+    }
+    func abortMultipart(_ key: String, uploadID: String) throws { try base.abortMultipart(key, uploadID: uploadID) }
+
+    func get(_ key: String, range: Range<Int64>?, sink: (UnsafeRawBufferPointer) throws -> Void) throws -> Int64? {
+        var all: [UInt8] = []
+        let size = try base.get(key, range: range) { all.append(contentsOf: $0) }
+        all.removeLast(min(drop, all.count))
+        all += [UInt8](repeating: 0xA5, count: extra)
+        var position = 0
+        var turn = 0
+        while position < all.count {
+            let count = min(pieces[turn % pieces.count], all.count - position)
+            try all[position..<(position + count)].withUnsafeBytes { try sink($0) }
+            position += count
+            turn += 1
+        }
+        return size
+    }
+}
+
+final class StreamedFetchTests: ReadTestCase {
+    let chunk = Int(ObjectLayout.chunkSize)
+
+    func fetch(_ id: String, _ run: Range<Int64>, pieces: [Int], extra: Int = 0, drop: Int = 0) throws -> RunBuffer {
+        let record = try device.requireFile(id)
+        let provider = PiecewiseProvider(try FileStorage(directory: store, create: false), pieces: pieces)
+        provider.extra = extra
+        provider.drop = drop
+        let cipher = try ChunkCipher(key: try FileKey(hex: record.coordinates.key))
+        let carry = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(ObjectLayout.sealedChunkSize), alignment: 64)
+        defer { carry.deallocate() }
+        let buffer = RunBuffer(chunks: StoredRead.runChunks)
+        try Prefetcher.fetch(run, object: record.coordinates.object, size: record.size, provider: provider, cipher: cipher, carry: carry, into: buffer)
+        return buffer
+    }
+
+    func testChunksAndTheHeaderSplitAnywhereOpenTheSame() throws {
+        let bytes = pattern(5 * chunk + 321)
+        let id = try storedFile(bytes)
+        let size = Int64(bytes.count)
+        for pieces in [[1], [3, 5], [7], [65551, 2], [65553], [65552 * 2 + 8], [1 << 20], [9, 65552, 100_000]] {
+            for run in [0..<6, 0..<1, 2..<5, 5..<6] as [Range<Int64>] {
+                let buffer = try fetch(id, run, pieces: pieces)
+                let plain = ObjectLayout.plaintextRange(chunk: run.lowerBound, plaintextSize: size).lowerBound..<ObjectLayout.plaintextRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
+                XCTAssertEqual(Array(buffer.plainBytes), Array(bytes[Int(plain.lowerBound)..<Int(plain.upperBound)]), "pieces \(pieces) run \(run)")
+                XCTAssertEqual(buffer.chunks, run)
+                let sealed = ObjectLayout.encryptedRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
+                    - (run.lowerBound == 0 ? 0 : ObjectLayout.encryptedRange(chunk: run.lowerBound, plaintextSize: size).lowerBound)
+                XCTAssertEqual(buffer.transferred, sealed)
+                XCTAssertEqual(buffer.tagBytes.count, run.count * 16)
+            }
+        }
+    }
+
+    func testAnObjectLongerOrShorterThanItsRecordIsIntegrity() throws {
+        let bytes = pattern(3 * chunk + 10)
+        let id = try storedFile(bytes)
+        for (extra, drop) in [(1, 0), (70_000, 0), (0, 1), (0, 16), (0, 65552 + 10)] {
+            for pieces in [[5], [1 << 20]] {
+                do {
+                    _ = try fetch(id, 0..<4, pieces: pieces, extra: extra, drop: drop)
+                    XCTFail("extra \(extra) drop \(drop): no error")
+                } catch {
+                    let error = error.asCovenError
+                    XCTAssertEqual(error.code, .integrity, "extra \(extra) drop \(drop): \(error)")
+                    XCTAssertEqual(error.details["reason"], "length", "extra \(extra) drop \(drop)")
+                }
+            }
+        }
+    }
+
+    func testANewerHeaderIsUpdateRequiredEvenSplit() throws {
+        let bytes = pattern(chunk + 1)
+        let id = try storedFile(bytes)
+        let path = store + "/" + (try device.requireFile(id).coordinates.object)
+        let fd = open(path, O_RDWR)
+        var version: UInt8 = 0x7F
+        XCTAssertEqual(pwrite(fd, &version, 1, 6), 1)
+        close(fd)
+        for pieces in [[1], [3], [1 << 20]] {
+            XCTAssertThrowsError(try fetch(id, 0..<2, pieces: pieces)) { error in
+                XCTAssertEqual(error.asCovenError.code, .updateRequired, "pieces \(pieces)")
+            }
+        }
+        // A run that does not start at chunk 0 does not fetch the header.
+        XCTAssertEqual(Array(try fetch(id, 1..<2, pieces: [2]).plainBytes), Array(bytes[chunk...]))
+    }
+}
