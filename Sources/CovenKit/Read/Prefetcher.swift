@@ -25,10 +25,10 @@ final class RunBuffer {
     var refetched: [Int64] = []
 
     /// The producer thread whose buffer it is.
-    let owner: Int
+    /// The producer thread that holds it, while it does.
+    var owner = 0
 
-    init(chunks capacity: Int64, owner: Int = 0) {
-        self.owner = owner
+    init(chunks capacity: Int64) {
         plaintext = .allocate(byteCount: Int(capacity * ObjectLayout.chunkSize), alignment: 64)
         tags = .allocate(byteCount: Int(capacity * ObjectLayout.tagSize), alignment: 16)
     }
@@ -101,8 +101,13 @@ final class Prefetcher: @unchecked Sendable {
     private var ready: [Int: Result<RunBuffer, CovenError>] = [:]
     /// The step the reader takes next.
     private var taken = 0
-    /// Each producer's free buffers.
-    private var free: [[RunBuffer]]
+    /// The free buffers, shared by the producers.
+    private var free: [RunBuffer]
+    /// Buffers each producer holds (filling, or ready and not yet taken).
+    private var held: [Int]
+    /// The most buffers one producer may hold: with two, each may hold all but one, so the one
+    /// whose run the reader waits for always finds a buffer.
+    private let holdLimit: Int
     private var stopped = false
     private var running = 0
 
@@ -112,7 +117,7 @@ final class Prefetcher: @unchecked Sendable {
     ///   - writing: where fetched runs are written before they are handed over (nil: not written).
     ///   - threads: how many cores the producers may keep busy: 1 when the reader keeps the
     ///     other core busy (hashing), so the threads never queue for one core.
-    ///   - depth: how many runs may wait for the reader (at least 2 per producer thread).
+    ///   - depth: how many buffers the producers share (runs waiting for the reader, or filling).
     init(connector: StorageConnector, object: String, keyHex: String, size: Int64, steps: [ReadStep],
          dataFD: Int32, tagsFD: Int32, writing: CacheWriting?, threads: Int = ChunkRun.threads, depth: Int = 3) {
         self.connector = connector
@@ -127,10 +132,10 @@ final class Prefetcher: @unchecked Sendable {
         let threads = max(1, min(threads, ChunkRun.threads))
         workers = allCached && steps.count > 1 ? threads : 1
         threadsPerRun = workers > 1 ? 1 : threads
-        let perWorker = min(max(2, depth / workers), steps.count)
-        free = (0..<workers).map { worker in
-            (0..<perWorker).map { _ in RunBuffer(chunks: StoredRead.runChunks, owner: worker) }
-        }
+        let count = min(max(depth, workers + 1), steps.count)
+        free = (0..<count).map { _ in RunBuffer(chunks: StoredRead.runChunks) }
+        held = [Int](repeating: 0, count: workers)
+        holdLimit = workers > 1 ? count - 1 : count
     }
 
     /// Starts producing.
@@ -160,7 +165,8 @@ final class Prefetcher: @unchecked Sendable {
     /// Hands a buffer back for a later run.
     func recycle(_ buffer: RunBuffer) {
         condition.lock()
-        free[buffer.owner].append(buffer)
+        held[buffer.owner] -= 1
+        free.append(buffer)
         condition.broadcast()
         condition.unlock()
     }
@@ -178,8 +184,12 @@ final class Prefetcher: @unchecked Sendable {
     private func takeBuffer(_ worker: Int) -> RunBuffer? {
         condition.lock()
         defer { condition.unlock() }
-        while free[worker].isEmpty && !stopped { condition.wait() }
-        return stopped ? nil : free[worker].removeLast()
+        while (free.isEmpty || held[worker] >= holdLimit) && !stopped { condition.wait() }
+        guard !stopped else { return nil }
+        let buffer = free.removeLast()
+        buffer.owner = worker
+        held[worker] += 1
+        return buffer
     }
 
     private func deliver(_ step: Int, _ result: Result<RunBuffer, CovenError>) {
@@ -235,7 +245,7 @@ final class Prefetcher: @unchecked Sendable {
                     buffer.transferred = 0
                     if !bad.isEmpty {
                         let (provider, cipher, carry) = try connected()
-                        if spare == nil { spare = RunBuffer(chunks: StoredRead.runChunks, owner: worker) }
+                        if spare == nil { spare = RunBuffer(chunks: StoredRead.runChunks) }
                         guard let fetched = spare else { throw CovenError(.internal, "no buffer") }
                         try Prefetcher.patch(bad, in: buffer, object: object, size: size, provider: provider, cipher: cipher, carry: carry, scratch: fetched)
                     }
