@@ -24,7 +24,6 @@ final class RunBuffer {
     /// forgets them, then writes them to the cache again.
     var refetched: [Int64] = []
 
-    /// The producer thread whose buffer it is.
     /// The producer thread that holds it, while it does.
     var owner = 0
 
@@ -70,8 +69,11 @@ enum ReadStep: Sendable {
 /// does everything (the hash keeps the other core busy). Otherwise, when every run is cached
 /// (a warm read), two producer threads take alternate runs, each reading and checking its run
 /// alone, so both cores check with no hand-off per run; a read that fetches has one producer
-/// thread, which opens each run in two halves at once. A check seals each chunk again into a
-/// chunk-sized scratch and compares the tag with the stored one.
+/// thread, which checks cached runs in two halves at once. A fetched run is opened chunk by
+/// chunk as its bytes arrive (``fetch(_:object:size:provider:cipher:carry:into:)``); a cached
+/// run is checked by sealing each chunk again into a chunk-sized scratch and comparing the tag
+/// with the stored one. The producers share three run buffers, so a read holds about 4 MiB
+/// whatever its size.
 ///
 /// The producers read and write the cache files through the reader's descriptors (`pread`,
 /// `pwrite`), and each makes its own provider (one curl handle per thread) and cipher handles.
@@ -94,7 +96,7 @@ final class Prefetcher: @unchecked Sendable {
     private let writing: CacheWriting?
     /// Producer threads: each takes the steps whose index modulo `workers` is its own.
     private let workers: Int
-    /// Threads each producer uses to open or check one run.
+    /// Threads each producer uses to check one cached run.
     private let threadsPerRun: Int
     private let condition = NSCondition()
     /// Finished runs by step index, until the reader takes them.
