@@ -402,6 +402,9 @@ final class TagChecker {
 
     deinit { scratch.forEach { $0.deallocate() } }
 
+    /// Chunks read from the cache file at once (256 KiB).
+    static let readChunks = 4
+
     /// Reads cached chunks into `buffer` and checks each against its tag, the run's halves at
     /// once. Returns the chunks that failed (or that the cache files are too short to hold).
     func readCached(_ run: Range<Int64>, size: Int64, dataFD: Int32, tagsFD: Int32, into buffer: RunBuffer) throws -> [Int64] {
@@ -421,23 +424,29 @@ final class TagChecker {
         try chunks.forEachSlice(parts: ciphers.count) { slice, indexes in
             let cipher = ciphers[slice]
             let out = scratch[slice]
-            // This half's bytes, in one read.
-            let from = chunks.chunk(indexes.lowerBound).plainOffset
-            let last = chunks.chunk(indexes.upperBound - 1)
-            let to = last.plainOffset + last.plainCount
-            let got = preadAll(dataFD, UnsafeMutableRawBufferPointer(rebasing: plaintext[from..<to]), at: lower + Int64(from))
-            for k in indexes {
-                let (offset, plainCount, _) = chunks.chunk(k)
-                guard offset + plainCount <= from + got else {
-                    failed[k] = true
-                    continue
+            // This half's bytes, a few chunks per read, each sealed again while still in the
+            // core's cache.
+            var k = indexes.lowerBound
+            while k < indexes.upperBound {
+                let end = min(k + TagChecker.readChunks, indexes.upperBound)
+                let from = chunks.chunk(k).plainOffset
+                let last = chunks.chunk(end - 1)
+                let to = last.plainOffset + last.plainCount
+                let got = preadAll(dataFD, UnsafeMutableRawBufferPointer(rebasing: plaintext[from..<to]), at: lower + Int64(from))
+                for k in k..<end {
+                    let (offset, plainCount, _) = chunks.chunk(k)
+                    guard offset + plainCount <= from + got else {
+                        failed[k] = true
+                        continue
+                    }
+                    let index = chunks.firstChunk + Int64(k)
+                    try cipher.seal(index: index, isLast: index == chunks.finalChunk,
+                                    plaintext: UnsafeRawBufferPointer(rebasing: plaintext[offset..<(offset + plainCount)]), into: out)
+                    let computed = UnsafeRawBufferPointer(rebasing: out[plainCount..<(plainCount + 16)])
+                    let stored = UnsafeRawBufferPointer(rebasing: tags[(k * 16)..<(k * 16 + 16)])
+                    if !computed.elementsEqual(stored) { failed[k] = true }
                 }
-                let index = chunks.firstChunk + Int64(k)
-                try cipher.seal(index: index, isLast: index == chunks.finalChunk,
-                                plaintext: UnsafeRawBufferPointer(rebasing: plaintext[offset..<(offset + plainCount)]), into: out)
-                let computed = UnsafeRawBufferPointer(rebasing: out[plainCount..<(plainCount + 16)])
-                let stored = UnsafeRawBufferPointer(rebasing: tags[(k * 16)..<(k * 16 + 16)])
-                if !computed.elementsEqual(stored) { failed[k] = true }
+                k = end
             }
         }
         return run.enumerated().compactMap { failed[$0.offset] ? $0.element : nil }
