@@ -103,6 +103,24 @@ final class ReadPipelineTests: ReadTestCase {
         XCTAssertEqual(report.source, .cache)
     }
 
+    func testCacheFilesCutShortAreFetchedAgainNeverServed() throws {
+        let bytes = pattern(2 * run + 3 * chunk)
+        let id = try storedFile(bytes)
+        _ = try read(id)
+        let files = device.cachePaths(object: try object(id))
+        // The data file loses its last 3.5 chunks (a reader makes it whole again: zeros, which
+        // fail their tags); the tags file loses all but the first 20 tags (those runs fail whole).
+        XCTAssertEqual(truncate(files.data, off_t(bytes.count - 3 * chunk - chunk / 2)), 0)
+        let (got, report) = try read(id)
+        XCTAssertTrue(got == bytes)
+        XCTAssertEqual(report.chunksRefetched, 4)
+        XCTAssertEqual(truncate(files.tags, 20 * 16), 0)
+        let (again, second) = try read(id)
+        XCTAssertTrue(again == bytes)
+        XCTAssertEqual(second.chunksRefetched, 16 + 3, "runs 1 and 2 whole: their tags are short")
+        XCTAssertEqual(try read(id).1.chunksRefetched, 0)
+    }
+
     func testAnInterruptedCheckedReadStopsBetweenRunsAndLeavesTheEntry() throws {
         let bytes = pattern(4 * run)
         let id = try storedFile(bytes)
