@@ -121,6 +121,30 @@ final class ReadPipelineTests: ReadTestCase {
         XCTAssertEqual(try read(id).1.chunksRefetched, 0)
     }
 
+    func testAWarmReadWhoseRefetchFailsOfflineStopsAtThatRunWithoutHanging() throws {
+        let bytes = pattern(5 * run)
+        let id = try storedFile(bytes)
+        _ = try read(id)
+        XCTAssertEqual(try cacheRow(id)?.int("complete"), 4)
+        // Run 3 (the second producer's) holds a bad chunk, and storage is away: the read must
+        // stop there with the storage error, after runs 0-2 and nothing of run 3 or later.
+        try corruptCachedData(id, at: 3 * run + 5 * chunk)
+        try FileManager.default.moveItem(atPath: store, toPath: store + ".away")
+        var out: [UInt8] = []
+        let started = Date()
+        XCTAssertThrowsError(try device.readFile(id) { out.append(contentsOf: $0) }) { error in
+            XCTAssertEqual(error.asCovenError.code, .storage)
+            XCTAssertEqual(error.asCovenError.storageFailure, .network)
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5)
+        XCTAssertTrue(out == Array(bytes[0..<(3 * run)]))
+        // Back online, the bad chunk is fetched again; the entry was never marked otherwise.
+        try FileManager.default.moveItem(atPath: store + ".away", toPath: store)
+        let (got, report) = try read(id)
+        XCTAssertTrue(got == bytes)
+        XCTAssertEqual(report.chunksRefetched, 1)
+    }
+
     func testAnInterruptedCheckedReadStopsBetweenRunsAndLeavesTheEntry() throws {
         let bytes = pattern(4 * run)
         let id = try storedFile(bytes)
