@@ -225,7 +225,11 @@ for kind in moto seaweedfs; do
         "$([[ ${R[$kind.fetched]} -le $limit ]] && echo ok || echo OVER)"
 done
 printf 'cold full file://:    coven %.3f  rclone %.3f  rclone/coven %sx (target >= 2.5)\n' "$cold_coven" "$cold_rclone" "$(ratio "$cold_rclone" "$cold_coven")"
+# CPU (user + sys, means): steadier than wall time on a shared machine. coven's cold read hashes
+# the whole file on one core (SHA-256, about 0.6 s/GiB), so its wall time cannot fall below that.
+printf 'cold full CPU:        coven %.3f  rclone %.3f\n' "$(cpu_of "$T/cold.json" 0)" "$(cpu_of "$T/cold.json" 1)"
 printf 'warm full (cached):   coven %.3f  cat %.3f  coven/cat %sx (target <= 2)\n' "$warm_coven" "$warm_cat" "$(ratio "$warm_coven" "$warm_cat")"
+printf 'warm full CPU:        coven %.3f  cat %.3f\n' "$(cpu_of "$T/warm.json" 0)" "$(cpu_of "$T/warm.json" 1)"
 printf 'peak RSS (MiB):       cold full %s, warm full %s, S3 range %s / %s, S3 8 MiB %s / %s (moto / seaweedfs; target < 32); rclone cold full %s\n' \
     "$(mib "$rss_cold")" "$(mib "$rss_warm")" "$(mib "${R[moto.rss]:-}")" "$(mib "${R[seaweedfs.rss]:-}")" \
     "$(mib "${R[moto.rss8]:-}")" "$(mib "${R[seaweedfs.rss8]:-}")" "$(mib "$rss_rclone_cold")"

@@ -13,14 +13,20 @@ import Foundation
 ///   and comparing the tag, so a corrupted cached chunk is caught by its tag, as a fetched one is.
 ///
 /// `coven_cache` keeps the bookkeeping: the plaintext size, a bitmap of the chunks held, their
-/// bytes, whether the entry is complete (`complete`: 0 partial, 1 every chunk held, 2 every
-/// chunk held and the whole file once found to match its record's hash), and when it was last read (trims take the longest ago
-/// first) and touched. A chunk's bit is set only after its plaintext and tag are written, so a
-/// crash loses at most chunks that were never recorded; a power cut that loses written bytes of
-/// a recorded chunk makes it fail its tag, so it is fetched again, never served. An entry is
-/// marked complete only once both files are synced. An entry that is not
-/// complete is a *partial*: never answered as the file, resumed by fetching only its missing
-/// chunks (Range requests), and removed at open once untouched for seven days unless kept.
+/// bytes, the entry's state (`complete`, ``CacheState``), and when it was last read (trims take
+/// the longest ago first) and touched. A chunk's bit is set only after its plaintext and tag are
+/// written, so a crash loses at most chunks that were never recorded; a power cut that loses
+/// written bytes of a recorded chunk makes it fail its tag, so it is fetched again, never served.
+///
+/// The states: 0 *partial*, some chunk missing: never answered as the file, resumed by fetching
+/// only its missing chunks (Range requests), and removed at open once untouched for seven days
+/// unless kept. 1 *complete*: every chunk held and both files synced, so ``Device/holdFile(_:interrupted:)``
+/// (`coven get`) hands the file to other programs, which do not check tags; 2 the same, and the
+/// whole file once found to match its record's hash. 3 *whole*: every chunk held but not synced
+/// (a read such as `coven cat` does not wait for the disk); 4 the same, hash-checked. A whole
+/// entry is no partial: it counts as held for status and budgets and is never removed as a stale
+/// partial; reads serve it as any cached chunks (each checked against its tag); `coven get` and
+/// `coven fetch-kept` read it through once, checking every tag, sync it and mark it complete.
 ///
 /// A reader holds a shared `flock` on the data file while it reads; trims and `cache clear`
 /// take an exclusive one without waiting and pass over an entry that is being read.
@@ -38,15 +44,43 @@ public struct CacheEntryPaths: Sendable {
     }
 }
 
+/// The state of a cache entry, in `coven_cache.complete`.
+enum CacheState: Int64 {
+    /// Some chunk missing.
+    case partial = 0
+    /// Every chunk held, both files synced.
+    case complete = 1
+    /// Complete, and the whole file once found to match its record's hash.
+    case completeVerified = 2
+    /// Every chunk held, not synced.
+    case whole = 3
+    /// Whole, and the whole file once found to match its record's hash.
+    case wholeVerified = 4
+
+    /// The state of an entry holding every chunk.
+    init(synced: Bool, verified: Bool) {
+        switch (synced, verified) {
+        case (true, false): self = .complete
+        case (true, true): self = .completeVerified
+        case (false, false): self = .whole
+        case (false, true): self = .wholeVerified
+        }
+    }
+}
+
 /// One row of `coven_cache`.
 struct CacheEntryRow {
     var object: String
     var size: Int64
     var chunks: [UInt8]
     var bytes: Int64
-    var complete: Bool
-    /// Complete, and once read whole and found to match the record's hash (`complete = 2`).
-    var verified: Bool
+    var state: CacheState
+    /// Every chunk held and both files synced: the file can be handed to other programs.
+    var complete: Bool { state == .complete || state == .completeVerified }
+    /// Every chunk held, synced or not (not a partial).
+    var whole: Bool { state != .partial }
+    /// Every chunk held, and once read whole and found to match the record's hash.
+    var verified: Bool { state == .completeVerified || state == .wholeVerified }
     var lastRead: Double
 
     init(row: Row) {
@@ -54,8 +88,8 @@ struct CacheEntryRow {
         size = row.int("size") ?? 0
         chunks = row.bytes("chunks") ?? []
         bytes = row.int("bytes") ?? 0
-        complete = (row.int("complete") ?? 0) >= 1
-        verified = (row.int("complete") ?? 0) == 2
+        // An unknown state (never written by this code) is treated as a partial: resumed, checked.
+        state = CacheState(rawValue: row.int("complete") ?? 0) ?? .partial
         lastRead = row["last_read"].textValue.flatMap(Double.init) ?? 0
     }
 }
@@ -88,6 +122,11 @@ struct ChunkBitmap {
     }
 
     var isFull: Bool { (0..<count).allSatisfy(contains) }
+
+    /// Whether every chunk of this set is also in `other`.
+    func isSubset(of other: ChunkBitmap) -> Bool {
+        zip(bytes, other.bytes).allSatisfy { $0 & ~$1 == 0 } && bytes.count <= other.bytes.count
+    }
 
     /// The plaintext bytes the set chunks hold in a file of `size` bytes.
     func heldBytes(size: Int64) -> Int64 {

@@ -95,7 +95,7 @@ extension Device {
             return try readLocal(record, range: range, output: output)
         }
         let wanted = try range.resolve(size: record.size, file: id)
-        let read = try StoredRead(device: self, record: record, interrupted: interrupted)
+        let read = try StoredRead(device: self, record: record, durable: false, interrupted: interrupted)
         defer { read.close() }
         let report = try read.read(wanted, output: output)
         if (try? cacheOverBudget()) == true { _ = try? trimCache(sparing: coordinates.object) }
@@ -185,8 +185,11 @@ extension Device {
     /// Makes sure the whole file is held on this device and returns the path of the held
     /// copy: the person's original or coven's copy before upload, or the complete cache file.
     ///
-    /// A partial is resumed: only its missing chunks are fetched. A file larger than the
-    /// budget is still fetched; a trim afterwards spares it.
+    /// A partial is resumed: only its missing chunks are fetched. An entry a read completed
+    /// without syncing (``CacheEntryRow/whole`` but not ``CacheEntryRow/complete``) is read
+    /// through once, every chunk checked against its tag (a chunk a power cut lost is fetched
+    /// again), then synced. A file larger than the budget is still fetched; a trim afterwards
+    /// spares it.
     ///
     /// - Throws: as ``readFile(_:range:interrupted:output:)``; `.noRoom` when the disk has no
     ///   room for the rest of it.
@@ -206,7 +209,7 @@ extension Device {
             return (files.data, ReadReport(source: .cache))
         }
         try checkRoom(for: record)
-        let read = try StoredRead(device: self, record: record, interrupted: interrupted)
+        let read = try StoredRead(device: self, record: record, durable: true, interrupted: interrupted)
         defer { read.close() }
         let report = try read.read(0..<record.size) { _ in }
         if (try? cacheOverBudget()) == true { _ = try? trimCache(sparing: record.coordinates.object) }
@@ -241,6 +244,9 @@ final class StoredRead {
     let size: Int64
     let files: CacheEntryPaths
     let interrupted: (() -> Bool)?
+    /// Whether a read that completes the entry syncs its files and marks it complete (for
+    /// `coven get`, which hands the file to other programs), or leaves that to a later `get`.
+    let durable: Bool
     private var dataFD: Int32 = -1
     private var tagsFD: Int32 = -1
     private var bitmap: ChunkBitmap
@@ -261,13 +267,14 @@ final class StoredRead {
     /// Chunks per request: 1 MiB of plaintext.
     static let runChunks: Int64 = 16
 
-    init(device: Device, record: FileRecord, interrupted: (() -> Bool)?) throws {
+    init(device: Device, record: FileRecord, durable: Bool, interrupted: (() -> Bool)?) throws {
         self.device = device
         self.record = record
         self.object = record.coordinates.object
         self.size = record.size
         self.files = device.cachePaths(object: record.coordinates.object)
         self.interrupted = interrupted
+        self.durable = durable
         _ = try FileKey(hex: record.coordinates.key)  // a bad key fails here, before any file is made
         bitmap = ChunkBitmap(count: ObjectLayout.chunkCount(plaintextSize: record.size))
         try openEntry()
@@ -351,16 +358,20 @@ final class StoredRead {
         let whole = wanted == 0..<size
         // A whole read of an empty file still fetches and checks its one (empty) chunk.
         let steps = plan(whole && size == 0 ? 0..<1 : chunks)
-        let producer = Prefetcher(
-            connector: StorageConnector(location: device.storage), object: object, keyHex: record.coordinates.key,
-            size: size, steps: steps, dataFD: dataFD, tagsFD: tagsFD)
-        producer.start()
-        defer { producer.stop() }
         // A whole read checks the file against its record's hash before its last bytes go out.
         // A cache entry that passed that check once and whose every chunk passes its tag now
         // holds exactly the bytes checked, so it is not hashed again.
         let allCached = steps.allSatisfy { if case .cached = $0 { return true } else { return false } }
         let hasher = whole && !(verified && allCached) ? try SHA256() : nil
+        // While this thread hashes, the producer opens and checks runs on one thread, so the two
+        // keep both cores busy without queueing for one; otherwise it uses both.
+        let producer = Prefetcher(
+            connector: StorageConnector(location: device.storage), object: object, keyHex: record.coordinates.key,
+            size: size, steps: steps, dataFD: dataFD, tagsFD: tagsFD,
+            writing: .init(dataPath: files.data, tagsPath: files.tags, startWriteback: durable),
+            threads: hasher == nil ? ChunkRun.threads : 1)
+        producer.start()
+        defer { producer.stop() }
         var failure: Error?
         do {
             for index in steps.indices {
@@ -383,8 +394,11 @@ final class StoredRead {
                         try forget(run.refetched)
                         try store(run, only: run.refetched)
                     }
-                } else {
-                    try store(run, only: nil)
+                } else if run.stored {
+                    // The producer wrote the run to the cache files: record it (later).
+                    pending.append(contentsOf: run.chunks)
+                    pendingBytes += Int64(run.plainCount)
+                    if pendingBytes >= Self.recordEvery { try recordChunks() }
                 }
                 let runStart = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
                 let from = Int(max(runStart, wanted.lowerBound) - runStart)
@@ -427,20 +441,10 @@ final class StoredRead {
         return report
     }
 
-    /// Writes a run's chunks (or `only` some of them) to the cache; they are recorded at the
-    /// next ``recordChunks()``.
-    private func store(_ run: RunBuffer, only: [Int64]?) throws {
+    /// Writes the `only` chunks of a cached run, fetched again, to the cache; they are recorded
+    /// at the next ``recordChunks()``.
+    private func store(_ run: RunBuffer, only: [Int64]) throws {
         let base = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
-        guard let only else {
-            try pwriteAll(dataFD, run.plainBytes, at: base, path: files.data)
-            try pwriteAll(tagsFD, run.tagBytes, at: run.chunks.lowerBound * 16, path: files.tags)
-            // Start writing back now, so the sync that completes the entry has little left.
-            _ = coven_start_writeback(dataFD, base, Int64(run.plainCount))
-            pending.append(contentsOf: run.chunks)
-            pendingBytes += Int64(run.plainCount)
-            if pendingBytes >= Self.recordEvery { try recordChunks() }
-            return
-        }
         for chunk in only {
             let plain = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size)
             let offset = Int(plain.lowerBound - base)
@@ -456,8 +460,10 @@ final class StoredRead {
     ///
     /// A chunk is recorded only after its bytes and tag are written. They need not be on the
     /// disk yet: a chunk a power cut loses reads back wrong, fails its tag and is fetched again,
-    /// never served. The entry is marked complete only after both files are synced, since
-    /// `coven get` hands the complete file to other programs, which do not check tags.
+    /// never served. A durable read marks the entry complete only after both files are synced,
+    /// since `coven get` hands the complete file to other programs, which do not check tags;
+    /// another read marks it whole but unsynced (3, or 4 once hash-checked), which `get` reads
+    /// through, checking every tag, and syncs before handing it out.
     private func recordChunks() throws {
         let chunks = pending.filter { !dropped.contains($0) }
         pending.removeAll()
@@ -466,9 +472,12 @@ final class StoredRead {
         let existing = try device.cacheRow(object).flatMap { $0.size == size ? $0 : nil }
         var next = ChunkBitmap(count: bitmap.count, bytes: existing?.chunks ?? [])
         for chunk in chunks { next.insert(chunk) }
-        if next.isFull && !(existing?.complete ?? false) {
+        // The chunks whose bytes this read made sure are on the disk.
+        var synced: ChunkBitmap?
+        if durable && next.isFull && !(existing?.complete ?? false) {
             guard fdatasync(dataFD) == 0 else { throw CovenError.posix("sync cache file", path: files.data) }
             guard fdatasync(tagsFD) == 0 else { throw CovenError.posix("sync cache file", path: files.tags) }
+            synced = next
         }
         try db.transaction {
             let row = try device.cacheRow(object).flatMap { $0.size == size ? $0 : nil }
@@ -477,12 +486,18 @@ final class StoredRead {
             for chunk in dropped { current.remove(chunk) }
             bitmap = current
             let now = cacheNow()
-            let state: Int64 = !current.isFull ? 0 : (hashChecked || (row?.verified ?? false)) ? 2 : 1
+            let checked = hashChecked || (row?.verified ?? false)
+            // Complete (synced) when it was so already: this read wrote nothing new into it (a
+            // refetch forgets the chunk first, which makes the entry partial until it is recorded
+            // again); or when this read synced every chunk now recorded (another reader may have
+            // recorded chunks since, unsynced: then it stays whole, for the next `get` to sync).
+            let isSynced = (row?.complete ?? false) || (synced.map { current.isSubset(of: $0) } ?? false)
+            let state = !current.isFull ? CacheState.partial : CacheState(synced: isSynced, verified: checked)
             try db.run("""
                 INSERT INTO coven_cache (object, size, chunks, bytes, complete, last_read, touched) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
                 ON CONFLICT (object) DO UPDATE SET size = excluded.size, chunks = excluded.chunks, bytes = excluded.bytes,
                     complete = excluded.complete, last_read = excluded.last_read, touched = excluded.touched
-                """, [object, size, current.bytes, current.heldBytes(size: size), state, now])
+                """, [object, size, current.bytes, current.heldBytes(size: size), state.rawValue, now])
         }
         dropped.removeAll()
     }

@@ -1,3 +1,5 @@
+import CLinux
+import Dispatch
 import Foundation
 
 /// A run of chunks fetched from storage (or read from the cache) and checked: their plaintext
@@ -14,11 +16,16 @@ final class RunBuffer {
     var plainCount = 0
     /// Sealed bytes transferred for them.
     var transferred: Int64 = 0
-    /// Whether they came from the cache (otherwise they were fetched and are not cached yet).
+    /// Whether they came from the cache (otherwise they were fetched).
     var fromCache = false
+    /// Whether the fetched chunks were written to the cache files (not yet recorded).
+    var stored = false
     /// Cached chunks of the run that failed their tag and were fetched again: the reader
     /// forgets them, then writes them to the cache again.
     var refetched: [Int64] = []
+
+    /// The producer thread that holds it, while it does.
+    var owner = 0
 
     init(chunks capacity: Int64) {
         plaintext = .allocate(byteCount: Int(capacity * ObjectLayout.chunkSize), alignment: 64)
@@ -48,13 +55,37 @@ enum ReadStep: Sendable {
 ///
 /// The reader takes the runs in order with ``next()`` and hands each buffer back with
 /// ``recycle(_:)``; up to `depth` runs wait ready, so checking and the network overlap with the
-/// reader's hashing, cache writes and output. Unchecked bytes never leave here: a cached chunk
-/// that fails its tag is fetched again (and listed in ``RunBuffer/refetched``), a fetched one
-/// that fails is an `integrity` error.
+/// reader's hashing and output. Unchecked bytes never leave here: a cached chunk that fails its
+/// tag is fetched again (and listed in ``RunBuffer/refetched``), a fetched one that fails is an
+/// `integrity` error.
 ///
-/// The producer reads the cache files through the reader's descriptors (`pread` only) and makes
-/// its own provider (one curl handle per thread) and cipher handles.
+/// A fetched run is written to the cache here, before it is handed over (``CacheWriting``), so
+/// the reader's thread only hashes and writes the output: on two cores the cache writes (whose
+/// fresh page-cache pages cost as much as hashing) run beside the hash. The reader records the
+/// chunks of a run only after taking it, so a chunk's bit is never set before its bytes and tag
+/// are written.
+///
+/// How the work spreads over the cores (`threads`): beside a reader that hashes, one thread
+/// does everything (the hash keeps the other core busy). Otherwise, when every run is cached
+/// (a warm read), two producer threads take alternate runs, each reading and checking its run
+/// alone, so both cores check with no hand-off per run; a read that fetches has one producer
+/// thread, which checks cached runs in two halves at once. A fetched run is opened chunk by
+/// chunk as its bytes arrive (``fetch(_:object:size:provider:cipher:carry:into:)``); a cached
+/// run is checked by sealing each chunk again into a chunk-sized scratch and comparing the tag
+/// with the stored one. The producers share three run buffers, so a read holds about 4 MiB
+/// whatever its size.
+///
+/// The producers read and write the cache files through the reader's descriptors (`pread`,
+/// `pwrite`), and each makes its own provider (one curl handle per thread) and cipher handles.
 final class Prefetcher: @unchecked Sendable {
+    /// Where fetched runs go: the cache entry's files, by path for messages, and whether to start
+    /// their writeback at once (for a read that syncs them at the end, ``Device/holdFile(_:interrupted:)``).
+    struct CacheWriting {
+        var dataPath: String
+        var tagsPath: String
+        var startWriteback: Bool
+    }
+
     private let connector: StorageConnector
     private let object: String
     private let keyHex: String
@@ -62,18 +93,35 @@ final class Prefetcher: @unchecked Sendable {
     private let steps: [ReadStep]
     private let dataFD: Int32
     private let tagsFD: Int32
+    private let writing: CacheWriting?
+    /// Producer threads: each takes the steps whose index modulo `workers` is its own.
+    private let workers: Int
+    /// Threads each producer uses to check one cached run.
+    private let threadsPerRun: Int
     private let condition = NSCondition()
-    private var ready: [Result<RunBuffer, CovenError>] = []
+    /// Finished runs by step index, until the reader takes them.
+    private var ready: [Int: Result<RunBuffer, CovenError>] = [:]
+    /// The step the reader takes next.
+    private var taken = 0
+    /// The free buffers, shared by the producers.
     private var free: [RunBuffer]
+    /// Buffers each producer holds (filling, or ready and not yet taken).
+    private var held: [Int]
+    /// The most buffers one producer may hold: with two, each may hold all but one, so the one
+    /// whose run the reader waits for always finds a buffer.
+    private let holdLimit: Int
     private var stopped = false
-    private var finished = false
+    private var running = 0
 
     /// - Parameters:
     ///   - steps: the runs, in the order the reader takes them.
-    ///   - dataFD, tagsFD: the cache entry's files, open for reading.
-    ///   - depth: how many runs may wait for the reader.
+    ///   - dataFD, tagsFD: the cache entry's files, open for reading and writing.
+    ///   - writing: where fetched runs are written before they are handed over (nil: not written).
+    ///   - threads: how many cores the producers may keep busy: 1 when the reader keeps the
+    ///     other core busy (hashing), so the threads never queue for one core.
+    ///   - depth: how many buffers the producers share (runs waiting for the reader, or filling).
     init(connector: StorageConnector, object: String, keyHex: String, size: Int64, steps: [ReadStep],
-         dataFD: Int32, tagsFD: Int32, depth: Int = 3) {
+         dataFD: Int32, tagsFD: Int32, writing: CacheWriting?, threads: Int = ChunkRun.threads, depth: Int = 3) {
         self.connector = connector
         self.object = object
         self.keyHex = keyHex
@@ -81,148 +129,162 @@ final class Prefetcher: @unchecked Sendable {
         self.steps = steps
         self.dataFD = dataFD
         self.tagsFD = tagsFD
-        free = (0..<min(depth, steps.count)).map { _ in RunBuffer(chunks: StoredRead.runChunks) }
+        self.writing = writing
+        let allCached = steps.allSatisfy { if case .cached = $0 { return true } else { return false } }
+        let threads = max(1, min(threads, ChunkRun.threads))
+        workers = allCached && steps.count > 1 ? threads : 1
+        threadsPerRun = workers > 1 ? 1 : threads
+        let count = min(max(depth, workers + 1), steps.count)
+        free = (0..<count).map { _ in RunBuffer(chunks: StoredRead.runChunks) }
+        held = [Int](repeating: 0, count: workers)
+        holdLimit = workers > 1 ? count - 1 : count
     }
 
     /// Starts producing.
     func start() {
         guard !steps.isEmpty else { return }
-        let thread = Thread { [self] in self.work() }
-        thread.stackSize = 1 << 20
-        thread.start()
+        condition.lock()
+        running = workers
+        condition.unlock()
+        for worker in 0..<workers {
+            let thread = Thread { [self] in self.work(worker) }
+            thread.stackSize = 1 << 20
+            thread.start()
+        }
     }
 
     /// The next run, in order, waiting for it; throws the run's error.
     func next() throws -> RunBuffer {
         condition.lock()
         defer { condition.unlock() }
-        while ready.isEmpty { condition.wait() }
-        return try ready.removeFirst().get()
+        while ready[taken] == nil { condition.wait() }
+        let result = ready.removeValue(forKey: taken)
+        taken += 1
+        guard let result else { throw CovenError(.internal, "no run") }
+        return try result.get()
     }
 
     /// Hands a buffer back for a later run.
     func recycle(_ buffer: RunBuffer) {
         condition.lock()
+        held[buffer.owner] -= 1
         free.append(buffer)
         condition.broadcast()
         condition.unlock()
     }
 
-    /// Stops producing (the reader is done or failed) and waits for the producer's thread to
-    /// let go of its buffers and the descriptors.
+    /// Stops producing (the reader is done or failed) and waits for the producers' threads to
+    /// let go of their buffers and the descriptors.
     func stop() {
         condition.lock()
         stopped = true
         condition.broadcast()
-        while !finished && !steps.isEmpty { condition.wait() }
+        while running > 0 { condition.wait() }
         condition.unlock()
     }
 
-    private func takeBuffer() -> RunBuffer? {
+    private func takeBuffer(_ worker: Int) -> RunBuffer? {
         condition.lock()
         defer { condition.unlock() }
-        while free.isEmpty && !stopped { condition.wait() }
-        return stopped ? nil : free.removeLast()
+        while (free.isEmpty || held[worker] >= holdLimit) && !stopped { condition.wait() }
+        guard !stopped else { return nil }
+        let buffer = free.removeLast()
+        buffer.owner = worker
+        held[worker] += 1
+        return buffer
     }
 
-    private func deliver(_ result: Result<RunBuffer, CovenError>) {
+    private func deliver(_ step: Int, _ result: Result<RunBuffer, CovenError>) {
         condition.lock()
         defer { condition.unlock() }
-        ready.append(result)
+        ready[step] = result
         condition.broadcast()
     }
 
-    private func work() {
+    private func work(_ worker: Int) {
         defer {
             condition.lock()
-            finished = true
+            running -= 1
             condition.broadcast()
             condition.unlock()
         }
+        var index = worker
         do {
             let key = try FileKey(hex: keyHex)
-            var opener: ObjectOpener?
-            var sealer: ObjectSealer?
+            var cipher: ChunkCipher?
+            var checker: TagChecker?
             var provider: StorageProvider?
-            let sealed = UnsafeMutableRawBufferPointer.allocate(
-                byteCount: Int(ObjectLayout.headerSize + StoredRead.runChunks * ObjectLayout.sealedChunkSize), alignment: 64)
-            defer { sealed.deallocate() }
+            var carry: UnsafeMutableRawBufferPointer?
+            defer { carry?.deallocate() }
             var spare: RunBuffer?
-            func connected() throws -> (StorageProvider, ObjectOpener) {
+            func connected() throws -> (StorageProvider, ChunkCipher, UnsafeMutableRawBufferPointer) {
                 if provider == nil { provider = try connector.connect() }
-                if opener == nil { opener = try ObjectOpener(key: key) }
-                guard let provider, let opener else { throw CovenError(.internal, "no storage provider") }
-                return (provider, opener)
+                if cipher == nil { cipher = try ChunkCipher(key: key) }
+                if carry == nil { carry = .allocate(byteCount: Int(ObjectLayout.sealedChunkSize), alignment: 64) }
+                guard let provider, let cipher, let carry else { throw CovenError(.internal, "no storage provider") }
+                return (provider, cipher, carry)
             }
-            for step in steps {
-                guard let buffer = takeBuffer() else { return }
-                switch step {
+            while index < steps.count {
+                guard let buffer = takeBuffer(worker) else { return }
+                switch steps[index] {
                 case .fetch(let run):
-                    let (provider, opener) = try connected()
-                    try Prefetcher.fetch(run, object: object, size: size, provider: provider, opener: opener, sealed: sealed, into: buffer)
+                    let (provider, cipher, carry) = try connected()
+                    try Prefetcher.fetch(run, object: object, size: size, provider: provider, cipher: cipher, carry: carry, into: buffer)
                     buffer.fromCache = false
                     buffer.refetched = []
+                    buffer.stored = false
+                    if let writing {
+                        try write(buffer, to: writing)
+                        buffer.stored = true
+                    }
                 case .cached(let run):
-                    if sealer == nil { sealer = try ObjectSealer(key: key) }
-                    guard let sealer else { throw CovenError(.internal, "no cipher") }
-                    let bad = try Prefetcher.readCached(run, size: size, dataFD: dataFD, tagsFD: tagsFD, sealer: sealer, sealed: sealed, into: buffer)
+                    if checker == nil { checker = try TagChecker(key: key, threads: threadsPerRun) }
+                    guard let checker else { throw CovenError(.internal, "no cipher") }
+                    let bad = try checker.readCached(run, size: size, dataFD: dataFD, tagsFD: tagsFD, into: buffer)
                     buffer.fromCache = true
+                    buffer.stored = false
                     buffer.refetched = bad
                     buffer.transferred = 0
                     if !bad.isEmpty {
-                        let (provider, opener) = try connected()
+                        let (provider, cipher, carry) = try connected()
                         if spare == nil { spare = RunBuffer(chunks: StoredRead.runChunks) }
                         guard let fetched = spare else { throw CovenError(.internal, "no buffer") }
-                        try Prefetcher.patch(bad, in: buffer, object: object, size: size, provider: provider, opener: opener, sealed: sealed, scratch: fetched)
+                        try Prefetcher.patch(bad, in: buffer, object: object, size: size, provider: provider, cipher: cipher, carry: carry, scratch: fetched)
                     }
                 }
-                deliver(.success(buffer))
+                deliver(index, .success(buffer))
+                index += workers
             }
         } catch {
-            deliver(.failure(error.asCovenError))
+            // The reader stops at this step; the other producer's later runs are never taken.
+            deliver(index, .failure(error.asCovenError))
         }
     }
 
-    /// Reads cached chunks into `buffer` and checks each against its tag by sealing its
-    /// plaintext again under the file's key and nonce. Returns the chunks that failed (or that
-    /// the cache files are too short to hold).
-    static func readCached(
-        _ run: Range<Int64>, size: Int64, dataFD: Int32, tagsFD: Int32, sealer: ObjectSealer,
-        sealed: UnsafeMutableRawBufferPointer, into buffer: RunBuffer
-    ) throws -> [Int64] {
-        let lower = ObjectLayout.plaintextRange(chunk: run.lowerBound, plaintextSize: size).lowerBound
-        let upper = ObjectLayout.plaintextRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
-        let count = Int(upper - lower)
-        buffer.chunks = run
-        buffer.plainCount = count
-        let gotPlain = preadAll(dataFD, UnsafeMutableRawBufferPointer(rebasing: buffer.plaintext[0..<count]), at: lower)
-        let gotTags = preadAll(tagsFD, UnsafeMutableRawBufferPointer(rebasing: buffer.tags[0..<(run.count * 16)]), at: run.lowerBound * 16)
-        guard gotPlain == count, gotTags == run.count * 16 else { return Array(run) }
-        let out = UnsafeMutableRawBufferPointer(rebasing: sealed[0..<(count + run.count * 16)])
-        _ = try sealer.sealChunks(firstChunk: run.lowerBound, plaintext: buffer.plainBytes, totalPlaintextSize: size, into: out)
-        var bad: [Int64] = []
-        var position = 0
-        for (k, chunk) in run.enumerated() {
-            position += ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size).count
-            let computed = UnsafeRawBufferPointer(rebasing: out[position..<(position + 16)])
-            let stored = UnsafeRawBufferPointer(rebasing: buffer.tags[(k * 16)..<(k * 16 + 16)])
-            if !computed.elementsEqual(stored) { bad.append(chunk) }
-            position += 16
-        }
-        return bad
+    /// Writes a fetched run's plaintext and tags to the cache files (recorded later by the
+    /// reader, once it takes the run).
+    private func write(_ run: RunBuffer, to writing: CacheWriting) throws {
+        let base = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
+        // Allocating the run's blocks first makes the write about a third cheaper on ext4 (no
+        // per-page delayed allocation). Only a help: a failure (no room) shows at the write.
+        if run.plainCount > 0 { _ = coven_preallocate(dataFD, base, Int64(run.plainCount)) }
+        try pwriteAll(dataFD, run.plainBytes, at: base, path: writing.dataPath)
+        try pwriteAll(tagsFD, run.tagBytes, at: run.chunks.lowerBound * 16, path: writing.tagsPath)
+        // Start writing back now, so the sync that completes the entry has little left.
+        if writing.startWriteback { _ = coven_start_writeback(dataFD, base, Int64(run.plainCount)) }
     }
 
     /// Fetches the `bad` chunks of a cached run again and patches their plaintext and tags in.
     static func patch(
         _ bad: [Int64], in buffer: RunBuffer, object: String, size: Int64, provider: StorageProvider,
-        opener: ObjectOpener, sealed: UnsafeMutableRawBufferPointer, scratch: RunBuffer
+        cipher: ChunkCipher, carry: UnsafeMutableRawBufferPointer, scratch: RunBuffer
     ) throws {
         let base = ObjectLayout.plaintextRange(chunk: buffer.chunks.lowerBound, plaintextSize: size).lowerBound
         var index = 0
         while index < bad.count {
             var end = index + 1
             while end < bad.count, bad[end] == bad[end - 1] + 1 { end += 1 }
-            try fetch(bad[index]..<(bad[end - 1] + 1), object: object, size: size, provider: provider, opener: opener, sealed: sealed, into: scratch)
+            try fetch(bad[index]..<(bad[end - 1] + 1), object: object, size: size, provider: provider, cipher: cipher, carry: carry, into: scratch)
             buffer.transferred += scratch.transferred
             let offset = Int(ObjectLayout.plaintextRange(chunk: scratch.chunks.lowerBound, plaintextSize: size).lowerBound - base)
             UnsafeMutableRawBufferPointer(rebasing: buffer.plaintext[offset..<(offset + scratch.plainCount)]).copyMemory(from: scratch.plainBytes)
@@ -232,58 +294,161 @@ final class Prefetcher: @unchecked Sendable {
         }
     }
 
-    /// Fetches one run with one ranged GET and authenticates it into `buffer`.
+    /// Fetches one run with one ranged GET and authenticates it into `buffer`, chunk by chunk as
+    /// the bytes arrive: a chunk that arrives whole in one piece is opened where it lies, one
+    /// split across pieces is gathered in `carry` (one sealed chunk) first. So no run of sealed
+    /// bytes is held, and nothing is copied on the way but the plaintext out.
     ///
     /// A run that starts at chunk 0 also fetches the 8-byte header and checks it, so a newer
     /// format fails with `update_required`.
     ///
-    /// - Parameter sealed: scratch room for the run's sealed bytes and the header.
+    /// The plaintext of a run that fails is never handed over (the failure is).
+    ///
+    /// - Parameter carry: scratch room for one sealed chunk.
     /// - Throws: `.integrity` when the object is shorter or longer than the record says or a
     ///   chunk fails its tag; `.missing` when storage confirms nothing at the path; `.storage`.
     static func fetch(
-        _ run: Range<Int64>, object: String, size: Int64, provider: StorageProvider, opener: ObjectOpener,
-        sealed: UnsafeMutableRawBufferPointer, into buffer: RunBuffer
+        _ run: Range<Int64>, object: String, size: Int64, provider: StorageProvider, cipher: ChunkCipher,
+        carry: UnsafeMutableRawBufferPointer, into buffer: RunBuffer
     ) throws {
         let first = ObjectLayout.encryptedRange(chunk: run.lowerBound, plaintextSize: size)
         let last = ObjectLayout.encryptedRange(chunk: run.upperBound - 1, plaintextSize: size)
+        let finalChunk = ObjectLayout.chunkCount(plaintextSize: size) - 1
         let withHeader = run.lowerBound == 0
         let lower = withHeader ? 0 : first.lowerBound
         let wanted = Int(last.upperBound - lower)
-        precondition(wanted <= sealed.count, "internal error: a run larger than its buffer")
+        precondition(carry.count >= Int(ObjectLayout.sealedChunkSize), "internal error: no room for a sealed chunk")
+        buffer.chunks = run
+        buffer.plainCount = 0
         var received = 0
+        var header = (UInt64(0), 0)  // the header's bytes and how many arrived
+        var chunk = run.lowerBound  // the next chunk to open
+        var held = 0  // bytes of it gathered in `carry`
+        var plainOffset = 0
+        guard let carryBase = carry.baseAddress, let plainBase = buffer.plaintext.baseAddress, let tagBase = buffer.tags.baseAddress else {
+            throw CovenError(.internal, "no room for chunks \(run)")
+        }
+        func open(_ sealed: UnsafeRawPointer, _ count: Int) throws {
+            let plain = count - 16
+            try cipher.open(index: chunk, isLast: chunk == finalChunk, sealed: UnsafeRawBufferPointer(start: sealed, count: count),
+                            into: UnsafeMutableRawBufferPointer(start: plainBase + plainOffset, count: plain))
+            // Keep each chunk's tag for the cache.
+            (tagBase + Int(chunk - run.lowerBound) * 16).copyMemory(from: sealed + plain, byteCount: 16)
+            plainOffset += plain
+            chunk += 1
+        }
         do {
             try provider.get(object, range: lower..<last.upperBound) { bytes in
-                guard received + bytes.count <= wanted, let base = sealed.baseAddress, let from = bytes.baseAddress else {
+                guard received + bytes.count <= wanted, var from = bytes.baseAddress else {
                     if bytes.isEmpty { return }
                     throw CovenError(.integrity, "the stored object '\(object)' is longer than its record says", details: ["key": object, "reason": "length"])
                 }
-                (base + received).copyMemory(from: from, byteCount: bytes.count)
                 received += bytes.count
+                var left = bytes.count
+                if withHeader && header.1 < Int(ObjectLayout.headerSize) {
+                    let n = min(Int(ObjectLayout.headerSize) - header.1, left)
+                    withUnsafeMutableBytes(of: &header.0) { ($0.baseAddress! + header.1).copyMemory(from: from, byteCount: n) }
+                    header.1 += n
+                    from += n
+                    left -= n
+                    if header.1 == Int(ObjectLayout.headerSize) {
+                        try withUnsafeBytes(of: header.0) { try ObjectOpener.checkHeader($0) }
+                    }
+                }
+                while left > 0 {
+                    // `received <= wanted` keeps `chunk` within the run.
+                    let need = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size).count + 16
+                    if held == 0 && left >= need {
+                        try open(from, need)
+                        from += need
+                        left -= need
+                        continue
+                    }
+                    let n = min(need - held, left)
+                    (carryBase + held).copyMemory(from: from, byteCount: n)
+                    held += n
+                    from += n
+                    left -= n
+                    if held == need {
+                        held = 0
+                        try open(UnsafeRawPointer(carryBase), need)
+                    }
+                }
             }
         } catch let error as CovenError where error.code == .rangeOutOfBounds {
             throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says", cause: error.cause, details: ["key": object, "reason": "length"])
         }
-        var offset = 0
-        if withHeader {
-            guard received >= Int(ObjectLayout.headerSize) else {
-                throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says", details: ["key": object, "reason": "length"])
-            }
-            try ObjectOpener.checkHeader(UnsafeRawBufferPointer(rebasing: sealed[0..<8]))
-            offset = Int(ObjectLayout.headerSize)
+        guard chunk == run.upperBound else {
+            throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says",
+                             cause: "\(received) of \(wanted) bytes", details: ["key": object, "reason": "length"])
         }
-        let body = UnsafeRawBufferPointer(rebasing: sealed[offset..<received])
-        buffer.chunks = run
         buffer.transferred = Int64(received)
-        buffer.plainCount = try opener.openChunks(run, sealed: body, totalPlaintextSize: size, into: buffer.plaintext)
-        // Keep each chunk's tag for the cache (the run holds at least one tag: openChunks checked).
-        guard let tagBase = buffer.tags.baseAddress, let bodyBase = body.baseAddress else {
-            throw CovenError(.internal, "no room for the tags of chunks \(run)")
+        buffer.plainCount = plainOffset
+    }
+}
+
+/// Checks cached chunks against their tags on both cores: sealing a chunk's plaintext again
+/// under the file's key and nonce gives its tag, which must equal the stored one.
+///
+/// Owns one cipher handle and one chunk-sized scratch per thread; confined to the producer.
+final class TagChecker {
+    private let ciphers: [ChunkCipher]
+    private let scratch: [UnsafeMutableRawBufferPointer]
+
+    init(key: FileKey, threads: Int) throws {
+        ciphers = try (0..<max(1, min(threads, ChunkRun.threads))).map { _ in try ChunkCipher(key: key) }
+        scratch = ciphers.map { _ in .allocate(byteCount: Int(ObjectLayout.sealedChunkSize), alignment: 64) }
+    }
+
+    deinit { scratch.forEach { $0.deallocate() } }
+
+    /// Chunks read from the cache file at once (256 KiB).
+    static let readChunks = 4
+
+    /// Reads cached chunks into `buffer` and checks each against its tag, the run's halves at
+    /// once. Returns the chunks that failed (or that the cache files are too short to hold).
+    func readCached(_ run: Range<Int64>, size: Int64, dataFD: Int32, tagsFD: Int32, into buffer: RunBuffer) throws -> [Int64] {
+        let lower = ObjectLayout.plaintextRange(chunk: run.lowerBound, plaintextSize: size).lowerBound
+        let upper = ObjectLayout.plaintextRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
+        let count = Int(upper - lower)
+        buffer.chunks = run
+        buffer.plainCount = count
+        let gotTags = preadAll(tagsFD, UnsafeMutableRawBufferPointer(rebasing: buffer.tags[0..<(run.count * 16)]), at: run.lowerBound * 16)
+        guard gotTags == run.count * 16 else { return Array(run) }
+        let chunks = try ChunkRun(firstChunk: run.lowerBound, plaintextCount: count, totalPlaintextSize: size)
+        let failed = UnsafeMutableBufferPointer<Bool>.allocate(capacity: run.count)
+        failed.initialize(repeating: false)
+        defer { failed.deallocate() }
+        let plaintext = buffer.plaintext
+        let tags = buffer.tags
+        try chunks.forEachSlice(parts: ciphers.count) { slice, indexes in
+            let cipher = ciphers[slice]
+            let out = scratch[slice]
+            // This half's bytes, a few chunks per read, each sealed again while still in the
+            // core's cache.
+            var k = indexes.lowerBound
+            while k < indexes.upperBound {
+                let end = min(k + TagChecker.readChunks, indexes.upperBound)
+                let from = chunks.chunk(k).plainOffset
+                let last = chunks.chunk(end - 1)
+                let to = last.plainOffset + last.plainCount
+                let got = preadAll(dataFD, UnsafeMutableRawBufferPointer(rebasing: plaintext[from..<to]), at: lower + Int64(from))
+                for k in k..<end {
+                    let (offset, plainCount, _) = chunks.chunk(k)
+                    guard offset + plainCount <= from + got else {
+                        failed[k] = true
+                        continue
+                    }
+                    let index = chunks.firstChunk + Int64(k)
+                    try cipher.seal(index: index, isLast: index == chunks.finalChunk,
+                                    plaintext: UnsafeRawBufferPointer(rebasing: plaintext[offset..<(offset + plainCount)]), into: out)
+                    let computed = UnsafeRawBufferPointer(rebasing: out[plainCount..<(plainCount + 16)])
+                    let stored = UnsafeRawBufferPointer(rebasing: tags[(k * 16)..<(k * 16 + 16)])
+                    if !computed.elementsEqual(stored) { failed[k] = true }
+                }
+                k = end
+            }
         }
-        var position = 0
-        for k in 0..<run.count {
-            position += ObjectLayout.plaintextRange(chunk: run.lowerBound + Int64(k), plaintextSize: size).count
-            (tagBase + k * 16).copyMemory(from: bodyBase + position, byteCount: 16)
-            position += 16
-        }
+        return run.enumerated().compactMap { failed[$0.offset] ? $0.element : nil }
     }
 }

@@ -8,7 +8,9 @@ struct FetchKeptCommand: Command {
     static let synopsis = ["[--json]"]
     static let discussion = """
     Fetches each kept file (pinned, or in a namespace the manifest declares kept) that is not \
-    held whole, smallest first; a partial resumes with its missing chunks. Waits out a server \
+    held whole, smallest first; a partial resumes with its missing chunks, and a file a read \
+    brought into the cache whole without syncing it is checked and synced (listed as fetched, \
+    0 bytes). Waits out a server \
     that asks for a wait of a minute or less. Stops at the first file the disk has no room for \
     (exit 7), once storage cannot be reached (exit 5), or once the server asks for a longer \
     wait (exit 5); passes over a file that fails otherwise, reports it and ends with exit 10. \

@@ -10,7 +10,9 @@ struct GetCommand: Command {
     Prints the path of the held copy: the person's original or coven's own copy while the file \
     is on this device only, or the complete file in the cache. A file not held whole is fetched \
     first (a partial resumes with its missing chunks) and checked against its record's hash; a \
-    file larger than the cache budget is still fetched. The copy in the cache may be trimmed \
+    file larger than the cache budget is still fetched. A file a read brought into the cache \
+    whole ('coven cat' does not wait for the disk) is checked chunk by chunk, any chunk that \
+    fails fetched again, and synced to the disk before its path is printed. The copy in the cache may be trimmed \
     later unless the file is kept ('coven pin'). Fails with no_room, before fetching, when the \
     disk has no room for it. Never waits for the device lock.
     """

@@ -40,7 +40,7 @@ final class FileReaderTests: ReadTestCase {
         let (got, report) = try read(id)
         XCTAssertEqual(got, [])
         XCTAssertEqual(report.source, .storage, "the empty chunk is fetched and checked")
-        XCTAssertEqual(try cacheRow(id)?.int("complete"), 2)
+        XCTAssertEqual(try cacheRow(id)?.int("complete"), 4, "whole and hash-checked, not synced")
         XCTAssertEqual(try read(id).1.source, .cache)
         assertCode(.rangeOutOfBounds) { try read(id, ReadRange(offset: 0, length: 1)) }
         let held = try device.holdFile(id)
@@ -63,7 +63,7 @@ final class FileReaderTests: ReadTestCase {
         XCTAssertEqual(whole, bytes)
         XCTAssertEqual(second.bytesFetched, ObjectLayout.encryptedSize(plaintextSize: Int64(bytes.count)) - 2 * ObjectLayout.sealedChunkSize)
         XCTAssertEqual(second.requests, 4, "chunks 0-15, 16, 19-34, 35-40")
-        XCTAssertEqual(try cacheRow(id)?.int("complete"), 2)
+        XCTAssertEqual(try cacheRow(id)?.int("complete"), 4, "whole and hash-checked; a read does not sync")
     }
 
     func testCorruptedCachedChunkIsRefetchedNeverServed() throws {
@@ -91,7 +91,7 @@ final class FileReaderTests: ReadTestCase {
         let id = try storedFile(bytes)
         // Cached chunk by chunk, then read whole: hashed once, marked verified.
         _ = try read(id, ReadRange(offset: 0, length: Int64(bytes.count)))
-        XCTAssertEqual(try cacheRow(id)?.int("complete"), 2)
+        XCTAssertEqual(try cacheRow(id)?.int("complete"), 4)
         let data = device.cachePaths(object: try device.requireFile(id).coordinates.object).data
         let fd = open(data, O_RDWR)
         var byte: UInt8 = 0
@@ -102,9 +102,9 @@ final class FileReaderTests: ReadTestCase {
         let (got, report) = try read(id)
         XCTAssertTrue(got == bytes, "the corrupted chunk never goes out")
         XCTAssertEqual(report.chunksRefetched, 1)
-        XCTAssertEqual(try cacheRow(id)?.int("complete"), 1, "a refetched chunk makes the entry unverified")
+        XCTAssertEqual(try cacheRow(id)?.int("complete"), 3, "a refetched chunk makes the entry unverified")
         XCTAssertTrue(try read(id).0 == bytes)
-        XCTAssertEqual(try cacheRow(id)?.int("complete"), 2, "the next whole read hashes it again")
+        XCTAssertEqual(try cacheRow(id)?.int("complete"), 4, "the next whole read hashes it again")
     }
 
     func testCorruptedStoredObjectIsIntegrity() throws {
