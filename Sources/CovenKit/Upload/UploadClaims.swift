@@ -39,7 +39,7 @@ struct WorkerIdentity: Sendable, Equatable {
     static func hostName() -> String {
         var buffer = [CChar](repeating: 0, count: 256)
         guard gethostname(&buffer, buffer.count - 1) == 0 else { return "localhost" }
-        let name = String(cString: buffer).replacingOccurrences(of: " ", with: "_")
+        let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self).replacingOccurrences(of: " ", with: "_")
         return name.isEmpty ? "localhost" : name
     }
 }
