@@ -53,6 +53,9 @@ enum Schema {
     ) STRICT;
 
     -- This device's bytes of an object: the person's original, or coven's own copy of app bytes.
+    -- chunk_hashes: the SHA-256 of each 64 KiB chunk, back to back; empty when not recorded (a
+    -- copy make-device-only wrote, whose content hash was checked), derived by an upload from
+    -- the bytes once they match content_hash.
     CREATE TABLE IF NOT EXISTS coven_local (
         object TEXT PRIMARY KEY,
         kind TEXT NOT NULL CHECK (kind IN ('user', 'app')),

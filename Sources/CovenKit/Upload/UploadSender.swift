@@ -24,9 +24,12 @@ struct UploadSource {
             throw CovenError(.fileUnavailable, "no local bytes of '\(object)' on this device", details: ["object": object])
         }
         let size = row.int("size") ?? 0
-        let hashes = row.bytes("chunk_hashes") ?? []
+        let recorded = row.bytes("chunk_hashes") ?? []
         let content = row.bytes("content_hash") ?? []
-        guard hashes.count == Int(ObjectLayout.chunkCount(plaintextSize: size)) * 32 else {
+        // No chunk hashes (a copy make-device-only wrote): derived below from the bytes, once
+        // they are found to match the recorded content hash.
+        let derive = recorded.isEmpty && size > 0
+        guard derive || recorded.count == Int(ObjectLayout.chunkCount(plaintextSize: size)) * 32 else {
             throw CovenError(.fileUnavailable, "the recorded chunk hashes of '\(object)' do not cover its size", details: ["object": object])
         }
         if row.string("kind") == FileKind.user.rawValue {
@@ -47,7 +50,8 @@ struct UploadSource {
                 throw CovenError(.userFileChanged, "the original '\(display)' changed since it was staged", hint: "stage it again", details: ["path": display])
             }
             posix_fadvise(file.fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
-            return UploadSource(kind: .user, file: file, size: size, chunkHashes: hashes, contentHash: content, display: display)
+            let source = UploadSource(kind: .user, file: file, size: size, chunkHashes: recorded, contentHash: content, display: display)
+            return derive ? try source.derivingChunkHashes() : source
         }
         let copy = row.string("copy") ?? ""
         let path = device.paths.folder + "/" + copy
@@ -61,7 +65,34 @@ struct UploadSource {
             throw CovenError(.fileUnavailable, "coven's copy '\(copy)' is \(info.st_size) bytes, not \(size)", details: ["path": path])
         }
         posix_fadvise(fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
-        return UploadSource(kind: .app, file: file, size: size, chunkHashes: hashes, contentHash: content, display: path)
+        let source = UploadSource(kind: .app, file: file, size: size, chunkHashes: recorded, contentHash: content, display: path)
+        return derive ? try source.derivingChunkHashes() : source
+    }
+
+    /// This source with its chunk hashes computed from its bytes, after one read that finds
+    /// the whole file matching the recorded content hash; before any byte is sent, so a copy
+    /// changed since it was recorded fails here, and one that changes later fails its chunk
+    /// check as it is sealed.
+    ///
+    /// - Throws: ``changed(chunk:)``-like failures (`.userFileChanged` for an original,
+    ///   `.fileUnavailable` for coven's copy) when the bytes are not the recorded ones.
+    func derivingChunkHashes() throws -> UploadSource {
+        var offset: Int64 = 0
+        let digests = try ContentHasher.run(read: { buffer in
+            let got = try file.read(into: buffer, at: offset)
+            offset += Int64(got)
+            return got
+        }, write: nil, sizeHint: size, progress: nil)
+        guard digests.size == size, digests.content == contentHash else {
+            let cause = "its SHA-256 is \(digests.content.hex) over \(digests.size) bytes, recorded \(contentHash.hex) over \(size)"
+            switch kind {
+            case .user:
+                throw CovenError(.userFileChanged, "the original '\(display)' changed since it was recorded", hint: "stage it again", cause: cause, details: ["path": display])
+            case .app:
+                throw CovenError(.fileUnavailable, "coven's copy '\(display)' fails its check", cause: cause, details: ["path": display])
+            }
+        }
+        return UploadSource(kind: kind, file: file, size: size, chunkHashes: digests.chunks, contentHash: contentHash, display: display)
     }
 
     /// The failure for bytes that differ from what was recorded.

@@ -9,7 +9,9 @@ struct MoveCommand: Command {
     static let discussion = """
     Makes the files one move, in a write of its own, and prints the move's id. Nothing is read \
     now: the upload worker sends each file from its original, checked against the size, \
-    modification time and chunk hashes its staging recorded, or from coven's copy. None of the \
+    modification time and chunk hashes its staging recorded, or from coven's copy (a copy that \
+    make-device-only wrote is first read whole and checked against its content hash, which gives \
+    its chunk hashes, so an edit fails the move before any byte is sent). None of the \
     files switches to the cloud until every one is stored; then one write switches them all. \
     A move survives restarts. 'coven moves' lists the moves under way or failed, and the move \
     column of coven_uploads names each upload's move. Inside 'coven write' the same is \

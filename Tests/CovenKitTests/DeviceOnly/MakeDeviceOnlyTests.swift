@@ -63,11 +63,11 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let listed = try device.database.query("SELECT file, coven_path_text(path) AS path, size FROM coven_user_files ORDER BY size")
         XCTAssertEqual(listed.map { $0.string("file") }, [c, b, a])
         XCTAssertEqual(listed.last?.string("path"), folder + "/AC\u{FF0F}DC/Back in Black.flac")
-        // The copy's hashes are recorded as staging would: whole file and every 64 KiB chunk.
+        // The copy's content hash is recorded (checked as it came down); its chunk hashes are
+        // not: a later move derives them from the bytes once they match the content hash.
         let local = try XCTUnwrap(device.database.queryOne("SELECT l.* FROM coven_local AS l JOIN coven_files AS f ON l.object = json_extract(f.coordinates, '$.object') WHERE f.id = ?1", [a]))
         XCTAssertEqual(local.bytes("content_hash"), SHA256.digest(first))
-        XCTAssertEqual(local.bytes("chunk_hashes")?.count, 4 * 32)
-        XCTAssertEqual(Array(local.bytes("chunk_hashes")?.prefix(32) ?? []), SHA256.digest(Array(first[0..<65536])))
+        XCTAssertEqual(local.bytes("chunk_hashes"), [])
         var info = stat()
         XCTAssertEqual(stat(folder + "/AC\u{FF0F}DC/Back in Black.flac", &info), 0)
         XCTAssertEqual(local.int("modified_seconds"), Int64(info.st_mtim.tv_sec))
@@ -82,9 +82,53 @@ final class MakeDeviceOnlyTests: XCTestCase {
         // Progress: each file done once, the call's bytes adding up.
         XCTAssertEqual(progress.doneFiles.sorted(), [a, b, c].sorted())
         XCTAssertEqual(progress.lastCallBytes, Int64(first.count + second.count))
-        // A file made device-only can move back to the cloud.
+        // A file made device-only can move back to the cloud, by the real upload worker: the
+        // same bytes, stored again under a new object.
         let move = try device.moveToCloud(files: [a])
         XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_uploads WHERE move = ?1", [move]).intValue, 1)
+        try StoredFiles.store(device, file: a)
+        let stored = try XCTUnwrap(device.fileRecord(a))
+        XCTAssertEqual(stored.coordinates.at, .stored)
+        // Read from storage: the cache cleared, and the copy here is no longer the file's bytes.
+        _ = try device.clearCache()
+        var read: [UInt8] = []
+        let report = try device.readFile(a) { read.append(contentsOf: $0) }
+        XCTAssertEqual(report.source, .storage)
+        XCTAssertEqual(read, first)
+    }
+
+    /// A copy edited after make-device-only, with its size and modification time put back: the
+    /// move fails before any byte is sent (the derived chunk hashes need the bytes to match the
+    /// recorded content hash first), the file stays on this device only and nothing is stored.
+    func testAnEditedCopyFailsItsMoveBeforeAnyByteIsSent() throws {
+        let bytes = DeviceTestFixture.bytes(200_000, seed: 3)
+        let id = try fixture.storedFile(bytes)
+        _ = try device.makeDeviceOnly(folder: folder, requests: [request(id, ["a.flac"])])
+        let path = folder + "/a.flac"
+        var before = stat()
+        XCTAssertEqual(stat(path, &before), 0)
+        let handle = try XCTUnwrap(FileHandle(forUpdatingAtPath: path))
+        try handle.seek(toOffset: 150_000)
+        try handle.write(contentsOf: Data([bytes[150_000] ^ 0xFF]))
+        try handle.close()
+        var times = [before.st_atim, before.st_mtim]
+        XCTAssertEqual(utimensat(AT_FDCWD, path, &times, 0), 0)
+        let objectsBefore = try storedObjects()
+
+        let move = try device.moveToCloud(files: [id])
+        _ = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))
+        XCTAssertEqual(try XCTUnwrap(device.fileRecord(id)).coordinates.at, .device)
+        let states = try device.database.query("SELECT DISTINCT state, error FROM coven_moves WHERE move = ?1", [move])
+        XCTAssertEqual(states.map { $0.string("state") }, ["failed"])
+        XCTAssertEqual(states.map { $0.string("error") }, ["user_file_changed"])
+        XCTAssertEqual(try storedObjects(), objectsBefore, "nothing of the changed copy was stored")
+    }
+
+    /// The object files under the file:// store's files/ folder.
+    private func storedObjects() throws -> [String] {
+        guard case .file(directory: let root) = device.storage else { throw XCTSkip("not file:// storage") }
+        guard let enumerator = FileManager.default.enumerator(atPath: root + "/files") else { return [] }
+        return (enumerator.allObjects as? [String] ?? []).sorted()
     }
 
     func testAFolderThatWasThereStaysAndNewFoldersAreMade() throws {
