@@ -34,6 +34,17 @@ final class ContentHasher {
     /// Takes one block of the bytes read, in order.
     typealias Writer = (UnsafeRawBufferPointer) throws -> Void
 
+    /// Hashes a file from its start to its end, reading at offsets (the descriptor's own
+    /// position is left alone).
+    static func run(file: FileHandleFD, sizeHint: Int64? = nil, progress: ((Int64) -> Void)? = nil) throws -> ContentDigests {
+        var offset: Int64 = 0
+        return try run(read: { buffer in
+            let got = try file.read(into: buffer, at: offset)
+            offset += Int64(got)
+            return got
+        }, write: nil, sizeHint: sizeHint, progress: progress)
+    }
+
     /// Hashes everything `read` gives, passing each block to `write` too.
     ///
     /// `sizeHint`, the size the source is expected to have (a regular file's), sizes the chunk

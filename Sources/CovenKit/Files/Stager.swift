@@ -89,12 +89,7 @@ extension Device {
             throw CovenError(.io, "'\(PathText.display(absolute))' is not a regular file", details: ["path": PathText.display(absolute)])
         }
         posix_fadvise(file.fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
-        var offset: Int64 = 0
-        let digests = try ContentHasher.run(read: { buffer in
-            let got = try file.read(into: buffer, at: offset)
-            offset += Int64(got)
-            return got
-        }, write: nil, sizeHint: Int64(before.st_size), progress: progress)
+        let digests = try ContentHasher.run(file: file, sizeHint: Int64(before.st_size), progress: progress)
         let after = try file.status()
         let identity = OriginalIdentity(before)
         guard OriginalIdentity(after) == identity, digests.size == identity.size else {
@@ -196,12 +191,7 @@ extension Device {
         if now.changeStamp != recorded.changeStamp {
             // Size and time match but something touched the file: compare the bytes.
             let file = try FileHandleFD(reading: text)
-            var offset: Int64 = 0
-            let digests = try ContentHasher.run(read: { buffer in
-                let got = try file.read(into: buffer, at: offset)
-                offset += Int64(got)
-                return got
-            }, write: nil, progress: nil)
+            let digests = try ContentHasher.run(file: file)
             guard digests.content == contentHash else {
                 throw CovenError(.userFileChanged, "'\(display)' changed since it was staged", hint: "stage it again", details: ["path": display])
             }

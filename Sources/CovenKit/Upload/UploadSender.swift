@@ -77,12 +77,7 @@ struct UploadSource {
     /// - Throws: ``changed(chunk:)``-like failures (`.userFileChanged` for an original,
     ///   `.fileUnavailable` for coven's copy) when the bytes are not the recorded ones.
     func derivingChunkHashes() throws -> UploadSource {
-        var offset: Int64 = 0
-        let digests = try ContentHasher.run(read: { buffer in
-            let got = try file.read(into: buffer, at: offset)
-            offset += Int64(got)
-            return got
-        }, write: nil, sizeHint: size, progress: nil)
+        let digests = try ContentHasher.run(file: file, sizeHint: size)
         guard digests.size == size, digests.content == contentHash else {
             let cause = "its SHA-256 is \(digests.content.hex) over \(digests.size) bytes, recorded \(contentHash.hex) over \(size)"
             switch kind {
