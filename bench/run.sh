@@ -32,6 +32,10 @@ export COVEN BENCH_TMP
 status=0
 for benchmark in "${benchmarks[@]}"; do
     echo "== $benchmark"
+    # Each benchmark starts with nothing of the last one's left to write back: a gigabyte of
+    # dirty pages (a read's cache file, which coven does not sync) would otherwise be flushed
+    # during the next one's timed runs, slowing whatever syncs there.
+    rm -rf "${BENCH_TMP:?}"/* && sync
     bash "$benchmark" || { echo "bench: $benchmark failed" >&2; status=1; }
 done
 exit $status
