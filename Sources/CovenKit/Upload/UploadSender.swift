@@ -51,7 +51,7 @@ struct UploadSource {
             }
             posix_fadvise(file.fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
             let source = UploadSource(kind: .user, file: file, size: size, chunkHashes: recorded, contentHash: content, display: display)
-            return derive ? try source.derivingChunkHashes() : source
+            return derive ? try source.derivingChunkHashes(object: object, device: device) : source
         }
         let copy = row.string("copy") ?? ""
         let path = device.paths.folder + "/" + copy
@@ -66,17 +66,18 @@ struct UploadSource {
         }
         posix_fadvise(fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
         let source = UploadSource(kind: .app, file: file, size: size, chunkHashes: recorded, contentHash: content, display: path)
-        return derive ? try source.derivingChunkHashes() : source
+        return derive ? try source.derivingChunkHashes(object: object, device: device) : source
     }
 
     /// This source with its chunk hashes computed from its bytes, after one read that finds
     /// the whole file matching the recorded content hash; before any byte is sent, so a copy
     /// changed since it was recorded fails here, and one that changes later fails its chunk
-    /// check as it is sealed.
+    /// check as it is sealed. The hashes are recorded, so a later attempt (a retry, a resumed
+    /// multipart upload) checks against them instead of reading the whole file again.
     ///
     /// - Throws: ``changed(chunk:)``-like failures (`.userFileChanged` for an original,
     ///   `.fileUnavailable` for coven's copy) when the bytes are not the recorded ones.
-    func derivingChunkHashes() throws -> UploadSource {
+    func derivingChunkHashes(object: String, device: Device) throws -> UploadSource {
         let digests = try ContentHasher.run(file: file, sizeHint: size)
         guard digests.size == size, digests.content == contentHash else {
             let cause = "its SHA-256 is \(digests.content.hex) over \(digests.size) bytes, recorded \(contentHash.hex) over \(size)"
@@ -87,6 +88,10 @@ struct UploadSource {
                 throw CovenError(.fileUnavailable, "coven's copy '\(display)' fails its check", cause: cause, details: ["path": display])
             }
         }
+        // Only into the row these bytes were checked against: still without hashes, same content.
+        try device.database.run(
+            "UPDATE coven_local SET chunk_hashes = ?2 WHERE object = ?1 AND length(chunk_hashes) = 0 AND content_hash = ?3",
+            [object, digests.chunks, contentHash])
         return UploadSource(kind: kind, file: file, size: size, chunkHashes: digests.chunks, contentHash: contentHash, display: display)
     }
 

@@ -97,6 +97,21 @@ final class MakeDeviceOnlyTests: XCTestCase {
         XCTAssertEqual(read, first)
     }
 
+    /// The first upload attempt derives the chunk hashes from the copy and records them, so a
+    /// retry checks against them without reading the whole file again.
+    func testDerivedChunkHashesAreRecordedForLaterAttempts() throws {
+        let bytes = DeviceTestFixture.bytes(200_000, seed: 4)
+        let id = try fixture.storedFile(bytes)
+        _ = try device.makeDeviceOnly(folder: folder, requests: [request(id, ["b.flac"])])
+        let object = try XCTUnwrap(device.fileRecord(id)).coordinates.object
+        XCTAssertEqual(try fixture.scalar("SELECT length(chunk_hashes) FROM coven_local WHERE object = ?1", [object]).intValue, 0)
+        let source = try UploadSource.open(object: object, device: device)
+        let expected = stride(from: 0, to: bytes.count, by: 65536).flatMap { SHA256.digest(Array(bytes[$0..<min($0 + 65536, bytes.count)])) }
+        XCTAssertEqual(source.chunkHashes, expected)
+        XCTAssertEqual(try fixture.scalar("SELECT chunk_hashes FROM coven_local WHERE object = ?1", [object]).bytesValue, expected)
+        XCTAssertEqual(try UploadSource.open(object: object, device: device).chunkHashes, expected)
+    }
+
     /// A copy edited after make-device-only, with its size and modification time put back: the
     /// move fails before any byte is sent (the derived chunk hashes need the bytes to match the
     /// recorded content hash first), the file stays on this device only and nothing is stored.
