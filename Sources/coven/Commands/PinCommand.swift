@@ -16,16 +16,6 @@ struct PinCommand: Command {
     static let mutates = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
-        guard !invocation.arguments.isEmpty else { throw CovenError(.usage, "missing FILE") }
-        let device = try context.openDevice()
-        let lock = try device.lock(wait: !context.noWait)
-        defer { _ = lock }
-        let added = try device.pin(invocation.arguments)
-        if context.json {
-            try context.printJSON(["pinned": added])
-        } else {
-            added.forEach(context.line)
-        }
-        return 0
+        try KeptFilesChange.run(invocation, context, listedAs: "pinned") { try $0.pin($1) }
     }
 }

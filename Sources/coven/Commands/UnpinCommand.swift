@@ -15,16 +15,6 @@ struct UnpinCommand: Command {
     static let mutates = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
-        guard !invocation.arguments.isEmpty else { throw CovenError(.usage, "missing FILE") }
-        let device = try context.openDevice()
-        let lock = try device.lock(wait: !context.noWait)
-        defer { _ = lock }
-        let removed = try device.unpin(invocation.arguments)
-        if context.json {
-            try context.printJSON(["unpinned": removed])
-        } else {
-            removed.forEach(context.line)
-        }
-        return 0
+        try KeptFilesChange.run(invocation, context, listedAs: "unpinned") { try $0.unpin($1) }
     }
 }
