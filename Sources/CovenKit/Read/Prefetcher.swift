@@ -67,8 +67,10 @@ enum ReadStep: Sendable {
 ///
 /// How the work spreads over the cores (`threads`): beside a reader that hashes, one thread
 /// does everything (the hash keeps the other core busy). Otherwise, when every run is cached
-/// (a warm read), two producer threads take alternate runs, each reading and checking its run
-/// alone, so both cores check with no hand-off per run; a read that fetches has one producer
+/// (a warm read), the reader and one producer thread take alternate runs, each reading and
+/// checking its run alone: two threads on the two cores, and the reader waits only when the
+/// other falls behind (with a third thread, waking the reader for every run preempted a
+/// checker and cost a fifth of the read). A read that fetches has one producer
 /// thread, which checks cached runs in two halves at once. A fetched run is opened chunk by
 /// chunk as its bytes arrive (``fetch(_:object:size:provider:cipher:carry:into:)``); a cached
 /// run is checked by sealing each chunk again into a chunk-sized scratch and comparing the tag
@@ -94,11 +96,19 @@ final class Prefetcher: @unchecked Sendable {
     private let dataFD: Int32
     private let tagsFD: Int32
     private let writing: CacheWriting?
-    /// Producer threads: each takes the steps whose index modulo `workers` is its own.
+    /// Producers: each takes the steps whose index modulo `workers` is its own.
     private let workers: Int
+    /// Whether producer 0 is the reader itself (a warm read): it checks its runs in ``next()``
+    /// on its own thread, so two threads share the two cores and no third one wakes per run.
+    private let readerProduces: Bool
+    /// The reader's own producer state, made at its first run.
+    private var readerProducer: Producer?
     /// Threads each producer uses to check one cached run.
     private let threadsPerRun: Int
-    private let condition = NSCondition()
+    /// Guards the state below; the reader waits on ``Wait/reader`` for its next run (or for the
+    /// producers to stop), the producers on ``Wait/producer`` for a free buffer (or a stop).
+    private let monitor = Monitor(conditions: 2)
+    private enum Wait { static let reader = 0, producer = 1 }
     /// Finished runs by step index, until the reader takes them.
     private var ready: [Int: Result<RunBuffer, CovenError>] = [:]
     /// The step the reader takes next.
@@ -134,6 +144,7 @@ final class Prefetcher: @unchecked Sendable {
         let threads = max(1, min(threads, ChunkRun.threads))
         workers = allCached && steps.count > 1 ? threads : 1
         threadsPerRun = workers > 1 ? 1 : threads
+        readerProduces = workers > 1
         let count = min(max(depth, workers + 1), steps.count)
         free = (0..<count).map { _ in RunBuffer(chunks: StoredRead.runChunks) }
         held = [Int](repeating: 0, count: workers)
@@ -143,10 +154,9 @@ final class Prefetcher: @unchecked Sendable {
     /// Starts producing.
     func start() {
         guard !steps.isEmpty else { return }
-        condition.lock()
-        running = workers
-        condition.unlock()
-        for worker in 0..<workers {
+        let first = readerProduces ? 1 : 0
+        monitor.withLock { running = workers - first }
+        for worker in first..<workers {
             let thread = Thread { [self] in self.work(worker) }
             thread.stackSize = 1 << 20
             thread.start()
@@ -155,9 +165,25 @@ final class Prefetcher: @unchecked Sendable {
 
     /// The next run, in order, waiting for it; throws the run's error.
     func next() throws -> RunBuffer {
-        condition.lock()
-        defer { condition.unlock() }
-        while ready[taken] == nil { condition.wait() }
+        if readerProduces && taken % workers == 0 {
+            // The reader's own run. A buffer is always free here: the reader has handed back
+            // its last one, and the other producer holds at most all but one.
+            let index = taken
+            guard let buffer = takeBuffer(0) else { throw CovenError(.internal, "no run buffer") }
+            monitor.withLock { taken += 1 }
+            do {
+                if readerProducer == nil { readerProducer = try Producer(key: FileKey(hex: keyHex), threads: threadsPerRun) }
+                guard let producer = readerProducer else { throw CovenError(.internal, "no producer") }
+                try produce(index, into: buffer, with: producer)
+            } catch {
+                recycle(buffer)
+                throw error
+            }
+            return buffer
+        }
+        monitor.lock()
+        defer { monitor.unlock() }
+        while ready[taken] == nil { monitor.wait(Wait.reader) }
         let result = ready.removeValue(forKey: taken)
         taken += 1
         guard let result else { throw CovenError(.internal, "no run") }
@@ -166,27 +192,27 @@ final class Prefetcher: @unchecked Sendable {
 
     /// Hands a buffer back for a later run.
     func recycle(_ buffer: RunBuffer) {
-        condition.lock()
-        held[buffer.owner] -= 1
-        free.append(buffer)
-        condition.broadcast()
-        condition.unlock()
+        monitor.withLock {
+            held[buffer.owner] -= 1
+            free.append(buffer)
+        }
+        monitor.broadcast(Wait.producer)
     }
 
     /// Stops producing (the reader is done or failed) and waits for the producers' threads to
     /// let go of their buffers and the descriptors.
     func stop() {
-        condition.lock()
+        monitor.lock()
         stopped = true
-        condition.broadcast()
-        while running > 0 { condition.wait() }
-        condition.unlock()
+        monitor.broadcast(Wait.producer)
+        while running > 0 { monitor.wait(Wait.reader) }
+        monitor.unlock()
     }
 
     private func takeBuffer(_ worker: Int) -> RunBuffer? {
-        condition.lock()
-        defer { condition.unlock() }
-        while (free.isEmpty || held[worker] >= holdLimit) && !stopped { condition.wait() }
+        monitor.lock()
+        defer { monitor.unlock() }
+        while (free.isEmpty || held[worker] >= holdLimit) && !stopped { monitor.wait(Wait.producer) }
         guard !stopped else { return nil }
         let buffer = free.removeLast()
         buffer.owner = worker
@@ -195,69 +221,93 @@ final class Prefetcher: @unchecked Sendable {
     }
 
     private func deliver(_ step: Int, _ result: Result<RunBuffer, CovenError>) {
-        condition.lock()
-        defer { condition.unlock() }
-        ready[step] = result
-        condition.broadcast()
+        // Only the run the reader takes next can wake it.
+        let wanted = monitor.withLock {
+            ready[step] = result
+            return step == taken
+        }
+        if wanted { monitor.signal(Wait.reader) }
+    }
+
+    /// What one producer keeps from run to run: its cipher handles, its storage connection (one
+    /// curl handle per thread) and its scratch, each made at first need.
+    private final class Producer {
+        let key: FileKey
+        let threads: Int
+        var cipher: ChunkCipher?
+        var checker: TagChecker?
+        var provider: StorageProvider?
+        var carry: UnsafeMutableRawBufferPointer?
+        var spare: RunBuffer?
+
+        init(key: FileKey, threads: Int) {
+            self.key = key
+            self.threads = threads
+        }
+
+        deinit { carry?.deallocate() }
+
+        func connected(_ connector: StorageConnector) throws -> (StorageProvider, ChunkCipher, UnsafeMutableRawBufferPointer) {
+            if provider == nil { provider = try connector.connect() }
+            if cipher == nil { cipher = try ChunkCipher(key: key) }
+            if carry == nil { carry = .allocate(byteCount: Int(ObjectLayout.sealedChunkSize), alignment: 64) }
+            guard let provider, let cipher, let carry else { throw CovenError(.internal, "no storage provider") }
+            return (provider, cipher, carry)
+        }
+
+        func tagChecker() throws -> TagChecker {
+            if checker == nil { checker = try TagChecker(key: key, threads: threads) }
+            guard let checker else { throw CovenError(.internal, "no cipher") }
+            return checker
+        }
     }
 
     private func work(_ worker: Int) {
         defer {
-            condition.lock()
-            running -= 1
-            condition.broadcast()
-            condition.unlock()
+            monitor.withLock { running -= 1 }
+            monitor.signal(Wait.reader)
         }
         var index = worker
         do {
-            let key = try FileKey(hex: keyHex)
-            var cipher: ChunkCipher?
-            var checker: TagChecker?
-            var provider: StorageProvider?
-            var carry: UnsafeMutableRawBufferPointer?
-            defer { carry?.deallocate() }
-            var spare: RunBuffer?
-            func connected() throws -> (StorageProvider, ChunkCipher, UnsafeMutableRawBufferPointer) {
-                if provider == nil { provider = try connector.connect() }
-                if cipher == nil { cipher = try ChunkCipher(key: key) }
-                if carry == nil { carry = .allocate(byteCount: Int(ObjectLayout.sealedChunkSize), alignment: 64) }
-                guard let provider, let cipher, let carry else { throw CovenError(.internal, "no storage provider") }
-                return (provider, cipher, carry)
-            }
+            let producer = try Producer(key: FileKey(hex: keyHex), threads: threadsPerRun)
             while index < steps.count {
                 guard let buffer = takeBuffer(worker) else { return }
-                switch steps[index] {
-                case .fetch(let run):
-                    let (provider, cipher, carry) = try connected()
-                    try Prefetcher.fetch(run, object: object, size: size, provider: provider, cipher: cipher, carry: carry, into: buffer)
-                    buffer.fromCache = false
-                    buffer.refetched = []
-                    buffer.stored = false
-                    if let writing {
-                        try write(buffer, to: writing)
-                        buffer.stored = true
-                    }
-                case .cached(let run):
-                    if checker == nil { checker = try TagChecker(key: key, threads: threadsPerRun) }
-                    guard let checker else { throw CovenError(.internal, "no cipher") }
-                    let bad = try checker.readCached(run, size: size, dataFD: dataFD, tagsFD: tagsFD, into: buffer)
-                    buffer.fromCache = true
-                    buffer.stored = false
-                    buffer.refetched = bad
-                    buffer.transferred = 0
-                    if !bad.isEmpty {
-                        let (provider, cipher, carry) = try connected()
-                        if spare == nil { spare = RunBuffer(chunks: StoredRead.runChunks) }
-                        guard let fetched = spare else { throw CovenError(.internal, "no buffer") }
-                        try Prefetcher.patch(bad, in: buffer, object: object, size: size, provider: provider, cipher: cipher, carry: carry, scratch: fetched)
-                    }
-                }
+                try produce(index, into: buffer, with: producer)
                 deliver(index, .success(buffer))
                 index += workers
             }
         } catch {
             // The reader stops at this step; the other producer's later runs are never taken.
             deliver(index, .failure(error.asCovenError))
+        }
+    }
+
+    /// Fills `buffer` with step `index`: fetched, or read from the cache and checked (a cached
+    /// chunk that fails its tag is fetched again).
+    private func produce(_ index: Int, into buffer: RunBuffer, with producer: Producer) throws {
+        switch steps[index] {
+        case .fetch(let run):
+            let (provider, cipher, carry) = try producer.connected(connector)
+            try Prefetcher.fetch(run, object: object, size: size, provider: provider, cipher: cipher, carry: carry, into: buffer)
+            buffer.fromCache = false
+            buffer.refetched = []
+            buffer.stored = false
+            if let writing {
+                try write(buffer, to: writing)
+                buffer.stored = true
+            }
+        case .cached(let run):
+            let bad = try producer.tagChecker().readCached(run, size: size, dataFD: dataFD, tagsFD: tagsFD, into: buffer)
+            buffer.fromCache = true
+            buffer.stored = false
+            buffer.refetched = bad
+            buffer.transferred = 0
+            if !bad.isEmpty {
+                let (provider, cipher, carry) = try producer.connected(connector)
+                if producer.spare == nil { producer.spare = RunBuffer(chunks: StoredRead.runChunks) }
+                guard let fetched = producer.spare else { throw CovenError(.internal, "no buffer") }
+                try Prefetcher.patch(bad, in: buffer, object: object, size: size, provider: provider, cipher: cipher, carry: carry, scratch: fetched)
+            }
         }
     }
 

@@ -126,23 +126,26 @@ final class ReadPipelineTests: ReadTestCase {
         let id = try storedFile(bytes)
         _ = try read(id)
         XCTAssertEqual(try cacheRow(id)?.int("complete"), 4)
-        // Run 3 (the second producer's) holds a bad chunk, and storage is away: the read must
-        // stop there with the storage error, after runs 0-2 and nothing of run 3 or later.
-        try corruptCachedData(id, at: 3 * run + 5 * chunk)
-        try FileManager.default.moveItem(atPath: store, toPath: store + ".away")
-        var out: [UInt8] = []
-        let started = Date()
-        XCTAssertThrowsError(try device.readFile(id) { out.append(contentsOf: $0) }) { error in
-            XCTAssertEqual(error.asCovenError.code, .storage)
-            XCTAssertEqual(error.asCovenError.storageFailure, .network)
+        // Run 3 is the producer thread's, run 2 the reader's own. One holds a bad chunk and
+        // storage is away: the read must stop there with the storage error, after the runs
+        // before it and nothing of that run or later.
+        for badRun in [3, 2] {
+            try corruptCachedData(id, at: badRun * run + 5 * chunk)
+            try FileManager.default.moveItem(atPath: store, toPath: store + ".away")
+            var out: [UInt8] = []
+            let started = Date()
+            XCTAssertThrowsError(try device.readFile(id) { out.append(contentsOf: $0) }) { error in
+                XCTAssertEqual(error.asCovenError.code, .storage)
+                XCTAssertEqual(error.asCovenError.storageFailure, .network)
+            }
+            XCTAssertLessThan(Date().timeIntervalSince(started), 5)
+            XCTAssertTrue(out == Array(bytes[0..<(badRun * run)]), "run \(badRun)")
+            // Back online, the bad chunk is fetched again; the entry was never marked otherwise.
+            try FileManager.default.moveItem(atPath: store + ".away", toPath: store)
+            let (got, report) = try read(id)
+            XCTAssertTrue(got == bytes)
+            XCTAssertEqual(report.chunksRefetched, 1)
         }
-        XCTAssertLessThan(Date().timeIntervalSince(started), 5)
-        XCTAssertTrue(out == Array(bytes[0..<(3 * run)]))
-        // Back online, the bad chunk is fetched again; the entry was never marked otherwise.
-        try FileManager.default.moveItem(atPath: store + ".away", toPath: store)
-        let (got, report) = try read(id)
-        XCTAssertTrue(got == bytes)
-        XCTAssertEqual(report.chunksRefetched, 1)
     }
 
     func testAnInterruptedCheckedReadStopsBetweenRunsAndLeavesTheEntry() throws {
