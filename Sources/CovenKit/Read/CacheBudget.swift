@@ -17,12 +17,17 @@ public enum CacheBudget {
 }
 
 extension Device {
+    /// The bytes every cache entry holds (kept files and partials too), from the total the
+    /// schema's triggers keep.
+    func cacheBytes() throws -> Int64 {
+        try database.scalar("SELECT bytes FROM coven_cache_total WHERE id = 1").intValue ?? 0
+    }
+
     /// The budget in force: the stored choice, or the default (nil means keep-all).
     public func cacheBudget() throws -> (bytes: Int64?, isDefault: Bool) {
         switch try setting("cache_budget") {
         case nil, "default"?:
-            let used = try database.scalar("SELECT coalesce(sum(bytes), 0) FROM coven_cache").intValue ?? 0
-            return (CacheBudget.defaultBudget(folder: paths.folder, currentlyUsed: used), true)
+            return (CacheBudget.defaultBudget(folder: paths.folder, currentlyUsed: try cacheBytes()), true)
         case "keep-all"?:
             return (nil, false)
         case let value?:

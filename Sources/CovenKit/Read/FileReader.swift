@@ -112,8 +112,7 @@ extension Device {
     func cacheOverBudget() throws -> Bool {
         if manifest.namespaces.contains(where: { $0.budget != nil }) { return true }
         guard let budget = try cacheBudget().bytes else { return false }
-        let used = try database.scalar("SELECT coalesce(sum(bytes), 0) FROM coven_cache").intValue ?? 0
-        return used > budget
+        return try cacheBytes() > budget
     }
 
     /// The local bytes of a file on this device only: the original's path or coven's copy.

@@ -53,6 +53,28 @@ final class FileCacheTests: ReadTestCase {
         assertCode(.fileAbsent) { try device.pin(["01234567-0123-4123-8123-0123456789ab"]) }
     }
 
+    func testTheTotalTheTriggersKeepMatchesTheEntries() throws {
+        func check(_ step: String) throws {
+            let sum = try device.database.scalar("SELECT coalesce(sum(bytes), 0) FROM coven_cache").intValue
+            XCTAssertEqual(try device.cacheBytes(), sum, step)
+        }
+        let ids = try cached([chunk, 2 * chunk, 3 * chunk])
+        try check("after whole reads")
+        let partial = try storedFile(pattern(5 * chunk + 3))
+        _ = try read(partial, ReadRange(offset: Int64(chunk), length: 10))
+        try check("after a partial read")
+        _ = try device.holdFile(partial)
+        try check("after the partial was completed")
+        XCTAssertEqual(try device.cacheBytes(), Int64(6 * chunk + 5 * chunk + 3))
+        _ = try device.setCacheBudget(String(6 * chunk))
+        try check("after a trim")
+        _ = try device.clearCache()
+        try check("after clear")
+        XCTAssertEqual(try device.cacheBytes(), 0)
+        _ = try read(ids[1])
+        XCTAssertEqual(try device.cacheBytes(), Int64(2 * chunk))
+    }
+
     func testKeepAllAndDefault() throws {
         _ = try cached([chunk, chunk])
         XCTAssertEqual(try device.setCacheBudget("keep-all"), 0)
@@ -134,11 +156,55 @@ final class FileCacheTests: ReadTestCase {
         XCTAssertEqual(utimes(orphan, &times), 0)
         let fresh = device.paths.cache + "/dev-fresh"
         FileManager.default.createFile(atPath: fresh, contents: Data([1]))
+        // A device swept an hour ago.
+        try device.database.transaction { try device.setSetting("cache_swept_at", String(Int64(Date().timeIntervalSince1970 - 3600))) }
         let paths = device.paths
+        device = nil
+        device = try Device.open(paths: paths)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: orphan), "the folder is listed once a day, not at every open")
+        let dayAgo = Int64(Date().timeIntervalSince1970 - Device.cacheSweepInterval - 5)
+        try device.database.run("UPDATE coven_meta SET value = ?1 WHERE key = 'cache_swept_at'", [dayAgo])
         device = nil
         device = try Device.open(paths: paths)
         XCTAssertFalse(FileManager.default.fileExists(atPath: orphan))
         XCTAssertTrue(FileManager.default.fileExists(atPath: fresh), "younger than a minute: maybe being made")
+        XCTAssertGreaterThan(Int64(try device.setting("cache_swept_at") ?? "") ?? 0, dayAgo)
+    }
+
+    func testFilesOfAnEntryForgottenBeforeACrashGoAtOpenUnlessItWasMadeAgain() throws {
+        let gone = try storedFile(pattern(2 * chunk, seed: 7))
+        let again = try storedFile(pattern(2 * chunk, seed: 8))
+        for id in [gone, again] { _ = try read(id) }
+        // As if a trim died after its commit and before its unlinks: each row is gone, a note
+        // names its files. The second entry is then read again before the next open.
+        var files: [CacheEntryPaths] = []
+        for id in [gone, again] {
+            let object = try device.requireFile(id).coordinates.object
+            files.append(device.cachePaths(object: object))
+            try device.database.transaction {
+                try device.database.run("DELETE FROM coven_cache WHERE object = ?1", [object])
+                try device.setSetting(Device.uncacheNote + object, object)
+            }
+            var times = [timeval(tv_sec: 1000, tv_usec: 0), timeval(tv_sec: 1000, tv_usec: 0)]
+            XCTAssertEqual(utimes(files.last!.data, &times), 0)
+        }
+        _ = try read(again)
+        let paths = device.paths
+        device = nil
+        device = try Device.open(paths: paths)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: files[0].data))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: files[0].tags))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: files[1].data), "made again: its files are the new entry's")
+        XCTAssertEqual(try device.database.scalar("SELECT count(*) FROM coven_meta WHERE key LIKE 'uncache:%'").intValue, 0)
+        XCTAssertEqual(try read(again).1.source, .cache)
+    }
+
+    func testARemovedEntryLeavesNoNote() throws {
+        let id = try storedFile(pattern(chunk))
+        _ = try read(id)
+        XCTAssertGreaterThan(try device.clearCache(), 0)
+        XCTAssertEqual(try device.database.scalar("SELECT count(*) FROM coven_meta WHERE key LIKE 'uncache:%'").intValue, 0)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: device.paths.cache), [])
     }
 
     func testStatusGroupsKeptFilesByReason() throws {
