@@ -10,6 +10,8 @@ struct CacheCommand: Command {
     'clear' removes every cached file and partial download coven can fetch again and prints \
     the bytes removed. Kept files (pinned, or in a kept namespace), uploads not yet sent (never \
     in the cache) and files being read stay. The budget is unchanged.
+
+    The cache also tidies itself: every command that opens the device for writing removes     partial downloads untouched for seven days (unless they are a kept file's) and the files     of entries a crash left half removed, and once a day files in the cache folder that no     entry names.
     """
     static let options: [OptionSpec] = []
     static let arguments = [ArgumentSpec("ACTION", help: "what to do with the cache", choices: ["clear"])]
