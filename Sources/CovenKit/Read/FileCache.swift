@@ -200,39 +200,67 @@ extension Device {
     /// - Throws: `.sql`, `.io`.
     @discardableResult
     public func trimCache(sparing: String? = nil) throws -> Int64 {
-        let kept = try keptObjects()
-        let rows = try database.query("""
-            SELECT c.*, (SELECT namespace FROM coven_files f WHERE json_extract(f.coordinates, '$.object') = c.object LIMIT 1) AS namespace
-            FROM coven_cache c ORDER BY c.last_read, c.object
-            """)
-        var candidates: [(CacheEntryRow, String?)] = rows.map { (CacheEntryRow(row: $0), $0.string("namespace")) }
-            .filter { !kept.contains($0.0.object) && $0.0.object != sparing }
         var removed: Int64 = 0
-        func trim(to budget: Int64, where matches: (String?) -> Bool) throws {
-            var used = candidates.filter { matches($0.1) }.reduce(Int64(0)) { $0 + $1.0.bytes }
-            var index = 0
-            while used > budget, index < candidates.count {
-                let (entry, namespace) = candidates[index]
-                guard matches(namespace) else { index += 1; continue }
-                if let bytes = try removeCacheEntry(entry) {
-                    used -= bytes
-                    removed += bytes
-                    candidates.remove(at: index)
-                } else {
-                    index += 1
-                }
-            }
-        }
         for namespace in manifest.namespaces {
             if let budget = namespace.budget {
-                try trim(to: budget) { $0 == namespace.name }
+                removed += try trim(to: budget, namespace: namespace.name, sparing: sparing)
             }
         }
         if let budget = try cacheBudget().bytes {
-            try trim(to: budget) { _ in true }
+            removed += try trim(to: budget, namespace: nil, sparing: sparing)
         }
         return removed
     }
+
+    /// Entries the trims may take, as SQL over `coven_cache c`: not a kept file's, not `?2`
+    /// (the entry spared), and with `?3` not NULL only those of that namespace's files. `?1` is
+    /// the manifest's kept namespaces, as a JSON array.
+    private static let trimmable = """
+        c.object != ?2
+        AND c.object NOT IN (
+            SELECT json_extract(f.coordinates, '$.object') FROM coven_files f WHERE f.id IN (SELECT file FROM coven_pins)
+            UNION ALL
+            SELECT json_extract(f.coordinates, '$.object') FROM coven_files f WHERE f.namespace IN (SELECT value FROM json_each(?1)))
+        AND (?3 IS NULL OR c.object IN (
+            SELECT json_extract(f.coordinates, '$.object') FROM coven_files f WHERE f.namespace = ?3))
+        """
+
+    /// Removes what was read longest ago among the entries a budget covers (a namespace's, or
+    /// with nil every one, kept files' aside) until they hold no more than `budget` bytes; passes
+    /// over entries being read and never takes `sparing`, though its bytes count. Costs one read of a total while the whole cache is within the budget (the check
+    /// after every read), one sum over the entries otherwise, and then only the oldest entries.
+    private func trim(to budget: Int64, namespace: String?, sparing: String?) throws -> Int64 {
+        // Every budget covers at most every entry: within the budget, nothing to do.
+        guard try cacheBytes() > budget else { return 0 }
+        let keptNamespaces = String(decoding: try JSONSerialization.data(withJSONObject: manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
+        let parameters: [SQLValue] = [.text(keptNamespaces), .text(sparing ?? ""), namespace.map { .text($0) } ?? .null]
+        // The spared entry counts toward the budget; it is only never taken.
+        var used = try database.scalar("SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c WHERE \(Self.trimmable)",
+                                       [parameters[0], SQLValue.text(""), parameters[2]]).intValue ?? 0
+        var removed: Int64 = 0
+        var busy: Set<String> = []
+        while used > budget {
+            // The oldest few not yet passed over, in the order trims take them.
+            let rows = try database.query(
+                "SELECT c.* FROM coven_cache c WHERE \(Self.trimmable) ORDER BY c.last_read, c.object LIMIT ?4",
+                parameters + [.integer(Int64(busy.count + Self.trimBatch))])
+            let entries = rows.map(CacheEntryRow.init).filter { !busy.contains($0.object) }
+            guard !entries.isEmpty else { break }
+            for entry in entries {
+                if let bytes = try removeCacheEntry(entry) {
+                    used -= bytes
+                    removed += bytes
+                } else {
+                    busy.insert(entry.object)
+                }
+                if used <= budget { break }
+            }
+        }
+        return removed
+    }
+
+    /// Entries a trim reads at a time.
+    static let trimBatch = 64
 
     /// Sets the device's cache budget (bytes, `default` or `keep-all`), stores the choice and
     /// trims to it at once.

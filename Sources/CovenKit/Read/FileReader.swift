@@ -98,7 +98,7 @@ extension Device {
         let read = try StoredRead(device: self, record: record, durable: false, interrupted: interrupted)
         defer { read.close() }
         let report = try read.read(wanted, output: output)
-        if (try? cacheOverBudget()) == true { _ = try? trimCache(sparing: coordinates.object) }
+        _ = try? trimCache(sparing: coordinates.object)
         return report
     }
 
@@ -106,13 +106,6 @@ extension Device {
         let device = record.coordinates.device ?? ""
         return CovenError(.deviceOnly, "file '\(record.id)' is on device '\(device)' only", hint: "read it on that device, or move it to the cloud there",
                           details: ["file": record.id, "device": device])
-    }
-
-    /// Whether the cache holds more than its budget allows (so a trim has work).
-    func cacheOverBudget() throws -> Bool {
-        if manifest.namespaces.contains(where: { $0.budget != nil }) { return true }
-        guard let budget = try cacheBudget().bytes else { return false }
-        return try cacheBytes() > budget
     }
 
     /// The local bytes of a file on this device only: the original's path or coven's copy.
@@ -211,7 +204,7 @@ extension Device {
         let read = try StoredRead(device: self, record: record, durable: true, interrupted: interrupted)
         defer { read.close() }
         let report = try read.read(0..<record.size) { _ in }
-        if (try? cacheOverBudget()) == true { _ = try? trimCache(sparing: record.coordinates.object) }
+        _ = try? trimCache(sparing: record.coordinates.object)
         return (files.data, report)
     }
 

@@ -75,6 +75,31 @@ final class FileCacheTests: ReadTestCase {
         XCTAssertEqual(try device.cacheBytes(), Int64(2 * chunk))
     }
 
+    func testANamespaceBudgetTrimsThatNamespaceAloneAndKeptFilesOverTheBudgetTakeNothing() throws {
+        let budgeted = ReadTestCase.manifest.replacingOccurrences(
+            of: #"{ "name": "blobs", "kind": "app" }"#, with: #"{ "name": "blobs", "kind": "app", "budget": "\#(2 * chunk)" }"#)
+        XCTAssertNotEqual(budgeted, ReadTestCase.manifest)
+        device = try makeDevice(storage: .file(directory: folder + "/store2"), manifest: budgeted, name: "budgets.db")
+        _ = try device.setCacheBudget("keep-all")
+        // Kept files far over any budget: outside every budget, they make no read trim.
+        let kept = try cached([6 * chunk], namespace: "keep")
+        let blobs = try cached([chunk, chunk])
+        XCTAssertEqual(try device.trimCache(), 0, "the namespace holds its budget; kept bytes do not count")
+        XCTAssertEqual(try blobs.map(isCached), [true, true])
+        // A third file read goes past the namespace's budget: the one read longest ago goes,
+        // never the one just read.
+        let third = try storedFile(pattern(chunk, seed: 9))
+        _ = try read(third)
+        XCTAssertEqual(try blobs.map(isCached), [false, true])
+        XCTAssertTrue(try isCached(third))
+        XCTAssertTrue(try isCached(kept[0]))
+        // The device's budget then covers every entry but the kept ones.
+        XCTAssertEqual(try device.setCacheBudget(String(chunk)), Int64(chunk))
+        XCTAssertEqual(try blobs.map(isCached), [false, false], "read before the third")
+        XCTAssertTrue(try isCached(third))
+        XCTAssertTrue(try isCached(kept[0]))
+    }
+
     func testKeepAllAndDefault() throws {
         _ = try cached([chunk, chunk])
         XCTAssertEqual(try device.setCacheBudget("keep-all"), 0)
