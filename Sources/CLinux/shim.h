@@ -22,4 +22,9 @@ static inline int coven_o_direct(void) {
 static inline int coven_preallocate(int fd, long long offset, long long count) {
     return fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, count);
 }
+
+// Gives back the blocks of a byte range (it reads as zeros after), without changing the size.
+static inline int coven_punch_hole(int fd, long long offset, long long count) {
+    return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, count);
+}
 #endif

@@ -27,6 +27,9 @@ public struct ReadReport: Sendable {
     public var chunksRefetched: Int = 0
     /// The plaintext bytes written to the output.
     public var bytesRead: Int64 = 0
+    /// The disk had no room for some fetched bytes: they went out checked but not kept in the
+    /// cache (a read that must keep them, `coven get`, fails with `no_room` instead).
+    public var notKept = false
 }
 
 /// A range of a file to read: from `offset`, `length` bytes or to the end.
@@ -360,7 +363,7 @@ final class StoredRead {
         let producer = Prefetcher(
             connector: StorageConnector(location: device.storage), object: object, keyHex: record.coordinates.key,
             size: size, steps: steps, dataFD: dataFD, tagsFD: tagsFD,
-            writing: .init(dataPath: files.data, tagsPath: files.tags, startWriteback: durable),
+            writing: .init(dataPath: files.data, tagsPath: files.tags, startWriteback: durable, required: durable),
             threads: hasher == nil ? ChunkRun.threads : 1)
         producer.start()
         defer { producer.stop() }
@@ -384,13 +387,15 @@ final class StoredRead {
                         report.chunksRefetched += run.refetched.count
                         report.requests += 1
                         try forget(run.refetched)
-                        try store(run, only: run.refetched)
+                        try keepingIfRoom { try store(run, only: run.refetched) }
                     }
                 } else if run.stored {
                     // The producer wrote the run to the cache files: record it (later).
                     pending.append(contentsOf: run.chunks)
                     pendingBytes += Int64(run.plainCount)
-                    if pendingBytes >= Self.recordEvery { try recordChunks() }
+                    if pendingBytes >= Self.recordEvery { try keepingIfRoom { try recordChunks() } }
+                } else if run.noRoom {
+                    report.notKept = true
                 }
                 let runStart = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
                 let from = Int(max(runStart, wanted.lowerBound) - runStart)
@@ -425,12 +430,25 @@ final class StoredRead {
         producer.stop()
         // Record what was written and checked, also after a failure: a partial keeps it.
         do {
-            try recordChunks()
+            try keepingIfRoom { try recordChunks() }
         } catch where failure == nil {
             failure = error
         } catch {}
         if let failure { throw failure }
         return report
+    }
+
+    /// Runs a write to the cache, or to its records; when the disk has no room, a read that need
+    /// not keep its bytes goes on without it (the bytes it could not record are fetched again
+    /// by a later read), and says so in its report.
+    private func keepingIfRoom(_ body: () throws -> Void) throws {
+        do {
+            try body()
+        } catch let error as CovenError where error.code == .noRoom && !durable {
+            pending.removeAll()
+            pendingBytes = 0
+            report.notKept = true
+        }
     }
 
     /// Writes the `only` chunks of a cached run, fetched again, to the cache; they are recorded

@@ -20,6 +20,9 @@ final class RunBuffer {
     var fromCache = false
     /// Whether the fetched chunks were written to the cache files (not yet recorded).
     var stored = false
+    /// Whether the disk had no room for them (a read that need not keep its bytes goes on
+    /// without writing to the cache).
+    var noRoom = false
     /// Cached chunks of the run that failed their tag and were fetched again: the reader
     /// forgets them, then writes them to the cache again.
     var refetched: [Int64] = []
@@ -86,6 +89,10 @@ final class Prefetcher: @unchecked Sendable {
         var dataPath: String
         var tagsPath: String
         var startWriteback: Bool
+        /// Whether the read must keep every byte (`coven get`): then a disk with no room fails
+        /// it with `no_room`; otherwise (`coven cat`) the producer stops writing to the cache
+        /// and the read goes on, its bytes checked as ever.
+        var required: Bool
     }
 
     private let connector: StorageConnector
@@ -122,6 +129,9 @@ final class Prefetcher: @unchecked Sendable {
     private let holdLimit: Int
     private var stopped = false
     private var running = 0
+    /// The disk had no room for a fetched run: later runs are not written either. Only the one
+    /// producer of a read that fetches writes to the cache.
+    private var cacheFull = false
 
     /// - Parameters:
     ///   - steps: the runs, in the order the reader takes them.
@@ -292,14 +302,27 @@ final class Prefetcher: @unchecked Sendable {
             buffer.fromCache = false
             buffer.refetched = []
             buffer.stored = false
+            buffer.noRoom = false
             if let writing {
-                try write(buffer, to: writing)
-                buffer.stored = true
+                if !cacheFull {
+                    do {
+                        try write(buffer, to: writing)
+                        buffer.stored = true
+                    } catch let error as CovenError where error.code == .noRoom && !writing.required {
+                        // Give back what part of the run was written, so the chunks written
+                        // before it can still be recorded.
+                        let base = ObjectLayout.plaintextRange(chunk: run.lowerBound, plaintextSize: size).lowerBound
+                        _ = coven_punch_hole(dataFD, base, Int64(buffer.plainCount))
+                        cacheFull = true
+                    }
+                }
+                buffer.noRoom = cacheFull
             }
         case .cached(let run):
             let bad = try producer.tagChecker().readCached(run, size: size, dataFD: dataFD, tagsFD: tagsFD, into: buffer)
             buffer.fromCache = true
             buffer.stored = false
+            buffer.noRoom = false
             buffer.refetched = bad
             buffer.transferred = 0
             if !bad.isEmpty {

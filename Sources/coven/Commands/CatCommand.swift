@@ -16,7 +16,9 @@ struct CatCommand: Command {
 
     A range outside the file fails with range_out_of_bounds: the output is never short. \
     Offline, a range whose chunks are not cached fails at once with the storage error. A file \
-    on another device only fails with device_only. Never waits for the device lock.
+    on another device only fails with device_only. When the disk has no room for the cache, \
+    the read goes on without keeping what does not fit, and says so on stderr ('coven get' \
+    fails with no_room instead). Never waits for the device lock.
     """
     static let options = [
         OptionSpec("offset", value: "N", help: "the first byte to write (default 0)"),
@@ -33,6 +35,9 @@ struct CatCommand: Command {
         context.out.flush()
         if report.chunksRefetched > 0 {
             context.note("warning: \(report.chunksRefetched) cached chunks of '\(id)' failed their check and were fetched again")
+        }
+        if report.notKept {
+            context.note("warning: the disk is full: '\(id)' was read without keeping all of it in the cache")
         }
         return 0
     }

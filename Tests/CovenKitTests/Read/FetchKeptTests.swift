@@ -144,15 +144,32 @@ final class NoRoomTests: ReadTestCase {
         _ = (large, larger)
     }
 
-    func testAReadThatFillsTheDiskFailsWithNoRoom() throws {
-        let id = try storedFile(pattern(4 << 20, seed: 4))
+    func testAReadThatFillsTheDiskGoesOnWithoutKeepingItsBytesAndAGetFailsWithNoRoom() throws {
+        let bytes = pattern(4 << 20, seed: 4)
+        let id = try storedFile(bytes)
         let paths = device.paths
         device = nil
         device = try Device.open(paths: paths)
-        try fill(leaving: 1 << 20)
-        // A read does not check ahead: the cache writes hit ENOSPC part way.
-        var out = 0
-        assertCode(.noRoom) { try device.readFile(id) { out += $0.count } }
-        XCTAssertLessThan(out, 4 << 20)
+        try fill(leaving: 5 << 19)
+        // A read does not check ahead: the cache writes hit ENOSPC part way, and the read goes
+        // on, every byte checked, keeping what fitted.
+        let (got, report) = try read(id)
+        XCTAssertTrue(got == bytes, "every byte, in order")
+        XCTAssertTrue(report.notKept)
+        XCTAssertEqual(try cacheRow(id)?.int("complete"), 0, "a partial: what fitted")
+        let held = try cacheRow(id)?.int("bytes") ?? -1
+        XCTAssertGreaterThan(held, 0)
+        XCTAssertLessThan(held, Int64(bytes.count))
+        // A read of what is held needs no room.
+        XCTAssertFalse(try read(id, ReadRange(offset: 0, length: 10)).1.notKept)
+        // `get` must keep the file whole: it refuses before fetching.
+        assertCode(.noRoom) { try device.holdFile(id) }
+        // With room again, it fetches only what is missing.
+        XCTAssertEqual(unlink(mountPoint + "/filler"), 0)
+        let (path, fetched) = try device.holdFile(id)
+        XCTAssertEqual(fetched.bytesFetched, ObjectLayout.encryptedSize(plaintextSize: Int64(bytes.count))
+            - ObjectLayout.headerSize * (held > 0 ? 1 : 0) - held / Int64(ObjectLayout.chunkSize) * ObjectLayout.sealedChunkSize)
+        XCTAssertTrue([UInt8](FileManager.default.contents(atPath: path) ?? Data()) == bytes)
+        XCTAssertFalse(fetched.notKept)
     }
 }
