@@ -42,33 +42,36 @@ extension Device {
         let keptNamespaces = String(decoding: try JSONSerialization.data(withJSONObject: manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
         let used = try database.scalar("SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c WHERE NOT \(kept)", [keptNamespaces]).intValue ?? 0
         let partial = try database.scalar("SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c WHERE c.complete = 0", []).intValue ?? 0
+        // One query over the kept files, each with its cache entry and its last fetch failure,
+        // so status costs one pass whatever the number of kept files.
         let keptFiles = """
-            SELECT f.id, f.size, json_extract(f.coordinates, '$.object') AS object, json_extract(f.coordinates, '$.at') AS at,
-                   json_extract(f.coordinates, '$.device') AS device
-            FROM coven_files f WHERE f.id IN (SELECT file FROM coven_pins) OR f.namespace IN (SELECT value FROM json_each(?1))
+            SELECT f.size, json_extract(f.coordinates, '$.at') AS at, json_extract(f.coordinates, '$.device') AS device,
+                   c.bytes AS cached_bytes, c.complete AS complete, m.value AS failure
+            FROM coven_files f
+            LEFT JOIN coven_cache c ON c.object = json_extract(f.coordinates, '$.object')
+            LEFT JOIN coven_meta m ON m.key = 'fetch_failed:' || json_extract(f.coordinates, '$.object')
+            WHERE f.id IN (SELECT file FROM coven_pins) OR f.namespace IN (SELECT value FROM json_each(?1))
             """
         var heldCount: Int64 = 0
         var heldBytes: Int64 = 0
         var reasons: [String: CacheSummary.NotHeld] = [:]
         for row in try database.query(keptFiles, [keptNamespaces]) {
-            let object = row.string("object") ?? ""
             let size = row.int("size") ?? 0
-            let cached = try database.queryOne("SELECT bytes, complete FROM coven_cache WHERE object = ?1", [object])
+            let cachedBytes = row.int("cached_bytes") ?? 0
             let isHere = row.string("at") == "device" && row.string("device") == deviceID
-            if isHere || (cached?.int("complete") ?? 0) >= 1 {
+            if isHere || (row.int("complete") ?? 0) >= 1 {
                 heldCount += 1
-                heldBytes += isHere ? size : (cached?.int("bytes") ?? 0)
+                heldBytes += isHere ? size : cachedBytes
                 continue
             }
             // The reasons are documented in docs/json.md ("file_cache").
             let reason: String
-            let partialBytes = cached?.int("bytes") ?? 0
-            heldBytes += partialBytes
+            heldBytes += cachedBytes
             if row.string("at") == "device" {
                 reason = "device_only_elsewhere"
-            } else if let failure = try setting("fetch_failed:" + object) {
+            } else if let failure = row.string("failure") {
                 reason = failure
-            } else if partialBytes > 0 {
+            } else if cachedBytes > 0 {
                 reason = "partial"
             } else {
                 reason = "not_fetched"
