@@ -35,53 +35,61 @@ extension Device {
         }
     }
 
-    /// The cache's summary for status.
-    public func cacheSummary() throws -> CacheSummary {
-        let budget = try cacheBudget()
+    /// The bytes the budget covers (every entry but kept files') and the bytes of partials.
+    public func cacheUsage() throws -> (used: Int64, partial: Int64) {
         let kept = "(c.object IN (SELECT json_extract(f.coordinates, '$.object') FROM coven_files f WHERE f.id IN (SELECT file FROM coven_pins) OR f.namespace IN (SELECT value FROM json_each(?1))))"
         let keptNamespaces = String(decoding: try JSONSerialization.data(withJSONObject: manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
         let used = try database.scalar("SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c WHERE NOT \(kept)", [keptNamespaces]).intValue ?? 0
         let partial = try database.scalar("SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c WHERE c.complete = 0", []).intValue ?? 0
+        return (used, partial)
+    }
+
+    /// The cache's summary for status.
+    public func cacheSummary() throws -> CacheSummary {
+        let budget = try cacheBudget()
+        let keptNamespaces = String(decoding: try JSONSerialization.data(withJSONObject: manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
+        let (used, partial) = try cacheUsage()
         // One query over the kept files, each with its cache entry and its last fetch failure,
-        // so status costs one pass whatever the number of kept files.
-        let keptFiles = """
-            SELECT f.size, json_extract(f.coordinates, '$.at') AS at, json_extract(f.coordinates, '$.device') AS device,
-                   c.bytes AS cached_bytes, c.complete AS complete, m.value AS failure
-            FROM coven_files f
-            LEFT JOIN coven_cache c ON c.object = json_extract(f.coordinates, '$.object')
-            LEFT JOIN coven_meta m ON m.key = 'fetch_failed:' || json_extract(f.coordinates, '$.object')
-            WHERE f.id IN (SELECT file FROM coven_pins) OR f.namespace IN (SELECT value FROM json_each(?1))
-            """
+        // grouped by why it is not held (NULL: held), so status costs one pass in SQLite
+        // whatever the number of kept files. The reasons are documented in docs/json.md
+        // ("file_cache").
+        let groups = try database.query("""
+            WITH kept AS (
+                SELECT f.size AS size, json_extract(f.coordinates, '$.at') AS at, json_extract(f.coordinates, '$.device') AS device,
+                       json_extract(f.coordinates, '$.object') AS object
+                FROM coven_files f
+                WHERE f.id IN (SELECT file FROM coven_pins) OR f.namespace IN (SELECT value FROM json_each(?1))
+            ), looked AS (
+                SELECT k.size, coalesce(c.bytes, 0) AS cached, coalesce(c.complete, 0) AS state, m.value AS failure,
+                       (k.at = 'device' AND k.device = ?2) AS here, k.at AS at
+                FROM kept k
+                LEFT JOIN coven_cache c ON c.object = k.object
+                LEFT JOIN coven_meta m ON m.key = 'fetch_failed:' || k.object
+            )
+            SELECT CASE
+                     WHEN here OR state >= 1 THEN NULL
+                     WHEN at = 'device' THEN 'device_only_elsewhere'
+                     WHEN failure IS NOT NULL THEN failure
+                     WHEN cached > 0 THEN 'partial'
+                     ELSE 'not_fetched'
+                   END AS reason,
+                   count(*) AS count, coalesce(sum(size), 0) AS bytes,
+                   coalesce(sum(CASE WHEN here THEN size ELSE cached END), 0) AS held_bytes
+            FROM looked GROUP BY reason ORDER BY reason
+            """, [keptNamespaces, deviceID])
         var heldCount: Int64 = 0
         var heldBytes: Int64 = 0
-        var reasons: [String: CacheSummary.NotHeld] = [:]
-        for row in try database.query(keptFiles, [keptNamespaces]) {
-            let size = row.int("size") ?? 0
-            let cachedBytes = row.int("cached_bytes") ?? 0
-            let isHere = row.string("at") == "device" && row.string("device") == deviceID
-            if isHere || (row.int("complete") ?? 0) >= 1 {
-                heldCount += 1
-                heldBytes += isHere ? size : cachedBytes
+        var notHeld: [CacheSummary.NotHeld] = []
+        for group in groups {
+            // Held files count their bytes; the others, the bytes of their partials.
+            heldBytes += group.int("held_bytes") ?? 0
+            guard let reason = group.string("reason") else {
+                heldCount += group.int("count") ?? 0
                 continue
             }
-            // The reasons are documented in docs/json.md ("file_cache").
-            let reason: String
-            heldBytes += cachedBytes
-            if row.string("at") == "device" {
-                reason = "device_only_elsewhere"
-            } else if let failure = row.string("failure") {
-                reason = failure
-            } else if cachedBytes > 0 {
-                reason = "partial"
-            } else {
-                reason = "not_fetched"
-            }
-            var group = reasons[reason] ?? CacheSummary.NotHeld(reason: reason, count: 0, bytes: 0, unstated: 0)
-            group.count += 1
-            group.bytes += size
-            reasons[reason] = group
+            notHeld.append(CacheSummary.NotHeld(reason: reason, count: group.int("count") ?? 0, bytes: group.int("bytes") ?? 0, unstated: 0))
         }
         return CacheSummary(budget: budget.bytes, budgetIsDefault: budget.isDefault, used: used, partial: partial,
-                            heldCount: heldCount, heldBytes: heldBytes, notHeld: reasons.values.sorted { $0.reason < $1.reason })
+                            heldCount: heldCount, heldBytes: heldBytes, notHeld: notHeld)
     }
 }

@@ -76,19 +76,26 @@ extension Device {
             migrations: manifest.migrations.count, staged: try count("SELECT count(*) FROM coven_staged"),
             cache: try cacheSummary())
         let me = deviceID
-        status.files.total = try count("SELECT count(*) FROM coven_files")
-        status.files.stored = try count("SELECT count(*) FROM coven_files WHERE json_extract(coordinates, '$.at') = 'stored'")
-        let uploadingHere = """
-            json_extract(f.coordinates, '$.at') = 'device' AND json_extract(f.coordinates, '$.device') = ?1
-            AND EXISTS (SELECT 1 FROM coven_upload_queue q WHERE q.object = json_extract(f.coordinates, '$.object') AND q.state IN ('queued', 'sending'))
+        // One pass over the file records for the places, and the queue (few rows) joined to
+        // its records through their index for the rest.
+        let places = try db.queryOne("""
+            SELECT count(*) AS total, coalesce(sum(at = 'stored'), 0) AS stored,
+                   coalesce(sum(at = 'device' AND device = ?1), 0) AS here, coalesce(sum(at = 'device' AND device <> ?1), 0) AS elsewhere
+            FROM (SELECT json_extract(coordinates, '$.at') AS at, json_extract(coordinates, '$.device') AS device FROM coven_files)
+            """, [me])
+        status.files.total = places?.int("total") ?? 0
+        status.files.stored = places?.int("stored") ?? 0
+        let queued = """
+            FROM coven_upload_queue q CROSS JOIN coven_files f ON json_extract(f.coordinates, '$.object') = +q.object
+            WHERE q.state IN ('queued', 'sending')
             """
-        status.files.uploading = try count("SELECT count(*) FROM coven_files f WHERE \(uploadingHere)", [me])
-        status.files.deviceOnlyHere = try count("SELECT count(*) FROM coven_files f WHERE json_extract(f.coordinates, '$.at') = 'device' AND json_extract(f.coordinates, '$.device') = ?1", [me]) - status.files.uploading
-        status.files.deviceOnlyElsewhere = try count("SELECT count(*) FROM coven_files WHERE json_extract(coordinates, '$.at') = 'device' AND json_extract(coordinates, '$.device') <> ?1", [me])
-        status.files.missing = try count("""
-            SELECT count(*) FROM coven_files f JOIN coven_upload_queue q ON q.object = json_extract(f.coordinates, '$.object')
-            WHERE q.state IN ('queued', 'sending') AND q.last_error_code IN ('user_file_missing', 'file_unavailable', 'missing')
-            """)
+        status.files.uploading = try count("""
+            SELECT count(*) \(queued)
+            AND json_extract(f.coordinates, '$.at') = 'device' AND json_extract(f.coordinates, '$.device') = ?1
+            """, [me])
+        status.files.deviceOnlyHere = (places?.int("here") ?? 0) - status.files.uploading
+        status.files.deviceOnlyElsewhere = places?.int("elsewhere") ?? 0
+        status.files.missing = try count("SELECT count(*) \(queued) AND q.last_error_code IN ('user_file_missing', 'file_unavailable', 'missing')")
         status.uploads.queued = try count("SELECT count(*) FROM coven_upload_queue WHERE state = 'queued'")
         status.uploads.sending = try count("SELECT count(*) FROM coven_upload_queue WHERE state = 'sending' AND lease_until > ?1", [Date().timeIntervalSince1970])
         status.uploads.queued += try count("SELECT count(*) FROM coven_upload_queue WHERE state = 'sending' AND NOT (lease_until > ?1)", [Date().timeIntervalSince1970])

@@ -180,13 +180,19 @@ enum Schema {
 
     /// The views app SQL and `coven sql` read. Recreated at every open, so they can change
     /// compatibly with new versions.
+    ///
+    /// Each joins coven_files last, with CROSS JOIN, through its index on the object
+    /// (`= +q.object`: the `+` drops the column's TEXT affinity, without which SQLite cannot use
+    /// an index on an expression for the join). Otherwise every file record was scanned to
+    /// find the few queued or local rows: `coven uploads` on a library of 100,000 files took
+    /// 80 ms instead of 10.
     static let views = """
     DROP VIEW IF EXISTS coven_user_files;
     CREATE VIEW coven_user_files AS
         SELECT f.id AS file, l.path AS path, l.size AS size,
                l.modified_seconds AS modified_seconds, l.modified_nanos AS modified_nanos
-        FROM coven_files AS f
-        JOIN coven_local AS l ON l.object = json_extract(f.coordinates, '$.object')
+        FROM coven_local AS l
+        CROSS JOIN coven_files AS f ON json_extract(f.coordinates, '$.object') = +l.object
         WHERE l.kind = 'user'
           AND json_extract(f.coordinates, '$.at') = 'device'
           AND json_extract(f.coordinates, '$.device') = (SELECT value FROM coven_meta WHERE key = 'device_id');
@@ -211,7 +217,7 @@ enum Schema {
                q.state AS state, q.bound AS bound, q.attempts AS attempts,
                q.last_error_code AS error, q.last_error AS error_message, q.object AS object
         FROM coven_upload_queue AS q
-        JOIN coven_files AS f ON json_extract(f.coordinates, '$.object') = q.object;
+        CROSS JOIN coven_files AS f ON json_extract(f.coordinates, '$.object') = +q.object;
 
     DROP VIEW IF EXISTS coven_sending;
     CREATE VIEW coven_sending AS
@@ -232,8 +238,8 @@ enum Schema {
         SELECT m.id AS move, m.state AS state, f.id AS file, m.created_at AS created_at,
                m.error_code AS error, m.error AS error_message, m.error_file AS error_file
         FROM coven_move_state AS m
-        JOIN coven_upload_queue AS q ON q.move = m.id
-        JOIN coven_files AS f ON json_extract(f.coordinates, '$.object') = q.object
+        CROSS JOIN coven_upload_queue AS q ON q.move = m.id
+        CROSS JOIN coven_files AS f ON json_extract(f.coordinates, '$.object') = +q.object
         WHERE m.state IN ('moving', 'failed');
 
     DROP VIEW IF EXISTS coven_devices;

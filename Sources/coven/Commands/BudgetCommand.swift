@@ -33,13 +33,14 @@ struct BudgetCommand: Command {
             return 0
         }
         let device = try context.openDeviceReadOnly()
-        let summary = try device.cacheSummary()
+        let budget = try device.cacheBudget()
+        let usage = try device.cacheUsage()
         if context.json {
-            try context.printJSON(["budget": summary.budget.map { $0 as Any } ?? NSNull(), "budget_is_default": summary.budgetIsDefault, "used": summary.used, "partial": summary.partial])
+            try context.printJSON(["budget": budget.bytes.map { $0 as Any } ?? NSNull(), "budget_is_default": budget.isDefault, "used": usage.used, "partial": usage.partial])
         } else {
-            let budget = summary.budget.map { "\($0) bytes" } ?? "keep-all"
-            context.line("budget \(budget)\(summary.budgetIsDefault ? " (default)" : "")")
-            context.line("used   \(summary.used) bytes (\(summary.partial) partial)")
+            let shown = budget.bytes.map { "\($0) bytes" } ?? "keep-all"
+            context.line("budget \(shown)\(budget.isDefault ? " (default)" : "")")
+            context.line("used   \(usage.used) bytes (\(usage.partial) partial)")
         }
         return 0
     }
