@@ -32,6 +32,7 @@ the counters, also written to --stats after every request. A rule, or {"rules": 
                                                           (for requests whose answer has no body)
 
 Optional in every rule: "method": "GET" and "path": "substring" to match only some requests;
+"skip": N lets the first N matching requests through untouched (default 0);
 "count": N faults (default 1; -1 = every matching request). "after_bytes" defaults to half the
 body, at most 64 KiB.
 
@@ -85,6 +86,7 @@ class Faults:
                 raise ValueError("unknown mode %r" % mode)
             rule = dict(rule)
             rule["remaining"] = int(rule.get("count", 1))
+            rule["to_skip"] = int(rule.get("skip", 0))
             cleaned.append(rule)
         with self.lock:
             self.rules = cleaned
@@ -117,6 +119,9 @@ class Faults:
                 if rule.get("method") and rule["method"].upper() != method:
                     continue
                 if rule.get("path") and rule["path"] not in path:
+                    continue
+                if rule["to_skip"] > 0:
+                    rule["to_skip"] -= 1
                     continue
                 if rule["remaining"] > 0:
                     rule["remaining"] -= 1
