@@ -262,6 +262,42 @@ extension Device {
     /// Entries a trim reads at a time.
     static let trimBatch = 64
 
+    /// Makes room on the disk for `bytes` more of cache (plus ``roomMargin``) by removing the
+    /// entries read longest ago, whatever the budget: kept files' and `sparing` never, entries
+    /// being read passed over. Does nothing while the disk has the room. The disk fills with
+    /// other programs' files too; then what was read longest ago gives way to what is read now.
+    ///
+    /// - Returns: the bytes removed.
+    @discardableResult
+    func makeRoom(for bytes: Int64, sparing: String) throws -> Int64 {
+        guard bytes > 0 else { return 0 }
+        func free() -> Int64? {
+            var info = statvfs()
+            guard statvfs(paths.cache, &info) == 0 else { return nil }
+            return Int64(info.f_bavail) * Int64(info.f_frsize)
+        }
+        guard let before = free(), before < bytes + Self.roomMargin else { return 0 }
+        let keptNamespaces = String(decoding: try JSONSerialization.data(withJSONObject: manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
+        let parameters: [SQLValue] = [.text(keptNamespaces), .text(sparing), .null]
+        var removed: Int64 = 0
+        var busy: Set<String> = []
+        while (free() ?? 0) < bytes + Self.roomMargin {
+            let rows = try database.query(
+                "SELECT c.* FROM coven_cache c WHERE \(Self.trimmable) ORDER BY c.last_read, c.object LIMIT ?4",
+                parameters + [.integer(Int64(busy.count + Self.trimBatch))])
+            let entries = rows.map(CacheEntryRow.init).filter { !busy.contains($0.object) }
+            guard !entries.isEmpty else { break }
+            for entry in entries {
+                if let bytes = try removeCacheEntry(entry) { removed += bytes } else { busy.insert(entry.object) }
+                if (free() ?? 0) >= bytes + Self.roomMargin { break }
+            }
+        }
+        return removed
+    }
+
+    /// Room left beside a fetch for the device's records (SQLite's journal) and the tags.
+    static let roomMargin: Int64 = 4 << 20
+
     /// Sets the device's cache budget (bytes, `default` or `keep-all`), stores the choice and
     /// trims to it at once.
     ///

@@ -217,6 +217,8 @@ extension Device {
     func checkRoom(for record: FileRecord) throws {
         let held = try cacheRow(record.coordinates.object)?.bytes ?? 0
         let needed = record.size - held + Int64(ObjectLayout.chunkCount(plaintextSize: record.size)) * ObjectLayout.tagSize
+        // What was read longest ago gives way first.
+        _ = try? makeRoom(for: needed, sparing: record.coordinates.object)
         var info = statvfs()
         guard statvfs(paths.cache, &info) == 0 else { return }
         let free = Int64(info.f_bavail) * Int64(info.f_frsize)
@@ -358,6 +360,14 @@ final class StoredRead {
         // holds exactly the bytes checked, so it is not hashed again.
         let allCached = steps.allSatisfy { if case .cached = $0 { return true } else { return false } }
         let hasher = whole && !(verified && allCached) ? try SHA256() : nil
+        // Room for what this read fetches: on a full disk the entries read longest ago give way
+        // (a durable read was refused before this when even that leaves too little).
+        let fetching = steps.reduce(Int64(0)) { total, step in
+            guard case .fetch(let run) = step else { return total }
+            return total + ObjectLayout.encryptedRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
+                - ObjectLayout.encryptedRange(chunk: run.lowerBound, plaintextSize: size).lowerBound
+        }
+        _ = try? device.makeRoom(for: fetching, sparing: object)
         // While this thread hashes, the producer opens and checks runs on one thread, so the two
         // keep both cores busy without queueing for one; otherwise it uses both.
         let producer = Prefetcher(

@@ -16,9 +16,10 @@ struct CatCommand: Command {
 
     A range outside the file fails with range_out_of_bounds: the output is never short. \
     Offline, a range whose chunks are not cached fails at once with the storage error. A file \
-    on another device only fails with device_only. When the disk has no room for the cache, \
-    the read goes on without keeping what does not fit, and says so on stderr ('coven get' \
-    fails with no_room instead). Never waits for the device lock.
+    on another device only fails with device_only. On a full disk the cached files read \
+    longest ago (never kept ones) give way to what the read fetches; when even that leaves no \
+    room, the read goes on without keeping what does not fit, and says so on stderr ('coven \
+    get' fails with no_room instead). Never waits for the device lock.
     """
     static let options = [
         OptionSpec("offset", value: "N", help: "the first byte to write (default 0)"),

@@ -11,8 +11,8 @@ struct FetchKeptCommand: Command {
     held whole, smallest first; a partial resumes with its missing chunks, and a file a read \
     brought into the cache whole without syncing it is checked and synced (listed as fetched, \
     0 bytes). Waits out a server \
-    that asks for a wait of a minute or less. Stops at the first file the disk has no room for \
-    (exit 7), once storage cannot be reached (exit 5), or once the server asks for a longer \
+    that asks for a wait of a minute or less. Stops at the first file the disk has no room for, \
+    once the cached files read longest ago that are not kept have given way (exit 7), once storage cannot be reached (exit 5), or once the server asks for a longer \
     wait (exit 5); passes over a file that fails otherwise, reports it and ends with exit 10. \
     Ctrl-C stops it after the run of chunks in flight (exit 130; a second Ctrl-C ends it at \
     once); the files already fetched stay, and the bytes of the one in \

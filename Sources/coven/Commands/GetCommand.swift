@@ -13,8 +13,9 @@ struct GetCommand: Command {
     file larger than the cache budget is still fetched. A file a read brought into the cache \
     whole ('coven cat' does not wait for the disk) is checked chunk by chunk, any chunk that \
     fails fetched again, and synced to the disk before its path is printed. The copy in the cache may be trimmed \
-    later unless the file is kept ('coven pin'). Fails with no_room, before fetching, when the \
-    disk has no room for it. Never waits for the device lock.
+    later unless the file is kept ('coven pin'). On a full disk the cached files read longest \
+    ago (never kept ones) give way first; fails with no_room, before fetching, when even then \
+    the disk has no room for it. Never waits for the device lock.
     """
     static let options: [OptionSpec] = []
     static let arguments = [ArgumentSpec("FILE", help: "the file's id", completion: .fileID)]

@@ -144,6 +144,39 @@ final class NoRoomTests: ReadTestCase {
         _ = (large, larger)
     }
 
+    func testOnAFullDiskTheEntriesReadLongestAgoGiveWayKeptFilesNever() throws {
+        let old = pattern(6 << 20, seed: 5)
+        let new = pattern(4 << 20, seed: 7)
+        let oldID = try storedFile(old)
+        let keptID = try storedFile(pattern(3 << 20, seed: 6), namespace: "keep")
+        let newID = try storedFile(new)
+        let paths = device.paths
+        device = nil
+        device = try Device.open(paths: paths)
+        _ = try device.setCacheBudget("keep-all")
+        _ = try device.holdFile(keptID)
+        _ = try device.holdFile(oldID)
+        try fill(leaving: 2 << 20)
+        // `get` makes room before it fetches: the entry read longest ago that is not kept goes.
+        let (path, _) = try device.holdFile(newID)
+        XCTAssertTrue([UInt8](FileManager.default.contents(atPath: path) ?? Data()) == new)
+        XCTAssertNil(try cacheRow(oldID))
+        XCTAssertNotNil(try cacheRow(keptID), "a kept file never gives way")
+        // A read does too, and keeps all it fetches.
+        let (got, report) = try read(oldID)
+        XCTAssertTrue(got == old)
+        XCTAssertFalse(report.notKept)
+        XCTAssertEqual(try cacheRow(oldID)?.int("complete"), 4)
+        XCTAssertNil(try cacheRow(newID))
+        XCTAssertNotNil(try cacheRow(keptID))
+        // With nothing left that may give way (the other file pinned now), a get is refused
+        // before it fetches.
+        try device.pin([oldID])
+        assertCode(.noRoom) { try device.holdFile(newID) }
+        XCTAssertNotNil(try cacheRow(oldID))
+        XCTAssertNotNil(try cacheRow(keptID))
+    }
+
     func testAReadThatFillsTheDiskGoesOnWithoutKeepingItsBytesAndAGetFailsWithNoRoom() throws {
         let bytes = pattern(4 << 20, seed: 4)
         let id = try storedFile(bytes)
