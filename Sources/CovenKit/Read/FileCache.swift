@@ -227,8 +227,9 @@ extension Device {
 
     /// Removes what was read longest ago among the entries a budget covers (a namespace's, or
     /// with nil every one, kept files' aside) until they hold no more than `budget` bytes; passes
-    /// over entries being read and never takes `sparing`, though its bytes count. Costs one read of a total while the whole cache is within the budget (the check
-    /// after every read), one sum over the entries otherwise, and then only the oldest entries.
+    /// over entries being read and never takes `sparing`, though its bytes count. Costs one read
+    /// of a total while the whole cache is within the budget (the check after every read), one
+    /// sum over the entries otherwise, and then only the oldest entries.
     private func trim(to budget: Int64, namespace: String?, sparing: String?) throws -> Int64 {
         // Every budget covers at most every entry: within the budget, nothing to do.
         guard try cacheBytes() > budget else { return 0 }
@@ -277,19 +278,23 @@ extension Device {
             return Int64(info.f_bavail) * Int64(info.f_frsize)
         }
         guard let before = free(), before < bytes + Self.roomMargin else { return 0 }
+        // Stops once the bytes removed cover the shortfall, even if the disk shows less free:
+        // a file another program holds open (a path `coven get` printed) frees its blocks only
+        // when closed, and the whole cache must not go for it.
+        let shortfall = bytes + Self.roomMargin - before
         let keptNamespaces = String(decoding: try JSONSerialization.data(withJSONObject: manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
         let parameters: [SQLValue] = [.text(keptNamespaces), .text(sparing), .null]
         var removed: Int64 = 0
         var busy: Set<String> = []
-        while (free() ?? 0) < bytes + Self.roomMargin {
+        while removed < shortfall, (free() ?? 0) < bytes + Self.roomMargin {
             let rows = try database.query(
                 "SELECT c.* FROM coven_cache c WHERE \(Self.trimmable) ORDER BY c.last_read, c.object LIMIT ?4",
                 parameters + [.integer(Int64(busy.count + Self.trimBatch))])
             let entries = rows.map(CacheEntryRow.init).filter { !busy.contains($0.object) }
             guard !entries.isEmpty else { break }
             for entry in entries {
-                if let bytes = try removeCacheEntry(entry) { removed += bytes } else { busy.insert(entry.object) }
-                if (free() ?? 0) >= bytes + Self.roomMargin { break }
+                if let freed = try removeCacheEntry(entry) { removed += freed } else { busy.insert(entry.object) }
+                if removed >= shortfall || (free() ?? 0) >= bytes + Self.roomMargin { break }
             }
         }
         return removed

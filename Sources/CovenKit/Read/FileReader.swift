@@ -360,14 +360,17 @@ final class StoredRead {
         // holds exactly the bytes checked, so it is not hashed again.
         let allCached = steps.allSatisfy { if case .cached = $0 { return true } else { return false } }
         let hasher = whole && !(verified && allCached) ? try SHA256() : nil
-        // Room for what this read fetches: on a full disk the entries read longest ago give way
-        // (a durable read was refused before this when even that leaves too little).
-        let fetching = steps.reduce(Int64(0)) { total, step in
-            guard case .fetch(let run) = step else { return total }
-            return total + ObjectLayout.encryptedRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
-                - ObjectLayout.encryptedRange(chunk: run.lowerBound, plaintextSize: size).lowerBound
+        // Room for what this read fetches: on a full disk the entries read longest ago give way.
+        // (A durable read, `get`, made room before it began, and was refused if even that left
+        // too little: ``Device/checkRoom(for:)``.)
+        if !durable {
+            let fetching = steps.reduce(Int64(0)) { total, step in
+                guard case .fetch(let run) = step else { return total }
+                return total + ObjectLayout.encryptedRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
+                    - ObjectLayout.encryptedRange(chunk: run.lowerBound, plaintextSize: size).lowerBound
+            }
+            _ = try? device.makeRoom(for: fetching, sparing: object)
         }
-        _ = try? device.makeRoom(for: fetching, sparing: object)
         // While this thread hashes, the producer opens and checks runs on one thread, so the two
         // keep both cores busy without queueing for one; otherwise it uses both.
         let producer = Prefetcher(

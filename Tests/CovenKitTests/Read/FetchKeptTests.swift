@@ -177,6 +177,27 @@ final class NoRoomTests: ReadTestCase {
         XCTAssertNotNil(try cacheRow(keptID))
     }
 
+    func testMakingRoomStopsOnceTheBytesRemovedCoverTheShortfall() throws {
+        let ids = try [1, 2, 3].map { try storedFile(pattern(3 << 20, seed: UInt64($0))) }
+        let new = pattern(2 << 20, seed: 9)
+        let newID = try storedFile(new)
+        let paths = device.paths
+        device = nil
+        device = try Device.open(paths: paths)
+        _ = try device.setCacheBudget("keep-all")
+        for id in ids { _ = try device.holdFile(id) }
+        // A program holds the first file open (a path `coven get` printed): removing it frees
+        // no blocks until it closes.
+        let held = open(device.cachePaths(object: try device.requireFile(ids[0]).coordinates.object).data, O_RDONLY)
+        XCTAssertGreaterThanOrEqual(held, 0)
+        defer { close(held) }
+        try fill(leaving: 1 << 20)
+        let (path, _) = try device.holdFile(newID)
+        XCTAssertTrue([UInt8](FileManager.default.contents(atPath: path) ?? Data()) == new)
+        XCTAssertEqual(try ids.map { try cacheRow($0) != nil }, [false, false, true],
+                       "the two read longest ago cover the shortfall; the third stays though the disk shows less free")
+    }
+
     func testAReadThatFillsTheDiskGoesOnWithoutKeepingItsBytesAndAGetFailsWithNoRoom() throws {
         let bytes = pattern(4 << 20, seed: 4)
         let id = try storedFile(bytes)
