@@ -554,6 +554,9 @@ public final class FileStorage: StorageProvider {
             // Write-back starts behind each piece, so the fdatasync that confirms the part has
             // little left to do. fdatasync suffices: the file's size was fixed and made durable
             // when the upload was created; the blocks a hole gains are flushed with the data.
+            // Allocating the part's blocks first makes the writes cheaper on ext4 (no per-page
+            // delayed allocation). Only a help: a failure (no room) shows at the write.
+            if !data.isEmpty { _ = coven_preallocate(fd, offset, Int64(data.count)) }
             var written = 0
             while written < data.count {
                 let piece = min(Self.writebackPiece, data.count - written)
