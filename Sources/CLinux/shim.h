@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #endif
 #include <fcntl.h>
+#include <sys/vfs.h>
 
 // Starts writeback of a byte range without waiting, so a later fsync has little left to do.
 static inline int coven_start_writeback(int fd, long long offset, long long count) {
@@ -18,8 +19,12 @@ static inline int coven_o_direct(void) {
 }
 
 // Allocates the blocks of a byte range about to be written, without changing the file's size,
-// so the writes skip the filesystem's per-page delayed allocation.
+// so the writes skip the filesystem's per-page delayed allocation (ext4: about a third of a
+// write's cost). Not on tmpfs, where allocating means zeroing memory pages that the write then
+// fills again (an upload there took 1.24 s instead of 0.90).
 static inline int coven_preallocate(int fd, long long offset, long long count) {
+    struct statfs info;
+    if (fstatfs(fd, &info) == 0 && info.f_type == 0x01021994 /* TMPFS_MAGIC */) return 0;
     return fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, count);
 }
 

@@ -126,6 +126,45 @@ private final class RunState: @unchecked Sendable {
 
     func begin() { locked { _busy += 1 } }
     func end() { locked { _busy -= 1 } }
+
+    /// Bumped, and the idle jobs woken, each time a job has handled an upload or stopped: the
+    /// queue may hold more due work now, or a run with `once` may be drained. (Not when a job
+    /// finds nothing to do: two idle jobs would wake each other in turn.)
+    private let handled = NSCondition()
+    private var _handled = 0
+
+    /// How many uploads the jobs have handled so far.
+    var handledCount: Int {
+        handled.lock()
+        defer { handled.unlock() }
+        return _handled
+    }
+
+    /// A job ends its work on an upload.
+    func endHandled() {
+        end()
+        changed()
+    }
+
+    /// Wakes the idle jobs.
+    func changed() {
+        handled.lock()
+        _handled += 1
+        handled.broadcast()
+        handled.unlock()
+    }
+
+    /// Waits until a job has handled an upload since `count`, or `timeout` seconds pass; true
+    /// if one has.
+    func waitForHandled(since count: Int, timeout: Double) -> Bool {
+        let deadline = Date(timeIntervalSinceNow: timeout)
+        handled.lock()
+        defer { handled.unlock() }
+        while _handled == count {
+            if !handled.wait(until: deadline) { break }
+        }
+        return _handled != count
+    }
     func exclude(_ object: String) { locked { _ = _excluded.insert(object) } }
     func fail(_ error: Error) { locked { if _error == nil { _error = error } } }
     func record(_ outcome: UploadOutcome, files: [String]) {
@@ -181,7 +220,10 @@ private final class Job {
     }
 
     func run() throws {
+        // A job that stops may leave the run drained for the others.
+        defer { shared.changed() }
         while !shouldStop() {
+            let handledBefore = shared.handledCount
             shared.begin()
             let claimed: Result<UploadClaim, ClaimWaitBox>
             do {
@@ -192,7 +234,7 @@ private final class Job {
             }
             switch claimed {
             case .success(let claim):
-                defer { shared.end() }
+                defer { shared.endHandled() }
                 try handle(claim)
             case .failure(let box):
                 shared.end()
@@ -207,16 +249,19 @@ private final class Job {
                     }
                 }
                 let until = min(wait.nextAttempt ?? (now + settings.poll), now + (once ? 0.5 : settings.poll))
-                sleep(until: until)
+                sleep(until: until, unlessHandledSince: handledBefore)
             }
         }
     }
 
-    private func sleep(until time: Double) {
+    /// Waits until `time`, or until another job has handled an upload since `count` (the
+    /// queue may hold work again, or a run with `once` be drained: waking at once saved up to
+    /// 0.2 s at the end of every `--once` run); polls `shouldStop` every 0.2 s.
+    private func sleep(until time: Double, unlessHandledSince count: Int) {
         while !shouldStop() {
             let left = time - Date().timeIntervalSince1970
             if left <= 0 { return }
-            Thread.sleep(forTimeInterval: min(left, 0.2))
+            if shared.waitForHandled(since: count, timeout: min(left, 0.2)) { return }
         }
     }
 
