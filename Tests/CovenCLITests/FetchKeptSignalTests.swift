@@ -8,21 +8,9 @@ import XCTest
 final class FetchKeptSignalTests: XCTestCase {
     func testCtrlCStopsAndKeepsWhatWasFetched() throws {
         if ProcessInfo.processInfo.environment["COVEN_SKIP_S3"] == "1" { throw XCTSkip("COVEN_SKIP_S3=1") }
-        let server = try S3TestServer.start(.moto)
-        defer { server.stop() }
-        let proxy = try FaultProxy(upstream: server.endpoint)
-        defer { proxy.stop() }
-        // Set for StoredFiles in this process; restored after, so no later test reuses this
-        // server once it is gone.
-        let saved = server.environment.keys.map { ($0, ProcessInfo.processInfo.environment[$0]) }
-        defer {
-            for (name, value) in saved {
-                if let value { setenv(name, value, 1) } else { unsetenv(name) }
-            }
-        }
-        for (name, value) in server.environment { setenv(name, value, 1) }
-        let bucket = "coven-sigint-" + UUID().uuidString.lowercased().prefix(8)
-        try server.makeBucket(bucket)
+        let s3 = try ProxiedS3(bucketPrefix: "coven-sigint")
+        defer { s3.stop() }
+        let (server, proxy) = (s3.server, s3.proxy)
         let folder = try TestPaths.temporaryDirectory("fetch-kept-sigint")
         defer { try? FileManager.default.removeItem(atPath: folder) }
         let manifest = """
@@ -30,7 +18,7 @@ final class FetchKeptSignalTests: XCTestCase {
           "tables": [ { "name": "keep", "identity": "uuid", "files": [ { "column": "file" } ] } ],
           "migrations": [ "CREATE TABLE keep (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
         """
-        let location = StorageLocation.s3(bucket: bucket, prefix: "store", endpoint: proxy.endpoint, region: server.region, pathStyle: true)
+        let location = s3.location()
         let paths = DevicePaths(database: folder + "/device.db")
         var small = ""
         var large = ""

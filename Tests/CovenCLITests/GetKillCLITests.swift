@@ -8,19 +8,9 @@ import XCTest
 final class GetKillCLITests: XCTestCase {
     func testAGetKilledPartWayResumesWithTheChunksItRecorded() throws {
         if ProcessInfo.processInfo.environment["COVEN_SKIP_S3"] == "1" { throw XCTSkip("COVEN_SKIP_S3=1") }
-        let server = try S3TestServer.start(.moto)
-        defer { server.stop() }
-        let proxy = try FaultProxy(upstream: server.endpoint)
-        defer { proxy.stop() }
-        let saved = server.environment.keys.map { ($0, ProcessInfo.processInfo.environment[$0]) }
-        defer {
-            for (name, value) in saved {
-                if let value { setenv(name, value, 1) } else { unsetenv(name) }
-            }
-        }
-        for (name, value) in server.environment { setenv(name, value, 1) }
-        let bucket = "coven-getkill-" + UUID().uuidString.lowercased().prefix(8)
-        try server.makeBucket(bucket)
+        let s3 = try ProxiedS3(bucketPrefix: "coven-getkill")
+        defer { s3.stop() }
+        let (server, proxy) = (s3.server, s3.proxy)
         let folder = try TestPaths.temporaryDirectory("get-kill")
         defer { try? FileManager.default.removeItem(atPath: folder) }
         let manifest = """
@@ -28,7 +18,7 @@ final class GetKillCLITests: XCTestCase {
           "tables": [ { "name": "blobs", "identity": "uuid", "files": [ { "column": "file" } ] } ],
           "migrations": [ "CREATE TABLE blobs (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
         """
-        let location = StorageLocation.s3(bucket: bucket, prefix: "store", endpoint: proxy.endpoint, region: server.region, pathStyle: true)
+        let location = s3.location()
         let paths = DevicePaths(database: folder + "/device.db")
         // 24 MiB: the reader records its chunks every 16 MiB.
         let bytes = (0..<(24 << 20)).map { UInt8(truncatingIfNeeded: ($0 &* 2_654_435_761) >> 13) }

@@ -233,14 +233,27 @@ extension Device {
     private func trim(to budget: Int64, namespace: String?, sparing: String?) throws -> Int64 {
         // Every budget covers at most every entry: within the budget, nothing to do.
         guard try cacheBytes() > budget else { return 0 }
-        let keptNamespaces = String(decoding: try JSONSerialization.data(withJSONObject: manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
-        let parameters: [SQLValue] = [.text(keptNamespaces), .text(sparing ?? ""), namespace.map { .text($0) } ?? .null]
+        let parameters = try trimParameters(sparing: sparing ?? "", namespace: namespace)
         // The spared entry counts toward the budget; it is only never taken.
-        var used = try database.scalar("SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c WHERE \(Self.trimmable)",
+        let used = try database.scalar("SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c WHERE \(Self.trimmable)",
                                        [parameters[0], SQLValue.text(""), parameters[2]]).intValue ?? 0
+        return try removeOldest(parameters) { used - $0 <= budget }
+    }
+
+    /// The parameters of ``trimmable``.
+    private func trimParameters(sparing: String, namespace: String?) throws -> [SQLValue] {
+        let keptNamespaces = String(decoding: try JSONSerialization.data(withJSONObject: manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
+        return [.text(keptNamespaces), .text(sparing), namespace.map { .text($0) } ?? .null]
+    }
+
+    /// Removes the ``trimmable`` entries read longest ago first, a batch at a time, until
+    /// `enough` says so of the bytes removed or none is left; passes over entries being read.
+    ///
+    /// - Returns: the bytes removed.
+    private func removeOldest(_ parameters: [SQLValue], until enough: (Int64) -> Bool) throws -> Int64 {
         var removed: Int64 = 0
         var busy: Set<String> = []
-        while used > budget {
+        while !enough(removed) {
             // The oldest few not yet passed over, in the order trims take them.
             let rows = try database.query(
                 "SELECT c.* FROM coven_cache c WHERE \(Self.trimmable) ORDER BY c.last_read, c.object LIMIT ?4",
@@ -248,13 +261,8 @@ extension Device {
             let entries = rows.map(CacheEntryRow.init).filter { !busy.contains($0.object) }
             guard !entries.isEmpty else { break }
             for entry in entries {
-                if let bytes = try removeCacheEntry(entry) {
-                    used -= bytes
-                    removed += bytes
-                } else {
-                    busy.insert(entry.object)
-                }
-                if used <= budget { break }
+                if let freed = try removeCacheEntry(entry) { removed += freed } else { busy.insert(entry.object) }
+                if enough(removed) { break }
             }
         }
         return removed
@@ -282,22 +290,9 @@ extension Device {
         // a file another program holds open (a path `coven get` printed) frees its blocks only
         // when closed, and the whole cache must not go for it.
         let shortfall = bytes + Self.roomMargin - before
-        let keptNamespaces = String(decoding: try JSONSerialization.data(withJSONObject: manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
-        let parameters: [SQLValue] = [.text(keptNamespaces), .text(sparing), .null]
-        var removed: Int64 = 0
-        var busy: Set<String> = []
-        while removed < shortfall, (free() ?? 0) < bytes + Self.roomMargin {
-            let rows = try database.query(
-                "SELECT c.* FROM coven_cache c WHERE \(Self.trimmable) ORDER BY c.last_read, c.object LIMIT ?4",
-                parameters + [.integer(Int64(busy.count + Self.trimBatch))])
-            let entries = rows.map(CacheEntryRow.init).filter { !busy.contains($0.object) }
-            guard !entries.isEmpty else { break }
-            for entry in entries {
-                if let freed = try removeCacheEntry(entry) { removed += freed } else { busy.insert(entry.object) }
-                if removed >= shortfall || (free() ?? 0) >= bytes + Self.roomMargin { break }
-            }
+        return try removeOldest(try trimParameters(sparing: sparing, namespace: nil)) { removed in
+            removed >= shortfall || (free() ?? 0) >= bytes + Self.roomMargin
         }
-        return removed
     }
 
     /// Room left beside a fetch for the device's records (SQLite's journal) and the tags.
