@@ -98,7 +98,19 @@ extension Device {
             return try readLocal(record, range: range, output: output)
         }
         let wanted = try range.resolve(size: record.size, file: id)
-        let read = try StoredRead(device: self, record: record, durable: false, interrupted: interrupted)
+        let read: StoredRead
+        do {
+            read = try StoredRead(device: self, record: record, durable: false, interrupted: interrupted)
+        } catch let error as CovenError where error.code == .noRoom {
+            // Not even the cache entry's record or files fit: what was read longest ago gives
+            // way, and failing that the read goes on without the cache.
+            _ = try? makeRoom(for: min(Int64(wanted.count), record.size) + Self.roomMargin, sparing: coordinates.object)
+            do {
+                read = try StoredRead(device: self, record: record, durable: false, interrupted: interrupted)
+            } catch let again as CovenError where again.code == .noRoom {
+                read = try StoredRead(device: self, record: record, durable: false, interrupted: interrupted, caching: false)
+            }
+        }
         defer { read.close() }
         let report = try read.read(wanted, output: output)
         _ = try? trimCache(sparing: coordinates.object)
@@ -264,8 +276,11 @@ final class StoredRead {
     /// Chunks per request: 1 MiB of plaintext.
     static let runChunks: Int64 = 16
 
-    init(device: Device, record: FileRecord, durable: Bool, interrupted: (() -> Bool)?) throws {
+    /// - Parameter caching: false for a read that keeps nothing, on a disk with no room for even
+    ///   the entry's record: every chunk is fetched and checked, none is written or recorded.
+    init(device: Device, record: FileRecord, durable: Bool, interrupted: (() -> Bool)?, caching: Bool = true) throws {
         self.device = device
+        self.caching = caching
         self.record = record
         self.object = record.coordinates.object
         self.size = record.size
@@ -274,8 +289,15 @@ final class StoredRead {
         self.durable = durable
         _ = try FileKey(hex: record.coordinates.key)  // a bad key fails here, before any file is made
         bitmap = ChunkBitmap(count: ObjectLayout.chunkCount(plaintextSize: record.size))
-        try openEntry()
+        if caching {
+            try openEntry()
+        } else {
+            report.notKept = true
+        }
     }
+
+    /// Whether this read keeps what it fetches (see ``init(device:record:durable:interrupted:caching:)``).
+    let caching: Bool
 
     /// Creates the entry's row and files if needed, locks the data file shared and loads the
     /// bitmap. A row comes before its files, so a file without a row is garbage.
@@ -363,7 +385,7 @@ final class StoredRead {
         // Room for what this read fetches: on a full disk the entries read longest ago give way.
         // (A durable read, `get`, made room before it began, and was refused if even that left
         // too little: ``Device/checkRoom(for:)``.)
-        if !durable {
+        if !durable && caching {
             let fetching = steps.reduce(Int64(0)) { total, step in
                 guard case .fetch(let run) = step else { return total }
                 return total + ObjectLayout.encryptedRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
@@ -376,7 +398,7 @@ final class StoredRead {
         let producer = Prefetcher(
             connector: StorageConnector(location: device.storage), object: object, keyHex: record.coordinates.key,
             size: size, steps: steps, dataFD: dataFD, tagsFD: tagsFD,
-            writing: .init(dataPath: files.data, tagsPath: files.tags, startWriteback: durable, required: durable),
+            writing: caching ? .init(dataPath: files.data, tagsPath: files.tags, startWriteback: durable, required: durable) : nil,
             threads: hasher == nil ? ChunkRun.threads : 1)
         producer.start()
         defer { producer.stop() }
@@ -488,6 +510,7 @@ final class StoredRead {
     /// another read marks it whole but unsynced (3, or 4 once hash-checked), which `get` reads
     /// through, checking every tag, and syncs before handing it out.
     private func recordChunks() throws {
+        guard caching else { return }
         let chunks = pending.filter { !dropped.contains($0) }
         pending.removeAll()
         pendingBytes = 0

@@ -177,6 +177,24 @@ final class NoRoomTests: ReadTestCase {
         XCTAssertNotNil(try cacheRow(keptID))
     }
 
+    func testAReadOnADiskWithNoRoomForItsRecordGoesOnWithoutTheCache() throws {
+        let bytes = pattern(3 << 20, seed: 11)
+        let id = try storedFile(bytes)
+        let paths = device.paths
+        device = nil
+        device = try Device.open(paths: paths)
+        try fill(leaving: 0)
+        let (got, report) = try read(id)
+        XCTAssertTrue(got == bytes, "every byte, checked, in order")
+        XCTAssertTrue(report.notKept)
+        XCTAssertNil(try cacheRow(id))
+        // A ranged read too.
+        let (part, ranged) = try read(id, ReadRange(offset: 1_000_000, length: 70_000))
+        XCTAssertTrue(part == Array(bytes[1_000_000..<1_070_000]))
+        XCTAssertTrue(ranged.notKept)
+        assertCode(.noRoom) { try device.holdFile(id) }
+    }
+
     func testMakingRoomStopsOnceTheBytesRemovedCoverTheShortfall() throws {
         let ids = try [1, 2, 3].map { try storedFile(pattern(3 << 20, seed: UInt64($0))) }
         let new = pattern(2 << 20, seed: 9)
