@@ -106,6 +106,13 @@ final class NoRoomTests: ReadTestCase {
         try? FileManager.default.removeItem(atPath: folder)
     }
 
+    /// Opens the device again, as the next command would (its stored files' copies released).
+    func reopen() throws {
+        let paths = device.paths
+        device = nil
+        device = try Device.open(paths: paths)
+    }
+
     /// Fills the small filesystem until `free` bytes are left.
     func fill(leaving free: Int64) throws {
         var info = statvfs()
@@ -150,9 +157,7 @@ final class NoRoomTests: ReadTestCase {
         let oldID = try storedFile(old)
         let keptID = try storedFile(pattern(3 << 20, seed: 6), namespace: "keep")
         let newID = try storedFile(new)
-        let paths = device.paths
-        device = nil
-        device = try Device.open(paths: paths)
+        try reopen()
         _ = try device.setCacheBudget("keep-all")
         _ = try device.holdFile(keptID)
         _ = try device.holdFile(oldID)
@@ -180,9 +185,7 @@ final class NoRoomTests: ReadTestCase {
     func testAReadOnADiskWithNoRoomForItsRecordGoesOnWithoutTheCache() throws {
         let bytes = pattern(3 << 20, seed: 11)
         let id = try storedFile(bytes)
-        let paths = device.paths
-        device = nil
-        device = try Device.open(paths: paths)
+        try reopen()
         try fill(leaving: 0)
         let (got, report) = try read(id)
         XCTAssertTrue(got == bytes, "every byte, checked, in order")
@@ -199,9 +202,7 @@ final class NoRoomTests: ReadTestCase {
         let ids = try [1, 2, 3].map { try storedFile(pattern(3 << 20, seed: UInt64($0))) }
         let new = pattern(2 << 20, seed: 9)
         let newID = try storedFile(new)
-        let paths = device.paths
-        device = nil
-        device = try Device.open(paths: paths)
+        try reopen()
         _ = try device.setCacheBudget("keep-all")
         for id in ids { _ = try device.holdFile(id) }
         // A program holds the first file open (a path `coven get` printed): removing it frees
@@ -219,9 +220,7 @@ final class NoRoomTests: ReadTestCase {
     func testAReadThatFillsTheDiskGoesOnWithoutKeepingItsBytesAndAGetFailsWithNoRoom() throws {
         let bytes = pattern(4 << 20, seed: 4)
         let id = try storedFile(bytes)
-        let paths = device.paths
-        device = nil
-        device = try Device.open(paths: paths)
+        try reopen()
         try fill(leaving: 5 << 19)
         // A read does not check ahead: the cache writes hit ENOSPC part way, and the read goes
         // on, every byte checked, keeping what fitted.
