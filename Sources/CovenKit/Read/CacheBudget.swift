@@ -37,9 +37,10 @@ extension Device {
 
     /// The bytes the budget covers (every entry but kept files') and the bytes of partials.
     public func cacheUsage() throws -> (used: Int64, partial: Int64) {
-        let kept = "(c.object IN (SELECT json_extract(f.coordinates, '$.object') FROM coven_files f WHERE f.id IN (SELECT file FROM coven_pins) OR f.namespace IN (SELECT value FROM json_each(?1))))"
-        let keptNamespaces = String(decoding: try JSONSerialization.data(withJSONObject: manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
-        let used = try database.scalar("SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c WHERE NOT \(kept)", [keptNamespaces]).intValue ?? 0
+        let used = try database.scalar("""
+            SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c
+            WHERE c.object NOT IN (SELECT json_extract(f.coordinates, '$.object') FROM coven_files f WHERE \(Self.keptFile))
+            """, [try keptNamespaces()]).intValue ?? 0
         let partial = try database.scalar("SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c WHERE c.complete = 0", []).intValue ?? 0
         return (used, partial)
     }
@@ -47,7 +48,6 @@ extension Device {
     /// The cache's summary for status.
     public func cacheSummary() throws -> CacheSummary {
         let budget = try cacheBudget()
-        let keptNamespaces = String(decoding: try JSONSerialization.data(withJSONObject: manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
         let (used, partial) = try cacheUsage()
         // One query over the kept files, each with its cache entry and its last fetch failure,
         // grouped by why it is not held (NULL: held), so status costs one pass in SQLite
@@ -58,7 +58,7 @@ extension Device {
                 SELECT f.size AS size, json_extract(f.coordinates, '$.at') AS at, json_extract(f.coordinates, '$.device') AS device,
                        json_extract(f.coordinates, '$.object') AS object
                 FROM coven_files f
-                WHERE f.id IN (SELECT file FROM coven_pins) OR f.namespace IN (SELECT value FROM json_each(?1))
+                WHERE \(Self.keptFile)
             ), looked AS (
                 SELECT k.size, coalesce(c.bytes, 0) AS cached, coalesce(c.complete, 0) AS state, m.value AS failure,
                        (k.at = 'device' AND k.device = ?2) AS here, k.at AS at
@@ -76,7 +76,7 @@ extension Device {
                    count(*) AS count, coalesce(sum(size), 0) AS bytes,
                    coalesce(sum(CASE WHEN here THEN size ELSE cached END), 0) AS held_bytes
             FROM looked GROUP BY reason ORDER BY reason
-            """, [keptNamespaces, deviceID])
+            """, [try keptNamespaces(), deviceID])
         var heldCount: Int64 = 0
         var heldBytes: Int64 = 0
         var notHeld: [CacheSummary.NotHeld] = []

@@ -147,14 +147,20 @@ extension Device {
         CacheEntryPaths(paths: paths, object: object)
     }
 
+    /// SQL true of a kept file record `f`: pinned, or in a namespace the manifest declares kept.
+    /// `?1` is ``keptNamespaces()``.
+    static let keptFile = "(f.id IN (SELECT file FROM coven_pins) OR f.namespace IN (SELECT value FROM json_each(?1)))"
+
+    /// The namespaces the manifest declares kept, as the JSON array ``keptFile`` takes.
+    func keptNamespaces() throws -> String {
+        String(decoding: try JSONSerialization.data(withJSONObject: manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
+    }
+
     /// Objects of kept files: pinned, or in a namespace the manifest declares kept.
     func keptObjects() throws -> Set<String> {
-        let namespaces = manifest.namespaces.filter(\.kept).map(\.name)
-        let list = String(decoding: try JSONSerialization.data(withJSONObject: namespaces), as: UTF8.self)
-        let rows = try database.query("""
-            SELECT DISTINCT json_extract(coordinates, '$.object') AS object FROM coven_files
-            WHERE id IN (SELECT file FROM coven_pins) OR namespace IN (SELECT value FROM json_each(?1))
-            """, [list])
+        let rows = try database.query(
+            "SELECT DISTINCT json_extract(f.coordinates, '$.object') AS object FROM coven_files f WHERE \(Self.keptFile)",
+            [try keptNamespaces()])
         return Set(rows.compactMap { $0.string("object") })
     }
 
@@ -217,10 +223,7 @@ extension Device {
     /// the manifest's kept namespaces, as a JSON array.
     private static let trimmable = """
         c.object != ?2
-        AND c.object NOT IN (
-            SELECT json_extract(f.coordinates, '$.object') FROM coven_files f WHERE f.id IN (SELECT file FROM coven_pins)
-            UNION ALL
-            SELECT json_extract(f.coordinates, '$.object') FROM coven_files f WHERE f.namespace IN (SELECT value FROM json_each(?1)))
+        AND c.object NOT IN (SELECT json_extract(f.coordinates, '$.object') FROM coven_files f WHERE \(keptFile))
         AND (?3 IS NULL OR c.object IN (
             SELECT json_extract(f.coordinates, '$.object') FROM coven_files f WHERE f.namespace = ?3))
         """
@@ -242,8 +245,7 @@ extension Device {
 
     /// The parameters of ``trimmable``.
     private func trimParameters(sparing: String, namespace: String?) throws -> [SQLValue] {
-        let keptNamespaces = String(decoding: try JSONSerialization.data(withJSONObject: manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
-        return [.text(keptNamespaces), .text(sparing), namespace.map { .text($0) } ?? .null]
+        [.text(try keptNamespaces()), .text(sparing), namespace.map { .text($0) } ?? .null]
     }
 
     /// Removes the ``trimmable`` entries read longest ago first, a batch at a time, until

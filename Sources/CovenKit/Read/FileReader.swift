@@ -104,7 +104,7 @@ extension Device {
         } catch let error as CovenError where error.code == .noRoom {
             // Not even the cache entry's record or files fit: what was read longest ago gives
             // way, and failing that the read goes on without the cache.
-            _ = try? makeRoom(for: min(Int64(wanted.count), record.size) + Self.roomMargin, sparing: coordinates.object)
+            _ = try? makeRoom(for: min(Int64(wanted.count), record.size), sparing: coordinates.object)
             do {
                 read = try StoredRead(device: self, record: record, durable: false, interrupted: interrupted)
             } catch let again as CovenError where again.code == .noRoom {

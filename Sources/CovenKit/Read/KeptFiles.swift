@@ -98,8 +98,6 @@ extension Device {
 
     /// Kept stored files not held whole, smallest first.
     func keptFilesToFetch() throws -> (toFetch: [FileRecord], held: Int) {
-        let namespaces = manifest.namespaces.filter(\.kept).map(\.name)
-        let list = String(decoding: try JSONSerialization.data(withJSONObject: namespaces), as: UTF8.self)
         // Each with its place and its cache entry's state, in the same pass: no query and no
         // JSON decoding per file but for those to fetch (a library of 100,000 kept files all held
         // is looked over in well under a second).
@@ -108,9 +106,9 @@ extension Device {
                    json_extract(f.coordinates, '$.object') AS object, c.complete AS cache_state
             FROM coven_files f
             LEFT JOIN coven_cache c ON c.object = json_extract(f.coordinates, '$.object')
-            WHERE (f.id IN (SELECT file FROM coven_pins) OR f.namespace IN (SELECT value FROM json_each(?1)))
+            WHERE \(Self.keptFile)
             ORDER BY f.size, f.id
-            """, [list])
+            """, [try keptNamespaces()])
         var seen: Set<String> = []
         var toFetch: [FileRecord] = []
         var held = 0
