@@ -20,7 +20,7 @@ let package = Package(
         ),
         .executableTarget(name: "coven", dependencies: ["CovenKit"]),
         .target(name: "CovenTestSupport", dependencies: ["CovenKit"]),
-        .testTarget(name: "CovenKitTests", dependencies: ["CovenKit", "CovenTestSupport"]),
+        .testTarget(name: "CovenKitTests", dependencies: ["CovenKit", "CovenTestSupport"], exclude: ["Fixtures"]),
         // The CLI tests `@testable import coven`: SwiftPM builds an executable target testable,
         // so the parser, help, docs and completion renderers stay in Sources/coven beside the
         // commands (Sources/coven/Commands/<Name>Command.swift), and depending on the target also

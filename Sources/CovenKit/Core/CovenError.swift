@@ -92,18 +92,25 @@ public struct CovenError: Error, Sendable, CustomStringConvertible, Equatable {
     public var cause: String?
     /// Values a script may need, by name (`file`, `move`, `path`, `status`).
     public var details: [String: String]
+    /// SQLite's extended result code, when SQLite failed (`SQLITE_AUTH`, `SQLITE_NOTADB`, …):
+    /// what callers match on, never the message text.
+    public var sqliteCode: Int32?
 
     /// Creates an error.
     public init(
         _ code: ErrorCode, _ message: String, hint: String? = nil, cause: String? = nil,
-        details: [String: String] = [:]
+        details: [String: String] = [:], sqliteCode: Int32? = nil
     ) {
         self.code = code
         self.message = message
         self.hint = hint
         self.cause = cause
         self.details = details
+        self.sqliteCode = sqliteCode
     }
+
+    /// SQLite's primary result code (the low byte of ``sqliteCode``), when SQLite failed.
+    public var sqlitePrimaryCode: Int32? { sqliteCode.map { $0 & 0xff } }
 
     public var description: String {
         var text = message

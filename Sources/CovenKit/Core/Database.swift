@@ -115,6 +115,8 @@ public final class Database {
     let functionErrors = FunctionErrorSlot()
     /// The retained authorizer, if one is installed.
     var authorizerBox: UnsafeMutableRawPointer?
+    /// The capture triggers of recorded writes on this connection, once installed.
+    var rowCapture: RowCapture?
 
     /// Opens (or creates, when `create`) the database at `path`.
     ///
@@ -131,9 +133,9 @@ public final class Database {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
             if let db { sqlite3_close_v2(db) }
             if code == SQLITE_CANTOPEN && !create {
-                throw CovenError(.noDevice, "no coven device at '\(path)'", hint: "run 'coven init' or pass --db", cause: message)
+                throw CovenError(.noDevice, "no coven device at '\(path)'", hint: "run 'coven init' or pass --db", cause: message, sqliteCode: code)
             }
-            throw CovenError(.sql, "cannot open database '\(path)'", cause: message)
+            throw CovenError(.sql, "cannot open database '\(path)'", cause: message, sqliteCode: code)
         }
         self.handle = db
         self.path = path
@@ -156,21 +158,24 @@ public final class Database {
         }
     }
 
-    func sqliteError(_ code: Int32, _ sql: String?) -> CovenError {
-        let message = lastMessage
+    func sqliteError(_ code: Int32, _ sql: String?, message: String? = nil) -> CovenError {
+        let message = message ?? lastMessage
+        // The extended code when SQLite has one for this failure (sqlite3_exec returns the
+        // primary one).
+        let extended = (code & 0xff) == (sqlite3_extended_errcode(handle) & 0xff) ? sqlite3_extended_errcode(handle) : code
         let primary = code & 0xff
         if primary == SQLITE_FULL {
-            return CovenError(.noRoom, "the disk holding '\(path)' is full", cause: message)
+            return CovenError(.noRoom, "the disk holding '\(path)' is full", cause: message, sqliteCode: extended)
         }
         if primary == SQLITE_BUSY || primary == SQLITE_LOCKED {
-            return CovenError(.busy, "the device database is busy", cause: message)
+            return CovenError(.busy, "the device database is busy", cause: message, sqliteCode: extended)
         }
         if primary == SQLITE_READONLY && sql != nil {
-            return CovenError(.sql, "attempt to write through a read-only query", cause: message)
+            return CovenError(.sql, "attempt to write through a read-only query", cause: message, sqliteCode: extended)
         }
         var details: [String: String] = [:]
         if let sql { details["sql"] = String(sql.prefix(200)) }
-        return CovenError(.sql, message, details: details)
+        return CovenError(.sql, message, details: details, sqliteCode: extended)
     }
 
     /// Prepares one statement.
@@ -185,10 +190,7 @@ public final class Database {
         if code != SQLITE_OK {
             let message = error.map { String(cString: $0) } ?? lastMessage
             sqlite3_free(error)
-            if (code & 0xff) == SQLITE_FULL {
-                throw CovenError(.noRoom, "the disk holding '\(path)' is full", cause: message)
-            }
-            throw CovenError(.sql, message, details: ["sql": String(sql.prefix(200))])
+            throw sqliteError(code, String(sql.prefix(200)), message: message)
         }
     }
 
@@ -565,9 +567,12 @@ extension Database {
         }
         let box = Unmanaged.passRetained(AuthorizerBox(policy)).toOpaque()
         authorizerBox = box
-        sqlite3_set_authorizer(handle, { user, action, first, second, _, _ in
+        sqlite3_set_authorizer(handle, { user, action, first, second, _, trigger in
             guard let user else { return SQLITE_OK }
             let box = Unmanaged<AuthorizerBox>.fromOpaque(user).takeUnretainedValue()
+            // What coven's own capture triggers do (Store/RowCapture.swift) is coven's, not the
+            // SQL's: recording a write is always allowed.
+            if let trigger, RowCapture.isCaptureTrigger(String(cString: trigger)) { return SQLITE_OK }
             let a = first.map { String(cString: $0) }
             let b = second.map { String(cString: $0) }
             return box.policy(action, a, b) ? SQLITE_OK : SQLITE_DENY

@@ -164,8 +164,8 @@ extension Device {
             for copy in plan.copies {
                 var info = stat()
                 guard PathText.withCString(copy.final, { stat($0, &info) }) == 0 else { continue }
-                try database.run("UPDATE coven_local SET change_stamp = ?1 WHERE object = ?2 AND kind = 'user' AND path = ?3",
-                                 [OriginalIdentity(info).changeStamp, copy.record.coordinates.object, PathText.osBytes(copy.final)])
+                try fileRecords.recordChangeStamp(object: copy.record.coordinates.object, path: PathText.osBytes(copy.final),
+                                                  changeStamp: OriginalIdentity(info).changeStamp)
             }
             try database.run("DELETE FROM coven_device_only_made WHERE call = ?1", [journal.call])
         }
@@ -375,8 +375,7 @@ extension Device {
     /// One write switching every copied file to this device only, recorded for publishing.
     func switchToDeviceOnly(_ plan: DeviceOnlyPlan, digests: [CopyDigests], journal: DeviceOnlyJournal) throws {
         try database.transaction {
-            let stamp = try HybridClock.next(device: self)
-            let session = try Session(database: database, tables: ["coven_files"])
+          try recordWrite { write in
             for (copy, digest) in zip(plan.copies, digests) {
                 let id = copy.record.id
                 guard let now = try fileRecord(id) else {
@@ -391,23 +390,15 @@ extension Device {
                 }
                 let identity = OriginalIdentity(info)
                 let coordinates = Coordinates(at: .device, device: deviceID, object: now.coordinates.object, key: now.coordinates.key)
-                try database.run("UPDATE coven_files SET coordinates = ?1, _updated_at = ?2 WHERE id = ?3", [coordinates.json, stamp, id])
-                try database.run("""
-                    INSERT INTO coven_local (object, kind, path, copy, size, modified_seconds, modified_nanos, change_stamp, content_hash, chunk_hashes)
-                    VALUES (?1, 'user', ?2, NULL, ?3, ?4, ?5, ?6, ?7, ?8)
-                    ON CONFLICT (object) DO UPDATE SET kind = 'user', path = excluded.path, copy = NULL, size = excluded.size,
-                        modified_seconds = excluded.modified_seconds, modified_nanos = excluded.modified_nanos,
-                        change_stamp = excluded.change_stamp, content_hash = excluded.content_hash, chunk_hashes = excluded.chunk_hashes
-                    """, [now.coordinates.object, PathText.osBytes(copy.final), identity.size, identity.modifiedSeconds, identity.modifiedNanos,
-                          identity.changeStamp, digest.content, digest.chunks])
-                try database.run("DELETE FROM coven_pins WHERE file = ?1", [id])
-            }
-            let changeset = try session.changeset()
-            if !changeset.isEmpty {
-                try database.run("INSERT INTO coven_outbox (hlc, changeset, waits_for, created_at) VALUES (?1, ?2, '[]', ?3)",
-                                 [stamp, changeset, Timestamp.iso8601(Date())])
+                try fileRecords.setCoordinates(id, coordinates, stamp: write.stamp)
+                try fileRecords.recordLocal(LocalBytes(
+                    object: now.coordinates.object, kind: .user, path: PathText.osBytes(copy.final), copy: nil, size: identity.size,
+                    modifiedSeconds: identity.modifiedSeconds, modifiedNanos: identity.modifiedNanos, changeStamp: identity.changeStamp,
+                    contentHash: digest.content, chunkHashes: digest.chunks))
+                _ = try fileRecords.unpin(id)
             }
             try journal.markCommitted()
+          }
         }
     }
 }

@@ -72,48 +72,44 @@ final class WriteSession {
     func run(sql: String, parameters: [String: SQLValue]) throws -> WriteResult {
         var rows: [Row] = []
         let result: WriteResult = try database.transaction {
-            stamp = try HybridClock.next(device: device)
-            let session = try Session(database: database, tables: manifest.tables.map(\.name) + ["coven_files"])
-            try installFunctions()
-            database.setAuthorizer(WriteSession.appPolicy)
-            do {
-                try database.executeScript(sql, parameters: parameters) { rows.append($0) }
-            } catch {
-                database.setAuthorizer(nil)
-                try? SQLFunctions.install(on: device)
-                if let error = error as? CovenError, error.code == .sql, error.message == "not authorized" {
-                    // The authorizer's refusal: say what the write may not do.
-                    throw CovenError(.sql, "a write changes only the app's rows: not coven's tables, the schema, pragmas or the transaction",
-                                     hint: "change the schema with a migration ('coven migrate')", cause: error.message, details: error.details)
+            try device.recordWrite { recorded in
+                stamp = recorded.stamp
+                try installFunctions()
+                database.setAuthorizer(WriteSession.appPolicy)
+                do {
+                    try database.executeScript(sql, parameters: parameters) { rows.append($0) }
+                } catch {
+                    database.setAuthorizer(nil)
+                    try? SQLFunctions.install(on: device)
+                    if let error = error as? CovenError, error.sqlitePrimaryCode == SQLITE_AUTH {
+                        // The authorizer's refusal: say what the write may not do.
+                        throw CovenError(.sql, "a write changes only the app's rows: not coven's tables, the schema, pragmas or the transaction",
+                                         hint: "change the schema with a migration ('coven migrate')", cause: error.message, details: error.details)
+                    }
+                    throw error
                 }
-                throw error
-            }
-            database.setAuthorizer(nil)
-            try SQLFunctions.install(on: device)
+                database.setAuthorizer(nil)
+                try SQLFunctions.install(on: device)
 
-            let appChanges = try Changeset.changes(try session.changeset(), database: database)
-            try applyIntents()
-            try stampRows(appChanges)
-            let references = try validate(appChanges)
-            try releaseUnreferenced(candidates: references.released, stillNamed: references.named)
-            try applyMoveIntents()
-            if let moveID, try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE move = ?1", [moveID]).intValue ?? 0 > 0 {
-                try database.run("INSERT INTO coven_move_state (id, state, created_at) VALUES (?1, 'moving', ?2)", [moveID, Timestamp.iso8601(Date())])
+                let appChanges = try recorded.changes()
+                try applyIntents()
+                try stampRows(appChanges)
+                let references = try validate(appChanges)
+                try releaseUnreferenced(candidates: references.released, stillNamed: references.named)
+                try applyMoveIntents()
+                if let moveID, try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE move = ?1", [moveID]).intValue ?? 0 > 0 {
+                    try database.run("INSERT INTO coven_move_state (id, state, created_at) VALUES (?1, 'moving', ?2)", [moveID, Timestamp.iso8601(Date())])
+                }
+                recorded.waitsFor = waitsFor
+                var staged: [String: String] = [:]
+                for intent in intents {
+                    if case .staged(let row) = intent.source, let id = row.string("id") { staged[id] = intent.fileID }
+                }
+                let usedMove = try moveID.flatMap { id in
+                    try database.scalar("SELECT count(*) FROM coven_move_state WHERE id = ?1", [id]).intValue ?? 0 > 0 ? id : nil
+                }
+                return WriteResult(files: intents.map(\.fileID), staged: staged, move: usedMove, rows: rows)
             }
-            let changeset = try session.changeset()
-            if !changeset.isEmpty {
-                let waits = try JSONSerialization.data(withJSONObject: waitsFor.sorted(), options: [.withoutEscapingSlashes])
-                try database.run("INSERT INTO coven_outbox (hlc, changeset, waits_for, created_at) VALUES (?1, ?2, ?3, ?4)",
-                                 [stamp, changeset, String(decoding: waits, as: UTF8.self), Timestamp.iso8601(Date())])
-            }
-            var staged: [String: String] = [:]
-            for intent in intents {
-                if case .staged(let row) = intent.source, let id = row.string("id") { staged[id] = intent.fileID }
-            }
-            let usedMove = try moveID.flatMap { id in
-                try database.scalar("SELECT count(*) FROM coven_move_state WHERE id = ?1", [id]).intValue ?? 0 > 0 ? id : nil
-            }
-            return WriteResult(files: intents.map(\.fileID), staged: staged, move: usedMove, rows: rows)
         }
         device.removeReleasedCopies()
         return result
@@ -259,21 +255,16 @@ final class WriteSession {
         for intent in intents {
             switch intent.source {
             case .existing(let record):
-                try database.run("""
-                    INSERT INTO coven_files (id, audience, namespace, size, hash, coordinates, _updated_at)
-                    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                    """, [intent.fileID, record.audience, record.namespace, record.size, record.hash, record.coordinates.json, stamp])
+                try device.fileRecords.insert(id: intent.fileID, audience: record.audience, namespace: record.namespace, size: record.size,
+                                              hash: record.hash, coordinates: record.coordinates, stamp: stamp)
             case .staged(let row):
                 let coordinates = Coordinates(at: .device, device: device.deviceID, object: intent.object, key: intent.key)
-                try database.run("""
-                    INSERT INTO coven_files (id, audience, namespace, size, hash, coordinates, _updated_at)
-                    VALUES (?1, 'store', ?2, ?3, NULL, ?4, ?5)
-                    """, [intent.fileID, intent.namespace, intent.size, coordinates.json, stamp])
-                try database.run("""
-                    INSERT INTO coven_local (object, kind, path, copy, size, modified_seconds, modified_nanos, change_stamp, content_hash, chunk_hashes)
-                    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-                    """, [intent.object, intent.kind.rawValue, row["path"], row["copy"], intent.size, row["modified_seconds"], row["modified_nanos"],
-                          row["change_stamp"], row["content_hash"], row["chunk_hashes"]])
+                try device.fileRecords.insert(id: intent.fileID, audience: "store", namespace: intent.namespace, size: intent.size,
+                                              hash: nil, coordinates: coordinates, stamp: stamp)
+                try device.fileRecords.recordLocal(LocalBytes(
+                    object: intent.object, kind: intent.kind, path: row.bytes("path"), copy: row.string("copy"), size: intent.size,
+                    modifiedSeconds: row.int("modified_seconds"), modifiedNanos: row.int("modified_nanos"), changeStamp: row.string("change_stamp"),
+                    contentHash: row.bytes("content_hash") ?? [], chunkHashes: row.bytes("chunk_hashes") ?? []))
                 try database.run("DELETE FROM coven_staged WHERE id = ?1", [row.string("id") ?? ""])
                 if intent.place == .cloud {
                     if moveID == nil { moveID = Identifier.uuid7() }
@@ -288,16 +279,14 @@ final class WriteSession {
     }
 
     /// Stamps every synced row the SQL inserted or updated with the write's clock value.
-    func stampRows(_ changes: [Change]) throws {
-        var byTable: [String: [SQLValue]] = [:]
+    func stampRows(_ changes: [RecordedChange]) throws {
+        var byTable: [String: [String]] = [:]
         for change in changes where change.operation != .delete && change.table != "coven_files" {
-            // An UPDATE's changeset leaves the unchanged primary key out of the new values: the
-            // row's id is then the old one.
-            if let id = change.new[0] ?? change.old[0] { byTable[change.table, default: []].append(id) }
+            byTable[change.table, default: []].append(change.id)
         }
         for (table, ids) in byTable {
-            let json = try JSONSerialization.data(withJSONObject: ids.compactMap(\.textValue))
-            try database.run("UPDATE \"\(table)\" SET _updated_at = ?1 WHERE id IN (SELECT value FROM json_each(?2))", [stamp, String(decoding: json, as: UTF8.self)])
+            let json = try JSONSerialization.data(withJSONObject: ids)
+            try database.run("UPDATE \(RowCapture.quote(table)) SET _updated_at = ?1 WHERE id IN (SELECT value FROM json_each(?2))", [stamp, String(decoding: json, as: UTF8.self)])
         }
     }
 
@@ -309,41 +298,48 @@ final class WriteSession {
     }
 
     /// Checks ids and every file reference the SQL set, per spec/files.md.
-    func validate(_ changes: [Change]) throws -> References {
+    func validate(_ changes: [RecordedChange]) throws -> References {
         var references = References()
-        var columnNames: [String: [String]] = [:]
         let putIDs = Set(intents.map(\.fileID))
         var audiences: [String: String] = [:]
+        // The file columns of the rows the write left, read once per table.
+        var now: [String: [String: Row]] = [:]
+        var idsByTable: [String: [String]] = [:]
+        for change in changes where change.operation != .delete {
+            guard let table = manifest.table(change.table), !table.files.isEmpty else { continue }
+            idsByTable[table.name, default: []].append(change.id)
+        }
+        for (name, ids) in idsByTable {
+            guard let table = manifest.table(name) else { continue }
+            let columns = (["id"] + table.files.map(\.column)).map(RowCapture.quote).joined(separator: ", ")
+            let json = String(decoding: try JSONSerialization.data(withJSONObject: ids), as: UTF8.self)
+            for row in try database.query("SELECT \(columns) FROM \(RowCapture.quote(name)) WHERE id IN (SELECT value FROM json_each(?1))", [json]) {
+                if let id = row["id"].textValue { now[name, default: [:]][id] = row }
+            }
+        }
         for change in changes {
             guard let table = manifest.table(change.table) else { continue }
-            if columnNames[table.name] == nil {
-                columnNames[table.name] = try database.query("SELECT name FROM pragma_table_info(?1) ORDER BY cid", [table.name]).compactMap { $0.string("name") }
-            }
-            let names = columnNames[table.name] ?? []
-            let rowID = (change.new[0] ?? change.old[0])?.textValue ?? ""
-            if change.operation == .insert, table.identity == .uuid {
-                guard let id = change.new[0]?.textValue, Identifier.isCanonicalUUID(id) else {
-                    throw CovenError(.invalidId, "table '\(table.name)' takes canonical lowercase UUIDv4 or v7 ids, not '\(rowID)'", hint: "use coven_uuid7()", details: ["table": table.name, "id": rowID])
-                }
+            let rowID = change.id
+            if change.operation == .insert, table.identity == .uuid, !Identifier.isCanonicalUUID(rowID) {
+                throw CovenError(.invalidId, "table '\(table.name)' takes canonical lowercase UUIDv4 or v7 ids, not '\(rowID)'", hint: "use coven_uuid7()", details: ["table": table.name, "id": rowID])
             }
             for column in table.files {
-                guard let index = names.firstIndex(of: column.column) else { continue }
-                let old = change.old[index]
-                let new = change.new[index]
+                let old = change.oldFiles[column.column]
                 switch change.operation {
                 case .delete:
                     if let id = old?.textValue { references.released.insert(id) }
                 case .insert, .update:
+                    let value = now[table.name]?[rowID]?[column.column] ?? .null
                     if change.operation == .update {
-                        guard let new else { continue } // unchanged
-                        if let oldID = old?.textValue, new.textValue != oldID {
+                        guard value != old else { continue } // unchanged
+                        if let oldID = old?.textValue, value.textValue != oldID {
                             if column.writeOnce {
                                 throw CovenError(.fileWriteOnce, "column '\(table.name).\(column.column)' is write-once and already names file '\(oldID)'", details: ["table": table.name, "column": column.column, "id": rowID, "file": oldID])
                             }
                             references.released.insert(oldID)
                         }
                     }
-                    guard let value = new, !value.isNull else { continue }
+                    guard !value.isNull else { continue }
                     guard case .text(let fileID) = value else {
                         throw CovenError(.fileUnknown, "column '\(table.name).\(column.column)' must hold a file id as text", details: ["table": table.name, "column": column.column, "id": rowID])
                     }
@@ -387,7 +383,7 @@ final class WriteSession {
             }
             audiences[fileID] = audience
             if record.audience != audience {
-                try database.run("UPDATE coven_files SET audience = ?1 WHERE id = ?2", [audience, fileID])
+                try device.fileRecords.setAudience(fileID, audience)
             }
         } else if record.audience != audience {
             throw CovenError(.fileUnknown, "file '\(fileID)' is not in the audience of row '\(rowID)'", details: where_)
@@ -432,12 +428,10 @@ final class WriteSession {
         }
         for fileID in candidates.subtracting(named).sorted() {
             guard let record = try device.fileRecord(fileID) else { continue }
-            try database.run("DELETE FROM coven_files WHERE id = ?1", [fileID])
+            try device.fileRecords.delete(fileID)
             let object = record.coordinates.object
-            let others = try database.scalar("SELECT count(*) FROM coven_files WHERE json_extract(coordinates, '$.object') = ?1", [object]).intValue ?? 0
-            guard others == 0 else { continue }
+            guard try device.fileRecords.ids(object: object).isEmpty else { continue }
             try device.retireUpload(object: object)
-            try database.run("DELETE FROM coven_pins WHERE file = ?1", [fileID])
         }
     }
 }
@@ -462,13 +456,8 @@ extension Device {
         try forgetLocalBytes(object: object)
     }
 
-    /// Drops this device's record of an object's local bytes; coven's own copy is deleted
-    /// after the transaction commits (a crash before that leaves a copy no row names, which
-    /// the next open removes).
+    /// Drops this device's record of an object's local bytes (``FileRecords/forgetLocalBytes(object:)``).
     func forgetLocalBytes(object: String) throws {
-        if let copy = try database.scalar("SELECT copy FROM coven_local WHERE object = ?1 AND kind = 'app'", [object]).textValue {
-            try database.run("INSERT INTO coven_meta (key, value) VALUES ('release:' || ?1, ?1) ON CONFLICT DO NOTHING", [copy])
-        }
-        try database.run("DELETE FROM coven_local WHERE object = ?1", [object])
+        try fileRecords.forgetLocalBytes(object: object)
     }
 }

@@ -18,10 +18,7 @@ extension Device {
         var added: [String] = []
         try database.transaction {
             for id in ids {
-                let before = try database.scalar("SELECT count(*) FROM coven_pins WHERE file = ?1", [id]).intValue ?? 0
-                guard before == 0 else { continue }
-                try database.run("INSERT INTO coven_pins (file, pinned_at) VALUES (?1, ?2)", [id, Timestamp.iso8601(Date())])
-                added.append(id)
+                if try fileRecords.pin(id) { added.append(id) }
             }
         }
         return added
@@ -36,10 +33,7 @@ extension Device {
         var removed: [String] = []
         try database.transaction {
             for id in ids {
-                let pinned = (try database.scalar("SELECT count(*) FROM coven_pins WHERE file = ?1", [id]).intValue ?? 0) > 0
-                if !pinned { _ = try requireFile(id) }
-                try database.run("DELETE FROM coven_pins WHERE file = ?1", [id])
-                if pinned { removed.append(id) }
+                if try fileRecords.unpin(id) { removed.append(id) } else { _ = try requireFile(id) }
             }
         }
         return removed

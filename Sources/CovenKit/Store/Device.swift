@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 
 // MARK: - The device
@@ -41,10 +42,6 @@ public final class Device {
         guard try database.hasTable("coven_meta") else {
             throw CovenError(.noDevice, "'\(paths.database)' is not a coven device database")
         }
-        let version = try database.scalar("PRAGMA user_version").intValue ?? 0
-        if version > Schema.version {
-            throw CovenError(.updateRequired, "the device database was written by a newer coven", hint: "update coven")
-        }
         storeID = try meta("store_id")
         deviceID = try meta("device_id")
         deviceName = try meta("device_name")
@@ -74,19 +71,18 @@ public final class Device {
         let device: Device
         do {
             try configure(database, readOnly: readOnly)
+            try migrateSchema(paths: paths, database: database, readOnly: readOnly)
             device = try Device(paths: paths, database: database, readOnly: readOnly)
-        } catch let error as CovenError where error.code == .sql && (error.message + (error.cause ?? "")).contains("not a database") {
+        } catch let error as CovenError where error.sqlitePrimaryCode == SQLITE_NOTADB {
             throw CovenError(.noDevice, "'\(paths.database)' is not a coven device database", hint: "pass the --db of a device coven made", cause: error.message, details: ["path": paths.database])
         }
         if !readOnly {
-            // Tables a newer coven added (every statement is IF NOT EXISTS) and the views change
-            // only with coven: run them when their text differs from what the device last ran
-            // (a schema write at every open would queue each command behind any write in
-            // progress, and invalidate every other connection's statements).
-            let digest = SHA256.digest(Array((Schema.tables + Schema.views).utf8)).hex
+            // The views change only with coven: recreate them when their text differs from what
+            // the device last ran (a schema write at every open would queue each command behind
+            // any write in progress, and invalidate every other connection's statements).
+            let digest = SHA256.digest(Array(Schema.views.utf8)).hex
             if try database.scalar("SELECT value FROM coven_meta WHERE key = 'views_sha256'").textValue != digest {
                 try database.transaction {
-                    try database.execute(Schema.tables)
                     try database.execute(Schema.views)
                     try device.setSetting("views_sha256", digest)
                 }
@@ -96,6 +92,31 @@ public final class Device {
         try SchemaCheck(database: database, manifest: device.manifest).run()
         device.sweepAfterCrash()
         return device
+    }
+
+    /// Applies coven's schema steps the device lacks (Schema.steps). A read-only open of a device
+    /// that needs them migrates it through a connection of its own first, under the device's
+    /// database lock, so a read never runs against an old schema.
+    ///
+    /// - Throws: `.updateRequired` when a newer coven wrote the database; `.sql` or `.io` when
+    ///   the migration cannot be written.
+    static func migrateSchema(paths: DevicePaths, database: Database, readOnly: Bool) throws {
+        guard try database.hasTable("coven_meta") else { return } // not a device: the init below says so
+        let version = try database.scalar("PRAGMA user_version").intValue ?? 0
+        if version > Schema.version {
+            throw CovenError(.updateRequired, "the device database was written by a newer coven", hint: "update coven", details: ["schema": String(version)])
+        }
+        guard version < Schema.version else { return }
+        if readOnly {
+            let writer = try Database(path: paths.database)
+            try configure(writer, readOnly: false)
+            try Schema.migrate(writer, from: try writer.scalar("PRAGMA user_version").intValue ?? 0)
+            try writer.execute(Schema.views)
+            return
+        }
+        // Another process may have migrated between the read above and the transaction.
+        try Schema.migrate(database, from: version)
+        _ = try? database.transaction { try database.execute(Schema.views) }
     }
 
     /// Another connection to the same device, for a thread of its own.
@@ -172,8 +193,7 @@ public final class Device {
             let database = try Database(path: building, create: true)
             chmod(building, 0o600)
             try configure(database, readOnly: false)
-            try database.execute(Schema.tables)
-            try database.execute("PRAGMA user_version = \(Schema.version)")
+            try Schema.migrate(database, from: 0)
             let manifestJSON = try manifest.canonicalJSON()
             try database.transaction {
                 for (key, value) in [

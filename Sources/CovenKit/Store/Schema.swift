@@ -8,10 +8,83 @@ import Foundation
 /// file records can name one object (`coven_existing_file`), and the bytes, the upload and the
 /// cache belong to the object.
 enum Schema {
-    /// The device schema's version, in `PRAGMA user_version`.
-    static let version: Int64 = 1
+    /// The device schema's version, in `PRAGMA user_version`: the number of ``steps`` applied.
+    static var version: Int64 { Int64(steps.count) }
 
-    static let tables = """
+    /// The numbered migrations of coven's own schema: step *n* takes a device from version
+    /// *n − 1* to *n*, inside one transaction with the `user_version` update. A step, once
+    /// released, never changes: a new release adds a step at the end.
+    static let steps: [@Sendable (Database) throws -> Void] = [
+        // 1: the schema of the first releases.
+        { database in try database.execute(version1) },
+        // 2: row images in the outbox instead of session changesets.
+        upgradeTo2,
+    ]
+
+    /// Brings the schema of `database` from `version` to ``version``: the steps not yet applied,
+    /// in order, in one transaction (`PRAGMA user_version` set in it, so a crash applies all or
+    /// nothing).
+    static func migrate(_ database: Database, from version: Int64) throws {
+        guard version < Self.version else { return }
+        try database.transaction {
+            // Another process may have migrated since `version` was read.
+            let version = try database.scalar("PRAGMA user_version").intValue ?? 0
+            guard version < Self.version else { return }
+            for step in steps[Int(version)...] { try step(database) }
+            try database.execute("PRAGMA user_version = \(Self.version)")
+        }
+    }
+
+    /// Version 2: the outbox holds row images and tombstones (Store/RowEntry.swift), which is
+    /// what changes publish, instead of the session changesets of version 1.
+    ///
+    /// Devices of version 1 published nothing (sync came later), so their rows are recorded
+    /// anew: one write of every row of the synced tables and `coven_files`, as they are, with
+    /// their own stamps. The first releases of version 1 lacked later tables and the upload
+    /// queue's `uploaded` column: version 1's text (all IF NOT EXISTS) and the column are
+    /// applied first.
+    static func upgradeTo2(_ database: Database) throws {
+        try database.execute(version1)
+        if try database.scalar("SELECT count(*) FROM pragma_table_info('coven_upload_queue') WHERE name = 'uploaded'").intValue ?? 0 == 0 {
+            try database.execute("ALTER TABLE coven_upload_queue ADD COLUMN uploaded INTEGER NOT NULL DEFAULT 0")
+        }
+        try database.execute("""
+            DROP TABLE coven_outbox;
+            -- Writes recorded for publishing, in commit order: row images and tombstones in
+            -- RowEntryCodec's form, a piece of one write per row (Store/Outbox.swift).
+            CREATE TABLE coven_outbox (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                hlc TEXT NOT NULL,
+                entries BLOB NOT NULL,
+                rows INTEGER NOT NULL,
+                waits_for TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(waits_for)),
+                created_at TEXT NOT NULL
+            ) STRICT;
+            """)
+        guard let manifestJSON = try database.scalar("SELECT value FROM coven_meta WHERE key = 'manifest'").textValue else { return }
+        let manifest = try Manifest(json: Data(manifestJSON.utf8))
+        let outbox = Outbox(database: database)
+        let stamp = try database.scalar("SELECT value FROM coven_meta WHERE key = 'hlc'").textValue ?? ""
+        for table in manifest.tables.map(\.name) + ["coven_files"] {
+            guard try database.hasTable(table) else { continue }
+            let names = try database.query("SELECT name FROM pragma_table_xinfo(?1) WHERE hidden = 0 ORDER BY cid", [table]).compactMap { $0.string("name") }
+            guard let updated = names.firstIndex(of: "_updated_at") else { continue }
+            let statement = try database.prepare("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(RowCapture.quote(table)) ORDER BY _updated_at, id")
+            var piece = Outbox.Piece()
+            while let row = try statement.next() {
+                guard let id = row["id"].textValue else { continue }
+                piece.add(RowEntry(kind: .upsert, table: table, id: id, stamp: row[updated].textValue ?? stamp, columns: names, values: row.values))
+                if piece.bytes.count >= Outbox.pieceBytes {
+                    try outbox.append(piece, stamp: stamp, waitsFor: [])
+                    piece = Outbox.Piece()
+                }
+            }
+            if piece.count > 0 { try outbox.append(piece, stamp: stamp, waitsFor: []) }
+        }
+    }
+
+    /// Version 1, as released: never edit (add a step instead).
+    static let version1 = """
     CREATE TABLE IF NOT EXISTS coven_meta (
         key TEXT PRIMARY KEY,
         value TEXT

@@ -26,9 +26,7 @@ public enum UploadOutcome: Sendable, Equatable {
 
 extension Device {
     /// The record ids naming `object`.
-    func fileIDs(object: String) throws -> [String] {
-        try database.query("SELECT id FROM coven_files WHERE json_extract(coordinates, '$.object') = ?1 ORDER BY id", [object]).compactMap { $0.string("id") }
-    }
+    func fileIDs(object: String) throws -> [String] { try fileRecords.ids(object: object) }
 
     /// Records the end of `worker`'s attempt at `claim`, in one short transaction (and the
     /// device lock, since it may write file records): switches files to stored, schedules a
@@ -112,7 +110,7 @@ extension Device {
     /// until every file of the move is stored, then one write switches them all.
     private func storeCompleted(_ object: String, move: String?, moveState: String?) throws {
         guard let move else {
-            try systemWrite { stamp in try switchToStored([object], stamp: stamp) }
+            try recordWrite { write in try switchToStored([object], stamp: write.stamp) }
             return
         }
         try database.run("""
@@ -123,7 +121,7 @@ extension Device {
         let waiting = try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE move = ?1 AND uploaded = 0 AND state <> 'retired'", [move]).intValue ?? 0
         guard waiting == 0, moveState == nil || moveState == "moving" else { return }
         let objects = try database.query("SELECT object FROM coven_upload_queue WHERE move = ?1 AND uploaded = 1 ORDER BY position", [move]).compactMap { $0.string("object") }
-        try systemWrite { stamp in try switchToStored(objects, stamp: stamp) }
+        try recordWrite { write in try switchToStored(objects, stamp: write.stamp) }
         try database.run("""
             INSERT INTO coven_move_state (id, state, created_at) VALUES (?1, 'done', ?2)
             ON CONFLICT (id) DO UPDATE SET state = 'done'
@@ -135,16 +133,7 @@ extension Device {
     private func switchToStored(_ objects: [String], stamp: String) throws {
         for object in objects {
             let hash = try database.scalar("SELECT content_hash FROM coven_local WHERE object = ?1", [object]).bytesValue?.hex
-            for row in try database.query("""
-                SELECT id, coordinates FROM coven_files
-                WHERE json_extract(coordinates, '$.object') = ?1 AND json_extract(coordinates, '$.at') = 'device'
-                  AND json_extract(coordinates, '$.device') = ?2
-                """, [object, deviceID]) {
-                let coordinates = try Coordinates(json: row.string("coordinates") ?? "")
-                let stored = Coordinates(at: .stored, device: nil, object: coordinates.object, key: coordinates.key)
-                try database.run("UPDATE coven_files SET coordinates = ?2, hash = ?3, _updated_at = ?4 WHERE id = ?1",
-                                 [row.string("id") ?? "", stored.json, hash, stamp])
-            }
+            try fileRecords.switchToStored(object: object, hash: hash, stamp: stamp)
             try database.run("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
             try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
             try forgetLocalBytes(object: object)

@@ -89,9 +89,7 @@ struct UploadSource {
             }
         }
         // Only into the row these bytes were checked against: still without hashes, same content.
-        try device.database.run(
-            "UPDATE coven_local SET chunk_hashes = ?2 WHERE object = ?1 AND length(chunk_hashes) = 0 AND content_hash = ?3",
-            [object, digests.chunks, contentHash])
+        try device.fileRecords.recordChunkHashes(object: object, chunkHashes: digests.chunks, contentHash: contentHash)
         return UploadSource(kind: kind, file: file, size: size, chunkHashes: digests.chunks, contentHash: contentHash, display: display)
     }
 

@@ -75,9 +75,11 @@ final class MakeDeviceOnlyTests: XCTestCase {
         XCTAssertEqual(local.string("change_stamp"), OriginalIdentity(info).changeStamp)
         // One write, recorded for publishing.
         XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_outbox").intValue, outboxBefore + 1)
-        let changes = try Changeset.changes(try XCTUnwrap(fixture.scalar("SELECT changeset FROM coven_outbox ORDER BY seq DESC LIMIT 1").bytesValue), database: device.database)
+        let changes = try RowEntryCodec.decode(try XCTUnwrap(fixture.scalar("SELECT entries FROM coven_outbox ORDER BY seq DESC LIMIT 1").bytesValue))
         XCTAssertEqual(changes.count, 3)
-        XCTAssertTrue(changes.allSatisfy { $0.table == "coven_files" && $0.operation == .update })
+        XCTAssertTrue(changes.allSatisfy { $0.table == "coven_files" && $0.kind == .upsert })
+        XCTAssertEqual(Set(changes.map(\.id)), Set([a, b, c]))
+        XCTAssertTrue(changes.allSatisfy { ($0.value("coordinates")?.textValue ?? "").contains("\"at\":\"device\"") })
         XCTAssertEqual(try journalRows(), 0)
         // Progress: each file done once, the call's bytes adding up.
         XCTAssertEqual(progress.doneFiles.sorted(), [a, b, c].sorted())

@@ -251,7 +251,7 @@ final class StagerTests: AlbumDeviceTestCase {
         }
         let staging = Date().timeIntervalSince(start)
         let values = ids.map { "(coven_uuid7(), '\(album)', \($0))" }.joined(separator: ",\n")
-        let outboxBefore = try self.count(device, "SELECT count(*) FROM coven_outbox")
+        let outboxBefore = try self.count(device, "SELECT count(DISTINCT hlc) FROM coven_outbox")
         let writeStart = Date()
         let result = try device.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES \(values)")
         let writing = Date().timeIntervalSince(writeStart)
@@ -263,7 +263,10 @@ final class StagerTests: AlbumDeviceTestCase {
         XCTAssertEqual(try self.count(device, "SELECT count(DISTINCT move) FROM coven_upload_queue"), 1)
         XCTAssertEqual(try self.count(device, "SELECT count(*) FROM coven_staged"), 0)
         XCTAssertEqual(try self.count(device, "SELECT count(*) FROM coven_user_files"), Int64(count / 2))
-        XCTAssertEqual(try self.count(device, "SELECT count(*) FROM coven_outbox"), outboxBefore + 1, "one changeset for the write")
+        XCTAssertEqual(try self.count(device, "SELECT count(DISTINCT hlc) FROM coven_outbox"), outboxBefore + 1, "one recorded write")
+        // Its 10,000 rows and 10,000 file records, in pieces of about a MiB.
+        XCTAssertEqual(try self.count(device, "SELECT sum(rows) FROM coven_outbox WHERE hlc = (SELECT max(hlc) FROM coven_outbox)"), Int64(2 * count))
+        XCTAssertLessThanOrEqual(try self.count(device, "SELECT max(length(entries)) FROM coven_outbox"), Int64(Outbox.pieceBytes + 4096))
         XCTAssertLessThan(staging + writing, 50, "10,000 files took too long")
     }
 

@@ -127,17 +127,27 @@ final class WriteSessionTests: AlbumDeviceTestCase {
         XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_upload_queue WHERE move = ?1", [two.move ?? ""]), 2)
     }
 
-    /// One changeset per write, of the synced tables and coven_files, stamped with the write's
-    /// clock value, which every synced row it touched carries in _updated_at.
-    func testTheOutboxRecordsOneChangesetPerWrite() throws {
+    /// One outbox write per write: row images of the synced tables and coven_files, stamped
+    /// with the write's clock value, which every synced row it touched carries in _updated_at.
+    func testTheOutboxRecordsOneWriteOfRowImages() throws {
         let before = try count(device, "SELECT count(*) FROM coven_outbox")
         let staged = try stageApp(device, text: "x")
         try device.write(sql: "INSERT INTO settings (id, value, file) VALUES ('theme', 'dark', coven_put_staged('\(staged.id)')); UPDATE albums SET title = 'Let It Be'")
         XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_outbox"), before + 1)
         let entry = try XCTUnwrap(try device.database.queryOne("SELECT * FROM coven_outbox ORDER BY seq DESC LIMIT 1"))
         let hlc = try XCTUnwrap(entry.string("hlc"))
-        let changes = try Changeset.changes(try XCTUnwrap(entry.bytes("changeset")), database: device.database)
+        let changes = try RowEntryCodec.decode(try XCTUnwrap(entry.bytes("entries")))
         XCTAssertEqual(Set(changes.map(\.table)), ["settings", "albums", "coven_files"])
+        XCTAssertEqual(entry.int("rows"), Int64(changes.count))
+        // Whole rows, every column, with the write's stamp.
+        let setting = try XCTUnwrap(changes.first { $0.table == "settings" })
+        XCTAssertEqual(setting.kind, .upsert)
+        XCTAssertEqual(setting.stamp, hlc)
+        XCTAssertEqual(setting.value("value"), .text("dark"))
+        XCTAssertEqual(setting.value("_updated_at"), .text(hlc))
+        let albumImage = try XCTUnwrap(changes.first { $0.table == "albums" })
+        XCTAssertEqual(albumImage.value("title"), .text("Let It Be"))
+        XCTAssertEqual(Set(albumImage.columns), Set(try device.database.query("SELECT name FROM pragma_table_info('albums')").compactMap { $0.string("name") }))
         XCTAssertEqual(try device.database.scalar("SELECT _updated_at FROM settings WHERE id = 'theme'").textValue, hlc)
         XCTAssertEqual(try device.database.scalar("SELECT _updated_at FROM albums").textValue, hlc)
         XCTAssertEqual(try device.database.scalar("SELECT _updated_at FROM coven_files").textValue, hlc)
@@ -188,10 +198,10 @@ final class WriteSessionTests: AlbumDeviceTestCase {
         XCTAssertTrue(FileManager.default.fileExists(atPath: put.copy))
         try device.write(sql: "DELETE FROM settings WHERE id = 'two'")
         try assertReleased(put)
-        // The deletion of the record is in the write's changeset.
-        let changeset = try XCTUnwrap(try device.database.scalar("SELECT changeset FROM coven_outbox ORDER BY seq DESC LIMIT 1").bytesValue)
-        let changes = try Changeset.changes(changeset, database: device.database)
-        XCTAssertTrue(changes.contains { $0.table == "coven_files" && $0.operation == .delete })
+        // The deletion of the record is in the write's record, as a tombstone.
+        let entries = try RowEntryCodec.decode(try XCTUnwrap(try device.database.scalar("SELECT entries FROM coven_outbox ORDER BY seq DESC LIMIT 1").bytesValue))
+        XCTAssertTrue(entries.contains { $0.table == "coven_files" && $0.kind == .delete && $0.id == put.file })
+        XCTAssertTrue(entries.contains { $0.table == "settings" && $0.kind == .delete && $0.id == "two" })
     }
 
     func testClearingTheLastReferenceReleasesTheFile() throws {

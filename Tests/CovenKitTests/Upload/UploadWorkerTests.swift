@@ -234,7 +234,7 @@ final class UploadWorkerTests: XCTestCase {
         XCTAssertEqual(end.orphan, object)
         XCTAssertNil(try fixture.device.fileRecord(file))
         XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_upload_queue"), 0)
-        XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_outbox WHERE changeset IS NOT NULL"), 2)
+        XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_outbox WHERE rows > 0"), 2)
     }
 
     func testLastReferenceGoneDuringAMultipartUploadAbortsItsSessionFirst() throws {

@@ -1,0 +1,140 @@
+import Foundation
+
+/// The local bytes of an object as `coven_local` records them: the person's original (`path`)
+/// or coven's own copy of app bytes (`copy`), with what identifies them.
+struct LocalBytes {
+    var object: String
+    var kind: FileKind
+    var path: [UInt8]?
+    var copy: String?
+    var size: Int64
+    var modifiedSeconds: Int64?
+    var modifiedNanos: Int64?
+    var changeStamp: String?
+    var contentHash: [UInt8]
+    /// The SHA-256 of each 64 KiB chunk, back to back; empty when not recorded yet.
+    var chunkHashes: [UInt8]
+}
+
+/// The one writer of `coven_files` (the synced file records), `coven_local` (this device's bytes
+/// of an object) and `coven_pins` (files kept offline by the person). Other code calls it,
+/// never their SQL, so every side effect of a record's change happens in one place: the
+/// records a recorded write changes are captured by ``RecordedWrite`` whatever calls this.
+///
+/// Every method runs inside the caller's transaction.
+struct FileRecords {
+    let device: Device
+    var database: Database { device.database }
+
+    // MARK: coven_files
+
+    /// A new record (a write putting a file).
+    func insert(id: String, audience: String, namespace: String, size: Int64, hash: String?, coordinates: Coordinates, stamp: String) throws {
+        try database.run("""
+            INSERT INTO coven_files (id, audience, namespace, size, hash, coordinates, _updated_at)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+            """, [id, audience, namespace, size, hash, coordinates.json, stamp])
+    }
+
+    /// A new file takes the audience of the first row naming it.
+    func setAudience(_ id: String, _ audience: String) throws {
+        try database.run("UPDATE coven_files SET audience = ?1 WHERE id = ?2", [audience, id])
+    }
+
+    /// A file's new place: its coordinates (and content hash, once stored) with the write's
+    /// stamp.
+    func setCoordinates(_ id: String, _ coordinates: Coordinates, hash: String? = nil, stamp: String) throws {
+        if let hash {
+            try database.run("UPDATE coven_files SET coordinates = ?2, hash = ?3, _updated_at = ?4 WHERE id = ?1", [id, coordinates.json, hash, stamp])
+        } else {
+            try database.run("UPDATE coven_files SET coordinates = ?2, _updated_at = ?3 WHERE id = ?1", [id, coordinates.json, stamp])
+        }
+    }
+
+    /// Deletes a record no row names any more, and its pin.
+    func delete(_ id: String) throws {
+        try database.run("DELETE FROM coven_files WHERE id = ?1", [id])
+        try database.run("DELETE FROM coven_pins WHERE file = ?1", [id])
+    }
+
+    /// The record ids naming `object`.
+    func ids(object: String) throws -> [String] {
+        try database.query("SELECT id FROM coven_files WHERE json_extract(coordinates, '$.object') = ?1 ORDER BY id", [object]).compactMap { $0.string("id") }
+    }
+
+    /// The records of this device's files on this device only that name `object`.
+    func deviceOnlyHere(object: String) throws -> [FileRecord] {
+        try database.query("""
+            SELECT * FROM coven_files
+            WHERE json_extract(coordinates, '$.object') = ?1 AND json_extract(coordinates, '$.at') = 'device'
+              AND json_extract(coordinates, '$.device') = ?2
+            """, [object, device.deviceID]).map(FileRecord.init(row:))
+    }
+
+    /// Switches every record of this device naming `object` to stored, with its content hash.
+    func switchToStored(object: String, hash: String?, stamp: String) throws {
+        for record in try deviceOnlyHere(object: object) {
+            let stored = Coordinates(at: .stored, device: nil, object: record.coordinates.object, key: record.coordinates.key)
+            try setCoordinates(record.id, stored, hash: hash, stamp: stamp)
+        }
+    }
+
+    // MARK: coven_local
+
+    /// Records this device's bytes of an object (a write putting a staged file, or
+    /// make-device-only's copy becoming the file's original here), replacing what was recorded.
+    func recordLocal(_ bytes: LocalBytes) throws {
+        try database.run("""
+            INSERT INTO coven_local (object, kind, path, copy, size, modified_seconds, modified_nanos, change_stamp, content_hash, chunk_hashes)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+            ON CONFLICT (object) DO UPDATE SET kind = excluded.kind, path = excluded.path, copy = excluded.copy, size = excluded.size,
+                modified_seconds = excluded.modified_seconds, modified_nanos = excluded.modified_nanos,
+                change_stamp = excluded.change_stamp, content_hash = excluded.content_hash, chunk_hashes = excluded.chunk_hashes
+            """, [bytes.object, bytes.kind.rawValue, bytes.path, bytes.copy, bytes.size, bytes.modifiedSeconds, bytes.modifiedNanos,
+                  bytes.changeStamp, bytes.contentHash, bytes.chunkHashes])
+    }
+
+    /// Records chunk hashes derived from bytes that matched `contentHash`: only into the row
+    /// those bytes were checked against (still without hashes, same content).
+    func recordChunkHashes(object: String, chunkHashes: [UInt8], contentHash: [UInt8]) throws {
+        try database.run(
+            "UPDATE coven_local SET chunk_hashes = ?2 WHERE object = ?1 AND length(chunk_hashes) = 0 AND content_hash = ?3",
+            [object, chunkHashes, contentHash])
+    }
+
+    /// Records the change time an original settled at (make-device-only's copy, once its
+    /// temporary name is gone).
+    func recordChangeStamp(object: String, path: [UInt8], changeStamp: String) throws {
+        try database.run("UPDATE coven_local SET change_stamp = ?1 WHERE object = ?2 AND kind = 'user' AND path = ?3",
+                         [changeStamp, object, path])
+    }
+
+    /// Drops this device's record of an object's local bytes; coven's own copy is deleted
+    /// after the transaction commits (a crash before that leaves a copy no row names, which
+    /// the next open removes).
+    func forgetLocalBytes(object: String) throws {
+        if let copy = try database.scalar("SELECT copy FROM coven_local WHERE object = ?1 AND kind = 'app'", [object]).textValue {
+            try device.setSetting("release:" + copy, copy)
+        }
+        try database.run("DELETE FROM coven_local WHERE object = ?1", [object])
+    }
+
+    // MARK: coven_pins
+
+    /// Keeps a file offline; false when it already was.
+    func pin(_ id: String) throws -> Bool {
+        try database.run("INSERT INTO coven_pins (file, pinned_at) VALUES (?1, ?2) ON CONFLICT (file) DO NOTHING", [id, Timestamp.iso8601(Date())])
+        return database.changes > 0
+    }
+
+    /// Stops keeping a file offline; false when it was not.
+    func unpin(_ id: String) throws -> Bool {
+        try database.run("DELETE FROM coven_pins WHERE file = ?1", [id])
+        return database.changes > 0
+    }
+}
+
+extension Device {
+    /// The owner of this device's file records, local bytes and pins.
+    var fileRecords: FileRecords { FileRecords(device: self) }
+}

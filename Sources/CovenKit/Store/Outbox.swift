@@ -1,0 +1,67 @@
+import Foundation
+
+/// The owner of `coven_outbox`: this device's recorded writes not yet published, in commit
+/// order. ``RecordedWrite`` appends; publishing takes them oldest first.
+///
+/// Each row holds a piece of one write: its stamp, its entries in ``RowEntryCodec``'s form, how
+/// many, and the objects whose upload its publication waits for (bound references). A write of
+/// many rows is several pieces with the same stamp, in order.
+struct Outbox {
+    let database: Database
+
+    /// About how many encoded bytes one piece holds before the next begins.
+    static let pieceBytes = 1 << 20
+
+    /// Entries being gathered for one piece.
+    struct Piece {
+        var count = 0
+        var bytes: [UInt8] = []
+
+        mutating func add(_ entry: RowEntry) {
+            RowEntryCodec.encode(entry, into: &bytes)
+            count += 1
+        }
+
+        /// The piece in ``RowEntryCodec``'s form: the count, then the entries.
+        var encoded: [UInt8] {
+            var output: [UInt8] = []
+            output.reserveCapacity(bytes.count + 10)
+            RowEntryCodec.writeVarint(UInt64(count), into: &output)
+            output.append(contentsOf: bytes)
+            return output
+        }
+    }
+
+    /// Appends one piece of a write (inside the write's transaction).
+    func append(_ piece: Piece, stamp: String, waitsFor: Set<String>) throws {
+        let waits = String(decoding: try JSONSerialization.data(withJSONObject: waitsFor.sorted(), options: [.withoutEscapingSlashes]), as: UTF8.self)
+        try database.run(
+            "INSERT INTO coven_outbox (hlc, entries, rows, waits_for, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            [stamp, piece.encoded, piece.count, waits, Timestamp.iso8601(Date())])
+    }
+
+    /// Appends `entries` as pieces of one write with `stamp` (a write coven makes of rows it
+    /// reads, such as the re-emit of a migration).
+    func append(_ entries: [RowEntry], stamp: String) throws {
+        var piece = Piece()
+        for entry in entries {
+            piece.add(entry)
+            if piece.bytes.count >= Self.pieceBytes {
+                try append(piece, stamp: stamp, waitsFor: [])
+                piece = Piece()
+            }
+        }
+        if piece.count > 0 { try append(piece, stamp: stamp, waitsFor: []) }
+    }
+
+    /// How many writes (pieces) wait to be published.
+    func count() throws -> Int64 {
+        try database.scalar("SELECT count(*) FROM coven_outbox").intValue ?? 0
+    }
+
+    /// The entries of the outbox row `seq`.
+    func entries(seq: Int64) throws -> [RowEntry] {
+        guard let bytes = try database.scalar("SELECT entries FROM coven_outbox WHERE seq = ?1", [seq]).bytesValue else { return [] }
+        return try RowEntryCodec.decode(bytes)
+    }
+}
