@@ -25,7 +25,7 @@ enum ExitCodes {
         case .fileUnreferenced, .fileWriteOnce, .boundFileTooLarge, .namespaceKind, .undeclaredNamespace,
              .deviceOnly, .notThisDevice, .notDeviceOnlyHere, .fileInMove, .notInCloud, .rangeOutOfBounds,
              .notUnicode, .link, .exists, .clash, .empty, .manifest, .schema, .migration, .sql, .invalidId,
-             .alreadyExists, .invalidState, .userFileChanged, .fileUnavailable:
+             .alreadyExists, .invalidState, .userFileChanged, .fileUnavailable, .deviceConflict, .deviceGone:
             return refused
         case .storage, .noStorage:
             return storage

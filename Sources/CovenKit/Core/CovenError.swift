@@ -40,6 +40,11 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     case storageFull = "storage_full"
     case bytesAbsent = "bytes_absent"
     case decoding = "decoding"
+    // The spec's names for sync.
+    /// A second copy of this device (a restored backup, a copied database) published.
+    case deviceConflict = "device_conflict"
+    /// This device was removed from the store for good.
+    case deviceGone = "device_gone"
     // coven's own.
     /// The command line is wrong: an unknown option, a missing argument, a bad value.
     case usage = "usage"

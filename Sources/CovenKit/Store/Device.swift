@@ -186,30 +186,8 @@ public final class Device {
         let deviceName = name ?? ProcessInfo.processInfo.hostName
         let now = Timestamp.iso8601(Date())
 
-        // Build the database aside, then rename it into place.
-        let building = paths.database + ".init-" + Identifier.objectName()
-        defer { for suffix in ["", "-wal", "-shm"] { unlink(building + suffix) } }
-        do {
-            let database = try Database(path: building, create: true)
-            chmod(building, 0o600)
-            try configure(database, readOnly: false)
-            try Schema.migrate(database, from: 0)
-            let manifestJSON = try manifest.canonicalJSON()
-            try database.transaction {
-                for (key, value) in [
-                    ("store_id", storeID), ("device_id", deviceID), ("device_name", deviceName),
-                    ("storage", storage.description), ("manifest", manifestJSON), ("created_at", now),
-                    ("format", String(storeFormat)),
-                ] {
-                    try database.run("INSERT INTO coven_meta (key, value) VALUES (?1, ?2)", [key, value])
-                }
-                try database.run("INSERT INTO coven_device_registry (device, name, joined_at) VALUES (?1, ?2, ?3)", [deviceID, deviceName, now])
-                _ = try Migrations.apply(manifest.migrations, to: database, recorded: [])
-            }
-            try SchemaCheck(database: database, manifest: manifest).run()
-            // Checkpoint so the renamed file holds everything without its WAL.
-            try database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        }
+        try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest, joinedAt: now)
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(building(paths) + suffix) } }
 
         let storeKey = FileKey()
         try storeKey.withUnsafeBytes { try AtomicFile.write(paths.storeKey, bytes: Array($0), mode: 0o600) }
@@ -233,12 +211,63 @@ public final class Device {
             throw CovenError(.alreadyExists, "the device registry of '\(storage)' already has an entry '\(entry)'")
         }
         stored.append(entry)
-        guard rename(building, paths.database) == 0 else {
+        try publishManifest(manifest, provider: provider, storeKey: storeKey, replace: false)
+        stored.append(manifestKey)
+        guard rename(building(paths), paths.database) == 0 else {
             throw CovenError.posix("rename database into", path: paths.database)
         }
         try AtomicFile.syncFolder(parent)
         created = true
         return try open(paths: paths)
+    }
+
+    /// Where ``buildDatabase`` builds a device's database before it is renamed into place.
+    static func building(_ paths: DevicePaths) -> String { paths.database + ".init" }
+
+    /// Builds a device's database aside (``building(_:)``): coven's schema, its settings, its
+    /// registry entry and the manifest's migrations. The caller renames it into place last.
+    static func buildDatabase(paths: DevicePaths, storeID: String, deviceID: String, deviceName: String, storage: StorageLocation,
+                              manifest: Manifest, joinedAt now: String) throws {
+        let building = building(paths)
+        for suffix in ["", "-wal", "-shm"] { unlink(building + suffix) }
+        do {
+            let database = try Database(path: building, create: true)
+            chmod(building, 0o600)
+            try configure(database, readOnly: false)
+            try Schema.migrate(database, from: 0)
+            let manifestJSON = try manifest.canonicalJSON()
+            try database.transaction {
+                for (key, value) in [
+                    ("store_id", storeID), ("device_id", deviceID), ("device_name", deviceName),
+                    ("storage", storage.description), ("manifest", manifestJSON), ("created_at", now),
+                    ("format", String(storeFormat)),
+                ] {
+                    try database.run("INSERT INTO coven_meta (key, value) VALUES (?1, ?2)", [key, value])
+                }
+                try database.run("INSERT INTO coven_device_registry (device, name, joined_at) VALUES (?1, ?2, ?3)", [deviceID, deviceName, now])
+                _ = try Migrations.apply(manifest.migrations, to: database, recorded: [])
+            }
+            try SchemaCheck(database: database, manifest: manifest).run()
+            // Checkpoint so the renamed file holds everything without its WAL.
+            try database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+
+    }
+
+    /// The store's manifest, sealed under the store key: what `coven join` starts a device
+    /// with, replaced by `coven migrate`.
+    public static let manifestKey = "manifest"
+
+    /// Stores the manifest sealed at ``manifestKey`` (put-if-absent at init).
+    static func publishManifest(_ manifest: Manifest, provider: StorageProvider, storeKey: FileKey, replace: Bool) throws {
+        let sealed = try StoreSealer.seal(Array(try manifest.canonicalJSON().utf8), storeKey: storeKey)
+        if replace {
+            try provider.put(manifestKey, data: sealed)
+        } else {
+            guard try provider.putIfAbsent(manifestKey, data: sealed) else {
+                throw CovenError(.alreadyExists, "the store already has a manifest at '\(manifestKey)'")
+            }
+        }
     }
 
     // MARK: The device registry

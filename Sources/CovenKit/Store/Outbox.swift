@@ -65,3 +65,52 @@ struct Outbox {
         return try RowEntryCodec.decode(bytes)
     }
 }
+
+extension Outbox {
+    /// A recorded write waiting in the outbox.
+    struct Pending {
+        var seq: Int64
+        var entries: [UInt8]
+        var rows: Int64
+        var waitsFor: [String]
+    }
+
+    /// The oldest writes, in order, up to about `bytes` of entries (at least one).
+    func oldest(bytes limit: Int) throws -> [Pending] {
+        var pending: [Pending] = []
+        var total = 0
+        let statement = try database.prepare("SELECT seq, entries, rows, waits_for FROM coven_outbox ORDER BY seq")
+        while let row = try statement.next() {
+            let entries = row.bytes("entries") ?? []
+            if !pending.isEmpty && total + entries.count > limit { break }
+            let waits = (try? JSONSerialization.jsonObject(with: Data((row.string("waits_for") ?? "[]").utf8)) as? [String]) ?? []
+            pending.append(Pending(seq: row.int("seq") ?? 0, entries: entries, rows: row.int("rows") ?? 0, waitsFor: waits ?? []))
+            total += entries.count
+        }
+        return pending
+    }
+
+    /// Removes the writes `seqs` (published).
+    func remove(_ seqs: [Int64]) throws {
+        guard let last = seqs.max() else { return }
+        try database.run("DELETE FROM coven_outbox WHERE seq <= ?1 AND seq >= ?2", [last, seqs.min() ?? last])
+    }
+
+    /// Writes waiting, and of those how many wait for a bound upload (theirs or an earlier
+    /// write's).
+    func waiting(isStored: (String) throws -> Bool) throws -> (writes: Int64, held: Int64) {
+        var writes: Int64 = 0
+        var held: Int64 = 0
+        var holding = false
+        let statement = try database.prepare("SELECT waits_for FROM coven_outbox ORDER BY seq")
+        while let row = try statement.next() {
+            writes += 1
+            if !holding {
+                let waits = (try? JSONSerialization.jsonObject(with: Data((row.string("waits_for") ?? "[]").utf8)) as? [String]) ?? []
+                holding = try (waits ?? []).contains { try !isStored($0) }
+            }
+            if holding { held += 1 }
+        }
+        return (writes, held)
+    }
+}

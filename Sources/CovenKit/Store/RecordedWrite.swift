@@ -97,6 +97,7 @@ final class RecordedWrite {
             return names
         }
         let outbox = Outbox(database: database)
+        let sync = SyncState(database: database)
         var piece = Outbox.Piece()
         var recorded = 0
         // Row images are read table by table, a batch of ids at a time, then emitted in the
@@ -125,6 +126,7 @@ final class RecordedWrite {
                     entry = RowEntry(kind: .upsert, table: change.table, id: change.id, stamp: stamp, columns: try columns(change.table), values: values)
                 } else {
                     entry = RowEntry(kind: .delete, table: change.table, id: change.id, stamp: stamp)
+                    try sync.setTombstone(table: change.table, id: change.id, stamp: stamp)
                 }
                 piece.add(entry)
                 recorded += 1

@@ -19,7 +19,62 @@ enum Schema {
         { database in try database.execute(version1) },
         // 2: row images in the outbox instead of session changesets.
         upgradeTo2,
+        // 3: sync: tombstones, what was published and applied, lost values, the devices' keys.
+        { database in try database.execute(syncTables) },
     ]
+
+    /// Version 3: what sync keeps (Sync/).
+    static let syncTables = """
+    -- The stamp of every row deleted here or by an applied change: last writer wins over a
+    -- delete too (Sync/SyncState.swift).
+    CREATE TABLE coven_tombstones (
+        tbl TEXT NOT NULL,
+        id TEXT NOT NULL,
+        stamp TEXT NOT NULL,
+        PRIMARY KEY (tbl, id)
+    ) STRICT, WITHOUT ROWID;
+
+    -- Every change published here or applied from another device: its newest stamp and the
+    -- frontier it carried, which say whether a row's writer had seen another write.
+    CREATE TABLE coven_sync_log (
+        device TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        max_stamp TEXT NOT NULL,
+        frontier TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(frontier)),
+        applied_at TEXT NOT NULL,
+        PRIMARY KEY (device, seq)
+    ) STRICT;
+    CREATE INDEX coven_sync_log_stamp ON coven_sync_log (device, max_stamp);
+
+    -- A change frozen for publishing: the exact bytes sent again after a crash.
+    CREATE TABLE coven_push (
+        seq INTEGER PRIMARY KEY,
+        object BLOB NOT NULL,
+        max_stamp TEXT NOT NULL,
+        frontier TEXT NOT NULL,
+        entries INTEGER NOT NULL,
+        frozen_at TEXT NOT NULL
+    ) STRICT;
+
+    -- The losing values of concurrent edits, and rows taken out (their parent or file gone).
+    CREATE TABLE coven_lost_values (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        tbl TEXT NOT NULL,
+        row_id TEXT NOT NULL,
+        entry BLOB NOT NULL,
+        stamp TEXT NOT NULL,
+        device TEXT NOT NULL,
+        winner_stamp TEXT,
+        lost_at TEXT NOT NULL,
+        why TEXT NOT NULL CHECK (why IN ('concurrent', 'parent_deleted', 'file_deleted')),
+        restored_at TEXT
+    ) STRICT;
+
+    ALTER TABLE coven_device_registry ADD COLUMN public_key TEXT;
+    ALTER TABLE coven_device_registry ADD COLUMN applied_seq INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE coven_device_registry ADD COLUMN frontier TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE coven_device_registry ADD COLUMN gone_at TEXT;
+    """
 
     /// Brings the schema of `database` from `version` to ``version``: the steps not yet applied,
     /// in order, in one transaction (`PRAGMA user_version` set in it, so a crash applies all or

@@ -1,0 +1,222 @@
+import CSQLite
+import Foundation
+
+/// What applying one change did.
+struct ApplyReport {
+    var applied = 0
+    var skipped = 0
+    var lost = 0
+    var takenOut = 0
+    /// Objects whose cached bytes go after the commit (a record deleted, or made device-only
+    /// elsewhere).
+    var uncache: Set<String> = []
+}
+
+/// Applies another device's change (DESIGN.md "Pull"): in one transaction with foreign keys
+/// deferred, each entry by last writer wins against `max(local _updated_at, local tombstone)`,
+/// with upserts (never REPLACE, so no cascade fires for an update), lost values for the losing
+/// side of a concurrent edit, take-outs for rows left without their parent or file, and the
+/// clock moved past the newest stamp applied. Nothing it does is recorded for publishing.
+struct ChangeApplier {
+    let device: Device
+    var database: Database { device.database }
+    var sync: SyncState { SyncState(database: database) }
+    private var columnsOf: [String: [String]] = [:]
+
+    init(device: Device) { self.device = device }
+
+    mutating func apply(_ change: PublishedChange, path: String) throws -> ApplyReport {
+        var report = ApplyReport()
+        let local = device.schemaVersion
+        if change.schemaCount > local.count {
+            throw CovenError(.updateRequired, "change '\(path)' was written under \(change.schemaCount) migrations; this device has \(local.count)",
+                             hint: "run 'coven migrate --manifest FILE' with the store's newer manifest", details: ["object": path, "device": change.device])
+        }
+        try database.execute("BEGIN IMMEDIATE")
+        do {
+            try database.execute("PRAGMA defer_foreign_keys = ON")
+            var touched: [String: Set<String>] = [:]
+            var deletedFiles: Set<String> = []
+            for entry in change.entries {
+                if try applyEntry(entry, change: change, path: path, report: &report) {
+                    touched[entry.table, default: []].insert(entry.id)
+                    if entry.table == "coven_files", entry.kind != .upsert { deletedFiles.insert(entry.id) }
+                }
+            }
+            try takeOutRowsNamingMissingFiles(touched: touched, deletedFiles: deletedFiles, report: &report)
+            try sync.log(device: change.device, seq: change.seq, maxStamp: change.maxStamp, frontier: change.frontier)
+            try sync.setApplied(device: change.device, seq: change.seq, frontier: change.frontier)
+            // The receive rule of the hybrid clock: later stamps here sort after what arrived.
+            if let newest = change.entries.map(\.stamp).max(), newest > (try device.setting("hlc") ?? "") {
+                try device.setSetting("hlc", newest)
+            }
+            try device.setSetting("last_pull", Timestamp.iso8601(Date()))
+            try commitTakingOutOrphans(report: &report)
+        } catch {
+            if database.inTransaction { try? database.execute("ROLLBACK") }
+            throw error
+        }
+        return report
+    }
+
+    // MARK: One entry
+
+    /// The stored columns of a local table (generated ones are never published).
+    private mutating func columns(_ table: String) throws -> [String] {
+        if let known = columnsOf[table] { return known }
+        let names = try database.query("SELECT name FROM pragma_table_xinfo(?1) WHERE hidden = 0 ORDER BY cid", [table]).compactMap { $0.string("name") }
+        columnsOf[table] = names
+        return names
+    }
+
+    /// Applies one entry; true when it changed a row here.
+    private mutating func applyEntry(_ entry: RowEntry, change: PublishedChange, path: String, report: inout ApplyReport) throws -> Bool {
+        let synced = device.manifest.table(entry.table)
+        guard synced != nil || entry.table == "coven_files" else {
+            throw CovenError(.decoding, "change '\(path)' names table '\(entry.table)', which is not synced here", details: ["object": path, "table": entry.table])
+        }
+        if synced?.identity == .uuid, !Identifier.isCanonicalUUID(entry.id) {
+            throw CovenError(.invalidId, "change '\(path)' writes id '\(entry.id)' in table '\(entry.table)', which takes canonical lowercase UUIDv4 or v7 ids",
+                             details: ["object": path, "table": entry.table, "id": entry.id])
+        }
+        let names = try columns(entry.table)
+        if entry.kind == .upsert {
+            for column in entry.columns where !names.contains(column) {
+                throw CovenError(.decoding, "change '\(path)' names column '\(column)' of table '\(entry.table)', which this device does not have",
+                                 details: ["object": path, "table": entry.table, "column": column])
+            }
+            guard entry.value("id") == .text(entry.id) else {
+                throw CovenError(.decoding, "change '\(path)' holds a row of '\(entry.table)' whose id is not '\(entry.id)'", details: ["object": path, "table": entry.table])
+            }
+        }
+        let quoted = RowCapture.quote(entry.table)
+        let statement = try database.prepare("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(quoted) WHERE id = ?1")
+        try statement.bind([entry.id])
+        let localRow = try statement.next()
+        let localStamp = localRow?["_updated_at"].textValue
+        let tombstone = try sync.tombstone(table: entry.table, id: entry.id)
+        let current = max(localStamp ?? "", tombstone ?? "")
+
+        if entry.stamp == current {
+            report.skipped += 1
+            return false
+        }
+        if entry.stamp < current {
+            // This device holds a newer write: the incoming value loses, and is kept if its
+            // winner's writer had not seen it.
+            if entry.kind == .upsert, let localStamp, localStamp == current,
+               try !hadSeen(winnerStamp: localStamp, loser: (change.device, change.seq)) {
+                try sync.addLost(entry, device: change.device, winnerStamp: localStamp, why: .concurrent)
+                report.lost += 1
+            }
+            report.skipped += 1
+            return false
+        }
+        // The incoming write wins; the value here is kept if the winner's writer had not seen it.
+        if let localRow, let localStamp, let writer = HybridClock.device(of: localStamp), writer != change.device {
+            let writerSeq = try sync.seq(device: writer, holding: localStamp)
+            let seen = writerSeq.map { (change.frontier[writer] ?? 0) >= $0 } ?? false
+            if !seen {
+                try sync.addLost(RowEntry(kind: .upsert, table: entry.table, id: entry.id, stamp: localStamp, columns: names, values: localRow.values),
+                                 device: writer, winnerStamp: entry.stamp, why: .concurrent)
+                report.lost += 1
+            }
+        }
+        switch entry.kind {
+        case .upsert:
+            try upsert(entry, table: quoted)
+            if entry.table == "coven_files" { try fileRecordArrived(entry, report: &report) }
+        case .delete, .retract:
+            if entry.table == "coven_files", let object = try localRow.flatMap({ try Coordinates(json: $0["coordinates"].textValue ?? "").object }) {
+                report.uncache.insert(object)
+            }
+            try database.run("DELETE FROM main.\(quoted) WHERE id = ?1", [entry.id])
+            try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp)
+            if entry.table == "coven_files" { _ = try device.fileRecords.unpin(entry.id) }
+        }
+        report.applied += 1
+        return true
+    }
+
+    /// `INSERT … ON CONFLICT (id) DO UPDATE`: columns the writer lacked keep their values here.
+    private func upsert(_ entry: RowEntry, table: String) throws {
+        let columns = entry.columns.map(RowCapture.quote)
+        let placeholders = (1...max(1, columns.count)).map { "?\($0)" }.prefix(columns.count).joined(separator: ", ")
+        let updates = columns.filter { $0 != "\"id\"" }.map { "\($0) = excluded.\($0)" }.joined(separator: ", ")
+        let sql = "INSERT INTO main.\(table) (\(columns.joined(separator: ", "))) VALUES (\(placeholders))"
+            + (updates.isEmpty ? " ON CONFLICT (id) DO NOTHING" : " ON CONFLICT (id) DO UPDATE SET \(updates)")
+        try database.run(sql, entry.values)
+    }
+
+    /// A file record from another device: a switch to device-only elsewhere drops this
+    /// device's pin and cached bytes of it.
+    private func fileRecordArrived(_ entry: RowEntry, report: inout ApplyReport) throws {
+        guard let json = entry.value("coordinates")?.textValue, let coordinates = try? Coordinates(json: json) else { return }
+        if coordinates.at == .device, coordinates.device != device.deviceID {
+            _ = try device.fileRecords.unpin(entry.id)
+            report.uncache.insert(coordinates.object)
+        }
+    }
+
+    /// Whether the writer of the value stamped `winnerStamp` had seen change `loser`.
+    private func hadSeen(winnerStamp: String, loser: (device: String, seq: Int64)) throws -> Bool {
+        guard let writer = HybridClock.device(of: winnerStamp) else { return true }
+        if writer == loser.device { return true }
+        // The winner's own change (published here, or applied from its writer) carried the
+        // frontier its writer had; a value of this device not yet published saw nothing new.
+        guard let seq = try sync.seq(device: writer, holding: winnerStamp) else { return false }
+        return (try sync.frontier(device: writer, seq: seq)[loser.device] ?? 0) >= loser.seq
+    }
+
+    // MARK: Take-outs
+
+    /// Rows this change wrote naming a file record this device does not have, and rows naming
+    /// a record this change deleted, are taken out: deleted here, kept as unrestorable lost
+    /// values.
+    private mutating func takeOutRowsNamingMissingFiles(touched: [String: Set<String>], deletedFiles: Set<String>, report: inout ApplyReport) throws {
+        let deleted = String(decoding: try JSONSerialization.data(withJSONObject: deletedFiles.sorted()), as: UTF8.self)
+        for table in device.manifest.tables where !table.files.isEmpty {
+            let ids = String(decoding: try JSONSerialization.data(withJSONObject: (touched[table.name] ?? []).sorted()), as: UTF8.self)
+            let missing = table.files.map { column -> String in
+                let c = RowCapture.quote(column.column)
+                return "(\(c) IS NOT NULL AND (\(c) IN (SELECT value FROM json_each(?2)) OR (id IN (SELECT value FROM json_each(?1)) AND NOT EXISTS (SELECT 1 FROM coven_files f WHERE f.id = \(c)))))"
+            }.joined(separator: " OR ")
+            let names = try columns(table.name)
+            let quoted = RowCapture.quote(table.name)
+            let rows = try database.query("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(quoted) WHERE \(missing)", [ids, deleted])
+            for row in rows {
+                try takeOut(table: table.name, row: row, names: names, why: .fileDeleted, report: &report)
+            }
+        }
+    }
+
+    /// Commits; when a row is left without its parent (a foreign key fails at commit), takes it
+    /// out and commits again.
+    private mutating func commitTakingOutOrphans(report: inout ApplyReport) throws {
+        for _ in 0..<64 {
+            do {
+                try database.execute("COMMIT")
+                return
+            } catch let error as CovenError where error.sqlitePrimaryCode == SQLITE_CONSTRAINT && database.inTransaction {
+                let violations = try database.query("PRAGMA foreign_key_check")
+                guard !violations.isEmpty else { throw error }
+                for violation in violations {
+                    guard let table = violation["table"].textValue, device.manifest.table(table) != nil, let rowid = violation["rowid"].intValue else { throw error }
+                    let names = try columns(table)
+                    guard let row = try database.queryOne("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(RowCapture.quote(table)) WHERE rowid = ?1", [rowid]) else { continue }
+                    try takeOut(table: table, row: row, names: names, why: .parentDeleted, report: &report)
+                }
+            }
+        }
+        throw CovenError(.internal, "rows taken out of a change kept failing their foreign keys")
+    }
+
+    private func takeOut(table: String, row: Row, names: [String], why: SyncState.LostReason, report: inout ApplyReport) throws {
+        guard let id = row["id"].textValue else { return }
+        let stamp = row["_updated_at"].textValue ?? ""
+        try sync.addLost(RowEntry(kind: .upsert, table: table, id: id, stamp: stamp, columns: names, values: row.values),
+                         device: HybridClock.device(of: stamp) ?? "", winnerStamp: nil, why: why)
+        try database.run("DELETE FROM main.\(RowCapture.quote(table)) WHERE id = ?1", [id])
+        report.takenOut += 1
+    }
+}

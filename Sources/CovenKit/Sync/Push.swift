@@ -1,0 +1,122 @@
+import Foundation
+
+/// What a push did.
+public struct PushReport: Sendable, Equatable {
+    /// Changes published now, by seq.
+    public var published: [Int64] = []
+    /// Row entries they held.
+    public var entries: Int = 0
+    /// Writes left in the outbox because a bound upload holds them (or an earlier write).
+    public var held: Int64 = 0
+}
+
+extension Device {
+    /// The most entry bytes one change holds before the next begins.
+    static let changeBytes = 4 << 20
+
+    /// The schema this device writes under: its migration count and their digest.
+    var schemaVersion: (count: Int, digest: String) {
+        (manifest.migrations.count, SHA256.digest(Array(manifest.migrations.joined(separator: "\u{0}").utf8)).hex)
+    }
+
+    /// Publishes this device's recorded writes (DESIGN.md "Push"): oldest first, stopping
+    /// before the first write a bound upload still holds; each batch is frozen with its seq in
+    /// one transaction (so a crash sends the same bytes again), then written put-if-absent.
+    ///
+    /// - Throws: `.deviceConflict` when another object is at the next seq (a second copy of this
+    ///   device published), publishing nothing more; `.storage` when storage fails (what was
+    ///   published stays published, the rest stays frozen or in the outbox).
+    public func push(provider: StorageProvider, storeKey: FileKey, stop: (() -> Bool)? = nil) throws -> PushReport {
+        var report = PushReport()
+        while true {
+            if stop?() == true { throw CovenError(.interrupted, "interrupted") }
+            if let frozen = try database.queryOne("SELECT * FROM coven_push ORDER BY seq LIMIT 1") {
+                try send(frozen, provider: provider)
+                report.published.append(frozen.int("seq") ?? 0)
+                report.entries += Int(frozen.int("entries") ?? 0)
+                continue
+            }
+            guard try freezeNextChange(storeKey: storeKey) else { break }
+        }
+        report.held = try Outbox(database: database).waiting(isStored: isUploaded).held
+        return report
+    }
+
+    /// Whether a bound reference's upload is done (its object no longer waits in the queue).
+    func isUploaded(_ object: String) throws -> Bool {
+        try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE object = ?1 AND state <> 'retired'", [object]).intValue ?? 0 == 0
+    }
+
+    /// Freezes the next batch of outbox writes as change `seq`: false when nothing is ready.
+    private func freezeNextChange(storeKey: FileKey) throws -> Bool {
+        try database.transaction {
+            let outbox = Outbox(database: database)
+            var batch: [Outbox.Pending] = []
+            for pending in try outbox.oldest(bytes: Self.changeBytes) {
+                // A bound upload holds its write and every later one, in order.
+                if try pending.waitsFor.contains(where: { try !isUploaded($0) }) { break }
+                batch.append(pending)
+            }
+            guard !batch.isEmpty else { return false }
+            var entries: [RowEntry] = []
+            for pending in batch { entries.append(contentsOf: try RowEntryCodec.decode(pending.entries)) }
+            let published = try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [deviceID]).intValue ?? 0
+            let seq = published + 1
+            let schema = schemaVersion
+            let change = PublishedChange(store: storeID, device: deviceID, seq: seq, schemaCount: schema.count, schemaDigest: schema.digest,
+                                         frontier: try ownFrontier(), objects: [], entries: entries)
+            let sealed = try ChangeSealing.seal(change, storeKey: storeKey)
+            try database.run("""
+                INSERT INTO coven_push (seq, object, max_stamp, frontier, entries, frozen_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                """, [seq, sealed, change.maxStamp, Frontier.json(change.frontier), entries.count, Timestamp.iso8601(Date())])
+            try outbox.remove(batch.map(\.seq))
+            return true
+        }
+    }
+
+    /// For every other device, the highest seq applied here with nothing missing below.
+    func ownFrontier() throws -> [String: Int64] {
+        var frontier: [String: Int64] = [:]
+        for row in try database.query("SELECT device, applied_seq FROM coven_device_registry WHERE device <> ?1 AND applied_seq > 0", [deviceID]) {
+            if let device = row.string("device"), let seq = row.int("applied_seq") { frontier[device] = seq }
+        }
+        return frontier
+    }
+
+    /// Writes a frozen change put-if-absent and records it published.
+    private func send(_ frozen: Row, provider: StorageProvider) throws {
+        let seq = frozen.int("seq") ?? 0
+        let bytes = frozen.bytes("object") ?? []
+        let path = PublishedChange.path(device: deviceID, seq: seq)
+        if try !provider.putIfAbsent(path, data: bytes) {
+            // Our own earlier send, interrupted before it was recorded, or another copy of
+            // this device.
+            guard try provider.getObject(path) == bytes else {
+                throw CovenError(.deviceConflict, "another copy of this device published change \(seq) at '\(path)'",
+                                 hint: "this database was copied or restored from a backup: make a new device with 'coven join' and retire this one",
+                                 details: ["object": path, "device": deviceID])
+            }
+        }
+        let frontier = Frontier.parse(frozen.string("frontier") ?? "{}")
+        try database.transaction {
+            let sync = SyncState(database: database)
+            try sync.log(device: deviceID, seq: seq, maxStamp: frozen.string("max_stamp") ?? "", frontier: frontier)
+            try sync.setPublished(device: deviceID, seq: seq, frontier: frontier)
+            try database.run("DELETE FROM coven_push WHERE seq = ?1", [seq])
+            try setSetting("last_push", Timestamp.iso8601(Date()))
+        }
+    }
+}
+
+extension StorageProvider {
+    /// The whole object at `key`, or nil when storage confirms nothing is there.
+    func getObject(_ key: String) throws -> [UInt8]? {
+        var bytes: [UInt8] = []
+        do {
+            try get(key, range: nil) { bytes.append(contentsOf: $0) }
+        } catch let error as CovenError where error.code == .missing {
+            return nil
+        }
+        return bytes
+    }
+}

@@ -1,0 +1,149 @@
+import Foundation
+
+/// What `coven sync` did: push, pull, push.
+public struct SyncReport: Sendable, Equatable {
+    public var pushed = PushReport()
+    public var pulled = PullReport()
+    /// Whether there was anything to do.
+    public var quiet: Bool { pushed.published.isEmpty && pulled.changes == 0 && pulled.newDevices.isEmpty }
+}
+
+/// One device of the store, as this device knows it.
+public struct DeviceInfo: Sendable, Equatable {
+    public var id: String
+    public var name: String
+    public var joinedAt: String
+    /// The highest seq applied here (for this device: published).
+    public var seq: Int64
+    public var frontier: [String: Int64]
+    public var gone: Bool
+    public var thisDevice: Bool
+}
+
+/// A lost value of a concurrent edit, or a row taken out.
+public struct LostValue: Sendable, Equatable {
+    public var id: Int64
+    public var table: String
+    public var rowID: String
+    public var values: [String: SQLValue]
+    public var columns: [String]
+    public var stamp: String
+    public var device: String
+    public var winnerStamp: String?
+    public var lostAt: String
+    public var why: String
+    public var restoredAt: String?
+    /// Only the losing side of a concurrent edit can be restored; a take-out cannot.
+    public var restorable: Bool { why == "concurrent" }
+}
+
+extension Device {
+    /// Publishes this device's writes and applies the other devices' (`push`, `pull`, or push,
+    /// pull, push), under the device lock.
+    public func sync(push: Bool = true, pull: Bool = true, wait: Bool = true, stop: (() -> Bool)? = nil) throws -> SyncReport {
+        let lock = try self.lock(wait: wait)
+        defer { _ = lock }
+        let provider = try StorageConnector(location: storage).connect()
+        let key = try storeKey()
+        var report = SyncReport()
+        // A device removed for good publishes nothing more.
+        try refreshDevices(provider: provider, storeKey: key)
+        if push { report.pushed = try self.push(provider: provider, storeKey: key, stop: stop) }
+        if pull { report.pulled = try self.pull(provider: provider, storeKey: key, stop: stop) }
+        if push && pull {
+            let again = try self.push(provider: provider, storeKey: key, stop: stop)
+            report.pushed.published += again.published
+            report.pushed.entries += again.entries
+            report.pushed.held = again.held
+        }
+        return report
+    }
+
+    /// Every device of the store this device knows of, this one first.
+    public func devices() throws -> [DeviceInfo] {
+        try database.query("SELECT * FROM coven_device_registry ORDER BY device <> ?1, joined_at, device", [deviceID]).map { row in
+            DeviceInfo(id: row.string("device") ?? "", name: row.string("name") ?? "", joinedAt: row.string("joined_at") ?? "",
+                       seq: row.int("applied_seq") ?? 0, frontier: Frontier.parse(row.string("frontier") ?? "{}"),
+                       gone: row.int("gone") == 1, thisDevice: row.string("device") == deviceID)
+        }
+    }
+
+    /// Marks `device` gone for good: publishes `devices/<id>.gone`, so every device stops
+    /// waiting for it and it is refused if it syncs again.
+    ///
+    /// - Throws: `.notFound` for a device the store does not have; `.invalidState` for this
+    ///   device.
+    public func removeDevice(_ device: String) throws {
+        let lock = try self.lock(wait: true)
+        defer { _ = lock }
+        let provider = try StorageConnector(location: storage).connect()
+        let key = try storeKey()
+        try refreshDevices(provider: provider, storeKey: key)
+        guard let row = try database.queryOne("SELECT * FROM coven_device_registry WHERE device = ?1 OR name = ?1", [device]) else {
+            throw CovenError(.notFound, "no device '\(device)' in this store", hint: "'coven devices' lists them", details: ["device": device])
+        }
+        let id = row.string("device") ?? device
+        guard id != deviceID else {
+            throw CovenError(.invalidState, "'\(device)' is this device", hint: "remove a device from another one", details: ["device": id])
+        }
+        let now = Timestamp.iso8601(Date())
+        let plaintext = try JSONSerialization.data(withJSONObject: [
+            "coven_device": 1, "device": id, "name": row.string("name") ?? "", "joined_at": row.string("joined_at") ?? "", "gone_at": now, "removed_by": deviceID,
+        ], options: [.sortedKeys])
+        _ = try provider.putIfAbsent(Self.registryEntryKey(id) + Self.goneSuffix, data: try StoreSealer.seal([UInt8](plaintext), storeKey: key))
+        try database.transaction { try SyncState(database: database).setGone(id, at: now) }
+    }
+
+    /// The lost values kept here, newest first.
+    public func lostValues() throws -> [LostValue] {
+        try database.query("SELECT * FROM coven_lost_values ORDER BY id DESC").map { row in
+            let entry = try RowEntryCodec.decode(row.bytes("entry") ?? []).first
+            return LostValue(
+                id: row.int("id") ?? 0, table: row.string("tbl") ?? "", rowID: row.string("row_id") ?? "",
+                values: Dictionary(zip(entry?.columns ?? [], entry?.values ?? []), uniquingKeysWith: { first, _ in first }),
+                columns: entry?.columns ?? [], stamp: row.string("stamp") ?? "", device: row.string("device") ?? "",
+                winnerStamp: row.string("winner_stamp"), lostAt: row.string("lost_at") ?? "", why: row.string("why") ?? "",
+                restoredAt: row.string("restored_at"))
+        }
+    }
+
+    /// Re-applies a lost value as a new write of this device (recorded, published at the next
+    /// sync): the row takes the lost values, with a new stamp.
+    ///
+    /// - Throws: `.notFound` for an unknown id; `.invalidState` for a take-out or a value
+    ///   already restored; `.fileUnknown` when it names a file record this device no longer
+    ///   has.
+    @discardableResult
+    public func restoreLost(_ id: Int64) throws -> String {
+        let lock = try self.lock(wait: true)
+        defer { _ = lock }
+        guard let lost = try lostValues().first(where: { $0.id == id }) else {
+            throw CovenError(.notFound, "no lost value \(id)", hint: "'coven lost' lists them", details: ["lost": String(id)])
+        }
+        guard lost.restorable else {
+            throw CovenError(.invalidState, "lost value \(id) is a row taken out (\(lost.why.replacingOccurrences(of: "_", with: " "))): it cannot be restored",
+                             details: ["lost": String(id)])
+        }
+        guard lost.restoredAt == nil else {
+            throw CovenError(.invalidState, "lost value \(id) was restored at \(lost.restoredAt ?? "")", details: ["lost": String(id)])
+        }
+        return try database.transaction {
+            try recordWrite { write in
+                for column in manifest.table(lost.table)?.files ?? [] {
+                    if let file = lost.values[column.column]?.textValue, try fileRecord(file) == nil {
+                        throw CovenError(.fileUnknown, "lost value \(id) names file '\(file)', which this device no longer has", details: ["lost": String(id), "file": file])
+                    }
+                }
+                let local = Set(try database.query("SELECT name FROM pragma_table_xinfo(?1) WHERE hidden = 0", [lost.table]).compactMap { $0.string("name") })
+                let columns = lost.columns.filter { local.contains($0) }
+                let values = columns.map { $0 == "_updated_at" ? .text(write.stamp) : (lost.values[$0] ?? .null) }
+                let quoted = columns.map(RowCapture.quote)
+                let placeholders = (1...max(1, quoted.count)).prefix(quoted.count).map { "?\($0)" }.joined(separator: ", ")
+                let updates = quoted.filter { $0 != "\"id\"" }.map { "\($0) = excluded.\($0)" }.joined(separator: ", ")
+                try database.run("INSERT INTO main.\(RowCapture.quote(lost.table)) (\(quoted.joined(separator: ", "))) VALUES (\(placeholders)) ON CONFLICT (id) DO UPDATE SET \(updates)", values)
+                try SyncState(database: database).markRestored(id)
+                return write.stamp
+            }
+        }
+    }
+}

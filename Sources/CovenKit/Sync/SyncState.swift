@@ -1,0 +1,112 @@
+import Foundation
+
+/// The owner of what sync keeps on this device: `coven_tombstones`, `coven_sync_log`,
+/// `coven_lost_values` and the sync columns of `coven_device_registry`. Every method runs
+/// inside the caller's transaction.
+struct SyncState {
+    let database: Database
+
+    // MARK: Tombstones
+
+    /// Records that `table`/`id` was deleted at `stamp` (keeping the newest).
+    func setTombstone(table: String, id: String, stamp: String) throws {
+        try database.run("""
+            INSERT INTO coven_tombstones (tbl, id, stamp) VALUES (?1, ?2, ?3)
+            ON CONFLICT (tbl, id) DO UPDATE SET stamp = max(stamp, excluded.stamp)
+            """, [table, id, stamp])
+    }
+
+    /// The stamp of the row's deletion, if it was deleted.
+    func tombstone(table: String, id: String) throws -> String? {
+        try database.scalar("SELECT stamp FROM coven_tombstones WHERE tbl = ?1 AND id = ?2", [table, id]).textValue
+    }
+
+    // MARK: The log of published and applied changes
+
+    /// Records change `seq` of `device`, published here or applied from it.
+    func log(device: String, seq: Int64, maxStamp: String, frontier: [String: Int64]) throws {
+        try database.run("""
+            INSERT INTO coven_sync_log (device, seq, max_stamp, frontier, applied_at) VALUES (?1, ?2, ?3, ?4, ?5)
+            ON CONFLICT (device, seq) DO NOTHING
+            """, [device, seq, maxStamp, Frontier.json(frontier), Timestamp.iso8601(Date())])
+    }
+
+    /// The seq of `device`'s change that holds a write stamped `stamp`: the first of its
+    /// changes whose newest stamp is at least `stamp` (a device's stamps only grow). Nil when
+    /// no change of it that this device knows holds it (for this device: not published yet).
+    func seq(device: String, holding stamp: String) throws -> Int64? {
+        try database.scalar("SELECT min(seq) FROM coven_sync_log WHERE device = ?1 AND max_stamp >= ?2", [device, stamp]).intValue
+    }
+
+    /// The frontier change `seq` of `device` carried.
+    func frontier(device: String, seq: Int64) throws -> [String: Int64] {
+        guard let json = try database.scalar("SELECT frontier FROM coven_sync_log WHERE device = ?1 AND seq = ?2", [device, seq]).textValue else { return [:] }
+        return Frontier.parse(json)
+    }
+
+    // MARK: Lost values
+
+    enum LostReason: String { case concurrent, parentDeleted = "parent_deleted", fileDeleted = "file_deleted" }
+
+    /// Keeps the losing side of an edit (or a row taken out).
+    func addLost(_ entry: RowEntry, device: String, winnerStamp: String?, why: LostReason) throws {
+        try database.run("""
+            INSERT INTO coven_lost_values (tbl, row_id, entry, stamp, device, winner_stamp, lost_at, why)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+            """, [entry.table, entry.id, RowEntryCodec.encode([entry]), entry.stamp, device, winnerStamp, Timestamp.iso8601(Date()), why.rawValue])
+    }
+
+    /// Marks a lost value restored.
+    func markRestored(_ id: Int64) throws {
+        try database.run("UPDATE coven_lost_values SET restored_at = ?2 WHERE id = ?1", [id, Timestamp.iso8601(Date())])
+    }
+
+    // MARK: Devices
+
+    /// Records a device of the store this device learned of (its registry entry).
+    func learnDevice(_ device: String, name: String, joinedAt: String, publicKey: String?) throws {
+        try database.run("""
+            INSERT INTO coven_device_registry (device, name, joined_at, public_key) VALUES (?1, ?2, ?3, ?4)
+            ON CONFLICT (device) DO UPDATE SET name = excluded.name, public_key = coalesce(coven_device_registry.public_key, excluded.public_key)
+            """, [device, name, joinedAt, publicKey])
+    }
+
+    /// Records that change `seq` of `device` is applied here, with the frontier it carried.
+    func setApplied(device: String, seq: Int64, frontier: [String: Int64]) throws {
+        try database.run("UPDATE coven_device_registry SET applied_seq = ?2, frontier = ?3 WHERE device = ?1",
+                         [device, seq, Frontier.json(frontier)])
+    }
+
+    /// Records that this device published change `seq`.
+    func setPublished(device: String, seq: Int64, frontier: [String: Int64]) throws {
+        try setApplied(device: device, seq: seq, frontier: frontier)
+    }
+
+    /// Marks a device gone for good.
+    func setGone(_ device: String, at time: String) throws {
+        try database.run("UPDATE coven_device_registry SET gone = 1, gone_at = coalesce(gone_at, ?2) WHERE device = ?1", [device, time])
+    }
+}
+
+/// A device's frontier: for every other device, the highest seq it has applied with nothing
+/// missing below.
+enum Frontier {
+    static func json(_ frontier: [String: Int64]) -> String {
+        let data = (try? JSONSerialization.data(withJSONObject: frontier.mapValues { NSNumber(value: $0) }, options: [.sortedKeys])) ?? Data("{}".utf8)
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    static func parse(_ json: String) -> [String: Int64] {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any] else { return [:] }
+        return object.compactMapValues { ($0 as? NSNumber)?.int64Value }
+    }
+}
+
+extension HybridClock {
+    /// The device a stamp was made on (its last part), or nil for a stamp of another shape.
+    static func device(of stamp: String) -> String? {
+        let parts = stamp.split(separator: "-", maxSplits: 4, omittingEmptySubsequences: false)
+        guard parts.count == 5 else { return nil }
+        return String(parts[4])
+    }
+}

@@ -1,0 +1,192 @@
+@testable import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// Two and three devices of one store on file://, in one test each.
+final class SyncTests: DeviceTestCase {
+    let track1 = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f51"
+    let track2 = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f52"
+
+    /// A second (and third) device of the case's store.
+    func join(_ name: String, from device: Device) throws -> Device {
+        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, storeKey: try device.storeKeyBytes(), name: name)
+    }
+
+    func dump(_ device: Device, _ tables: [String] = ["albums", "tracks", "covers", "settings", "coven_files"]) throws -> [String] {
+        try tables.flatMap { table in
+            try device.database.query("SELECT * FROM \(table) ORDER BY id").map { row in
+                table + ": " + zip(row.columns, row.values).map { "\($0)=\($1.textValue ?? "NULL")" }.joined(separator: " ")
+            }
+        }
+    }
+
+    func testRowsTravelBothWaysAndAQuietSyncDoesNothing() throws {
+        let a = try makeDevice(name: "a")
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'Abbey Road')")
+        let b = try join("b", from: a)
+        XCTAssertEqual(try b.devices().map(\.name), ["b", "a"])
+        let first = try a.sync()
+        XCTAssertEqual(first.pushed.published, [1])
+        let pulled = try b.sync()
+        XCTAssertEqual(pulled.pulled.applied[a.deviceID], [1])
+        XCTAssertEqual(try b.database.scalar("SELECT title FROM albums").textValue, "Abbey Road")
+        try b.write(sql: "INSERT INTO tracks (id, album_id, title) VALUES ('\(track1)', '\(Self.album)', 'Come Together')")
+        _ = try b.sync()
+        _ = try a.sync()
+        XCTAssertEqual(try dump(a), try dump(b))
+        XCTAssertTrue(try a.sync().quiet)
+        XCTAssertTrue(try b.sync().quiet)
+        XCTAssertEqual(try a.devices().first { $0.id == b.deviceID }?.seq, 1)
+    }
+
+    /// Concurrent edits of one row, both orders, and of different columns: last writer wins
+    /// whole rows, both devices end with the same row and the loser kept as a lost value.
+    func testConcurrentEditsConvergeAndKeepTheLoser() throws {
+        let a = try makeDevice(name: "a")
+        try a.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'Abbey Road', 'store')")
+        let b = try join("b", from: a)
+        _ = try a.sync()
+        _ = try b.sync()
+        try a.write(sql: "UPDATE albums SET title = 'from a'")
+        try b.write(sql: "UPDATE albums SET title = 'from b'") // later: wins
+        _ = try a.sync()
+        _ = try b.sync()
+        _ = try a.sync()
+        XCTAssertEqual(try dump(a), try dump(b))
+        XCTAssertEqual(try a.database.scalar("SELECT title FROM albums").textValue, "from b")
+        for device in [a, b] {
+            let lost = try device.lostValues()
+            XCTAssertEqual(lost.count, 1, "each device that saw both sides keeps the loser")
+            XCTAssertEqual(lost.first?.values["title"], .text("from a"))
+            XCTAssertEqual(lost.first?.why, "concurrent")
+        }
+        // A later edit that saw the other is no conflict.
+        try a.write(sql: "UPDATE albums SET title = 'seen'")
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try b.lostValues().count, 1)
+        XCTAssertEqual(try b.database.scalar("SELECT title FROM albums").textValue, "seen")
+        // Restoring the lost value is a new write that travels.
+        let lost = try XCTUnwrap(try a.lostValues().first)
+        try a.restoreLost(lost.id)
+        XCTAssertThrowsError(try a.restoreLost(lost.id)) { XCTAssertEqual(($0 as? CovenError)?.code, .invalidState) }
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try b.database.scalar("SELECT title FROM albums").textValue, "from a")
+    }
+
+    /// Delete against update: the later wins; a row inserted under a parent deleted elsewhere
+    /// is taken out on both.
+    func testDeletesTombstonesAndTakeOuts() throws {
+        let a = try makeDevice(name: "a")
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x'); INSERT INTO tracks (id, album_id, title) VALUES ('\(track1)', '\(Self.album)', 't1')")
+        let b = try join("b", from: a)
+        _ = try a.sync()
+        _ = try b.sync()
+        try b.write(sql: "UPDATE tracks SET title = 'edited'")
+        try a.write(sql: "DELETE FROM tracks") // later: the delete wins
+        _ = try b.sync()
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM tracks").intValue, 0)
+        XCTAssertEqual(try dump(a), try dump(b))
+        // b inserts a track under the album a deletes.
+        try b.write(sql: "INSERT INTO tracks (id, album_id, title) VALUES ('\(track2)', '\(Self.album)', 'orphan')")
+        try a.write(sql: "DELETE FROM albums")
+        _ = try a.sync()
+        _ = try b.sync()
+        _ = try a.sync()
+        XCTAssertEqual(try dump(a), try dump(b))
+        XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM tracks").intValue, 0)
+        XCTAssertTrue(try a.lostValues().contains { $0.why == "parent_deleted" && $0.rowID == track2 && !$0.restorable })
+    }
+
+    /// Equal shared keys merge: one row, last writer's values.
+    func testSharedKeysMerge() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        try a.write(sql: "INSERT INTO settings (id, value) VALUES ('theme', 'dark')")
+        try b.write(sql: "INSERT INTO settings (id, value) VALUES ('theme', 'light')")
+        _ = try a.sync()
+        _ = try b.sync()
+        _ = try a.sync()
+        XCTAssertEqual(try dump(a), try dump(b))
+        XCTAssertEqual(try a.database.scalar("SELECT value FROM settings").textValue, "light")
+    }
+
+    /// A copied database publishing as the same device is stopped, never overwriting.
+    func testACopiedDatabaseIsStoppedWithDeviceConflict() throws {
+        let a = try makeDevice(name: "a")
+        try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
+        let copyPaths = DevicePaths(database: work + "/copy/device.db")
+        try FileManager.default.createDirectory(atPath: work + "/copy", withIntermediateDirectories: true)
+        try a.database.execute("VACUUM INTO '\(copyPaths.database)'")
+        try FileManager.default.copyItem(atPath: paths.folder, toPath: copyPaths.folder)
+        let copy = try Device.open(paths: copyPaths)
+        try copy.write(sql: "INSERT INTO settings (id, value) VALUES ('k2', 'copy')")
+        _ = try copy.sync()
+        let object = try XCTUnwrap(FileManager.default.contents(atPath: storeFolder + "/" + PublishedChange.path(device: a.deviceID, seq: 1)))
+        XCTAssertThrowsError(try a.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceConflict) }
+        XCTAssertEqual(FileManager.default.contents(atPath: storeFolder + "/" + PublishedChange.path(device: a.deviceID, seq: 1)), object, "never overwritten")
+        // A rerun after a crash that had sent its change is no conflict: the same bytes.
+        XCTAssertThrowsError(try a.sync())
+    }
+
+    /// A tampered, truncated, swapped or missing change is refused, naming the object, and
+    /// nothing of it is applied.
+    func testTamperedTruncatedSwappedAndMissingChangesAreRefused() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        let c = try join("c", from: a)
+        try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
+        try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k2', '2')")
+        _ = try a.push(provider: try StorageConnector(location: a.storage).connect(), storeKey: try a.storeKey())
+        try c.write(sql: "INSERT INTO settings (id, value) VALUES ('c', '3')")
+        _ = try c.sync()
+        let path = storeFolder + "/" + PublishedChange.path(device: a.deviceID, seq: 1)
+        let good = try XCTUnwrap(FileManager.default.contents(atPath: path))
+        func expect(_ code: ErrorCode, line: UInt = #line) {
+            XCTAssertThrowsError(try b.sync(), line: line) { error in
+                XCTAssertEqual((error as? CovenError)?.code, code, "\(error)", line: line)
+                XCTAssertEqual((error as? CovenError)?.details["object"], PublishedChange.path(device: a.deviceID, seq: 1), line: line)
+            }
+            XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings WHERE id = 'k'").intValue, 0, line: line)
+        }
+        var flipped = [UInt8](good)
+        flipped[flipped.count / 2] ^= 1
+        try Data(flipped).write(to: URL(fileURLWithPath: path))
+        expect(.integrity)
+        try Data(good.prefix(good.count - 5)).write(to: URL(fileURLWithPath: path))
+        expect(.integrity)
+        // c's change 1 put in a's place.
+        try FileManager.default.removeItem(atPath: path)
+        try FileManager.default.copyItem(atPath: storeFolder + "/" + PublishedChange.path(device: c.deviceID, seq: 1), toPath: path)
+        expect(.integrity)
+        try Data(good).write(to: URL(fileURLWithPath: path))
+        _ = try b.sync()
+        XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 3)
+    }
+
+    /// A device removed for good is refused when it syncs again.
+    func testARemovedDeviceIsRefused() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        try a.removeDevice("b")
+        XCTAssertTrue(try a.devices().first { $0.name == "b" }?.gone ?? false)
+        XCTAssertThrowsError(try b.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceGone) }
+        XCTAssertThrowsError(try a.removeDevice("a")) { XCTAssertEqual(($0 as? CovenError)?.code, .invalidState) }
+    }
+
+    /// A wrong key is refused before anything is written.
+    func testJoinWithAWrongKeyWritesNothing() throws {
+        let a = try makeDevice(name: "a")
+        let target = DevicePaths(database: work + "/wrong/device.db")
+        XCTAssertThrowsError(try Device.join(paths: target, storage: a.storage, storeKey: [UInt8](repeating: 7, count: 32), name: "w")) {
+            XCTAssertEqual(($0 as? CovenError)?.code, .integrity)
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: target.database))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: target.folder))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/devices").count, 1)
+    }
+}
