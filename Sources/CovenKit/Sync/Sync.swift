@@ -147,3 +147,12 @@ extension Device {
         }
     }
 }
+
+extension Device {
+    /// Stores this device's manifest as the store's (`manifest`, sealed), for the devices that
+    /// join next: `coven migrate` calls it after migrating.
+    public func publishManifest() throws {
+        let provider = try StorageConnector(location: storage).connect()
+        try Device.publishManifest(manifest, provider: provider, storeKey: try storeKey(), replace: true)
+    }
+}
