@@ -186,8 +186,8 @@ public final class Device {
         let deviceName = name ?? ProcessInfo.processInfo.hostName
         let now = Timestamp.iso8601(Date())
 
-        try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest, joinedAt: now)
         defer { for suffix in ["", "-wal", "-shm"] { unlink(building(paths) + suffix) } }
+        try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest, joinedAt: now)
 
         let storeKey = FileKey()
         try storeKey.withUnsafeBytes { try AtomicFile.write(paths.storeKey, bytes: Array($0), mode: 0o600) }

@@ -50,8 +50,8 @@ extension Device {
         let deviceID = Identifier.uuid4()
         let deviceName = name ?? ProcessInfo.processInfo.hostName
         let now = Timestamp.iso8601(Date())
-        try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest, joinedAt: now)
         defer { for suffix in ["", "-wal", "-shm"] { unlink(building(paths) + suffix) } }
+        try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest, joinedAt: now)
         try AtomicFile.write(paths.storeKey, bytes: keyBytes, mode: 0o600)
         let entry = registryEntryKey(deviceID)
         guard try provider.putIfAbsent(entry, data: try StoreSealer.seal(try registryEntry(device: deviceID, name: deviceName, joinedAt: now), storeKey: storeKey)) else {
