@@ -78,7 +78,7 @@ extension Device {
     /// - Parameters:
     ///   - id: the file's id.
     ///   - range: the bytes to read.
-    ///   - interrupted: polled between runs of chunks; true stops the read with `.interrupted`.
+    ///   - stop: polled between runs of chunks; a stop asked ends the read with `.interrupted`.
     ///   - output: receives the bytes in order.
     /// - Returns: what the read did.
     /// - Throws: `.fileAbsent`, `.deviceOnly` (on another device only), `.userFileMissing`,
@@ -86,7 +86,7 @@ extension Device {
     ///   failure `.network`), `.updateRequired`, `.noRoom`, `.interrupted`.
     @discardableResult
     public func readFile(
-        _ id: String, range: ReadRange = .whole, interrupted: (() -> Bool)? = nil,
+        _ id: String, range: ReadRange = .whole, stop: Stop = Stop(),
         output: (UnsafeRawBufferPointer) throws -> Void
     ) throws -> ReadReport {
         let record = try requireFile(id)
@@ -100,15 +100,15 @@ extension Device {
         let wanted = try range.resolve(size: record.size, file: id)
         let read: StoredRead
         do {
-            read = try StoredRead(device: self, record: record, durable: false, interrupted: interrupted)
+            read = try StoredRead(device: self, record: record, durable: false, stop: stop)
         } catch let error as CovenError where error.code == .noRoom {
             // Not even the cache entry's record or files fit: what was read longest ago gives
             // way, and failing that the read goes on without the cache.
             _ = try? makeRoom(for: min(Int64(wanted.count), record.size), sparing: coordinates.object)
             do {
-                read = try StoredRead(device: self, record: record, durable: false, interrupted: interrupted)
+                read = try StoredRead(device: self, record: record, durable: false, stop: stop)
             } catch let again as CovenError where again.code == .noRoom {
-                read = try StoredRead(device: self, record: record, durable: false, interrupted: interrupted, caching: false)
+                read = try StoredRead(device: self, record: record, durable: false, stop: stop, caching: false)
             }
         }
         defer { read.close() }
@@ -198,10 +198,10 @@ extension Device {
     /// again), then synced. A file larger than the budget is still fetched; a trim afterwards
     /// spares it.
     ///
-    /// - Throws: as ``readFile(_:range:interrupted:output:)``; `.noRoom` when the disk has no
+    /// - Throws: as ``readFile(_:range:stop:output:)``; `.noRoom` when the disk has no
     ///   room for the rest of it.
     @discardableResult
-    public func holdFile(_ id: String, interrupted: (() -> Bool)? = nil) throws -> (path: String, report: ReadReport) {
+    public func holdFile(_ id: String, stop: Stop = Stop()) throws -> (path: String, report: ReadReport) {
         let record = try requireFile(id)
         if record.coordinates.at == .device {
             guard record.coordinates.device == deviceID else { throw deviceOnlyError(record) }
@@ -216,7 +216,7 @@ extension Device {
             return (files.data, ReadReport(source: .cache))
         }
         try checkRoom(for: record)
-        let read = try StoredRead(device: self, record: record, durable: true, interrupted: interrupted)
+        let read = try StoredRead(device: self, record: record, durable: true, stop: stop)
         defer { read.close() }
         let report = try read.read(0..<record.size) { _ in }
         _ = try? trimCache(sparing: record.coordinates.object)
@@ -252,7 +252,7 @@ final class StoredRead {
     let object: String
     let size: Int64
     let files: CacheEntryPaths
-    let interrupted: (() -> Bool)?
+    let stop: Stop
     /// Whether a read that completes the entry syncs its files and marks it complete (for
     /// `coven get`, which hands the file to other programs), or leaves that to a later `get`.
     let durable: Bool
@@ -278,14 +278,14 @@ final class StoredRead {
 
     /// - Parameter caching: false for a read that keeps nothing, on a disk with no room for even
     ///   the entry's record: every chunk is fetched and checked, none is written or recorded.
-    init(device: Device, record: FileRecord, durable: Bool, interrupted: (() -> Bool)?, caching: Bool = true) throws {
+    init(device: Device, record: FileRecord, durable: Bool, stop: Stop, caching: Bool = true) throws {
         self.device = device
         self.caching = caching
         self.record = record
         self.object = record.coordinates.object
         self.size = record.size
         self.files = device.cachePaths(object: record.coordinates.object)
-        self.interrupted = interrupted
+        self.stop = stop
         self.durable = durable
         _ = try FileKey(hex: record.coordinates.key)  // a bad key fails here, before any file is made
         bitmap = ChunkBitmap(count: ObjectLayout.chunkCount(plaintextSize: record.size))
@@ -296,7 +296,7 @@ final class StoredRead {
         }
     }
 
-    /// Whether this read keeps what it fetches (see ``init(device:record:durable:interrupted:caching:)``).
+    /// Whether this read keeps what it fetches (see ``init(device:record:durable:stop:caching:)``).
     let caching: Bool
 
     /// Creates the entry's row and files if needed, locks the data file shared and loads the
@@ -405,8 +405,8 @@ final class StoredRead {
         var failure: Error?
         do {
             for index in steps.indices {
-                if let interrupted, interrupted() {
-                    throw CovenError(.interrupted, "interrupted", details: ["file": record.id])
+                if let reason = stop.reason {
+                    throw CovenError(.interrupted, "the read of file '\(record.id)' stopped: \(reason)", details: ["file": record.id])
                 }
                 let run = try producer.next()
                 defer { producer.recycle(run) }

@@ -27,13 +27,18 @@ struct CatCommand: Command {
     ]
     static let arguments = [ArgumentSpec("FILE", help: "the file's id", completion: .fileID)]
     static let mutates = false
+    static let pollsStop = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         guard let id = invocation.arguments.first else { throw CovenError(.usage, "missing FILE") }
         let range = ReadRange(offset: try invocation.integer("offset") ?? 0, length: try invocation.integer("length"))
         let device = try context.openDevice()
-        let report = try device.readFile(id, range: range) { context.out.write($0) }
-        context.out.flush()
+        let report = try device.readFile(id, range: range, stop: Stop.process) {
+            context.out.write($0)
+            // A full disk or a closed stdout stops the read at once: never a short output and 0.
+            try context.out.check()
+        }
+        try context.out.flushChecked()
         if report.chunksRefetched > 0 {
             context.note("warning: \(report.chunksRefetched) cached chunks of '\(id)' failed their check and were fetched again")
         }

@@ -20,11 +20,12 @@ struct GetCommand: Command {
     static let options: [OptionSpec] = []
     static let arguments = [ArgumentSpec("FILE", help: "the file's id", completion: .fileID)]
     static let mutates = false
+    static let pollsStop = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         guard let id = invocation.arguments.first else { throw CovenError(.usage, "missing FILE") }
         let device = try context.openDevice()
-        let (path, report) = try device.holdFile(id)
+        let (path, report) = try device.holdFile(id, stop: Stop.process)
         if context.json {
             try context.printJSON(["file": id, "path": path, "source": report.source.rawValue, "bytes_fetched": report.bytesFetched])
         } else {

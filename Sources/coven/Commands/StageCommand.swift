@@ -24,6 +24,7 @@ struct StageCommand: Command {
     ]
     static let arguments = [ArgumentSpec("PATH", help: "app bytes to stage, or - for stdin", optional: true, completion: .file)]
     static let mutates = true
+    static let pollsStop = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         guard let namespace = invocation.value("namespace") else { throw CovenError(.usage, "missing --namespace NS") }
@@ -40,7 +41,7 @@ struct StageCommand: Command {
             }
             let progress = ProgressLine(context, label: "reading", total: total)
             defer { progress.finish() }
-            staged = try device.prepareUserFile(path: user, namespace: namespace, place: place, wait: !context.noWait, progress: progress.update)
+            staged = try device.prepareUserFile(path: user, namespace: namespace, place: place, wait: !context.noWait, stop: Stop.process, progress: progress.update)
         } else {
             guard let source = invocation.arguments.first else {
                 throw CovenError(.usage, "missing PATH (or - for stdin, or --user PATH)")
@@ -57,7 +58,7 @@ struct StageCommand: Command {
             let total: Int64? = fstat(descriptor, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG ? Int64(info.st_size) : nil
             let progress = ProgressLine(context, label: "staging", total: total)
             defer { progress.finish() }
-            staged = try device.stageAppBytes(from: descriptor, sourceName: source == "-" ? "stdin" : source, namespace: namespace, place: place, wait: !context.noWait, progress: progress.update)
+            staged = try device.stageAppBytes(from: descriptor, sourceName: source == "-" ? "stdin" : source, namespace: namespace, place: place, wait: !context.noWait, stop: Stop.process, progress: progress.update)
         }
         if context.json {
             var object: [String: Any] = [
@@ -71,6 +72,13 @@ struct StageCommand: Command {
             try context.printJSON(object)
         } else {
             context.line(staged.id)
+        }
+        do {
+            try context.out.flushChecked()
+        } catch {
+            // The id is lost: nothing could ever name the staged file, so it goes again.
+            try? device.discardStaged(staged.id)
+            throw error
         }
         return 0
     }

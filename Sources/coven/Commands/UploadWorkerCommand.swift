@@ -1,9 +1,6 @@
 import CovenKit
 import Foundation
 
-/// Set by SIGINT or SIGTERM: the worker finishes the part in hand and stops.
-nonisolated(unsafe) private var stopSignal: sig_atomic_t = 0
-
 /// `coven upload-worker`: send the queued uploads.
 struct UploadWorkerCommand: Command {
     static let name = "upload-worker"
@@ -31,26 +28,24 @@ struct UploadWorkerCommand: Command {
         OptionSpec("jobs", short: "j", value: "N", help: "uploads sent at once (default 2)"),
     ]
     static let mutates = true
+    static let pollsStop = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let jobs = try invocation.integer("jobs") ?? 2
         guard jobs >= 1, jobs <= 64 else { throw CovenError(.usage, "--jobs takes 1 to 64, not \(jobs)") }
         let once = invocation.has("once")
-        stopSignal = 0
-        signal(SIGINT) { _ in stopSignal = 1 }
-        signal(SIGTERM) { _ in stopSignal = 1 }
-        defer {
-            signal(SIGINT, SIG_DFL)
-            signal(SIGTERM, SIG_DFL)
-        }
         let display = WorkerDisplay(context)
         let summary = try UploadWorker.run(
             paths: DevicePaths(database: context.databasePath), jobs: Int(jobs), once: once,
             settings: UploadSettings(environment: context.environment),
             storageOptions: StorageOptions(environment: context.environment),
-            shouldStop: { stopSignal != 0 }, events: { display.show($0) })
+            stop: Stop.process, events: { display.show($0) })
         display.finish()
-        if summary.interrupted && !once { return 0 }
+        if summary.interrupted {
+            // Stopped by a signal (Ctrl-C, `systemctl stop`): what was sent stays, an upload
+            // in flight goes back to the queue and resumes from its confirmed parts.
+            if let reason = Stop.process.reason { throw CovenError(.interrupted, "upload-worker stopped: \(reason)") }
+        }
         guard summary.complete else {
             report(summary, context)
             return ExitCodes.partial
@@ -60,7 +55,7 @@ struct UploadWorkerCommand: Command {
         } else if !context.quiet && context.showsProgress {
             context.note("\(summary.stored) stored")
         }
-        return summary.interrupted ? ExitCodes.interrupted : 0
+        return 0
     }
 
     static func json(_ summary: UploadRunSummary) -> [String: Any] {
