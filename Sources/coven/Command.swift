@@ -231,6 +231,7 @@ final class OutputStream {
     /// otherwise (EBADF for a closed stream).
     func check() throws {
         guard let failure else { return }
+        if failure == EINTR { try Stop.process.check("writing to \(descriptor == 1 ? "stdout" : "stderr")") }
         let name = descriptor == 1 ? "stdout" : descriptor == 2 ? "stderr" : "descriptor \(descriptor)"
         let cause = String(cString: strerror(failure))
         switch failure {
@@ -269,8 +270,19 @@ final class OutputStream {
         guard failure == nil else { return }
         var offset = 0
         while offset < bytes.count, let base = bytes.baseAddress {
+            // Data stops once a signal asked the command to stop: a write its reader does not
+            // take returns part way (or EINTR) when the signal lands, and is not begun again.
+            if descriptor != 2 && Stop.signalled {
+                failure = EINTR
+                return
+            }
             let written = Foundation.write(descriptor, base + offset, bytes.count - offset)
             if written < 0 {
+                // A signal that asks the command to stop ends a write its reader does not take.
+                if errno == EINTR && Stop.signalled {
+                    failure = EINTR
+                    return
+                }
                 if errno == EINTR { continue }
                 // EPIPE: the reader went away (`coven cat | head`); stop quietly like cat does.
                 if errno == EPIPE { exit(141) }

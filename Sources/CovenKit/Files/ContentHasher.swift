@@ -251,7 +251,7 @@ final class FileHandleFD {
             let got = Foundation.read(fd, buffer.baseAddress, buffer.count)
             if got >= 0 { return got }
             // A signal that asks the process to stop ends a read waiting on a pipe.
-            if errno == EINTR { try Stop.process.check(); continue }
+            if errno == EINTR { try Stop.process.check("reading '\(PathText.display(path))'"); continue }
             throw CovenError.posix("read", path: PathText.display(path))
         }
     }

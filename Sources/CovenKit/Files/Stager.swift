@@ -161,9 +161,13 @@ extension Device {
         defer { _ = lock }
         // A link never replaces: the id is new, so anything already at `final` is a fault.
         guard link(temporary, final) == 0 else { throw CovenError.posix("link into", path: final) }
+        // The copy holds exactly the bytes hashed: the proof that `coven get` and
+        // `coven file-status` need not read it again until it is written.
+        let stamp = FileStamp(path: final)
         do {
             try AtomicFile.syncFolder(paths.copies)
             try database.transaction {
+                if let stamp { try setSetting(Self.checkedKey("copy:" + relative), stamp.text) }
                 try database.run("""
                     INSERT INTO coven_staged (id, kind, namespace, place, copy, size, content_hash, chunk_hashes, created_at)
                     VALUES (?1, 'app', ?2, ?3, ?4, ?5, ?6, ?7, ?8)

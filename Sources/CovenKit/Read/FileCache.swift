@@ -181,6 +181,7 @@ extension Device {
         let note = Self.uncacheNote + entry.object
         try database.transaction {
             try database.run("DELETE FROM coven_cache WHERE object = ?1", [entry.object])
+            try setSetting(Self.checkedKey("cache:" + entry.object), nil)
             try setSetting(note, entry.object)
         }
         if unlinkCacheFiles(files) { try? database.run("DELETE FROM coven_meta WHERE key = ?1", [note]) }

@@ -95,7 +95,7 @@ extension Device {
             guard coordinates.device == deviceID else {
                 throw deviceOnlyError(record)
             }
-            return try readLocal(record, range: range, output: output)
+            return try readLocal(record, range: range, stop: stop, output: output)
         }
         let wanted = try range.resolve(size: record.size, file: id)
         let read: StoredRead
@@ -139,52 +139,56 @@ extension Device {
         return (row, paths.folder + "/" + (row.string("copy") ?? ""), .copy)
     }
 
-    /// Reads the original or coven's copy of a file on this device only.
-    private func readLocal(_ record: FileRecord, range: ReadRange, output: (UnsafeRawBufferPointer) throws -> Void) throws -> ReadReport {
+    /// Reads the original or coven's copy of a file on this device only, each chunk checked
+    /// against its recorded hash before any of its bytes go out (``LocalRead``).
+    private func readLocal(_ record: FileRecord, range: ReadRange, stop: Stop, output: (UnsafeRawBufferPointer) throws -> Void) throws -> ReadReport {
         let (row, path, kind) = try localSource(record)
         let size = row.int("size") ?? record.size
         let wanted = try range.resolve(size: size, file: record.id)
         let display = PathText.display(path)
-        func changed() -> CovenError {
-            kind == .original
-                ? CovenError(.userFileChanged, "'\(display)' changed since it was staged", hint: "stage it again", details: ["path": display, "file": record.id])
-                : CovenError(.integrity, "coven's copy of file '\(record.id)' fails its check", details: ["file": record.id, "path": display])
+        func changed(_ chunk: Int64?) -> CovenError {
+            let cause = chunk.map { "chunk \($0) differs from its recorded hash" } ?? "its SHA-256 differs from the recorded one"
+            return kind == .original
+                ? CovenError(.userFileChanged, "'\(display)' changed since it was staged", hint: "stage it again", cause: cause, details: ["path": display, "file": record.id])
+                : CovenError(.integrity, "coven's copy of file '\(record.id)' fails its check", cause: cause, details: ["file": record.id, "path": display])
         }
         let fd = PathText.withCString(path) { Foundation.open($0, O_RDONLY | O_CLOEXEC) }
         guard fd >= 0 else {
             if kind == .original { throw CovenError(.userFileMissing, "'\(display)' is missing", cause: String(cString: strerror(errno)), details: ["path": display, "file": record.id]) }
+            if errno == ENOENT {
+                throw CovenError(.integrity, "coven's copy of file '\(record.id)' is missing", cause: String(cString: strerror(errno)), details: ["file": record.id, "path": display])
+            }
             throw CovenError.posix("open", path: display)
         }
         defer { Foundation.close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0, Int64(info.st_size) == size else { throw changed() }
-        posix_fadvise(fd, off_t(wanted.lowerBound), off_t(wanted.count), Int32(POSIX_FADV_SEQUENTIAL))
-        let whole = wanted == 0..<size
-        let hasher = whole ? try SHA256() : nil
-        let expected = row.bytes("content_hash") ?? []
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        var position = wanted.lowerBound
-        if whole && size == 0, let hasher, hasher.finish() != expected { throw changed() }
-        while position < wanted.upperBound {
-            let count = Int(min(Int64(buffer.count), wanted.upperBound - position))
-            let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, off_t(position)) }
-            if got < 0 {
-                if errno == EINTR { continue }
-                throw CovenError.posix("read", path: display)
-            }
-            guard got > 0 else { throw changed() }
-            try buffer.withUnsafeBytes { raw in
-                let slice = UnsafeRawBufferPointer(rebasing: raw[0..<got])
-                if let hasher {
-                    hasher.update(slice)
-                    // The whole file checks against its recorded hash before its last bytes go out.
-                    if position + Int64(got) == size, hasher.finish() != expected { throw changed() }
-                }
-                try output(slice)
-            }
-            position += Int64(got)
+        guard fstat(fd, &info) == 0, Int64(info.st_size) == size else {
+            throw changed(nil)
         }
+        posix_fadvise(fd, off_t(wanted.lowerBound), off_t(wanted.count), Int32(POSIX_FADV_SEQUENTIAL))
+        var read = LocalRead(fd: fd, size: size, chunkHashes: row.bytes("chunk_hashes") ?? [], changed: changed, stop: stop)
+        if !read.hasChunkHashes {
+            // No chunk hashes recorded: one whole check first, nothing served before it.
+            let content = row.bytes("content_hash") ?? []
+            let chunks = try LocalRead.deriveChunkHashes(fd: fd, path: path, size: size, contentHash: content, stop: stop, changed: changed)
+            recordDerivedChunkHashes(object: record.coordinates.object, content: content, chunks: chunks)
+            read = LocalRead(fd: fd, size: size, chunkHashes: chunks, changed: changed, stop: stop)
+        }
+        try read.read(wanted, output: output)
         return ReadReport(source: kind, bytesRead: Int64(wanted.count))
+    }
+
+    /// Checks coven's copy of a file on this device only, whole, unless it was checked and not
+    /// written since (a proof in `coven_meta`), so that the path `coven get` prints is to bytes
+    /// checked since they were last written.
+    ///
+    /// - Throws: `.integrity` when it fails its check; as ``readFile(_:range:stop:output:)``.
+    private func checkLocalCopy(_ record: FileRecord, copy: String, path: String, stop: Stop) throws {
+        let subject = "copy:" + copy
+        guard !isStillChecked(subject, path: path) else { return }
+        let stamp = FileStamp(path: path)
+        _ = try readLocal(record, range: .whole, stop: stop) { _ in }
+        recordChecked(subject, path: path, stamp: stamp)
     }
 
     // MARK: - Holding a whole file
@@ -205,20 +209,33 @@ extension Device {
         let record = try requireFile(id)
         if record.coordinates.at == .device {
             guard record.coordinates.device == deviceID else { throw deviceOnlyError(record) }
-            let (_, path, kind) = try localSource(record)
+            let (row, path, kind) = try localSource(record)
+            // An original is checked by localSource (size, time, and its bytes when touched);
+            // coven's copy by its bytes, unless they were checked and not written since.
+            if kind == .copy { try checkLocalCopy(record, copy: row.string("copy") ?? "", path: path, stop: stop) }
             return (path, ReadReport(source: kind))
         }
         let files = cachePaths(object: record.coordinates.object)
-        if let row = try cacheRow(record.coordinates.object), row.complete, access(files.data, R_OK) == 0 {
-            try database.transaction {
-                try database.run("UPDATE coven_cache SET last_read = ?2 WHERE object = ?1", [record.coordinates.object, cacheNow()])
+        let subject = "cache:" + record.coordinates.object
+        // A complete entry whose data file was checked and not written since is handed out as
+        // it is; one written since (or never checked) is read through first, every chunk
+        // checked against its tag, any that fails fetched again.
+        if let row = try cacheRow(record.coordinates.object), row.complete, access(files.data, R_OK) == 0,
+           isStillChecked(subject, path: files.data) {
+            if !readOnly {
+                try? database.transaction {
+                    try database.run("UPDATE coven_cache SET last_read = ?2 WHERE object = ?1", [record.coordinates.object, cacheNow()])
+                }
             }
             return (files.data, ReadReport(source: .cache))
         }
         try checkRoom(for: record)
         let read = try StoredRead(device: self, record: record, durable: true, stop: stop)
         defer { read.close() }
+        let stamp = FileStamp(path: files.data)
         let report = try read.read(0..<record.size) { _ in }
+        read.close()
+        recordChecked(subject, path: files.data, stamp: report.chunksRefetched > 0 || report.bytesFetched > 0 ? FileStamp(path: files.data) : stamp)
         _ = try? trimCache(sparing: record.coordinates.object)
         return (files.data, report)
     }

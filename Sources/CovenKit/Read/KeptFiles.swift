@@ -120,7 +120,10 @@ extension Device {
             let object = row.string("object") ?? ""
             guard seen.insert(object).inserted else { held += 1; continue }
             let state = row.int("cache_state").flatMap(CacheState.init(rawValue:))
-            if state == .complete || state == .completeVerified, access(cachePaths(object: object).data, R_OK) == 0 {
+            // Held: complete, and its data file checked and not written since (a file damaged
+            // since is read through again by the fetch, every chunk checked).
+            let data = cachePaths(object: object).data
+            if state == .complete || state == .completeVerified, access(data, R_OK) == 0, isStillChecked("cache:" + object, path: data) {
                 held += 1
                 continue
             }
