@@ -228,4 +228,109 @@ final class ReliabilityCLITests: XCTestCase {
         XCTAssertEqual(rename(original, original + ".moved"), 0)
         XCTAssertEqual(try device.run(["file-status", song]).stdoutText, "missing source user_file_missing\n")
     }
+
+    // MARK: - 4. SQL holding NUL
+
+    func testSQLOnStdinHoldingNULIsRefused() throws {
+        let device = try CLIDevice("sql-nul")
+        let input = device.work + "/input.sql"
+        let text = Array("SELECT 1;".utf8) + [0] + Array("INSERT INTO tracks (id, file, _updated_at) VALUES ('01912345-6789-7abc-8def-0123456789ab', NULL, '')".utf8)
+        XCTAssertTrue(FileManager.default.createFile(atPath: input, contents: Data(text)))
+        let write = try device.run(["write", "-"], stdin: input)
+        XCTAssertEqual(write.status, 2, write.stderrText)
+        XCTAssertTrue(write.stderrText.hasPrefix("coven: error: usage: the SQL on stdin holds a NUL byte (at byte 9)\n"), write.stderrText)
+        XCTAssertEqual(try device.sql("SELECT count(*) FROM tracks"), ["0"])
+        let sql = try device.run(["sql", "-"], stdin: input)
+        XCTAssertEqual(sql.status, 2, sql.stderrText)
+        XCTAssertTrue(sql.stdout.isEmpty)
+    }
+
+    // MARK: - 5. A device database that cannot be written
+
+    func testAReadOfAWriteProtectedDeviceSucceedsWithoutBookkeeping() throws {
+        guard getuid() == 0, let setpriv = Processes.which("setpriv", path: "/usr/bin:/bin") else {
+            throw XCTSkip("needs root and setpriv to run coven as a user who cannot write the database")
+        }
+        let device = try CLIDevice("read-only-db")
+        let bytes = patternBytes(300_000, seed: 4)
+        let id = try XCTUnwrap(try device.storedFiles([bytes]).first)
+        // Everything the other user's, and the database write-protected for them.
+        XCTAssertEqual(try Spawn.run("/bin/chown", ["-R", "65534:65534", device.work]).status, 0)
+        XCTAssertEqual(chmod(device.work, 0o755), 0)
+        XCTAssertEqual(chmod(device.database, 0o444), 0)
+        defer { _ = try? Spawn.run("/bin/chown", ["-R", "0:0", device.work]) }
+        func asNobody(_ arguments: [String]) throws -> ProcessResult {
+            try Processes.run(setpriv, ["--reuid=65534", "--regid=65534", "--clear-groups", device.binary] + arguments,
+                              environment: device.environment, directory: device.work)
+        }
+        let cat = try asNobody(["cat", id])
+        XCTAssertEqual(cat.status, 0, cat.stderrText)
+        XCTAssertEqual(cat.stderrText, "")
+        XCTAssertTrue([UInt8](cat.stdout) == bytes)
+        let range = try asNobody(["cat", id, "--offset", "70000", "--length", "1000"])
+        XCTAssertEqual(range.status, 0, range.stderrText)
+        XCTAssertTrue([UInt8](range.stdout) == Array(bytes[70000..<71000]))
+        // get needs the cache recorded: it fails before any output, and says why.
+        let get = try asNobody(["get", id])
+        XCTAssertEqual(get.status, 1, get.stderrText)
+        XCTAssertTrue(get.stdout.isEmpty)
+        XCTAssertTrue(get.stderrText.contains("the device database cannot be written"), get.stderrText)
+    }
+
+    // MARK: - 6. Migrations touch app tables only
+
+    func testAMigrationMayNotTouchCovensTables() throws {
+        let device = try CLIDevice("migration-policy")
+        let id = try XCTUnwrap(try device.storedFiles([patternBytes(1000, seed: 2)]).first)
+        var manifest = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(CLIDevice.manifest.utf8)) as? [String: Any])
+        let migrations = try XCTUnwrap(manifest["migrations"] as? [String])
+        func migrate(_ extra: String) throws -> ProcessResult {
+            manifest["migrations"] = migrations + [extra]
+            try JSONSerialization.data(withJSONObject: manifest).write(to: URL(fileURLWithPath: device.work + "/next.json"))
+            return try device.run(["migrate", "--manifest", "next.json"])
+        }
+        for bad in ["DELETE FROM coven_files; DROP TABLE coven_upload_queue", "DROP TABLE coven_files",
+                    "CREATE INDEX i ON coven_files (size)", "ALTER TABLE coven_files ADD COLUMN x TEXT", "PRAGMA foreign_keys = OFF"] {
+            let result = try migrate(bad)
+            XCTAssertEqual(result.status, 4, bad + ": " + result.stderrText)
+            XCTAssertTrue(result.stderrText.hasPrefix("coven: error: migration: migrations[1] changes more than the app's tables"), result.stderrText)
+        }
+        XCTAssertEqual(try device.sql("SELECT id FROM coven_files"), [id], "nothing changed")
+        XCTAssertEqual(try device.sql("SELECT count(*) FROM coven_upload_queue"), ["0"])
+        // Schema changes of the app's own tables are what migrations are for.
+        let good = try migrate("CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT, _updated_at TEXT NOT NULL) STRICT; CREATE INDEX notes_body ON notes (body); ALTER TABLE tracks ADD COLUMN title TEXT; UPDATE tracks SET title = 'x'")
+        XCTAssertEqual(good.status, 0, good.stderrText)
+        XCTAssertEqual(try device.sql("SELECT title FROM tracks"), ["x"])
+    }
+
+    // MARK: - 7. A deleted cache folder
+
+    func testADeletedCacheFolderIsMadeAgain() throws {
+        let device = try CLIDevice("cache-folder")
+        let bytes = patternBytes(200_000, seed: 3)
+        let id = try XCTUnwrap(try device.storedFiles([bytes]).first)
+        XCTAssertEqual(try device.run(["get", id]).status, 0)
+        try FileManager.default.removeItem(atPath: device.database + ".d/cache")
+        let cat = try device.run(["cat", id])
+        XCTAssertEqual(cat.status, 0, cat.stderrText)
+        XCTAssertEqual(cat.stderrText, "", "a missing cache file is not cached, not a damaged one")
+        XCTAssertTrue([UInt8](cat.stdout) == bytes)
+        try FileManager.default.removeItem(atPath: device.database + ".d/cache")
+        let get = try device.run(["get", id])
+        XCTAssertEqual(get.status, 0, get.stderrText)
+        XCTAssertTrue([UInt8](FileManager.default.contents(atPath: get.stdoutText.trimmingCharacters(in: .newlines)) ?? Data()) == bytes)
+    }
+
+    // MARK: - 10. Staging a FIFO
+
+    func testStagingAFIFOIsRefusedAtOnce() throws {
+        let device = try CLIDevice("stage-fifo")
+        XCTAssertEqual(mkfifo(device.work + "/pipe", 0o600), 0)
+        let result = try Processes.run(device.binary, ["stage", "pipe", "--namespace", "covers"], environment: device.environment,
+                                       directory: device.work, timeout: 10)
+        XCTAssertFalse(result.timedOut)
+        XCTAssertEqual(result.status, 1)
+        XCTAssertTrue(result.stderrText.hasPrefix("coven: error: io: 'pipe' is not a regular file\n"), result.stderrText)
+        XCTAssertEqual(try device.sql("SELECT count(*) FROM coven_staged"), ["0"])
+    }
 }

@@ -100,7 +100,8 @@ extension Device {
         let wanted = try range.resolve(size: record.size, file: id)
         let read: StoredRead
         do {
-            read = try StoredRead(device: self, record: record, durable: false, stop: stop)
+            // A device that cannot be written keeps nothing: every chunk is fetched and checked.
+            read = try StoredRead(device: self, record: record, durable: false, stop: stop, caching: !readOnly)
         } catch let error as CovenError where error.code == .noRoom {
             // Not even the cache entry's record or files fit: what was read longest ago gives
             // way, and failing that the read goes on without the cache.
@@ -112,8 +113,8 @@ extension Device {
             }
         }
         defer { read.close() }
-        let report = try read.read(wanted, output: output)
-        _ = try? trimCache(sparing: coordinates.object)
+        var report = try read.read(wanted, output: output)
+        if readOnly { report.notKept = false } else { _ = try? trimCache(sparing: coordinates.object) }
         return report
     }
 
@@ -229,6 +230,10 @@ extension Device {
             }
             return (files.data, ReadReport(source: .cache))
         }
+        guard !readOnly else {
+            throw CovenError(.io, "cannot hold file '\(id)' in the cache: the device database cannot be written",
+                             hint: "read it with 'coven cat', or make '\(paths.database)' writable", details: ["file": id])
+        }
         try checkRoom(for: record)
         let read = try StoredRead(device: self, record: record, durable: true, stop: stop)
         defer { read.close() }
@@ -332,6 +337,15 @@ final class StoredRead {
                     INSERT INTO coven_cache (object, size, chunks, bytes, complete, last_read, touched)
                     VALUES (?1, ?2, ?3, 0, 0, ?4, ?4) ON CONFLICT (object) DO NOTHING
                     """, [object, size, bitmap.bytes, cacheNow()])
+            }
+        }
+        // A cache folder someone removed is made again, and an entry whose files are gone is
+        // not cached: its record is cleared before the files are made afresh.
+        try Device.makeFolder(device.paths.cache, mode: 0o700)
+        if access(files.data, F_OK) != 0 || access(files.tags, F_OK) != 0, try device.cacheRow(object) != nil {
+            try db.transaction {
+                try db.run("UPDATE coven_cache SET chunks = x'', bytes = 0, complete = 0 WHERE object = ?1", [object])
+                try device.setSetting(Device.checkedKey("cache:" + object), nil)
             }
         }
         for _ in 0..<3 {

@@ -50,8 +50,17 @@ struct StageCommand: Command {
             if source == "-" {
                 descriptor = 0
             } else {
-                descriptor = PathText.withCString(source) { open($0, O_RDONLY | O_CLOEXEC) }
+                // Non-blocking, so a FIFO with no writer is refused instead of waited on forever;
+                // the same rule as --user: only a regular file (stdin is for streams).
+                descriptor = PathText.withCString(source) { open($0, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
                 guard descriptor >= 0 else { throw CovenError.posix("open", path: PathText.display(source)) }
+                var info = stat()
+                guard fstat(descriptor, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+                    close(descriptor)
+                    throw CovenError(.io, "'\(PathText.display(source))' is not a regular file", hint: "stage a stream from stdin: coven stage - < SOURCE",
+                                     details: ["path": PathText.display(source)])
+                }
+                _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) & ~O_NONBLOCK)
             }
             defer { if descriptor != 0 { close(descriptor) } }
             var info = stat()
