@@ -62,6 +62,7 @@ public enum UploadWorker {
     ) throws -> UploadRunSummary {
         let device = try Job.openDevice(paths)
         try device.setNetworkMetered(settings.networkMetered ?? false)
+        try device.requeueStorageFailures()
         let connector = StorageConnector(location: device.storage, options: storageOptions)
         let makeProvider: @Sendable () throws -> any StorageProvider = connect ?? { try connector.connect() }
         // Fail early, before any thread, when storage cannot be made at all.
@@ -113,6 +114,11 @@ private final class RunState: @unchecked Sendable {
     private var _excluded: Set<String> = []
     private var _busy = 0
     private var _error: Error?
+    private var _denied = false
+
+    /// Whether storage refused this run's credentials: no job claims another upload.
+    var denied: Bool { locked { _denied } }
+    func deny() { locked { _denied = true } }
 
     var summary: UploadRunSummary { locked { _summary } }
     var error: Error? { locked { _error } }
@@ -223,7 +229,7 @@ private final class Job {
     func run() throws {
         // A job that stops may leave the run drained for the others.
         defer { shared.changed() }
-        while !stop.isRequested {
+        while !stop.isRequested && !shared.denied {
             let handledBefore = shared.handledCount
             shared.begin()
             let claimed: Result<UploadClaim, ClaimWaitBox>
@@ -299,6 +305,7 @@ private final class Job {
             try? storage().abortMultipart(claim.object, uploadID: abort)
         }
         if case .waitingForSource = outcome, once { shared.exclude(claim.object) }
+        if case .failed(let error) = end, error.code == .storage, error.storageFailure == .denied { shared.deny() }
         shared.record(outcome, files: files)
         events(.finished(object: claim.object, files: files, outcome: outcome))
     }
