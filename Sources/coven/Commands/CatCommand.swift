@@ -9,7 +9,9 @@ struct CatCommand: Command {
     static let discussion = """
     Reads the file from wherever it is: the person's original before upload (checked first: \
     user_file_missing, user_file_changed), coven's own copy, the cache beside the device, or \
-    storage. From storage only the encrypted chunks covering the range are fetched, neighbours \
+    storage. Each 64 KiB chunk of an original or of coven's copy is checked against the hash \
+    recorded when it was staged before any of its bytes go out (integrity for coven's copy). \
+    A device database that cannot be written is read without keeping anything in the cache. From storage only the encrypted chunks covering the range are fetched, neighbours \
     together up to 1 MiB per request, ahead of the output; each is checked as it arrives and \
     kept in the cache. A cached chunk that fails its check is fetched again, never written. A \
     read of the whole file checks it against the record's hash before its last bytes go out.

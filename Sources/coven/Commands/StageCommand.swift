@@ -15,7 +15,9 @@ struct StageCommand: Command {
     a person's original once (its size, exact modification time, whole-file SHA-256 and a \
     SHA-256 of each 64 KiB chunk) and never copies, moves, changes or deletes it. Prints the \
     staged id, which 'coven write' puts in rows with coven_put_staged(ID) or \
-    coven_put_user_file(ID).
+    coven_put_user_file(ID). PATH must be a regular file (a FIFO or a device is refused at \
+    once; stream it through stdin instead). A signal stops the staging and removes its \
+    temporary file (exit 130).
     """
     static let options = [
         OptionSpec("user", value: "PATH", help: "prepare the person's original at PATH instead of copying bytes", completion: .file),

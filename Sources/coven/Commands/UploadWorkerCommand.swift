@@ -15,7 +15,9 @@ struct UploadWorkerCommand: Command {
     each 64 KiB chunk against its recorded hash before encrypting it.
 
     Without --once the worker runs until SIGINT or SIGTERM, looking at the queue every few \
-    seconds. With --once it drains the queue (retrying failures as their backoff falls due) and \
+    seconds. A signal ends it within a second, even with a request in flight or stalled, with \
+    status 130: the upload in flight goes back to the queue and resumes from its confirmed \
+    parts. With --once it drains the queue (retrying failures as their backoff falls due) and \
     exits: 0 when everything it could send was stored, 10 (partial) with a summary on stderr \
     (one JSON object with --json) when some upload failed or waits for its original.
 
