@@ -65,6 +65,10 @@ enum CLI {
             return ExitCodes.success
         }
         try refuseUndecodable(invocation, command)
+        if invocation.value("db")?.isEmpty == true {
+            // An empty word is a mistake (an unset variable in `--db "$DB"`), never the default.
+            throw CovenError(.usage, "option '--db' takes a path, not an empty word", hint: "leave --db out to use COVEN_DB or the default")
+        }
         installSignalHandlers(command, json: invocation.has("json"))
         let context = CommandContext(
             databasePath: DevicePaths.databasePath(option: invocation.value("db"), environment: environment),
