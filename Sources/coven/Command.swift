@@ -270,9 +270,10 @@ final class OutputStream {
         guard failure == nil else { return }
         var offset = 0
         while offset < bytes.count, let base = bytes.baseAddress {
-            // Data stops once a signal asked the command to stop: a write its reader does not
-            // take returns part way (or EINTR) when the signal lands, and is not begun again.
-            if descriptor != 2 && Stop.signalled {
+            // A write its reader does not take returns part way (or EINTR) when a signal lands:
+            // once the signal asked the command to stop, it is not begun again. (A summary a
+            // stopped command prints, as fetch-kept's, still goes out.)
+            if offset > 0 && descriptor != 2 && Stop.signalled {
                 failure = EINTR
                 return
             }
