@@ -148,6 +148,12 @@ public final class Database {
         if let authorizerBox { Unmanaged<AuthorizerBox>.fromOpaque(authorizerBox).release() }
     }
 
+    /// Whether the connection cannot write: opened read-only, or its file or folder is
+    /// write-protected (SQLite then opens it read-only without saying so).
+    ///
+    /// Related SQLite documentation: <https://sqlite.org/c3ref/db_readonly.html>
+    public var isReadOnly: Bool { sqlite3_db_readonly(handle, "main") == 1 }
+
     /// The message of the connection's last error.
     var lastMessage: String { String(cString: sqlite3_errmsg(handle)) }
 

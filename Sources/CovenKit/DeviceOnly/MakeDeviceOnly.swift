@@ -3,30 +3,6 @@ import Foundation
 
 // MARK: - Values
 
-/// A flag another thread (a signal handler's queue) sets to stop a long call.
-public final class CancelFlag: @unchecked Sendable {
-    // @unchecked: every access goes through `lock`.
-    private let lock = NSLock()
-    private var reason: String?
-
-    /// A flag not set.
-    public init() {}
-
-    /// Sets the flag; the first reason given is kept.
-    public func cancel(_ reason: String) {
-        lock.lock()
-        defer { lock.unlock() }
-        if self.reason == nil { self.reason = reason }
-    }
-
-    /// Why it was set, or nil while it is not.
-    public var cancelledBecause: String? {
-        lock.lock()
-        defer { lock.unlock() }
-        return reason
-    }
-}
-
 /// How far a make-device-only call is: one file's bytes, and the call's.
 public struct DeviceOnlyProgress: Sendable {
     /// The file this report is about.
@@ -94,7 +70,7 @@ extension Device {
     ///
     /// Every refusal comes before any byte downloads. Each file downloads with its content hash
     /// checked, into a temporary name in its final folder; it is synced and takes its final name
-    /// once whole. Until the switch commits, a failure or a cancel removes every copy and folder
+    /// once whole. Until the switch commits, a failure or a stop removes every copy and folder
     /// the call made (a folder that was there, or that someone made meanwhile, stays); after a
     /// crash, the next open of the device does (``DeviceOnlyJournal``).
     ///
@@ -102,7 +78,7 @@ extension Device {
     ///   - folder: the folder the person picked; it must exist.
     ///   - requests: the files and their paths under the folder.
     ///   - parallel: how many files download at once.
-    ///   - cancel: stops the call when set; it then fails with `.interrupted`.
+    ///   - stop: stops the call when asked; it then fails with `.interrupted`.
     ///   - progress: called (one call at a time, from any thread) as bytes come down.
     /// - Returns: the copies, in the order of `requests`.
     /// - Throws: `.empty`, `.notUnicode`, `.link`, `.exists`, `.clash`, `.notInCloud`,
@@ -110,7 +86,7 @@ extension Device {
     ///   twice, `.io` for a folder that is not there; then `.storage`, `.missing`, `.integrity`,
     ///   `.noRoom`, `.interrupted`.
     public func makeDeviceOnly(
-        folder: String, requests: [DeviceOnlyRequest], parallel: Int = 8, cancel: CancelFlag = CancelFlag(),
+        folder: String, requests: [DeviceOnlyRequest], parallel: Int = 8, stop: Stop = Stop(),
         progress: (@Sendable (DeviceOnlyProgress) -> Void)? = nil
     ) throws -> [DeviceOnlyCopy] {
         let plan = try planDeviceOnly(folder: folder, requests: requests)
@@ -142,8 +118,8 @@ extension Device {
         }
         try journal.markMade(made)
 
-        let digests = try downloadCopies(plan, parallel: parallel, cancel: cancel, progress: progress)
-        if let reason = cancel.cancelledBecause { throw CovenError(.interrupted, "make-device-only stopped: \(reason)") }
+        let digests = try downloadCopies(plan, parallel: parallel, stop: stop, progress: progress)
+        try stop.check("make-device-only")
 
         // Every new name is durable before the switch names it.
         var synced: Set<String> = []
@@ -279,7 +255,7 @@ extension Device {
     // MARK: Downloads
 
     func downloadCopies(
-        _ plan: DeviceOnlyPlan, parallel: Int, cancel: CancelFlag, progress: (@Sendable (DeviceOnlyProgress) -> Void)?
+        _ plan: DeviceOnlyPlan, parallel: Int, stop: Stop, progress: (@Sendable (DeviceOnlyProgress) -> Void)?
     ) throws -> [CopyDigests] {
         let connector = StorageConnector(location: storage)
         let state = DownloadState(count: plan.copies.count, callSize: plan.copies.reduce(0) { $0 + $1.record.size }, progress: progress)
@@ -291,12 +267,12 @@ extension Device {
                 defer { group.leave() }
                 var provider: (any StorageProvider)?
                 let block = CopyBlock()
-                while let index = state.take(stopping: cancel) {
+                while let index = state.take(stopping: stop) {
                     let copy = plan.copies[index]
                     do {
                         if provider == nil { provider = try connector.connect() }
                         guard let provider else { return }
-                        let digests = try Self.download(copy, provider: provider, block: block, cancel: cancel) { bytes in
+                        let digests = try Self.download(copy, provider: provider, block: block, stop: stop) { bytes in
                             state.report(index, copy, bytes: bytes, done: false)
                         }
                         state.finish(index, copy, digests)
@@ -311,14 +287,14 @@ extension Device {
         }
         group.wait()
         if let failure = state.failure { throw failure }
-        if let reason = cancel.cancelledBecause { throw CovenError(.interrupted, "make-device-only stopped: \(reason)") }
+        try stop.check("make-device-only")
         return try state.results()
     }
 
     /// Downloads one file into its temporary, decrypting and checking as it streams, syncs it
     /// and links it at its final name (never over anything).
     static func download(
-        _ copy: PlannedCopy, provider: any StorageProvider, block: CopyBlock, cancel: CancelFlag, onBytes: @escaping (Int64) -> Void
+        _ copy: PlannedCopy, provider: any StorageProvider, block: CopyBlock, stop: Stop, onBytes: @escaping (Int64) -> Void
     ) throws -> CopyDigests {
         let record = copy.record
         let key = try FileKey(hex: record.coordinates.key)
@@ -340,7 +316,7 @@ extension Device {
         }
         do {
             try provider.get(record.coordinates.object, range: nil) { bytes in
-                if let reason = cancel.cancelledBecause { throw CovenError(.interrupted, "make-device-only stopped: \(reason)") }
+                try stop.check("make-device-only")
                 try reader.feed(bytes, emit: emit)
             }
             try reader.finish(emit: emit)
@@ -425,10 +401,10 @@ final class DownloadState: @unchecked Sendable {
         bytes = Array(repeating: 0, count: count)
     }
 
-    func take(stopping cancel: CancelFlag) -> Int? {
+    func take(stopping stop: Stop) -> Int? {
         lock.lock()
         defer { lock.unlock() }
-        guard failure == nil, cancel.cancelledBecause == nil, nextIndex < count else { return nil }
+        guard failure == nil, !stop.isRequested, nextIndex < count else { return nil }
         nextIndex += 1
         return nextIndex - 1
     }

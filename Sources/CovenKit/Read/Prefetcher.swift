@@ -84,7 +84,7 @@ enum ReadStep: Sendable {
 /// `pwrite`), and each makes its own provider (one curl handle per thread) and cipher handles.
 final class Prefetcher: @unchecked Sendable {
     /// Where fetched runs go: the cache entry's files, by path for messages, and whether to start
-    /// their writeback at once (for a read that syncs them at the end, ``Device/holdFile(_:interrupted:)``).
+    /// their writeback at once (for a read that syncs them at the end, ``Device/holdFile(_:stop:)``).
     struct CacheWriting {
         var dataPath: String
         var tagsPath: String

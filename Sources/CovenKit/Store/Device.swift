@@ -70,13 +70,16 @@ public final class Device {
         let database = try Database(path: paths.database, readOnly: readOnly)
         let device: Device
         do {
+            // A write-protected database opens read-only: treated as such, so no read fails on
+            // bookkeeping it cannot write.
+            let readOnly = readOnly || database.isReadOnly
             try configure(database, readOnly: readOnly)
             try migrateSchema(paths: paths, database: database, readOnly: readOnly)
             device = try Device(paths: paths, database: database, readOnly: readOnly)
         } catch let error as CovenError where error.sqlitePrimaryCode == SQLITE_NOTADB {
             throw CovenError(.noDevice, "'\(paths.database)' is not a coven device database", hint: "pass the --db of a device coven made", cause: error.message, details: ["path": paths.database])
         }
-        if !readOnly {
+        if !device.readOnly {
             // The views change only with coven: recreate them when their text differs from what
             // the device last ran (a schema write at every open would queue each command behind
             // any write in progress, and invalidate every other connection's statements).
@@ -407,11 +410,7 @@ enum Migrations {
         var applied: [Int] = []
         for position in recorded.count..<migrations.count {
             let sql = migrations[position]
-            do {
-                try database.execute(sql)
-            } catch let error as CovenError {
-                throw CovenError(.migration, "migrations[\(position)] failed", cause: error.message, details: ["position": String(position)])
-            }
+            try Migrations.run(sql, position: position, on: database)
             try database.run("INSERT INTO coven_migrations (position, sha256, applied_at) VALUES (?1, ?2, ?3)", [position, SHA256.digest(Array(sql.utf8)).hex, Timestamp.iso8601(Date())])
             applied.append(position)
         }

@@ -29,7 +29,7 @@ extension Device {
     /// - Throws: `.deviceGone` when this device was removed; `.integrity` / `.decoding` for a
     ///   change that fails its checks (naming the object; nothing of it is applied);
     ///   `.updateRequired` for a change of a newer schema; `.storage`.
-    public func pull(provider: StorageProvider, storeKey: FileKey, stop: (() -> Bool)? = nil) throws -> PullReport {
+    public func pull(provider: StorageProvider, storeKey: FileKey, stop: Stop = Stop()) throws -> PullReport {
         var report = PullReport()
         report.newDevices = try refreshDevices(provider: provider, storeKey: storeKey)
         var applier = ChangeApplier(device: self)
@@ -44,7 +44,7 @@ extension Device {
                 var next = (row.int("applied_seq") ?? 0) + 1
                 report.waiting[other] = nil
                 while true {
-                    if stop?() == true { throw CovenError(.interrupted, "interrupted") }
+                    try stop.check("the sync")
                     let path = PublishedChange.path(device: other, seq: next)
                     guard let sealed = try provider.getObject(path) else {
                         if let known = try highestSeqKnown(of: other), known >= next { report.gaps[other] = next }

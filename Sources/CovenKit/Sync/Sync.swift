@@ -40,7 +40,7 @@ public struct LostValue: Sendable, Equatable {
 extension Device {
     /// Publishes this device's writes and applies the other devices' (`push`, `pull`, or push,
     /// pull, push), under the device lock.
-    public func sync(push: Bool = true, pull: Bool = true, wait: Bool = true, stop: (() -> Bool)? = nil) throws -> SyncReport {
+    public func sync(push: Bool = true, pull: Bool = true, wait: Bool = true, stop: Stop = Stop()) throws -> SyncReport {
         let lock = try self.lock(wait: wait)
         defer { _ = lock }
         let provider = try StorageConnector(location: storage).connect()

@@ -140,6 +140,25 @@ extension Device {
         }
     }
 
+    /// Gives back to the queue, with fresh attempts, the uploads that failed for good because
+    /// of the storage (unreachable, refused, full), not of their bytes: a new run has its own
+    /// environment (another endpoint, new credentials) and tries them before reporting.
+    ///
+    /// - Returns: how many were given back.
+    /// - Throws: `.sql`, `.busy`.
+    @discardableResult
+    func requeueStorageFailures() throws -> Int {
+        let lock = try self.lock(wait: true)
+        defer { _ = lock }
+        return try database.transaction {
+            try database.run("""
+                UPDATE coven_upload_queue SET state = 'queued', attempts = 0, next_attempt_at = 0
+                WHERE state = 'failed' AND last_error_code IN ('storage', 'no_storage', 'storage_full')
+                """)
+            return Int(try database.scalar("SELECT changes()").intValue ?? 0)
+        }
+    }
+
     private func recordFailure(_ claim: UploadClaim, error: CovenError, row: Row, settings: UploadSettings) throws -> (UploadOutcome, String?, String?) {
         let now = Date().timeIntervalSince1970
         let attempts = row.int("attempts") ?? claim.attempts
@@ -170,6 +189,11 @@ extension Device {
                     """, [move, Timestamp.iso8601(Date()), message, error.code.rawValue, file])
             }
             return (.failed(code: error.code, message: message), nil, uploadID)
+        case .storage where error.storageFailure == .denied:
+            // Bad credentials or permissions: no attempt of this run can do better, so it fails
+            // now (the next run, with its own environment, tries again).
+            try update(state: "failed", next: 0)
+            return (.failed(code: error.code, message: message), nil, nil)
         default:
             if attempts >= Int64(settings.attempts) {
                 try update(state: "failed", next: 0)

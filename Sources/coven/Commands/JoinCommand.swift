@@ -19,6 +19,7 @@ struct JoinCommand: Command {
     ]
     static let arguments = [ArgumentSpec("URL", help: "the store's storage URL: file:///DIR or s3://BUCKET/PREFIX")]
     static let mutates = true
+    static let pollsStop = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         guard let url = invocation.arguments.first else { throw CovenError(.usage, "missing the store's URL") }
@@ -43,8 +44,7 @@ struct JoinCommand: Command {
         if let store = key.store, store != device.storeID {
             context.note("warning: the key names store \(store), but the store at \(storage) is \(device.storeID)")
         }
-        Interruption.install()
-        let report = try device.sync(push: false, pull: true, stop: { Interruption.requested })
+        let report = try device.sync(push: false, pull: true, stop: Stop.process)
         if context.json {
             try context.printJSON([
                 "store": ["id": device.storeID, "storage": device.storage.description],

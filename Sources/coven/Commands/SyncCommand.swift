@@ -20,13 +20,13 @@ struct SyncCommand: Command {
         OptionSpec("pull", help: "only apply the other devices' changes"),
     ]
     static let mutates = true
+    static let pollsStop = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let pushOnly = invocation.has("push"), pullOnly = invocation.has("pull")
         guard !(pushOnly && pullOnly) else { throw CovenError(.usage, "--push and --pull exclude each other", hint: "give neither to do both") }
         let device = try context.openDevice()
-        Interruption.install()
-        let report = try device.sync(push: !pullOnly, pull: !pushOnly, wait: !context.noWait, stop: { Interruption.requested })
+        let report = try device.sync(push: !pullOnly, pull: !pushOnly, wait: !context.noWait, stop: Stop.process)
         let pulled = report.pulled
         let incomplete = !pulled.gaps.isEmpty || !pulled.waiting.isEmpty
         let status = incomplete ? ExitCodes.partial : ExitCodes.success
