@@ -25,6 +25,13 @@ public final class Device {
     public private(set) var manifest: Manifest
     /// Whether the connection only reads.
     public let readOnly: Bool
+    /// Where storage settings (`AWS_*`) are read by sync: the process environment unless set.
+    public var storageEnvironment: [String: String]?
+
+    /// A provider for this device's storage, for sync.
+    func connectStorage() throws -> StorageProvider {
+        try StorageConnector(location: storage, environment: storageEnvironment).connect()
+    }
 
     /// The format of store.json and of everything coven writes to storage.
     public static let storeFormat = 1
