@@ -4,7 +4,7 @@ import Foundation
 
 /// One published change, `<store>/changes/<device>/<seq>`: a batch of a device's recorded writes
 /// in commit order, with what a puller needs to apply it (DESIGN.md, "Change objects";
-/// docs/format.md, section 8).
+/// docs/format.md, section 9).
 ///
 /// Publishing: ``encoded()`` the plaintext, compress it with zstd, seal it under the store key
 /// bound to its path (``StoreSealer``), and sign the sealed bytes with the device's key: one
@@ -124,9 +124,17 @@ public struct ChangeObject: Sendable, Equatable {
         guard plaintext.count <= Self.maximumPlaintextSize else {
             throw CovenError(.internal, "a change holds more than \(Self.maximumPlaintextSize) bytes", details: ["path": path])
         }
-        let compressed = try Zstd.compress(plaintext, level: level)
+        return try Self.publish(
+            compressed: try Zstd.compress(plaintext, level: level), path: path, storeKey: storeKey, signingKey: signingKey,
+            salt: salt)
+    }
+
+    /// Seals compressed bytes bound to `path` and signs the result: the published bytes.
+    static func publish(
+        compressed: [UInt8], path: String, storeKey: FileKey, signingKey: DeviceSigningKey, salt: [UInt8]
+    ) throws -> [UInt8] {
         let sealed = try StoreSealer.seal(compressed, storeKey: storeKey, salt: salt, boundTo: path)
-        return sealed + (try signingKey.sign(Self.signedMessage(path: path, sealed: sealed[...])))
+        return sealed + (try signingKey.sign(signedMessage(path: path, sealed: sealed[...])))
     }
 
     /// What the device signs: a domain string, the path, and the SHA-256 of the sealed bytes.
@@ -209,7 +217,7 @@ extension ChangeObject {
     static let decimalTag: UInt8 = 0x07
 
     /// The plaintext: version, identity, schema, frontier, held objects, then the entries with
-    /// their table and column names once each (docs/format.md, section 8.2).
+    /// their table and column names once each (docs/format.md, section 9.1).
     public func encoded() -> [UInt8] {
         var out: [UInt8] = [Self.formatVersion]
         RowEntryCodec.writeString(storeID, into: &out)

@@ -5,7 +5,7 @@ import Foundation
 /// A device's entry in the store's registry, `<store>/devices/<device>`: who it is, its public
 /// signing key (against which its changes are checked), whether it is gone for good, and,
 /// optionally, how far it has published and applied (DESIGN.md, "Devices and keys";
-/// docs/format.md, section 9).
+/// docs/format.md, section 10).
 ///
 /// The plaintext is one JSON object, keys sorted, no insignificant whitespace:
 ///
