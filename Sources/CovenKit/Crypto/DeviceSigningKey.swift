@@ -251,6 +251,7 @@ public struct DevicePublicKey: Sendable, Hashable, CustomStringConvertible {
     /// 64 lowercase hex digits.
     public var hex: String { bytes.hex }
 
+    /// The 64 hex digits.
     public var description: String { hex }
 
     /// Checks that `signature` is this key's signature of `message`.

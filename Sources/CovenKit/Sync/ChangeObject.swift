@@ -21,6 +21,7 @@ public struct ChangeObject: Sendable, Equatable {
         /// The digest the device computes over them.
         public var digest: String
 
+        /// A schema version: `migrations` applied, with `digest` over them.
         public init(migrations: Int, digest: String) {
             self.migrations = migrations
             self.digest = digest
@@ -49,6 +50,7 @@ public struct ChangeObject: Sendable, Equatable {
     /// The recorded writes, in commit order.
     public var entries: [RowEntry]
 
+    /// A change of `device`, number `seq`, holding `entries` in commit order.
     public init(
         storeID: String, device: String, seq: UInt64, schema: SchemaVersion, frontier: [String: UInt64] = [:],
         heldObjects: [String] = [], entries: [RowEntry]

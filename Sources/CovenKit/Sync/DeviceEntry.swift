@@ -38,6 +38,7 @@ public struct DeviceEntry: Sendable, Equatable {
     /// The last seq it published, when known.
     public var lastSeq: UInt64?
 
+    /// An entry for `device`; `frontier` and `lastSeq` are nil when unknown.
     public init(
         device: String, name: String, joinedAt: String, publicKey: DevicePublicKey, gone: Bool = false,
         frontier: [String: UInt64]? = nil, lastSeq: UInt64? = nil
