@@ -287,6 +287,8 @@ public final class Device {
 
     /// The plaintext of a device registry entry, before it is sealed under the store key: one
     /// JSON object `{"coven_device":1,"device":ID,"joined_at":TIME,"name":NAME}`, keys sorted.
+    /// ``DeviceEntry`` is the full entry (with the device's public key, sealed bound to its path)
+    /// that replaces this once init and join make the device's signing key.
     static func registryEntry(device: String, name: String, joinedAt: String) throws -> [UInt8] {
         let data = try JSONSerialization.data(withJSONObject: [
             "coven_device": 1, "device": device, "name": name, "joined_at": joinedAt,
