@@ -18,6 +18,8 @@ public struct DevicePaths: Sendable {
     public var lock: String { folder + "/lock" }
     /// The store key (32 bytes, mode 0600).
     public var storeKey: String { folder + "/store.key" }
+    /// This device's Ed25519 signing key (its seed, mode 0600), which signs its changes.
+    public var signingKey: String { folder + "/device.key" }
     /// coven's own copies of app-provided files, by file id.
     public var copies: String { folder + "/copies" }
     /// Fetched file bytes, by file id.

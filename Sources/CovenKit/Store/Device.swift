@@ -27,6 +27,10 @@ public final class Device {
     public let readOnly: Bool
     /// Where storage settings (`AWS_*`) are read by sync: the process environment unless set.
     public var storageEnvironment: [String: String]?
+    /// The signing key, once read (``signingKey()``).
+    private var loadedSigningKey: DeviceSigningKey?
+    /// The other devices' public keys, screened once per connection, by their hex.
+    var screenedKeys: [String: DevicePublicKey] = [:]
 
     /// A provider for this device's storage, for sync.
     func connectStorage() throws -> StorageProvider {
@@ -215,8 +219,10 @@ public final class Device {
             throw CovenError(.alreadyExists, "a store already exists at '\(storage)'", hint: "join it from another device's snapshot, or use another storage URL")
         }
         stored.append("store.json")
+        let signingKey = try DeviceSigningKey()
+        try signingKey.write(to: paths.signingKey)
         let entry = registryEntryKey(deviceID)
-        let sealed = try StoreSealer.seal(try registryEntry(device: deviceID, name: deviceName, joinedAt: now), storeKey: storeKey)
+        let sealed = try DeviceEntry(device: deviceID, name: deviceName, joinedAt: now, publicKey: signingKey.publicKey).seal(storeKey: storeKey)
         guard try provider.putIfAbsent(entry, data: sealed) else {
             throw CovenError(.alreadyExists, "the device registry of '\(storage)' already has an entry '\(entry)'")
         }
@@ -285,15 +291,15 @@ public final class Device {
     /// The storage key of a device's registry entry: `devices/<device>` (DESIGN "Storage layout").
     public static func registryEntryKey(_ device: String) -> String { "devices/" + device }
 
-    /// The plaintext of a device registry entry, before it is sealed under the store key: one
-    /// JSON object `{"coven_device":1,"device":ID,"joined_at":TIME,"name":NAME}`, keys sorted.
-    /// ``DeviceEntry`` is the full entry (with the device's public key, sealed bound to its path)
-    /// that replaces this once init and join make the device's signing key.
-    static func registryEntry(device: String, name: String, joinedAt: String) throws -> [UInt8] {
-        let data = try JSONSerialization.data(withJSONObject: [
-            "coven_device": 1, "device": device, "name": name, "joined_at": joinedAt,
-        ] as [String: Any], options: [.sortedKeys, .withoutEscapingSlashes])
-        return [UInt8](data)
+    /// This device's signing key, read from `<db>.d/device.key` once per connection.
+    ///
+    /// - Throws: `.io` when the file is missing or readable by others; `.integrity` when it is
+    ///   not a key.
+    public func signingKey() throws -> DeviceSigningKey {
+        if let loadedSigningKey { return loadedSigningKey }
+        let key = try DeviceSigningKey(contentsOf: paths.signingKey)
+        loadedSigningKey = key
+        return key
     }
 
     /// Creates a store at `storage` and this device, connecting to the storage itself: a

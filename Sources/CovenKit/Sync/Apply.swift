@@ -25,11 +25,11 @@ struct ChangeApplier {
 
     init(device: Device) { self.device = device }
 
-    mutating func apply(_ change: PublishedChange, path: String) throws -> ApplyReport {
+    mutating func apply(_ change: ChangeObject, path: String) throws -> ApplyReport {
         var report = ApplyReport()
         let local = device.schemaVersion
-        if change.schemaCount > local.count {
-            throw CovenError(.updateRequired, "change '\(path)' was written under \(change.schemaCount) migrations; this device has \(local.count)",
+        if change.schema.migrations > local.count {
+            throw CovenError(.updateRequired, "change '\(path)' was written under \(change.schema.migrations) migrations; this device has \(local.count)",
                              hint: "run 'coven migrate --manifest FILE' with the store's newer manifest", details: ["object": path, "device": change.device])
         }
         try database.execute("BEGIN IMMEDIATE")
@@ -44,8 +44,9 @@ struct ChangeApplier {
                 }
             }
             try takeOutRowsNamingMissingFiles(touched: touched, deletedFiles: deletedFiles, report: &report)
-            try sync.log(device: change.device, seq: change.seq, maxStamp: change.maxStamp, frontier: change.frontier)
-            try sync.setApplied(device: change.device, seq: change.seq, frontier: change.frontier)
+            let frontier = change.frontier.mapValues { Int64($0) }
+            try sync.log(device: change.device, seq: Int64(change.seq), maxStamp: change.entries.map(\.stamp).max() ?? "", frontier: frontier)
+            try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier)
             // The receive rule of the hybrid clock: later stamps here sort after what arrived.
             if let newest = change.entries.map(\.stamp).max(), newest > (try device.setting("hlc") ?? "") {
                 try device.setSetting("hlc", newest)
@@ -70,7 +71,7 @@ struct ChangeApplier {
     }
 
     /// Applies one entry; true when it changed a row here.
-    private mutating func applyEntry(_ entry: RowEntry, change: PublishedChange, path: String, report: inout ApplyReport) throws -> Bool {
+    private mutating func applyEntry(_ entry: RowEntry, change: ChangeObject, path: String, report: inout ApplyReport) throws -> Bool {
         let synced = device.manifest.table(entry.table)
         guard synced != nil || entry.table == "coven_files" else {
             throw CovenError(.decoding, "change '\(path)' names table '\(entry.table)', which is not synced here", details: ["object": path, "table": entry.table])
@@ -106,7 +107,7 @@ struct ChangeApplier {
             // This device holds a newer write: the incoming value loses, and is kept if its
             // winner's writer had not seen it.
             if entry.kind == .upsert, let localStamp, localStamp == current,
-               try !hadSeen(winnerStamp: localStamp, loser: (change.device, change.seq)) {
+               try !hadSeen(winnerStamp: localStamp, loser: (change.device, Int64(change.seq))) {
                 try sync.addLost(entry, device: change.device, winnerStamp: localStamp, why: .concurrent)
                 report.lost += 1
             }
@@ -116,7 +117,7 @@ struct ChangeApplier {
         // The incoming write wins; the value here is kept if the winner's writer had not seen it.
         if let localRow, let localStamp, let writer = HybridClock.device(of: localStamp), writer != change.device {
             let writerSeq = try sync.seq(device: writer, holding: localStamp)
-            let seen = writerSeq.map { (change.frontier[writer] ?? 0) >= $0 } ?? false
+            let seen = writerSeq.map { Int64(change.frontier[writer] ?? 0) >= $0 } ?? false
             if !seen {
                 try sync.addLost(RowEntry(kind: .upsert, table: entry.table, id: entry.id, stamp: localStamp, columns: names, values: localRow.values),
                                  device: writer, winnerStamp: entry.stamp, why: .concurrent)

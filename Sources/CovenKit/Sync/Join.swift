@@ -54,8 +54,11 @@ extension Device {
         defer { for suffix in ["", "-wal", "-shm"] { unlink(building(paths) + suffix) } }
         try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest, joinedAt: now)
         try AtomicFile.write(paths.storeKey, bytes: keyBytes, mode: 0o600)
+        let signingKey = try DeviceSigningKey()
+        try signingKey.write(to: paths.signingKey)
         let entry = registryEntryKey(deviceID)
-        guard try provider.putIfAbsent(entry, data: try StoreSealer.seal(try registryEntry(device: deviceID, name: deviceName, joinedAt: now), storeKey: storeKey)) else {
+        let sealedEntry = try DeviceEntry(device: deviceID, name: deviceName, joinedAt: now, publicKey: signingKey.publicKey).seal(storeKey: storeKey)
+        guard try provider.putIfAbsent(entry, data: sealedEntry) else {
             throw CovenError(.alreadyExists, "the device registry of '\(storage)' already has an entry '\(entry)'")
         }
         guard rename(building(paths), paths.database) == 0 else {

@@ -41,6 +41,8 @@ extension Device {
         // here says its writer applied: a change missing below that is a gap.
         var missingAt: [String: Int64] = [:]
         var claimed: [String: Int64] = [:]
+        // Each device's key, screened once per pull.
+        var keys: [String: DevicePublicKey] = [:]
         while progress {
             progress = false
             for row in try database.query("SELECT device, applied_seq FROM coven_device_registry WHERE device <> ?1 AND gone = 0 ORDER BY device", [deviceID]) {
@@ -49,15 +51,23 @@ extension Device {
                 report.waiting[other] = nil
                 while true {
                     try stop.check("the sync")
-                    let path = PublishedChange.path(device: other, seq: next)
+                    let path = ChangeObject.path(device: other, seq: UInt64(next))
                     guard let sealed = try provider.getObject(path) else {
                         missingAt[other] = next
                         finished.insert(other)
                         break
                     }
-                    let change = try ChangeSealing.open(sealed, path: path, store: storeID, storeKey: storeKey)
-                    for (device, seq) in change.frontier { claimed[device] = max(claimed[device] ?? 0, seq) }
-                    if let missing = try unmetDependency(change.frontier, writer: other) {
+                    let change: ChangeObject
+                    do {
+                        change = try ChangeObject.open(sealed, path: path, storeKey: storeKey, publicKey: try keys[other] ?? { let key = try publicKey(of: other); keys[other] = key; return key }(), storeID: storeID)
+                    } catch var error as CovenError {
+                        // Sync's errors name the object they are about.
+                        error.details["object"] = path
+                        if !error.message.contains(path) { error.message = "change '\(path)': " + error.message }
+                        throw error
+                    }
+                    for (device, seq) in change.frontier { claimed[device] = max(claimed[device] ?? 0, Int64(seq)) }
+                    if let missing = try unmetDependency(change.frontier.mapValues { Int64($0) }, writer: other) {
                         report.waiting[other] = missing.seq
                         break
                     }
@@ -78,6 +88,21 @@ extension Device {
             if known >= seq { report.gaps[other] = seq }
         }
         return report
+    }
+
+    /// The registered public key of `device`, which signs its changes.
+    ///
+    /// - Throws: `.integrity` when the device has none registered (its entry predates signing
+    ///   keys and it has not published one since).
+    func publicKey(of device: String) throws -> DevicePublicKey {
+        guard let hex = try database.scalar("SELECT public_key FROM coven_device_registry WHERE device = ?1", [device]).textValue else {
+            throw CovenError(.integrity, "device \(device) has no registered public key, so its changes cannot be checked",
+                             hint: "run 'coven sync' on that device with this coven, which registers its key", details: ["device": device])
+        }
+        if let known = screenedKeys[hex] { return known }
+        let key = try DevicePublicKey(hex: hex)
+        screenedKeys[hex] = key
+        return key
     }
 
     /// The first device of `frontier` (but this one and the writer) whose changes up to the
@@ -125,7 +150,9 @@ extension Device {
     ///   fails authentication (a wrong store key, or tampering).
     @discardableResult
     func refreshDevices(provider: StorageProvider, storeKey: FileKey) throws -> [String] {
-        let known = Set(try database.query("SELECT device FROM coven_device_registry").compactMap { $0.string("device") })
+        // Devices with a key registered here need no second look; one without (an entry of a
+        // release before signing keys) is read again.
+        let known = Set(try database.query("SELECT device FROM coven_device_registry WHERE public_key IS NOT NULL OR device = ?1", [deviceID]).compactMap { $0.string("device") })
         let gone = Set(try database.query("SELECT device FROM coven_device_registry WHERE gone = 1").compactMap { $0.string("device") })
         var learned: [String] = []
         for info in try provider.list(prefix: "devices/") {
@@ -134,18 +161,28 @@ extension Device {
                 let device = String(name.dropLast(Self.goneSuffix.count))
                 guard !gone.contains(device) else { continue }
                 guard let sealed = try provider.getObject(info.key) else { continue }
-                let entry = try DeviceRegistryEntry.open(sealed, key: info.key, storeKey: storeKey)
-                try database.transaction { try SyncState(database: database).setGone(device, at: entry.goneAt ?? Timestamp.iso8601(Date())) }
+                let mark = try GoneMark.open(sealed, key: info.key, storeKey: storeKey)
+                guard mark.device == device else {
+                    throw CovenError(.integrity, "removal mark '\(info.key)' names device '\(mark.device)'", details: ["object": info.key])
+                }
+                try database.transaction { try SyncState(database: database).setGone(device, at: mark.goneAt) }
                 continue
             }
             guard !known.contains(name), Identifier.isCanonicalUUID(name) else { continue }
             guard let sealed = try provider.getObject(info.key) else { continue }
-            let entry = try DeviceRegistryEntry.open(sealed, key: info.key, storeKey: storeKey)
+            let entry: DeviceEntry
+            do {
+                entry = try DeviceEntry.open(sealed, path: info.key, storeKey: storeKey)
+            } catch var error as CovenError where error.code == .integrity {
+                error.details["object"] = info.key
+                error.hint = error.hint ?? "is this the store's key?"
+                throw error
+            }
             guard entry.device == name else {
                 throw CovenError(.integrity, "device entry '\(info.key)' names device '\(entry.device)'", details: ["object": info.key])
             }
             try database.transaction {
-                try SyncState(database: database).learnDevice(entry.device, name: entry.name, joinedAt: entry.joinedAt, publicKey: entry.publicKey)
+                try SyncState(database: database).learnDevice(entry.device, name: entry.name, joinedAt: entry.joinedAt, publicKey: entry.publicKey.hex)
             }
             learned.append(name)
         }
@@ -160,31 +197,33 @@ extension Device {
     static let goneSuffix = ".gone"
 }
 
-/// A device's entry in `devices/`, sealed under the store key: `devices/<id>` when it joins,
-/// `devices/<id>.gone` when it is removed.
-struct DeviceRegistryEntry {
+/// `devices/<id>.gone`, sealed under the store key bound to its path: the mark of a device
+/// removed for good, by whom and when.
+struct GoneMark {
     var device: String
-    var name: String
-    var joinedAt: String
-    var publicKey: String?
-    var goneAt: String?
+    var goneAt: String
+    var removedBy: String
 
-    static func open(_ sealed: [UInt8], key: String, storeKey: FileKey) throws -> DeviceRegistryEntry {
+    func seal(storeKey: FileKey) throws -> [UInt8] {
+        let plaintext = try JSONSerialization.data(withJSONObject: [
+            "coven_device_gone": 1, "device": device, "gone_at": goneAt, "removed_by": removedBy,
+        ], options: [.sortedKeys])
+        return try StoreSealer.seal([UInt8](plaintext), storeKey: storeKey, boundTo: Device.registryEntryKey(device) + Device.goneSuffix)
+    }
+
+    static func open(_ sealed: [UInt8], key: String, storeKey: FileKey) throws -> GoneMark {
         let plaintext: [UInt8]
         do {
-            plaintext = try StoreSealer.open(sealed, storeKey: storeKey)
+            plaintext = try StoreSealer.open(sealed, storeKey: storeKey, boundTo: key)
         } catch var error as CovenError {
             error.details["object"] = key
-            if error.code == .integrity {
-                error.message = "device entry '\(key)' fails authentication"
-                error.hint = "is this the store's key?"
-            }
+            if error.code == .integrity { error.message = "removal mark '\(key)' fails authentication" }
             throw error
         }
-        guard let object = try? JSONSerialization.jsonObject(with: Data(plaintext)) as? [String: Any], let device = object["device"] as? String else {
-            throw CovenError(.decoding, "device entry '\(key)' cannot be decoded", details: ["object": key])
+        guard let object = try? JSONSerialization.jsonObject(with: Data(plaintext)) as? [String: Any], let device = object["device"] as? String,
+              let goneAt = object["gone_at"] as? String else {
+            throw CovenError(.decoding, "removal mark '\(key)' cannot be decoded", details: ["object": key])
         }
-        return DeviceRegistryEntry(device: device, name: object["name"] as? String ?? "", joinedAt: object["joined_at"] as? String ?? "",
-                                   publicKey: object["public_key"] as? String, goneAt: object["gone_at"] as? String)
+        return GoneMark(device: device, goneAt: goneAt, removedBy: object["removed_by"] as? String ?? "")
     }
 }

@@ -28,6 +28,7 @@ extension Device {
     ///   published stays published, the rest stays frozen or in the outbox).
     public func push(provider: StorageProvider, storeKey: FileKey, stop: Stop = Stop()) throws -> PushReport {
         var report = PushReport()
+        let signingKey = try self.signingKey()
         while true {
             try stop.check("the sync")
             if let frozen = try database.queryOne("SELECT * FROM coven_push ORDER BY seq LIMIT 1") {
@@ -36,7 +37,7 @@ extension Device {
                 report.entries += Int(frozen.int("entries") ?? 0)
                 continue
             }
-            guard try freezeNextChange(storeKey: storeKey) else { break }
+            guard try freezeNextChange(storeKey: storeKey, signingKey: signingKey) else { break }
         }
         report.held = try Outbox(database: database).waiting(isStored: isUploaded).held
         return report
@@ -48,7 +49,7 @@ extension Device {
     }
 
     /// Freezes the next batch of outbox writes as change `seq`: false when nothing is ready.
-    private func freezeNextChange(storeKey: FileKey) throws -> Bool {
+    private func freezeNextChange(storeKey: FileKey, signingKey: DeviceSigningKey) throws -> Bool {
         try database.transaction {
             let outbox = Outbox(database: database)
             var batch: [Outbox.Pending] = []
@@ -63,12 +64,14 @@ extension Device {
             let published = try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [deviceID]).intValue ?? 0
             let seq = published + 1
             let schema = schemaVersion
-            let change = PublishedChange(store: storeID, device: deviceID, seq: seq, schemaCount: schema.count, schemaDigest: schema.digest,
-                                         frontier: try ownFrontier(), objects: [], entries: entries)
-            let sealed = try ChangeSealing.seal(change, storeKey: storeKey)
+            let frontier = try ownFrontier()
+            let change = ChangeObject(storeID: storeID, device: deviceID, seq: UInt64(seq),
+                                      schema: .init(migrations: schema.count, digest: schema.digest),
+                                      frontier: frontier.mapValues { UInt64($0) }, heldObjects: [], entries: entries)
+            let sealed = try change.seal(storeKey: storeKey, signingKey: signingKey)
             try database.run("""
                 INSERT INTO coven_push (seq, object, max_stamp, frontier, entries, frozen_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                """, [seq, sealed, change.maxStamp, Frontier.json(change.frontier), entries.count, Timestamp.iso8601(Date())])
+                """, [seq, sealed, entries.map(\.stamp).max() ?? "", Frontier.json(frontier), entries.count, Timestamp.iso8601(Date())])
             try outbox.remove(batch.map(\.seq))
             return true
         }
@@ -87,7 +90,7 @@ extension Device {
     private func send(_ frozen: Row, provider: StorageProvider) throws {
         let seq = frozen.int("seq") ?? 0
         let bytes = frozen.bytes("object") ?? []
-        let path = PublishedChange.path(device: deviceID, seq: seq)
+        let path = ChangeObject.path(device: deviceID, seq: UInt64(seq))
         if try !provider.putIfAbsent(path, data: bytes) {
             // Our own earlier send, interrupted before it was recorded, or another copy of
             // this device.

@@ -48,6 +48,7 @@ extension Device {
         var report = SyncReport()
         // A device removed for good publishes nothing more.
         try refreshDevices(provider: provider, storeKey: key)
+        if push { try ensureSigningKey(provider: provider, storeKey: key) }
         if push { report.pushed = try self.push(provider: provider, storeKey: key, stop: stop) }
         if pull { report.pulled = try self.pull(provider: provider, storeKey: key, stop: stop) }
         if push && pull {
@@ -87,10 +88,8 @@ extension Device {
             throw CovenError(.invalidState, "'\(device)' is this device", hint: "remove a device from another one", details: ["device": id])
         }
         let now = Timestamp.iso8601(Date())
-        let plaintext = try JSONSerialization.data(withJSONObject: [
-            "coven_device": 1, "device": id, "name": row.string("name") ?? "", "joined_at": row.string("joined_at") ?? "", "gone_at": now, "removed_by": deviceID,
-        ], options: [.sortedKeys])
-        _ = try provider.putIfAbsent(Self.registryEntryKey(id) + Self.goneSuffix, data: try StoreSealer.seal([UInt8](plaintext), storeKey: key))
+        let mark = GoneMark(device: id, goneAt: now, removedBy: deviceID)
+        _ = try provider.putIfAbsent(Self.registryEntryKey(id) + Self.goneSuffix, data: try mark.seal(storeKey: key))
         try database.transaction { try SyncState(database: database).setGone(id, at: now) }
     }
 
@@ -149,6 +148,19 @@ extension Device {
 }
 
 extension Device {
+    /// Makes this device's signing key if it has none (a device made before signing keys) and
+    /// registers its public half, replacing the device's own entry in `devices/`.
+    func ensureSigningKey(provider: StorageProvider, storeKey: FileKey) throws {
+        guard access(paths.signingKey, F_OK) != 0 else { return }
+        let key = try DeviceSigningKey()
+        let joinedAt = try database.scalar("SELECT joined_at FROM coven_device_registry WHERE device = ?1", [deviceID]).textValue ?? Timestamp.iso8601(Date())
+        let entry = DeviceEntry(device: deviceID, name: deviceName, joinedAt: joinedAt, publicKey: key.publicKey)
+        // Registered before it is kept: a crash between the two makes a new key next time,
+        // replacing the entry again; no change was signed by the lost one.
+        try provider.put(entry.path, data: try entry.seal(storeKey: storeKey))
+        try key.write(to: paths.signingKey)
+    }
+
     /// Stores this device's manifest as the store's (`manifest`, sealed), for the devices that
     /// join next: `coven migrate` calls it after migrating.
     public func publishManifest() throws {

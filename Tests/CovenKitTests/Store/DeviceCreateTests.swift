@@ -54,14 +54,19 @@ final class DeviceCreateTests: DeviceTestCase {
         let device = try makeDevice(name: "laptop")
         let sealed = try XCTUnwrap(FileManager.default.contents(atPath: storeFolder + "/devices/" + device.deviceID))
         XCTAssertEqual(Array(sealed.prefix(6)), Array("COVENS".utf8))
-        let plaintext = try StoreSealer.open([UInt8](sealed), storeKey: try device.storeKey())
+        // Sealed bound to its path, carrying the device's signing key's public half.
+        let path = "devices/" + device.deviceID
+        let plaintext = try StoreSealer.open([UInt8](sealed), storeKey: try device.storeKey(), boundTo: path)
         let entry = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(plaintext)) as? [String: Any])
         XCTAssertEqual(entry["device"] as? String, device.deviceID)
         XCTAssertEqual(entry["name"] as? String, "laptop")
         XCTAssertEqual(entry["coven_device"] as? Int, 1)
         XCTAssertNotNil(entry["joined_at"] as? String)
-        // Under another key it does not open.
-        assertCovenError(.integrity) { try StoreSealer.open([UInt8](sealed), storeKey: FileKey()) }
+        let decoded = try DeviceEntry.open([UInt8](sealed), path: path, storeKey: try device.storeKey())
+        XCTAssertEqual(decoded.publicKey, try device.signingKey().publicKey)
+        // Under another key, or at another path, it does not open.
+        assertCovenError(.integrity) { try StoreSealer.open([UInt8](sealed), storeKey: FileKey(), boundTo: path) }
+        assertCovenError(.integrity) { try StoreSealer.open([UInt8](sealed), storeKey: try device.storeKey(), boundTo: "devices/other") }
         // Nothing else is in the store yet.
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/devices"), [device.deviceID])
         XCTAssertEqual(try device.database.query("SELECT device, name FROM coven_device_registry").map { $0.string("device") }, [device.deviceID])

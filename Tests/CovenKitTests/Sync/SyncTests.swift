@@ -126,9 +126,9 @@ final class SyncTests: DeviceTestCase {
         let copy = try Device.open(paths: copyPaths)
         try copy.write(sql: "INSERT INTO settings (id, value) VALUES ('k2', 'copy')")
         _ = try copy.sync()
-        let object = try XCTUnwrap(FileManager.default.contents(atPath: storeFolder + "/" + PublishedChange.path(device: a.deviceID, seq: 1)))
+        let object = try XCTUnwrap(FileManager.default.contents(atPath: storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: 1)))
         XCTAssertThrowsError(try a.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceConflict) }
-        XCTAssertEqual(FileManager.default.contents(atPath: storeFolder + "/" + PublishedChange.path(device: a.deviceID, seq: 1)), object, "never overwritten")
+        XCTAssertEqual(FileManager.default.contents(atPath: storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: 1)), object, "never overwritten")
         // A rerun after a crash that had sent its change is no conflict: the same bytes.
         XCTAssertThrowsError(try a.sync())
     }
@@ -144,12 +144,12 @@ final class SyncTests: DeviceTestCase {
         _ = try a.push(provider: try StorageConnector(location: a.storage).connect(), storeKey: try a.storeKey())
         try c.write(sql: "INSERT INTO settings (id, value) VALUES ('c', '3')")
         _ = try c.sync()
-        let path = storeFolder + "/" + PublishedChange.path(device: a.deviceID, seq: 1)
+        let path = storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: 1)
         let good = try XCTUnwrap(FileManager.default.contents(atPath: path))
         func expect(_ code: ErrorCode, line: UInt = #line) {
             XCTAssertThrowsError(try b.sync(), line: line) { error in
                 XCTAssertEqual((error as? CovenError)?.code, code, "\(error)", line: line)
-                XCTAssertEqual((error as? CovenError)?.details["object"], PublishedChange.path(device: a.deviceID, seq: 1), line: line)
+                XCTAssertEqual((error as? CovenError)?.details["object"], ChangeObject.path(device: a.deviceID, seq: 1), line: line)
             }
             XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings WHERE id = 'k'").intValue, 0, line: line)
         }
@@ -161,7 +161,7 @@ final class SyncTests: DeviceTestCase {
         expect(.integrity)
         // c's change 1 put in a's place.
         try FileManager.default.removeItem(atPath: path)
-        try FileManager.default.copyItem(atPath: storeFolder + "/" + PublishedChange.path(device: c.deviceID, seq: 1), toPath: path)
+        try FileManager.default.copyItem(atPath: storeFolder + "/" + ChangeObject.path(device: c.deviceID, seq: 1), toPath: path)
         expect(.integrity)
         try Data(good).write(to: URL(fileURLWithPath: path))
         _ = try b.sync()
@@ -280,7 +280,7 @@ final class SyncCrashTests: DeviceTestCase {
         _ = try c.sync() // c applies a's three changes and publishes that
         try c.write(sql: "INSERT INTO settings (id, value) VALUES ('c', 'c')")
         _ = try c.sync()
-        try FileManager.default.removeItem(atPath: storeFolder + "/" + PublishedChange.path(device: a.deviceID, seq: 2))
+        try FileManager.default.removeItem(atPath: storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: 2))
         let report = try b.sync()
         XCTAssertEqual(report.pulled.applied[a.deviceID], [1])
         XCTAssertEqual(report.pulled.gaps[a.deviceID], 2)
