@@ -159,7 +159,7 @@ extension Device {
     /// Objects of kept files: pinned, or in a namespace the manifest declares kept.
     func keptObjects() throws -> Set<String> {
         let rows = try database.query(
-            "SELECT DISTINCT json_extract(f.coordinates, '$.object') AS object FROM coven_files f WHERE \(Self.keptFile)",
+            "SELECT DISTINCT f.object AS object FROM coven_files f WHERE \(Self.keptFile)",
             [try keptNamespaces()])
         return Set(rows.compactMap { $0.string("object") })
     }
@@ -223,9 +223,9 @@ extension Device {
     /// the manifest's kept namespaces, as a JSON array.
     private static let trimmable = """
         c.object != ?2
-        AND c.object NOT IN (SELECT json_extract(f.coordinates, '$.object') FROM coven_files f WHERE \(keptFile))
+        AND c.object NOT IN (SELECT f.object FROM coven_files f WHERE \(keptFile))
         AND (?3 IS NULL OR c.object IN (
-            SELECT json_extract(f.coordinates, '$.object') FROM coven_files f WHERE f.namespace = ?3))
+            SELECT f.object FROM coven_files f WHERE f.namespace = ?3))
         """
 
     /// Removes what was read longest ago among the entries a budget covers (a namespace's, or
