@@ -5,7 +5,7 @@
 
 # The command words.
 _coven_commands() {
-    echo 'init' 'migrate' 'key' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'completions' 'help'
+    echo 'init' 'migrate' 'key' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'join' 'devices' 'device' 'lost' 'completions' 'help'
 }
 
 # The option words of COMMAND ('' is coven itself, before any command).
@@ -35,6 +35,11 @@ _coven_options() {
         'move') echo '--cancel' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'moves') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'make-device-only') echo '--folder' '--input-json' '--progress-json' '--parallel' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'sync') echo '--push' '--pull' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'join') echo '--key-file' '--name' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'devices') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'device') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'lost') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'completions') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'help') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
     esac
@@ -88,6 +93,11 @@ _coven_option_value() {
             case $2 in
                 --folder) echo 'directory'; return 0 ;;
                 --parallel) echo 'none'; return 0 ;;
+            esac ;;
+        'join')
+            case $2 in
+                --key-file) echo 'file'; return 0 ;;
+                --name) echo 'none'; return 0 ;;
             esac ;;
     esac
     return 1
@@ -152,13 +162,27 @@ _coven_argument() {
             case $2 in
                 *) echo 'file-id' ;;
             esac ;;
+        'join')
+            case $2 in
+                0) echo 'none' ;;
+            esac ;;
+        'device')
+            case $2 in
+                0) echo 'choice remove' ;;
+                1) echo 'none' ;;
+            esac ;;
+        'lost')
+            case $2 in
+                0) echo 'choice restore' ;;
+                1) echo 'none' ;;
+            esac ;;
         'completions')
             case $2 in
                 0) echo 'choice bash zsh fish' ;;
             esac ;;
         'help')
             case $2 in
-                0) echo 'choice init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only completions' ;;
+                0) echo 'choice init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync join devices device lost completions' ;;
             esac ;;
     esac
 }

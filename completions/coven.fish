@@ -55,6 +55,11 @@ function __coven_takes_value --argument-names command option
                 case '--folder' '--parallel'
                     return 0
             end
+        case 'join'
+            switch $option
+                case '--key-file' '--name'
+                    return 0
+            end
     end
     return 1
 end
@@ -167,6 +172,11 @@ complete -c coven -n __coven_needs_command -a 'fetch-kept' -d 'fetch every kept 
 complete -c coven -n __coven_needs_command -a 'move' -d 'move files on this device only to the cloud as one move, or cancel one'
 complete -c coven -n __coven_needs_command -a 'moves' -d 'list the moves under way or failed, one line per file'
 complete -c coven -n __coven_needs_command -a 'make-device-only' -d 'bring files back into a folder, then switch them to this device only'
+complete -c coven -n __coven_needs_command -a 'sync' -d 'publish this device\'s writes and apply the other devices\''
+complete -c coven -n __coven_needs_command -a 'join' -d 'make a new device of an existing store, then pull its rows'
+complete -c coven -n __coven_needs_command -a 'devices' -d 'list the store\'s devices, their published seq and frontier'
+complete -c coven -n __coven_needs_command -a 'device' -d 'mark a device of the store gone for good'
+complete -c coven -n __coven_needs_command -a 'lost' -d 'list the values lost to concurrent edits, or restore one'
 complete -c coven -n __coven_needs_command -a 'completions' -d 'print the completion script for bash, zsh or fish'
 complete -c coven -n __coven_needs_command -a 'help' -d 'show the help of coven or of one command'
 
@@ -252,8 +262,22 @@ complete -c coven -n '__coven_using make-device-only' -l 'progress-json' -d 'wri
 complete -c coven -n '__coven_using make-device-only' -l 'parallel' -x -d 'how many files download at once (default 8)'
 complete -c coven -n '__coven_at_argument make-device-only 0 +' -a '(__coven_file_ids)'
 
+# coven sync
+complete -c coven -n '__coven_using sync' -l 'push' -d 'only publish this device\'s writes'
+complete -c coven -n '__coven_using sync' -l 'pull' -d 'only apply the other devices\' changes'
+
+# coven join
+complete -c coven -n '__coven_using join' -l 'key-file' -r -F -d 'the file holding the store key (default: stdin)'
+complete -c coven -n '__coven_using join' -l 'name' -x -d 'this device\'s name (default: the host name)'
+
+# coven device
+complete -c coven -n '__coven_at_argument device 0' -a 'remove'
+
+# coven lost
+complete -c coven -n '__coven_at_argument lost 0' -a 'restore'
+
 # coven completions
 complete -c coven -n '__coven_at_argument completions 0' -a 'bash zsh fish'
 
 # coven help
-complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only completions'
+complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync join devices device lost completions'

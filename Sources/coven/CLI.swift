@@ -10,8 +10,10 @@ import Foundation
 enum CLI {
     static let version = "0.1.0"
 
-    static func main(_ words: [String], environment: [String: String]) -> Int32 {
-        let out = OutputStream(descriptor: 1)
+    /// - Parameter stdoutClosed: stdout was closed when the process started (`>&-`): every
+    ///   write to it fails, and a command that prints fails with `io`.
+    static func main(_ words: [String], environment: [String: String], stdoutClosed: Bool = false) -> Int32 {
+        let out = OutputStream(descriptor: 1, closed: stdoutClosed)
         let err = OutputStream(descriptor: 2, bufferSize: 0)
         defer { out.flush(); err.flush() }
         // Decided before parsing, so that a usage error is reported as JSON too.
@@ -21,7 +23,10 @@ enum CLI {
             return ExitCodes.usage
         }
         do {
-            return try dispatch(words, environment: environment, out: out, err: err)
+            let status = try dispatch(words, environment: environment, out: out, err: err)
+            // Data that did not reach stdout is a failure, whatever the command did.
+            try out.flushChecked()
+            return status
         } catch {
             out.flush()
             let error = error.asCovenError
@@ -60,11 +65,27 @@ enum CLI {
             return ExitCodes.success
         }
         try refuseUndecodable(invocation, command)
+        if invocation.value("db")?.isEmpty == true {
+            // An empty word is a mistake (an unset variable in `--db "$DB"`), never the default.
+            throw CovenError(.usage, "option '--db' takes a path, not an empty word", hint: "leave --db out to use COVEN_DB or the default")
+        }
+        installSignalHandlers(command, json: invocation.has("json"))
         let context = CommandContext(
             databasePath: DevicePaths.databasePath(option: invocation.value("db"), environment: environment),
             json: invocation.has("json"), quiet: invocation.has("quiet"), noWait: invocation.has("no-wait"),
             environment: environment, out: out, err: err)
         return try command.run(invocation, context)
+    }
+
+    /// The one signal handling every command runs under: SIGINT, SIGTERM and SIGHUP stop it
+    /// with status 130 and the error `interrupted` (docs/exit-codes.md).
+    private static func installSignalHandlers(_ command: Command.Type, json: Bool) {
+        let message = "a signal stopped 'coven \(command.name)'"
+        let error = CovenError(.interrupted, message)
+        let line = json
+            ? ((try? JSONText.render(["error": error.code.rawValue, "message": message, "exit_code": Int(ExitCodes.interrupted)])) ?? "{\"error\":\"interrupted\"}")
+            : "coven: error: \(error.code.rawValue): \(message)"
+        Stop.installSignalHandlers(cooperative: command.pollsStop, message: line + "\n")
     }
 
     /// Refuses words that are not valid UTF-8 where coven needs text (SQL, a namespace, a URL,

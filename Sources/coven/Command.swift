@@ -98,6 +98,11 @@ protocol Command: Sendable {
     static var mutates: Bool { get }
     /// Plumbing or porcelain.
     static var category: CommandCategory { get }
+    /// Whether the command polls ``Stop/process`` while it works (a read, a staging, an upload
+    /// run): the first SIGINT, SIGTERM or SIGHUP asks it to stop, and it reports `interrupted`
+    /// once it has cleaned up. Any other command is ended by the first signal at once, with
+    /// the same message and status (``Stop/installSignalHandlers(cooperative:message:)``).
+    static var pollsStop: Bool { get }
     /// Runs the command; returns the exit status (0 for done).
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32
 }
@@ -106,6 +111,7 @@ extension Command {
     static var discussion: String { "" }
     static var arguments: [ArgumentSpec] { [] }
     static var category: CommandCategory { .plumbing }
+    static var pollsStop: Bool { false }
 }
 
 // MARK: - A parsed command line
@@ -192,25 +198,60 @@ final class CommandContext {
 }
 
 /// A byte sink over a file descriptor, buffered; flushed by ``flush()`` and at exit.
+///
+/// Every write is checked. A reader that went away (EPIPE: `coven cat FILE | head`) ends the
+/// process quietly with status 141, as `cat` does. Any other failure (a full disk, an I/O
+/// error, a stream that was closed when coven started) is kept: later writes are dropped and
+/// ``check()`` throws it, so the command fails with its exit code instead of losing output.
 final class OutputStream {
     private let descriptor: Int32
     private var buffer: [UInt8] = []
     private let limit: Int
+    /// The errno of the first failed write, if one failed.
+    private(set) var failure: Int32?
 
-    init(descriptor: Int32, bufferSize: Int = 64 * 1024) {
+    /// - Parameter closed: the descriptor was closed when coven started (`>&-`); main put
+    ///   /dev/null there so nothing else takes its number, and every write to it fails.
+    init(descriptor: Int32, bufferSize: Int = 64 * 1024, closed: Bool = false) {
         self.descriptor = descriptor
         self.limit = bufferSize
         buffer.reserveCapacity(bufferSize)
+        if closed { failure = EBADF }
     }
 
     func write(_ text: String) { write(Array(text.utf8)) }
 
     func write(_ bytes: [UInt8]) {
+        guard failure == nil else { return }
         buffer.append(contentsOf: bytes)
         if buffer.count >= limit { flush() }
     }
 
+    /// Throws the first failed write as a ``CovenError``: `.noRoom` for a full disk, `.io`
+    /// otherwise (EBADF for a closed stream).
+    func check() throws {
+        guard let failure else { return }
+        if failure == EINTR { try Stop.process.check("writing to \(descriptor == 1 ? "stdout" : "stderr")") }
+        let name = descriptor == 1 ? "stdout" : descriptor == 2 ? "stderr" : "descriptor \(descriptor)"
+        let cause = String(cString: strerror(failure))
+        switch failure {
+        case ENOSPC, EDQUOT:
+            throw CovenError(.noRoom, "cannot write to \(name)", cause: cause)
+        case EBADF:
+            throw CovenError(.io, "cannot write to \(name): it is closed", hint: "give the command somewhere to write, such as > FILE or > /dev/null", cause: cause)
+        default:
+            throw CovenError(.io, "cannot write to \(name)", cause: cause)
+        }
+    }
+
+    /// Flushes, then throws a failed write (see ``check()``).
+    func flushChecked() throws {
+        flush()
+        try check()
+    }
+
     func write(_ bytes: UnsafeRawBufferPointer) {
+        guard failure == nil else { return }
         if buffer.count + bytes.count >= limit {
             flush()
             writeAll(bytes)
@@ -226,13 +267,31 @@ final class OutputStream {
     }
 
     private func writeAll(_ bytes: UnsafeRawBufferPointer) {
+        guard failure == nil else { return }
         var offset = 0
         while offset < bytes.count, let base = bytes.baseAddress {
+            // A write its reader does not take returns part way (or EINTR) when a signal lands:
+            // once the signal asked the command to stop, it is not begun again. (A summary a
+            // stopped command prints, as fetch-kept's, still goes out.)
+            if offset > 0 && descriptor != 2 && Stop.signalled {
+                failure = EINTR
+                return
+            }
             let written = Foundation.write(descriptor, base + offset, bytes.count - offset)
             if written < 0 {
+                // A signal that asks the command to stop ends a write its reader does not take.
+                if errno == EINTR && Stop.signalled {
+                    failure = EINTR
+                    return
+                }
                 if errno == EINTR { continue }
                 // EPIPE: the reader went away (`coven cat | head`); stop quietly like cat does.
                 if errno == EPIPE { exit(141) }
+                failure = errno
+                return
+            }
+            if written == 0 {
+                failure = EIO
                 return
             }
             offset += written

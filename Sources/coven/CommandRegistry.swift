@@ -29,6 +29,11 @@ enum CommandRegistry {
         MoveCommand.self,
         MovesCommand.self,
         MakeDeviceOnlyCommand.self,
+        SyncCommand.self,
+        JoinCommand.self,
+        DevicesCommand.self,
+        DeviceCommand.self,
+        LostCommand.self,
         CompletionsCommand.self,
     ]
 

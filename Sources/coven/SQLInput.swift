@@ -12,7 +12,12 @@ enum SQLInput {
             guard invocation.arguments.first == "-" || !context.stdinIsTerminal else {
                 throw CovenError(.usage, "missing SQL", hint: "pass it as an argument, or - to read it from stdin")
             }
-            sql = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+            let data = FileHandle.standardInput.readDataToEndOfFile()
+            // SQLite would stop at a NUL and run only what comes before it.
+            if let index = data.firstIndex(of: 0) {
+                throw CovenError(.usage, "the SQL on stdin holds a NUL byte (at byte \(index - data.startIndex))", hint: "SQL is text: pass the bytes with --param or as a blob literal")
+            }
+            sql = String(decoding: data, as: UTF8.self)
         }
         sql = sql.trimmingCharacters(in: .whitespacesAndNewlines)
         guard !sql.isEmpty else { throw CovenError(.usage, "the SQL is empty") }

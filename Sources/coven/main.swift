@@ -4,6 +4,8 @@ import Foundation
 // A closed standard stream (`coven stage - <&-`) would hand its number to the next file opened
 // (the database), and `stage -` would read that: every one of 0, 1 and 2 is something, if only
 // /dev/null.
+// A closed stdout is remembered: writing data to it fails the command (io).
+let stdoutClosed = fcntl(1, F_GETFD) == -1
 for descriptor in Int32(0)...2 where fcntl(descriptor, F_GETFD) == -1 {
     _ = open("/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY)
 }
@@ -20,5 +22,5 @@ for index in 1..<Int(CommandLine.argc) {
     let bytes = [UInt8](UnsafeRawBufferPointer(start: argument, count: length))
     words.append(PathText.string(fromOSBytes: bytes))
 }
-let exitStatus = CLI.main(words, environment: ProcessInfo.processInfo.environment)
+let exitStatus = CLI.main(words, environment: ProcessInfo.processInfo.environment, stdoutClosed: stdoutClosed)
 exit(exitStatus)

@@ -135,6 +135,6 @@ final class UploadWorkerDaemonTests: XCTestCase {
         }
         XCTAssertEqual(status, "available\n")
         kill(worker.pid, SIGTERM)
-        XCTAssertEqual(Spawn.wait(worker, timeout: 10).status, 0, (try? String(contentsOfFile: work + "/worker.err", encoding: .utf8)) ?? "")
+        XCTAssertEqual(Spawn.wait(worker, timeout: 10).status, 130, (try? String(contentsOfFile: work + "/worker.err", encoding: .utf8)) ?? "")
     }
 }

@@ -3,30 +3,6 @@ import Foundation
 
 // MARK: - Values
 
-/// A flag another thread (a signal handler's queue) sets to stop a long call.
-public final class CancelFlag: @unchecked Sendable {
-    // @unchecked: every access goes through `lock`.
-    private let lock = NSLock()
-    private var reason: String?
-
-    /// A flag not set.
-    public init() {}
-
-    /// Sets the flag; the first reason given is kept.
-    public func cancel(_ reason: String) {
-        lock.lock()
-        defer { lock.unlock() }
-        if self.reason == nil { self.reason = reason }
-    }
-
-    /// Why it was set, or nil while it is not.
-    public var cancelledBecause: String? {
-        lock.lock()
-        defer { lock.unlock() }
-        return reason
-    }
-}
-
 /// How far a make-device-only call is: one file's bytes, and the call's.
 public struct DeviceOnlyProgress: Sendable {
     /// The file this report is about.
@@ -94,7 +70,7 @@ extension Device {
     ///
     /// Every refusal comes before any byte downloads. Each file downloads with its content hash
     /// checked, into a temporary name in its final folder; it is synced and takes its final name
-    /// once whole. Until the switch commits, a failure or a cancel removes every copy and folder
+    /// once whole. Until the switch commits, a failure or a stop removes every copy and folder
     /// the call made (a folder that was there, or that someone made meanwhile, stays); after a
     /// crash, the next open of the device does (``DeviceOnlyJournal``).
     ///
@@ -102,7 +78,7 @@ extension Device {
     ///   - folder: the folder the person picked; it must exist.
     ///   - requests: the files and their paths under the folder.
     ///   - parallel: how many files download at once.
-    ///   - cancel: stops the call when set; it then fails with `.interrupted`.
+    ///   - stop: stops the call when asked; it then fails with `.interrupted`.
     ///   - progress: called (one call at a time, from any thread) as bytes come down.
     /// - Returns: the copies, in the order of `requests`.
     /// - Throws: `.empty`, `.notUnicode`, `.link`, `.exists`, `.clash`, `.notInCloud`,
@@ -110,7 +86,7 @@ extension Device {
     ///   twice, `.io` for a folder that is not there; then `.storage`, `.missing`, `.integrity`,
     ///   `.noRoom`, `.interrupted`.
     public func makeDeviceOnly(
-        folder: String, requests: [DeviceOnlyRequest], parallel: Int = 8, cancel: CancelFlag = CancelFlag(),
+        folder: String, requests: [DeviceOnlyRequest], parallel: Int = 8, stop: Stop = Stop(),
         progress: (@Sendable (DeviceOnlyProgress) -> Void)? = nil
     ) throws -> [DeviceOnlyCopy] {
         let plan = try planDeviceOnly(folder: folder, requests: requests)
@@ -142,8 +118,8 @@ extension Device {
         }
         try journal.markMade(made)
 
-        let digests = try downloadCopies(plan, parallel: parallel, cancel: cancel, progress: progress)
-        if let reason = cancel.cancelledBecause { throw CovenError(.interrupted, "make-device-only stopped: \(reason)") }
+        let digests = try downloadCopies(plan, parallel: parallel, stop: stop, progress: progress)
+        try stop.check("make-device-only")
 
         // Every new name is durable before the switch names it.
         var synced: Set<String> = []
@@ -280,9 +256,9 @@ extension Device {
     // MARK: Downloads
 
     /// Downloads every copy, `parallel` files at once, each through the read path of a
-    /// connection of its own (``readStoredFile(_:interrupted:output:)``).
+    /// connection of its own (``readStoredFile(_:buffers:stop:output:)``).
     func downloadCopies(
-        _ plan: DeviceOnlyPlan, parallel: Int, cancel: CancelFlag, progress: (@Sendable (DeviceOnlyProgress) -> Void)?
+        _ plan: DeviceOnlyPlan, parallel: Int, stop: Stop, progress: (@Sendable (DeviceOnlyProgress) -> Void)?
     ) throws -> [CopyDigests] {
         let paths = self.paths
         let state = DownloadState(count: plan.copies.count, callSize: plan.copies.reduce(0) { $0 + $1.record.size }, progress: progress)
@@ -298,12 +274,12 @@ extension Device {
                 // system time): two for a download alone, one filling while the other is written
                 // out; one each when downloads run side by side and overlap one another.
                 let buffers = (0..<(workers > 1 ? 1 : 2)).map { _ in RunBuffer(chunks: StoredRead.runChunks) }
-                while let index = state.take(stopping: cancel) {
+                while let index = state.take(stopping: stop) {
                     let copy = plan.copies[index]
                     do {
                         if reader == nil { reader = try Device.open(paths: paths) }
                         guard let reader else { return }
-                        let digests = try Self.download(copy, reader: reader, block: block, buffers: buffers, cancel: cancel) { bytes in
+                        let digests = try Self.download(copy, reader: reader, block: block, buffers: buffers, stop: stop) { bytes in
                             state.report(index, copy, bytes: bytes, done: false)
                         }
                         state.finish(index, copy, digests)
@@ -318,7 +294,7 @@ extension Device {
         }
         group.wait()
         if let failure = state.failure { throw failure }
-        if let reason = cancel.cancelledBecause { throw CovenError(.interrupted, "make-device-only stopped: \(reason)") }
+        try stop.check("make-device-only")
         return try state.results()
     }
 
@@ -326,7 +302,7 @@ extension Device {
     /// cache, the rest from storage, every chunk checked and the whole file against its content
     /// hash), syncs it and links it at its final name (never over anything).
     static func download(
-        _ copy: PlannedCopy, reader: Device, block: CopyBlock, buffers: [RunBuffer], cancel: CancelFlag, onBytes: @escaping (Int64) -> Void
+        _ copy: PlannedCopy, reader: Device, block: CopyBlock, buffers: [RunBuffer], stop: Stop, onBytes: @escaping (Int64) -> Void
     ) throws -> CopyDigests {
         let record = copy.record
         guard let hash = record.hash, let content = [UInt8](hex: hash.lowercased()), content.count == 32 else {
@@ -335,7 +311,7 @@ extension Device {
         let writer = try CopyWriter(creating: copy.temporary, block: block)
         var reported: Int64 = 0
         do {
-            _ = try reader.readStoredFile(record, buffers: buffers, interrupted: { cancel.cancelledBecause != nil }) { plain in
+            _ = try reader.readStoredFile(record, buffers: buffers, stop: stop) { plain in
                 // A chunk at a time, so progress comes at the first bytes, then every MiB: a
                 // report takes the call's lock and draws, too dear for every chunk.
                 var offset = 0
@@ -350,7 +326,8 @@ extension Device {
                 }
             }
         } catch let error as CovenError where error.code == .interrupted {
-            throw CovenError(.interrupted, "make-device-only stopped: \(cancel.cancelledBecause ?? "interrupted")")
+            try stop.check("make-device-only")
+            throw error
         } catch let error as CovenError where error.code == .integrity && error.details["short"] == "true" {
             // The whole object was read: one shorter than its record lost its last chunks.
             var details = error.details
@@ -436,10 +413,10 @@ final class DownloadState: @unchecked Sendable {
         bytes = Array(repeating: 0, count: count)
     }
 
-    func take(stopping cancel: CancelFlag) -> Int? {
+    func take(stopping stop: Stop) -> Int? {
         lock.lock()
         defer { lock.unlock() }
-        guard failure == nil, cancel.cancelledBecause == nil, nextIndex < count else { return nil }
+        guard failure == nil, !stop.isRequested, nextIndex < count else { return nil }
         nextIndex += 1
         return nextIndex - 1
     }

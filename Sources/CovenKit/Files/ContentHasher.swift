@@ -36,9 +36,10 @@ final class ContentHasher {
 
     /// Hashes a file from its start to its end, reading at offsets (the descriptor's own
     /// position is left alone).
-    static func run(file: FileHandleFD, sizeHint: Int64? = nil, progress: ((Int64) -> Void)? = nil) throws -> ContentDigests {
+    static func run(file: FileHandleFD, sizeHint: Int64? = nil, stop: Stop? = nil, progress: ((Int64) -> Void)? = nil) throws -> ContentDigests {
         var offset: Int64 = 0
         return try run(read: { buffer in
+            try stop?.check("stage")
             let got = try file.read(into: buffer, at: offset)
             offset += Int64(got)
             return got
@@ -243,12 +244,14 @@ final class FileHandleFD {
         return info
     }
 
-    /// Reads at the current position, retrying EINTR.
+    /// Reads at the current position, retrying EINTR (unless a signal asked the process to
+    /// stop: `.interrupted`).
     func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         while true {
             let got = Foundation.read(fd, buffer.baseAddress, buffer.count)
             if got >= 0 { return got }
-            if errno == EINTR { continue }
+            // A signal that asks the process to stop ends a read waiting on a pipe.
+            if errno == EINTR { try Stop.process.check("reading '\(PathText.display(path))'"); continue }
             throw CovenError.posix("read", path: PathText.display(path))
         }
     }

@@ -74,10 +74,11 @@ extension Device {
     ///   - progress: called with the bytes read so far.
     ///   - wait: whether to wait for the device lock; when false the lock is taken before the
     ///     read and a busy device fails at once (`--no-wait`).
+    ///   - stop: polled between blocks; a stop asked ends the call with `.interrupted`.
     /// - Returns: the prepared file, recorded until a write puts it.
     /// - Throws: `.undeclaredNamespace`, `.namespaceKind`, `.userFileMissing`,
-    ///   `.userFileChanged` (it changed while being read), `.busy`, `.io`.
-    public func prepareUserFile(path: String, namespace name: String, place: Place, wait: Bool = true, progress: ((Int64) -> Void)? = nil) throws -> StagedFile {
+    ///   `.userFileChanged` (it changed while being read), `.busy`, `.io`, `.interrupted`.
+    public func prepareUserFile(path: String, namespace name: String, place: Place, wait: Bool = true, stop: Stop = Stop(), progress: ((Int64) -> Void)? = nil) throws -> StagedFile {
         _ = try namespace(name, kind: .user)
         // Under --no-wait a busy device fails before any byte is read.
         let early = wait ? nil : try self.lock(wait: false)
@@ -89,7 +90,7 @@ extension Device {
             throw CovenError(.io, "'\(PathText.display(absolute))' is not a regular file", details: ["path": PathText.display(absolute)])
         }
         posix_fadvise(file.fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
-        let digests = try ContentHasher.run(file: file, sizeHint: Int64(before.st_size), progress: progress)
+        let digests = try ContentHasher.run(file: file, sizeHint: Int64(before.st_size), stop: stop, progress: progress)
         let after = try file.status()
         let identity = OriginalIdentity(before)
         guard OriginalIdentity(after) == identity, digests.size == identity.size else {
@@ -118,8 +119,12 @@ extension Device {
     /// With `wait` false (`--no-wait`) the device lock is taken before the first byte is
     /// read, so a busy device fails at once; otherwise it is taken only to record the copy.
     ///
-    /// - Throws: `.undeclaredNamespace`, `.namespaceKind`, `.noRoom`, `.busy`, `.io`.
-    public func stageAppBytes(from descriptor: Int32, sourceName: String, namespace name: String, place: Place, wait: Bool = true, progress: ((Int64) -> Void)? = nil) throws -> StagedFile {
+    /// A stop asked (`stop`, polled between blocks, or a signal while a read waits on a pipe)
+    /// ends the call with `.interrupted`, its temporary file removed.
+    ///
+    /// - Throws: `.undeclaredNamespace`, `.namespaceKind`, `.noRoom`, `.busy`, `.io`,
+    ///   `.interrupted`.
+    public func stageAppBytes(from descriptor: Int32, sourceName: String, namespace name: String, place: Place, wait: Bool = true, stop: Stop = Stop(), progress: ((Int64) -> Void)? = nil) throws -> StagedFile {
         _ = try namespace(name, kind: .app)
         let early = wait ? nil : try self.lock(wait: false)
         defer { _ = early }
@@ -144,20 +149,25 @@ extension Device {
         var sourceInfo = stat()
         let sizeHint: Int64? = fstat(source.fd, &sourceInfo) == 0 && (sourceInfo.st_mode & S_IFMT) == S_IFREG ? Int64(sourceInfo.st_size) : nil
         var written: Int64 = 0
-        let digests = try ContentHasher.run(read: { try source.read(into: $0) }, write: { block in
+        let digests = try ContentHasher.run(read: { try stop.check("stage"); return try source.read(into: $0) }, write: { block in
             try AtomicFile.writeAll(out, block, path: temporary)
             // Start writing back now, so the final fsync has little left to wait for.
             _ = coven_start_writeback(out, Int64(written), Int64(block.count))
             written += Int64(block.count)
         }, sizeHint: sizeHint, progress: progress)
         guard fsync(out) == 0 else { throw CovenError.posix("sync", path: temporary) }
+        try stop.check("stage")
         let lock = try early ?? self.lock(wait: true)
         defer { _ = lock }
         // A link never replaces: the id is new, so anything already at `final` is a fault.
         guard link(temporary, final) == 0 else { throw CovenError.posix("link into", path: final) }
+        // The copy holds exactly the bytes hashed: the proof that `coven get` and
+        // `coven file-status` need not read it again until it is written.
+        let stamp = FileStamp(path: final)
         do {
             try AtomicFile.syncFolder(paths.copies)
             try database.transaction {
+                if let stamp { try setSetting(Self.checkedKey("copy:" + relative), stamp.text) }
                 try database.run("""
                     INSERT INTO coven_staged (id, kind, namespace, place, copy, size, content_hash, chunk_hashes, created_at)
                     VALUES (?1, 'app', ?2, ?3, ?4, ?5, ?6, ?7, ?8)
@@ -168,6 +178,27 @@ extension Device {
             throw error
         }
         return StagedFile(id: id, kind: .app, namespace: name, place: place.rawValue, size: digests.size, modifiedSeconds: nil, modifiedNanos: nil, contentHash: digests.content.hex)
+    }
+
+    // MARK: - Taking a staging back
+
+    /// Forgets a staged file no write has put yet, and removes coven's copy of its bytes: for a
+    /// staging whose id could not be handed out (stdout full), which nothing can name.
+    ///
+    /// - Throws: `.notFound` when no staged file has the id; `.busy`, `.sql`.
+    public func discardStaged(_ id: String) throws {
+        let lock = try self.lock(wait: true)
+        defer { _ = lock }
+        let copy: String? = try database.transaction {
+            guard let row = try database.queryOne("SELECT copy FROM coven_staged WHERE id = ?1", [id]) else {
+                throw CovenError(.notFound, "no staged file '\(id)'", details: ["staged": id])
+            }
+            try database.run("DELETE FROM coven_staged WHERE id = ?1", [id])
+            return row.string("copy")
+        }
+        if let copy, !copy.contains(".."), try database.scalar("SELECT count(*) FROM coven_local WHERE copy = ?1", [copy]).intValue == 0 {
+            unlink(paths.folder + "/" + copy)
+        }
     }
 
     // MARK: - Checking an original again

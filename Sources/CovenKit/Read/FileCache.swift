@@ -20,7 +20,7 @@ import Foundation
 ///
 /// The states: 0 *partial*, some chunk missing: never answered as the file, resumed by fetching
 /// only its missing chunks (Range requests), and removed at open once untouched for seven days
-/// unless kept. 1 *complete*: every chunk held and both files synced, so ``Device/holdFile(_:interrupted:)``
+/// unless kept. 1 *complete*: every chunk held and both files synced, so ``Device/holdFile(_:stop:)``
 /// (`coven get`) hands the file to other programs, which do not check tags; 2 the same, and the
 /// whole file once found to match its record's hash. 3 *whole*: every chunk held but not synced
 /// (a read such as `coven cat` does not wait for the disk); 4 the same, hash-checked. A whole
@@ -181,6 +181,7 @@ extension Device {
         let note = Self.uncacheNote + entry.object
         try database.transaction {
             try database.run("DELETE FROM coven_cache WHERE object = ?1", [entry.object])
+            try setSetting(Self.checkedKey("cache:" + entry.object), nil)
             try setSetting(note, entry.object)
         }
         if unlinkCacheFiles(files) { try? database.run("DELETE FROM coven_meta WHERE key = ?1", [note]) }

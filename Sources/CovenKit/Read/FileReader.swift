@@ -78,7 +78,7 @@ extension Device {
     /// - Parameters:
     ///   - id: the file's id.
     ///   - range: the bytes to read.
-    ///   - interrupted: polled between runs of chunks; true stops the read with `.interrupted`.
+    ///   - stop: polled between runs of chunks; a stop asked ends the read with `.interrupted`.
     ///   - output: receives the bytes in order.
     /// - Returns: what the read did.
     /// - Throws: `.fileAbsent`, `.deviceOnly` (on another device only), `.userFileMissing`,
@@ -86,7 +86,7 @@ extension Device {
     ///   failure `.network`), `.updateRequired`, `.noRoom`, `.interrupted`.
     @discardableResult
     public func readFile(
-        _ id: String, range: ReadRange = .whole, interrupted: (() -> Bool)? = nil,
+        _ id: String, range: ReadRange = .whole, stop: Stop = Stop(),
         output: (UnsafeRawBufferPointer) throws -> Void
     ) throws -> ReadReport {
         let record = try requireFile(id)
@@ -95,30 +95,31 @@ extension Device {
             guard coordinates.device == deviceID else {
                 throw deviceOnlyError(record)
             }
-            return try readLocal(record, range: range, output: output)
+            return try readLocal(record, range: range, stop: stop, output: output)
         }
         let wanted = try range.resolve(size: record.size, file: id)
         let read: StoredRead
         do {
-            read = try StoredRead(device: self, record: record, durable: false, interrupted: interrupted)
+            // A device that cannot be written keeps nothing: every chunk is fetched and checked.
+            read = try StoredRead(device: self, record: record, durable: false, stop: stop, caching: !readOnly)
         } catch let error as CovenError where error.code == .noRoom {
             // Not even the cache entry's record or files fit: what was read longest ago gives
             // way, and failing that the read goes on without the cache.
             _ = try? makeRoom(for: min(Int64(wanted.count), record.size), sparing: coordinates.object)
             do {
-                read = try StoredRead(device: self, record: record, durable: false, interrupted: interrupted)
+                read = try StoredRead(device: self, record: record, durable: false, stop: stop)
             } catch let again as CovenError where again.code == .noRoom {
-                read = try StoredRead(device: self, record: record, durable: false, interrupted: interrupted, caching: false)
+                read = try StoredRead(device: self, record: record, durable: false, stop: stop, caching: false)
             }
         }
         defer { read.close() }
-        let report = try read.read(wanted, output: output)
-        _ = try? trimCache(sparing: coordinates.object)
+        var report = try read.read(wanted, output: output)
+        if readOnly { report.notKept = false } else { _ = try? trimCache(sparing: coordinates.object) }
         return report
     }
 
     /// Reads a whole stored file for a copy that becomes the file's bytes on this device
-    /// (make-device-only), through the same read as ``readFile(_:range:interrupted:output:)``:
+    /// (make-device-only), through the same read as ``readFile(_:range:stop:output:)``:
     /// the chunks the cache holds are read from it, each checked against its tag, the others
     /// fetched, and the whole file is checked against the record's hash before its last bytes go
     /// out. Nothing is added to the cache: the copy holds the bytes, and the cache entry goes
@@ -126,11 +127,11 @@ extension Device {
     ///
     /// - Parameter buffers: run buffers to read through (their count is the read's depth), kept
     ///   by a caller reading file after file, so their memory is touched once.
-    /// - Throws: as ``readFile(_:range:interrupted:output:)`` for a stored file.
+    /// - Throws: as ``readFile(_:range:stop:output:)`` for a stored file.
     func readStoredFile(
-        _ record: FileRecord, buffers: [RunBuffer], interrupted: (() -> Bool)?, output: (UnsafeRawBufferPointer) throws -> Void
+        _ record: FileRecord, buffers: [RunBuffer], stop: Stop, output: (UnsafeRawBufferPointer) throws -> Void
     ) throws -> ReadReport {
-        let read = try StoredRead(device: self, record: record, durable: false, interrupted: interrupted, keepsFetched: false)
+        let read = try StoredRead(device: self, record: record, durable: false, stop: stop, keepsFetched: false)
         defer { read.close() }
         read.buffers = buffers
         return try read.read(0..<record.size, output: output)
@@ -158,52 +159,56 @@ extension Device {
         return (row, paths.folder + "/" + (row.string("copy") ?? ""), .copy)
     }
 
-    /// Reads the original or coven's copy of a file on this device only.
-    private func readLocal(_ record: FileRecord, range: ReadRange, output: (UnsafeRawBufferPointer) throws -> Void) throws -> ReadReport {
+    /// Reads the original or coven's copy of a file on this device only, each chunk checked
+    /// against its recorded hash before any of its bytes go out (``LocalRead``).
+    private func readLocal(_ record: FileRecord, range: ReadRange, stop: Stop, output: (UnsafeRawBufferPointer) throws -> Void) throws -> ReadReport {
         let (row, path, kind) = try localSource(record)
         let size = row.int("size") ?? record.size
         let wanted = try range.resolve(size: size, file: record.id)
         let display = PathText.display(path)
-        func changed() -> CovenError {
-            kind == .original
-                ? CovenError(.userFileChanged, "'\(display)' changed since it was staged", hint: "stage it again", details: ["path": display, "file": record.id])
-                : CovenError(.integrity, "coven's copy of file '\(record.id)' fails its check", details: ["file": record.id, "path": display])
+        func changed(_ chunk: Int64?) -> CovenError {
+            let cause = chunk.map { "chunk \($0) differs from its recorded hash" } ?? "its SHA-256 differs from the recorded one"
+            return kind == .original
+                ? CovenError(.userFileChanged, "'\(display)' changed since it was staged", hint: "stage it again", cause: cause, details: ["path": display, "file": record.id])
+                : CovenError(.integrity, "coven's copy of file '\(record.id)' fails its check", cause: cause, details: ["file": record.id, "path": display])
         }
         let fd = PathText.withCString(path) { Foundation.open($0, O_RDONLY | O_CLOEXEC) }
         guard fd >= 0 else {
             if kind == .original { throw CovenError(.userFileMissing, "'\(display)' is missing", cause: String(cString: strerror(errno)), details: ["path": display, "file": record.id]) }
+            if errno == ENOENT {
+                throw CovenError(.integrity, "coven's copy of file '\(record.id)' is missing", cause: String(cString: strerror(errno)), details: ["file": record.id, "path": display])
+            }
             throw CovenError.posix("open", path: display)
         }
         defer { Foundation.close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0, Int64(info.st_size) == size else { throw changed() }
-        posix_fadvise(fd, off_t(wanted.lowerBound), off_t(wanted.count), Int32(POSIX_FADV_SEQUENTIAL))
-        let whole = wanted == 0..<size
-        let hasher = whole ? try SHA256() : nil
-        let expected = row.bytes("content_hash") ?? []
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        var position = wanted.lowerBound
-        if whole && size == 0, let hasher, hasher.finish() != expected { throw changed() }
-        while position < wanted.upperBound {
-            let count = Int(min(Int64(buffer.count), wanted.upperBound - position))
-            let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, off_t(position)) }
-            if got < 0 {
-                if errno == EINTR { continue }
-                throw CovenError.posix("read", path: display)
-            }
-            guard got > 0 else { throw changed() }
-            try buffer.withUnsafeBytes { raw in
-                let slice = UnsafeRawBufferPointer(rebasing: raw[0..<got])
-                if let hasher {
-                    hasher.update(slice)
-                    // The whole file checks against its recorded hash before its last bytes go out.
-                    if position + Int64(got) == size, hasher.finish() != expected { throw changed() }
-                }
-                try output(slice)
-            }
-            position += Int64(got)
+        guard fstat(fd, &info) == 0, Int64(info.st_size) == size else {
+            throw changed(nil)
         }
+        posix_fadvise(fd, off_t(wanted.lowerBound), off_t(wanted.count), Int32(POSIX_FADV_SEQUENTIAL))
+        var read = LocalRead(fd: fd, size: size, chunkHashes: row.bytes("chunk_hashes") ?? [], changed: changed, stop: stop)
+        if !read.hasChunkHashes {
+            // No chunk hashes recorded: one whole check first, nothing served before it.
+            let content = row.bytes("content_hash") ?? []
+            let chunks = try LocalRead.deriveChunkHashes(fd: fd, path: path, size: size, contentHash: content, stop: stop, changed: changed)
+            recordDerivedChunkHashes(object: record.coordinates.object, content: content, chunks: chunks)
+            read = LocalRead(fd: fd, size: size, chunkHashes: chunks, changed: changed, stop: stop)
+        }
+        try read.read(wanted, output: output)
         return ReadReport(source: kind, bytesRead: Int64(wanted.count))
+    }
+
+    /// Checks coven's copy of a file on this device only, whole, unless it was checked and not
+    /// written since (a proof in `coven_meta`), so that the path `coven get` prints is to bytes
+    /// checked since they were last written.
+    ///
+    /// - Throws: `.integrity` when it fails its check; as ``readFile(_:range:stop:output:)``.
+    private func checkLocalCopy(_ record: FileRecord, copy: String, path: String, stop: Stop) throws {
+        let subject = "copy:" + copy
+        guard !isStillChecked(subject, path: path) else { return }
+        let stamp = FileStamp(path: path)
+        _ = try readLocal(record, range: .whole, stop: stop) { _ in }
+        recordChecked(subject, path: path, stamp: stamp)
     }
 
     // MARK: - Holding a whole file
@@ -217,27 +222,44 @@ extension Device {
     /// again), then synced. A file larger than the budget is still fetched; a trim afterwards
     /// spares it.
     ///
-    /// - Throws: as ``readFile(_:range:interrupted:output:)``; `.noRoom` when the disk has no
+    /// - Throws: as ``readFile(_:range:stop:output:)``; `.noRoom` when the disk has no
     ///   room for the rest of it.
     @discardableResult
-    public func holdFile(_ id: String, interrupted: (() -> Bool)? = nil) throws -> (path: String, report: ReadReport) {
+    public func holdFile(_ id: String, stop: Stop = Stop()) throws -> (path: String, report: ReadReport) {
         let record = try requireFile(id)
         if record.coordinates.at == .device {
             guard record.coordinates.device == deviceID else { throw deviceOnlyError(record) }
-            let (_, path, kind) = try localSource(record)
+            let (row, path, kind) = try localSource(record)
+            // An original is checked by localSource (size, time, and its bytes when touched);
+            // coven's copy by its bytes, unless they were checked and not written since.
+            if kind == .copy { try checkLocalCopy(record, copy: row.string("copy") ?? "", path: path, stop: stop) }
             return (path, ReadReport(source: kind))
         }
         let files = cachePaths(object: record.coordinates.object)
-        if let row = try cacheRow(record.coordinates.object), row.complete, access(files.data, R_OK) == 0 {
-            try database.transaction {
-                try database.run("UPDATE coven_cache SET last_read = ?2 WHERE object = ?1", [record.coordinates.object, cacheNow()])
+        let subject = "cache:" + record.coordinates.object
+        // A complete entry whose data file was checked and not written since is handed out as
+        // it is; one written since (or never checked) is read through first, every chunk
+        // checked against its tag, any that fails fetched again.
+        if let row = try cacheRow(record.coordinates.object), row.complete, access(files.data, R_OK) == 0,
+           isStillChecked(subject, path: files.data) {
+            if !readOnly {
+                try? database.transaction {
+                    try database.run("UPDATE coven_cache SET last_read = ?2 WHERE object = ?1", [record.coordinates.object, cacheNow()])
+                }
             }
             return (files.data, ReadReport(source: .cache))
         }
+        guard !readOnly else {
+            throw CovenError(.io, "cannot hold file '\(id)' in the cache: the device database cannot be written",
+                             hint: "read it with 'coven cat', or make '\(paths.database)' writable", details: ["file": id])
+        }
         try checkRoom(for: record)
-        let read = try StoredRead(device: self, record: record, durable: true, interrupted: interrupted)
+        let read = try StoredRead(device: self, record: record, durable: true, stop: stop)
         defer { read.close() }
+        let stamp = FileStamp(path: files.data)
         let report = try read.read(0..<record.size) { _ in }
+        read.close()
+        recordChecked(subject, path: files.data, stamp: report.chunksRefetched > 0 || report.bytesFetched > 0 ? FileStamp(path: files.data) : stamp)
         _ = try? trimCache(sparing: record.coordinates.object)
         return (files.data, report)
     }
@@ -271,7 +293,7 @@ final class StoredRead {
     let object: String
     let size: Int64
     let files: CacheEntryPaths
-    let interrupted: (() -> Bool)?
+    let stop: Stop
     /// Whether a read that completes the entry syncs its files and marks it complete (for
     /// `coven get`, which hands the file to other programs), or leaves that to a later `get`.
     let durable: Bool
@@ -301,7 +323,7 @@ final class StoredRead {
     ///   - keepsFetched: false for a read that serves the chunks the cache holds but adds
     ///     nothing to it (make-device-only, whose copy holds the bytes): no entry is made and
     ///     fetched chunks are not written.
-    init(device: Device, record: FileRecord, durable: Bool, interrupted: (() -> Bool)?, caching: Bool = true, keepsFetched: Bool = true) throws {
+    init(device: Device, record: FileRecord, durable: Bool, stop: Stop, caching: Bool = true, keepsFetched: Bool = true) throws {
         self.device = device
         self.caching = caching
         self.keepsFetched = keepsFetched
@@ -309,7 +331,7 @@ final class StoredRead {
         self.object = record.coordinates.object
         self.size = record.size
         self.files = device.cachePaths(object: record.coordinates.object)
-        self.interrupted = interrupted
+        self.stop = stop
         self.durable = durable
         _ = try FileKey(hex: record.coordinates.key)  // a bad key fails here, before any file is made
         bitmap = ChunkBitmap(count: ObjectLayout.chunkCount(plaintextSize: record.size))
@@ -320,12 +342,12 @@ final class StoredRead {
         }
     }
 
-    /// Whether fetched chunks are written to the cache (see ``init(device:record:durable:interrupted:caching:keepsFetched:)``).
+    /// Whether fetched chunks are written to the cache (see ``init(device:record:durable:stop:caching:keepsFetched:)``).
     let keepsFetched: Bool
     /// Run buffers to read through, when the caller keeps its own (their count is the depth).
     var buffers: [RunBuffer] = []
 
-    /// Whether this read keeps what it fetches (see ``init(device:record:durable:interrupted:caching:)``).
+    /// Whether this read keeps what it fetches (see ``init(device:record:durable:stop:caching:keepsFetched:)``).
     let caching: Bool
 
     /// Creates the entry's row and files if needed, locks the data file shared and loads the
@@ -344,6 +366,15 @@ final class StoredRead {
                     INSERT INTO coven_cache (object, size, chunks, bytes, complete, last_read, touched)
                     VALUES (?1, ?2, ?3, 0, 0, ?4, ?4) ON CONFLICT (object) DO NOTHING
                     """, [object, size, bitmap.bytes, cacheNow()])
+            }
+        }
+        // A cache folder someone removed is made again, and an entry whose files are gone is
+        // not cached: its record is cleared before the files are made afresh.
+        try Device.makeFolder(device.paths.cache, mode: 0o700)
+        if access(files.data, F_OK) != 0 || access(files.tags, F_OK) != 0, try device.cacheRow(object) != nil {
+            try db.transaction {
+                try db.run("UPDATE coven_cache SET chunks = x'', bytes = 0, complete = 0 WHERE object = ?1", [object])
+                try device.setSetting(Device.checkedKey("cache:" + object), nil)
             }
         }
         for _ in 0..<3 {
@@ -434,8 +465,8 @@ final class StoredRead {
         var failure: Error?
         do {
             for index in steps.indices {
-                if let interrupted, interrupted() {
-                    throw CovenError(.interrupted, "interrupted", details: ["file": record.id])
+                if let reason = stop.reason {
+                    throw CovenError(.interrupted, "the read of file '\(record.id)' stopped: \(reason)", details: ["file": record.id])
                 }
                 let run = try producer.next()
                 defer { producer.recycle(run) }

@@ -113,7 +113,10 @@ extension Device {
             let object = row.string("object") ?? ""
             guard seen.insert(object).inserted else { held += 1; continue }
             let state = row.int("cache_state").flatMap(CacheState.init(rawValue:))
-            if state == .complete || state == .completeVerified, access(cachePaths(object: object).data, R_OK) == 0 {
+            // Held: complete, and its data file checked and not written since (a file damaged
+            // since is read through again by the fetch, every chunk checked).
+            let data = cachePaths(object: object).data
+            if state == .complete || state == .completeVerified, access(data, R_OK) == 0, isStillChecked("cache:" + object, path: data) {
                 held += 1
                 continue
             }
@@ -127,16 +130,16 @@ extension Device {
     ///
     /// Waits out a server asking for a wait of a minute or less; stops at the first file the
     /// disk has no room for, once storage cannot be reached, or once the server asks for a
-    /// longer wait; passes over a file that fails otherwise. `interrupted` stops it between
+    /// longer wait; passes over a file that fails otherwise. `stop` stops it between
     /// runs of chunks; files already fetched stay, and the bytes of the one in flight stay as a
     /// partial. Each failure is recorded for `coven status`.
     ///
     /// - Parameters:
-    ///   - interrupted: polled often; true stops the fetch.
+    ///   - stop: polled often; a stop asked ends the fetch.
     ///   - sleep: waits out a server's Retry-After (replaceable in tests).
     /// - Returns: what was fetched, what failed and why it stopped.
     public func fetchKept(
-        interrupted: (() -> Bool)? = nil, sleep: (Double) -> Void = { Thread.sleep(forTimeInterval: $0) }
+        stop: Stop = Stop(), sleep: (Double) -> Void = { Thread.sleep(forTimeInterval: $0) }
     ) throws -> FetchKeptResult {
         var result = FetchKeptResult()
         let (toFetch, held) = try keptFilesToFetch()
@@ -145,13 +148,13 @@ extension Device {
         var throttledTries = 0
         while index < toFetch.count {
             let record = toFetch[index]
-            if let interrupted, interrupted() {
+            if let reason = stop.reason {
                 result.stop = .interrupted
-                result.stopError = CovenError(.interrupted, "interrupted")
+                result.stopError = CovenError(.interrupted, "fetch-kept stopped: \(reason)")
                 break
             }
             do {
-                let (_, report) = try holdFile(record.id, interrupted: interrupted)
+                let (_, report) = try holdFile(record.id, stop: stop)
                 try setFetchFailure(record.coordinates.object, nil)
                 result.fetched.append(FetchKeptItem(file: record.id, size: record.size, bytesFetched: report.bytesFetched))
                 index += 1

@@ -149,8 +149,11 @@ final class HTTPClient {
             delivered += outcome.delivered
             switch outcome.result {
             case .failure(let code, let text):
+                if code == CURLE_ABORTED_BY_CALLBACK, let reason = Stop.process.reason {
+                    throw CovenError(.interrupted, "\(operation) stopped: \(reason)")
+                }
                 if Self.isRetryable(code), attempt < options.requestRetries {
-                    Thread.sleep(forTimeInterval: backoff(attempt))
+                    try pause(backoff(attempt), operation: operation)
                     attempt += 1
                     continue
                 }
@@ -164,13 +167,20 @@ final class HTTPClient {
                     } else {
                         wait = backoff(attempt)
                     }
-                    Thread.sleep(forTimeInterval: wait)
+                    try pause(wait, operation: operation)
                     attempt += 1
                     continue
                 }
                 return response
             }
         }
+    }
+
+    /// Waits before a retry; a signal ends the wait (and the call) at once.
+    ///
+    /// - Throws: `.interrupted`.
+    private func pause(_ seconds: Double, operation: String) throws {
+        if !Stop.process.sleep(seconds) { try Stop.process.check(operation) }
     }
 
     /// The delay before retry number `attempt + 1`: exponential, with "equal jitter" (half fixed,
@@ -294,6 +304,10 @@ final class HTTPClient {
         // A transfer slower than 1 byte/s for this long is stalled.
         try set(coven_curl_setopt_long(curl, handle, CURLOPT_LOW_SPEED_LIMIT, 1), "LOW_SPEED_LIMIT")
         try set(coven_curl_setopt_long(curl, handle, CURLOPT_LOW_SPEED_TIME, max(1, Int(min(timeout, 30).rounded(.up)))), "LOW_SPEED_TIME")
+        // A signal ends a request in flight, even a stalled one: libcurl calls this at least once
+        // a second.
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_NOPROGRESS, 0), "NOPROGRESS")
+        try set(coven_curl_setopt_xferinfo(curl, handle) { _, _, _, _, _ in Stop.signalled ? 1 : 0 }, "XFERINFOFUNCTION")
         try set(coven_curl_setopt_long(curl, handle, CURLOPT_BUFFERSIZE, 512 * 1024), "BUFFERSIZE")
         try set(coven_curl_setopt_long(curl, handle, CURLOPT_UPLOAD_BUFFERSIZE, 2 * 1024 * 1024), "UPLOAD_BUFFERSIZE")
         if let caBundle {

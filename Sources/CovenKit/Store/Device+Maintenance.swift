@@ -18,10 +18,27 @@ extension Device {
         }
     }
 
+    /// For a read-only open (`coven sql`, `coven file-status`): a make-device-only call a kill
+    /// stopped left copies in the person's folder, which the next command that opens the device
+    /// removes, whatever it is. Looked for on this connection (one query, usually of an empty
+    /// table); cleaned through a writable connection of its own, under the device lock, when
+    /// the database can be written at all.
+    func sweepDeviceOnlyLeftovers() {
+        guard (try? database.hasTable("coven_device_only_made")) == true,
+              let count = try? database.scalar("SELECT count(*) FROM coven_device_only_made").intValue, count > 0,
+              let lock = try? DeviceLock(path: paths.lock, wait: false) else { return }
+        defer { _ = lock }
+        guard let writable = try? Database(path: paths.database), !writable.isReadOnly else { return }
+        DeviceOnlyJournal.sweep(database: writable)
+    }
+
     /// Crash recovery at open: temporary files of dead processes, and copies that no staged
     /// file or local record names (a crash between writing a copy and recording it).
     func sweepAfterCrash() {
-        guard !readOnly else { return }
+        guard !readOnly else {
+            sweepDeviceOnlyLeftovers()
+            return
+        }
         // Only while no other process changes the device: a stage in another process links
         // its copy into place and then records it under the lock, and its copy must not be
         // taken for a crash's leftover in between. A busy device is swept by a later open.

@@ -25,6 +25,13 @@ public final class Device {
     public private(set) var manifest: Manifest
     /// Whether the connection only reads.
     public let readOnly: Bool
+    /// Where storage settings (`AWS_*`) are read by sync: the process environment unless set.
+    public var storageEnvironment: [String: String]?
+
+    /// A provider for this device's storage, for sync.
+    func connectStorage() throws -> StorageProvider {
+        try StorageConnector(location: storage, environment: storageEnvironment).connect()
+    }
 
     /// The format of store.json and of everything coven writes to storage.
     public static let storeFormat = 1
@@ -70,13 +77,16 @@ public final class Device {
         let database = try Database(path: paths.database, readOnly: readOnly)
         let device: Device
         do {
+            // A write-protected database opens read-only: treated as such, so no read fails on
+            // bookkeeping it cannot write.
+            let readOnly = readOnly || database.isReadOnly
             try configure(database, readOnly: readOnly)
             try migrateSchema(paths: paths, database: database, readOnly: readOnly)
             device = try Device(paths: paths, database: database, readOnly: readOnly)
         } catch let error as CovenError where error.sqlitePrimaryCode == SQLITE_NOTADB {
             throw CovenError(.noDevice, "'\(paths.database)' is not a coven device database", hint: "pass the --db of a device coven made", cause: error.message, details: ["path": paths.database])
         }
-        if !readOnly {
+        if !device.readOnly {
             // The views change only with coven: recreate them when their text differs from what
             // the device last ran (a schema write at every open would queue each command behind
             // any write in progress, and invalidate every other connection's statements).
@@ -186,8 +196,8 @@ public final class Device {
         let deviceName = name ?? ProcessInfo.processInfo.hostName
         let now = Timestamp.iso8601(Date())
 
-        try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest, joinedAt: now)
         defer { for suffix in ["", "-wal", "-shm"] { unlink(building(paths) + suffix) } }
+        try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest, joinedAt: now)
 
         let storeKey = FileKey()
         try storeKey.withUnsafeBytes { try AtomicFile.write(paths.storeKey, bytes: Array($0), mode: 0o600) }
@@ -280,6 +290,8 @@ public final class Device {
 
     /// The plaintext of a device registry entry, before it is sealed under the store key: one
     /// JSON object `{"coven_device":1,"device":ID,"joined_at":TIME,"name":NAME}`, keys sorted.
+    /// ``DeviceEntry`` is the full entry (with the device's public key, sealed bound to its path)
+    /// that replaces this once init and join make the device's signing key.
     static func registryEntry(device: String, name: String, joinedAt: String) throws -> [UInt8] {
         let data = try JSONSerialization.data(withJSONObject: [
             "coven_device": 1, "device": device, "name": name, "joined_at": joinedAt,
@@ -410,11 +422,7 @@ enum Migrations {
         var applied: [Int] = []
         for position in recorded.count..<migrations.count {
             let sql = migrations[position]
-            do {
-                try database.execute(sql)
-            } catch let error as CovenError {
-                throw CovenError(.migration, "migrations[\(position)] failed", cause: error.message, details: ["position": String(position)])
-            }
+            try Migrations.run(sql, position: position, on: database)
             try database.run("INSERT INTO coven_migrations (position, sha256, applied_at) VALUES (?1, ?2, ?3)", [position, SHA256.digest(Array(sql.utf8)).hex, Timestamp.iso8601(Date())])
             applied.append(position)
         }

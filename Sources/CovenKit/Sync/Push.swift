@@ -26,10 +26,10 @@ extension Device {
     /// - Throws: `.deviceConflict` when another object is at the next seq (a second copy of this
     ///   device published), publishing nothing more; `.storage` when storage fails (what was
     ///   published stays published, the rest stays frozen or in the outbox).
-    public func push(provider: StorageProvider, storeKey: FileKey, stop: (() -> Bool)? = nil) throws -> PushReport {
+    public func push(provider: StorageProvider, storeKey: FileKey, stop: Stop = Stop()) throws -> PushReport {
         var report = PushReport()
         while true {
-            if stop?() == true { throw CovenError(.interrupted, "interrupted") }
+            try stop.check("the sync")
             if let frozen = try database.queryOne("SELECT * FROM coven_push ORDER BY seq LIMIT 1") {
                 try send(frozen, provider: provider)
                 report.published.append(frozen.int("seq") ?? 0)

@@ -40,10 +40,10 @@ public struct LostValue: Sendable, Equatable {
 extension Device {
     /// Publishes this device's writes and applies the other devices' (`push`, `pull`, or push,
     /// pull, push), under the device lock.
-    public func sync(push: Bool = true, pull: Bool = true, wait: Bool = true, stop: (() -> Bool)? = nil) throws -> SyncReport {
+    public func sync(push: Bool = true, pull: Bool = true, wait: Bool = true, stop: Stop = Stop()) throws -> SyncReport {
         let lock = try self.lock(wait: wait)
         defer { _ = lock }
-        let provider = try StorageConnector(location: storage).connect()
+        let provider = try connectStorage()
         let key = try storeKey()
         var report = SyncReport()
         // A device removed for good publishes nothing more.
@@ -76,7 +76,7 @@ extension Device {
     public func removeDevice(_ device: String) throws {
         let lock = try self.lock(wait: true)
         defer { _ = lock }
-        let provider = try StorageConnector(location: storage).connect()
+        let provider = try connectStorage()
         let key = try storeKey()
         try refreshDevices(provider: provider, storeKey: key)
         guard let row = try database.queryOne("SELECT * FROM coven_device_registry WHERE device = ?1 OR name = ?1", [device]) else {
@@ -145,5 +145,14 @@ extension Device {
                 return write.stamp
             }
         }
+    }
+}
+
+extension Device {
+    /// Stores this device's manifest as the store's (`manifest`, sealed), for the devices that
+    /// join next: `coven migrate` calls it after migrating.
+    public func publishManifest() throws {
+        let provider = try connectStorage()
+        try Device.publishManifest(manifest, provider: provider, storeKey: try storeKey(), replace: true)
     }
 }

@@ -175,6 +175,8 @@ enum UploadStop: String, Error, Sendable {
     case gone
     /// Another worker took the upload over (this one's lease ran out).
     case leaseLost
+    /// A signal asked the worker to stop while it sent.
+    case interrupted
     /// The file's last reference went.
     case retired
     /// Its move was cancelled.

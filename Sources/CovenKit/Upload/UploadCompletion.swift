@@ -121,6 +121,21 @@ extension Device {
         }
     }
 
+    /// Gives back to the queue, with fresh attempts, the uploads that failed for good because
+    /// of the storage (unreachable, refused, full), not of their bytes: a new run has its own
+    /// environment (another endpoint, new credentials) and tries them before reporting.
+    ///
+    /// - Returns: how many were given back.
+    /// - Throws: `.sql`, `.busy`.
+    @discardableResult
+    func requeueStorageFailures() throws -> Int {
+        let lock = try self.lock(wait: true)
+        defer { _ = lock }
+        return try database.transaction {
+            try uploadQueue.requeueFailed(codes: [.storage, .noStorage, .storageFull])
+        }
+    }
+
     private func recordFailure(_ claim: UploadClaim, error: CovenError, row: Row, settings: UploadSettings) throws -> (UploadOutcome, String?, String?) {
         let now = Date().timeIntervalSince1970
         let attempts = row.int("attempts") ?? claim.attempts
@@ -142,6 +157,11 @@ extension Device {
                 try moveRecords.markFailed(move, error: error, file: try fileIDs(object: claim.object).first)
             }
             return (.failed(code: error.code, message: message), nil, uploadID)
+        case .storage where error.storageFailure == .denied:
+            // Bad credentials or permissions: no attempt of this run can do better, so it fails
+            // now (the next run, with its own environment, tries again).
+            try update(state: .failed, next: 0)
+            return (.failed(code: error.code, message: message), nil, nil)
         default:
             if attempts >= Int64(settings.attempts) {
                 try update(state: .failed, next: 0)

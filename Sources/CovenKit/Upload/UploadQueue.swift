@@ -322,6 +322,19 @@ struct UploadQueue {
             """, [object])
     }
 
+    /// Gives back to the queue, with fresh attempts, the uploads failed for good with one of
+    /// `codes`.
+    ///
+    /// - Returns: how many were given back.
+    func requeueFailed(codes: [ErrorCode]) throws -> Int {
+        let list = String(decoding: try JSONSerialization.data(withJSONObject: codes.map(\.rawValue)), as: UTF8.self)
+        try database.run("""
+            UPDATE coven_upload_queue SET state = \(UploadState.queued.sql), attempts = 0, next_attempt_at = 0
+            WHERE state = \(UploadState.failed.sql) AND last_error_code IN (SELECT value FROM json_each(?1))
+            """, [list])
+        return database.changes
+    }
+
     // MARK: Claims and leases
 
     /// Claims an upload for `worker` until `leaseUntil`: it is being sent (a retired one stays

@@ -42,12 +42,13 @@ public enum UploadWorker {
     ///   - paths: the device.
     ///   - jobs: uploads sent at once (at least 1).
     ///   - once: drain the queue and return (waiting for retries that fall due), instead of
-    ///     running until `shouldStop` says so.
+    ///     running until `stop` is asked.
     ///   - settings: budget, part size, backoff, lease, poll interval.
     ///   - storageOptions: timeouts and retries of storage requests.
     ///   - connect: makes a provider for one job (the device's storage with the process
     ///     environment's credentials when nil).
-    ///   - shouldStop: polled between parts and while idle.
+    ///   - stop: polled between parts and while idle; a storage request in flight ends within a
+    ///     second of a signal, and its upload goes back to the queue, resumable.
     ///   - events: progress and outcomes.
     /// - Returns: the run's summary.
     /// - Throws: `.noDevice`, `.sql`; a storage provider that cannot be made (`.storage`,
@@ -56,11 +57,12 @@ public enum UploadWorker {
         paths: DevicePaths, jobs: Int, once: Bool, settings: UploadSettings = UploadSettings(),
         storageOptions: StorageOptions = StorageOptions(),
         connect: (@Sendable () throws -> any StorageProvider)? = nil,
-        shouldStop: @escaping @Sendable () -> Bool = { false },
+        stop: Stop = Stop(),
         events: @escaping @Sendable (UploadEvent) -> Void = { _ in }
     ) throws -> UploadRunSummary {
         let device = try Job.openDevice(paths)
         try device.setNetworkMetered(settings.networkMetered ?? false)
+        try device.requeueStorageFailures()
         let connector = StorageConnector(location: device.storage, options: storageOptions)
         let makeProvider: @Sendable () throws -> any StorageProvider = connect ?? { try connector.connect() }
         // Fail early, before any thread, when storage cannot be made at all.
@@ -79,7 +81,7 @@ public enum UploadWorker {
                 defer { group.leave() }
                 do {
                     try Job(paths: paths, connect: makeProvider, settings: settings, once: once, shared: shared,
-                            shouldStop: shouldStop, events: events).run()
+                            stop: stop, events: events).run()
                 } catch {
                     shared.fail(error)
                 }
@@ -91,7 +93,7 @@ public enum UploadWorker {
         group.wait()
         if let error = shared.error { throw error }
         var summary = shared.summary
-        summary.interrupted = shouldStop()
+        summary.interrupted = stop.isRequested
         // Failed for good, this run or before: a cron job should hear of them.
         let reported = Set(summary.failed.flatMap(\.files))
         for row in try device.database.query("""
@@ -112,6 +114,11 @@ private final class RunState: @unchecked Sendable {
     private var _excluded: Set<String> = []
     private var _busy = 0
     private var _error: Error?
+    private var _denied = false
+
+    /// Whether storage refused this run's credentials: no job claims another upload.
+    var denied: Bool { locked { _denied } }
+    func deny() { locked { _denied = true } }
 
     var summary: UploadRunSummary { locked { _summary } }
     var error: Error? { locked { _error } }
@@ -187,19 +194,19 @@ private final class Job {
     let settings: UploadSettings
     let once: Bool
     let shared: RunState
-    let shouldStop: @Sendable () -> Bool
+    let stop: Stop
     let events: @Sendable (UploadEvent) -> Void
     let worker = WorkerIdentity.current()
     private var providers: [any StorageProvider] = []
 
     init(paths: DevicePaths, connect: @escaping @Sendable () throws -> any StorageProvider, settings: UploadSettings, once: Bool, shared: RunState,
-         shouldStop: @escaping @Sendable () -> Bool, events: @escaping @Sendable (UploadEvent) -> Void) throws {
+         stop: Stop, events: @escaping @Sendable (UploadEvent) -> Void) throws {
         self.device = try Job.openDevice(paths)
         self.connect = connect
         self.settings = settings
         self.once = once
         self.shared = shared
-        self.shouldStop = shouldStop
+        self.stop = stop
         self.events = events
     }
 
@@ -222,7 +229,7 @@ private final class Job {
     func run() throws {
         // A job that stops may leave the run drained for the others.
         defer { shared.changed() }
-        while !shouldStop() {
+        while !stop.isRequested && !shared.denied {
             let handledBefore = shared.handledCount
             shared.begin()
             let claimed: Result<UploadClaim, ClaimWaitBox>
@@ -256,9 +263,9 @@ private final class Job {
 
     /// Waits until `time`, or until another job has handled an upload since `count` (the
     /// queue may hold work again, or a run with `once` be drained: waking at once saved up to
-    /// 0.2 s at the end of every `--once` run); polls `shouldStop` every 0.2 s.
+    /// 0.2 s at the end of every `--once` run); polls `stop` every 0.2 s.
     private func sleep(until time: Double, unlessHandledSince count: Int) {
-        while !shouldStop() {
+        while !stop.isRequested {
             let left = time - Date().timeIntervalSince1970
             if left <= 0 { return }
             if shared.waitForHandled(since: count, timeout: min(left, 0.2)) { return }
@@ -283,6 +290,9 @@ private final class Job {
             end = .stored
         } catch let stop as UploadStop {
             end = .stopped(stop)
+        } catch let error as CovenError where error.code == .interrupted {
+            // A signal ended a request in flight: back to the queue, resumable, no failure.
+            end = .stopped(.interrupted)
         } catch {
             end = .failed(error.asCovenError)
         }
@@ -295,6 +305,7 @@ private final class Job {
             try? storage().abortMultipart(claim.object, uploadID: abort)
         }
         if case .waitingForSource = outcome, once { shared.exclude(claim.object) }
+        if case .failed(let error) = end, error.code == .storage, error.storageFailure == .denied { shared.deny() }
         shared.record(outcome, files: files)
         events(.finished(object: claim.object, files: files, outcome: outcome))
     }

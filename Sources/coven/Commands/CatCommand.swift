@@ -9,7 +9,9 @@ struct CatCommand: Command {
     static let discussion = """
     Reads the file from wherever it is: the person's original before upload (checked first: \
     user_file_missing, user_file_changed), coven's own copy, the cache beside the device, or \
-    storage. From storage only the encrypted chunks covering the range are fetched, neighbours \
+    storage. Each 64 KiB chunk of an original or of coven's copy is checked against the hash \
+    recorded when it was staged before any of its bytes go out (integrity for coven's copy). \
+    A device database that cannot be written is read without keeping anything in the cache. From storage only the encrypted chunks covering the range are fetched, neighbours \
     together up to 1 MiB per request, ahead of the output; each is checked as it arrives and \
     kept in the cache. A cached chunk that fails its check is fetched again, never written. A \
     read of the whole file checks it against the record's hash before its last bytes go out.
@@ -27,13 +29,18 @@ struct CatCommand: Command {
     ]
     static let arguments = [ArgumentSpec("FILE", help: "the file's id", completion: .fileID)]
     static let mutates = false
+    static let pollsStop = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         guard let id = invocation.arguments.first else { throw CovenError(.usage, "missing FILE") }
         let range = ReadRange(offset: try invocation.integer("offset") ?? 0, length: try invocation.integer("length"))
         let device = try context.openDevice()
-        let report = try device.readFile(id, range: range) { context.out.write($0) }
-        context.out.flush()
+        let report = try device.readFile(id, range: range, stop: Stop.process) {
+            context.out.write($0)
+            // A full disk or a closed stdout stops the read at once: never a short output and 0.
+            try context.out.check()
+        }
+        try context.out.flushChecked()
         if report.chunksRefetched > 0 {
             context.note("warning: \(report.chunksRefetched) cached chunks of '\(id)' failed their check and were fetched again")
         }

@@ -21,13 +21,13 @@ struct FetchKeptCommand: Command {
     """
     static let options: [OptionSpec] = []
     static let mutates = true
+    static let pollsStop = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let device = try context.openDevice()
         let lock = try device.lock(wait: !context.noWait)
         defer { _ = lock }
-        Interruption.install()
-        let result = try device.fetchKept(interrupted: { Interruption.requested })
+        let result = try device.fetchKept(stop: Stop.process)
         let status: Int32
         switch result.stop {
         case .done: status = result.failed.isEmpty ? ExitCodes.success : ExitCodes.partial

@@ -51,6 +51,7 @@ struct MakeDeviceOnlyCommand: Command {
     ]
     static let arguments = [ArgumentSpec("FILE=REL/PATH", help: "a stored file and its path under the folder", optional: true, repeating: true, completion: .fileID)]
     static let mutates = true
+    static let pollsStop = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         guard let folder = invocation.value("folder") else { throw CovenError(.usage, "missing --folder DIR") }
@@ -83,13 +84,10 @@ struct MakeDeviceOnlyCommand: Command {
         }
 
         let device = try context.openDevice()
-        let cancel = CancelFlag()
-        let signals = SignalWatch(cancel: cancel)
-        defer { signals.stop() }
         let printer = DeviceOnlyProgressPrinter(context, json: invocation.has("progress-json"))
         let copies: [DeviceOnlyCopy]
         do {
-            copies = try device.makeDeviceOnly(folder: folder, requests: requests, parallel: Int(parallel), cancel: cancel, progress: printer.show)
+            copies = try device.makeDeviceOnly(folder: folder, requests: requests, parallel: Int(parallel), stop: Stop.process, progress: printer.show)
         } catch {
             printer.finish()
             throw error
@@ -101,31 +99,6 @@ struct MakeDeviceOnlyCommand: Command {
             for copy in copies { context.line(copy.file + "\t" + PathText.display(copy.path)) }
         }
         return 0
-    }
-}
-
-/// SIGINT, SIGTERM and SIGHUP set the call's cancel flag instead of ending the process, so it
-/// removes what it made before it exits.
-final class SignalWatch: @unchecked Sendable {
-    // @unchecked: the sources are set up in init and cancelled in stop, on one thread.
-    private var sources: [DispatchSourceSignal] = []
-    private let signals: [Int32] = [SIGINT, SIGTERM, SIGHUP]
-
-    init(cancel: CancelFlag) {
-        for number in signals {
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            let name = number == SIGINT ? "SIGINT" : number == SIGTERM ? "SIGTERM" : "SIGHUP"
-            source.setEventHandler { cancel.cancel("interrupted by \(name)") }
-            source.resume()
-            sources.append(source)
-        }
-    }
-
-    func stop() {
-        sources.forEach { $0.cancel() }
-        sources.removeAll()
-        for number in signals { signal(number, SIG_DFL) }
     }
 }
 

@@ -10,7 +10,8 @@ struct MigrateCommand: Command {
     Runs, in one transaction, the migrations added at the end of the manifest since the device \
     last applied it, checks every synced table again, and records the manifest. A migration \
     that was applied and has changed since is refused ('migration'); so is a result that breaks \
-    a synced-table rule ('schema'). Prints the position of each migration applied.
+    a synced-table rule ('schema'). Then stores the manifest, sealed, as the store's, which \
+    'coven join' starts new devices with. Prints the position of each migration applied.
     """
     static let options = [
         OptionSpec("manifest", value: "FILE", help: "the manifest to migrate to", completion: .file),
@@ -24,6 +25,14 @@ struct MigrateCommand: Command {
         let lock = try device.lock(wait: !context.noWait)
         defer { _ = lock }
         let applied = try device.migrate(to: manifest)
+        // The store's copy, which 'coven join' starts new devices with.
+        do {
+            try device.publishManifest()
+        } catch var error as CovenError {
+            error.message = "migrated this device, but the store's manifest was not updated: " + error.message
+            error.hint = "run 'coven migrate' again with the same manifest once storage answers"
+            throw error
+        }
         if context.json {
             try context.printJSON(["applied": applied])
         } else {

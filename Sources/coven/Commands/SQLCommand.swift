@@ -33,6 +33,7 @@ struct SQLCommand: Command {
                     objects.append(jsonObject(row))
                 } else {
                     context.out.write(row.values.map(text).joined(separator: "\t") + terminator)
+                    try context.out.check()
                 }
             }
         } catch let error as CovenError where error.code == .sql && (error.cause ?? error.message).contains("readonly") {

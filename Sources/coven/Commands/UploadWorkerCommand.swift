@@ -1,9 +1,6 @@
 import CovenKit
 import Foundation
 
-/// Set by SIGINT or SIGTERM: the worker finishes the part in hand and stops.
-nonisolated(unsafe) private var stopSignal: sig_atomic_t = 0
-
 /// `coven upload-worker`: send the queued uploads.
 struct UploadWorkerCommand: Command {
     static let name = "upload-worker"
@@ -18,7 +15,9 @@ struct UploadWorkerCommand: Command {
     each 64 KiB chunk against its recorded hash before encrypting it.
 
     Without --once the worker runs until SIGINT or SIGTERM, looking at the queue every few \
-    seconds. With --once it drains the queue (retrying failures as their backoff falls due) and \
+    seconds. A signal ends it within a second, even with a request in flight or stalled, with \
+    status 130: the upload in flight goes back to the queue and resumes from its confirmed \
+    parts. With --once it drains the queue (retrying failures as their backoff falls due) and \
     exits: 0 when everything it could send was stored, 10 (partial) with a summary on stderr \
     (one JSON object with --json) when some upload failed or waits for its original.
 
@@ -31,26 +30,24 @@ struct UploadWorkerCommand: Command {
         OptionSpec("jobs", short: "j", value: "N", help: "uploads sent at once (default 2)"),
     ]
     static let mutates = true
+    static let pollsStop = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let jobs = try invocation.integer("jobs") ?? 2
         guard jobs >= 1, jobs <= 64 else { throw CovenError(.usage, "--jobs takes 1 to 64, not \(jobs)") }
         let once = invocation.has("once")
-        stopSignal = 0
-        signal(SIGINT) { _ in stopSignal = 1 }
-        signal(SIGTERM) { _ in stopSignal = 1 }
-        defer {
-            signal(SIGINT, SIG_DFL)
-            signal(SIGTERM, SIG_DFL)
-        }
         let display = WorkerDisplay(context)
         let summary = try UploadWorker.run(
             paths: DevicePaths(database: context.databasePath), jobs: Int(jobs), once: once,
             settings: UploadSettings(environment: context.environment),
             storageOptions: StorageOptions(environment: context.environment),
-            shouldStop: { stopSignal != 0 }, events: { display.show($0) })
+            stop: Stop.process, events: { display.show($0) })
         display.finish()
-        if summary.interrupted && !once { return 0 }
+        if summary.interrupted {
+            // Stopped by a signal (Ctrl-C, `systemctl stop`): what was sent stays, an upload
+            // in flight goes back to the queue and resumes from its confirmed parts.
+            if let reason = Stop.process.reason { throw CovenError(.interrupted, "upload-worker stopped: \(reason)") }
+        }
         guard summary.complete else {
             report(summary, context)
             return ExitCodes.partial
@@ -60,7 +57,7 @@ struct UploadWorkerCommand: Command {
         } else if !context.quiet && context.showsProgress {
             context.note("\(summary.stored) stored")
         }
-        return summary.interrupted ? ExitCodes.interrupted : 0
+        return 0
     }
 
     static func json(_ summary: UploadRunSummary) -> [String: Any] {

@@ -341,11 +341,11 @@ final class MakeDeviceOnlyTests: XCTestCase {
 
     func testACancelRemovesWhatTheCallMade() throws {
         let ids = try (0..<3).map { try fixture.storedFile(DeviceTestFixture.bytes(300_000, seed: UInt8($0))) }
-        let cancel = CancelFlag()
+        let stop = Stop()
         let error = assertCovenError(.interrupted) {
             try device.makeDeviceOnly(folder: folder, requests: ids.enumerated().map { request($1, ["Album", "\($0).bin"], "argument \($0 + 1)") },
-                                      parallel: 1, cancel: cancel, progress: { progress in
-                                          if progress.done { cancel.cancel("interrupted by SIGINT") }
+                                      parallel: 1, stop: stop, progress: { progress in
+                                          if progress.done { stop.request("interrupted by SIGINT") }
                                       })
         }
         XCTAssertTrue(error?.message.contains("SIGINT") == true)

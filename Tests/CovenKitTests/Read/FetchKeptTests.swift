@@ -64,12 +64,12 @@ final class FetchKeptTests: ReadTestCase {
     func testInterruptedKeepsWhatWasFetched() throws {
         let a = try storedFile(pattern(10, seed: 1), namespace: "keep")
         let b = try storedFile(pattern(40 * chunk, seed: 2), namespace: "keep")
-        var polls = 0
+        nonisolated(unsafe) var polls = 0
         // Stop inside the second file, after its first run of chunks.
-        let result = try device.fetchKept(interrupted: {
+        let result = try device.fetchKept(stop: Stop(when: {
             polls += 1
             return polls > 4
-        })
+        }))
         XCTAssertEqual(result.stop, .interrupted)
         XCTAssertEqual(result.fetched.map(\.file), [a])
         XCTAssertEqual(try cacheRow(a)?.int("complete"), 2, "fetched whole and checked against its hash")

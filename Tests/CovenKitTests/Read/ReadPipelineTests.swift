@@ -153,12 +153,12 @@ final class ReadPipelineTests: ReadTestCase {
         let id = try storedFile(bytes)
         _ = try read(id)
         XCTAssertEqual(try cacheRow(id)?.int("complete"), 4)
-        var polls = 0
+        nonisolated(unsafe) var polls = 0
         var out: [UInt8] = []
-        XCTAssertThrowsError(try device.readFile(id, interrupted: {
+        XCTAssertThrowsError(try device.readFile(id, stop: Stop(when: {
             polls += 1
             return polls > 2
-        }) { out.append(contentsOf: $0) }) { error in
+        })) { out.append(contentsOf: $0) }) { error in
             XCTAssertEqual(error.asCovenError.code, .interrupted)
         }
         XCTAssertEqual(out.count, 2 * run, "the runs before the stop went out, in order, and nothing after")
@@ -172,12 +172,12 @@ final class ReadPipelineTests: ReadTestCase {
     func testAnInterruptedFetchRecordsOnlyTheRunsTheReaderTook() throws {
         let bytes = pattern(5 * run + 3)
         let id = try storedFile(bytes)
-        var polls = 0
+        nonisolated(unsafe) var polls = 0
         var out = 0
-        XCTAssertThrowsError(try device.readFile(id, interrupted: {
+        XCTAssertThrowsError(try device.readFile(id, stop: Stop(when: {
             polls += 1
             return polls > 2
-        }) { out += $0.count }) { error in
+        })) { out += $0.count }) { error in
             XCTAssertEqual(error.asCovenError.code, .interrupted)
         }
         XCTAssertEqual(out, 2 * run)

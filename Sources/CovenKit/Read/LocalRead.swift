@@ -1,0 +1,125 @@
+import Foundation
+
+// MARK: - Reading local bytes, every chunk checked
+
+/// A read of a file's local bytes (the person's original, or coven's own copy of app bytes,
+/// before upload), checked the way a read of storage is: each 64 KiB chunk it serves is
+/// hashed and compared with the SHA-256 recorded for it at staging before any of its bytes
+/// go out, so a damaged copy never releases a wrong byte, even in a range.
+///
+/// Local bytes with no chunk hashes recorded (a copy make-device-only wrote, whose content
+/// hash was checked) are read whole once and compared with the content hash; the chunk hashes
+/// derived then are recorded (``Device/recordDerivedChunkHashes(object:content:chunks:)``), so
+/// the next read checks chunk by chunk, and nothing is served before that whole check.
+struct LocalRead {
+    let fd: Int32
+    let size: Int64
+    let chunkHashes: [UInt8]
+    /// The failure for bytes that are not the recorded ones (chunk index, or nil for the
+    /// whole file).
+    let changed: (Int64?) -> CovenError
+    let stop: Stop
+
+    /// Chunks read, checked and served at a time: 1 MiB.
+    static let runChunks: Int64 = 16
+
+    /// Whether the recorded chunk hashes cover the file.
+    var hasChunkHashes: Bool {
+        Int64(chunkHashes.count) == ObjectLayout.chunkCount(plaintextSize: size) * 32
+    }
+
+    /// Reads `wanted`, checking each chunk it covers before serving any of its bytes.
+    ///
+    /// - Throws: ``changed`` for a chunk that differs or a short read; `.io`; `.interrupted`;
+    ///   what `output` throws.
+    func read(_ wanted: Range<Int64>, output: (UnsafeRawBufferPointer) throws -> Void) throws {
+        precondition(hasChunkHashes, "internal error: a checked local read without chunk hashes")
+        guard !wanted.isEmpty else { return }
+        let chunk = ObjectLayout.chunkSize
+        let first = wanted.lowerBound / chunk
+        let last = (wanted.upperBound - 1) / chunk
+        var buffer = [UInt8](repeating: 0, count: Int(Self.runChunks * chunk))
+        var digest = [UInt8](repeating: 0, count: 32)
+        var run = first
+        while run <= last {
+            try stop.check("the read")
+            let end = min(last + 1, run + Self.runChunks)
+            let start = run * chunk
+            let stopAt = min(size, end * chunk)
+            let count = Int(stopAt - start)
+            let got = buffer.withUnsafeMutableBytes { preadAll(fd, UnsafeMutableRawBufferPointer(rebasing: $0[0..<count]), at: start) }
+            // Shorter than recorded: the file shrank since it was opened.
+            if got < count { throw changed((start + Int64(got)) / chunk) }
+            try buffer.withUnsafeBytes { raw in
+                for index in run..<end {
+                    let from = Int((index - run) * chunk)
+                    let to = Int(min(stopAt, (index + 1) * chunk) - start)
+                    digest.withUnsafeMutableBytes { out in
+                        if let base = out.baseAddress { SHA256.hash(UnsafeRawBufferPointer(rebasing: raw[from..<to]), into: base) }
+                    }
+                    let recorded = chunkHashes[Int(index * 32)..<Int(index * 32 + 32)]
+                    guard digest.elementsEqual(recorded) else { throw changed(index) }
+                }
+                let lower = Int(max(wanted.lowerBound, start) - start)
+                let upper = Int(min(wanted.upperBound, stopAt) - start)
+                if lower < upper { try output(UnsafeRawBufferPointer(rebasing: raw[lower..<upper])) }
+            }
+            run = end
+        }
+    }
+
+    /// Hashes the whole file once (no byte served) and returns its chunk hashes when it
+    /// matches `contentHash`.
+    ///
+    /// - Throws: ``changed`` (nil chunk) when it does not; `.io`; `.interrupted`.
+    static func deriveChunkHashes(fd: Int32, path: String, size: Int64, contentHash: [UInt8], stop: Stop, changed: (Int64?) -> CovenError) throws -> [UInt8] {
+        let file = FileHandleFD(descriptor: dup(fd), path: path)
+        let digests = try ContentHasher.run(file: file, sizeHint: size, stop: stop)
+        guard digests.size == size, digests.content == contentHash else { throw changed(nil) }
+        return digests.chunks
+    }
+}
+
+// MARK: - Proofs that bytes were checked
+
+/// What `fstat` says of a file that shows whether it was written since: device, inode, size,
+/// modification and change times (a write moves both; nothing but the kernel sets ctime).
+struct FileStamp: Equatable {
+    let text: String
+
+    init?(path: String) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        text = "\(info.st_dev):\(info.st_ino):\(info.st_size):\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec):\(info.st_ctim.tv_sec).\(info.st_ctim.tv_nsec)"
+    }
+}
+
+extension Device {
+    /// The `coven_meta` key of the proof that the bytes `subject` names were checked.
+    static func checkedKey(_ subject: String) -> String { "checked:" + subject }
+
+    /// Whether the file at `path` is still the one checked for `subject`: not written since
+    /// (``recordChecked(_:path:stamp:)``).
+    func isStillChecked(_ subject: String, path: String) -> Bool {
+        guard let stamp = FileStamp(path: path),
+              let recorded = try? setting(Self.checkedKey(subject)) else { return false }
+        return recorded == stamp.text
+    }
+
+    /// Records that the file at `path` was checked for `subject`, if it is still as it was
+    /// when the check began (`stamp`). Best effort: a device that cannot be written (a
+    /// read-only database) checks again next time.
+    func recordChecked(_ subject: String, path: String, stamp: FileStamp?) {
+        guard !readOnly, let stamp, FileStamp(path: path) == stamp else { return }
+        try? database.transaction { try setSetting(Self.checkedKey(subject), stamp.text) }
+    }
+
+    /// Records chunk hashes derived from local bytes that matched their content hash, only into
+    /// the row they were checked against (still without hashes, same content). Best effort.
+    func recordDerivedChunkHashes(object: String, content: [UInt8], chunks: [UInt8]) {
+        guard !readOnly else { return }
+        try? database.run(
+            "UPDATE coven_local SET chunk_hashes = ?2 WHERE object = ?1 AND length(chunk_hashes) = 0 AND content_hash = ?3",
+            [object, chunks, content])
+    }
+}

@@ -1,0 +1,35 @@
+import CovenKit
+import Foundation
+
+/// `coven device remove`: mark a device gone for good.
+struct DeviceCommand: Command {
+    static let name = "device"
+    static let abstract = "mark a device of the store gone for good"
+    static let synopsis = ["remove DEVICE"]
+    static let discussion = """
+    Publishes devices/<id>.gone, so that no device waits for the removed one any more and it is \
+    refused ('device_gone') if it syncs again; its uploads stop there. DEVICE is an id or a name \
+    that 'coven devices' lists. This device cannot remove itself. Prints the removed device's id.
+    """
+    static let options: [OptionSpec] = []
+    static let arguments = [
+        ArgumentSpec("ACTION", help: "what to do", choices: ["remove"]),
+        ArgumentSpec("DEVICE", help: "the device's id or name"),
+    ]
+    static let mutates = true
+
+    static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        guard invocation.arguments.first == "remove" else { throw CovenError(.usage, "the only action is 'remove'") }
+        guard invocation.arguments.count == 2 else { throw CovenError(.usage, "missing the DEVICE to remove") }
+        let device = try context.openDevice()
+        let name = invocation.arguments[1]
+        try device.removeDevice(name)
+        let removed = try device.devices().first { $0.id == name || $0.name == name }
+        if context.json {
+            try context.printJSON(["removed": removed?.id ?? name])
+        } else {
+            context.line(removed?.id ?? name)
+        }
+        return 0
+    }
+}

@@ -1,0 +1,34 @@
+import CovenKit
+import Foundation
+
+/// `coven devices`: the store's devices as this device knows them.
+struct DevicesCommand: Command {
+    static let name = "devices"
+    static let abstract = "list the store's devices, their published seq and frontier"
+    static let synopsis = ["[--json]"]
+    static let discussion = """
+    One line per device, this one first: its id, the highest seq of its changes applied here \
+    (for this device, published), whether it is gone for good, and its name. The list is what \
+    the last sync learned from devices/. With --json, an array of objects: `id`, `name`, \
+    `joined_at`, `seq`, `frontier` (for each other device, the highest seq it had applied with \
+    nothing missing below, as its last change said), `gone`, `this_device`.
+    """
+    static let options: [OptionSpec] = []
+    static let mutates = false
+
+    static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        let device = try context.openDeviceReadOnly()
+        let devices = try device.devices()
+        if context.json {
+            try context.printJSON(devices.map { info -> [String: Any] in
+                ["id": info.id, "name": info.name, "joined_at": info.joinedAt, "seq": info.seq, "frontier": info.frontier,
+                 "gone": info.gone, "this_device": info.thisDevice]
+            })
+        } else {
+            for info in devices {
+                context.line([info.id, String(info.seq), info.gone ? "gone" : (info.thisDevice ? "this" : "-"), info.name].joined(separator: "\t"))
+            }
+        }
+        return 0
+    }
+}

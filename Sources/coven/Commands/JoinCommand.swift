@@ -1,0 +1,77 @@
+import CovenKit
+import Foundation
+
+/// `coven join`: make this device a new device of an existing store.
+struct JoinCommand: Command {
+    static let name = "join"
+    static let abstract = "make a new device of an existing store, then pull its rows"
+    static let synopsis = ["URL [--key-file FILE] [--name NAME]"]
+    static let discussion = """
+    Reads the store key (the line 'coven key export' prints on one of the store's devices) from \
+    --key-file, or from stdin when it is not a terminal; checks it against the store's sealed \
+    manifest before writing anything (a wrong key is 'integrity'); builds the device at --db \
+    with the store's manifest and a fresh device id; announces it under devices/; then pulls \
+    every other device's changes. Prints the new device's id, or one JSON object with --json.
+    """
+    static let options = [
+        OptionSpec("key-file", value: "FILE", help: "the file holding the store key (default: stdin)", completion: .file),
+        OptionSpec("name", value: "NAME", help: "this device's name (default: the host name)"),
+    ]
+    static let arguments = [ArgumentSpec("URL", help: "the store's storage URL: file:///DIR or s3://BUCKET/PREFIX")]
+    static let mutates = true
+    static let pollsStop = true
+
+    static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        guard let url = invocation.arguments.first else { throw CovenError(.usage, "missing the store's URL") }
+        if let name = invocation.value("name"), name.trimmingCharacters(in: .whitespaces).isEmpty {
+            throw CovenError(.usage, "--name takes a name, not an empty word", hint: "leave --name out to use the host name")
+        }
+        let storage = try StorageLocation(parsing: url)
+        let text: String
+        if let path = invocation.value("key-file") {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw CovenError.posix("read the key file", path: path)
+            }
+            text = String(decoding: data, as: UTF8.self)
+        } else {
+            guard !context.stdinIsTerminal else {
+                throw CovenError(.usage, "no store key: pass --key-file FILE or pipe it on stdin", hint: "on a device of the store: coven key export")
+            }
+            text = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+        }
+        let key = try parseKey(text)
+        let device = try Device.join(paths: DevicePaths(database: context.databasePath), storage: storage, storeKey: key.bytes, name: invocation.value("name"))
+        if let store = key.store, store != device.storeID {
+            context.note("warning: the key names store \(store), but the store at \(storage) is \(device.storeID)")
+        }
+        let report = try device.sync(push: false, pull: true, stop: Stop.process)
+        if context.json {
+            try context.printJSON([
+                "store": ["id": device.storeID, "storage": device.storage.description],
+                "device": ["id": device.deviceID, "name": device.deviceName, "database": device.paths.database],
+                "pulled": ["changes": report.pulled.changes, "entries": report.pulled.entries],
+            ])
+        } else {
+            context.line(device.deviceID)
+            context.note("joined store \(device.storeID) at \(device.storage) as device '\(device.deviceName)'; pulled \(report.pulled.changes) change(s), \(report.pulled.entries) row(s)")
+        }
+        return 0
+    }
+
+    /// `coven-store-key-v1:STORE:HEX`, or the 64 hex digits alone.
+    static func parseKey(_ text: String) throws -> (store: String?, bytes: [UInt8]) {
+        let line = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        var store: String?
+        var hex = line
+        if line.hasPrefix("coven-store-key-v1:") {
+            let parts = line.split(separator: ":", omittingEmptySubsequences: false)
+            guard parts.count == 3 else { throw CovenError(.usage, "a store key reads 'coven-store-key-v1:STORE:KEY'") }
+            store = String(parts[1])
+            hex = String(parts[2])
+        }
+        guard hex.count == 64, let bytes = [UInt8](hex: hex) else {
+            throw CovenError(.usage, "a store key is 'coven-store-key-v1:STORE:KEY' with KEY 64 hex digits", hint: "print it with 'coven key export' on a device of the store")
+        }
+        return (store, bytes)
+    }
+}

@@ -1,0 +1,70 @@
+import CovenKit
+import Foundation
+
+/// `coven sync`: publish this device's writes and apply the other devices'.
+struct SyncCommand: Command {
+    static let name = "sync"
+    static let abstract = "publish this device's writes and apply the other devices'"
+    static let synopsis = ["[--push | --pull]"]
+    static let discussion = """
+    Pushes, pulls, then pushes again (what the pull changed locally, nothing; what was written \
+    meanwhile, everything). A push publishes the recorded writes oldest first as sealed, signed \
+    change objects under changes/<device>/, stopping before the first write a bound upload still \
+    holds; a pull applies every other device's new changes in causal order, last writer wins per \
+    row, keeping the losing side of a concurrent edit as a lost value ('coven lost'). A quiet \
+    sync lists devices/ once and asks for one object per device. Prints a summary, or one JSON \
+    object with --json.
+    """
+    static let options = [
+        OptionSpec("push", help: "only publish this device's writes"),
+        OptionSpec("pull", help: "only apply the other devices' changes"),
+    ]
+    static let mutates = true
+    static let pollsStop = true
+
+    static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        let pushOnly = invocation.has("push"), pullOnly = invocation.has("pull")
+        guard !(pushOnly && pullOnly) else { throw CovenError(.usage, "--push and --pull exclude each other", hint: "give neither to do both") }
+        let device = try context.openDevice()
+        let report = try device.sync(push: !pullOnly, pull: !pushOnly, wait: !context.noWait, stop: Stop.process)
+        let pulled = report.pulled
+        let incomplete = !pulled.gaps.isEmpty || !pulled.waiting.isEmpty
+        let status = incomplete ? ExitCodes.partial : ExitCodes.success
+        if context.json {
+            try context.printJSON([
+                "quiet": report.quiet,
+                "pushed": ["changes": report.pushed.published, "entries": report.pushed.entries, "held": report.pushed.held] as [String: Any],
+                "pulled": [
+                    "changes": pulled.changes, "entries": pulled.entries, "skipped": pulled.skipped, "lost": pulled.lost,
+                    "taken_out": pulled.takenOut, "devices": pulled.applied, "gaps": pulled.gaps, "waiting": pulled.waiting,
+                    "new_devices": pulled.newDevices,
+                ] as [String: Any],
+                "exit_code": status,
+            ])
+        } else {
+            if report.quiet {
+                context.line("nothing to do" + (report.pushed.held > 0 ? " (\(count(report.pushed.held, "write")) held by bound uploads)" : ""))
+            } else {
+                var parts: [String] = []
+                if !pullOnly { parts.append("pushed \(count(report.pushed.published.count, "change")) (\(count(report.pushed.entries, "row")))") }
+                if !pushOnly {
+                    var pull = "pulled \(count(pulled.changes, "change")) (\(count(pulled.entries, "row"))"
+                    if pulled.lost > 0 { pull += ", \(count(pulled.lost, "lost value"))" }
+                    if pulled.takenOut > 0 { pull += ", \(count(pulled.takenOut, "row")) taken out" }
+                    parts.append(pull + ")")
+                }
+                if report.pushed.held > 0 { parts.append("\(count(report.pushed.held, "write")) held by bound uploads") }
+                context.line(parts.joined(separator: "; "))
+            }
+            for (other, seq) in pulled.gaps.sorted(by: { $0.key < $1.key }) {
+                context.note("warning: change \(seq) of device \(other) is missing from storage though another device applied it: its pull stops there")
+            }
+            for (other, seq) in pulled.waiting.sorted(by: { $0.key < $1.key }) {
+                context.note("warning: device \(other)'s next change waits for change \(seq) of a device not applied here yet")
+            }
+        }
+        return status
+    }
+
+    static func count(_ n: some BinaryInteger, _ noun: String) -> String { "\(n) \(noun)\(n == 1 ? "" : "s")" }
+}
