@@ -131,6 +131,7 @@ extension Device {
         defer { _ = lock }
         try switchToDeviceOnly(plan, digests: digests, journal: journal)
         committed = true
+        removeForgottenCacheFiles(objects: plan.copies.map(\.record.coordinates.object))
 
         // The temporaries go now; each copy's change time moves with its link count, so record
         // the time it settles at.
@@ -254,10 +255,12 @@ extension Device {
 
     // MARK: Downloads
 
+    /// Downloads every copy, `parallel` files at once, each through the read path of a
+    /// connection of its own (``readStoredFile(_:buffers:stop:output:)``).
     func downloadCopies(
         _ plan: DeviceOnlyPlan, parallel: Int, stop: Stop, progress: (@Sendable (DeviceOnlyProgress) -> Void)?
     ) throws -> [CopyDigests] {
-        let connector = StorageConnector(location: storage)
+        let paths = self.paths
         let state = DownloadState(count: plan.copies.count, callSize: plan.copies.reduce(0) { $0 + $1.record.size }, progress: progress)
         let workers = max(1, min(parallel, plan.copies.count))
         let group = DispatchGroup()
@@ -265,14 +268,18 @@ extension Device {
             group.enter()
             let thread = Thread {
                 defer { group.leave() }
-                var provider: (any StorageProvider)?
+                var reader: Device?
                 let block = CopyBlock()
+                // Run buffers reused file after file (fresh ones per file cost memory and
+                // system time): two for a download alone, one filling while the other is written
+                // out; one each when downloads run side by side and overlap one another.
+                let buffers = (0..<(workers > 1 ? 1 : 2)).map { _ in RunBuffer(chunks: StoredRead.runChunks) }
                 while let index = state.take(stopping: stop) {
                     let copy = plan.copies[index]
                     do {
-                        if provider == nil { provider = try connector.connect() }
-                        guard let provider else { return }
-                        let digests = try Self.download(copy, provider: provider, block: block, stop: stop) { bytes in
+                        if reader == nil { reader = try Device.open(paths: paths) }
+                        guard let reader else { return }
+                        let digests = try Self.download(copy, reader: reader, block: block, buffers: buffers, stop: stop) { bytes in
                             state.report(index, copy, bytes: bytes, done: false)
                         }
                         state.finish(index, copy, digests)
@@ -291,47 +298,50 @@ extension Device {
         return try state.results()
     }
 
-    /// Downloads one file into its temporary, decrypting and checking as it streams, syncs it
-    /// and links it at its final name (never over anything).
+    /// Downloads one file into its temporary through the read path (cached chunks from the
+    /// cache, the rest from storage, every chunk checked and the whole file against its content
+    /// hash), syncs it and links it at its final name (never over anything).
     static func download(
-        _ copy: PlannedCopy, provider: any StorageProvider, block: CopyBlock, stop: Stop, onBytes: @escaping (Int64) -> Void
+        _ copy: PlannedCopy, reader: Device, block: CopyBlock, buffers: [RunBuffer], stop: Stop, onBytes: @escaping (Int64) -> Void
     ) throws -> CopyDigests {
         let record = copy.record
-        let key = try FileKey(hex: record.coordinates.key)
-        let reader = try ObjectReader(key: key, plaintextSize: record.size)
-        let whole = try SHA256()
+        guard let hash = record.hash, let content = [UInt8](hex: hash.lowercased()), content.count == 32 else {
+            throw CovenError(.integrity, "file '\(record.id)' has no content hash to check its copy against", details: ["file": record.id])
+        }
         let writer = try CopyWriter(creating: copy.temporary, block: block)
-        // Chunks decrypt straight into the block that goes to the disk.
-        reader.plaintextTarget = { writer.room }
         var reported: Int64 = 0
-        let emit: (UnsafeRawBufferPointer) throws -> Void = { plain in
-            whole.update(plain)
-            try writer.append(plain)
-            // Progress at the first bytes, then every MiB: a report takes the call's lock and
-            // draws, too dear for every 64 KiB chunk.
-            if reported == 0 || writer.count - reported >= 1 << 20 {
-                reported = writer.count
-                onBytes(reported)
-            }
-        }
         do {
-            try provider.get(record.coordinates.object, range: nil) { bytes in
-                try stop.check("make-device-only")
-                try reader.feed(bytes, emit: emit)
+            _ = try reader.readStoredFile(record, buffers: buffers, stop: stop) { plain in
+                // A chunk at a time, so progress comes at the first bytes, then every MiB: a
+                // report takes the call's lock and draws, too dear for every chunk.
+                var offset = 0
+                while offset < plain.count {
+                    let piece = UnsafeRawBufferPointer(rebasing: plain[offset..<min(plain.count, offset + Int(ObjectLayout.chunkSize))])
+                    try writer.append(piece)
+                    offset += piece.count
+                    if reported == 0 || writer.count - reported >= 1 << 20 {
+                        reported = writer.count
+                        onBytes(reported)
+                    }
+                }
             }
-            try reader.finish(emit: emit)
-        } catch let error as CovenError where error.code == .missing {
-            throw CovenError(.missing, "storage holds nothing at '\(record.coordinates.object)' for file '\(record.id)'", cause: error.cause, details: ["file": record.id, "object": record.coordinates.object])
+        } catch let error as CovenError where error.code == .interrupted {
+            try stop.check("make-device-only")
+            throw error
+        } catch let error as CovenError where error.code == .integrity && error.details["short"] == "true" {
+            // The whole object was read: one shorter than its record lost its last chunks.
+            var details = error.details
+            details["reason"] = "truncated"
+            details["file"] = record.id
+            throw CovenError(.integrity, "the stored object of file '\(record.id)' is truncated", cause: error.cause, details: details)
         }
-        // The chunk hashes are not recorded: the content hash checked here covers every byte,
-        // and a later move derives them from the copy, checked against that hash, before it
-        // sends any byte (UploadSource.open). Hashing each chunk here too would cost a second
-        // SHA-256 pass over every byte brought back (measured: a fifth of the call's time on
-        // 2 cores) for the rare file that goes back to the cloud.
+        // The read checked every byte against the content hash (or served a cache entry that
+        // matched it, every chunk checked against its tag), so that hash is the copy's. Its
+        // chunk hashes are not recorded: a later move derives them from the copy, checked
+        // against that hash, before it sends any byte (UploadSource.open).
         let chunks: [UInt8] = record.size == 0 ? SHA256.digest([UInt8]()) : []
-        let content = whole.finish()
         let written = writer.count
-        guard written == record.size, content.hex == record.hash?.lowercased() else {
+        guard written == record.size else {
             throw CovenError(.integrity, "file '\(record.id)' does not match its content hash", details: ["file": record.id])
         }
         try writer.finish()
@@ -372,6 +382,8 @@ extension Device {
                     modifiedSeconds: identity.modifiedSeconds, modifiedNanos: identity.modifiedNanos, changeStamp: identity.changeStamp,
                     contentHash: digest.content, chunkHashes: digest.chunks))
                 _ = try fileRecords.unpin(id)
+                // The copy holds the bytes now: the cache does not hold them twice.
+                try forgetCacheEntry(object: now.coordinates.object)
             }
             try journal.markCommitted()
           }

@@ -7,9 +7,18 @@ import Foundation
 ///
 /// The object key and the file key are fixed when the file is staged, so a device-only file
 /// already knows where it will be stored; several records may name one object.
+///
+/// This is the one decoder of coordinates in Swift. SQL reads them decoded too, once, from the
+/// generated columns of `coven_files` (``Schema/upgradeTo4(_:)``): `place` (`at`), `device` and
+/// `object`; no query extracts them from the JSON itself.
 public struct Coordinates: Sendable, Equatable, Codable {
     /// Whether the file is on one device or stored.
-    public enum Place: String, Sendable, Codable { case device, stored }
+    public enum Place: String, Sendable, Codable {
+        case device, stored
+
+        /// The place as an SQL string literal, for SQL text.
+        var sql: String { "'\(rawValue)'" }
+    }
 
     /// Where it is.
     public var at: Place

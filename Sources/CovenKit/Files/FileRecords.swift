@@ -59,15 +59,19 @@ struct FileRecords {
 
     /// The record ids naming `object`.
     func ids(object: String) throws -> [String] {
-        try database.query("SELECT id FROM coven_files WHERE json_extract(coordinates, '$.object') = ?1 ORDER BY id", [object]).compactMap { $0.string("id") }
+        try database.query("SELECT id FROM coven_files WHERE object = ?1 ORDER BY id", [object]).compactMap { $0.string("id") }
+    }
+
+    /// The coordinates of a record naming `object` (they all hold its key), or nil when none
+    /// does.
+    func coordinates(object: String) throws -> Coordinates? {
+        try database.scalar("SELECT coordinates FROM coven_files WHERE object = ?1 LIMIT 1", [object]).textValue.map(Coordinates.init(json:))
     }
 
     /// The records of this device's files on this device only that name `object`.
     func deviceOnlyHere(object: String) throws -> [FileRecord] {
         try database.query("""
-            SELECT * FROM coven_files
-            WHERE json_extract(coordinates, '$.object') = ?1 AND json_extract(coordinates, '$.at') = 'device'
-              AND json_extract(coordinates, '$.device') = ?2
+            SELECT * FROM coven_files WHERE object = ?1 AND place = \(Coordinates.Place.device.sql) AND device = ?2
             """, [object, device.deviceID]).map(FileRecord.init(row:))
     }
 

@@ -97,8 +97,8 @@ final class WriteSession {
                 let references = try validate(appChanges)
                 try releaseUnreferenced(candidates: references.released, stillNamed: references.named)
                 try applyMoveIntents()
-                if let moveID, try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE move = ?1", [moveID]).intValue ?? 0 > 0 {
-                    try database.run("INSERT INTO coven_move_state (id, state, created_at) VALUES (?1, 'moving', ?2)", [moveID, Timestamp.iso8601(Date())])
+                if let moveID, try device.uploadQueue.count(move: moveID) > 0 {
+                    try device.moveRecords.begin(moveID)
                 }
                 recorded.waitsFor = waitsFor
                 var staged: [String: String] = [:]
@@ -106,7 +106,7 @@ final class WriteSession {
                     if case .staged(let row) = intent.source, let id = row.string("id") { staged[id] = intent.fileID }
                 }
                 let usedMove = try moveID.flatMap { id in
-                    try database.scalar("SELECT count(*) FROM coven_move_state WHERE id = ?1", [id]).intValue ?? 0 > 0 ? id : nil
+                    try device.moveRecords.state(id) != nil ? id : nil
                 }
                 return WriteResult(files: intents.map(\.fileID), staged: staged, move: usedMove, rows: rows)
             }
@@ -251,7 +251,6 @@ final class WriteSession {
 
     /// Makes the records, local bytes and uploads of the files the SQL put.
     func applyIntents() throws {
-        var position = try database.scalar("SELECT coalesce(max(position), 0) FROM coven_upload_queue").intValue ?? 0
         for intent in intents {
             switch intent.source {
             case .existing(let record):
@@ -268,11 +267,7 @@ final class WriteSession {
                 try database.run("DELETE FROM coven_staged WHERE id = ?1", [row.string("id") ?? ""])
                 if intent.place == .cloud {
                     if moveID == nil { moveID = Identifier.uuid7() }
-                    position += 1
-                    try database.run("""
-                        INSERT INTO coven_upload_queue (object, position, move, bytes_total)
-                        VALUES (?1, ?2, ?3, ?4)
-                        """, [intent.object, position, moveID, ObjectLayout.encryptedSize(plaintextSize: intent.size)])
+                    try device.uploadQueue.enqueue(intent.object, move: moveID, bytesTotal: ObjectLayout.encryptedSize(plaintextSize: intent.size))
                 }
             }
         }
@@ -400,11 +395,11 @@ final class WriteSession {
         let object = record.coordinates.object
         if isPut, let intent = intents.first(where: { $0.fileID == fileID }), case .staged = intent.source, intent.place == .cloud {
             // Staged by this write for the cloud: its upload is bound, outside any move.
-            try database.run("UPDATE coven_upload_queue SET bound = 1, move = NULL WHERE object = ?1", [object])
+            try device.uploadQueue.bind(object)
             waitsFor.insert(object)
             return
         }
-        if try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE object = ?1 AND bound = 1 AND state IN ('queued', 'sending')", [object]).intValue ?? 0 > 0 {
+        if try device.uploadQueue.isBoundUpload(object) {
             waitsFor.insert(object)
             return
         }
@@ -443,16 +438,8 @@ extension Device {
     ///
     /// Call inside a transaction.
     func retireUpload(object: String) throws {
-        if let queued = try database.queryOne("SELECT state, upload_id, lease_until FROM coven_upload_queue WHERE object = ?1", [object]) {
-            let sending = queued.string("state") == "sending" && (queued["lease_until"].intValue.map { Double($0) } ?? 0) > Date().timeIntervalSince1970
-            if queued["upload_id"].isNull && !sending {
-                try database.run("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
-                try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
-            } else {
-                try database.run("UPDATE coven_upload_queue SET state = 'retired' WHERE object = ?1", [object])
-                return // the worker still needs the local bytes
-            }
-        }
+        // A worker still sending it needs the local bytes.
+        guard try !uploadQueue.retire(object) else { return }
         try forgetLocalBytes(object: object)
     }
 

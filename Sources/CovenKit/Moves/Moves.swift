@@ -15,12 +15,71 @@ struct MoveIntents {
     var operations: [Operation] = []
 }
 
+/// Where a move is, in `coven_move_state.state`.
+public enum MoveState: String, Sendable, CaseIterable {
+    /// Its files upload; none switches until every one is stored.
+    case moving
+    /// A changed original failed it: no file of it switches.
+    case failed
+    /// Every file of it is stored, switched in one write.
+    case done
+    /// Cancelled: its files stay on this device only.
+    case cancelled
+
+    /// The state as an SQL string literal, for SQL text.
+    var sql: String { "'\(rawValue)'" }
+}
+
+/// The one writer of `coven_move_state`: the moves a write begins, the upload worker ends
+/// (done, failed) and a cancel cancels. Every method runs inside the caller's transaction.
+struct MoveRecords {
+    let database: Database
+
+    /// The state of move `id`, or nil for no such move.
+    func state(_ id: String) throws -> MoveState? {
+        try database.scalar("SELECT state FROM coven_move_state WHERE id = ?1", [id]).textValue.flatMap(MoveState.init(rawValue:))
+    }
+
+    /// Records a new move, under way.
+    func begin(_ id: String) throws {
+        try database.run("INSERT INTO coven_move_state (id, state, created_at) VALUES (?1, ?2, ?3)",
+                         [id, MoveState.moving.rawValue, Timestamp.iso8601(Date())])
+    }
+
+    /// Records a move whose every file is stored and switched.
+    func markDone(_ id: String) throws {
+        try database.run("""
+            INSERT INTO coven_move_state (id, state, created_at) VALUES (?1, ?2, ?3)
+            ON CONFLICT (id) DO UPDATE SET state = excluded.state
+            """, [id, MoveState.done.rawValue, Timestamp.iso8601(Date())])
+    }
+
+    /// Records a move failed by `error`, naming the file whose original it concerns.
+    func markFailed(_ id: String, error: CovenError, file: String?) throws {
+        try database.run("""
+            INSERT INTO coven_move_state (id, state, created_at, error, error_code, error_file) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+            ON CONFLICT (id) DO UPDATE SET state = excluded.state, error = excluded.error, error_code = excluded.error_code,
+                error_file = excluded.error_file
+            """, [id, MoveState.failed.rawValue, Timestamp.iso8601(Date()), error.description, error.code.rawValue, file])
+    }
+
+    /// Records a move cancelled.
+    func markCancelled(_ id: String) throws {
+        try database.run("UPDATE coven_move_state SET state = ?2 WHERE id = ?1", [id, MoveState.cancelled.rawValue])
+    }
+}
+
+extension Device {
+    /// The owner of this device's moves.
+    var moveRecords: MoveRecords { MoveRecords(database: database) }
+}
+
 /// One file of a move, as `coven moves` lists it.
 public struct MoveListing: Sendable, Equatable {
     /// The move's id.
     public var move: String
-    /// `moving` or `failed`.
-    public var state: String
+    /// ``MoveState/moving`` or ``MoveState/failed``.
+    public var state: MoveState
     /// A file of the move.
     public var file: String
     /// The path of the file's original on this device, as text (`coven_path_text`), or nil for
@@ -96,7 +155,7 @@ extension WriteSession {
 
     private func applyMove(id: String, files: [String]) throws {
         let now = Date().timeIntervalSince1970
-        let idle = try Device.idleUploadCondition(database)
+        let queue = device.uploadQueue
         var objects: [(object: String, size: Int64)] = []
         var seen: [String: String] = [:] // object → the file that brought it
         for file in files {
@@ -120,11 +179,11 @@ extension WriteSession {
             }
             if let queued = try database.queryOne("""
                 SELECT q.move, q.state, m.state AS move_state,
-                       (SELECT count(*) FROM coven_upload_queue WHERE object = ?1 AND \(idle)) AS idle
+                       (SELECT count(*) FROM coven_upload_queue WHERE object = ?1 AND \(UploadQueue.idleCondition)) AS idle
                 FROM coven_upload_queue AS q LEFT JOIN coven_move_state AS m ON m.id = q.move WHERE q.object = ?1
                 """, [object, now]) {
                 let move = queued.string("move")
-                let ended = queued.string("state") == "retired" || queued.string("move_state") == "cancelled"
+                let ended = queued.string("state") == UploadState.retired.rawValue || queued.string("move_state") == MoveState.cancelled.rawValue
                 if let move, move != moveID, !ended {
                     throw CovenError(.fileInMove, "file '\(file)' is already in move '\(move)'",
                                      hint: "cancel it with 'coven move --cancel \(move)' first", details: ["file": file, "move": move])
@@ -138,8 +197,7 @@ extension WriteSession {
                                      details: ["file": file, "move": move ?? ""])
                 }
                 // An upload of a cancelled move that sent nothing: the new move takes its place.
-                try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
-                try database.run("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
+                try queue.remove(object)
             }
             guard let size = try database.scalar("SELECT size FROM coven_local WHERE object = ?1", [object]).intValue else {
                 throw CovenError(.bytesAbsent, "this device holds no bytes of file '\(file)'", details: ["file": file])
@@ -147,13 +205,10 @@ extension WriteSession {
             seen[object] = file
             objects.append((object, size))
         }
-        var position = try database.scalar("SELECT coalesce(max(position), 0) FROM coven_upload_queue").intValue ?? 0
         for (object, size) in objects {
-            position += 1
-            try database.run("INSERT INTO coven_upload_queue (object, position, move, bytes_total) VALUES (?1, ?2, ?3, ?4)",
-                             [object, position, id, ObjectLayout.encryptedSize(plaintextSize: size)])
+            try queue.enqueue(object, move: id, bytesTotal: ObjectLayout.encryptedSize(plaintextSize: size))
         }
-        try database.run("INSERT INTO coven_move_state (id, state, created_at) VALUES (?1, 'moving', ?2)", [id, Timestamp.iso8601(Date())])
+        try device.moveRecords.begin(id)
     }
 }
 
@@ -190,34 +245,23 @@ extension Device {
 
     /// Cancels a move inside the caller's transaction.
     func cancelMoveInTransaction(_ id: String) throws {
-        guard let state = try database.scalar("SELECT state FROM coven_move_state WHERE id = ?1", [id]).textValue else {
+        guard let state = try moveRecords.state(id) else {
             throw CovenError(.notFound, "no move '\(id)'", hint: "'coven moves' lists the moves under way or failed", details: ["move": id])
         }
         switch state {
-        case "moving", "failed":
+        case .moving, .failed:
             break
-        case "cancelled":
-            throw CovenError(.invalidState, "move '\(id)' is already cancelled", details: ["move": id, "state": state])
-        default:
-            throw CovenError(.invalidState, "move '\(id)' is done: its files are stored", details: ["move": id, "state": state])
+        case .cancelled:
+            throw CovenError(.invalidState, "move '\(id)' is already cancelled", details: ["move": id, "state": state.rawValue])
+        case .done:
+            throw CovenError(.invalidState, "move '\(id)' is done: its files are stored", details: ["move": id, "state": state.rawValue])
         }
-        try database.run("UPDATE coven_move_state SET state = 'cancelled' WHERE id = ?1", [id])
+        try moveRecords.markCancelled(id)
         // Uploads nothing was sent for go at once. One with a provider session, being sent or
         // already stored stays for the upload worker, which sees its move cancelled: it aborts
         // the session and drops the upload, switching nothing. The local bytes stay either way:
         // the files stay on this device only.
-        let idle = try Self.idleUploadCondition(database)
-        try database.run("DELETE FROM coven_upload_parts WHERE object IN (SELECT object FROM coven_upload_queue WHERE move = ?1 AND \(idle))",
-                         [id, Date().timeIntervalSince1970])
-        try database.run("DELETE FROM coven_upload_queue WHERE move = ?1 AND \(idle)", [id, Date().timeIntervalSince1970])
-    }
-
-    /// The SQL condition (over `coven_upload_queue`, with the time as `?2`) of an upload that
-    /// has sent nothing: no provider session, not being sent, not stored yet (the `uploaded`
-    /// column, where the upload worker's schema has it).
-    static func idleUploadCondition(_ database: Database) throws -> String {
-        let hasUploaded = try database.scalar("SELECT count(*) FROM pragma_table_info('coven_upload_queue') WHERE name = 'uploaded'").intValue ?? 0 > 0
-        return "upload_id IS NULL AND NOT (state = 'sending' AND coalesce(lease_until, 0) > ?2)" + (hasUploaded ? " AND uploaded = 0" : "")
+        try uploadQueue.removeIdle(move: id)
     }
 
     // MARK: Listing
@@ -230,16 +274,16 @@ extension Device {
                    -- The original the failure names, as text: error_file holds a path, or the
                    -- id of the file whose original it is.
                    coalesce((SELECT coven_path_text(l2.path) FROM coven_files AS f2
-                             JOIN coven_local AS l2 ON l2.object = json_extract(f2.coordinates, '$.object')
+                             JOIN coven_local AS l2 ON l2.object = f2.object
                              WHERE f2.id = m.error_file AND l2.kind = 'user'), m.error_file) AS error_file,
                    CASE WHEN l.kind = 'user' THEN coven_path_text(l.path) END AS path
             FROM coven_moves AS m
             JOIN coven_files AS f ON f.id = m.file
-            LEFT JOIN coven_local AS l ON l.object = json_extract(f.coordinates, '$.object')
-            LEFT JOIN coven_upload_queue AS q ON q.object = json_extract(f.coordinates, '$.object')
+            LEFT JOIN coven_local AS l ON l.object = f.object
+            LEFT JOIN coven_upload_queue AS q ON q.object = f.object
             ORDER BY m.created_at, m.move, q.position, m.file
             """).map { row in
-            MoveListing(move: row.string("move") ?? "", state: row.string("state") ?? "", file: row.string("file") ?? "",
+            MoveListing(move: row.string("move") ?? "", state: MoveState(rawValue: row.string("state") ?? "") ?? .moving, file: row.string("file") ?? "",
                         path: row.string("path"), error: row.string("error"), errorMessage: row.string("error_message"),
                         errorFile: row.string("error_file"), createdAt: row.string("created_at") ?? "")
         }

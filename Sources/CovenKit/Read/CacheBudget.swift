@@ -39,7 +39,7 @@ extension Device {
     public func cacheUsage() throws -> (used: Int64, partial: Int64) {
         let used = try database.scalar("""
             SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c
-            WHERE c.object NOT IN (SELECT json_extract(f.coordinates, '$.object') FROM coven_files f WHERE \(Self.keptFile))
+            WHERE c.object NOT IN (SELECT f.object FROM coven_files f WHERE \(Self.keptFile))
             """, [try keptNamespaces()]).intValue ?? 0
         let partial = try database.scalar("SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c WHERE c.complete = 0", []).intValue ?? 0
         return (used, partial)
@@ -55,20 +55,19 @@ extension Device {
         // ("file_cache").
         let groups = try database.query("""
             WITH kept AS (
-                SELECT f.size AS size, json_extract(f.coordinates, '$.at') AS at, json_extract(f.coordinates, '$.device') AS device,
-                       json_extract(f.coordinates, '$.object') AS object
+                SELECT f.size AS size, f.place AS at, f.device AS device, f.object AS object
                 FROM coven_files f
                 WHERE \(Self.keptFile)
             ), looked AS (
                 SELECT k.size, coalesce(c.bytes, 0) AS cached, coalesce(c.complete, 0) AS state, m.value AS failure,
-                       (k.at = 'device' AND k.device = ?2) AS here, k.at AS at
+                       (k.at = ?3 AND k.device = ?2) AS here, k.at AS at
                 FROM kept k
                 LEFT JOIN coven_cache c ON c.object = k.object
                 LEFT JOIN coven_meta m ON m.key = 'fetch_failed:' || k.object
             )
             SELECT CASE
                      WHEN here OR state >= 1 THEN NULL
-                     WHEN at = 'device' THEN 'device_only_elsewhere'
+                     WHEN at = ?3 THEN 'device_only_elsewhere'
                      WHEN failure IS NOT NULL THEN failure
                      WHEN cached > 0 THEN 'partial'
                      ELSE 'not_fetched'
@@ -76,7 +75,7 @@ extension Device {
                    count(*) AS count, coalesce(sum(size), 0) AS bytes,
                    coalesce(sum(CASE WHEN here THEN size ELSE cached END), 0) AS held_bytes
             FROM looked GROUP BY reason ORDER BY reason
-            """, [try keptNamespaces(), deviceID])
+            """, [try keptNamespaces(), deviceID, Coordinates.Place.device.rawValue])
         var heldCount: Int64 = 0
         var heldBytes: Int64 = 0
         var notHeld: [CacheSummary.NotHeld] = []

@@ -159,7 +159,7 @@ extension Device {
     /// Objects of kept files: pinned, or in a namespace the manifest declares kept.
     func keptObjects() throws -> Set<String> {
         let rows = try database.query(
-            "SELECT DISTINCT json_extract(f.coordinates, '$.object') AS object FROM coven_files f WHERE \(Self.keptFile)",
+            "SELECT DISTINCT f.object AS object FROM coven_files f WHERE \(Self.keptFile)",
             [try keptNamespaces()])
         return Set(rows.compactMap { $0.string("object") })
     }
@@ -190,6 +190,30 @@ extension Device {
 
     /// The `coven_meta` key prefix of a forgotten entry whose files are still to be removed.
     static let uncacheNote = "uncache:"
+
+    /// Forgets the cache entry of `object`, inside the caller's transaction, once no record
+    /// here reads the object from storage any more (make-device-only switched its files: the
+    /// copy is their original here, and the bytes are not kept twice). Its files are noted as
+    /// to be removed; ``removeForgottenCacheFiles(objects:)`` removes them after the commit (a
+    /// crash before leaves the note, which the next open acts on).
+    func forgetCacheEntry(object: String) throws {
+        guard try cacheRow(object) != nil else { return }
+        let stored = try database.scalar("SELECT count(*) FROM coven_files WHERE object = ?1 AND place = \(Coordinates.Place.stored.sql)", [object])
+        guard stored.intValue ?? 0 == 0 else { return }
+        try database.run("DELETE FROM coven_cache WHERE object = ?1", [object])
+        try setSetting(Self.uncacheNote + object, object)
+    }
+
+    /// Removes the files of the entries ``forgetCacheEntry(object:)`` forgot, once its
+    /// transaction has committed; best effort.
+    func removeForgottenCacheFiles(objects: [String]) {
+        for object in objects {
+            let note = Self.uncacheNote + object
+            // Only while noted and not made again since.
+            guard let forgotten = try? setting(note) != nil && cacheRow(object) == nil, forgotten else { continue }
+            if unlinkCacheFiles(cachePaths(object: object)) { try? database.run("DELETE FROM coven_meta WHERE key = ?1", [note]) }
+        }
+    }
 
     /// Removes an entry's two files; false if one is still there.
     private func unlinkCacheFiles(_ files: CacheEntryPaths) -> Bool {
@@ -224,9 +248,9 @@ extension Device {
     /// the manifest's kept namespaces, as a JSON array.
     private static let trimmable = """
         c.object != ?2
-        AND c.object NOT IN (SELECT json_extract(f.coordinates, '$.object') FROM coven_files f WHERE \(keptFile))
+        AND c.object NOT IN (SELECT f.object FROM coven_files f WHERE \(keptFile))
         AND (?3 IS NULL OR c.object IN (
-            SELECT json_extract(f.coordinates, '$.object') FROM coven_files f WHERE f.namespace = ?3))
+            SELECT f.object FROM coven_files f WHERE f.namespace = ?3))
         """
 
     /// Removes what was read longest ago among the entries a budget covers (a namespace's, or

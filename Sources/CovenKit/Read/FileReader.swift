@@ -118,6 +118,25 @@ extension Device {
         return report
     }
 
+    /// Reads a whole stored file for a copy that becomes the file's bytes on this device
+    /// (make-device-only), through the same read as ``readFile(_:range:stop:output:)``:
+    /// the chunks the cache holds are read from it, each checked against its tag, the others
+    /// fetched, and the whole file is checked against the record's hash before its last bytes go
+    /// out. Nothing is added to the cache: the copy holds the bytes, and the cache entry goes
+    /// once the copy is the file's original here (``forgetCacheEntry(object:)``).
+    ///
+    /// - Parameter buffers: run buffers to read through (their count is the read's depth), kept
+    ///   by a caller reading file after file, so their memory is touched once.
+    /// - Throws: as ``readFile(_:range:stop:output:)`` for a stored file.
+    func readStoredFile(
+        _ record: FileRecord, buffers: [RunBuffer], stop: Stop, output: (UnsafeRawBufferPointer) throws -> Void
+    ) throws -> ReadReport {
+        let read = try StoredRead(device: self, record: record, durable: false, stop: stop, keepsFetched: false)
+        defer { read.close() }
+        read.buffers = buffers
+        return try read.read(0..<record.size, output: output)
+    }
+
     func deviceOnlyError(_ record: FileRecord) -> CovenError {
         let device = record.coordinates.device ?? ""
         return CovenError(.deviceOnly, "file '\(record.id)' is on device '\(device)' only", hint: "read it on that device, or move it to the cloud there",
@@ -298,11 +317,16 @@ final class StoredRead {
     /// Chunks per request: 1 MiB of plaintext.
     static let runChunks: Int64 = 16
 
-    /// - Parameter caching: false for a read that keeps nothing, on a disk with no room for even
-    ///   the entry's record: every chunk is fetched and checked, none is written or recorded.
-    init(device: Device, record: FileRecord, durable: Bool, stop: Stop, caching: Bool = true) throws {
+    /// - Parameters:
+    ///   - caching: false for a read that keeps nothing, on a disk with no room for even the
+    ///     entry's record: every chunk is fetched and checked, none is written or recorded.
+    ///   - keepsFetched: false for a read that serves the chunks the cache holds but adds
+    ///     nothing to it (make-device-only, whose copy holds the bytes): no entry is made and
+    ///     fetched chunks are not written.
+    init(device: Device, record: FileRecord, durable: Bool, stop: Stop, caching: Bool = true, keepsFetched: Bool = true) throws {
         self.device = device
         self.caching = caching
+        self.keepsFetched = keepsFetched
         self.record = record
         self.object = record.coordinates.object
         self.size = record.size
@@ -311,14 +335,19 @@ final class StoredRead {
         self.durable = durable
         _ = try FileKey(hex: record.coordinates.key)  // a bad key fails here, before any file is made
         bitmap = ChunkBitmap(count: ObjectLayout.chunkCount(plaintextSize: record.size))
-        if caching {
-            try openEntry()
-        } else {
+        if !caching {
             report.notKept = true
+        } else if try keepsFetched || device.cacheRow(object) != nil {
+            try openEntry()
         }
     }
 
-    /// Whether this read keeps what it fetches (see ``init(device:record:durable:stop:caching:)``).
+    /// Whether fetched chunks are written to the cache (see ``init(device:record:durable:stop:caching:keepsFetched:)``).
+    let keepsFetched: Bool
+    /// Run buffers to read through, when the caller keeps its own (their count is the depth).
+    var buffers: [RunBuffer] = []
+
+    /// Whether this read keeps what it fetches (see ``init(device:record:durable:stop:caching:keepsFetched:)``).
     let caching: Bool
 
     /// Creates the entry's row and files if needed, locks the data file shared and loads the
@@ -416,7 +445,7 @@ final class StoredRead {
         // Room for what this read fetches: on a full disk the entries read longest ago give way.
         // (A durable read, `get`, made room before it began, and was refused if even that left
         // too little: ``Device/checkRoom(for:)``.)
-        if !durable && caching {
+        if !durable && caching && keepsFetched {
             let fetching = steps.reduce(Int64(0)) { total, step in
                 guard case .fetch(let run) = step else { return total }
                 return total + ObjectLayout.encryptedRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
@@ -429,8 +458,8 @@ final class StoredRead {
         let producer = Prefetcher(
             connector: StorageConnector(location: device.storage), object: object, keyHex: record.coordinates.key,
             size: size, steps: steps, dataFD: dataFD, tagsFD: tagsFD,
-            writing: caching ? .init(dataPath: files.data, tagsPath: files.tags, startWriteback: durable, required: durable) : nil,
-            threads: hasher == nil ? ChunkRun.threads : 1)
+            writing: caching && keepsFetched ? .init(dataPath: files.data, tagsPath: files.tags, startWriteback: durable, required: durable) : nil,
+            threads: hasher == nil ? ChunkRun.threads : 1, depth: buffers.isEmpty ? 3 : buffers.count, reusing: buffers)
         producer.start()
         defer { producer.stop() }
         var failure: Error?
@@ -453,7 +482,7 @@ final class StoredRead {
                         report.chunksRefetched += run.refetched.count
                         report.requests += 1
                         try forget(run.refetched)
-                        try keepingIfRoom { try store(run, only: run.refetched) }
+                        if keepsFetched { try keepingIfRoom { try store(run, only: run.refetched) } }
                     }
                 } else if run.stored {
                     // The producer wrote the run to the cache files: record it (later).
@@ -541,7 +570,8 @@ final class StoredRead {
     /// another read marks it whole but unsynced (3, or 4 once hash-checked), which `get` reads
     /// through, checking every tag, and syncs before handing it out.
     private func recordChunks() throws {
-        guard caching else { return }
+        // Not without an entry (a read keeping nothing, that found none).
+        guard caching, dataFD >= 0 else { return }
         let chunks = pending.filter { !dropped.contains($0) }
         pending.removeAll()
         pendingBytes = 0

@@ -96,10 +96,9 @@ extension Device {
         // JSON decoding per file but for those to fetch (a library of 100,000 kept files all held
         // is looked over in well under a second).
         let rows = try database.query("""
-            SELECT f.id, json_extract(f.coordinates, '$.at') AS at, json_extract(f.coordinates, '$.device') AS device,
-                   json_extract(f.coordinates, '$.object') AS object, c.complete AS cache_state
+            SELECT f.id, f.place AS at, f.device AS device, f.object AS object, c.complete AS cache_state
             FROM coven_files f
-            LEFT JOIN coven_cache c ON c.object = json_extract(f.coordinates, '$.object')
+            LEFT JOIN coven_cache c ON c.object = f.object
             WHERE \(Self.keptFile)
             ORDER BY f.size, f.id
             """, [try keptNamespaces()])

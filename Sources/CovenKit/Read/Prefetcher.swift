@@ -140,8 +140,11 @@ final class Prefetcher: @unchecked Sendable {
     ///   - threads: how many cores the producers may keep busy: 1 when the reader keeps the
     ///     other core busy (hashing), so the threads never queue for one core.
     ///   - depth: how many buffers the producers share (runs waiting for the reader, or filling).
+    ///   - reusing: buffers to use first, instead of allocating new ones (a caller reading many
+    ///     files in a row keeps its buffers' pages from file to file).
     init(connector: StorageConnector, object: String, keyHex: String, size: Int64, steps: [ReadStep],
-         dataFD: Int32, tagsFD: Int32, writing: CacheWriting?, threads: Int = ChunkRun.threads, depth: Int = 3) {
+         dataFD: Int32, tagsFD: Int32, writing: CacheWriting?, threads: Int = ChunkRun.threads, depth: Int = 3,
+         reusing spare: [RunBuffer] = []) {
         self.connector = connector
         self.object = object
         self.keyHex = keyHex
@@ -155,8 +158,10 @@ final class Prefetcher: @unchecked Sendable {
         workers = allCached && steps.count > 1 ? threads : 1
         threadsPerRun = workers > 1 ? 1 : threads
         readerProduces = workers > 1
-        let count = min(max(depth, workers + 1), steps.count)
-        free = (0..<count).map { _ in RunBuffer(chunks: StoredRead.runChunks) }
+        // Two producers need a buffer each and one the reader holds; one producer may work with
+        // a single buffer (no overlap within the read: a caller running reads side by side).
+        let count = min(max(depth, workers > 1 ? workers + 1 : 1), steps.count)
+        free = (0..<count).map { index in index < spare.count ? spare[index] : RunBuffer(chunks: StoredRead.runChunks) }
         held = [Int](repeating: 0, count: workers)
         holdLimit = workers > 1 ? count - 1 : count
     }
@@ -416,12 +421,12 @@ final class Prefetcher: @unchecked Sendable {
             }
             try framer.finish(chunk: open)
         } catch let error as CovenError where error.code == .rangeOutOfBounds {
-            throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says", cause: error.cause, details: ["key": object, "reason": "length"])
+            throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says", cause: error.cause, details: ["key": object, "reason": "length", "short": "true"])
         } catch ChunkFramer.Violation.trailingData {
             throw longer
         } catch is ChunkFramer.Violation {
             throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says",
-                             cause: "\(received) of \(wanted) bytes", details: ["key": object, "reason": "length"])
+                             cause: "\(received) of \(wanted) bytes", details: ["key": object, "reason": "length", "short": "true"])
         }
         buffer.transferred = Int64(received)
         buffer.plainCount = plainOffset

@@ -266,8 +266,11 @@ public final class Device {
             try SchemaCheck(database: database, manifest: manifest).run()
             // Checkpoint so the renamed file holds everything without its WAL.
             try database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        } catch {
+            // A build that fails leaves nothing behind.
+            for suffix in ["", "-wal", "-shm"] { unlink(building + suffix) }
+            throw error
         }
-
     }
 
     /// The store's manifest, sealed under the store key: what `coven join` starts a device

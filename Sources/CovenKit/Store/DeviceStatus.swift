@@ -97,30 +97,32 @@ extension Device {
         // One pass over the file records for the places, and the queue (few rows) joined to
         // its records through their index for the rest.
         let places = try db.queryOne("""
-            SELECT count(*) AS total, coalesce(sum(at = 'stored'), 0) AS stored,
-                   coalesce(sum(at = 'device' AND device = ?1), 0) AS here, coalesce(sum(at = 'device' AND device <> ?1), 0) AS elsewhere
-            FROM (SELECT json_extract(coordinates, '$.at') AS at, json_extract(coordinates, '$.device') AS device FROM coven_files)
-            """, [me])
+            SELECT count(*) AS total, coalesce(sum(place = ?2), 0) AS stored,
+                   coalesce(sum(place = ?3 AND device = ?1), 0) AS here, coalesce(sum(place = ?3 AND device <> ?1), 0) AS elsewhere
+            FROM coven_files
+            """, [me, Coordinates.Place.stored.rawValue, Coordinates.Place.device.rawValue])
         status.files.total = places?.int("total") ?? 0
         status.files.stored = places?.int("stored") ?? 0
         let queued = """
-            FROM coven_upload_queue q CROSS JOIN coven_files f ON json_extract(f.coordinates, '$.object') = +q.object
-            WHERE q.state IN ('queued', 'sending')
+            FROM coven_upload_queue q CROSS JOIN coven_files f ON f.object = q.object
+            WHERE q.state IN (\(UploadState.queued.sql), \(UploadState.sending.sql))
             """
         status.files.uploading = try count("""
             SELECT count(*) \(queued)
-            AND json_extract(f.coordinates, '$.at') = 'device' AND json_extract(f.coordinates, '$.device') = ?1
+            AND f.place = \(Coordinates.Place.device.sql) AND f.device = ?1
             """, [me])
         status.files.deviceOnlyHere = (places?.int("here") ?? 0) - status.files.uploading
         status.files.deviceOnlyElsewhere = places?.int("elsewhere") ?? 0
         status.files.missing = try count("SELECT count(*) \(queued) AND q.last_error_code IN ('user_file_missing', 'file_unavailable', 'missing')")
-        status.uploads.queued = try count("SELECT count(*) FROM coven_upload_queue WHERE state = 'queued'")
-        status.uploads.sending = try count("SELECT count(*) FROM coven_upload_queue WHERE state = 'sending' AND lease_until > ?1", [Date().timeIntervalSince1970])
-        status.uploads.queued += try count("SELECT count(*) FROM coven_upload_queue WHERE state = 'sending' AND NOT (lease_until > ?1)", [Date().timeIntervalSince1970])
-        status.uploads.failed = try count("SELECT count(*) FROM coven_upload_queue WHERE state = 'failed'")
+        let (queuedState, sending, failed) = (UploadState.queued.sql, UploadState.sending.sql, UploadState.failed.sql)
+        status.uploads.queued = try count("SELECT count(*) FROM coven_upload_queue WHERE state = \(queuedState)")
+        status.uploads.sending = try count("SELECT count(*) FROM coven_upload_queue WHERE state = \(sending) AND lease_until > ?1", [Date().timeIntervalSince1970])
+        status.uploads.queued += try count("SELECT count(*) FROM coven_upload_queue WHERE state = \(sending) AND NOT (lease_until > ?1)", [Date().timeIntervalSince1970])
+        status.uploads.failed = try count("SELECT count(*) FROM coven_upload_queue WHERE state = \(failed)")
         status.uploads.paused = try setting("uploads_paused") == "1"
-        status.uploads.bytesConfirmed = try count("SELECT coalesce(sum(bytes_confirmed), 0) FROM coven_upload_queue WHERE state IN ('queued', 'sending', 'failed')")
-        status.uploads.bytesTotal = try count("SELECT coalesce(sum(bytes_total), 0) FROM coven_upload_queue WHERE state IN ('queued', 'sending', 'failed')")
+        let unfinished = "state IN (\(queuedState), \(sending), \(failed))"
+        status.uploads.bytesConfirmed = try count("SELECT coalesce(sum(bytes_confirmed), 0) FROM coven_upload_queue WHERE \(unfinished)")
+        status.uploads.bytesTotal = try count("SELECT coalesce(sum(bytes_total), 0) FROM coven_upload_queue WHERE \(unfinished)")
         let waiting = try Outbox(database: database).waiting(isStored: isUploaded)
         status.outbox = waiting.writes
         status.sync.waiting = waiting.writes

@@ -134,7 +134,7 @@ extension Device {
     private func dropCachedBytes(of objects: Set<String>) {
         for object in objects.sorted() {
             let stillStored = (try? database.scalar("""
-                SELECT count(*) FROM coven_files WHERE json_extract(coordinates, '$.object') = ?1 AND json_extract(coordinates, '$.at') = 'stored'
+                SELECT count(*) FROM coven_files WHERE object = ?1 AND place = \(Coordinates.Place.stored.sql)
                 """, [object]).intValue) ?? 0
             guard stillStored == 0, let row = try? cacheRow(object) else { continue }
             _ = try? removeCacheEntry(row)

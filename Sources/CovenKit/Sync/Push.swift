@@ -45,7 +45,7 @@ extension Device {
 
     /// Whether a bound reference's upload is done (its object no longer waits in the queue).
     func isUploaded(_ object: String) throws -> Bool {
-        try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE object = ?1 AND state <> 'retired'", [object]).intValue ?? 0 == 0
+        try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE object = ?1 AND state <> \(UploadState.retired.sql)", [object]).intValue ?? 0 == 0
     }
 
     /// Freezes the next batch of outbox writes as change `seq`: false when nothing is ready.

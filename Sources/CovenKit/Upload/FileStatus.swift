@@ -83,8 +83,8 @@ extension Device {
                 SELECT q.state, q.last_error_code, m.state AS move_state FROM coven_upload_queue q
                 LEFT JOIN coven_move_state m ON m.id = q.move WHERE q.object = ?1
                 """, [object]) else { return .deviceOnly(device: holder) }
-            let moveState = row.string("move_state")
-            if row.string("state") == "retired" || moveState == "failed" || moveState == "cancelled" {
+            let moveState = row.string("move_state").flatMap(MoveState.init(rawValue:))
+            if row.string("state") == UploadState.retired.rawValue || moveState == .failed || moveState == .cancelled {
                 return .deviceOnly(device: holder)
             }
             if let code = row.string("last_error_code").flatMap(ErrorCode.init(rawValue:)),

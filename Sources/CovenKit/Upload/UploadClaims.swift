@@ -96,14 +96,15 @@ extension Device {
                 SELECT q.object, q.move, q.bound, q.state, q.attempts, q.next_attempt_at, q.upload_id, q.part_size,
                        q.bytes_total, q.worker, q.lease_until, m.state AS move_state
                 FROM coven_upload_queue q LEFT JOIN coven_move_state m ON m.id = q.move
-                WHERE q.uploaded = 0 AND q.state <> 'failed'
+                WHERE q.uploaded = 0 AND q.state <> \(UploadState.failed.sql)
                 ORDER BY q.bound DESC, q.position
                 """)
+            let queue = uploadQueue
             var wait = ClaimWait(nextAttempt: nil, heldElsewhere: 0)
             for row in rows {
                 guard let object = row.string("object"), !excluded.contains(object) else { continue }
-                let state = row.string("state") ?? ""
-                if state == "sending" || row.string("worker") != nil {
+                let state = UploadState(rawValue: row.string("state") ?? "") ?? .queued
+                if state == .sending || row.string("worker") != nil {
                     let leaseUntil = row["lease_until"].doubleValue ?? 0
                     let holder = row.string("worker").flatMap(WorkerIdentity.init(text:))
                     let live = leaseUntil > now && !(holder?.isGoneHere ?? true)
@@ -112,22 +113,21 @@ extension Device {
                         continue
                     }
                 }
-                let moveState = row.string("move_state")
+                let moveState = row.string("move_state").flatMap(MoveState.init(rawValue:))
                 var task = UploadClaim.Task.send
-                if state == "retired" {
+                if state == .retired {
                     if row["upload_id"].isNull {
                         // Nothing at the provider to abort: drop it now.
-                        try database.run("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
-                        try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
-                        if try database.scalar("SELECT count(*) FROM coven_files WHERE json_extract(coordinates, '$.object') = ?1", [object]).intValue ?? 0 == 0 {
+                        try queue.remove(object)
+                        if try fileRecords.ids(object: object).isEmpty {
                             try forgetLocalBytes(object: object)
                         }
                         continue
                     }
                     task = .retire
-                } else if moveState == "cancelled" {
+                } else if moveState == .cancelled {
                     task = .cancel
-                } else if moveState == "failed" || moveState == "done" {
+                } else if moveState == .failed || moveState == .done {
                     continue
                 }
                 let nextAttempt = row["next_attempt_at"].doubleValue ?? 0
@@ -138,12 +138,7 @@ extension Device {
                 let bound = (row.int("bound") ?? 0) != 0
                 if task == .send && !bound && (paused || networkBlocked) { continue }
                 let attempts = (row.int("attempts") ?? 0) + (task == .send ? 1 : 0)
-                try database.run("""
-                    UPDATE coven_upload_queue
-                    SET state = CASE WHEN state = 'retired' THEN 'retired' ELSE 'sending' END,
-                        worker = ?2, lease_until = ?3, attempts = ?4
-                    WHERE object = ?1
-                    """, [object, worker.text, now + lease, attempts])
+                try queue.lease(object, worker: worker.text, until: now + lease, attempts: attempts)
                 return .success(UploadClaim(
                     task: task, object: object, move: row.string("move"), bound: bound, attempts: attempts,
                     bytesTotal: row.int("bytes_total") ?? 0, uploadID: row.string("upload_id"), partSize: row.int("part_size")))
@@ -162,13 +157,13 @@ extension Device {
                 LEFT JOIN coven_move_state m ON m.id = q.move WHERE q.object = ?1
                 """, [object]) else { return .gone }
             guard row.string("worker") == worker.text else { return .leaseLost }
-            if row.string("state") == "retired" { return .retired }
-            switch row.string("move_state") {
-            case "cancelled": return .cancelled
-            case "failed": return .moveFailed
-            default: break
+            if row.string("state") == UploadState.retired.rawValue { return .retired }
+            switch row.string("move_state").flatMap(MoveState.init(rawValue:)) {
+            case .cancelled: return .cancelled
+            case .failed: return .moveFailed
+            case .moving, .done, nil: break
             }
-            try database.run("UPDATE coven_upload_queue SET lease_until = ?2 WHERE object = ?1", [object, Date().timeIntervalSince1970 + lease])
+            try uploadQueue.renew(object, until: Date().timeIntervalSince1970 + lease)
             return nil
         }
     }

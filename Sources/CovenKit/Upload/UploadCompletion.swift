@@ -52,23 +52,23 @@ extension Device {
                 return (.dropped, nil, nil)  // another worker owns it now
             }
             let uploadID = row.string("upload_id")
-            let state = row.string("state")
-            let moveState = row.string("move_state")
-            if state == "retired" || moveState == "cancelled" {
+            let state = row.string("state").flatMap(UploadState.init(rawValue:))
+            let moveState = row.string("move_state").flatMap(MoveState.init(rawValue:))
+            if state == .retired || moveState == .cancelled {
                 let stored: Bool
                 if case .stored = end { stored = true } else { stored = false }
                 if uploadID != nil && !stored {
                     // A provider session to abort first: the upload stays queued (retired or
                     // cancelled) until a claim of its own aborts it.
-                    try database.run("UPDATE coven_upload_queue SET worker = NULL, lease_until = NULL WHERE object = ?1", [claim.object])
+                    try uploadQueue.unlease(claim.object)
                     return (.dropped, nil, nil)
                 }
-                try dropUpload(claim.object, forgetBytes: state == "retired")
+                try dropUpload(claim.object, forgetBytes: state == .retired)
                 if case .stored = end { return (.dropped, claim.object, nil) }
                 return (.dropped, nil, uploadID)
             }
-            if moveState == "failed" {
-                try release(claim.object, clearSession: true)
+            if moveState == .failed {
+                try uploadQueue.requeue(claim.object, clearingSession: true)
                 if case .stored = end { return (.dropped, claim.object, nil) }
                 return (.dropped, nil, uploadID)
             }
@@ -78,7 +78,7 @@ extension Device {
                 return (.stored, nil, nil)
             case .stopped(let stop):
                 if stop == .leaseLost || stop == .gone { return (.dropped, nil, nil) }
-                try release(claim.object, clearSession: false)
+                try uploadQueue.requeue(claim.object, clearingSession: false)
                 return (.dropped, nil, nil)
             case .failed(let error):
                 return try recordFailure(claim, error: error, row: row, settings: settings)
@@ -88,19 +88,9 @@ extension Device {
         return result
     }
 
-    /// Gives an upload back to the queue (no worker, no lease).
-    private func release(_ object: String, clearSession: Bool) throws {
-        try database.run("UPDATE coven_upload_queue SET state = 'queued', worker = NULL, lease_until = NULL WHERE object = ?1", [object])
-        if clearSession {
-            try database.run("UPDATE coven_upload_queue SET upload_id = NULL, part_size = NULL, bytes_confirmed = 0 WHERE object = ?1", [object])
-            try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
-        }
-    }
-
     /// Removes an upload from the queue; its local bytes go too when no record names them.
     func dropUpload(_ object: String, forgetBytes: Bool) throws {
-        try database.run("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
-        try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
+        try uploadQueue.remove(object)
         if forgetBytes, try fileIDs(object: object).isEmpty {
             try forgetLocalBytes(object: object)
         }
@@ -108,24 +98,16 @@ extension Device {
 
     /// Storage holds `object`: a bound upload switches its file now; a move's upload waits
     /// until every file of the move is stored, then one write switches them all.
-    private func storeCompleted(_ object: String, move: String?, moveState: String?) throws {
+    private func storeCompleted(_ object: String, move: String?, moveState: MoveState?) throws {
         guard let move else {
             try recordWrite { write in try switchToStored([object], stamp: write.stamp) }
             return
         }
-        try database.run("""
-            UPDATE coven_upload_queue SET uploaded = 1, state = 'queued', worker = NULL, lease_until = NULL,
-                bytes_confirmed = bytes_total, last_error = NULL, last_error_code = NULL
-            WHERE object = ?1
-            """, [object])
-        let waiting = try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE move = ?1 AND uploaded = 0 AND state <> 'retired'", [move]).intValue ?? 0
-        guard waiting == 0, moveState == nil || moveState == "moving" else { return }
-        let objects = try database.query("SELECT object FROM coven_upload_queue WHERE move = ?1 AND uploaded = 1 ORDER BY position", [move]).compactMap { $0.string("object") }
+        try uploadQueue.markUploaded(object)
+        guard try uploadQueue.unsent(move: move) == 0, moveState == nil || moveState == .moving else { return }
+        let objects = try uploadQueue.uploaded(move: move)
         try recordWrite { write in try switchToStored(objects, stamp: write.stamp) }
-        try database.run("""
-            INSERT INTO coven_move_state (id, state, created_at) VALUES (?1, 'done', ?2)
-            ON CONFLICT (id) DO UPDATE SET state = 'done'
-            """, [move, Timestamp.iso8601(Date())])
+        try moveRecords.markDone(move)
     }
 
     /// Switches every record of this device naming `objects` to stored, with its content hash;
@@ -134,8 +116,7 @@ extension Device {
         for object in objects {
             let hash = try database.scalar("SELECT content_hash FROM coven_local WHERE object = ?1", [object]).bytesValue?.hex
             try fileRecords.switchToStored(object: object, hash: hash, stamp: stamp)
-            try database.run("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
-            try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
+            try uploadQueue.remove(object)
             try forgetLocalBytes(object: object)
         }
     }
@@ -151,11 +132,7 @@ extension Device {
         let lock = try self.lock(wait: true)
         defer { _ = lock }
         return try database.transaction {
-            try database.run("""
-                UPDATE coven_upload_queue SET state = 'queued', attempts = 0, next_attempt_at = 0
-                WHERE state = 'failed' AND last_error_code IN ('storage', 'no_storage', 'storage_full')
-                """)
-            return Int(try database.scalar("SELECT changes()").intValue ?? 0)
+            try uploadQueue.requeueFailed(codes: [.storage, .noStorage, .storageFull])
         }
     }
 
@@ -163,44 +140,35 @@ extension Device {
         let now = Date().timeIntervalSince1970
         let attempts = row.int("attempts") ?? claim.attempts
         let message = error.description
-        func update(state: String, next: Double) throws {
-            try database.run("""
-                UPDATE coven_upload_queue SET state = ?2, worker = NULL, lease_until = NULL, next_attempt_at = ?3,
-                    last_error = ?4, last_error_code = ?5
-                WHERE object = ?1
-                """, [claim.object, state, next, message, error.code.rawValue])
+        func update(state: UploadState, next: Double) throws {
+            try uploadQueue.recordFailure(claim.object, state: state, retryAt: next, error: error)
         }
         switch error.code {
         case .userFileMissing:
             // An unplugged drive: wait and retry, without spending the attempts budget.
-            try update(state: "queued", next: now + settings.wait(after: attempts))
+            try update(state: .queued, next: now + settings.wait(after: attempts))
             return (.waitingForSource(code: error.code, message: message), nil, nil)
         case .userFileChanged:
             // A changed original fails its move: no file of it switches.
-            try update(state: "failed", next: 0)
+            try update(state: .failed, next: 0)
             let uploadID = row.string("upload_id")
-            try database.run("UPDATE coven_upload_queue SET upload_id = NULL, part_size = NULL, bytes_confirmed = 0 WHERE object = ?1", [claim.object])
-            try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [claim.object])
+            try uploadQueue.clearSession(claim.object)
             if let move = row.string("move") {
-                let file = try fileIDs(object: claim.object).first
-                try database.run("""
-                    INSERT INTO coven_move_state (id, state, created_at, error, error_code, error_file) VALUES (?1, 'failed', ?2, ?3, ?4, ?5)
-                    ON CONFLICT (id) DO UPDATE SET state = 'failed', error = excluded.error, error_code = excluded.error_code, error_file = excluded.error_file
-                    """, [move, Timestamp.iso8601(Date()), message, error.code.rawValue, file])
+                try moveRecords.markFailed(move, error: error, file: try fileIDs(object: claim.object).first)
             }
             return (.failed(code: error.code, message: message), nil, uploadID)
         case .storage where error.storageFailure == .denied:
             // Bad credentials or permissions: no attempt of this run can do better, so it fails
             // now (the next run, with its own environment, tries again).
-            try update(state: "failed", next: 0)
+            try update(state: .failed, next: 0)
             return (.failed(code: error.code, message: message), nil, nil)
         default:
             if attempts >= Int64(settings.attempts) {
-                try update(state: "failed", next: 0)
+                try update(state: .failed, next: 0)
                 return (.failed(code: error.code, message: message), nil, nil)
             }
             let wait = max(settings.wait(after: attempts), error.retryAfter ?? 0)
-            try update(state: "queued", next: now + wait)
+            try update(state: .queued, next: now + wait)
             return (.willRetry(code: error.code, message: message), nil, nil)
         }
     }

@@ -10,8 +10,8 @@ public struct QueuedUpload: Sendable, Equatable {
     public var position: Int64
     /// The move it belongs to; nil for a bound upload.
     public var move: String?
-    /// `queued`, `sending`, `failed` or `retired`.
-    public var state: String
+    /// Where the upload is.
+    public var state: UploadState
     /// What it waits for: `storage`, `sending`, `pause`, `network`, `retry`, `source`, `move`,
     /// `failed`, `retire`.
     public var waitingFor: String
@@ -104,7 +104,7 @@ extension Device {
         try database.query("SELECT * FROM coven_uploads ORDER BY position, file").map { row in
             QueuedUpload(
                 file: row.string("file") ?? "", position: row.int("position") ?? 0, move: row.string("move"),
-                state: row.string("state") ?? "", waitingFor: row.string("waiting_for") ?? "",
+                state: UploadState(rawValue: row.string("state") ?? "") ?? .queued, waitingFor: row.string("waiting_for") ?? "",
                 bound: (row.int("bound") ?? 0) != 0, attempts: row.int("attempts") ?? 0,
                 bytesConfirmed: row.int("bytes_confirmed") ?? 0, bytesTotal: row.int("bytes_total") ?? 0,
                 error: row.string("error"), errorMessage: row.string("error_message"))
@@ -158,7 +158,7 @@ extension Device {
                 var list: [String] = []
                 for file in files {
                     let record = try requireFile(file)
-                    guard try database.queryOne("SELECT 1 FROM coven_upload_queue WHERE object = ?1", [record.coordinates.object]) != nil else {
+                    guard try uploadQueue.contains(record.coordinates.object) else {
                         throw CovenError(.notFound, "file '\(file)' has no upload queued on this device", details: ["file": file])
                     }
                     list.append(record.coordinates.object)
@@ -167,9 +167,9 @@ extension Device {
             }
             let eligible = """
                 SELECT q.object FROM coven_upload_queue q LEFT JOIN coven_move_state m ON m.id = q.move
-                WHERE q.state IN ('failed', 'queued') AND q.uploaded = 0
-                  AND (q.state = 'failed' OR q.next_attempt_at > 0 OR q.attempts > 0)
-                  AND (q.move IS NULL OR m.state IS NULL OR m.state = 'moving')
+                WHERE q.state IN (\(UploadState.failed.sql), \(UploadState.queued.sql)) AND q.uploaded = 0
+                  AND (q.state = \(UploadState.failed.sql) OR q.next_attempt_at > 0 OR q.attempts > 0)
+                  AND (q.move IS NULL OR m.state IS NULL OR m.state = \(MoveState.moving.sql))
                 """
             var chosen: [String] = []
             for row in try database.query(eligible + " ORDER BY q.position") {
@@ -179,15 +179,273 @@ extension Device {
             }
             var retried: [String] = []
             for object in chosen {
-                try database.run("""
-                    UPDATE coven_upload_queue SET state = 'queued', attempts = 0, next_attempt_at = 0
-                    WHERE object = ?1
-                    """, [object])
-                retried += try database.query(
-                    "SELECT id FROM coven_files WHERE json_extract(coordinates, '$.object') = ?1 ORDER BY id", [object]
-                ).compactMap { $0.string("id") }
+                try uploadQueue.retryNow(object)
+                retried += try fileRecords.ids(object: object)
             }
             return retried
         }
     }
+}
+
+// MARK: - The owner of the queue
+
+/// Where an upload is, in `coven_upload_queue.state`.
+public enum UploadState: String, Sendable, CaseIterable {
+    /// Waiting to be sent (or for a retry, or for the rest of its move once stored).
+    case queued
+    /// Claimed by a worker, under a lease.
+    case sending
+    /// Failed for good (attempts spent, or a changed original); `coven retry` queues it again.
+    case failed
+    /// No record names its object any more: the worker aborts its provider session, if any,
+    /// then drops it, switching nothing.
+    case retired
+
+    /// The state as an SQL string literal, for SQL text.
+    var sql: String { "'\(rawValue)'" }
+}
+
+/// The one writer of `coven_upload_queue` (this device's uploads, oldest first) and
+/// `coven_upload_parts` (the parts a provider confirmed): writes, moves, claims, the sender and
+/// the worker call it, never their SQL.
+///
+/// Every method runs inside the caller's transaction (or is one statement).
+struct UploadQueue {
+    let database: Database
+
+    /// The SQL condition, over `coven_upload_queue`, of an upload that has sent nothing: no
+    /// provider session, not being sent (a live lease; the time is `?2`), not stored yet.
+    static let idleCondition = "upload_id IS NULL AND NOT (state = \(UploadState.sending.sql) AND coalesce(lease_until, 0) > ?2) AND uploaded = 0"
+
+    // MARK: Reading
+
+    /// The worker holding an upload's claim, or nil (no claim, or no such upload).
+    func holder(_ object: String) throws -> String? {
+        try database.scalar("SELECT worker FROM coven_upload_queue WHERE object = ?1", [object]).textValue
+    }
+
+    /// Whether an upload of `object` is queued.
+    func contains(_ object: String) throws -> Bool {
+        try database.queryOne("SELECT 1 FROM coven_upload_queue WHERE object = ?1", [object]) != nil
+    }
+
+    /// Whether `object` is uploading for a bound reference (queued or being sent).
+    func isBoundUpload(_ object: String) throws -> Bool {
+        try database.scalar("""
+            SELECT count(*) FROM coven_upload_queue
+            WHERE object = ?1 AND bound = 1 AND state IN (\(UploadState.queued.sql), \(UploadState.sending.sql))
+            """, [object]).intValue ?? 0 > 0
+    }
+
+    /// How many uploads belong to `move`.
+    func count(move: String) throws -> Int64 {
+        try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE move = ?1", [move]).intValue ?? 0
+    }
+
+    /// Uploads of `move` not stored yet and still wanted (not retired).
+    func unsent(move: String) throws -> Int64 {
+        try database.scalar(
+            "SELECT count(*) FROM coven_upload_queue WHERE move = ?1 AND uploaded = 0 AND state <> \(UploadState.retired.sql)", [move]
+        ).intValue ?? 0
+    }
+
+    /// The objects of `move` that storage holds, in queue order.
+    func uploaded(move: String) throws -> [String] {
+        try database.query("SELECT object FROM coven_upload_queue WHERE move = ?1 AND uploaded = 1 ORDER BY position", [move])
+            .compactMap { $0.string("object") }
+    }
+
+    /// The parts the provider confirmed for `object`, as recorded.
+    func parts(_ object: String) throws -> [UploadedPart] {
+        try database.query("SELECT number, etag, size FROM coven_upload_parts WHERE object = ?1 ORDER BY number", [object]).map {
+            UploadedPart(number: Int($0.int("number") ?? 0), etag: $0.string("etag") ?? "", size: $0.int("size") ?? 0)
+        }
+    }
+
+    // MARK: Writes and moves
+
+    /// Queues an upload of `object` at the end of the queue, for `move` (nil: outside a move).
+    func enqueue(_ object: String, move: String?, bytesTotal: Int64) throws {
+        try database.run("""
+            INSERT INTO coven_upload_queue (object, position, move, bytes_total)
+            SELECT ?1, coalesce(max(position), 0) + 1, ?2, ?3 FROM coven_upload_queue
+            """, [object, move, bytesTotal])
+    }
+
+    /// Makes an upload bound: outside any move, sent before trailing ones, never paused.
+    func bind(_ object: String) throws {
+        try database.run("UPDATE coven_upload_queue SET bound = 1, move = NULL WHERE object = ?1", [object])
+    }
+
+    /// Removes an upload and its recorded parts (stored, cancelled, dropped, or replaced by a
+    /// new move).
+    func remove(_ object: String) throws {
+        try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
+        try database.run("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
+    }
+
+    /// Retires the upload of an object no record names: one that has sent nothing goes at once;
+    /// one with a provider session, or being sent, is marked ``UploadState/retired`` so the
+    /// worker aborts or finishes it and switches nothing.
+    ///
+    /// - Returns: whether the upload still needs the object's local bytes (it was marked, not
+    ///   removed).
+    func retire(_ object: String) throws -> Bool {
+        guard let queued = try database.queryOne("SELECT state, upload_id, lease_until FROM coven_upload_queue WHERE object = ?1", [object]) else {
+            return false
+        }
+        let sending = queued.string("state") == UploadState.sending.rawValue
+            && (queued["lease_until"].doubleValue ?? 0) > Date().timeIntervalSince1970
+        if queued["upload_id"].isNull && !sending {
+            try remove(object)
+            return false
+        }
+        try database.run("UPDATE coven_upload_queue SET state = \(UploadState.retired.sql) WHERE object = ?1", [object])
+        return true
+    }
+
+    /// Removes the uploads of a cancelled move that have sent nothing; the others stay for the
+    /// worker, which aborts their sessions.
+    func removeIdle(move: String) throws {
+        let now = Date().timeIntervalSince1970
+        try database.run("DELETE FROM coven_upload_parts WHERE object IN (SELECT object FROM coven_upload_queue WHERE move = ?1 AND \(Self.idleCondition))",
+                         [move, now])
+        try database.run("DELETE FROM coven_upload_queue WHERE move = ?1 AND \(Self.idleCondition)", [move, now])
+    }
+
+    /// Makes a failed upload, or one waiting for a retry, eligible now with a fresh attempts
+    /// budget (`coven retry`).
+    func retryNow(_ object: String) throws {
+        try database.run("""
+            UPDATE coven_upload_queue SET state = \(UploadState.queued.sql), attempts = 0, next_attempt_at = 0
+            WHERE object = ?1
+            """, [object])
+    }
+
+    /// Gives back to the queue, with fresh attempts, the uploads failed for good with one of
+    /// `codes`.
+    ///
+    /// - Returns: how many were given back.
+    func requeueFailed(codes: [ErrorCode]) throws -> Int {
+        let list = String(decoding: try JSONSerialization.data(withJSONObject: codes.map(\.rawValue)), as: UTF8.self)
+        try database.run("""
+            UPDATE coven_upload_queue SET state = \(UploadState.queued.sql), attempts = 0, next_attempt_at = 0
+            WHERE state = \(UploadState.failed.sql) AND last_error_code IN (SELECT value FROM json_each(?1))
+            """, [list])
+        return database.changes
+    }
+
+    // MARK: Claims and leases
+
+    /// Claims an upload for `worker` until `leaseUntil`: it is being sent (a retired one stays
+    /// retired, claimed for its clean-up), with `attempts` made.
+    func lease(_ object: String, worker: String, until leaseUntil: Double, attempts: Int64) throws {
+        try database.run("""
+            UPDATE coven_upload_queue
+            SET state = CASE WHEN state = \(UploadState.retired.sql) THEN \(UploadState.retired.sql) ELSE \(UploadState.sending.sql) END,
+                worker = ?2, lease_until = ?3, attempts = ?4
+            WHERE object = ?1
+            """, [object, worker, leaseUntil, attempts])
+    }
+
+    /// Renews a claim's lease.
+    func renew(_ object: String, until leaseUntil: Double) throws {
+        try database.run("UPDATE coven_upload_queue SET lease_until = ?2 WHERE object = ?1", [object, leaseUntil])
+    }
+
+    /// Lets go of a claim, leaving the state as it is (a retired or cancelled upload waiting
+    /// for a claim of its own to abort its session).
+    func unlease(_ object: String) throws {
+        try database.run("UPDATE coven_upload_queue SET worker = NULL, lease_until = NULL WHERE object = ?1", [object])
+    }
+
+    /// Gives an upload back to the queue (no worker, no lease); with `clearingSession`, its
+    /// provider session and recorded parts are forgotten too (its move failed).
+    func requeue(_ object: String, clearingSession: Bool) throws {
+        try database.run(
+            "UPDATE coven_upload_queue SET state = \(UploadState.queued.sql), worker = NULL, lease_until = NULL WHERE object = ?1", [object])
+        if clearingSession { try clearSession(object) }
+    }
+
+    /// Forgets an upload's provider session and its recorded parts.
+    func clearSession(_ object: String) throws {
+        try database.run("UPDATE coven_upload_queue SET upload_id = NULL, part_size = NULL, bytes_confirmed = 0 WHERE object = ?1", [object])
+        try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
+    }
+
+    // MARK: Sending
+
+    /// Records a new provider session for `worker`'s claim, with no part confirmed yet.
+    ///
+    /// - Returns: false when the claim is no longer `worker`'s (nothing recorded).
+    func startSession(_ object: String, worker: String, uploadID: String, partSize: Int64) throws -> Bool {
+        guard try holder(object) == worker else { return false }
+        try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
+        try database.run("UPDATE coven_upload_queue SET upload_id = ?2, part_size = ?3, bytes_confirmed = 0 WHERE object = ?1",
+                         [object, uploadID, partSize])
+        return true
+    }
+
+    /// Records exactly `parts` as the confirmed parts of a resumed upload (those both sides
+    /// agree on), and their bytes as confirmed.
+    func replaceParts(_ object: String, with parts: [UploadedPart]) throws {
+        try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
+        for part in parts {
+            try database.run("INSERT INTO coven_upload_parts (object, number, etag, size) VALUES (?1, ?2, ?3, ?4)",
+                             [object, part.number, part.etag, part.size])
+        }
+        try database.run("UPDATE coven_upload_queue SET bytes_confirmed = ?2 WHERE object = ?1",
+                         [object, parts.reduce(Int64(0)) { $0 + $1.size }])
+    }
+
+    /// Records one part the provider confirmed for `worker`'s claim, renewing its lease.
+    ///
+    /// - Returns: false when the claim is no longer `worker`'s (nothing recorded).
+    func recordPart(_ object: String, _ part: UploadedPart, worker: String, leaseUntil: Double) throws -> Bool {
+        guard try holder(object) == worker else { return false }
+        try database.run("INSERT OR REPLACE INTO coven_upload_parts (object, number, etag, size) VALUES (?1, ?2, ?3, ?4)",
+                         [object, part.number, part.etag, part.size])
+        try database.run("""
+            UPDATE coven_upload_queue SET lease_until = ?2,
+                bytes_confirmed = (SELECT coalesce(sum(size), 0) FROM coven_upload_parts WHERE object = ?1)
+            WHERE object = ?1
+            """, [object, leaseUntil])
+        return true
+    }
+
+    // MARK: Attempts ending
+
+    /// Storage holds an upload of a move that waits for its other files: it stays queued,
+    /// marked uploaded, every byte confirmed.
+    func markUploaded(_ object: String) throws {
+        try database.run("""
+            UPDATE coven_upload_queue SET uploaded = 1, state = \(UploadState.queued.sql), worker = NULL, lease_until = NULL,
+                bytes_confirmed = bytes_total, last_error = NULL, last_error_code = NULL
+            WHERE object = ?1
+            """, [object])
+    }
+
+    /// Records a failed attempt: the upload goes back to the queue (to be retried at
+    /// `retryAt`) or fails for good, without its claim, with the error.
+    func recordFailure(_ object: String, state: UploadState, retryAt: Double, error: CovenError) throws {
+        try database.run("""
+            UPDATE coven_upload_queue SET state = ?2, worker = NULL, lease_until = NULL, next_attempt_at = ?3,
+                last_error = ?4, last_error_code = ?5
+            WHERE object = ?1
+            """, [object, state.rawValue, retryAt, error.description, error.code.rawValue])
+    }
+
+    /// Records a failed clean-up (an abort of a retired or cancelled upload's session) by
+    /// `worker`: its claim goes, and it is tried again at `retryAt`.
+    func scheduleRetry(_ object: String, worker: String, at retryAt: Double, error: CovenError) throws {
+        try database.run("""
+            UPDATE coven_upload_queue SET worker = NULL, lease_until = NULL, next_attempt_at = ?2, last_error = ?3, last_error_code = ?4
+            WHERE object = ?1 AND worker = ?5
+            """, [object, retryAt, error.description, error.code.rawValue, worker])
+    }
+}
+
+extension Device {
+    /// The owner of this device's upload queue.
+    var uploadQueue: UploadQueue { UploadQueue(database: database) }
 }

@@ -173,9 +173,7 @@ final class UploadSender {
     ///   a source failure (`.userFileMissing`, `.userFileChanged`, `.fileUnavailable`); a
     ///   storage failure.
     func send(_ claim: UploadClaim) throws {
-        guard let keyHex = try device.database.scalar(
-            "SELECT json_extract(coordinates, '$.key') FROM coven_files WHERE json_extract(coordinates, '$.object') = ?1 LIMIT 1",
-            [claim.object]).textValue else { throw UploadStop.retired }
+        guard let keyHex = try device.fileRecords.coordinates(object: claim.object)?.key else { throw UploadStop.retired }
         let source = try UploadSource.open(object: claim.object, device: device)
         let total = ObjectLayout.encryptedSize(plaintextSize: source.size)
         guard total == claim.bytesTotal else {
@@ -235,10 +233,9 @@ final class UploadSender {
             // Resume: keep the parts both sides agree on.
             do {
                 let remote = Dictionary(try provider.listParts(claim.object, uploadID: existing).map { ($0.number, $0) }) { a, _ in a }
-                for row in try db.query("SELECT number, etag, size FROM coven_upload_parts WHERE object = ?1", [claim.object]) {
-                    let number = Int(row.int("number") ?? 0)
-                    if let part = remote[number], part.etag == row.string("etag"), part.size == row.int("size") {
-                        confirmed[number] = part
+                for recorded in try device.uploadQueue.parts(claim.object) {
+                    if let part = remote[recorded.number], part.etag == recorded.etag, part.size == recorded.size {
+                        confirmed[recorded.number] = part
                     }
                 }
             } catch let error as CovenError where error.code == .missing {
@@ -251,10 +248,7 @@ final class UploadSender {
             try stillWanted(claim.object)
             let id = try provider.createMultipart(claim.object, totalSize: total, partSize: partPlain / ObjectLayout.chunkSize * ObjectLayout.sealedChunkSize)
             let kept: Bool = try db.transaction {
-                guard try db.scalar("SELECT worker FROM coven_upload_queue WHERE object = ?1", [claim.object]).textValue == worker.text else { return false }
-                try db.run("DELETE FROM coven_upload_parts WHERE object = ?1", [claim.object])
-                try db.run("UPDATE coven_upload_queue SET upload_id = ?2, part_size = ?3, bytes_confirmed = 0 WHERE object = ?1", [claim.object, id, partPlain])
-                return true
+                try device.uploadQueue.startSession(claim.object, worker: worker.text, uploadID: id, partSize: partPlain)
             }
             guard kept else {
                 try? provider.abortMultipart(claim.object, uploadID: id)
@@ -265,11 +259,7 @@ final class UploadSender {
         guard let uploadID else { throw CovenError(.internal, "no upload session") }
         let chunksPerPart = max(1, partPlain / ObjectLayout.chunkSize)
         try db.transaction {
-            try db.run("DELETE FROM coven_upload_parts WHERE object = ?1", [claim.object])
-            for part in confirmed.values {
-                try db.run("INSERT INTO coven_upload_parts (object, number, etag, size) VALUES (?1, ?2, ?3, ?4)", [claim.object, part.number, part.etag, part.size])
-            }
-            try db.run("UPDATE coven_upload_queue SET bytes_confirmed = ?2 WHERE object = ?1", [claim.object, confirmed.values.reduce(Int64(0)) { $0 + $1.size }])
+            try device.uploadQueue.replaceParts(claim.object, with: confirmed.values.sorted { $0.number < $1.number })
         }
         // The per-part bookkeeping (a confirmed part's row, the lease) may lose its last commits
         // to a power cut, never to a crash of the process: a part is recorded only after the
@@ -306,14 +296,7 @@ final class UploadSender {
             freeBuffers.append(send.buffer)
             let part = try send.result.get()
             let stored: Bool = try db.transaction {
-                guard try db.scalar("SELECT worker FROM coven_upload_queue WHERE object = ?1", [claim.object]).textValue == worker.text else { return false }
-                try db.run("INSERT OR REPLACE INTO coven_upload_parts (object, number, etag, size) VALUES (?1, ?2, ?3, ?4)", [claim.object, part.number, part.etag, part.size])
-                try db.run("""
-                    UPDATE coven_upload_queue SET lease_until = ?2,
-                        bytes_confirmed = (SELECT coalesce(sum(size), 0) FROM coven_upload_parts WHERE object = ?1)
-                    WHERE object = ?1
-                    """, [claim.object, Date().timeIntervalSince1970 + settings.lease])
-                return true
+                try device.uploadQueue.recordPart(claim.object, part, worker: worker.text, leaseUntil: Date().timeIntervalSince1970 + settings.lease)
             }
             guard stored else { throw UploadStop.leaseLost }
             confirmed[part.number] = part

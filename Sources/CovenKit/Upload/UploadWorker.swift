@@ -97,7 +97,7 @@ public enum UploadWorker {
         // Failed for good, this run or before: a cron job should hear of them.
         let reported = Set(summary.failed.flatMap(\.files))
         for row in try device.database.query("""
-            SELECT q.object, q.last_error_code, q.last_error FROM coven_upload_queue q WHERE q.state = 'failed' ORDER BY q.position
+            SELECT q.object, q.last_error_code, q.last_error FROM coven_upload_queue q WHERE q.state = \(UploadState.failed.sql) ORDER BY q.position
             """) {
             let files = try device.fileIDs(object: row.string("object") ?? "")
             guard !files.contains(where: reported.contains) else { continue }
@@ -318,7 +318,7 @@ private final class Job {
                 try storage().abortMultipart(claim.object, uploadID: uploadID)
             }
             try device.lockedTransaction {
-                guard try device.database.scalar("SELECT worker FROM coven_upload_queue WHERE object = ?1", [claim.object]).textValue == worker.text else { return }
+                guard try device.uploadQueue.holder(claim.object) == worker.text else { return }
                 try device.dropUpload(claim.object, forgetBytes: claim.task == .retire)
             }
             device.removeReleasedCopies()
@@ -327,10 +327,8 @@ private final class Job {
         } catch {
             let failure = error.asCovenError
             try device.lockedTransaction {
-                try device.database.run("""
-                    UPDATE coven_upload_queue SET worker = NULL, lease_until = NULL, next_attempt_at = ?2, last_error = ?3, last_error_code = ?4
-                    WHERE object = ?1 AND worker = ?5
-                    """, [claim.object, Date().timeIntervalSince1970 + settings.wait(after: max(1, claim.attempts)), failure.description, failure.code.rawValue, worker.text])
+                try device.uploadQueue.scheduleRetry(claim.object, worker: worker.text,
+                                                     at: Date().timeIntervalSince1970 + settings.wait(after: max(1, claim.attempts)), error: failure)
             }
             if once { shared.exclude(claim.object) }
             shared.record(.willRetry(code: failure.code, message: failure.description), files: files)

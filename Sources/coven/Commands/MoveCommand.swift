@@ -38,7 +38,7 @@ struct MoveCommand: Command {
             }
             let device = try context.openDevice()
             try device.cancelMove(move)
-            if context.json { try context.printJSON(["move": move, "state": "cancelled"]) }
+            if context.json { try context.printJSON(["move": move, "state": MoveState.cancelled.rawValue]) }
             return 0
         }
         guard !invocation.arguments.isEmpty else {

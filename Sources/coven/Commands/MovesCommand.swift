@@ -27,7 +27,7 @@ struct MovesCommand: Command {
         if context.json {
             try context.printJSON(moves.map { entry -> [String: Any] in
                 [
-                    "move": entry.move, "state": entry.state, "file": entry.file,
+                    "move": entry.move, "state": entry.state.rawValue, "file": entry.file,
                     "path": entry.path.map { $0 as Any } ?? NSNull(),
                     "error": entry.error.map { $0 as Any } ?? NSNull(),
                     "error_message": entry.errorMessage.map { $0 as Any } ?? NSNull(),
@@ -39,7 +39,7 @@ struct MovesCommand: Command {
         }
         let terminator = invocation.has("null-terminated") ? "\0" : "\n"
         for entry in moves {
-            context.out.write([entry.move, entry.state, entry.file, entry.error ?? "", entry.errorFile ?? ""].joined(separator: "\t") + terminator)
+            context.out.write([entry.move, entry.state.rawValue, entry.file, entry.error ?? "", entry.errorFile ?? ""].joined(separator: "\t") + terminator)
         }
         return 0
     }

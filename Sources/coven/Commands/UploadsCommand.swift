@@ -41,7 +41,7 @@ struct UploadsCommand: Command {
     static func json(_ upload: QueuedUpload) -> [String: Any] {
         [
             "file": upload.file, "position": upload.position, "move": upload.move.map { $0 as Any } ?? NSNull(),
-            "state": upload.state, "waiting_for": upload.waitingFor, "bound": upload.bound, "attempts": upload.attempts,
+            "state": upload.state.rawValue, "waiting_for": upload.waitingFor, "bound": upload.bound, "attempts": upload.attempts,
             "bytes_confirmed": upload.bytesConfirmed, "bytes_total": upload.bytesTotal,
             "error": upload.error.map { $0 as Any } ?? NSNull(), "error_message": upload.errorMessage.map { $0 as Any } ?? NSNull(),
         ]

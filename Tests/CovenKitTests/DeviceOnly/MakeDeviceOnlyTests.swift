@@ -230,6 +230,74 @@ final class MakeDeviceOnlyTests: XCTestCase {
         XCTAssertEqual(try journalRows(), 0)
     }
 
+    // MARK: - Through the read path
+
+    /// A file held whole in the cache comes from it, even once storage lost its object (as
+    /// `coven cat` serves it), and its cache entry goes with the switch: the copy holds the
+    /// bytes, which the cache does not hold twice.
+    func testAFileHeldInTheCacheComesFromItAndItsEntryGoes() throws {
+        let bytes = DeviceTestFixture.bytes(300_000, seed: 9)
+        let id = try fixture.storedFile(bytes)
+        let object = try XCTUnwrap(device.fileRecord(id)).coordinates.object
+        let usedBefore = try device.cacheSummary().used
+        var read: [UInt8] = []
+        try device.readFile(id) { read.append(contentsOf: $0) }
+        XCTAssertEqual(read, bytes)
+        XCTAssertEqual(try device.cacheSummary().used, usedBefore + Int64(bytes.count))
+        try fixture.provider.delete(object)
+
+        let copies = try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "cached.bin"])])
+        XCTAssertEqual(FileManager.default.contents(atPath: copies[0].path).map([UInt8].init), bytes)
+        XCTAssertEqual(try device.fileRecord(id)?.coordinates.at, .device)
+        XCTAssertEqual(try device.cacheSummary().used, usedBefore, "the entry is no longer counted")
+        XCTAssertNil(try device.cacheRow(object))
+        let files = device.cachePaths(object: object)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: files.data))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: files.tags))
+        XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_meta WHERE key LIKE 'uncache:%'").intValue, 0)
+        XCTAssertEqual(try device.status().files.deviceOnlyHere, 1)
+    }
+
+    /// A partial entry gives its chunks, storage the rest; the download adds nothing to the
+    /// cache, and the entry goes with the switch.
+    func testAPartialEntryGivesItsChunksAndTheDownloadKeepsNothing() throws {
+        let bytes = DeviceTestFixture.bytes(5 << 20 + 123, seed: 10)
+        let id = try fixture.storedFile(bytes)
+        let object = try XCTUnwrap(device.fileRecord(id)).coordinates.object
+        try device.readFile(id, range: ReadRange(offset: 1 << 20, length: 100)) { _ in }
+        let cached = try XCTUnwrap(device.cacheRow(object)).bytes
+        XCTAssertGreaterThan(cached, 0)
+        XCTAssertLessThan(cached, Int64(bytes.count))
+        let progress = ProgressLog()
+        let paths = device.paths
+        let seen = Samples()
+        let copies = try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "partial.bin"])], progress: { report in
+            // While it downloads, the cache holds no more than it did.
+            if !report.done, let row = try? Device.open(paths: paths, readOnly: true).cacheRow(object) { seen.add(row.bytes) }
+            progress.record(report)
+        })
+        XCTAssertFalse(seen.values.isEmpty)
+        XCTAssertTrue(seen.values.allSatisfy { $0 == cached }, "\(seen.values)")
+        XCTAssertEqual(FileManager.default.contents(atPath: copies[0].path).map([UInt8].init), bytes)
+        XCTAssertNil(try device.cacheRow(object))
+        XCTAssertEqual(try device.cacheSummary().used, 0)
+        XCTAssertEqual(progress.reports.last?.callBytes, Int64(bytes.count))
+    }
+
+    /// A file another record still reads from storage (a record over the same bytes in
+    /// another audience) keeps its cache entry.
+    func testAnEntryAnotherStoredRecordReadsStays() throws {
+        let bytes = DeviceTestFixture.bytes(100_000, seed: 11)
+        let id = try fixture.storedFile(bytes)
+        let object = try XCTUnwrap(device.fileRecord(id)).coordinates.object
+        let other = try device.write(sql: "INSERT INTO tracks (id, file, _updated_at) VALUES (coven_uuid7(), coven_existing_file(:f), '')",
+                                     parameters: ["f": .text(id)]).files[0]
+        try device.readFile(other) { _ in }
+        _ = try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "shared.bin"])])
+        XCTAssertEqual(try device.fileRecord(other)?.coordinates.at, .stored)
+        XCTAssertEqual(try device.cacheRow(object)?.bytes, Int64(bytes.count))
+    }
+
     // MARK: - Until the switch commits, nothing stays
 
     func testAFailedDownloadRemovesWhatTheCallMade() throws {
@@ -423,6 +491,14 @@ final class MakeDeviceOnlyTests: XCTestCase {
 final class UncheckedBox<Value>: @unchecked Sendable {
     let value: Value
     init(_ value: Value) { self.value = value }
+}
+
+/// Numbers collected from the download threads.
+final class Samples: @unchecked Sendable {
+    private let lock = NSLock()
+    private var list: [Int64] = []
+    func add(_ value: Int64) { lock.lock(); list.append(value); lock.unlock() }
+    var values: [Int64] { lock.lock(); defer { lock.unlock() }; return list }
 }
 
 /// Progress reports, collected from the download threads.

@@ -60,7 +60,7 @@ final class MovesTests: XCTestCase {
         let reopened = try Device.open(paths: device.paths)
         let listed = try reopened.moves()
         XCTAssertEqual(Set(listed.map(\.file)), [a, b])
-        XCTAssertTrue(listed.allSatisfy { $0.move == move && $0.state == "moving" && $0.error == nil })
+        XCTAssertTrue(listed.allSatisfy { $0.move == move && $0.state == .moving && $0.error == nil })
         XCTAssertEqual(listed.first { $0.file == a }?.path, fixture.root + "/a.flac")
         XCTAssertNil(listed.first { $0.file == b }?.path)
     }
@@ -115,7 +115,7 @@ final class MovesTests: XCTestCase {
         XCTAssertEqual(try device.moves().first { $0.move == move }?.errorFile, fixture.root + "/here.flac")
         try device.database.run("UPDATE coven_move_state SET error_file = ?2 WHERE id = ?1", [move, here])
         let failed = try device.moves().filter { $0.move == move }
-        XCTAssertEqual(failed.map(\.state), ["failed"])
+        XCTAssertEqual(failed.map(\.state), [.failed])
         XCTAssertEqual(failed.first?.error, "user_file_changed")
         XCTAssertEqual(failed.first?.errorFile, fixture.root + "/here.flac")
         try device.cancelMove(move)

@@ -17,6 +17,10 @@ final class SchemaMigrationTests: DeviceTestCase {
             try FileManager.default.copyItem(atPath: Self.fixture + "/" + part, toPath: work + "/" + part)
         }
         let paths = DevicePaths(database: work + "/device/device.db")
+        // git keeps no empty folder: the device's cache, partial and temporary folders.
+        for folder in [paths.cache, paths.partial, paths.temporary] {
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        }
         let raw = try Database(path: paths.database)
         try raw.run("UPDATE coven_meta SET value = ?1 WHERE key = 'storage'", ["file://" + work + "/store"])
         XCTAssertEqual(try raw.scalar("PRAGMA user_version").intValue, 1)
