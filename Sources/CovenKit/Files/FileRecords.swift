@@ -83,6 +83,30 @@ struct FileRecords {
         }
     }
 
+    /// Applies another device's image of a record (sync): upserted as it is. A switch to
+    /// device-only elsewhere drops this device's pin of it.
+    ///
+    /// - Returns: the object whose cached bytes go after the commit (the file is now on another
+    ///   device only), if any.
+    func applyRemote(_ entry: RowEntry) throws -> String? {
+        let statement = try database.cached(RowEntry.upsertSQL(table: "coven_files", columns: entry.columns))
+        try statement.bind(entry.values)
+        try statement.runToEnd()
+        guard let json = entry.value("coordinates")?.textValue, let coordinates = try? Coordinates(json: json),
+              coordinates.at == .device, coordinates.device != device.deviceID else { return nil }
+        _ = try unpin(entry.id)
+        return coordinates.object
+    }
+
+    /// Applies another device's deletion of a record (sync), and drops its pin.
+    ///
+    /// - Returns: the object whose cached bytes go after the commit, if the record was here.
+    func applyRemoteDelete(_ id: String) throws -> String? {
+        let object = try device.fileRecord(id)?.coordinates.object
+        try delete(id)
+        return object
+    }
+
     // MARK: coven_local
 
     /// Records this device's bytes of an object (a write putting a staged file, or

@@ -142,6 +142,35 @@ struct ChunkBitmap {
 func cacheNow() -> Double { Date().timeIntervalSince1970 }
 
 extension Device {
+    // MARK: The one writer of coven_cache (with the removals and trims below)
+
+    /// Marks an entry read now, for the trims (oldest read first).
+    func touchCacheEntry(_ object: String) throws {
+        try database.run("UPDATE coven_cache SET last_read = ?2 WHERE object = ?1", [object, cacheNow()])
+    }
+
+    /// Starts an entry for a read that fetches chunks of `object` (nothing held yet).
+    func beginCacheEntry(_ object: String, size: Int64, chunks: [UInt8]) throws {
+        try database.run("""
+            INSERT INTO coven_cache (object, size, chunks, bytes, complete, last_read, touched)
+            VALUES (?1, ?2, ?3, 0, 0, ?4, ?4) ON CONFLICT (object) DO NOTHING
+            """, [object, size, chunks, cacheNow()])
+    }
+
+    /// Records which chunks an entry holds, partial from now on (chunks forgotten, files gone).
+    func recordCacheChunks(_ object: String, chunks: [UInt8], bytes: Int64) throws {
+        try database.run("UPDATE coven_cache SET chunks = ?2, bytes = ?3, complete = 0 WHERE object = ?1", [object, chunks, bytes])
+    }
+
+    /// Records an entry's chunks and state after a read wrote into it.
+    func recordCacheEntry(_ object: String, size: Int64, chunks: [UInt8], bytes: Int64, state: CacheState, now: Double) throws {
+        try database.run("""
+            INSERT INTO coven_cache (object, size, chunks, bytes, complete, last_read, touched) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+            ON CONFLICT (object) DO UPDATE SET size = excluded.size, chunks = excluded.chunks, bytes = excluded.bytes,
+                complete = excluded.complete, last_read = excluded.last_read, touched = excluded.touched
+            """, [object, size, chunks, bytes, state.rawValue, now])
+    }
+
     /// The paths of the cache entry of `object`.
     public func cachePaths(object: String) -> CacheEntryPaths {
         CacheEntryPaths(paths: paths, object: object)

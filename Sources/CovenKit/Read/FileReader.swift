@@ -244,7 +244,7 @@ extension Device {
            isStillChecked(subject, path: files.data) {
             if !readOnly {
                 try? database.transaction {
-                    try database.run("UPDATE coven_cache SET last_read = ?2 WHERE object = ?1", [record.coordinates.object, cacheNow()])
+                    try touchCacheEntry(record.coordinates.object)
                 }
             }
             return (files.data, ReadReport(source: .cache))
@@ -362,10 +362,7 @@ final class StoredRead {
         relaxed = true
         if try device.cacheRow(object) == nil {
             try db.transaction {
-                try db.run("""
-                    INSERT INTO coven_cache (object, size, chunks, bytes, complete, last_read, touched)
-                    VALUES (?1, ?2, ?3, 0, 0, ?4, ?4) ON CONFLICT (object) DO NOTHING
-                    """, [object, size, bitmap.bytes, cacheNow()])
+                try device.beginCacheEntry(object, size: size, chunks: bitmap.bytes)
             }
         }
         // A cache folder someone removed is made again, and an entry whose files are gone is
@@ -373,7 +370,7 @@ final class StoredRead {
         try Device.makeFolder(device.paths.cache, mode: 0o700)
         if access(files.data, F_OK) != 0 || access(files.tags, F_OK) != 0, try device.cacheRow(object) != nil {
             try db.transaction {
-                try db.run("UPDATE coven_cache SET chunks = x'', bytes = 0, complete = 0 WHERE object = ?1", [object])
+                try device.recordCacheChunks(object, chunks: [], bytes: 0)
                 try device.setSetting(Device.checkedKey("cache:" + object), nil)
             }
         }
@@ -600,11 +597,7 @@ final class StoredRead {
             // recorded chunks since, unsynced: then it stays whole, for the next `get` to sync).
             let isSynced = (row?.complete ?? false) || (synced.map { current.isSubset(of: $0) } ?? false)
             let state = !current.isFull ? CacheState.partial : CacheState(synced: isSynced, verified: checked)
-            try db.run("""
-                INSERT INTO coven_cache (object, size, chunks, bytes, complete, last_read, touched) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
-                ON CONFLICT (object) DO UPDATE SET size = excluded.size, chunks = excluded.chunks, bytes = excluded.bytes,
-                    complete = excluded.complete, last_read = excluded.last_read, touched = excluded.touched
-                """, [object, size, current.bytes, current.heldBytes(size: size), state.rawValue, now])
+            try device.recordCacheEntry(object, size: size, chunks: current.bytes, bytes: current.heldBytes(size: size), state: state, now: now)
         }
         dropped.removeAll()
     }
@@ -616,8 +609,7 @@ final class StoredRead {
             guard let row = try device.cacheRow(object) else { return }
             var current = ChunkBitmap(count: bitmap.count, bytes: row.chunks)
             for chunk in chunks { current.remove(chunk) }
-            try db.run("UPDATE coven_cache SET chunks = ?2, bytes = ?3, complete = 0 WHERE object = ?1",
-                       [object, current.bytes, current.heldBytes(size: size)])
+            try device.recordCacheChunks(object, chunks: current.bytes, bytes: current.heldBytes(size: size))
         }
     }
 }

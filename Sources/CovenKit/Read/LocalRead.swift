@@ -118,8 +118,6 @@ extension Device {
     /// the row they were checked against (still without hashes, same content). Best effort.
     func recordDerivedChunkHashes(object: String, content: [UInt8], chunks: [UInt8]) {
         guard !readOnly else { return }
-        try? database.run(
-            "UPDATE coven_local SET chunk_hashes = ?2 WHERE object = ?1 AND length(chunk_hashes) = 0 AND content_hash = ?3",
-            [object, chunks, content])
+        try? fileRecords.recordChunkHashes(object: object, chunkHashes: chunks, contentHash: content)
     }
 }

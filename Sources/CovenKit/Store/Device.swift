@@ -201,7 +201,9 @@ public final class Device {
         let now = Timestamp.iso8601(Date())
 
         defer { for suffix in ["", "-wal", "-shm"] { unlink(building(paths) + suffix) } }
-        try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest, joinedAt: now)
+        let signingKey = try DeviceSigningKey()
+        try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest,
+                          joinedAt: now, publicKey: signingKey.publicKey)
 
         let storeKey = FileKey()
         try storeKey.withUnsafeBytes { try AtomicFile.write(paths.storeKey, bytes: Array($0), mode: 0o600) }
@@ -219,7 +221,6 @@ public final class Device {
             throw CovenError(.alreadyExists, "a store already exists at '\(storage)'", hint: "join it from another device's snapshot, or use another storage URL")
         }
         stored.append("store.json")
-        let signingKey = try DeviceSigningKey()
         try signingKey.write(to: paths.signingKey)
         let entry = registryEntryKey(deviceID)
         let sealed = try DeviceEntry(device: deviceID, name: deviceName, joinedAt: now, publicKey: signingKey.publicKey).seal(storeKey: storeKey)
@@ -243,7 +244,7 @@ public final class Device {
     /// Builds a device's database aside (``building(_:)``): coven's schema, its settings, its
     /// registry entry and the manifest's migrations. The caller renames it into place last.
     static func buildDatabase(paths: DevicePaths, storeID: String, deviceID: String, deviceName: String, storage: StorageLocation,
-                              manifest: Manifest, joinedAt now: String) throws {
+                              manifest: Manifest, joinedAt now: String, publicKey: DevicePublicKey) throws {
         let building = building(paths)
         for suffix in ["", "-wal", "-shm"] { unlink(building + suffix) }
         do {
@@ -260,7 +261,7 @@ public final class Device {
                 ] {
                     try database.run("INSERT INTO coven_meta (key, value) VALUES (?1, ?2)", [key, value])
                 }
-                try database.run("INSERT INTO coven_device_registry (device, name, joined_at) VALUES (?1, ?2, ?3)", [deviceID, deviceName, now])
+                try SyncState(database: database).learnDevice(deviceID, name: deviceName, joinedAt: now, publicKey: publicKey.hex)
                 _ = try Migrations.apply(manifest.migrations, to: database, recorded: [])
             }
             try SchemaCheck(database: database, manifest: manifest).run()

@@ -39,6 +39,19 @@ public struct RowEntry: Sendable, Equatable {
     }
 }
 
+extension RowEntry {
+    /// The statement that writes a row image into `table`: `INSERT … ON CONFLICT (id) DO
+    /// UPDATE`, never REPLACE (a REPLACE deletes first, which fires ON DELETE CASCADE). Columns
+    /// the image lacks keep their values; bind the image's values in `columns` order.
+    static func upsertSQL(table: String, columns: [String]) -> String {
+        let quoted = columns.map(RowCapture.quote)
+        let placeholders = quoted.indices.map { "?\($0 + 1)" }.joined(separator: ", ")
+        let updates = quoted.filter { $0 != "\"id\"" }.map { "\($0) = excluded.\($0)" }.joined(separator: ", ")
+        return "INSERT INTO main.\(RowCapture.quote(table)) (\(quoted.joined(separator: ", "))) VALUES (\(placeholders))"
+            + (updates.isEmpty ? " ON CONFLICT (id) DO NOTHING" : " ON CONFLICT (id) DO UPDATE SET \(updates)")
+    }
+}
+
 /// The binary form of a list of row entries, shared by the outbox and change objects.
 ///
 /// ```

@@ -124,42 +124,21 @@ struct ChangeApplier {
                 report.lost += 1
             }
         }
-        switch entry.kind {
-        case .upsert:
-            try upsert(entry, table: quoted)
-            if entry.table == "coven_files" { try fileRecordArrived(entry, report: &report) }
-        case .delete, .retract:
-            if entry.table == "coven_files", let object = try localRow.flatMap({ try Coordinates(json: $0["coordinates"].textValue ?? "").object }) {
-                report.uncache.insert(object)
-            }
+        switch (entry.kind, entry.table == "coven_files") {
+        case (.upsert, true):
+            if let object = try device.fileRecords.applyRemote(entry) { report.uncache.insert(object) }
+        case (.upsert, false):
+            let statement = try database.cached(RowEntry.upsertSQL(table: entry.table, columns: entry.columns))
+            try statement.bind(entry.values)
+            try statement.runToEnd()
+        case (.delete, true), (.retract, true):
+            if let object = try device.fileRecords.applyRemoteDelete(entry.id) { report.uncache.insert(object) }
+        case (.delete, false), (.retract, false):
             try database.run("DELETE FROM main.\(quoted) WHERE id = ?1", [entry.id])
-            try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp)
-            if entry.table == "coven_files" { _ = try device.fileRecords.unpin(entry.id) }
         }
+        if entry.kind != .upsert { try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp) }
         report.applied += 1
         return true
-    }
-
-    /// `INSERT … ON CONFLICT (id) DO UPDATE`: columns the writer lacked keep their values here.
-    private func upsert(_ entry: RowEntry, table: String) throws {
-        let columns = entry.columns.map(RowCapture.quote)
-        let placeholders = (1...max(1, columns.count)).map { "?\($0)" }.prefix(columns.count).joined(separator: ", ")
-        let updates = columns.filter { $0 != "\"id\"" }.map { "\($0) = excluded.\($0)" }.joined(separator: ", ")
-        let sql = "INSERT INTO main.\(table) (\(columns.joined(separator: ", "))) VALUES (\(placeholders))"
-            + (updates.isEmpty ? " ON CONFLICT (id) DO NOTHING" : " ON CONFLICT (id) DO UPDATE SET \(updates)")
-        let statement = try database.cached(sql)
-        try statement.bind(entry.values)
-        try statement.runToEnd()
-    }
-
-    /// A file record from another device: a switch to device-only elsewhere drops this
-    /// device's pin and cached bytes of it.
-    private func fileRecordArrived(_ entry: RowEntry, report: inout ApplyReport) throws {
-        guard let json = entry.value("coordinates")?.textValue, let coordinates = try? Coordinates(json: json) else { return }
-        if coordinates.at == .device, coordinates.device != device.deviceID {
-            _ = try device.fileRecords.unpin(entry.id)
-            report.uncache.insert(coordinates.object)
-        }
     }
 
     /// Whether the writer of the value stamped `winnerStamp` had seen change `loser`.

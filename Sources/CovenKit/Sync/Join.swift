@@ -52,9 +52,10 @@ extension Device {
         let deviceName = name ?? ProcessInfo.processInfo.hostName
         let now = Timestamp.iso8601(Date())
         defer { for suffix in ["", "-wal", "-shm"] { unlink(building(paths) + suffix) } }
-        try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest, joinedAt: now)
-        try AtomicFile.write(paths.storeKey, bytes: keyBytes, mode: 0o600)
         let signingKey = try DeviceSigningKey()
+        try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest,
+                          joinedAt: now, publicKey: signingKey.publicKey)
+        try AtomicFile.write(paths.storeKey, bytes: keyBytes, mode: 0o600)
         try signingKey.write(to: paths.signingKey)
         let entry = registryEntryKey(deviceID)
         let sealedEntry = try DeviceEntry(device: deviceID, name: deviceName, joinedAt: now, publicKey: signingKey.publicKey).seal(storeKey: storeKey)

@@ -136,10 +136,7 @@ extension Device {
                 let local = Set(try database.query("SELECT name FROM pragma_table_xinfo(?1) WHERE hidden = 0", [lost.table]).compactMap { $0.string("name") })
                 let columns = lost.columns.filter { local.contains($0) }
                 let values = columns.map { $0 == "_updated_at" ? .text(write.stamp) : (lost.values[$0] ?? .null) }
-                let quoted = columns.map(RowCapture.quote)
-                let placeholders = (1...max(1, quoted.count)).prefix(quoted.count).map { "?\($0)" }.joined(separator: ", ")
-                let updates = quoted.filter { $0 != "\"id\"" }.map { "\($0) = excluded.\($0)" }.joined(separator: ", ")
-                try database.run("INSERT INTO main.\(RowCapture.quote(lost.table)) (\(quoted.joined(separator: ", "))) VALUES (\(placeholders)) ON CONFLICT (id) DO UPDATE SET \(updates)", values)
+                try database.run(RowEntry.upsertSQL(table: lost.table, columns: columns), values)
                 try SyncState(database: database).markRestored(id)
                 return write.stamp
             }
@@ -159,6 +156,9 @@ extension Device {
         // replacing the entry again; no change was signed by the lost one.
         try provider.put(entry.path, data: try entry.seal(storeKey: storeKey))
         try key.write(to: paths.signingKey)
+        try database.transaction {
+            try SyncState(database: database).learnDevice(deviceID, name: deviceName, joinedAt: joinedAt, publicKey: key.publicKey.hex)
+        }
     }
 
     /// Stores this device's manifest as the store's (`manifest`, sealed), for the devices that
