@@ -11,8 +11,11 @@ public struct PushReport: Sendable, Equatable {
 }
 
 extension Device {
-    /// The most entry bytes one change holds before the next begins.
-    static let changeBytes = 4 << 20
+    /// The most entry bytes one change holds before the next begins: 4 MiB, or
+    /// `COVEN_SYNC_CHANGE_BYTES` (tests make small changes with it).
+    static var changeBytes: Int {
+        ProcessInfo.processInfo.environment["COVEN_SYNC_CHANGE_BYTES"].flatMap(Int.init).map { max(1, $0) } ?? 4 << 20
+    }
 
     /// The schema this device writes under: its migration count and their digest.
     var schemaVersion: (count: Int, digest: String) {
