@@ -333,4 +333,52 @@ final class ReliabilityCLITests: XCTestCase {
         XCTAssertTrue(result.stderrText.hasPrefix("coven: error: io: 'pipe' is not a regular file\n"), result.stderrText)
         XCTAssertEqual(try device.sql("SELECT count(*) FROM coven_staged"), ["0"])
     }
+    // MARK: - 16. Progress on a terminal that cannot move the cursor
+
+    /// Runs `line` under `script`, so that coven's stderr is a terminal, with `term` as TERM
+    /// (nil: unset). Returns what the terminal received.
+    func onATerminal(_ device: CLIDevice, _ line: String, term: String?) throws -> String {
+        guard let script = Processes.which("script", path: "/usr/bin:/bin") else { throw XCTSkip("needs script(1) for a terminal") }
+        var environment = device.environment
+        environment["TERM"] = term
+        let result = try Processes.run(script, ["-q", "-e", "-c", line, "/dev/null"], environment: environment, directory: device.work)
+        XCTAssertEqual(result.status, 0, result.stdoutText + result.stderrText)
+        return result.stdoutText
+    }
+
+    func testProgressUnderADumbTerminalHasNoCursorEscapes() throws {
+        let device = try CLIDevice("progress-dumb")
+        XCTAssertTrue(FileManager.default.createFile(atPath: device.work + "/big.bin", contents: Data(patternBytes(30_000_000, seed: 2))))
+        let stage = "coven stage big.bin --namespace covers"
+        // A terminal that moves the cursor gets the line redrawn in place, and erased.
+        let xterm = try onATerminal(device, stage, term: "xterm")
+        XCTAssertTrue(xterm.contains("\u{1B}[K"), xterm)
+        for term in ["dumb", nil] {
+            let shown = try onATerminal(device, stage, term: term)
+            XCTAssertFalse(shown.contains("\u{1B}"), "TERM=\(term ?? "(unset)"): \(shown.debugDescription)")
+            let lines = shown.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+            XCTAssertTrue(lines.first?.hasPrefix("staging ") ?? false, "a plain line of progress: \(shown.debugDescription)")
+            XCTAssertFalse(shown.replacingOccurrences(of: "\r\n", with: "\n").contains("\r"), "no carriage return but the terminal's own: \(shown.debugDescription)")
+        }
+    }
+
+    // MARK: - 16. Counts of one are singular
+
+    func testACountOfOneIsSingular() throws {
+        let device = try CLIDevice("singular")
+        let id = try XCTUnwrap(try device.storedFiles([[7]]).first)
+        XCTAssertEqual(try device.run(["pin", id]).status, 0)
+        let kept = try device.run(["fetch-kept"])
+        XCTAssertEqual(kept.status, 0, kept.stderrText)
+        XCTAssertEqual(kept.stdoutText, "fetched 1 file (1 byte), 0 already held, 0 failed, 0 left\n")
+        XCTAssertEqual(try device.run(["unpin", id]).status, 0)
+        let budget = try device.run(["budget"])
+        XCTAssertTrue(budget.stdoutText.contains("used   1 byte (0 partial)"), budget.stdoutText)
+        let clear = try device.run(["cache", "clear"])
+        XCTAssertEqual(clear.status, 0, clear.stderrText)
+        XCTAssertEqual(clear.stdoutText, "removed 1 byte\n")
+        let range = try device.run(["cat", id, "--offset", "1", "--length", "1"])
+        XCTAssertEqual(range.status, 4)
+        XCTAssertTrue(range.stderrText.hasPrefix("coven: error: range_out_of_bounds: 1 byte at offset 1 lies outside file '\(id)' of 1 byte"), range.stderrText)
+    }
 }

@@ -71,7 +71,7 @@ public final class ObjectOpener {
         guard output.count >= run.plaintextCount else {
             throw CovenError(
                 .internal, "the buffer for opened chunks is too small",
-                cause: "\(output.count) bytes for \(run.plaintextCount)")
+                cause: "\(output.count.counted("byte")) for \(run.plaintextCount)")
         }
         guard let input = sealed.baseAddress else {
             preconditionFailure("internal error: a sealed run of \(sealed.count) bytes has no address")

@@ -58,7 +58,7 @@ public final class ObjectSealer {
         guard output.count >= run.sealedCount, let out = output.baseAddress else {
             throw CovenError(
                 .internal, "the buffer for sealed chunks is too small",
-                cause: "\(output.count) bytes for \(run.sealedCount)")
+                cause: "\(output.count.counted("byte")) for \(run.sealedCount)")
         }
         let input = plaintext.baseAddress
         try run.forEachSlice(parts: ciphers.count) { slice, chunks in

@@ -71,7 +71,7 @@ public enum StoreSealer {
                 let size = ObjectLayout.payloadPlaintextSize(Int64(sealed.count - headerSize))
             else {
                 throw CovenError(
-                    .integrity, "encrypted store object has an invalid length", cause: "\(sealed.count) bytes",
+                    .integrity, "encrypted store object has an invalid length", cause: "\(sealed.count.counted("byte"))",
                     details: ["reason": "length"])
             }
             let header = UnsafeRawBufferPointer(rebasing: sealed[0..<headerSize])

@@ -453,7 +453,7 @@ final class Prefetcher: @unchecked Sendable {
         }
         guard chunk == run.upperBound else {
             throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says",
-                             cause: "\(received) of \(wanted) bytes", details: ["key": object, "reason": "length"])
+                             cause: "\(received) of \(wanted.counted("byte"))", details: ["key": object, "reason": "length"])
         }
         buffer.transferred = Int64(received)
         buffer.plainCount = plainOffset

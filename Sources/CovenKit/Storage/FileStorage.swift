@@ -315,7 +315,7 @@ public final class FileStorage: StorageProvider {
             if count == 0 {
                 // The file shrank under us: an object is immutable, so this is a fault.
                 throw CovenError.storage(
-                    "'\(key)' ended early", failure: .provider, cause: "end of file at \(position) of \(size) bytes",
+                    "'\(key)' ended early", failure: .provider, cause: "end of file at \(position) of \(size.counted("byte"))",
                     details: key)
             }
             try sink(UnsafeRawBufferPointer(start: base, count: count))
@@ -758,7 +758,7 @@ public final class FileStorage: StorageProvider {
 
         // A data file cut short (or grown) after its parts were confirmed is not the object.
         guard Int64(dataInfo.st_size) == info.totalSize else {
-            throw incomplete(key, "the upload's data is \(dataInfo.st_size) bytes, not \(info.totalSize)")
+            throw incomplete(key, "the upload's data is \(dataInfo.st_size.counted("byte")), not \(info.totalSize)")
         }
         let records = Dictionary(try partRecords(folder, key: key, uploadID: uploadID).map { ($0.number, $0) }) { a, _ in a }
         let sorted = parts.sorted { $0.number < $1.number }
@@ -779,7 +779,7 @@ public final class FileStorage: StorageProvider {
             offset += record.size
         }
         guard offset == info.totalSize else {
-            throw incomplete(key, "the parts hold \(offset) of \(info.totalSize) bytes")
+            throw incomplete(key, "the parts hold \(offset) of \(info.totalSize.counted("byte"))")
         }
 
         let fd = open(dataPath, O_RDONLY | O_CLOEXEC)

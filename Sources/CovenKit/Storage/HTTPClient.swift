@@ -224,7 +224,7 @@ final class HTTPClient {
         default:
             failure = .network
         }
-        let tries = attempts > 1 ? " after \(attempts) attempts" : ""
+        let tries = attempts > 1 ? " after \(attempts.counted("attempt"))" : ""
         var error = CovenError.storage(
             "cannot reach storage to \(operation)\(tries)", failure: failure,
             cause: "curl error \(code.rawValue): \(text)")

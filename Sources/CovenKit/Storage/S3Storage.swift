@@ -233,7 +233,7 @@ public final class S3Storage: StorageProvider {
         guard size <= singleRequestLimit else {
             throw CovenError.storage(
                 "cannot put '\(key)' in one request", failure: .provider,
-                cause: "\(size) bytes is more than S3's single-request limit of \(singleRequestLimit)")
+                cause: "\(size.counted("byte")) is more than S3's single-request limit of \(singleRequestLimit)")
         }
     }
 

@@ -62,7 +62,7 @@ struct UploadSource {
         let file = FileHandleFD(descriptor: fd, path: path)
         let info = try file.status()
         guard Int64(info.st_size) == size else {
-            throw CovenError(.fileUnavailable, "coven's copy '\(copy)' is \(info.st_size) bytes, not \(size)", details: ["path": path])
+            throw CovenError(.fileUnavailable, "coven's copy '\(copy)' is \(info.st_size.counted("byte")), not \(size)", details: ["path": path])
         }
         posix_fadvise(fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
         let source = UploadSource(kind: .app, file: file, size: size, chunkHashes: recorded, contentHash: content, display: path)
@@ -80,7 +80,7 @@ struct UploadSource {
     func derivingChunkHashes(object: String, device: Device) throws -> UploadSource {
         let digests = try ContentHasher.run(file: file, sizeHint: size)
         guard digests.size == size, digests.content == contentHash else {
-            let cause = "its SHA-256 is \(digests.content.hex) over \(digests.size) bytes, recorded \(contentHash.hex) over \(size)"
+            let cause = "its SHA-256 is \(digests.content.hex) over \(digests.size.counted("byte")), recorded \(contentHash.hex) over \(size)"
             switch kind {
             case .user:
                 throw CovenError(.userFileChanged, "the original '\(display)' changed since it was recorded", hint: "stage it again", cause: cause, details: ["path": display])
@@ -259,7 +259,7 @@ final class UploadSender {
         let source = try UploadSource.open(object: claim.object, device: device)
         let total = ObjectLayout.encryptedSize(plaintextSize: source.size)
         guard total == claim.bytesTotal else {
-            throw CovenError(.internal, "the queued size of '\(claim.object)' disagrees with its local bytes", cause: "\(claim.bytesTotal) queued, \(total) from \(source.size) bytes")
+            throw CovenError(.internal, "the queued size of '\(claim.object)' disagrees with its local bytes", cause: "\(claim.bytesTotal) queued, \(total) from \(source.size.counted("byte"))")
         }
         let key = try FileKey(hex: keyHex)
         let ciphers = try (0..<(ChunkRun.threads > 1 ? Self.sealSlices : 1)).map { _ in try ChunkCipher(key: key) }

@@ -42,7 +42,7 @@ struct CatCommand: Command {
         }
         try context.out.flushChecked()
         if report.chunksRefetched > 0 {
-            context.note("warning: \(report.chunksRefetched) cached chunks of '\(id)' failed their check and were fetched again")
+            context.note("warning: \(report.chunksRefetched.counted("cached chunk")) of '\(id)' \(report.chunksRefetched == 1 ? "failed its check and was" : "failed their check and were") fetched again")
         }
         if report.notKept {
             context.note("warning: the disk is full: '\(id)' was read without keeping all of it in the cache")

@@ -33,7 +33,7 @@ struct StatusCommand: Command {
         lines.append("cache    \(ByteSize.format(s.cache.used)) used of \(budget)\(s.cache.budgetIsDefault ? " (default)" : ""), \(ByteSize.format(s.cache.partial)) partial")
         lines.append("kept     \(s.cache.heldCount) held (\(ByteSize.format(s.cache.heldBytes)))" + s.cache.notHeld.map { ", \($0.count) \($0.reason)" }.joined())
         if s.staged > 0 { lines.append("staged   \(s.staged) waiting for a write") }
-        if s.outbox > 0 { lines.append("outbox   \(s.outbox) writes not yet published") }
+        if s.outbox > 0 { lines.append("outbox   \(s.outbox.counted("write")) not yet published") }
         lines.forEach(context.line)
         return 0
     }

@@ -66,5 +66,5 @@ struct SyncCommand: Command {
         return status
     }
 
-    static func count(_ n: some BinaryInteger, _ noun: String) -> String { "\(n) \(noun)\(n == 1 ? "" : "s")" }
+    static func count(_ n: some BinaryInteger, _ noun: String) -> String { n.counted(noun) }
 }

@@ -75,7 +75,7 @@ struct UploadWorkerCommand: Command {
         if context.json {
             var object = json(summary)
             object["error"] = ErrorCode.partial.rawValue
-            object["message"] = "\(summary.failed.count) uploads failed, \(summary.waiting.count) wait for their source"
+            object["message"] = "\(summary.failed.count.counted("upload")) failed, \(summary.waiting.count) \(summary.waiting.count == 1 ? "waits for its" : "wait for their") source"
             object["exit_code"] = Int(ExitCodes.partial)
             context.err.write(((try? JSONText.render(object)) ?? "{\"error\":\"partial\"}") + "\n")
             return
