@@ -20,6 +20,8 @@ wanted=(
     time:/usr/bin/time
     sqlite3:sqlite3
     python3:python3
+    strace:strace
+    bsdutils:script
 )
 
 installed() {

@@ -381,4 +381,39 @@ final class ReliabilityCLITests: XCTestCase {
         XCTAssertEqual(range.status, 4)
         XCTAssertTrue(range.stderrText.hasPrefix("coven: error: range_out_of_bounds: 1 byte at offset 1 lies outside file '\(id)' of 1 byte"), range.stderrText)
     }
+    // MARK: - 16. A kill -9 at any step of a multipart upload's start leaves no part file
+
+    func testAKillAtAnyStepOfAMultipartUploadLeavesNoPartFileBehind() throws {
+        guard let strace = Processes.which("strace", path: "/usr/bin:/bin") else { throw XCTSkip("needs strace to kill at a chosen system call") }
+        let probe = try Processes.run(strace, ["-o", "/dev/null", "/bin/true"], environment: [:], directory: "/")
+        guard probe.status == 0 else { throw XCTSkip("strace cannot trace here: \(probe.stderrText)") }
+        let bytes = patternBytes(300_000, seed: 12)
+        // Kill the worker on entry to its n-th folder or file sync, rename or mkdir (each counted
+        // apart), for every n until a run gets through: every step of the start (the upload's
+        // folder built, renamed into place, its record committed) and of the parts after it.
+        var killed = 0
+        for step in 1...60 {
+            let (device, id) = try stagedAppFile(bytes, label: "upload-kill-\(step)")
+            var environment = device.environment
+            environment["COVEN_UPLOAD_PART_SIZE"] = "65536"
+            environment["COVEN_UPLOAD_SINGLE_LIMIT"] = "0"
+            let calls = "fsync,rename,mkdir"
+            let run = try Processes.run(strace, ["-f", "-qq", "-o", "/dev/null", "-e", "trace=\(calls)", "-e", "inject=\(calls):signal=KILL:when=\(step)",
+                                                 device.binary, "upload-worker", "--once", "--jobs", "1"],
+                                        environment: environment, directory: device.work)
+            if run.status == 0 { break }
+            killed += 1
+            XCTAssertEqual(run.status, 137, "step \(step): " + run.stderrText)
+            let again = try Processes.run(device.binary, ["upload-worker", "--once"], environment: environment, directory: device.work)
+            XCTAssertEqual(again.status, 0, "step \(step): " + again.stderrText)
+            XCTAssertEqual(try device.run(["file-status", id]).stdoutText, "available\n", "step \(step)")
+            let uploads = (try? FileManager.default.contentsOfDirectory(atPath: device.work + "/store/.uploads")) ?? []
+            XCTAssertEqual(uploads, [], "step \(step): nothing left of an upload no session names")
+            try FileManager.default.removeItem(atPath: device.database + ".d/copies")  // read from storage
+            let cat = try device.run(["cat", id])
+            XCTAssertEqual(cat.status, 0, cat.stderrText)
+            XCTAssertTrue([UInt8](cat.stdout) == bytes, "step \(step)")
+        }
+        XCTAssertGreaterThan(killed, 5, "the worker was killed at its first steps")
+    }
 }

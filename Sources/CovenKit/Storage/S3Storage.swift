@@ -528,6 +528,30 @@ public final class S3Storage: StorageProvider {
         }
     }
 
+    public func uploadsInProgress(_ key: String) throws -> [String] {
+        let operation = "list the uploads of '\(key)'"
+        let name = objectKey(key)
+        var ids: [String] = []
+        var markers: (key: String, upload: String)?
+        repeat {
+            var query: [(String, String)] = [("uploads", ""), ("prefix", name)]
+            if let markers { query += [("key-marker", markers.key), ("upload-id-marker", markers.upload)] }
+            let response = try control("GET", key: nil, query: query, operation: operation)
+            guard response.status == 200 else { throw HTTPClient.statusError(response, operation: operation) }
+            let xml = S3XML(response.body)
+            // The prefix also matches longer keys: only this key's uploads count.
+            for block in xml.blocks("Upload") where block.text("Key") == name {
+                if let id = block.text("UploadId"), !id.isEmpty { ids.append(id) }
+            }
+            markers = nil
+            if xml.text("IsTruncated") == "true", let next = xml.text("NextKeyMarker"), let upload = xml.text("NextUploadIdMarker"),
+               !(next.isEmpty && upload.isEmpty) {
+                markers = (next, upload)
+            }
+        } while markers != nil
+        return ids
+    }
+
     // MARK: - Bucket
 
     /// Creates the bucket when it does not exist (for tests and first-time setup).

@@ -216,6 +216,11 @@ public protocol StorageProvider: AnyObject {
 
     /// Abandons an upload and frees its parts; aborting one that is gone succeeds.
     func abortMultipart(_ key: String, uploadID: String) throws
+
+    /// The ids of the uploads to `key` the provider holds, finished or not: what a start whose
+    /// id was lost (a kill -9 between the start and its record) left, for the next start to
+    /// abort. S3: ListMultipartUploads of the key; file://: the upload folders naming it.
+    func uploadsInProgress(_ key: String) throws -> [String]
 }
 
 /// Makes providers for one store location: one per task that talks to storage.

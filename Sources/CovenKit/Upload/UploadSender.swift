@@ -271,6 +271,19 @@ final class UploadSender {
         }
     }
 
+    /// Aborts the uploads to `object` the provider holds that this device never recorded (but
+    /// `keeping`): a kill -9 between an upload's start and its record leaves one, a part file the
+    /// size of the object on file:// storage, parts on S3. While this worker holds the lease,
+    /// nothing else starts an upload to the object (its key is this device's alone), so any
+    /// other upload to it is such a leftover. Best effort: one that cannot be listed or aborted
+    /// (a policy without ListMultipartUploads) stays, and the upload goes on.
+    private func abandonUnrecorded(_ object: String, keeping: String?) {
+        guard let ids = try? provider.uploadsInProgress(object) else { return }
+        for id in ids where id != keeping {
+            try? provider.abortMultipart(object, uploadID: id)
+        }
+    }
+
     private func stillWanted(_ object: String) throws {
         if let stop = try device.renewLease(object: object, worker: worker, lease: settings.lease) { throw stop }
     }
@@ -330,6 +343,7 @@ final class UploadSender {
             partPlain = settings.partSize
             confirmed = [:]
             try stillWanted(claim.object)
+            abandonUnrecorded(claim.object, keeping: claim.uploadID)
             let id = try provider.createMultipart(claim.object, totalSize: total, partSize: partPlain / ObjectLayout.chunkSize * ObjectLayout.sealedChunkSize)
             let kept: Bool = try db.transaction {
                 guard try db.scalar("SELECT worker FROM coven_upload_queue WHERE object = ?1", [claim.object]).textValue == worker.text else { return false }
