@@ -19,6 +19,8 @@ wanted=(
     hyperfine:hyperfine
     time:/usr/bin/time
     sqlite3:sqlite3
+    zstd:zstd
+    jq:jq
     python3:python3
     strace:strace
     bsdutils:script

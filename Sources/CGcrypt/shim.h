@@ -13,4 +13,21 @@ static inline gcry_error_t coven_gcry_auto_expand_secmem(unsigned int chunk) { r
 static inline gcry_error_t coven_gcry_md_final(gcry_md_hd_t h) { return gcry_md_ctl(h, GCRYCTL_FINALIZE, NULL, 0); }
 // gcry_cipher_setiv, _authenticate, _gettag and _checktag are macros or functions taking
 // size_t; they import fine. gcry_err_code is a static inline in gpg-error.h and imports too.
+// gcry_sexp_build is variadic: one typed builder per Ed25519 s-expression we use
+// ((flags eddsa), RFC 8032 encodings: 32-byte seed d, 32-byte public key q, r and s).
+static inline gcry_error_t coven_gcry_sexp_ed25519_seed(gcry_sexp_t *r, const void *d) {
+    return gcry_sexp_build(r, NULL, "(private-key(ecc(curve Ed25519)(flags eddsa)(d %b)))", 32, d);
+}
+static inline gcry_error_t coven_gcry_sexp_ed25519_private(gcry_sexp_t *r, const void *q, const void *d) {
+    return gcry_sexp_build(r, NULL, "(private-key(ecc(curve Ed25519)(flags eddsa)(q %b)(d %b)))", 32, q, 32, d);
+}
+static inline gcry_error_t coven_gcry_sexp_ed25519_public(gcry_sexp_t *r, const void *q) {
+    return gcry_sexp_build(r, NULL, "(public-key(ecc(curve Ed25519)(flags eddsa)(q %b)))", 32, q);
+}
+static inline gcry_error_t coven_gcry_sexp_ed25519_data(gcry_sexp_t *r, const void *m, int length) {
+    return gcry_sexp_build(r, NULL, "(data(flags eddsa)(hash-algo sha512)(value %b))", length, m);
+}
+static inline gcry_error_t coven_gcry_sexp_ed25519_signature(gcry_sexp_t *r, const void *rr, const void *s) {
+    return gcry_sexp_build(r, NULL, "(sig-val(eddsa(r %b)(s %b)))", 32, rr, 32, s);
+}
 #endif

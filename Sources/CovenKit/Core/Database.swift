@@ -117,6 +117,8 @@ public final class Database {
     var authorizerBox: UnsafeMutableRawPointer?
     /// The capture triggers of recorded writes on this connection, once installed.
     var rowCapture: RowCapture?
+    /// Statements kept prepared for hot loops (``cached(_:)``).
+    private var statementCache: [String: Statement] = [:]
 
     /// Opens (or creates, when `create`) the database at `path`.
     ///
@@ -187,6 +189,21 @@ public final class Database {
     /// Prepares one statement.
     public func prepare(_ sql: String) throws -> Statement {
         try Statement(database: self, sql: sql)
+    }
+
+    /// A prepared statement kept for this connection, reset and with its bindings cleared: for
+    /// a statement run once per item of a long loop (applying a change). Step it to its end
+    /// (or reset it) before asking for it again.
+    func cached(_ sql: String) throws -> Statement {
+        if let statement = statementCache[sql] {
+            statement.reset()
+            statement.clearBindings()
+            return statement
+        }
+        let statement = try prepare(sql)
+        if statementCache.count > 64 { statementCache.removeAll() }
+        statementCache[sql] = statement
+        return statement
     }
 
     /// Runs SQL that may hold several statements and returns nothing.

@@ -5,8 +5,9 @@ import Foundation
 
 /// A run of consecutive chunks of one file object, located within the file.
 ///
-/// Shared by ``ObjectSealer`` and ``ObjectOpener``: it validates a caller's (first chunk, byte
-/// count, file size) triple once, then maps run-relative chunk numbers to buffer offsets.
+/// Used by ``ObjectSealer`` and by the read path's tag checks: it validates a caller's (first
+/// chunk, byte count, file size) triple once, then maps run-relative chunk numbers to buffer
+/// offsets and cuts the run into slices for the cores.
 struct ChunkRun {
     /// The file's first chunk in the run.
     let firstChunk: Int64
@@ -47,32 +48,6 @@ struct ChunkRun {
         self.finalChunk = fileChunks - 1
         self.plaintextCount = plaintextCount
         self.sealedCount = plaintextCount + Int(count) * Self.tagSize
-    }
-
-    /// The run of `sealedCount` sealed bytes starting at chunk `firstChunk`.
-    ///
-    /// - Throws: `.internal` when `firstChunk` is outside the file; `.integrity` when
-    ///   `sealedCount` is not the exact sealed length of consecutive chunks from `firstChunk`.
-    init(firstChunk: Int64, sealedCount: Int, totalPlaintextSize: Int64) throws {
-        try Self.checkFile(firstChunk: firstChunk, totalPlaintextSize: totalPlaintextSize)
-        let fileChunks = ObjectLayout.chunkCount(plaintextSize: totalPlaintextSize)
-        let count = Int64((sealedCount + Self.sealedChunkSize - 1) / Self.sealedChunkSize)
-        let lastChunk = firstChunk + count - 1
-        guard count >= 1, lastChunk < fileChunks,
-            ObjectLayout.encryptedRange(chunk: lastChunk, plaintextSize: totalPlaintextSize).upperBound
-                - ObjectLayout.encryptedRange(chunk: firstChunk, plaintextSize: totalPlaintextSize).lowerBound
-                == Int64(sealedCount)
-        else {
-            throw CovenError(
-                .integrity, "encrypted chunks have the wrong length",
-                cause: "\(sealedCount) sealed bytes from chunk \(firstChunk) of a \(totalPlaintextSize)-byte file",
-                details: ["chunk": String(firstChunk), "reason": "length"])
-        }
-        self.firstChunk = firstChunk
-        self.count = Int(count)
-        self.finalChunk = fileChunks - 1
-        self.sealedCount = sealedCount
-        self.plaintextCount = sealedCount - Int(count) * Self.tagSize
     }
 
     private static func checkFile(firstChunk: Int64, totalPlaintextSize: Int64) throws {

@@ -18,20 +18,19 @@
 /// to be non-final only once a further byte arrives, so the last chunk's plaintext is emitted
 /// by ``finish(emit:)``.
 ///
+/// The bytes are cut into chunks by the one ``ChunkFramer`` every reader uses; a reader made with
+/// ``init(key:plaintextSize:chunks:)`` opens a run of chunks for a ranged read instead of a whole
+/// object.
+///
 /// Memory is one sealed chunk and one plaintext chunk (128 KiB), allocated once. A caller that
 /// has a place for the plaintext (the block it writes out) sets ``plaintextTarget`` and chunks
 /// decrypt straight into it. Not `Sendable`: one owner.
 public final class ObjectReader {
     private let cipher: ChunkCipher
-    /// The plaintext size and chunk count, when the caller knows the size.
-    private let expected: (plaintextSize: Int64, chunkCount: Int64)?
-    private let headerBuffer: UnsafeMutableRawPointer
-    private var headerCount = 0
-    private let sealedBuffer: UnsafeMutableRawPointer
-    private var buffered = 0
+    private var framer: ChunkFramer
+    /// One sealed chunk of room for the framer, then one chunk of plaintext.
+    private let buffers: UnsafeMutableRawBufferPointer
     private let plainBuffer: UnsafeMutableRawPointer
-    private var nextChunk: Int64 = 0
-    private var sawFinalChunk = false
     private var finished = false
     private var failure: (any Error)?
 
@@ -40,12 +39,11 @@ public final class ObjectReader {
     /// before it is decrypted.
     public var plaintextTarget: (() -> UnsafeMutableRawPointer?)?
 
-    private static let headerSize = Int(ObjectLayout.headerSize)
     private static let chunkSize = Int(ObjectLayout.chunkSize)
     private static let sealedChunkSize = Int(ObjectLayout.sealedChunkSize)
     private static let tagSize = Int(ObjectLayout.tagSize)
 
-    /// Creates a reader for a file object sealed under `key`.
+    /// Creates a reader for a whole file object sealed under `key`.
     ///
     /// - Parameters:
     ///   - key: the file's key.
@@ -53,21 +51,77 @@ public final class ObjectReader {
     ///     size the object authenticates.
     /// - Throws: ``CovenError`` `.internal` when libgcrypt cannot open a cipher or the size is
     ///   negative.
-    public init(key: FileKey, plaintextSize: Int64? = nil) throws {
-        if let plaintextSize, plaintextSize < 0 {
-            throw CovenError(.internal, "a file cannot have a negative size", cause: String(plaintextSize))
+    public convenience init(key: FileKey, plaintextSize: Int64? = nil) throws {
+        if let plaintextSize {
+            guard plaintextSize >= 0 else {
+                throw CovenError(.internal, "a file cannot have a negative size", cause: String(plaintextSize))
+            }
+            try self.init(
+                key: key, layout: .known(plaintextSize: plaintextSize, chunks: 0..<ObjectLayout.chunkCount(plaintextSize: plaintextSize)),
+                headerSize: Int(ObjectLayout.headerSize))
+        } else {
+            try self.init(key: key, layout: .streamed, headerSize: Int(ObjectLayout.headerSize))
         }
+    }
+
+    /// Creates a reader for a ranged read: the sealed bytes of chunks `chunks` of a file object.
+    ///
+    /// Feed it the object's bytes from ``ObjectLayout/encryptedRange(chunk:plaintextSize:)`` of
+    /// `chunks.lowerBound` (from offset 0, header included, when the run starts at chunk 0) to
+    /// the end of chunk `chunks.upperBound − 1`, for example the body of one ranged GET. The
+    /// file's final chunk is opened as final, every other as non-final; bytes beyond the run are
+    /// trailing data and input ending early is truncation (docs/format.md, section 4, "Ranged
+    /// reads").
+    ///
+    /// - Parameters:
+    ///   - key: the file's key.
+    ///   - plaintextSize: the file's size from its authenticated record.
+    ///   - chunks: the chunks to open, from ``ObjectLayout/chunks(covering:plaintextSize:)``.
+    /// - Throws: ``CovenError`` `.internal` when the chunks are empty or outside the file, or
+    ///   libgcrypt cannot open a cipher.
+    public convenience init(key: FileKey, plaintextSize: Int64, chunks: Range<Int64>) throws {
+        guard plaintextSize >= 0, !chunks.isEmpty, chunks.lowerBound >= 0,
+            chunks.upperBound <= ObjectLayout.chunkCount(plaintextSize: plaintextSize)
+        else {
+            throw CovenError(.internal, "chunks \(chunks) are not within the file", cause: "a \(plaintextSize)-byte file")
+        }
+        try self.init(
+            key: key, layout: .known(plaintextSize: plaintextSize, chunks: chunks),
+            headerSize: chunks.lowerBound == 0 ? Int(ObjectLayout.headerSize) : 0)
+    }
+
+    private init(key: FileKey, layout: ChunkFramer.Layout, headerSize: Int) throws {
         cipher = try ChunkCipher(key: key)
-        expected = plaintextSize.map { ($0, ObjectLayout.chunkCount(plaintextSize: $0)) }
-        headerBuffer = .allocate(byteCount: Self.headerSize, alignment: 8)
-        sealedBuffer = .allocate(byteCount: Self.sealedChunkSize, alignment: 16)
-        plainBuffer = .allocate(byteCount: Self.chunkSize, alignment: 16)
+        buffers = .allocate(byteCount: Self.sealedChunkSize + Self.chunkSize, alignment: 64)
+        guard let base = buffers.baseAddress else { preconditionFailure("internal error: no reader buffer") }
+        plainBuffer = base + Self.sealedChunkSize
+        framer = ChunkFramer(
+            headerSize: headerSize, layout: layout,
+            carry: UnsafeMutableRawBufferPointer(rebasing: buffers[0..<Self.sealedChunkSize]))
     }
 
     deinit {
-        headerBuffer.deallocate()
-        sealedBuffer.deallocate()
-        plainBuffer.deallocate()
+        buffers.deallocate()
+    }
+
+    /// Checks the 8-byte header that starts a file object.
+    ///
+    /// Only the first 8 bytes are read; more may be passed.
+    ///
+    /// - Parameter bytes: the start of the object.
+    /// - Throws: ``CovenError`` `.integrity` when there are fewer than 8 bytes, the magic is not
+    ///   "COVENF", or the version or algorithm byte is 0; `.updateRequired` when the version or
+    ///   algorithm is newer than this code knows (docs/format.md, section 4, "Reading").
+    public static func checkHeader(_ bytes: UnsafeRawBufferPointer) throws {
+        try ObjectHeader.check(bytes, magic: ObjectHeader.fileMagic)
+    }
+
+    /// Checks the 8-byte header that starts a file object.
+    ///
+    /// - Parameter bytes: the start of the object.
+    /// - Throws: as the `UnsafeRawBufferPointer` overload.
+    public static func checkHeader(_ bytes: [UInt8]) throws {
+        try bytes.withUnsafeBytes { try checkHeader($0) }
     }
 
     // MARK: - Input
@@ -90,10 +144,13 @@ public final class ObjectReader {
             throw CovenError(.internal, "bytes fed to an object reader after it finished")
         }
         do {
-            try consume(bytes, emit: emit)
+            try framer.feed(bytes, header: Self.checkHeader) { index, isLast, sealed in
+                try openChunk(index, isLast: isLast, sealed, emit: emit)
+            }
         } catch {
-            failure = error
-            throw error
+            let reported = Self.reported(error)
+            failure = reported
+            throw reported
         }
     }
 
@@ -114,118 +171,57 @@ public final class ObjectReader {
     ///
     /// - Parameter emit: receives the final chunk's authenticated plaintext, if any remains.
     /// - Throws: ``CovenError`` `.integrity` when the object is truncated (no header, or input
-    ///   ended before the flagged final chunk) or the final chunk fails authentication; the error
-    ///   `emit` threw; or the first error this reader threw.
+    ///   ended before the flagged final chunk, or before the last chunk of a ranged read) or the
+    ///   final chunk fails authentication; the error `emit` threw; or the first error this
+    ///   reader threw.
     public func finish(emit: (UnsafeRawBufferPointer) throws -> Void) throws {
         if let failure { throw failure }
         guard !finished else { return }
         do {
-            guard headerCount == Self.headerSize else { throw truncated() }
-            if expected != nil {
-                guard sawFinalChunk else { throw truncated() }
-            } else {
-                guard buffered >= Self.tagSize else { throw truncated() }
-                let count = buffered
-                buffered = 0
-                try openChunk(UnsafeRawBufferPointer(start: sealedBuffer, count: count), isLast: true, emit: emit)
+            try framer.finish { index, isLast, sealed in
+                try openChunk(index, isLast: isLast, sealed, emit: emit)
             }
             finished = true
         } catch {
-            failure = error
-            throw error
+            let reported = Self.reported(error)
+            failure = reported
+            throw reported
         }
     }
 
-    // MARK: - The state machine
+    // MARK: - Chunks
 
-    private func consume(_ bytes: UnsafeRawBufferPointer, emit: (UnsafeRawBufferPointer) throws -> Void) throws {
-        guard var pointer = bytes.baseAddress else { return }
-        var remaining = bytes.count
-
-        if headerCount < Self.headerSize {
-            let take = min(Self.headerSize - headerCount, remaining)
-            (headerBuffer + headerCount).copyMemory(from: pointer, byteCount: take)
-            headerCount += take
-            pointer += take
-            remaining -= take
-            guard headerCount == Self.headerSize else { return }
-            try ObjectOpener.checkHeader(UnsafeRawBufferPointer(start: headerBuffer, count: Self.headerSize))
-        }
-
-        while remaining > 0 {
-            if let expected {
-                // Known size: every chunk's sealed length and flag are fixed in advance.
-                guard !sawFinalChunk else { throw trailingData() }
-                let need = Int(ObjectLayout.encryptedRange(chunk: nextChunk, plaintextSize: expected.plaintextSize).count)
-                let isLast = nextChunk == expected.chunkCount - 1
-                if buffered == 0 && remaining >= need {
-                    try openChunk(UnsafeRawBufferPointer(start: pointer, count: need), isLast: isLast, emit: emit)
-                    pointer += need
-                    remaining -= need
-                } else {
-                    let take = min(need - buffered, remaining)
-                    (sealedBuffer + buffered).copyMemory(from: pointer, byteCount: take)
-                    buffered += take
-                    pointer += take
-                    remaining -= take
-                    if buffered == need {
-                        buffered = 0
-                        try openChunk(UnsafeRawBufferPointer(start: sealedBuffer, count: need), isLast: isLast, emit: emit)
-                    }
-                }
-            } else if buffered == 0 && remaining > Self.sealedChunkSize {
-                // A full chunk with bytes after it in the same piece: non-final, open in place.
-                try openChunk(
-                    UnsafeRawBufferPointer(start: pointer, count: Self.sealedChunkSize), isLast: false, emit: emit)
-                pointer += Self.sealedChunkSize
-                remaining -= Self.sealedChunkSize
-            } else if buffered == Self.sealedChunkSize {
-                // A held full chunk and at least one more byte: it was not the final chunk.
-                buffered = 0
-                try openChunk(
-                    UnsafeRawBufferPointer(start: sealedBuffer, count: Self.sealedChunkSize), isLast: false, emit: emit)
-            } else {
-                let take = min(Self.sealedChunkSize - buffered, remaining)
-                (sealedBuffer + buffered).copyMemory(from: pointer, byteCount: take)
-                buffered += take
-                pointer += take
-                remaining -= take
-            }
-        }
-    }
-
-    /// Authenticates and decrypts one chunk into the plaintext buffer, then emits it.
+    /// Authenticates and decrypts one chunk into the plaintext target, then emits it.
     private func openChunk(
-        _ sealed: UnsafeRawBufferPointer, isLast: Bool, emit: (UnsafeRawBufferPointer) throws -> Void
+        _ index: Int64, isLast: Bool, _ sealed: UnsafeRawBufferPointer, emit: (UnsafeRawBufferPointer) throws -> Void
     ) throws {
-        let index = nextChunk
         let target = plaintextTarget?() ?? plainBuffer
-        let output = UnsafeMutableRawBufferPointer(start: target, count: Self.chunkSize)
-        try cipher.open(index: index, isLast: isLast, sealed: sealed, into: output)
+        try cipher.open(
+            index: index, isLast: isLast, sealed: sealed,
+            into: UnsafeMutableRawBufferPointer(start: target, count: Self.chunkSize))
         let count = sealed.count - Self.tagSize
-        if isLast && count == 0 && index > 0 {
-            // Only an empty file ends with an empty chunk (docs/format.md, section 3.1).
-            throw CovenError(
-                .integrity, "encrypted file object ends with an empty chunk",
-                details: ["chunk": String(index), "reason": "empty_final_chunk"])
-        }
-        nextChunk += 1
-        sawFinalChunk = isLast
         if count > 0 { try emit(UnsafeRawBufferPointer(start: target, count: count)) }
     }
 
-    private func truncated() -> CovenError {
-        CovenError(
-            .integrity, "encrypted file object is truncated",
-            cause: "input ended after \(nextChunk) authenticated chunks, before the final chunk",
-            details: ["chunk": String(nextChunk), "reason": "truncated"])
-    }
-
-    private func trailingData() -> CovenError {
-        CovenError(
-            .integrity, "encrypted file object has trailing data",
-            cause: "bytes after the final chunk \(nextChunk - 1)",
-            details: ["chunk": String(nextChunk - 1), "reason": "trailing_data"])
+    /// A framing violation in this reader's words; any other error as it is.
+    private static func reported(_ error: any Error) -> any Error {
+        guard let violation = error as? ChunkFramer.Violation else { return error }
+        switch violation {
+        case .truncated(let chunk):
+            return CovenError(
+                .integrity, "encrypted file object is truncated",
+                cause: "input ended after \(chunk) authenticated chunks, before the final chunk",
+                details: ["chunk": String(chunk), "reason": "truncated"])
+        case .trailingData(let chunk):
+            return CovenError(
+                .integrity, "encrypted file object has trailing data",
+                cause: "bytes after the final chunk \(chunk)",
+                details: ["chunk": String(chunk), "reason": "trailing_data"])
+        case .emptyFinalChunk(let chunk):
+            return CovenError(
+                .integrity, "encrypted file object ends with an empty chunk",
+                details: ["chunk": String(chunk), "reason": "empty_final_chunk"])
+        }
     }
 }
 

@@ -1,53 +1,132 @@
-/// Encrypts a file object, run by run, on both cores.
+/// Encrypts the chunks of an object, run by run, on both cores: the one sealer every writer uses.
 ///
-/// A caller streaming a file writes ``header()`` and then the sealed chunks, in order, produced by
-/// ``sealChunks(firstChunk:plaintext:totalPlaintextSize:into:)`` for consecutive runs of the
-/// plaintext (for example one 8 MiB upload part at a time). The result is the v1 file object of
-/// docs/format.md, section 4; its size is ``ObjectLayout/encryptedSize(plaintextSize:)``.
+/// Uploads seal file objects with it (``sealRun(_:plaintextSize:into:fill:)``: each chunk is read
+/// straight into the place its ciphertext goes, checked by the caller, then sealed in place), and
+/// ``StoreSealer`` seals store objects with it. A caller streaming an object writes ``header`` and
+/// then the sealed runs, in order; the result is the v1 object of docs/format.md (section 4 for a
+/// file object, section 5 for a store object), whose size is
+/// ``ObjectLayout/encryptedSize(plaintextSize:)`` for a file.
 ///
-/// The sealer owns one ``ChunkCipher`` per thread it uses, so it is not `Sendable`: use one per
-/// task. Each call splits its run in two halves sealed concurrently.
+/// A run is cut into up to ``maximumLanes`` slices of consecutive chunks, each with its own
+/// ``ChunkCipher``, that the cores take in turn; each slice fills, checks and seals one chunk at a
+/// time, so a chunk is still in the core's cache when it is sealed, and a core that something else
+/// interrupted does not leave the other idle at the end of the run (measured on uploads: 1.69 cores
+/// busy instead of 1.55 with one slice per core).
+///
+/// The sealer owns its cipher handles, so it is not `Sendable`: use one per task.
 ///
 /// A file key MUST NOT seal two different plaintexts: if the file's bytes may have changed since a
 /// previous attempt, seal under a new ``FileKey``. Sealing the same bytes again is deterministic
 /// and safe (a retried part is byte-identical).
 public final class ObjectSealer {
+    /// The bytes that precede the first sealed chunk: the 8-byte file header, or a store
+    /// object's 40-byte header.
+    public let header: [UInt8]
     private let ciphers: [ChunkCipher]
 
-    /// Creates a sealer for the file sealed under `key`.
+    /// The most slices a run is cut into: more slices than cores let the cores share a run evenly
+    /// while an upload's send also wants one.
+    public static let maximumLanes = 8
+
+    /// Creates a sealer for the file object sealed under `key`.
     ///
     /// - Parameter key: the file's key.
     /// - Throws: ``CovenError`` `.internal` when libgcrypt cannot open a cipher.
-    public init(key: FileKey) throws {
-        ciphers = try (0..<ChunkRun.threads).map { _ in try ChunkCipher(key: key) }
+    public convenience init(key: FileKey) throws {
+        try self.init(
+            key: key, header: ObjectHeader.file, associatedData: ObjectHeader.file,
+            lanes: ChunkRun.threads > 1 ? Self.maximumLanes : 1)
     }
 
-    /// The 8-byte v1 file object header: "COVENF", version 0x01, algorithm 0x01.
+    /// Creates a sealer whose chunks authenticate `associatedData`, for objects that start with
+    /// `header`.
     ///
-    /// - Returns: the bytes that precede the first sealed chunk.
-    public func header() -> [UInt8] {
-        ObjectHeader.file
+    /// - Parameter lanes: cipher handles, so the most slices a run is cut into (1 for small
+    ///   objects, where a second thread costs more than it saves).
+    init(key: FileKey, header: [UInt8], associatedData: [UInt8], lanes: Int) throws {
+        self.header = header
+        ciphers = try (0..<max(1, lanes)).map { _ in try ChunkCipher(key: key, associatedData: associatedData) }
     }
 
-    /// Seals a run of consecutive chunks of the file into `output`.
+    // MARK: - Sealing
+
+    /// Seals chunks `chunks` of an object of `plaintextSize` bytes into `output`, filling each
+    /// chunk's plaintext with `fill` first.
     ///
-    /// `plaintext` holds the file's bytes from offset `firstChunk · 65536`: a whole number of
-    /// 64 KiB chunks, or a run that ends exactly at the end of the file (whose final chunk may be
-    /// short, and which is flagged as final). For an empty file, seal `firstChunk` 0 with an empty
-    /// `plaintext`: it produces the single empty final chunk. `output` receives the sealed chunks
-    /// back to back, `plaintext.count + 16 · chunks` bytes, which are exactly the object's bytes
-    /// from ``ObjectLayout/encryptedRange(chunk:plaintextSize:)`` of `firstChunk` onward.
+    /// `fill(chunk, place)` must write exactly chunk `chunk`'s plaintext into `place` (its
+    /// `ObjectLayout.plaintextRange` count of bytes; the place its ciphertext goes in `output`),
+    /// or throw; only once it returns is the chunk sealed, in place, so a chunk the caller finds
+    /// wrong is never encrypted. `fill` runs on several threads at once (for different chunks):
+    /// it must only read shared state. After a failure the slice it happened in stops; the error
+    /// of the lowest failing chunk's slice is thrown once every slice has finished.
     ///
-    /// Runs of four chunks or more are split in two halves sealed concurrently on two threads.
+    /// `output` receives the sealed chunks back to back, which are exactly the object's bytes
+    /// from ``ObjectLayout/encryptedRange(chunk:plaintextSize:)`` of `chunks.lowerBound` onward
+    /// (offsets after the header). The object's final chunk is sealed as final.
     ///
     /// - Parameters:
-    ///   - firstChunk: the index of the run's first chunk in the file.
+    ///   - chunks: consecutive chunks of the object, non-empty.
+    ///   - plaintextSize: the size of the whole object's plaintext, which decides its final chunk.
+    ///   - output: room for the run's sealed bytes.
+    ///   - fill: writes one chunk's plaintext into its place.
+    /// - Returns: the number of sealed bytes written.
+    /// - Throws: whatever `fill` throws; ``CovenError`` `.internal` when the chunks are not
+    ///   within the object, `output` is too small, or libgcrypt fails.
+    @discardableResult
+    public func sealRun(
+        _ chunks: Range<Int64>, plaintextSize: Int64, into output: UnsafeMutableRawBufferPointer,
+        fill: (_ chunk: Int64, _ place: UnsafeMutableRawBufferPointer) throws -> Void
+    ) throws -> Int {
+        guard !chunks.isEmpty, chunks.lowerBound >= 0, plaintextSize >= 0,
+            chunks.upperBound <= ObjectLayout.chunkCount(plaintextSize: plaintextSize)
+        else {
+            throw CovenError(
+                .internal, "chunks \(chunks) are not within the object", cause: "\(plaintextSize.counted("byte")) of plaintext")
+        }
+        let first = ObjectLayout.plaintextRange(chunk: chunks.lowerBound, plaintextSize: plaintextSize).lowerBound
+        let end = ObjectLayout.plaintextRange(chunk: chunks.upperBound - 1, plaintextSize: plaintextSize).upperBound
+        let run = try ChunkRun(
+            firstChunk: chunks.lowerBound, plaintextCount: Int(end - first), totalPlaintextSize: plaintextSize)
+        guard output.count >= run.sealedCount, let base = output.baseAddress else {
+            throw CovenError(
+                .internal, "the buffer for sealed chunks is too small",
+                cause: "\(output.count.counted("byte")) for \(run.sealedCount)")
+        }
+        let lanes = min(ciphers.count, max(2, run.count / 16))
+        try run.forEachSlice(parts: lanes) { slice, indexes in
+            let cipher = ciphers[slice]
+            for k in indexes {
+                let (_, plainCount, sealedOffset) = run.chunk(k)
+                let index = run.firstChunk + Int64(k)
+                let at = base + sealedOffset
+                try fill(index, UnsafeMutableRawBufferPointer(start: at, count: plainCount))
+                // In place: libgcrypt encrypts a buffer onto itself.
+                try cipher.seal(
+                    index: index, isLast: index == run.finalChunk,
+                    plaintext: UnsafeRawBufferPointer(start: at, count: plainCount),
+                    into: UnsafeMutableRawBufferPointer(start: at, count: plainCount + ChunkRun.tagSize))
+            }
+        }
+        return run.sealedCount
+    }
+
+    /// Seals a run of consecutive chunks of an object from a plaintext buffer into `output`.
+    ///
+    /// `plaintext` holds the object's bytes from offset `firstChunk · 65536`: a whole number of
+    /// 64 KiB chunks, or a run that ends exactly at the end of the object (whose final chunk may
+    /// be short, and which is flagged as final). For an empty object, seal `firstChunk` 0 with an
+    /// empty `plaintext`: it produces the single empty final chunk. Otherwise as
+    /// ``sealRun(_:plaintextSize:into:fill:)``, whose path this is (each chunk copied into place,
+    /// then sealed there).
+    ///
+    /// - Parameters:
+    ///   - firstChunk: the index of the run's first chunk in the object.
     ///   - plaintext: the run's plaintext.
-    ///   - totalPlaintextSize: the size of the whole file, which decides the final chunk.
+    ///   - totalPlaintextSize: the size of the whole object, which decides the final chunk.
     ///   - output: room for the sealed run; must not overlap `plaintext`.
     /// - Returns: the number of bytes written to `output`.
-    /// - Throws: ``CovenError`` `.internal` when the run is not whole chunks of the file, `output`
-    ///   is too small, or libgcrypt fails.
+    /// - Throws: ``CovenError`` `.internal` when the run is not whole chunks of the object,
+    ///   `output` is too small, or libgcrypt fails.
     @discardableResult
     public func sealChunks(
         firstChunk: Int64, plaintext: UnsafeRawBufferPointer, totalPlaintextSize: Int64,
@@ -55,24 +134,36 @@ public final class ObjectSealer {
     ) throws -> Int {
         let run = try ChunkRun(
             firstChunk: firstChunk, plaintextCount: plaintext.count, totalPlaintextSize: totalPlaintextSize)
-        guard output.count >= run.sealedCount, let out = output.baseAddress else {
-            throw CovenError(
-                .internal, "the buffer for sealed chunks is too small",
-                cause: "\(output.count.counted("byte")) for \(run.sealedCount)")
-        }
         let input = plaintext.baseAddress
-        try run.forEachSlice(parts: ciphers.count) { slice, chunks in
-            let cipher = ciphers[slice]
-            for k in chunks {
-                let (plainOffset, plainCount, sealedOffset) = run.chunk(k)
-                let index = run.firstChunk + Int64(k)
-                try cipher.seal(
-                    index: index, isLast: index == run.finalChunk,
-                    plaintext: UnsafeRawBufferPointer(start: input.map { $0 + plainOffset }, count: plainCount),
-                    into: UnsafeMutableRawBufferPointer(start: out + sealedOffset, count: plainCount + ChunkRun.tagSize))
+        let start = ObjectLayout.plaintextRange(chunk: firstChunk, plaintextSize: totalPlaintextSize).lowerBound
+        return try sealRun(
+            firstChunk..<(firstChunk + Int64(run.count)), plaintextSize: totalPlaintextSize, into: output
+        ) { chunk, place in
+            guard let input, let to = place.baseAddress, place.count > 0 else { return }
+            let offset = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: totalPlaintextSize).lowerBound - start
+            to.copyMemory(from: input + Int(offset), byteCount: place.count)
+        }
+    }
+
+    /// Seals a whole object held in memory: ``header`` followed by every chunk.
+    ///
+    /// - Parameter plaintext: the object's plaintext, any size (empty included).
+    /// - Returns: the object, `header.count + n + 16 · max(1, ceil(n / 65536))` bytes.
+    /// - Throws: ``CovenError`` `.internal` when libgcrypt fails.
+    func sealObject(_ plaintext: [UInt8]) throws -> [UInt8] {
+        let size = Int64(plaintext.count)
+        let chunks = ObjectLayout.chunkCount(plaintextSize: size)
+        let payload = plaintext.count + Int(chunks) * ChunkRun.tagSize
+        var object = header + [UInt8](repeating: 0, count: payload)
+        let headerCount = header.count
+        try plaintext.withUnsafeBytes { input in
+            try object.withUnsafeMutableBytes { output in
+                _ = try sealChunks(
+                    firstChunk: 0, plaintext: input, totalPlaintextSize: size,
+                    into: UnsafeMutableRawBufferPointer(rebasing: output[headerCount...]))
             }
         }
-        return run.sealedCount
+        return object
     }
 }
 

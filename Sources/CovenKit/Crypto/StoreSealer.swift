@@ -7,6 +7,12 @@
 /// object its own payload key, so the store key never meets AES-GCM directly and sealing the same
 /// plaintext twice gives unrelated objects.
 ///
+/// An object may be **bound to a path**, its name in storage (`changes/<device>/<seq>`): the
+/// path's UTF-8 bytes then follow the header in every chunk's associated data, so the object
+/// opens only under that name and cannot be moved, swapped or replayed under another. An object
+/// bound to no path (the empty path) has the header alone as associated data.
+///
+/// Sealing goes through the one ``ObjectSealer``, opening through the one ``ChunkFramer``.
 /// Store objects are handled whole in memory.
 public enum StoreSealer {
     /// The HKDF info string: the 21 ASCII bytes "coven store object v1".
@@ -19,52 +25,43 @@ public enum StoreSealer {
     /// - Parameters:
     ///   - plaintext: the object's content, any size (empty included).
     ///   - storeKey: the store's 32-byte key.
+    ///   - path: the storage path the object is bound to (docs/format.md, section 5), or empty
+    ///     for none.
     /// - Returns: the store object, `40 + n + 16 · max(1, ceil(n / 65536))` bytes.
     /// - Throws: ``CovenError`` `.internal` when libgcrypt fails.
-    public static func seal(_ plaintext: [UInt8], storeKey: FileKey) throws -> [UInt8] {
-        try seal(plaintext, storeKey: storeKey, salt: SecureRandom.bytes(ObjectHeader.saltSize))
+    public static func seal(_ plaintext: [UInt8], storeKey: FileKey, boundTo path: String = "") throws -> [UInt8] {
+        try seal(plaintext, storeKey: storeKey, salt: SecureRandom.bytes(ObjectHeader.saltSize), boundTo: path)
     }
 
     /// Seals with a given salt: for known-answer vectors only; real objects need a random salt.
-    static func seal(_ plaintext: [UInt8], storeKey: FileKey, salt: [UInt8]) throws -> [UInt8] {
+    static func seal(_ plaintext: [UInt8], storeKey: FileKey, salt: [UInt8], boundTo path: String = "") throws
+        -> [UInt8]
+    {
         precondition(salt.count == ObjectHeader.saltSize, "internal error: a store object salt is 32 bytes")
         let header = ObjectHeader.storeMagic + [ObjectHeader.version, ObjectHeader.algorithm] + salt
-        let cipher = try ChunkCipher(key: payloadKey(storeKey: storeKey, salt: salt), associatedData: header)
-        let size = Int64(plaintext.count)
-        let chunks = ObjectLayout.chunkCount(plaintextSize: size)
-        let sealedSize = headerSize + plaintext.count + Int(chunks) * ChunkRun.tagSize
-        var object = header + [UInt8](repeating: 0, count: sealedSize - headerSize)
-        try plaintext.withUnsafeBytes { input in
-            try object.withUnsafeMutableBytes { output in
-                for chunk in 0..<chunks {
-                    let plain = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size)
-                    let offset = headerSize + Int(chunk) * ChunkRun.sealedChunkSize
-                    try cipher.seal(
-                        index: chunk, isLast: chunk == chunks - 1,
-                        plaintext: UnsafeRawBufferPointer(rebasing: input[Int(plain.lowerBound)..<Int(plain.upperBound)]),
-                        into: UnsafeMutableRawBufferPointer(
-                            rebasing: output[offset..<(offset + plain.count + ChunkRun.tagSize)]))
-                }
-            }
-        }
-        return object
+        let lanes = plaintext.count > 4 * Int(ObjectLayout.chunkSize) ? ChunkRun.threads : 1
+        let sealer = try ObjectSealer(
+            key: payloadKey(storeKey: storeKey, salt: salt), header: header,
+            associatedData: header + Array(path.utf8), lanes: lanes)
+        return try sealer.sealObject(plaintext)
     }
 
     /// Verifies and decrypts a store object sealed under `storeKey`.
     ///
     /// The chunk structure follows from the object's length, and every chunk is authenticated
     /// with its index and final flag, so truncation, extension, reordering and any altered byte
-    /// (header and salt included) fail.
+    /// (header and salt included) fail; so does an object bound to another path.
     ///
     /// - Parameters:
     ///   - sealed: the whole store object.
     ///   - storeKey: the store's 32-byte key.
+    ///   - path: the storage path the object was bound to when sealed, or empty for none.
     /// - Returns: the plaintext.
     /// - Throws: ``CovenError`` `.integrity` when the object is too short, is not a store object
-    ///   ("COVENS"), has a length no plaintext maps to, or fails authentication (including under
-    ///   the wrong store key); `.updateRequired` when its version or algorithm is newer than this
-    ///   code knows; `.internal` when libgcrypt fails.
-    public static func open(_ sealed: [UInt8], storeKey: FileKey) throws -> [UInt8] {
+    ///   ("COVENS"), has a length no plaintext maps to, or fails authentication (under the wrong
+    ///   store key, or bound to another path); `.updateRequired` when its version or algorithm is
+    ///   newer than this code knows; `.internal` when libgcrypt fails.
+    public static func open(_ sealed: [UInt8], storeKey: FileKey, boundTo path: String = "") throws -> [UInt8] {
         try sealed.withUnsafeBytes { sealed in
             try ObjectHeader.check(sealed, magic: ObjectHeader.storeMagic)
             guard sealed.count >= headerSize,
@@ -74,21 +71,33 @@ public enum StoreSealer {
                     .integrity, "encrypted store object has an invalid length", cause: "\(sealed.count.counted("byte"))",
                     details: ["reason": "length"])
             }
-            let header = UnsafeRawBufferPointer(rebasing: sealed[0..<headerSize])
+            let header = Array(UnsafeRawBufferPointer(rebasing: sealed[0..<headerSize]))
             let salt = UnsafeRawBufferPointer(rebasing: sealed[ObjectHeader.prefixSize..<headerSize])
-            let cipher = try ChunkCipher(key: payloadKey(storeKey: storeKey, salt: salt), associatedData: Array(header))
-            let chunks = ObjectLayout.chunkCount(plaintextSize: size)
+            let cipher = try ChunkCipher(
+                key: payloadKey(storeKey: storeKey, salt: salt), associatedData: header + Array(path.utf8))
             var plaintext = [UInt8](repeating: 0, count: Int(size))
-            try plaintext.withUnsafeMutableBytes { output in
-                for chunk in 0..<chunks {
-                    let plain = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size)
-                    let offset = headerSize + Int(chunk) * ChunkRun.sealedChunkSize
-                    try cipher.open(
-                        index: chunk, isLast: chunk == chunks - 1,
-                        sealed: UnsafeRawBufferPointer(rebasing: sealed[offset..<(offset + plain.count + ChunkRun.tagSize)]),
-                        into: UnsafeMutableRawBufferPointer(
-                            rebasing: output[Int(plain.lowerBound)..<Int(plain.upperBound)]))
+            let carry = UnsafeMutableRawBufferPointer.allocate(byteCount: ChunkRun.sealedChunkSize, alignment: 16)
+            defer { carry.deallocate() }
+            var framer = ChunkFramer(
+                headerSize: 0, layout: .known(plaintextSize: size, chunks: 0..<ObjectLayout.chunkCount(plaintextSize: size)),
+                carry: carry)
+            do {
+                try plaintext.withUnsafeMutableBytes { output in
+                    let open = { (index: Int64, isLast: Bool, chunk: UnsafeRawBufferPointer) throws in
+                        let plain = ObjectLayout.plaintextRange(chunk: index, plaintextSize: size)
+                        try cipher.open(
+                            index: index, isLast: isLast, sealed: chunk,
+                            into: UnsafeMutableRawBufferPointer(
+                                rebasing: output[Int(plain.lowerBound)..<Int(plain.upperBound)]))
+                    }
+                    try framer.feed(UnsafeRawBufferPointer(rebasing: sealed[headerSize...]), header: { _ in }, chunk: open)
+                    try framer.finish(chunk: open)
                 }
+            } catch is ChunkFramer.Violation {
+                // Unreachable: the length was checked above to be exactly the object's chunks.
+                throw CovenError(
+                    .integrity, "encrypted store object has an invalid length", cause: "\(sealed.count.counted("byte"))",
+                    details: ["reason": "length"])
             }
             return plaintext
         }

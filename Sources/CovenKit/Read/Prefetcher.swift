@@ -368,9 +368,10 @@ final class Prefetcher: @unchecked Sendable {
     }
 
     /// Fetches one run with one ranged GET and authenticates it into `buffer`, chunk by chunk as
-    /// the bytes arrive: a chunk that arrives whole in one piece is opened where it lies, one
-    /// split across pieces is gathered in `carry` (one sealed chunk) first. So no run of sealed
-    /// bytes is held, and nothing is copied on the way but the plaintext out.
+    /// the bytes arrive, framed by the one ``ChunkFramer``: a chunk that arrives whole in one piece
+    /// is opened where it lies, one split across pieces is gathered in `carry` (one sealed chunk)
+    /// first. So no run of sealed bytes is held, and nothing is copied on the way but the
+    /// plaintext out.
     ///
     /// A run that starts at chunk 0 also fetches the 8-byte header and checks it, so a newer
     /// format fails with `update_required`.
@@ -386,72 +387,39 @@ final class Prefetcher: @unchecked Sendable {
     ) throws {
         let first = ObjectLayout.encryptedRange(chunk: run.lowerBound, plaintextSize: size)
         let last = ObjectLayout.encryptedRange(chunk: run.upperBound - 1, plaintextSize: size)
-        let finalChunk = ObjectLayout.chunkCount(plaintextSize: size) - 1
         let withHeader = run.lowerBound == 0
         let lower = withHeader ? 0 : first.lowerBound
         let wanted = Int(last.upperBound - lower)
-        precondition(carry.count >= Int(ObjectLayout.sealedChunkSize), "internal error: no room for a sealed chunk")
         buffer.chunks = run
         buffer.plainCount = 0
         var received = 0
-        var header = (UInt64(0), 0)  // the header's bytes and how many arrived
-        var chunk = run.lowerBound  // the next chunk to open
-        var held = 0  // bytes of it gathered in `carry`
         var plainOffset = 0
-        guard let carryBase = carry.baseAddress, let plainBase = buffer.plaintext.baseAddress, let tagBase = buffer.tags.baseAddress else {
+        guard let plainBase = buffer.plaintext.baseAddress, let tagBase = buffer.tags.baseAddress else {
             throw CovenError(.internal, "no room for chunks \(run)")
         }
-        func open(_ sealed: UnsafeRawPointer, _ count: Int) throws {
-            let plain = count - 16
-            try cipher.open(index: chunk, isLast: chunk == finalChunk, sealed: UnsafeRawBufferPointer(start: sealed, count: count),
+        var framer = ChunkFramer(
+            headerSize: withHeader ? Int(ObjectLayout.headerSize) : 0, layout: .known(plaintextSize: size, chunks: run),
+            carry: carry)
+        func open(_ chunk: Int64, _ isLast: Bool, _ sealed: UnsafeRawBufferPointer) throws {
+            let plain = sealed.count - 16
+            try cipher.open(index: chunk, isLast: isLast, sealed: sealed,
                             into: UnsafeMutableRawBufferPointer(start: plainBase + plainOffset, count: plain))
             // Keep each chunk's tag for the cache.
-            (tagBase + Int(chunk - run.lowerBound) * 16).copyMemory(from: sealed + plain, byteCount: 16)
+            if let tag = sealed.baseAddress { (tagBase + Int(chunk - run.lowerBound) * 16).copyMemory(from: tag + plain, byteCount: 16) }
             plainOffset += plain
-            chunk += 1
         }
+        let longer = CovenError(.integrity, "the stored object '\(object)' is longer than its record says", details: ["key": object, "reason": "length"])
         do {
             try provider.get(object, range: lower..<last.upperBound) { bytes in
-                guard received + bytes.count <= wanted, var from = bytes.baseAddress else {
-                    if bytes.isEmpty { return }
-                    throw CovenError(.integrity, "the stored object '\(object)' is longer than its record says", details: ["key": object, "reason": "length"])
-                }
                 received += bytes.count
-                var left = bytes.count
-                if withHeader && header.1 < Int(ObjectLayout.headerSize) {
-                    let n = min(Int(ObjectLayout.headerSize) - header.1, left)
-                    withUnsafeMutableBytes(of: &header.0) { ($0.baseAddress! + header.1).copyMemory(from: from, byteCount: n) }
-                    header.1 += n
-                    from += n
-                    left -= n
-                    if header.1 == Int(ObjectLayout.headerSize) {
-                        try withUnsafeBytes(of: header.0) { try ObjectOpener.checkHeader($0) }
-                    }
-                }
-                while left > 0 {
-                    // `received <= wanted` keeps `chunk` within the run.
-                    let need = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size).count + 16
-                    if held == 0 && left >= need {
-                        try open(from, need)
-                        from += need
-                        left -= need
-                        continue
-                    }
-                    let n = min(need - held, left)
-                    (carryBase + held).copyMemory(from: from, byteCount: n)
-                    held += n
-                    from += n
-                    left -= n
-                    if held == need {
-                        held = 0
-                        try open(UnsafeRawPointer(carryBase), need)
-                    }
-                }
+                try framer.feed(bytes, header: ObjectReader.checkHeader, chunk: open)
             }
+            try framer.finish(chunk: open)
         } catch let error as CovenError where error.code == .rangeOutOfBounds {
             throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says", cause: error.cause, details: ["key": object, "reason": "length"])
-        }
-        guard chunk == run.upperBound else {
+        } catch ChunkFramer.Violation.trailingData {
+            throw longer
+        } catch is ChunkFramer.Violation {
             throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says",
                              cause: "\(received) of \(wanted.counted("byte"))", details: ["key": object, "reason": "length"])
         }

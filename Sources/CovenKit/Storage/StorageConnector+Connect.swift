@@ -20,7 +20,7 @@ extension StorageConnector {
         case .file(let directory):
             return try FileStorage(directory: directory, create: create)
         case .s3:
-            return try S3Storage(location: location, options: options)
+            return try S3Storage(location: location, options: options, environment: environment ?? ProcessInfo.processInfo.environment)
         }
     }
 }

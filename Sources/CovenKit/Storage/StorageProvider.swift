@@ -229,11 +229,14 @@ public struct StorageConnector: Sendable {
     public let location: StorageLocation
     /// Request timeouts and retry settings.
     public let options: StorageOptions
+    /// Where S3 settings (`AWS_*`) are read: the process environment unless given.
+    public let environment: [String: String]?
 
     /// Creates a connector.
-    public init(location: StorageLocation, options: StorageOptions = StorageOptions()) {
+    public init(location: StorageLocation, options: StorageOptions = StorageOptions(), environment: [String: String]? = nil) {
         self.location = location
         self.options = options
+        self.environment = environment
     }
 }
 

@@ -25,6 +25,13 @@ public final class Device {
     public private(set) var manifest: Manifest
     /// Whether the connection only reads.
     public let readOnly: Bool
+    /// Where storage settings (`AWS_*`) are read by sync: the process environment unless set.
+    public var storageEnvironment: [String: String]?
+
+    /// A provider for this device's storage, for sync.
+    func connectStorage() throws -> StorageProvider {
+        try StorageConnector(location: storage, environment: storageEnvironment).connect()
+    }
 
     /// The format of store.json and of everything coven writes to storage.
     public static let storeFormat = 1
@@ -280,6 +287,8 @@ public final class Device {
 
     /// The plaintext of a device registry entry, before it is sealed under the store key: one
     /// JSON object `{"coven_device":1,"device":ID,"joined_at":TIME,"name":NAME}`, keys sorted.
+    /// ``DeviceEntry`` is the full entry (with the device's public key, sealed bound to its path)
+    /// that replaces this once init and join make the device's signing key.
     static func registryEntry(device: String, name: String, joinedAt: String) throws -> [UInt8] {
         let data = try JSONSerialization.data(withJSONObject: [
             "coven_device": 1, "device": device, "name": name, "joined_at": joinedAt,

@@ -35,6 +35,24 @@ public struct DeviceStatus: Sendable {
     public var uploads = Uploads()
     public var outbox: Int64 = 0
     public var cache: CacheSummary
+    public var sync = SyncSummary()
+}
+
+/// Sync at a glance: the last push and pull, what waits to be published, the lost values.
+public struct SyncSummary: Sendable {
+    /// When this device last published a change and last applied one (nil: never).
+    public var lastPush: String?
+    public var lastPull: String?
+    /// Writes recorded and not yet published, and of those how many a bound upload holds.
+    public var waiting: Int64 = 0
+    public var heldByUploads: Int64 = 0
+    /// Changes frozen for publishing but not yet written to storage (sent at the next sync).
+    public var frozen: Int64 = 0
+    /// Lost values not restored (concurrent edits and rows taken out).
+    public var lostValues: Int64 = 0
+    /// The other devices known here, and how many of them are gone for good.
+    public var devices: Int64 = 0
+    public var goneDevices: Int64 = 0
 }
 
 /// The file cache: its budget, what it holds, and the kept files ("attachments") held or not.
@@ -103,7 +121,16 @@ extension Device {
         status.uploads.paused = try setting("uploads_paused") == "1"
         status.uploads.bytesConfirmed = try count("SELECT coalesce(sum(bytes_confirmed), 0) FROM coven_upload_queue WHERE state IN ('queued', 'sending', 'failed')")
         status.uploads.bytesTotal = try count("SELECT coalesce(sum(bytes_total), 0) FROM coven_upload_queue WHERE state IN ('queued', 'sending', 'failed')")
-        status.outbox = try count("SELECT count(*) FROM coven_outbox")
+        let waiting = try Outbox(database: database).waiting(isStored: isUploaded)
+        status.outbox = waiting.writes
+        status.sync.waiting = waiting.writes
+        status.sync.heldByUploads = waiting.held
+        status.sync.lastPush = try setting("last_push")
+        status.sync.lastPull = try setting("last_pull")
+        status.sync.frozen = try count("SELECT count(*) FROM coven_push")
+        status.sync.lostValues = try count("SELECT count(*) FROM coven_lost_values WHERE restored_at IS NULL")
+        status.sync.devices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1", [deviceID])
+        status.sync.goneDevices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1 AND gone = 1", [deviceID])
         return status
     }
 }

@@ -96,21 +96,22 @@ extension Outbox {
         try database.run("DELETE FROM coven_outbox WHERE seq <= ?1 AND seq >= ?2", [last, seqs.min() ?? last])
     }
 
-    /// Writes waiting, and of those how many wait for a bound upload (theirs or an earlier
-    /// write's).
+    /// Writes waiting (pieces of one write count once), and of those how many wait for a bound
+    /// upload (theirs or an earlier write's).
     func waiting(isStored: (String) throws -> Bool) throws -> (writes: Int64, held: Int64) {
-        var writes: Int64 = 0
-        var held: Int64 = 0
+        var writes: Set<String> = []
+        var held: Set<String> = []
         var holding = false
-        let statement = try database.prepare("SELECT waits_for FROM coven_outbox ORDER BY seq")
+        let statement = try database.prepare("SELECT hlc, waits_for FROM coven_outbox ORDER BY seq")
         while let row = try statement.next() {
-            writes += 1
+            let stamp = row.string("hlc") ?? ""
+            writes.insert(stamp)
             if !holding {
-                let waits = (try? JSONSerialization.jsonObject(with: Data((row.string("waits_for") ?? "[]").utf8)) as? [String]) ?? []
-                holding = try (waits ?? []).contains { try !isStored($0) }
+                let waits = (try? JSONSerialization.jsonObject(with: Data((row.string("waits_for") ?? "[]").utf8))) as? [String] ?? []
+                holding = try waits.contains { try !isStored($0) }
             }
-            if holding { held += 1 }
+            if holding { held.insert(stamp) }
         }
-        return (writes, held)
+        return (Int64(writes.count), Int64(held.count))
     }
 }

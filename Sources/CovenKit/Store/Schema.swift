@@ -373,7 +373,8 @@ enum Schema {
     DROP VIEW IF EXISTS coven_devices;
     CREATE VIEW coven_devices AS
         SELECT device, name, joined_at, gone,
-               device = (SELECT value FROM coven_meta WHERE key = 'device_id') AS this_device
+               device = (SELECT value FROM coven_meta WHERE key = 'device_id') AS this_device,
+               applied_seq AS seq, frontier, gone_at
         FROM coven_device_registry;
     """
 }

@@ -90,9 +90,10 @@ struct ChangeApplier {
             }
         }
         let quoted = RowCapture.quote(entry.table)
-        let statement = try database.prepare("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(quoted) WHERE id = ?1")
+        let statement = try database.cached("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(quoted) WHERE id = ?1")
         try statement.bind([entry.id])
         let localRow = try statement.next()
+        statement.reset()
         let localStamp = localRow?["_updated_at"].textValue
         let tombstone = try sync.tombstone(table: entry.table, id: entry.id)
         let current = max(localStamp ?? "", tombstone ?? "")
@@ -145,7 +146,9 @@ struct ChangeApplier {
         let updates = columns.filter { $0 != "\"id\"" }.map { "\($0) = excluded.\($0)" }.joined(separator: ", ")
         let sql = "INSERT INTO main.\(table) (\(columns.joined(separator: ", "))) VALUES (\(placeholders))"
             + (updates.isEmpty ? " ON CONFLICT (id) DO NOTHING" : " ON CONFLICT (id) DO UPDATE SET \(updates)")
-        try database.run(sql, entry.values)
+        let statement = try database.cached(sql)
+        try statement.bind(entry.values)
+        try statement.runToEnd()
     }
 
     /// A file record from another device: a switch to device-only elsewhere drops this

@@ -9,13 +9,14 @@ extension Device {
     /// - Throws: `.noStorage`/`.missing` when no store is there; `.integrity` when `storeKey`
     ///   does not open it; `.updateRequired` for a store of a newer format; `.alreadyExists`
     ///   for a device already at `paths`; `.storage`.
-    public static func join(paths: DevicePaths, storage: StorageLocation, storeKey keyBytes: [UInt8], name: String?) throws -> Device {
+    public static func join(paths: DevicePaths, storage: StorageLocation, storeKey keyBytes: [UInt8], name: String?,
+                            environment: [String: String]? = nil) throws -> Device {
         try refuseExisting(paths)
         guard keyBytes.count == 32 else {
             throw CovenError(.usage, "a store key is 32 bytes (64 hex digits, as 'coven key export' prints it), not \(keyBytes.count)")
         }
         let storeKey = try FileKey(bytes: keyBytes)
-        let provider = try StorageConnector(location: storage).connect()
+        let provider = try StorageConnector(location: storage, environment: environment).connect()
         guard let storeJSON = try provider.getObject("store.json") else {
             throw CovenError(.missing, "no store at '\(storage)'", hint: "check the URL, or create a store with 'coven init'", details: ["object": "store.json"])
         }
@@ -64,6 +65,7 @@ extension Device {
         try AtomicFile.syncFolder(parent)
         created = true
         let device = try open(paths: paths)
+        device.storageEnvironment = environment
         try device.refreshDevices(provider: provider, storeKey: storeKey)
         return device
     }

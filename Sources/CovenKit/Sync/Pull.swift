@@ -37,6 +37,10 @@ extension Device {
         defer { dropCachedBytes(of: uncache) }
         var progress = true
         var finished: Set<String> = []
+        // Where each device's changes ran out, and the highest seq of each that a change read
+        // here says its writer applied: a change missing below that is a gap.
+        var missingAt: [String: Int64] = [:]
+        var claimed: [String: Int64] = [:]
         while progress {
             progress = false
             for row in try database.query("SELECT device, applied_seq FROM coven_device_registry WHERE device <> ?1 AND gone = 0 ORDER BY device", [deviceID]) {
@@ -47,11 +51,12 @@ extension Device {
                     try stop.check("the sync")
                     let path = PublishedChange.path(device: other, seq: next)
                     guard let sealed = try provider.getObject(path) else {
-                        if let known = try highestSeqKnown(of: other), known >= next { report.gaps[other] = next }
+                        missingAt[other] = next
                         finished.insert(other)
                         break
                     }
                     let change = try ChangeSealing.open(sealed, path: path, store: storeID, storeKey: storeKey)
+                    for (device, seq) in change.frontier { claimed[device] = max(claimed[device] ?? 0, seq) }
                     if let missing = try unmetDependency(change.frontier, writer: other) {
                         report.waiting[other] = missing.seq
                         break
@@ -67,6 +72,10 @@ extension Device {
                     next += 1
                 }
             }
+        }
+        for (other, seq) in missingAt {
+            let known = max(claimed[other] ?? 0, try highestSeqKnown(of: other) ?? 0)
+            if known >= seq { report.gaps[other] = seq }
         }
         return report
     }

@@ -43,7 +43,7 @@ extension Device {
     public func sync(push: Bool = true, pull: Bool = true, wait: Bool = true, stop: Stop = Stop()) throws -> SyncReport {
         let lock = try self.lock(wait: wait)
         defer { _ = lock }
-        let provider = try StorageConnector(location: storage).connect()
+        let provider = try connectStorage()
         let key = try storeKey()
         var report = SyncReport()
         // A device removed for good publishes nothing more.
@@ -76,7 +76,7 @@ extension Device {
     public func removeDevice(_ device: String) throws {
         let lock = try self.lock(wait: true)
         defer { _ = lock }
-        let provider = try StorageConnector(location: storage).connect()
+        let provider = try connectStorage()
         let key = try storeKey()
         try refreshDevices(provider: provider, storeKey: key)
         guard let row = try database.queryOne("SELECT * FROM coven_device_registry WHERE device = ?1 OR name = ?1", [device]) else {
@@ -152,7 +152,7 @@ extension Device {
     /// Stores this device's manifest as the store's (`manifest`, sealed), for the devices that
     /// join next: `coven migrate` calls it after migrating.
     public func publishManifest() throws {
-        let provider = try StorageConnector(location: storage).connect()
+        let provider = try connectStorage()
         try Device.publishManifest(manifest, provider: provider, storeKey: try storeKey(), replace: true)
     }
 }

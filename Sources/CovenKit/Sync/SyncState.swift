@@ -18,7 +18,10 @@ struct SyncState {
 
     /// The stamp of the row's deletion, if it was deleted.
     func tombstone(table: String, id: String) throws -> String? {
-        try database.scalar("SELECT stamp FROM coven_tombstones WHERE tbl = ?1 AND id = ?2", [table, id]).textValue
+        let statement = try database.cached("SELECT stamp FROM coven_tombstones WHERE tbl = ?1 AND id = ?2")
+        try statement.bind([table, id])
+        defer { statement.reset() }
+        return try statement.next()?[0].textValue
     }
 
     // MARK: The log of published and applied changes

@@ -105,112 +105,37 @@ struct UploadSource {
 
     /// Reads chunks `chunks` straight into their sealed places in `output` (each chunk where its
     /// ciphertext goes, its tag's 16 bytes left free) and, on both cores, checks each chunk
-    /// against its recorded hash and, only once it matched, seals it in place.
+    /// against its recorded hash and, only once it matched, seals it in place: the fill of
+    /// ``ObjectSealer/sealRun(_:plaintextSize:into:fill:)``, the one sealer.
     ///
-    /// The run is cut into slices (up to one per cipher) that the cores take in turn; each
-    /// slice reads, checks and seals one chunk at a time, so the read is shared by both cores,
-    /// the chunk is still in cache when it is hashed and sealed, and a core that a send
-    /// interrupted does not leave the other idle at the end of the run (measured: 1.69 cores
-    /// busy instead of 1.55, a 1 GiB file:// upload 0.96 s instead of 1.06 s). No plaintext
-    /// buffer is needed, and a chunk that differs is never encrypted.
+    /// No plaintext buffer is needed, and a chunk that differs is never encrypted.
     ///
     /// - Parameters:
     ///   - chunks: consecutive chunks of the file.
-    ///   - ciphers: one cipher per slice.
+    ///   - sealer: the file's sealer.
     ///   - output: room for the run's sealed bytes, back to back.
     /// - Returns: the number of sealed bytes written.
     /// - Throws: ``changed(chunk:)`` for a short read or a chunk that differs; nothing is sent
     ///   then.
-    func sealRun(_ chunks: Range<Int64>, ciphers: [ChunkCipher], into output: UnsafeMutableRawBufferPointer) throws -> Int {
-        guard let last = chunks.last else { return 0 }
-        let sealed = (chunks.count - 1) * Int(ObjectLayout.sealedChunkSize)
-            + ObjectLayout.plaintextRange(chunk: last, plaintextSize: size).count + Int(ObjectLayout.tagSize)
-        precondition(sealed <= output.count, "internal error: a run's sealed bytes exceed its buffer")
-        let lanes = chunks.count >= 4 ? min(ciphers.count, max(2, chunks.count / 16)) : 1
-        let work = SealLanes(output: output, file: file, recorded: chunkHashes, chunks: chunks, size: size, lanes: lanes, ciphers: ciphers)
-        let body: @Sendable (Int) -> Void = { lane in work.run(lane: lane) }
-        if lanes == 1 { body(0) } else { DispatchQueue.concurrentPerform(iterations: lanes, execute: body) }
-        if let bad = work.mismatch { throw changed(chunk: bad) }
-        if let error = work.error { throw error }
-        return sealed
-    }
-}
-
-/// What the slices of one run share. @unchecked: each slice touches only its own chunks' bytes
-/// in `output`, its own cipher and its own result slots, and reads the source with `pread`
-/// only; `concurrentPerform` returns after all.
-private final class SealLanes: @unchecked Sendable {
-    let output: UnsafeMutableRawBufferPointer
-    let file: FileHandleFD
-    let recorded: [UInt8]
-    let chunks: Range<Int64>
-    let size: Int64
-    let lanes: Int
-    let ciphers: [ChunkCipher]
-    private var mismatches: [Int64?]
-    private var errors: [Error?]
-
-    init(output: UnsafeMutableRawBufferPointer, file: FileHandleFD, recorded: [UInt8], chunks: Range<Int64>, size: Int64, lanes: Int, ciphers: [ChunkCipher]) {
-        self.output = output
-        self.file = file
-        self.recorded = recorded
-        self.chunks = chunks
-        self.size = size
-        self.lanes = lanes
-        self.ciphers = ciphers
-        mismatches = Array(repeating: nil, count: lanes)
-        errors = Array(repeating: nil, count: lanes)
-    }
-
-    var mismatch: Int64? { mismatches.compactMap { $0 }.min() }
-    var error: Error? { errors.compactMap { $0 }.first }
-
-    func run(lane: Int) {
-        let count = chunks.count
-        let lower = count * lane / lanes
-        let upper = count * (lane + 1) / lanes
-        let cipher = ciphers[lane]
-        let last = ObjectLayout.chunkCount(plaintextSize: size) - 1
-        var digest = [UInt8](repeating: 0, count: 32)
-        recorded.withUnsafeBytes { recordedBytes in
-            digest.withUnsafeMutableBytes { out in
-                guard let digestBase = out.baseAddress, let recordedBase = recordedBytes.baseAddress, let base = output.baseAddress else { return }
-                for k in lower..<upper {
-                    let chunk = chunks.lowerBound + Int64(k)
-                    let plain = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size)
-                    let plainCount = plain.count
-                    let at = base + k * Int(ObjectLayout.sealedChunkSize)
-                    var filled = 0
-                    while filled < plainCount {
-                        let got: Int
-                        do {
-                            got = try file.read(into: UnsafeMutableRawBufferPointer(start: at + filled, count: plainCount - filled),
-                                                at: plain.lowerBound + Int64(filled))
-                        } catch {
-                            errors[lane] = error
-                            return
-                        }
-                        if got == 0 {
-                            // The source ended early: it changed.
-                            mismatches[lane] = chunk
-                            return
-                        }
-                        filled += got
-                    }
-                    SHA256.hash(UnsafeRawBufferPointer(start: at, count: plainCount), into: digestBase)
-                    guard memcmp(digestBase, recordedBase + Int(chunk) * 32, 32) == 0 else {
-                        mismatches[lane] = chunk
-                        return
-                    }
-                    do {
-                        // In place: libgcrypt encrypts a buffer onto itself.
-                        try cipher.seal(index: chunk, isLast: chunk == last,
-                                        plaintext: UnsafeRawBufferPointer(start: at, count: plainCount),
-                                        into: UnsafeMutableRawBufferPointer(start: at, count: plainCount + Int(ObjectLayout.tagSize)))
-                    } catch {
-                        errors[lane] = error
-                        return
-                    }
+    func sealRun(_ chunks: Range<Int64>, sealer: ObjectSealer, into output: UnsafeMutableRawBufferPointer) throws -> Int {
+        guard !chunks.isEmpty else { return 0 }
+        return try chunkHashes.withUnsafeBytes { recorded in
+            try sealer.sealRun(chunks, plaintextSize: size, into: output) { chunk, place in
+                guard let at = place.baseAddress, let recordedBase = recorded.baseAddress else {
+                    throw CovenError(.internal, "no recorded chunk hashes for chunk \(chunk) of '\(display)'")
+                }
+                var filled = 0
+                while filled < place.count {
+                    let got = try file.read(into: UnsafeMutableRawBufferPointer(start: at + filled, count: place.count - filled),
+                                            at: ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size).lowerBound + Int64(filled))
+                    // The source ended early: it changed.
+                    if got == 0 { throw changed(chunk: chunk) }
+                    filled += got
+                }
+                try withUnsafeTemporaryAllocation(byteCount: 32, alignment: 16) { digest in
+                    guard let digestBase = digest.baseAddress else { return }
+                    SHA256.hash(UnsafeRawBufferPointer(place), into: digestBase)
+                    guard memcmp(digestBase, recordedBase + Int(chunk) * 32, 32) == 0 else { throw changed(chunk: chunk) }
                 }
             }
         }
@@ -242,11 +167,6 @@ final class UploadSender {
 
     /// Plaintext chunks per run when filling a single request.
     static let runChunks: Int64 = 64
-    /// The most slices a run is cut into for reading, checking and sealing, each with its own
-    /// cipher: more slices than cores let the cores share a run evenly while a send also wants
-    /// one.
-    static let sealSlices = 8
-
     /// Sends the claim's object; returns once the provider holds all of it.
     ///
     /// - Throws: ``UploadStop`` when the upload is no longer wanted or no longer this worker's;
@@ -262,12 +182,12 @@ final class UploadSender {
             throw CovenError(.internal, "the queued size of '\(claim.object)' disagrees with its local bytes", cause: "\(claim.bytesTotal) queued, \(total) from \(source.size.counted("byte"))")
         }
         let key = try FileKey(hex: keyHex)
-        let ciphers = try (0..<(ChunkRun.threads > 1 ? Self.sealSlices : 1)).map { _ in try ChunkCipher(key: key) }
+        let sealer = try ObjectSealer(key: key)
         let single = min(provider.singleRequestLimit, settings.singleRequestLimit)
         if total <= single && claim.uploadID == nil {
-            try sendWhole(claim, source: source, ciphers: ciphers, total: total)
+            try sendWhole(claim, source: source, sealer: sealer, total: total)
         } else {
-            try sendParts(claim, source: source, ciphers: ciphers, total: total)
+            try sendParts(claim, source: source, sealer: sealer, total: total)
         }
     }
 
@@ -290,17 +210,16 @@ final class UploadSender {
 
     // MARK: One request
 
-    private func sendWhole(_ claim: UploadClaim, source: UploadSource, ciphers: [ChunkCipher], total: Int64) throws {
+    private func sendWhole(_ claim: UploadClaim, source: UploadSource, sealer: ObjectSealer, total: Int64) throws {
         var object = [UInt8](repeating: 0, count: Int(total))
         let chunkCount = ObjectLayout.chunkCount(plaintextSize: source.size)
         try object.withUnsafeMutableBytes { out in
-            let header = ObjectHeader.file
-            for (index, byte) in header.enumerated() { out[index] = byte }
+            for (index, byte) in sealer.header.enumerated() { out[index] = byte }
             var first: Int64 = 0
             while first < chunkCount {
                 let run = first..<min(first + Self.runChunks, chunkCount)
                 let offset = Int(ObjectLayout.encryptedRange(chunk: run.lowerBound, plaintextSize: source.size).lowerBound)
-                _ = try source.sealRun(run, ciphers: ciphers, into: UnsafeMutableRawBufferPointer(rebasing: out[offset...]))
+                _ = try source.sealRun(run, sealer: sealer, into: UnsafeMutableRawBufferPointer(rebasing: out[offset...]))
                 first = run.upperBound
             }
         }
@@ -320,7 +239,7 @@ final class UploadSender {
         return (chunks, offset)
     }
 
-    private func sendParts(_ claim: UploadClaim, source: UploadSource, ciphers: [ChunkCipher], total: Int64) throws {
+    private func sendParts(_ claim: UploadClaim, source: UploadSource, sealer: ObjectSealer, total: Int64) throws {
         let db = device.database
         var uploadID = claim.uploadID
         var partPlain = claim.partSize ?? settings.partSize
@@ -432,11 +351,11 @@ final class UploadSender {
                 let buffer = buffers[bufferIndex]
                 var length = 0
                 if number == 1 {
-                    for (index, byte) in ObjectHeader.file.enumerated() { buffer[index] = byte }
+                    for (index, byte) in sealer.header.enumerated() { buffer[index] = byte }
                     length = Int(ObjectLayout.headerSize)
                 }
                 do {
-                    length += try source.sealRun(chunks, ciphers: ciphers, into: UnsafeMutableRawBufferPointer(rebasing: buffer[length...]))
+                    length += try source.sealRun(chunks, sealer: sealer, into: UnsafeMutableRawBufferPointer(rebasing: buffer[length...]))
                 } catch {
                     freeBuffers.append(bufferIndex)
                     throw error

@@ -33,7 +33,12 @@ struct StatusCommand: Command {
         lines.append("cache    \(ByteSize.format(s.cache.used)) used of \(budget)\(s.cache.budgetIsDefault ? " (default)" : ""), \(ByteSize.format(s.cache.partial)) partial")
         lines.append("kept     \(s.cache.heldCount) held (\(ByteSize.format(s.cache.heldBytes)))" + s.cache.notHeld.map { ", \($0.count) \($0.reason)" }.joined())
         if s.staged > 0 { lines.append("staged   \(s.staged) waiting for a write") }
-        if s.outbox > 0 { lines.append("outbox   \(s.outbox.counted("write")) not yet published") }
+        var sync = "sync     last push \(s.sync.lastPush ?? "never"), last pull \(s.sync.lastPull ?? "never"); "
+            + "\(s.sync.waiting.counted("write")) not yet published"
+        if s.sync.heldByUploads > 0 { sync += " (\(s.sync.heldByUploads) held by bound uploads)" }
+        if s.sync.lostValues > 0 { sync += ", \(s.sync.lostValues.counted("lost value"))" }
+        sync += "; \(s.sync.devices.counted("other device"))" + (s.sync.goneDevices > 0 ? " (\(s.sync.goneDevices) gone)" : "")
+        lines.append(sync)
         lines.forEach(context.line)
         return 0
     }
@@ -57,6 +62,11 @@ struct StatusCommand: Command {
                 "bytes_confirmed": s.uploads.bytesConfirmed, "bytes_total": s.uploads.bytesTotal,
             ],
             "outbox": s.outbox,
+            "sync": [
+                "last_push": s.sync.lastPush.map { $0 as Any } ?? NSNull(), "last_pull": s.sync.lastPull.map { $0 as Any } ?? NSNull(),
+                "waiting": s.sync.waiting, "held_by_uploads": s.sync.heldByUploads, "frozen": s.sync.frozen,
+                "lost_values": s.sync.lostValues, "devices": s.sync.devices, "gone_devices": s.sync.goneDevices,
+            ] as [String: Any],
             "file_cache": [
                 "budget": s.cache.budget.map { $0 as Any } ?? NSNull(),
                 "budget_is_default": s.cache.budgetIsDefault,

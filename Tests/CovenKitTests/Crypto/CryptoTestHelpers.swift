@@ -22,7 +22,7 @@ func vectorKey() throws -> FileKey {
 func sealObject(_ plaintext: [UInt8], key: FileKey, partChunks: Int? = nil) throws -> [UInt8] {
     let sealer = try ObjectSealer(key: key)
     let size = Int64(plaintext.count)
-    var object = sealer.header()
+    var object = sealer.header
     let total = Int(ObjectLayout.encryptedSize(plaintextSize: size))
     object += [UInt8](repeating: 0, count: total - object.count)
     let chunkCount = ObjectLayout.chunkCount(plaintextSize: size)
@@ -94,19 +94,31 @@ func readObject(_ object: [UInt8], key: FileKey, plaintextSize: Int64?, piece: I
     try reader.finish { output += $0 }
 }
 
-/// Opens a whole object with `ObjectOpener` (header check, then every chunk as one exact range).
+/// Opens a whole object as one ranged read of every chunk (header check, then every chunk, with
+/// the size from the record), fed in one piece.
 func openObject(_ object: [UInt8], key: FileKey, plaintextSize: Int64) throws -> [UInt8] {
-    try ObjectOpener.checkHeader(object)
-    let opener = try ObjectOpener(key: key)
-    var output = [UInt8](repeating: 0, count: Int(plaintextSize))
-    try object.withUnsafeBytes { bytes in
-        try output.withUnsafeMutableBytes { out in
-            let written = try opener.openChunks(
-                0..<ObjectLayout.chunkCount(plaintextSize: plaintextSize),
-                sealed: UnsafeRawBufferPointer(rebasing: bytes[8...]), totalPlaintextSize: plaintextSize, into: out)
-            XCTAssertEqual(written, Int(plaintextSize))
-        }
-    }
+    try ObjectReader.checkHeader(object)
+    let output = try openRun(
+        object, key: key, plaintextSize: plaintextSize, chunks: 0..<ObjectLayout.chunkCount(plaintextSize: plaintextSize))
+    XCTAssertEqual(output.count, Int(plaintextSize))
+    return output
+}
+
+/// Opens the bytes of a ranged read of `chunks` (from offset 0 when the run starts at chunk 0,
+/// header included) with `ObjectReader(key:plaintextSize:chunks:)`, fed in pieces of `piece`.
+func openRun(
+    _ bytes: some Collection<UInt8>, key: FileKey, plaintextSize: Int64, chunks: Range<Int64>, piece: Int = .max
+) throws -> [UInt8] {
+    let reader = try ObjectReader(key: key, plaintextSize: plaintextSize, chunks: chunks)
+    var output = [UInt8]()
+    let all = Array(bytes)
+    var offset = 0
+    repeat {
+        let end = min(offset + piece, all.count)
+        try reader.feed(Array(all[offset..<end])) { output += $0 }
+        offset = end
+    } while offset < all.count
+    try reader.finish { output += $0 }
     return output
 }
 

@@ -44,7 +44,8 @@ final class FormatVectorsCryptoTests: XCTestCase {
     func testDocumentHasAllVectors() throws {
         XCTAssertEqual(
             Set(try Self.vectors().keys),
-            ["file-empty", "file-1", "file-65536", "file-65537", "store-fixed-salt", "hkdf-rfc5869-1"])
+            ["file-empty", "file-1", "file-65536", "file-65537", "store-fixed-salt", "hkdf-rfc5869-1",
+             "ed25519-rfc8032-1", "change-object", "device-entry"])
     }
 
     func checkFileVector(_ name: String) throws {

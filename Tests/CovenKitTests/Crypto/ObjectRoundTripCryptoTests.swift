@@ -48,7 +48,6 @@ final class ObjectRoundTripCryptoTests: XCTestCase {
 
     func testRangedOpenOfEveryRun() throws {
         let key = FileKey()
-        let opener = try ObjectOpener(key: key)
         for length in [0, 1, Self.cs, Self.cs + 1, 2 * Self.cs + 500, 9 * Self.cs + 3] {
             let size = Int64(length)
             let plaintext = randomBytes(length, seed: 9)
@@ -56,21 +55,16 @@ final class ObjectRoundTripCryptoTests: XCTestCase {
             let chunks = ObjectLayout.chunkCount(plaintextSize: size)
             for first in 0..<chunks {
                 for last in first..<chunks {
-                    let sealed = ObjectLayout.encryptedRange(chunk: first, plaintextSize: size).lowerBound
+                    let sealed = (first == 0 ? 0 : ObjectLayout.encryptedRange(chunk: first, plaintextSize: size).lowerBound)
                         ..< ObjectLayout.encryptedRange(chunk: last, plaintextSize: size).upperBound
                     let plain = ObjectLayout.plaintextRange(chunk: first, plaintextSize: size).lowerBound
                         ..< ObjectLayout.plaintextRange(chunk: last, plaintextSize: size).upperBound
-                    var output = [UInt8](repeating: 0xAA, count: plain.count)
-                    let written = try object.withUnsafeBytes { bytes in
-                        try output.withUnsafeMutableBytes { out in
-                            try opener.openChunks(
-                                firstChunk: first,
-                                sealed: UnsafeRawBufferPointer(rebasing: bytes[Int(sealed.lowerBound)..<Int(sealed.upperBound)]),
-                                totalPlaintextSize: size, into: out)
-                        }
+                    for piece in [.max, 65551] {
+                        let output = try openRun(
+                            object[Int(sealed.lowerBound)..<Int(sealed.upperBound)], key: key, plaintextSize: size,
+                            chunks: first..<(last + 1), piece: piece)
+                        XCTAssertEqual(output[...], plaintext[Int(plain.lowerBound)..<Int(plain.upperBound)], "\(first)...\(last)")
                     }
-                    XCTAssertEqual(written, plain.count)
-                    XCTAssertEqual(output[...], plaintext[Int(plain.lowerBound)..<Int(plain.upperBound)], "\(first)...\(last)")
                 }
             }
         }
@@ -78,7 +72,6 @@ final class ObjectRoundTripCryptoTests: XCTestCase {
 
     func testChunksCoveringFetchesExactlyWhatARangedReadNeeds() throws {
         let key = FileKey()
-        let opener = try ObjectOpener(key: key)
         let length = 4 * Self.cs + 777
         let size = Int64(length)
         let plaintext = randomBytes(length, seed: 3)
@@ -88,21 +81,14 @@ final class ObjectRoundTripCryptoTests: XCTestCase {
             let a = Int64.random(in: 0..<size, using: &generator)
             let b = Int64.random(in: (a + 1)...size, using: &generator)
             let chunks = ObjectLayout.chunks(covering: a..<b, plaintextSize: size)
-            let sealed = ObjectLayout.encryptedRange(chunk: chunks.lowerBound, plaintextSize: size).lowerBound
+            let sealed = (chunks.lowerBound == 0 ? 0 : ObjectLayout.encryptedRange(chunk: chunks.lowerBound, plaintextSize: size).lowerBound)
                 ..< ObjectLayout.encryptedRange(chunk: chunks.upperBound - 1, plaintextSize: size).upperBound
             let plainStart = ObjectLayout.plaintextRange(chunk: chunks.lowerBound, plaintextSize: size).lowerBound
-            var output = [UInt8](repeating: 0, count: sealed.count)
-            let written = try object.withUnsafeBytes { bytes in
-                try output.withUnsafeMutableBytes { out in
-                    try opener.openChunks(
-                        chunks,
-                        sealed: UnsafeRawBufferPointer(rebasing: bytes[Int(sealed.lowerBound)..<Int(sealed.upperBound)]),
-                        totalPlaintextSize: size, into: out)
-                }
-            }
-            let wanted = output[Int(a - plainStart)..<Int(b - plainStart)]
-            XCTAssertLessThanOrEqual(Int(b - plainStart), written)
-            XCTAssertEqual(Array(wanted), Array(plaintext[Int(a)..<Int(b)]), "\(a)..<\(b)")
+            let output = try openRun(
+                object[Int(sealed.lowerBound)..<Int(sealed.upperBound)], key: key, plaintextSize: size, chunks: chunks,
+                piece: 4096)
+            XCTAssertLessThanOrEqual(Int(b - plainStart), output.count)
+            XCTAssertEqual(Array(output[Int(a - plainStart)..<Int(b - plainStart)]), Array(plaintext[Int(a)..<Int(b)]), "\(a)..<\(b)")
         }
     }
 
@@ -151,6 +137,41 @@ final class ObjectRoundTripCryptoTests: XCTestCase {
                     26)
             }
         }
+    }
+
+    func testSealRunFillsInPlaceAndAFailingFillStopsItsRunWithTheLowestChunksError() throws {
+        struct Refused: Error, Equatable { let chunk: Int64 }
+        let key = FileKey()
+        let size = Int64(64 * Self.cs + 9)
+        let plaintext = randomBytes(Int(size), seed: 12)
+        let expected = try sealObjectSequentially(plaintext, key: key)
+        let sealer = try ObjectSealer(key: key)
+        var output = [UInt8](repeating: 0, count: Int(ObjectLayout.encryptedSize(plaintextSize: size)) - 8)
+        // The upload's way: every chunk read into the place its ciphertext goes, then sealed there.
+        let written = try plaintext.withUnsafeBytes { input in
+            try output.withUnsafeMutableBytes { out in
+                try sealer.sealRun(0..<65, plaintextSize: size, into: out) { chunk, place in
+                    let range = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size)
+                    XCTAssertEqual(place.count, range.count)
+                    place.copyMemory(from: UnsafeRawBufferPointer(rebasing: input[Int(range.lowerBound)..<Int(range.upperBound)]))
+                }
+            }
+        }
+        XCTAssertEqual(written, output.count)
+        XCTAssertEqual(ObjectHeader.file + output, expected)
+        // Two chunks refused, in different slices: the lower one's error is thrown.
+        XCTAssertThrowsError(
+            try output.withUnsafeMutableBytes { out in
+                try sealer.sealRun(0..<65, plaintextSize: size, into: out) { chunk, _ in
+                    if chunk == 50 || chunk == 20 { throw Refused(chunk: chunk) }
+                }
+            }
+        ) { XCTAssertEqual($0 as? Refused, Refused(chunk: 20)) }
+        XCTAssertThrowsError(
+            try output.withUnsafeMutableBytes { out in
+                try sealer.sealRun(3..<66, plaintextSize: size, into: out) { _, _ in }
+            }
+        ) { XCTAssertEqual(($0 as? CovenError)?.code, .internal) }
     }
 
     func testChunkCipherInPlace() throws {

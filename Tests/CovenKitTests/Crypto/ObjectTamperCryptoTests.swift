@@ -60,7 +60,7 @@ final class ObjectTamperCryptoTests: XCTestCase {
         var damaged = object!
         damaged[6] = 2
         assertRejected(damaged, .updateRequired, "version 2")
-        let error = assertThrowsCoven(.updateRequired) { try ObjectOpener.checkHeader(damaged) }
+        let error = assertThrowsCoven(.updateRequired) { try ObjectReader.checkHeader(damaged) }
         XCTAssertEqual(error?.details["version"], "2")
         XCTAssertNotNil(error?.hint)
     }
@@ -90,10 +90,10 @@ final class ObjectTamperCryptoTests: XCTestCase {
         }
         // A store object is not a file object.
         let store = try StoreSealer.seal(plaintext, storeKey: key)
-        assertThrowsCoven(.integrity) { try ObjectOpener.checkHeader(store) }
-        assertThrowsCoven(.integrity) { try ObjectOpener.checkHeader([UInt8](repeating: 0, count: 8)) }
-        assertThrowsCoven(.integrity) { try ObjectOpener.checkHeader(Array(object[0..<7])) }
-        XCTAssertNoThrow(try ObjectOpener.checkHeader(Array(object[0..<8])))
+        assertThrowsCoven(.integrity) { try ObjectReader.checkHeader(store) }
+        assertThrowsCoven(.integrity) { try ObjectReader.checkHeader([UInt8](repeating: 0, count: 8)) }
+        assertThrowsCoven(.integrity) { try ObjectReader.checkHeader(Array(object[0..<7])) }
+        XCTAssertNoThrow(try ObjectReader.checkHeader(Array(object[0..<8])))
     }
 
     // MARK: - Bit flips
@@ -332,85 +332,59 @@ final class ObjectTamperCryptoTests: XCTestCase {
         assertThrowsCoven(.integrity) { try open(cipher, 0, last: false, good + [0], into: &output) }
     }
 
-    func testFailedRunOutputIsZeroedEntirely() throws {
-        let opener = try ObjectOpener(key: key)
+    func testAFailedChunkOfARunIsZeroedAndNothingAfterIt() throws {
         var damaged = object!
         damaged[damaged.count - 1] ^= 1  // the final chunk's tag
-        var output = [UInt8](repeating: 0xAA, count: plaintext.count)
         let size = Int64(plaintext.count)
-        assertThrowsCoven(.integrity) {
-            try damaged.withUnsafeBytes { bytes in
-                try output.withUnsafeMutableBytes { out in
-                    try opener.openChunks(
-                        firstChunk: 0, sealed: UnsafeRawBufferPointer(rebasing: bytes[8...]),
-                        totalPlaintextSize: size, into: out)
-                }
-            }
+        let slots = UnsafeMutableRawPointer.allocate(byteCount: 3 * Self.cs, alignment: 16)
+        defer { slots.deallocate() }
+        slots.initializeMemory(as: UInt8.self, repeating: 0xAA, count: 3 * Self.cs)
+        let reader = try ObjectReader(key: key, plaintextSize: size, chunks: 0..<3)
+        var asked = 0
+        reader.plaintextTarget = {
+            defer { asked += 1 }
+            return slots + asked * Self.cs
         }
-        XCTAssertTrue(output.allSatisfy { $0 == 0 })
+        var emitted = [UInt8]()
+        assertThrowsCoven(.integrity) { try reader.feed(damaged) { emitted += $0 } }
+        // The two authenticated chunks came out; the failed one's plaintext was wiped.
+        XCTAssertEqual(emitted[...], plaintext[0..<(2 * Self.cs)])
+        let failed = UnsafeRawBufferPointer(start: slots + 2 * Self.cs, count: 500)
+        XCTAssertTrue(failed.allSatisfy { $0 == 0 })
     }
 
-    func testRangedOpenRejectsWrongLengths() throws {
-        let opener = try ObjectOpener(key: key)
-        var output = [UInt8](repeating: 0, count: plaintext.count)
+    func testRangedReadRejectsWrongLengths() throws {
         let size = Int64(plaintext.count)
-        object.withUnsafeBytes { bytes in
-            output.withUnsafeMutableBytes { out in
-                for (first, range) in [(0, 8..<(8 + Self.sealed - 1)), (1, (8 + Self.sealed)..<(object.count - 1)),
-                                       (2, (8 + 2 * Self.sealed)..<(object.count - 1)), (0, 8..<8)] {
-                    assertThrowsCoven(.integrity, "chunk \(first), \(range)") {
-                        try opener.openChunks(
-                            firstChunk: Int64(first), sealed: UnsafeRawBufferPointer(rebasing: bytes[range]),
-                            totalPlaintextSize: size, into: out)
-                    }
-                }
-                // A run that claims to start at the wrong chunk fails authentication.
-                assertThrowsCoven(.integrity) {
-                    try opener.openChunks(
-                        firstChunk: 1, sealed: UnsafeRawBufferPointer(rebasing: bytes[8..<(8 + Self.sealed)]),
-                        totalPlaintextSize: size, into: out)
-                }
-                // A wrong file size changes the final flag.
-                assertThrowsCoven(.integrity) {
-                    try opener.openChunks(
-                        firstChunk: 0, sealed: UnsafeRawBufferPointer(rebasing: bytes[8..<(8 + Self.sealed)]),
-                        totalPlaintextSize: Int64(Self.cs), into: out)
-                }
-                // A fetch cut short at a chunk boundary is a valid shorter run by first chunk (the
-                // count tells), and an error when the chunks wanted are named.
-                XCTAssertEqual(
-                    try? opener.openChunks(
-                        firstChunk: 0, sealed: UnsafeRawBufferPointer(rebasing: bytes[8..<(8 + Self.sealed)]),
-                        totalPlaintextSize: size, into: out),
-                    Self.cs)
-                let short = assertThrowsCoven(.integrity) {
-                    try opener.openChunks(
-                        0..<3, sealed: UnsafeRawBufferPointer(rebasing: bytes[8..<(8 + 2 * Self.sealed)]),
-                        totalPlaintextSize: size, into: out)
-                }
-                XCTAssertEqual(short?.details["reason"], "length")
-                assertThrowsCoven(.integrity) {
-                    try opener.openChunks(
-                        1..<2, sealed: UnsafeRawBufferPointer(rebasing: bytes[(8 + Self.sealed)..<(8 + 2 * Self.sealed + 1)]),
-                        totalPlaintextSize: size, into: out)
-                }
-                assertThrowsCoven(.internal) {
-                    try opener.openChunks(
-                        2..<4, sealed: UnsafeRawBufferPointer(rebasing: bytes[(8 + 2 * Self.sealed)...]),
-                        totalPlaintextSize: size, into: out)
-                }
-                XCTAssertEqual(
-                    try? opener.openChunks(
-                        2..<3, sealed: UnsafeRawBufferPointer(rebasing: bytes[(8 + 2 * Self.sealed)...]),
-                        totalPlaintextSize: size, into: out),
-                    500)
-                // A chunk outside the file is a caller bug.
-                assertThrowsCoven(.internal) {
-                    try opener.openChunks(
-                        firstChunk: 3, sealed: UnsafeRawBufferPointer(rebasing: bytes[8..<24]),
-                        totalPlaintextSize: size, into: out)
-                }
+        let end = object.count
+        // Short or long by a byte, or nothing at all, for runs from the start, the middle and the end.
+        for (chunks, range) in [(0..<1, 0..<(8 + Self.sealed - 1)), (0..<1, 0..<(8 + Self.sealed + 1)),
+                                (1..<3, (8 + Self.sealed)..<(end - 1)), (1..<3, (8 + Self.sealed)..<end) as (Range<Int64>, Range<Int>),
+                                (2..<3, (8 + 2 * Self.sealed)..<(end - 1)), (0..<3, 0..<8), (0..<3, 0..<0)] {
+            var bytes = Array(object[range])
+            if range.upperBound == end && chunks == 1..<3 { bytes += [0] }
+            assertThrowsCoven(.integrity, "chunks \(chunks), \(range)") {
+                try openRun(bytes, key: key, plaintextSize: size, chunks: chunks)
             }
         }
+        // A run that claims to start at the wrong chunk fails authentication.
+        assertThrowsCoven(.integrity) {
+            try openRun(object[(8 + Self.sealed)..<(8 + 2 * Self.sealed)], key: key, plaintextSize: size, chunks: 0..<1)
+        }
+        assertThrowsCoven(.integrity) {
+            try openRun(object[8..<(8 + Self.sealed)], key: key, plaintextSize: size, chunks: 1..<2)
+        }
+        // A wrong file size changes the final flag.
+        assertThrowsCoven(.integrity) {
+            try openRun(object[0..<(8 + Self.sealed)], key: key, plaintextSize: Int64(Self.cs), chunks: 0..<1)
+        }
+        // A fetch cut short at a chunk boundary is truncation of the chunks wanted.
+        let short = assertThrowsCoven(.integrity) {
+            try openRun(object[0..<(8 + 2 * Self.sealed)], key: key, plaintextSize: size, chunks: 0..<3)
+        }
+        XCTAssertEqual(short?.details["reason"], "truncated")
+        XCTAssertEqual(try openRun(object[(8 + 2 * Self.sealed)...], key: key, plaintextSize: size, chunks: 2..<3).count, 500)
+        // Chunks outside the file are a caller bug.
+        assertThrowsCoven(.internal) { try ObjectReader(key: key, plaintextSize: size, chunks: 2..<4) }
+        assertThrowsCoven(.internal) { try ObjectReader(key: key, plaintextSize: size, chunks: 1..<1) }
     }
 }

@@ -73,6 +73,20 @@ final class StoreSealerCryptoTests: XCTestCase {
         let file = try sealObject([1, 2, 3], key: key)
         assertThrowsCoven(.integrity) { try StoreSealer.open(file + [UInt8](repeating: 0, count: 32), storeKey: key) }
     }
+    func testAPathBoundObjectOpensOnlyUnderItsPath() throws {
+        let storeKey = FileKey()
+        let plaintext = randomBytes(3 * 65536 + 5, seed: 21)
+        let path = "changes/0000/0000000000000001"
+        let sealed = try StoreSealer.seal(plaintext, storeKey: storeKey, boundTo: path)
+        XCTAssertEqual(try StoreSealer.open(sealed, storeKey: storeKey, boundTo: path), plaintext)
+        for other in ["", "changes/0000/0000000000000002", "changes/0001/0000000000000001", path + "/"] {
+            assertThrowsCoven(.integrity, other) { try StoreSealer.open(sealed, storeKey: storeKey, boundTo: other) }
+        }
+        // Unbound is bound to the empty path.
+        let unbound = try StoreSealer.seal(plaintext, storeKey: storeKey)
+        assertThrowsCoven(.integrity) { try StoreSealer.open(unbound, storeKey: storeKey, boundTo: path) }
+        XCTAssertEqual(try StoreSealer.open(unbound, storeKey: storeKey, boundTo: ""), plaintext)
+    }
 }
 
 /// File keys: randomness, hex round trip, secure-memory handling of bad input.
@@ -123,4 +137,5 @@ final class SHA256CryptoTests: XCTestCase {
         hash.update(Array("bc".utf8))
         XCTAssertEqual(hash.finish().hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
     }
+
 }

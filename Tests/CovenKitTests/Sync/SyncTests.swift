@@ -190,3 +190,102 @@ final class SyncTests: DeviceTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/devices").count, 1)
     }
 }
+
+/// Storage that fails on cue, around the real file:// provider: after a put went through (a
+/// crash between storage's answer and the database's commit), or on the n-th get.
+final class CrashingStorage: StorageProvider {
+    let inner: StorageProvider
+    var failAfterPut = false
+    var failOnGet: Int?
+    var gets = 0
+    init(_ inner: StorageProvider) { self.inner = inner }
+    struct Crash: Error {}
+
+    var singleRequestLimit: Int64 { inner.singleRequestLimit }
+    var minimumPartSize: Int64 { inner.minimumPartSize }
+    func put(_ key: String, data: [UInt8]) throws { try inner.put(key, data: data) }
+    func putIfAbsent(_ key: String, data: [UInt8]) throws -> Bool {
+        let stored = try inner.putIfAbsent(key, data: data)
+        if failAfterPut { throw Crash() }
+        return stored
+    }
+    func get(_ key: String, range: Range<Int64>?, sink: (UnsafeRawBufferPointer) throws -> Void) throws -> Int64? {
+        gets += 1
+        if gets == failOnGet { throw Crash() }
+        return try inner.get(key, range: range, sink: sink)
+    }
+    func head(_ key: String) throws -> ObjectInfo? { try inner.head(key) }
+    func delete(_ key: String) throws { try inner.delete(key) }
+    func list(prefix: String) throws -> [ObjectInfo] { try inner.list(prefix: prefix) }
+    func createMultipart(_ key: String, totalSize: Int64, partSize: Int64) throws -> String { try inner.createMultipart(key, totalSize: totalSize, partSize: partSize) }
+    func uploadPart(_ key: String, uploadID: String, number: Int, offset: Int64, data: UnsafeRawBufferPointer) throws -> UploadedPart {
+        try inner.uploadPart(key, uploadID: uploadID, number: number, offset: offset, data: data)
+    }
+    func listParts(_ key: String, uploadID: String) throws -> [UploadedPart] { try inner.listParts(key, uploadID: uploadID) }
+    func completeMultipart(_ key: String, uploadID: String, parts: [UploadedPart]) throws { try inner.completeMultipart(key, uploadID: uploadID, parts: parts) }
+    func abortMultipart(_ key: String, uploadID: String) throws { try inner.abortMultipart(key, uploadID: uploadID) }
+    func uploadsInProgress(_ key: String) throws -> [String] { try inner.uploadsInProgress(key) }
+}
+
+final class SyncCrashTests: DeviceTestCase {
+    /// A crash after storage took a change but before this device recorded it: the rerun finds
+    /// its own bytes there (no conflict), publishes nothing twice and goes on.
+    func testACrashAfterAPutPublishesNothingTwice() throws {
+        let a = try makeDevice(name: "a")
+        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.storeKeyBytes(), name: "b")
+        try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
+        let storage = CrashingStorage(try StorageConnector(location: a.storage).connect())
+        storage.failAfterPut = true
+        XCTAssertThrowsError(try a.push(provider: storage, storeKey: try a.storeKey()))
+        XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM coven_push").intValue, 1, "still frozen")
+        try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k2', '2')")
+        storage.failAfterPut = false
+        let report = try a.push(provider: storage, storeKey: try a.storeKey())
+        XCTAssertEqual(report.published, [1, 2])
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/changes/" + a.deviceID).count, 2)
+        _ = try b.sync()
+        XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 2)
+    }
+
+    /// A crash in the middle of a pull: what was applied stays, the rerun applies the rest,
+    /// nothing twice.
+    func testACrashDuringAPullAppliesNothingTwice() throws {
+        let a = try makeDevice(name: "a")
+        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.storeKeyBytes(), name: "b")
+        for index in 0..<3 {
+            try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(index)', '\(index)')")
+            _ = try a.sync()
+        }
+        let storage = CrashingStorage(try StorageConnector(location: b.storage).connect())
+        storage.failOnGet = 2
+        XCTAssertThrowsError(try b.pull(provider: storage, storeKey: try b.storeKey()))
+        XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 1)
+        XCTAssertEqual(try b.devices().first { $0.id == a.deviceID }?.seq, 1)
+        storage.failOnGet = nil
+        let rest = try b.pull(provider: storage, storeKey: try b.storeKey())
+        XCTAssertEqual(rest.applied[a.deviceID], [2, 3])
+        XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 3)
+        XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM coven_sync_log WHERE device = ?1", [a.deviceID]).intValue, 3)
+    }
+
+    /// A storage that lost a change: the pull of that device stops at the gap and says so,
+    /// never skipping to the next.
+    func testAGapStopsThatDevicesPull() throws {
+        let a = try makeDevice(name: "a")
+        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.storeKeyBytes(), name: "b")
+        let c = try Device.join(paths: DevicePaths(database: work + "/c/device.db"), storage: a.storage, storeKey: try a.storeKeyBytes(), name: "c")
+        for index in 0..<3 {
+            try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(index)', '\(index)')")
+            _ = try a.sync()
+        }
+        _ = try c.sync() // c applies a's three changes and publishes that
+        try c.write(sql: "INSERT INTO settings (id, value) VALUES ('c', 'c')")
+        _ = try c.sync()
+        try FileManager.default.removeItem(atPath: storeFolder + "/" + PublishedChange.path(device: a.deviceID, seq: 2))
+        let report = try b.sync()
+        XCTAssertEqual(report.pulled.applied[a.deviceID], [1])
+        XCTAssertEqual(report.pulled.gaps[a.deviceID], 2)
+        XCTAssertEqual(report.pulled.waiting[c.deviceID], 3, "c's change needs a's third, which waits behind the gap")
+        XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 1)
+    }
+}

@@ -1,0 +1,93 @@
+@testable import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// File records between devices: bound and trailing references, reads from the other device,
+/// and a switch to device-only elsewhere.
+final class SyncFilesTests: DeviceTestCase {
+    func join(_ name: String, from device: Device) throws -> Device {
+        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, storeKey: try device.storeKeyBytes(), name: name)
+    }
+
+    private func read(_ device: Device, _ file: String) throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        try device.readFile(file) { bytes.append(contentsOf: $0) }
+        return bytes
+    }
+
+    /// A bound reference holds its write (and every later one) until the file is stored; then
+    /// one push sends the row with the stored record, so the other device reads it at once.
+    func testABoundCoverArrivesWithItsRowOnlyOnceStored() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
+        let cover = try stageApp(a, try file("cover.jpg", "tiny jpeg"))
+        let written = try a.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_staged('\(cover.id)'))")
+        try a.write(sql: "UPDATE albums SET title = 'later'")
+        let held = try a.sync()
+        XCTAssertEqual(held.pushed.published, [1], "the album's first write goes; the cover's and the later write wait")
+        XCTAssertEqual(held.pushed.held, 2)
+        XCTAssertEqual(try a.status().sync.heldByUploads, 2)
+        _ = try b.sync()
+        XCTAssertEqual(try b.database.scalar("SELECT title FROM albums").textValue, "x")
+        XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM covers").intValue, 0)
+
+        try StoredFiles.store(a, file: written.files[0])
+        let sent = try a.sync()
+        XCTAssertEqual(sent.pushed.published, [2], "one push sends the cover, its switch and the later write")
+        _ = try b.sync()
+        XCTAssertEqual(try b.database.scalar("SELECT title FROM albums").textValue, "later")
+        let record = try XCTUnwrap(try b.fileRecord(written.files[0]))
+        XCTAssertEqual(record.coordinates.at, .stored)
+        XCTAssertEqual(try read(b, written.files[0]), Array("tiny jpeg".utf8))
+    }
+
+    /// A trailing reference goes out at once: the other device sees the file on the staging
+    /// device (device_only naming it) until the switch arrives, then reads it from storage.
+    func testATrailingTrackIsReadOnTheOtherDeviceOnceItsUploadArrives() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        let song = try stageApp(a, try file("song.flac", "a song's bytes"), namespace: "covers")
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
+        let track = try a.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_staged('\(song.id)'))").files[0]
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertThrowsError(try read(b, track)) { error in
+            XCTAssertEqual((error as? CovenError)?.code, .deviceOnly)
+            XCTAssertEqual((error as? CovenError)?.details["device"], a.deviceID)
+        }
+        XCTAssertEqual(try b.status().files.deviceOnlyElsewhere, 1)
+        try StoredFiles.store(a, file: track)
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try read(b, track), Array("a song's bytes".utf8))
+        XCTAssertEqual(try b.status().files.stored, 1)
+    }
+
+    /// make-device-only on one device: the other drops its pin and cached bytes of the file,
+    /// and reading it there says which device has it.
+    func testMakeDeviceOnlyElsewhereDropsThePinAndTheCacheHere() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        let song = try a.prepareUserFile(path: try file("song.flac", "bytes kept here and there"), namespace: "music", place: .cloud)
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
+        let track = try a.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_user_file('\(song.id)'))").files[0]
+        try StoredFiles.store(a, file: track)
+        _ = try a.sync()
+        _ = try b.sync()
+        try b.pin([track])
+        XCTAssertEqual(try read(b, track), Array("bytes kept here and there".utf8))
+        XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM coven_cache").intValue, 1)
+
+        let folder = work + "/picked"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        _ = try a.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: track, names: ["song.flac"], input: "argument 1")])
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM coven_pins").intValue, 0)
+        XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM coven_cache").intValue, 0)
+        XCTAssertThrowsError(try read(b, track)) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceOnly) }
+        XCTAssertEqual(try b.status().cache.used, 0)
+    }
+}
