@@ -416,4 +416,24 @@ final class ReliabilityCLITests: XCTestCase {
         }
         XCTAssertGreaterThan(killed, 5, "the worker was killed at its first steps")
     }
+    // MARK: - 15. An object with bytes appended is damage, for cat as for file-status
+
+    func testAStoredObjectWithBytesAppendedFailsCatAndFileStatusAlike() throws {
+        let device = try CLIDevice("appended")
+        let bytes = patternBytes(300_000, seed: 15)
+        let id = try XCTUnwrap(try device.storedFiles([bytes]).first)
+        let object = try XCTUnwrap(try device.sql("SELECT json_extract(coordinates, '$.object') FROM coven_files WHERE id = '\(id)'").first)
+        let handle = try XCTUnwrap(FileHandle(forWritingAtPath: device.work + "/store/" + object))
+        handle.seekToEndOfFile()
+        handle.write(Data("extra".utf8))
+        try handle.close()
+        let status = try device.run(["file-status", id])
+        XCTAssertEqual(status.status, 6, status.stderrText)
+        for arguments in [["cat", id], ["cat", id, "--offset", "70000", "--length", "10"], ["get", id]] {
+            let result = try device.run(arguments)
+            XCTAssertEqual(result.status, 6, arguments.joined(separator: " ") + ": " + result.stderrText)
+            XCTAssertTrue(result.stdout.isEmpty, "no byte of a damaged object")
+            XCTAssertTrue(result.stderrText.hasPrefix("coven: error: integrity: the stored object '\(object)' is "), result.stderrText)
+        }
+    }
 }

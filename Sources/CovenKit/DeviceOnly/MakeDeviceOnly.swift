@@ -315,10 +315,11 @@ extension Device {
             }
         }
         do {
-            try provider.get(record.coordinates.object, range: nil) { bytes in
+            let total = try provider.get(record.coordinates.object, range: nil) { bytes in
                 try stop.check("make-device-only")
                 try reader.feed(bytes, emit: emit)
             }
+            try Prefetcher.checkSize(total, object: record.coordinates.object, plaintextSize: record.size)
             try reader.finish(emit: emit)
         } catch let error as CovenError where error.code == .missing {
             throw CovenError(.missing, "storage holds nothing at '\(record.coordinates.object)' for file '\(record.id)'", cause: error.cause, details: ["file": record.id, "object": record.coordinates.object])

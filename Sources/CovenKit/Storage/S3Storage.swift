@@ -279,6 +279,16 @@ public final class S3Storage: StorageProvider {
                         // stopped; one that sends exactly the range keeps its connection.
                         if position >= wantedEnd, offset + count > wantedEnd { throw RangeComplete() }
                     },
+                    incomplete: { response in
+                        // An answer must cover the range up to the object's end (a range past it
+                        // is clipped): one that stops short, however consistent its own headers,
+                        // is a fault of the transfer, never a sign the object is shorter.
+                        if total == nil { total = Self.bodyStart(HTTPResponseHead(status: response.status, headers: response.headers)).size }
+                        let end = min(wantedEnd, total ?? wantedEnd)
+                        guard end != Int64.max, position < end else { return nil }
+                        let asked = range.map { "bytes \($0.lowerBound)-\(end - 1)" } ?? "\(end.counted("byte"))"
+                        return "ended at byte \(position) of \(asked)" + (total.map { " of a \($0)-byte object" } ?? "")
+                    },
                     build: { _ in
                         bodyOffset = nil
                         var headers: [(String, String)] = []
