@@ -319,8 +319,10 @@ extension Device {
                 try stop.check("make-device-only")
                 try reader.feed(bytes, emit: emit)
             }
-            try Prefetcher.checkSize(total, object: record.coordinates.object, plaintextSize: record.size)
             try reader.finish(emit: emit)
+            // The stream's own checks (truncation, trailing bytes) say more; this is the rule
+            // every read applies.
+            try Prefetcher.checkSize(total, object: record.coordinates.object, plaintextSize: record.size)
         } catch let error as CovenError where error.code == .missing {
             throw CovenError(.missing, "storage holds nothing at '\(record.coordinates.object)' for file '\(record.id)'", cause: error.cause, details: ["file": record.id, "object": record.coordinates.object])
         }
