@@ -25,6 +25,11 @@ the counters, also written to --stats after every request. A rule, or {"rules": 
                                                           checked) and a 206 answer is replaced by
                                                           200 with the whole object, as the proxy saw
                                                           it PUT (single PUTs up to 16 MiB)
+    {"mode": "short_range", "after_bytes": 1000}          a 206 answer cut to its first bytes, its
+                                                          Content-Range and Content-Length rewritten to
+                                                          match (bytes a-(a+999)/total): short, but
+                                                          self-consistent, as some servers and caches
+                                                          answer a range they serve only in part
     {"mode": "none"} or {}                                no faults
 
     {"mode": "reset", "before": true}                      read the request, forward nothing, reset
@@ -72,7 +77,7 @@ class Faults:
         self.stats_path = stats_path
         self.control_stamp = None
         self.stats = {"requests": 0, "forwarded": 0, "injected": 0, "status": 0, "reset": 0, "stall": 0,
-                      "ignore_range": 0, "body_bytes": 0}
+                      "ignore_range": 0, "short_range": 0, "body_bytes": 0}
         self.objects = {}  # path -> bytes of single PUTs up to 16 MiB, for ignore_range
 
     def set(self, spec):
@@ -82,7 +87,7 @@ class Faults:
             mode = rule.get("mode", "none")
             if mode == "none":
                 continue
-            if mode not in ("status", "reset", "stall", "ignore_range"):
+            if mode not in ("status", "reset", "stall", "ignore_range", "short_range"):
                 raise ValueError("unknown mode %r" % mode)
             rule = dict(rule)
             rule["remaining"] = int(rule.get("count", 1))
@@ -270,19 +275,34 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     whole = self.faults.objects.get(path)
                 if whole is not None:
                     data, status, reason = whole, 200, "OK"
+            short_range = None
+            if rule is not None and rule["mode"] == "short_range" and status == 206:
+                spec = response.getheader("Content-Range", "")  # bytes a-b/total
+                try:
+                    first = int(spec.split(" ")[-1].split("-")[0])
+                    total = spec.split("/")[-1]
+                except ValueError:
+                    first, total = None, None
+                after = rule.get("after_bytes")
+                after = min(len(data) // 2, 65536) if after is None else max(1, min(int(after), len(data)))
+                if first is not None and after < len(data):
+                    data = data[:after]
+                    short_range = "bytes %d-%d/%s" % (first, first + after - 1, total)
             self.send_response_only(status, reason)
             for name, value in response.getheaders():
                 if name.lower() in HOP_BY_HOP or name.lower() == "content-length":
                     continue
                 if whole is not None and name.lower() == "content-range":
                     continue
+                if short_range is not None and name.lower() == "content-range":
+                    value = short_range
                 self.send_header(name, value)
             if self.command == "HEAD":
                 self.send_header("Content-Length", response.getheader("Content-Length", "0"))
             else:
                 self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            if rule is None or rule["mode"] == "ignore_range":
+            if rule is None or rule["mode"] in ("ignore_range", "short_range"):
                 self.wfile.write(data)
                 self.wfile.flush()
                 self.faults.count_body(len(data))

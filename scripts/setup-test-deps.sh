@@ -22,6 +22,8 @@ wanted=(
     zstd:zstd
     jq:jq
     python3:python3
+    strace:strace
+    bsdutils:script
 )
 
 installed() {

@@ -58,7 +58,10 @@ public final class FaultProxy {
     deinit { stop() }
 
     /// Sets the faults: one rule or `{"rules": [...]}` (see scripts/faultproxy.py), replacing
-    /// the previous ones and their counters.
+    /// the previous ones and their counters. The modes: `status` (an error answer), `reset` and
+    /// `stall` (a body cut short of its `Content-Length`, or none), `ignore_range` (200 with the
+    /// whole object for a range), `short_range` (a 206 cut to its first `after_bytes` bytes with
+    /// `Content-Range` and `Content-Length` rewritten to match: short but self-consistent).
     ///
     /// - Throws: when the control file cannot be written.
     public func inject(_ json: String) throws {
@@ -73,7 +76,8 @@ public final class FaultProxy {
     /// Removes every fault.
     public func clear() throws { try inject("{}") }
 
-    /// The proxy's counters: `requests`, `forwarded`, `injected`, `status`, `reset`, `stall`.
+    /// The proxy's counters: `requests`, `forwarded`, `injected`, `status`, `reset`, `stall`,
+    /// `ignore_range`, `short_range`, `body_bytes`.
     public func stats() -> [String: Int] {
         guard let data = FileManager.default.contents(atPath: workDirectory + "/stats.json"),
               let object = try? JSONSerialization.jsonObject(with: data) as? [String: Int]

@@ -333,4 +333,107 @@ final class ReliabilityCLITests: XCTestCase {
         XCTAssertTrue(result.stderrText.hasPrefix("coven: error: io: 'pipe' is not a regular file\n"), result.stderrText)
         XCTAssertEqual(try device.sql("SELECT count(*) FROM coven_staged"), ["0"])
     }
+    // MARK: - 16. Progress on a terminal that cannot move the cursor
+
+    /// Runs `line` under `script`, so that coven's stderr is a terminal, with `term` as TERM
+    /// (nil: unset). Returns what the terminal received.
+    func onATerminal(_ device: CLIDevice, _ line: String, term: String?) throws -> String {
+        guard let script = Processes.which("script", path: "/usr/bin:/bin") else { throw XCTSkip("needs script(1) for a terminal") }
+        var environment = device.environment
+        environment["TERM"] = term
+        let result = try Processes.run(script, ["-q", "-e", "-c", line, "/dev/null"], environment: environment, directory: device.work)
+        XCTAssertEqual(result.status, 0, result.stdoutText + result.stderrText)
+        return result.stdoutText
+    }
+
+    func testProgressUnderADumbTerminalHasNoCursorEscapes() throws {
+        let device = try CLIDevice("progress-dumb")
+        XCTAssertTrue(FileManager.default.createFile(atPath: device.work + "/big.bin", contents: Data(patternBytes(30_000_000, seed: 2))))
+        let stage = "coven stage big.bin --namespace covers"
+        // A terminal that moves the cursor gets the line redrawn in place, and erased.
+        let xterm = try onATerminal(device, stage, term: "xterm")
+        XCTAssertTrue(xterm.contains("\u{1B}[K"), xterm)
+        for term in ["dumb", nil] {
+            let shown = try onATerminal(device, stage, term: term)
+            XCTAssertFalse(shown.contains("\u{1B}"), "TERM=\(term ?? "(unset)"): \(shown.debugDescription)")
+            let lines = shown.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+            XCTAssertTrue(lines.first?.hasPrefix("staging ") ?? false, "a plain line of progress: \(shown.debugDescription)")
+            XCTAssertFalse(shown.replacingOccurrences(of: "\r\n", with: "\n").contains("\r"), "no carriage return but the terminal's own: \(shown.debugDescription)")
+        }
+    }
+
+    // MARK: - 16. Counts of one are singular
+
+    func testACountOfOneIsSingular() throws {
+        let device = try CLIDevice("singular")
+        let id = try XCTUnwrap(try device.storedFiles([[7]]).first)
+        XCTAssertEqual(try device.run(["pin", id]).status, 0)
+        let kept = try device.run(["fetch-kept"])
+        XCTAssertEqual(kept.status, 0, kept.stderrText)
+        XCTAssertEqual(kept.stdoutText, "fetched 1 file (1 byte), 0 already held, 0 failed, 0 left\n")
+        XCTAssertEqual(try device.run(["unpin", id]).status, 0)
+        let budget = try device.run(["budget"])
+        XCTAssertTrue(budget.stdoutText.contains("used   1 byte (0 partial)"), budget.stdoutText)
+        let clear = try device.run(["cache", "clear"])
+        XCTAssertEqual(clear.status, 0, clear.stderrText)
+        XCTAssertEqual(clear.stdoutText, "removed 1 byte\n")
+        let range = try device.run(["cat", id, "--offset", "1", "--length", "1"])
+        XCTAssertEqual(range.status, 4)
+        XCTAssertTrue(range.stderrText.hasPrefix("coven: error: range_out_of_bounds: 1 byte at offset 1 lies outside file '\(id)' of 1 byte"), range.stderrText)
+    }
+    // MARK: - 16. A kill -9 at any step of a multipart upload's start leaves no part file
+
+    func testAKillAtAnyStepOfAMultipartUploadLeavesNoPartFileBehind() throws {
+        guard let strace = Processes.which("strace", path: "/usr/bin:/bin") else { throw XCTSkip("needs strace to kill at a chosen system call") }
+        let probe = try Processes.run(strace, ["-o", "/dev/null", "/bin/true"], environment: [:], directory: "/")
+        guard probe.status == 0 else { throw XCTSkip("strace cannot trace here: \(probe.stderrText)") }
+        let bytes = patternBytes(300_000, seed: 12)
+        // Kill the worker on entry to its n-th folder or file sync, rename or mkdir (each counted
+        // apart), for every n until a run gets through: every step of the start (the upload's
+        // folder built, renamed into place, its record committed) and of the parts after it.
+        var killed = 0
+        for step in 1...60 {
+            let (device, id) = try stagedAppFile(bytes, label: "upload-kill-\(step)")
+            var environment = device.environment
+            environment["COVEN_UPLOAD_PART_SIZE"] = "65536"
+            environment["COVEN_UPLOAD_SINGLE_LIMIT"] = "0"
+            let calls = "fsync,rename,mkdir"
+            let run = try Processes.run(strace, ["-f", "-qq", "-o", "/dev/null", "-e", "trace=\(calls)", "-e", "inject=\(calls):signal=KILL:when=\(step)",
+                                                 device.binary, "upload-worker", "--once", "--jobs", "1"],
+                                        environment: environment, directory: device.work)
+            if run.status == 0 { break }
+            killed += 1
+            XCTAssertEqual(run.status, 137, "step \(step): " + run.stderrText)
+            let again = try Processes.run(device.binary, ["upload-worker", "--once"], environment: environment, directory: device.work)
+            XCTAssertEqual(again.status, 0, "step \(step): " + again.stderrText)
+            XCTAssertEqual(try device.run(["file-status", id]).stdoutText, "available\n", "step \(step)")
+            let uploads = (try? FileManager.default.contentsOfDirectory(atPath: device.work + "/store/.uploads")) ?? []
+            XCTAssertEqual(uploads, [], "step \(step): nothing left of an upload no session names")
+            try FileManager.default.removeItem(atPath: device.database + ".d/copies")  // read from storage
+            let cat = try device.run(["cat", id])
+            XCTAssertEqual(cat.status, 0, cat.stderrText)
+            XCTAssertTrue([UInt8](cat.stdout) == bytes, "step \(step)")
+        }
+        XCTAssertGreaterThan(killed, 5, "the worker was killed at its first steps")
+    }
+    // MARK: - 15. An object with bytes appended is damage, for cat as for file-status
+
+    func testAStoredObjectWithBytesAppendedFailsCatAndFileStatusAlike() throws {
+        let device = try CLIDevice("appended")
+        let bytes = patternBytes(300_000, seed: 15)
+        let id = try XCTUnwrap(try device.storedFiles([bytes]).first)
+        let object = try XCTUnwrap(try device.sql("SELECT json_extract(coordinates, '$.object') FROM coven_files WHERE id = '\(id)'").first)
+        let handle = try XCTUnwrap(FileHandle(forWritingAtPath: device.work + "/store/" + object))
+        handle.seekToEndOfFile()
+        handle.write(Data("extra".utf8))
+        try handle.close()
+        let status = try device.run(["file-status", id])
+        XCTAssertEqual(status.status, 6, status.stderrText)
+        for arguments in [["cat", id], ["cat", id, "--offset", "70000", "--length", "10"], ["get", id]] {
+            let result = try device.run(arguments)
+            XCTAssertEqual(result.status, 6, arguments.joined(separator: " ") + ": " + result.stderrText)
+            XCTAssertTrue(result.stdout.isEmpty, "no byte of a damaged object")
+            XCTAssertTrue(result.stderrText.hasPrefix("coven: error: integrity: the stored object '\(object)' is "), result.stderrText)
+        }
+    }
 }

@@ -531,6 +531,12 @@ extension Database {
     /// - Throws: `.sql` with SQLite's message; `.usage` when a parameter the SQL names has no
     ///   value.
     public func executeScript(_ sql: String, parameters: [String: SQLValue], row: (Row) throws -> Void) throws {
+        try runScript(sql, parameters: parameters, vet: nil, row: row)
+    }
+
+    /// Runs `sql` as ``executeScript(_:parameters:row:)`` does, with `vet` called on each
+    /// statement once it is prepared and before it runs: a statement it refuses never runs.
+    func runScript(_ sql: String, parameters: [String: SQLValue], vet: ((OpaquePointer) throws -> Void)?, row: (Row) throws -> Void) throws {
         var bytes = Array(sql.utf8)
         bytes.append(0)
         try bytes.withUnsafeBufferPointer { buffer in
@@ -545,6 +551,7 @@ extension Database {
                     cursor = tail
                     guard let statement else { continue } // whitespace or a comment
                     defer { sqlite3_finalize(statement) }
+                    try vet?(statement)
                     let text = String(cString: sqlite3_sql(statement))
                     for index in 1...max(1, Int(sqlite3_bind_parameter_count(statement))) where sqlite3_bind_parameter_count(statement) > 0 {
                         guard let rawName = sqlite3_bind_parameter_name(statement, Int32(index)) else {

@@ -41,7 +41,7 @@ struct ChunkRun {
         } else {
             throw CovenError(
                 .internal, "cannot seal a run that is not whole chunks of the file",
-                cause: "\(plaintextCount) bytes from chunk \(firstChunk) of a \(totalPlaintextSize)-byte file")
+                cause: "\(plaintextCount.counted("byte")) from chunk \(firstChunk) of a \(totalPlaintextSize)-byte file")
         }
         self.firstChunk = firstChunk
         self.count = Int(count)

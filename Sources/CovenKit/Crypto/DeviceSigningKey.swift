@@ -44,7 +44,7 @@ public final class DeviceSigningKey: @unchecked Sendable {
     ///   libgcrypt fails.
     public convenience init(seed: UnsafeRawBufferPointer) throws {
         guard seed.count == Self.seedSize, let base = seed.baseAddress else {
-            throw CovenError(.integrity, "a device signing key must be \(Self.seedSize) bytes", cause: "got \(seed.count) bytes")
+            throw CovenError(.integrity, "a device signing key must be \(Self.seedSize) bytes", cause: "got \(seed.count.counted("byte"))")
         }
         try self.init { $0.copyMemory(from: base, byteCount: Self.seedSize) }
     }
@@ -52,7 +52,7 @@ public final class DeviceSigningKey: @unchecked Sendable {
     /// Creates the key of a 32-byte seed; see the `UnsafeRawBufferPointer` overload.
     public convenience init(seed: [UInt8]) throws {
         guard seed.count == Self.seedSize else {
-            throw CovenError(.integrity, "a device signing key must be \(Self.seedSize) bytes", cause: "got \(seed.count) bytes")
+            throw CovenError(.integrity, "a device signing key must be \(Self.seedSize) bytes", cause: "got \(seed.count.counted("byte"))")
         }
         try self.init { pointer in
             seed.withUnsafeBytes { if let base = $0.baseAddress { pointer.copyMemory(from: base, byteCount: Self.seedSize) } }
@@ -164,7 +164,7 @@ public final class DeviceSigningKey: @unchecked Sendable {
     /// `(data (flags eddsa) (hash-algo sha512) (value M))`.
     static func dataExpression(_ message: UnsafeRawBufferPointer) throws -> gcry_sexp_t {
         guard message.count <= Int(Int32.max) else {
-            throw CovenError(.internal, "a message to sign is too long", cause: "\(message.count) bytes")
+            throw CovenError(.internal, "a message to sign is too long", cause: "\(message.count.counted("byte"))")
         }
         var data: gcry_sexp_t?
         // An empty message may have no address; pass a valid one with length 0.
@@ -183,7 +183,7 @@ public final class DeviceSigningKey: @unchecked Sendable {
         defer { gcry_sexp_release(token) }
         var length = 0
         guard let data = gcry_sexp_nth_data(token, 1, &length), length == 32 else {
-            throw CovenError(.internal, "libgcrypt gave an Ed25519 signature with a bad '\(name)'", cause: "\(length) bytes")
+            throw CovenError(.internal, "libgcrypt gave an Ed25519 signature with a bad '\(name)'", cause: "\(length.counted("byte"))")
         }
         return Array(UnsafeRawBufferPointer(start: data, count: 32))
     }
@@ -266,7 +266,7 @@ public struct DevicePublicKey: Sendable, Hashable, CustomStringConvertible {
     ///   canonical, or it does not verify; `.internal` when libgcrypt fails otherwise.
     public func verify(_ signature: [UInt8], for message: UnsafeRawBufferPointer) throws {
         guard signature.count == DeviceSigningKey.signatureSize else {
-            throw Self.badSignature("the signature is \(signature.count) bytes, not 64", reason: "length")
+            throw Self.badSignature("the signature is \(signature.count.counted("byte")), not 64", reason: "length")
         }
         guard Ed25519Screen.isCanonicalScalar(signature[32...]) else {
             throw Self.badSignature("its S is not below the group order", reason: "malleable")

@@ -63,7 +63,7 @@ public final class FileKey: @unchecked Sendable {
     /// Secure memory holding a copy of `bytes`, which must be 32 bytes.
     private static func copying(_ bytes: UnsafeRawBufferPointer) throws -> UnsafeMutableRawPointer {
         guard bytes.count == byteCount, let base = bytes.baseAddress else {
-            throw CovenError(.integrity, "a key must be \(byteCount) bytes", cause: "got \(bytes.count) bytes")
+            throw CovenError(.integrity, "a key must be \(byteCount.counted("byte"))", cause: "got \(bytes.count.counted("byte"))")
         }
         let pointer = allocate()
         pointer.copyMemory(from: base, byteCount: byteCount)
@@ -88,7 +88,7 @@ public final class FileKey: @unchecked Sendable {
         var text = hex
         valid = text.withUTF8 { Self.decodeHex($0, into: pointer) }
         guard valid else {
-            throw CovenError(.integrity, "a file key must be 64 hex digits", cause: "got \(hex.utf8.count) characters")
+            throw CovenError(.integrity, "a file key must be 64 hex digits", cause: "got \(hex.utf8.count.counted("character"))")
         }
         storage = pointer
     }

@@ -30,7 +30,7 @@ enum ObjectHeader {
         let kind = kind(magic)
         guard bytes.count >= prefixSize else {
             throw CovenError(
-                .integrity, "encrypted \(kind) is truncated", cause: "\(bytes.count) bytes, shorter than its header",
+                .integrity, "encrypted \(kind) is truncated", cause: "\(bytes.count.counted("byte")), shorter than its header",
                 details: ["reason": "truncated"])
         }
         guard bytes.prefix(magic.count).elementsEqual(magic) else {

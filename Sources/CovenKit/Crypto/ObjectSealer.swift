@@ -81,7 +81,7 @@ public final class ObjectSealer {
             chunks.upperBound <= ObjectLayout.chunkCount(plaintextSize: plaintextSize)
         else {
             throw CovenError(
-                .internal, "chunks \(chunks) are not within the object", cause: "\(plaintextSize) bytes of plaintext")
+                .internal, "chunks \(chunks) are not within the object", cause: "\(plaintextSize.counted("byte")) of plaintext")
         }
         let first = ObjectLayout.plaintextRange(chunk: chunks.lowerBound, plaintextSize: plaintextSize).lowerBound
         let end = ObjectLayout.plaintextRange(chunk: chunks.upperBound - 1, plaintextSize: plaintextSize).upperBound
@@ -90,7 +90,7 @@ public final class ObjectSealer {
         guard output.count >= run.sealedCount, let base = output.baseAddress else {
             throw CovenError(
                 .internal, "the buffer for sealed chunks is too small",
-                cause: "\(output.count) bytes for \(run.sealedCount)")
+                cause: "\(output.count.counted("byte")) for \(run.sealedCount)")
         }
         let lanes = min(ciphers.count, max(2, run.count / 16))
         try run.forEachSlice(parts: lanes) { slice, indexes in

@@ -68,7 +68,7 @@ public enum StoreSealer {
                 let size = ObjectLayout.payloadPlaintextSize(Int64(sealed.count - headerSize))
             else {
                 throw CovenError(
-                    .integrity, "encrypted store object has an invalid length", cause: "\(sealed.count) bytes",
+                    .integrity, "encrypted store object has an invalid length", cause: "\(sealed.count.counted("byte"))",
                     details: ["reason": "length"])
             }
             let header = Array(UnsafeRawBufferPointer(rebasing: sealed[0..<headerSize]))
@@ -96,7 +96,7 @@ public enum StoreSealer {
             } catch is ChunkFramer.Violation {
                 // Unreachable: the length was checked above to be exactly the object's chunks.
                 throw CovenError(
-                    .integrity, "encrypted store object has an invalid length", cause: "\(sealed.count) bytes",
+                    .integrity, "encrypted store object has an invalid length", cause: "\(sealed.count.counted("byte"))",
                     details: ["reason": "length"])
             }
             return plaintext

@@ -389,7 +389,7 @@ final class WriteSession {
             throw CovenError(.namespaceKind, "bound column '\(table.name).\(column.column)' takes app files only, not the person's original '\(fileID)'", details: where_)
         }
         guard record.size <= column.boundLimit else {
-            throw CovenError(.boundFileTooLarge, "file '\(fileID)' is \(record.size) bytes, over the \(column.boundLimit)-byte limit of bound column '\(table.name).\(column.column)'", details: where_)
+            throw CovenError(.boundFileTooLarge, "file '\(fileID)' is \(record.size.counted("byte")), over the \(column.boundLimit)-byte limit of bound column '\(table.name).\(column.column)'", details: where_)
         }
         if record.coordinates.at == .stored { return }
         let object = record.coordinates.object

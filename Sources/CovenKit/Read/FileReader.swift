@@ -54,8 +54,8 @@ public struct ReadRange: Sendable, Equatable {
     func resolve(size: Int64, file: String) throws -> Range<Int64> {
         let end = length.map { offset.addingReportingOverflow($0) }
         guard offset >= 0, (length ?? 0) >= 0, offset <= size, end.map({ !$0.overflow && $0.partialValue <= size }) ?? true else {
-            let text = length.map { "\($0) bytes at offset \(offset)" } ?? "offset \(offset)"
-            throw CovenError(.rangeOutOfBounds, "\(text) lies outside file '\(file)' of \(size) bytes",
+            let text = length.map { "\($0.counted("byte")) at offset \(offset)" } ?? "offset \(offset)"
+            throw CovenError(.rangeOutOfBounds, "\(text) lies outside file '\(file)' of \(size.counted("byte"))",
                              details: ["file": file, "size": String(size)])
         }
         return offset..<(end?.partialValue ?? size)
@@ -277,7 +277,7 @@ extension Device {
         let free = Int64(info.f_bavail) * Int64(info.f_frsize)
         if needed > free {
             throw CovenError(.noRoom, "no room on the disk for file '\(record.id)'",
-                             cause: "\(needed) bytes needed, \(free) free",
+                             cause: "\(needed.counted("byte")) needed, \(free) free",
                              details: ["file": record.id, "needed": String(needed), "free": String(free)])
         }
     }

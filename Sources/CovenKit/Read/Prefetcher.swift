@@ -415,10 +415,14 @@ final class Prefetcher: @unchecked Sendable {
         }
         let longer = CovenError(.integrity, "the stored object '\(object)' is longer than its record says", details: ["key": object, "reason": "length"])
         do {
-            try provider.get(object, range: lower..<last.upperBound) { bytes in
+            let total = try provider.get(object, range: lower..<last.upperBound) { bytes in
                 received += bytes.count
                 try framer.feed(bytes, header: ObjectReader.checkHeader, chunk: open)
             }
+            // "An object of any other size at the path is damage" (spec/files.md), whichever
+            // chunks a read needs: the answer says the object's size (Content-Range, the file's
+            // size), and it must be the record's.
+            try Self.checkSize(total, object: object, plaintextSize: size)
             try framer.finish(chunk: open)
         } catch let error as CovenError where error.code == .rangeOutOfBounds {
             throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says", cause: error.cause, details: ["key": object, "reason": "length", "short": "true"])
@@ -426,10 +430,23 @@ final class Prefetcher: @unchecked Sendable {
             throw longer
         } catch is ChunkFramer.Violation {
             throw CovenError(.integrity, "the stored object '\(object)' is shorter than its record says",
-                             cause: "\(received) of \(wanted) bytes", details: ["key": object, "reason": "length", "short": "true"])
+                             cause: "\(received) of \(wanted.counted("byte"))", details: ["key": object, "reason": "length", "short": "true"])
         }
         buffer.transferred = Int64(received)
         buffer.plainCount = plainOffset
+    }
+}
+
+extension Prefetcher {
+    /// Checks the total size a storage answer gave for `object` (nil: it gave none) against the
+    /// encrypted size of a `plaintextSize`-byte file.
+    ///
+    /// - Throws: `.integrity` (details `key`, `reason` `length`) for any other size.
+    static func checkSize(_ total: Int64?, object: String, plaintextSize: Int64) throws {
+        let expected = ObjectLayout.encryptedSize(plaintextSize: plaintextSize)
+        guard let total, total != expected else { return }
+        throw CovenError(.integrity, "the stored object '\(object)' is \(total.counted("byte")), not \(expected) as its record says",
+                         details: ["key": object, "reason": "length"])
     }
 }
 

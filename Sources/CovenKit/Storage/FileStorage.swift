@@ -10,12 +10,14 @@ import Foundation
 /// old object or the new one, never part of one. Temporary names start with `.coven-tmp-` and
 /// are never listed.
 ///
-/// Multipart uploads live in `DIR/.uploads/<uploadID>/`: a `data` file the size of the object,
+/// Multipart uploads live in `DIR/.uploads/<uploadID>/`, built under `.coven-tmp-<uploadID>` and
+/// renamed into place whole: a `data` file the size of the object,
 /// written in place with `pwrite`, an `info` record (key, total size, part size) and a `parts`
 /// table with one 64-byte checked slot per confirmed part (number, offset, size, etag), each
 /// written and fdatasynced only after the part's bytes are fdatasynced. All three are made
 /// durable entries once, when the upload is created, so a part costs two data syncs and no
-/// folder sync. A part's etag is a random token (the object is authenticated chunk by chunk;
+/// folder sync. An upload whose id never reached its caller (a kill -9 right after the start)
+/// is found by its key (``uploadsInProgress(_:)``) and aborted by the next start for that key. A part's etag is a random token (the object is authenticated chunk by chunk;
 /// hashing each part again would cost a third of the upload's CPU). A killed upload keeps every
 /// part it confirmed; ``completeMultipart(_:uploadID:parts:)`` checks the caller's list against
 /// the table and the data file's size, then renames.
@@ -315,7 +317,7 @@ public final class FileStorage: StorageProvider {
             if count == 0 {
                 // The file shrank under us: an object is immutable, so this is a fault.
                 throw CovenError.storage(
-                    "'\(key)' ended early", failure: .provider, cause: "end of file at \(position) of \(size) bytes",
+                    "'\(key)' ended early", failure: .provider, cause: "end of file at \(position) of \(size.counted("byte"))",
                     details: key)
             }
             try sink(UnsafeRawBufferPointer(start: base, count: count))
@@ -434,9 +436,7 @@ public final class FileStorage: StorageProvider {
 
     private func uploadFolder(_ uploadID: String, key: String) throws -> String {
         // Ids are ours: lowercase hex. Anything else cannot name an upload (nor escape the folder).
-        guard !uploadID.isEmpty, uploadID.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) else {
-            throw missingUpload(key, uploadID)
-        }
+        guard Self.isUploadID(uploadID) else { throw missingUpload(key, uploadID) }
         return directory + "/" + Self.uploadsFolder + "/" + uploadID
     }
 
@@ -508,10 +508,16 @@ public final class FileStorage: StorageProvider {
         let uploads = directory + "/" + Self.uploadsFolder
         try makeFolders(uploads, key: key)
         let uploadID = SecureRandom.nonce(16).hex
+        // Built under a temporary name and renamed into place whole, so `<id>` is always a
+        // complete upload; the info record comes first, so whatever a kill -9 leaves names its
+        // key and the next start of an upload to that key removes it (uploadsInProgress).
+        let building = uploads + "/" + Self.temporaryPrefix + uploadID
         let folder = uploads + "/" + uploadID
-        guard mkdir(folder, 0o755) == 0 else { throw failure("start an upload of", key: key, path: folder, errno: errno) }
+        guard mkdir(building, 0o755) == 0 else { throw failure("start an upload of", key: key, path: building, errno: errno) }
         do {
-            let dataPath = folder + "/data"
+            let info = try encode(UploadInfo(key: key, totalSize: totalSize, partSize: partSize))
+            try info.withUnsafeBytes { try replaceFile(building + "/info", with: $0, key: key) }
+            let dataPath = building + "/data"
             let fd = open(dataPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
             guard fd >= 0 else { throw failure("start an upload of", key: key, path: dataPath, errno: errno) }
             defer { close(fd) }
@@ -519,19 +525,59 @@ public final class FileStorage: StorageProvider {
                 throw failure("start an upload of", key: key, path: dataPath, errno: errno)
             }
             guard fsync(fd) == 0 else { throw failure("start an upload of", key: key, path: dataPath, errno: errno) }
-            let tablePath = folder + "/parts"
+            let tablePath = building + "/parts"
             let table = open(tablePath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
             guard table >= 0 else { throw failure("start an upload of", key: key, path: tablePath, errno: errno) }
             close(table)
-            // The info record's own folder sync also makes `data` and `parts` durable entries.
-            let info = try encode(UploadInfo(key: key, totalSize: totalSize, partSize: partSize))
-            try info.withUnsafeBytes { try replaceFile(folder + "/info", with: $0, key: key) }
+            try syncFolder(building, key: key)
+            guard rename(building, folder) == 0 else { throw failure("start an upload of", key: key, path: folder, errno: errno) }
             try syncFolder(uploads, key: key)
         } catch {
+            removeUploadFolder(building)
             removeUploadFolder(folder)
             throw error
         }
         return uploadID
+    }
+
+    /// The uploads to `key` this store holds: every `.uploads/<id>` (and every one a kill left
+    /// half-built, `.uploads/.coven-tmp-<id>`) whose info record names `key`, whatever started
+    /// them.
+    ///
+    /// - Throws: `.storage` when the uploads folder cannot be read.
+    public func uploadsInProgress(_ key: String) throws -> [String] {
+        _ = try path(for: key)
+        let uploads = directory + "/" + Self.uploadsFolder
+        guard let stream = opendir(uploads) else {
+            let code = errno
+            if code == ENOENT {
+                try checkRoot()
+                return []
+            }
+            throw failure("list the uploads of", key: key, path: uploads, errno: code)
+        }
+        var names: [String] = []
+        while let entry = readdir(stream) {
+            names.append(withUnsafePointer(to: &entry.pointee.d_name) { pointer in
+                pointer.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            })
+        }
+        closedir(stream)
+        var ids: Set<String> = []
+        for name in names {
+            let id = name.hasPrefix(Self.temporaryPrefix) ? String(name.dropFirst(Self.temporaryPrefix.count)) : name
+            guard Self.isUploadID(id),
+                  let bytes = try? readSmallFile(uploads + "/" + name + "/info", key: key),
+                  let info = try? JSONDecoder().decode(UploadInfo.self, from: Data(bytes)), info.key == key
+            else { continue }
+            ids.insert(id)
+        }
+        return ids.sorted()
+    }
+
+    /// Ids are ours: lowercase hex.
+    private static func isUploadID(_ id: String) -> Bool {
+        !id.isEmpty && id.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
     }
 
     public func uploadPart(_ key: String, uploadID: String, number: Int, offset: Int64, data: UnsafeRawBufferPointer) throws -> UploadedPart {
@@ -758,7 +804,7 @@ public final class FileStorage: StorageProvider {
 
         // A data file cut short (or grown) after its parts were confirmed is not the object.
         guard Int64(dataInfo.st_size) == info.totalSize else {
-            throw incomplete(key, "the upload's data is \(dataInfo.st_size) bytes, not \(info.totalSize)")
+            throw incomplete(key, "the upload's data is \(dataInfo.st_size.counted("byte")), not \(info.totalSize)")
         }
         let records = Dictionary(try partRecords(folder, key: key, uploadID: uploadID).map { ($0.number, $0) }) { a, _ in a }
         let sorted = parts.sorted { $0.number < $1.number }
@@ -779,7 +825,7 @@ public final class FileStorage: StorageProvider {
             offset += record.size
         }
         guard offset == info.totalSize else {
-            throw incomplete(key, "the parts hold \(offset) of \(info.totalSize) bytes")
+            throw incomplete(key, "the parts hold \(offset) of \(info.totalSize.counted("byte"))")
         }
 
         let fd = open(dataPath, O_RDONLY | O_CLOEXEC)
@@ -810,6 +856,11 @@ public final class FileStorage: StorageProvider {
             folder = try uploadFolder(uploadID, key: key)
         } catch {
             return  // not an id of ours: nothing to abandon
+        }
+        // What a kill left of the upload's start, if anything.
+        let building = directory + "/" + Self.uploadsFolder + "/" + Self.temporaryPrefix + uploadID
+        guard removeUploadFolder(building) else {
+            throw failure("abandon the upload of", key: key, path: building, errno: errno)
         }
         var info = stat()
         guard stat(folder, &info) == 0 else {

@@ -133,12 +133,20 @@ final class HTTPClient {
     ///     (`CURLOPT_POSTFIELDS`); it must stay valid during the call.
     ///   - sink: where a 2xx body goes as it arrives; nil collects it into the response.
     ///   - build: makes the request for one attempt.
+    ///   - incomplete: for a 2xx answer, what it lacks when it does not cover what was asked
+    ///     (a 206 whose own `Content-Range` and `Content-Length` agree on fewer bytes than the
+    ///     range), nil when it does. Such an answer is a fault of the transfer, as a body cut
+    ///     short of its `Content-Length` is (which curl reports): retried the same way, the
+    ///     next attempt asking for the rest (`build`), and a storage error once the retries
+    ///     run out.
     /// - Returns: the final response, whatever its status (after retries for retryable ones).
     /// - Throws: ``CovenError`` `.storage` with failure `.network` (or `.provider` for a bad URL)
-    ///   when no response came, carrying the curl error text; the sink's own error, unchanged;
-    ///   what `build` throws.
+    ///   when no response came, carrying the curl error text, or failure `.provider` for an
+    ///   answer still incomplete after the retries; the sink's own error, unchanged; what
+    ///   `build` throws.
     func send(
         operation: String, timeout: Double, body: UnsafeRawBufferPointer? = nil, sink: HTTPBodySink? = nil,
+        incomplete: ((HTTPResponse) -> String?)? = nil,
         build: (_ delivered: Int64) throws -> HTTPRequest
     ) throws -> HTTPResponse {
         var attempt = 0
@@ -147,6 +155,19 @@ final class HTTPClient {
             let request = try build(delivered)
             let outcome = try perform(request, timeout: timeout, body: body, sink: sink)
             delivered += outcome.delivered
+            if case .response(let response) = outcome.result, response.isSuccess, let lack = incomplete?(response) {
+                if attempt < options.requestRetries {
+                    try pause(backoff(attempt), operation: operation)
+                    attempt += 1
+                    continue
+                }
+                let tries = attempt > 0 ? " after \((attempt + 1).counted("attempt"))" : ""
+                var error = CovenError.storage(
+                    "storage answered short to \(operation)\(tries)", failure: .provider,
+                    cause: "HTTP \(response.status) " + lack)
+                error.details["status"] = String(response.status)
+                throw error
+            }
             switch outcome.result {
             case .failure(let code, let text):
                 if code == CURLE_ABORTED_BY_CALLBACK, let reason = Stop.process.reason {
@@ -224,7 +245,7 @@ final class HTTPClient {
         default:
             failure = .network
         }
-        let tries = attempts > 1 ? " after \(attempts) attempts" : ""
+        let tries = attempts > 1 ? " after \(attempts.counted("attempt"))" : ""
         var error = CovenError.storage(
             "cannot reach storage to \(operation)\(tries)", failure: failure,
             cause: "curl error \(code.rawValue): \(text)")

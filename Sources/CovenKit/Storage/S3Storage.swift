@@ -233,7 +233,7 @@ public final class S3Storage: StorageProvider {
         guard size <= singleRequestLimit else {
             throw CovenError.storage(
                 "cannot put '\(key)' in one request", failure: .provider,
-                cause: "\(size) bytes is more than S3's single-request limit of \(singleRequestLimit)")
+                cause: "\(size.counted("byte")) is more than S3's single-request limit of \(singleRequestLimit)")
         }
     }
 
@@ -278,6 +278,16 @@ public final class S3Storage: StorageProvider {
                         // A server that sends past the range (a 200 with the whole object) is
                         // stopped; one that sends exactly the range keeps its connection.
                         if position >= wantedEnd, offset + count > wantedEnd { throw RangeComplete() }
+                    },
+                    incomplete: { response in
+                        // An answer must cover the range up to the object's end (a range past it
+                        // is clipped): one that stops short, however consistent its own headers,
+                        // is a fault of the transfer, never a sign the object is shorter.
+                        if total == nil { total = Self.bodyStart(HTTPResponseHead(status: response.status, headers: response.headers)).size }
+                        let end = min(wantedEnd, total ?? wantedEnd)
+                        guard end != Int64.max, position < end else { return nil }
+                        let asked = range.map { "bytes \($0.lowerBound)-\(end - 1)" } ?? "\(end.counted("byte"))"
+                        return "ended at byte \(position) of \(asked)" + (total.map { " of a \($0)-byte object" } ?? "")
                     },
                     build: { _ in
                         bodyOffset = nil
@@ -526,6 +536,30 @@ public final class S3Storage: StorageProvider {
         guard response.isSuccess || isKeyNotFound(response) else {
             throw HTTPClient.statusError(response, operation: operation)
         }
+    }
+
+    public func uploadsInProgress(_ key: String) throws -> [String] {
+        let operation = "list the uploads of '\(key)'"
+        let name = objectKey(key)
+        var ids: [String] = []
+        var markers: (key: String, upload: String)?
+        repeat {
+            var query: [(String, String)] = [("uploads", ""), ("prefix", name)]
+            if let markers { query += [("key-marker", markers.key), ("upload-id-marker", markers.upload)] }
+            let response = try control("GET", key: nil, query: query, operation: operation)
+            guard response.status == 200 else { throw HTTPClient.statusError(response, operation: operation) }
+            let xml = S3XML(response.body)
+            // The prefix also matches longer keys: only this key's uploads count.
+            for block in xml.blocks("Upload") where block.text("Key") == name {
+                if let id = block.text("UploadId"), !id.isEmpty { ids.append(id) }
+            }
+            markers = nil
+            if xml.text("IsTruncated") == "true", let next = xml.text("NextKeyMarker"), let upload = xml.text("NextUploadIdMarker"),
+               !(next.isEmpty && upload.isEmpty) {
+                markers = (next, upload)
+            }
+        } while markers != nil
+        return ids
     }
 
     // MARK: - Bucket

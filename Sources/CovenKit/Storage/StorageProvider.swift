@@ -12,14 +12,21 @@ public enum StorageLocation: Sendable, Equatable, CustomStringConvertible {
 
     /// Parses a storage URL.
     ///
-    /// - Throws: ``CovenError`` `.usage` for anything but `file://` with an absolute path or
-    ///   `s3://bucket[/prefix][?endpoint=…&region=…&path_style=true|false]`.
+    /// - Throws: ``CovenError`` `.usage` for anything but `file://` with an absolute path (and
+    ///   no query or fragment) or `s3://bucket[/prefix][?endpoint=…&region=…&path_style=true|false]`.
     public init(parsing text: String) throws {
         if text.hasPrefix("file://") {
             var path = String(text.dropFirst("file://".count))
             if path.hasPrefix("localhost/") { path = String(path.dropFirst("localhost".count)) }
             guard path.hasPrefix("/") else {
                 throw CovenError(.usage, "storage URL '\(text)' needs an absolute path", hint: "write file:///absolute/path")
+            }
+            // A file:// URL names a folder and nothing else: a query or a fragment would
+            // otherwise become part of the folder's name.
+            if let mark = path.firstIndex(where: { $0 == "?" || $0 == "#" }) {
+                let what = path[mark] == "?" ? "a query" : "a fragment"
+                throw CovenError(.usage, "storage URL '\(text)' has \(what) ('\(path[mark...])'), which a file:// URL does not take",
+                                 hint: "write the folder alone, with '?' as %3F and '#' as %23 if its name holds them")
             }
             path = path.removingPercentEncoding ?? path
             while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
@@ -209,6 +216,11 @@ public protocol StorageProvider: AnyObject {
 
     /// Abandons an upload and frees its parts; aborting one that is gone succeeds.
     func abortMultipart(_ key: String, uploadID: String) throws
+
+    /// The ids of the uploads to `key` the provider holds, finished or not: what a start whose
+    /// id was lost (a kill -9 between the start and its record) left, for the next start to
+    /// abort. S3: ListMultipartUploads of the key; file://: the upload folders naming it.
+    func uploadsInProgress(_ key: String) throws -> [String]
 }
 
 /// Makes providers for one store location: one per task that talks to storage.

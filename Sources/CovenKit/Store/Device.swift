@@ -331,17 +331,52 @@ public final class Device {
         }
     }
 
-    /// Refuses a device database or device folder already at `paths`.
+    /// Refuses a device database or device folder already at `paths`, saying what is there.
     ///
-    /// - Throws: `.alreadyExists`.
+    /// - Throws: `.alreadyExists` when a coven device is at `paths` (or what is left of one,
+    ///   its folder); `.exists` when something else is at the database's path: a folder, an
+    ///   empty file, a file that is not a coven device database, a link or a special file.
     static func refuseExisting(_ paths: DevicePaths) throws {
         var info = stat()
         if lstat(paths.database, &info) == 0 {
-            throw CovenError(.alreadyExists, "a coven device already exists at '\(paths.database)'", hint: "pass another --db", details: ["path": paths.database])
+            let path = paths.database
+            func other(_ what: String, hint: String = "pass another --db, or move it away") -> CovenError {
+                CovenError(.exists, "'\(path)' is \(what), not a coven device database", hint: hint, details: ["path": path])
+            }
+            switch info.st_mode & S_IFMT {
+            case S_IFDIR: throw other("a folder", hint: "pass the path of a database file to create with --db, such as '\(path)/device.db'")
+            case S_IFLNK: throw other("a symbolic link")
+            case S_IFREG: break
+            default: throw other("a special file (a FIFO, a socket or a device)")
+            }
+            if info.st_size == 0 { throw other("an empty file") }
+            guard isCovenDatabase(path) else {
+                throw other(hasSQLiteHeader(path) ? "an SQLite database of something else" : "a file")
+            }
+            throw CovenError(.alreadyExists, "a coven device already exists at '\(path)'", hint: "pass another --db", details: ["path": path])
         }
         if lstat(paths.folder, &info) == 0 {
             throw CovenError(.alreadyExists, "'\(paths.folder)' already exists", hint: "pass another --db, or remove what is left of an earlier device there", details: ["path": paths.folder])
         }
+    }
+
+    /// Whether the file at `path` starts with SQLite's header, "SQLite format 3" and a NUL.
+    static func hasSQLiteHeader(_ path: String) -> Bool {
+        let fd = Glibc.open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var header = [UInt8](repeating: 0, count: 16)
+        guard pread(fd, &header, 16, 0) == 16 else { return false }
+        return header == Array("SQLite format 3".utf8) + [0]
+    }
+
+    /// Whether the file at `path` is an SQLite database holding coven's own table (read
+    /// without changing it; a database that cannot be read counts as one, so it is never taken
+    /// for something else).
+    static func isCovenDatabase(_ path: String) -> Bool {
+        guard hasSQLiteHeader(path) else { return false }
+        guard let database = try? Database(path: path, readOnly: true) else { return true }
+        return (try? database.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'coven_meta'").intValue ?? 0) != 0
     }
 
     static func makeFolder(_ path: String, mode: mode_t) throws {
@@ -418,7 +453,7 @@ enum Migrations {
     /// Runs the migrations not yet recorded, in order, inside the caller's transaction.
     static func apply(_ migrations: [String], to database: Database, recorded: [(Int64, String)]) throws -> [Int] {
         if recorded.count > migrations.count {
-            throw CovenError(.migration, "the manifest has \(migrations.count) migrations but the device applied \(recorded.count)", hint: "migrations are only ever added at the end")
+            throw CovenError(.migration, "the manifest has \(migrations.count.counted("migration")) but the device applied \(recorded.count)", hint: "migrations are only ever added at the end")
         }
         for (position, sha) in recorded {
             let expected = SHA256.digest(Array(migrations[Int(position)].utf8)).hex

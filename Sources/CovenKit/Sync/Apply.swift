@@ -29,7 +29,7 @@ struct ChangeApplier {
         var report = ApplyReport()
         let local = device.schemaVersion
         if change.schema.migrations > local.count {
-            throw CovenError(.updateRequired, "change '\(path)' was written under \(change.schema.migrations) migrations; this device has \(local.count)",
+            throw CovenError(.updateRequired, "change '\(path)' was written under \(change.schema.migrations.counted("migration")); this device has \(local.count)",
                              hint: "run 'coven migrate --manifest FILE' with the store's newer manifest", details: ["object": path, "device": change.device])
         }
         try database.execute("BEGIN IMMEDIATE")

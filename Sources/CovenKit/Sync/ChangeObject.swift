@@ -175,7 +175,7 @@ public struct ChangeObject: Sendable, Equatable {
             let signatureSize = DeviceSigningKey.signatureSize
             guard bytes.count >= signatureSize + StoreSealer.headerSize + 16 else {
                 throw CovenError(
-                    .integrity, "a published change is truncated", cause: "\(bytes.count) bytes",
+                    .integrity, "a published change is truncated", cause: "\(bytes.count.counted("byte"))",
                     details: ["reason": "truncated"])
             }
             let sealed = bytes[0..<(bytes.count - signatureSize)]

@@ -115,7 +115,7 @@ extension Device {
             }
             let expected = ObjectLayout.encryptedSize(plaintextSize: record.size)
             guard info.size == expected else {
-                throw CovenError(.integrity, "the stored object of file '\(id)' is \(info.size) bytes, not \(expected)", details: ["file": id, "object": object])
+                throw CovenError(.integrity, "the stored object of file '\(id)' is \(info.size.counted("byte")), not \(expected)", details: ["file": id, "object": object])
             }
             return .available
         }

@@ -62,7 +62,7 @@ struct UploadSource {
         let file = FileHandleFD(descriptor: fd, path: path)
         let info = try file.status()
         guard Int64(info.st_size) == size else {
-            throw CovenError(.fileUnavailable, "coven's copy '\(copy)' is \(info.st_size) bytes, not \(size)", details: ["path": path])
+            throw CovenError(.fileUnavailable, "coven's copy '\(copy)' is \(info.st_size.counted("byte")), not \(size)", details: ["path": path])
         }
         posix_fadvise(fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
         let source = UploadSource(kind: .app, file: file, size: size, chunkHashes: recorded, contentHash: content, display: path)
@@ -80,7 +80,7 @@ struct UploadSource {
     func derivingChunkHashes(object: String, device: Device) throws -> UploadSource {
         let digests = try ContentHasher.run(file: file, sizeHint: size)
         guard digests.size == size, digests.content == contentHash else {
-            let cause = "its SHA-256 is \(digests.content.hex) over \(digests.size) bytes, recorded \(contentHash.hex) over \(size)"
+            let cause = "its SHA-256 is \(digests.content.hex) over \(digests.size.counted("byte")), recorded \(contentHash.hex) over \(size)"
             switch kind {
             case .user:
                 throw CovenError(.userFileChanged, "the original '\(display)' changed since it was recorded", hint: "stage it again", cause: cause, details: ["path": display])
@@ -177,7 +177,7 @@ final class UploadSender {
         let source = try UploadSource.open(object: claim.object, device: device)
         let total = ObjectLayout.encryptedSize(plaintextSize: source.size)
         guard total == claim.bytesTotal else {
-            throw CovenError(.internal, "the queued size of '\(claim.object)' disagrees with its local bytes", cause: "\(claim.bytesTotal) queued, \(total) from \(source.size) bytes")
+            throw CovenError(.internal, "the queued size of '\(claim.object)' disagrees with its local bytes", cause: "\(claim.bytesTotal) queued, \(total) from \(source.size.counted("byte"))")
         }
         let key = try FileKey(hex: keyHex)
         let sealer = try ObjectSealer(key: key)
@@ -186,6 +186,19 @@ final class UploadSender {
             try sendWhole(claim, source: source, sealer: sealer, total: total)
         } else {
             try sendParts(claim, source: source, sealer: sealer, total: total)
+        }
+    }
+
+    /// Aborts the uploads to `object` the provider holds that this device never recorded (but
+    /// `keeping`): a kill -9 between an upload's start and its record leaves one, a part file the
+    /// size of the object on file:// storage, parts on S3. While this worker holds the lease,
+    /// nothing else starts an upload to the object (its key is this device's alone), so any
+    /// other upload to it is such a leftover. Best effort: one that cannot be listed or aborted
+    /// (a policy without ListMultipartUploads) stays, and the upload goes on.
+    private func abandonUnrecorded(_ object: String, keeping: String?) {
+        guard let ids = try? provider.uploadsInProgress(object) else { return }
+        for id in ids where id != keeping {
+            try? provider.abortMultipart(object, uploadID: id)
         }
     }
 
@@ -246,6 +259,7 @@ final class UploadSender {
             partPlain = settings.partSize
             confirmed = [:]
             try stillWanted(claim.object)
+            abandonUnrecorded(claim.object, keeping: claim.uploadID)
             let id = try provider.createMultipart(claim.object, totalSize: total, partSize: partPlain / ObjectLayout.chunkSize * ObjectLayout.sealedChunkSize)
             let kept: Bool = try db.transaction {
                 try device.uploadQueue.startSession(claim.object, worker: worker.text, uploadID: id, partSize: partPlain)

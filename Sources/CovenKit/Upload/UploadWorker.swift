@@ -317,6 +317,10 @@ private final class Job {
             if let uploadID = claim.uploadID {
                 try storage().abortMultipart(claim.object, uploadID: uploadID)
             }
+            // And any upload a kill left unrecorded (UploadSender.abandonUnrecorded), best effort.
+            if let provider = try? storage(), let ids = try? provider.uploadsInProgress(claim.object) {
+                for id in ids where id != claim.uploadID { try? provider.abortMultipart(claim.object, uploadID: id) }
+            }
             try device.lockedTransaction {
                 guard try device.uploadQueue.holder(claim.object) == worker.text else { return }
                 try device.dropUpload(claim.object, forgetBytes: claim.task == .retire)

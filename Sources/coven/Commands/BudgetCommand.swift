@@ -28,7 +28,7 @@ struct BudgetCommand: Command {
             if context.json {
                 try context.printJSON(["budget": budget.bytes.map { $0 as Any } ?? NSNull(), "budget_is_default": budget.isDefault, "removed": removed])
             } else {
-                context.line("removed \(removed) bytes")
+                context.line("removed \(removed.counted("byte"))")
             }
             return 0
         }
@@ -38,9 +38,9 @@ struct BudgetCommand: Command {
         if context.json {
             try context.printJSON(["budget": budget.bytes.map { $0 as Any } ?? NSNull(), "budget_is_default": budget.isDefault, "used": usage.used, "partial": usage.partial])
         } else {
-            let shown = budget.bytes.map { "\($0) bytes" } ?? "keep-all"
+            let shown = budget.bytes.map { $0.counted("byte") } ?? "keep-all"
             context.line("budget \(shown)\(budget.isDefault ? " (default)" : "")")
-            context.line("used   \(usage.used) bytes (\(usage.partial) partial)")
+            context.line("used   \(usage.used.counted("byte")) (\(usage.partial) partial)")
         }
         return 0
     }

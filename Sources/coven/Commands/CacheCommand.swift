@@ -26,7 +26,7 @@ struct CacheCommand: Command {
         if context.json {
             try context.printJSON(["removed": removed])
         } else {
-            context.line("removed \(removed) bytes")
+            context.line("removed \(removed.counted("byte"))")
         }
         return 0
     }

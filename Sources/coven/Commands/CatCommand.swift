@@ -13,7 +13,10 @@ struct CatCommand: Command {
     recorded when it was staged before any of its bytes go out (integrity for coven's copy). \
     A device database that cannot be written is read without keeping anything in the cache. From storage only the encrypted chunks covering the range are fetched, neighbours \
     together up to 1 MiB per request, ahead of the output; each is checked as it arrives and \
-    kept in the cache. A cached chunk that fails its check is fetched again, never written. A \
+    kept in the cache, and the object's size, which each answer gives, must be the record's \
+    (an object of any other size is damage: integrity, as for file-status). An answer that \
+    covers less than the range asked is a storage fault, retried, then storage: integrity only \
+    when bytes fail their check. A cached chunk that fails its check is fetched again, never written. A \
     read of the whole file checks it against the record's hash before its last bytes go out.
 
     A range outside the file fails with range_out_of_bounds: the output is never short. \
@@ -42,7 +45,7 @@ struct CatCommand: Command {
         }
         try context.out.flushChecked()
         if report.chunksRefetched > 0 {
-            context.note("warning: \(report.chunksRefetched) cached chunks of '\(id)' failed their check and were fetched again")
+            context.note("warning: \(report.chunksRefetched.counted("cached chunk")) of '\(id)' \(report.chunksRefetched == 1 ? "failed its check and was" : "failed their check and were") fetched again")
         }
         if report.notKept {
             context.note("warning: the disk is full: '\(id)' was read without keeping all of it in the cache")

@@ -51,7 +51,7 @@ struct FetchKeptCommand: Command {
             try context.printJSON(object)
         } else {
             let bytes = result.fetched.reduce(Int64(0)) { $0 + $1.size }
-            context.line("fetched \(result.fetched.count) files (\(bytes) bytes), \(result.alreadyHeld) already held, \(result.failed.count) failed, \(result.remaining) left")
+            context.line("fetched \(result.fetched.count.counted("file")) (\(bytes.counted("byte"))), \(result.alreadyHeld) already held, \(result.failed.count) failed, \(result.remaining) left")
             for item in result.failed {
                 context.line("failed \(item.file): \(item.error?.code.rawValue ?? "") \(item.error?.description ?? "")")
             }

@@ -53,7 +53,7 @@ struct JoinCommand: Command {
             ])
         } else {
             context.line(device.deviceID)
-            context.note("joined store \(device.storeID) at \(device.storage) as device '\(device.deviceName)'; pulled \(report.pulled.changes) change(s), \(report.pulled.entries) row(s)")
+            context.note("joined store \(device.storeID) at \(device.storage) as device '\(device.deviceName)'; pulled \(report.pulled.changes.counted("change")), \(report.pulled.entries.counted("row"))")
         }
         return 0
     }

@@ -108,13 +108,13 @@ final class DeviceOnlyProgressPrinter: @unchecked Sendable {
     // @unchecked: CovenKit calls `show` under its own lock, one call at a time.
     private let context: CommandContext
     private let json: Bool
-    private var lastDraw = 0.0
+    private let status: StatusLine
     private var lastJSON: [String: Double] = [:]
-    private var drawn = false
 
     init(_ context: CommandContext, json: Bool) {
         self.context = context
         self.json = json
+        self.status = StatusLine(context)
     }
 
     var show: @Sendable (DeviceOnlyProgress) -> Void {
@@ -134,19 +134,13 @@ final class DeviceOnlyProgressPrinter: @unchecked Sendable {
             if let line = try? JSONText.render(object) { context.err.write(line + "\n") }
             return
         }
-        guard context.showsProgress, now - lastDraw >= 0.1 || progress.filesDone == progress.fileCount else { return }
-        lastDraw = now
+        guard status.isDue(final: progress.filesDone == progress.fileCount) else { return }
         func percent(_ done: Int64, _ total: Int64) -> Int { total > 0 ? min(100, Int(Double(done) * 100 / Double(total))) : 100 }
         let name = progress.path.count > 30 ? "…" + progress.path.suffix(29) : progress.path
-        let text = "\r[\(progress.filesDone)/\(progress.fileCount)] \(name) \(percent(progress.bytes, progress.size))%"
+        let text = "[\(progress.filesDone)/\(progress.fileCount)] \(name) \(percent(progress.bytes, progress.size))%"
             + " | all \(ByteSize.format(progress.callBytes)) / \(ByteSize.format(progress.callSize)) \(percent(progress.callBytes, progress.callSize))%"
-        context.err.write(text + "\u{1B}[K")
-        drawn = true
+        status.show(text)
     }
 
-    func finish() {
-        guard drawn else { return }
-        context.err.write("\r\u{1B}[K")
-        drawn = false
-    }
+    func finish() { status.finish() }
 }

@@ -7,9 +7,11 @@ struct SQLCommand: Command {
     static let abstract = "run read-only SQL over the app tables and coven's views"
     static let synopsis = ["[SQL | -] [--param NAME=VALUE]... [-z]"]
     static let discussion = """
-    Prints each row on a line, its values separated by tabs (NULL as nothing, a BLOB such as a \
-    path as its text with bytes that are not UTF-8 as \\xNN); with -z each row ends with NUL \
-    instead of a newline; with --json one array of objects (a BLOB as lowercase hex). Reads \
+    Prints each row on a line, its values separated by tabs (NULL as nothing, a newline, tab \
+    or backslash in a value as \\n, \\t, \\\\, a BLOB such as a path as its text with bytes \
+    that are not UTF-8 as \\xNN); with -z each row ends with NUL instead of a newline and \
+    values are printed as they are; with --json one array of objects (a BLOB as lowercase \
+    hex). Reads \
     coven_files, coven_user_files, coven_uploads, coven_sending, coven_moves, \
     coven_upload_pause, coven_network and coven_devices, with the functions \
     coven_file_device(coordinates) and coven_path_text(path). Never changes anything and never \
@@ -28,11 +30,12 @@ struct SQLCommand: Command {
         let terminator = invocation.has("null-terminated") ? "\0" : "\n"
         var objects: [[String: Any]] = []
         do {
-            try device.database.executeScript(sql, parameters: parameters) { row in
+            try device.database.executeReadOnlyScript(sql, parameters: parameters) { row in
                 if context.json {
                     objects.append(jsonObject(row))
                 } else {
-                    context.out.write(row.values.map(text).joined(separator: "\t") + terminator)
+                    let values = terminator == "\n" ? row.values.map(escapedText) : row.values.map(text)
+                    context.out.write(values.joined(separator: "\t") + terminator)
                     try context.out.check()
                 }
             }
@@ -53,6 +56,35 @@ struct SQLCommand: Command {
         case .text(let v): return v
         case .blob(let v): return PathText.text(v)
         }
+    }
+
+    /// A value's text for a line of text output: a newline, a tab and a backslash in it become
+    /// `\n`, `\t` and `\\`, so that a row stays one line and its values stay apart (a BLOB's
+    /// bytes that are not UTF-8 then still read `\xNN`, never to be taken for a backslash).
+    static func escapedText(_ value: SQLValue) -> String {
+        switch value {
+        case .text(let v):
+            guard v.contains(where: { $0 == "\n" || $0 == "\t" || $0 == "\\" || $0 == "\r\n" }) else { return v }
+            return String(decoding: escaped(Array(v.utf8)), as: UTF8.self)
+        case .blob(let v): return PathText.text(escaped(v))
+        default: return text(value)
+        }
+    }
+
+    /// The bytes with every newline, tab and backslash written as its two-character escape
+    /// (all three are ASCII, so no UTF-8 sequence is split).
+    static func escaped(_ bytes: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        for byte in bytes {
+            switch byte {
+            case UInt8(ascii: "\n"): out += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
+            case UInt8(ascii: "\t"): out += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
+            case UInt8(ascii: "\\"): out += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
+            default: out.append(byte)
+            }
+        }
+        return out
     }
 
     static func jsonObject(_ row: Row) -> [String: Any] {

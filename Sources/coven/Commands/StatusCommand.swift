@@ -34,10 +34,10 @@ struct StatusCommand: Command {
         lines.append("kept     \(s.cache.heldCount) held (\(ByteSize.format(s.cache.heldBytes)))" + s.cache.notHeld.map { ", \($0.count) \($0.reason)" }.joined())
         if s.staged > 0 { lines.append("staged   \(s.staged) waiting for a write") }
         var sync = "sync     last push \(s.sync.lastPush ?? "never"), last pull \(s.sync.lastPull ?? "never"); "
-            + "\(s.sync.waiting) \(s.sync.waiting == 1 ? "write" : "writes") not yet published"
+            + "\(s.sync.waiting.counted("write")) not yet published"
         if s.sync.heldByUploads > 0 { sync += " (\(s.sync.heldByUploads) held by bound uploads)" }
-        if s.sync.lostValues > 0 { sync += ", \(s.sync.lostValues) lost \(s.sync.lostValues == 1 ? "value" : "values")" }
-        sync += "; \(s.sync.devices) other \(s.sync.devices == 1 ? "device" : "devices")" + (s.sync.goneDevices > 0 ? " (\(s.sync.goneDevices) gone)" : "")
+        if s.sync.lostValues > 0 { sync += ", \(s.sync.lostValues.counted("lost value"))" }
+        sync += "; \(s.sync.devices.counted("other device"))" + (s.sync.goneDevices > 0 ? " (\(s.sync.goneDevices) gone)" : "")
         lines.append(sync)
         lines.forEach(context.line)
         return 0

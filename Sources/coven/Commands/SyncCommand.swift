@@ -43,17 +43,17 @@ struct SyncCommand: Command {
             ])
         } else {
             if report.quiet {
-                context.line("nothing to do" + (report.pushed.held > 0 ? " (\(count(report.pushed.held, "write")) held by bound uploads)" : ""))
+                context.line("nothing to do" + (report.pushed.held > 0 ? " (\(report.pushed.held.counted("write")) held by bound uploads)" : ""))
             } else {
                 var parts: [String] = []
-                if !pullOnly { parts.append("pushed \(count(report.pushed.published.count, "change")) (\(count(report.pushed.entries, "row")))") }
+                if !pullOnly { parts.append("pushed \(report.pushed.published.count.counted("change")) (\(report.pushed.entries.counted("row")))") }
                 if !pushOnly {
-                    var pull = "pulled \(count(pulled.changes, "change")) (\(count(pulled.entries, "row"))"
-                    if pulled.lost > 0 { pull += ", \(count(pulled.lost, "lost value"))" }
-                    if pulled.takenOut > 0 { pull += ", \(count(pulled.takenOut, "row")) taken out" }
+                    var pull = "pulled \(pulled.changes.counted("change")) (\(pulled.entries.counted("row"))"
+                    if pulled.lost > 0 { pull += ", \(pulled.lost.counted("lost value"))" }
+                    if pulled.takenOut > 0 { pull += ", \(pulled.takenOut.counted("row")) taken out" }
                     parts.append(pull + ")")
                 }
-                if report.pushed.held > 0 { parts.append("\(count(report.pushed.held, "write")) held by bound uploads") }
+                if report.pushed.held > 0 { parts.append("\(report.pushed.held.counted("write")) held by bound uploads") }
                 context.line(parts.joined(separator: "; "))
             }
             for (other, seq) in pulled.gaps.sorted(by: { $0.key < $1.key }) {
@@ -66,5 +66,4 @@ struct SyncCommand: Command {
         return status
     }
 
-    static func count(_ n: some BinaryInteger, _ noun: String) -> String { "\(n) \(noun)\(n == 1 ? "" : "s")" }
 }

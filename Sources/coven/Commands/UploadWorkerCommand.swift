@@ -10,7 +10,9 @@ struct UploadWorkerCommand: Command {
     Sends this device's queued uploads, oldest first, with bound uploads beside trailing ones. \
     An object of at most 32 MiB (or the provider's single-request limit, if less) goes in one \
     request; a larger one in parts of whole sealed chunks, each part recorded once the provider \
-    confirms it, so a worker killed part way resumes from its confirmed parts. Every attempt \
+    confirms it, so a worker killed part way resumes from its confirmed parts; an upload \
+    started just before a kill and never recorded is found by its name and abandoned by the \
+    next start of that object's upload (or its retirement). Every attempt \
     checks the source's size (and an original's modification time) before sending a byte, and \
     each 64 KiB chunk against its recorded hash before encrypting it.
 
@@ -75,7 +77,7 @@ struct UploadWorkerCommand: Command {
         if context.json {
             var object = json(summary)
             object["error"] = ErrorCode.partial.rawValue
-            object["message"] = "\(summary.failed.count) uploads failed, \(summary.waiting.count) wait for their source"
+            object["message"] = "\(summary.failed.count.counted("upload")) failed, \(summary.waiting.count) \(summary.waiting.count == 1 ? "waits for its" : "wait for their") source"
             object["exit_code"] = Int(ExitCodes.partial)
             context.err.write(((try? JSONText.render(object)) ?? "{\"error\":\"partial\"}") + "\n")
             return

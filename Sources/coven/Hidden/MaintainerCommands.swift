@@ -34,7 +34,7 @@ struct DocsGeneratorCommand: Command {
         }
         guard problems.isEmpty else {
             for problem in problems { context.err.write(problem + "\n") }
-            throw CovenError(.io, "\(problems.count) docs page(s) missing or stale", hint: "run 'make docs'")
+            throw CovenError(.io, "\(problems.count.counted("docs page")) missing or stale", hint: "run 'make docs'")
         }
         return ExitCodes.success
     }

@@ -65,12 +65,22 @@ final class MakeDeviceOnlyCLITests: XCTestCase {
         let cli = try CLIDevice("mdo-tty")
         let ids = try cli.storedFiles([patternBytes(300_000, seed: 9)])
         try FileManager.default.createDirectory(atPath: cli.work + "/Music", withIntermediateDirectories: true)
-        // script(1) runs coven with stderr on a terminal: the progress line is drawn, then erased.
+        // script(1) runs coven with stderr on a terminal that moves the cursor: the progress
+        // line is drawn, then erased.
+        var environment = cli.environment
+        environment["TERM"] = "xterm"
         let result = try Processes.run(script, ["-qec", "coven make-device-only --folder Music '\(ids[0])=Album/one.flac' 2>&1 >/dev/null", "/dev/null"],
-                                       environment: cli.environment, directory: cli.work)
+                                       environment: environment, directory: cli.work)
         XCTAssertEqual(result.status, 0, result.stdoutText + result.stderrText)
         XCTAssertTrue(result.stdoutText.contains("[1/1] Album/one.flac 100% | all 293.0 KiB / 293.0 KiB 100%"), result.stdoutText.debugDescription)
         XCTAssertTrue(result.stdoutText.hasSuffix("\r\u{1B}[K"), result.stdoutText.debugDescription)
+        // Under TERM=dumb (the golden environment): plain lines, no cursor escape.
+        let more = try cli.storedFiles([patternBytes(300_000, seed: 10)])
+        let dumb = try Processes.run(script, ["-qec", "coven make-device-only --folder Music '\(more[0])=Album/two.flac' 2>&1 >/dev/null", "/dev/null"],
+                                     environment: cli.environment, directory: cli.work)
+        XCTAssertEqual(dumb.status, 0, dumb.stdoutText + dumb.stderrText)
+        XCTAssertTrue(dumb.stdoutText.hasPrefix("[0/1] Album/two.flac"), dumb.stdoutText.debugDescription)
+        XCTAssertFalse(dumb.stdoutText.contains("\u{1B}"), dumb.stdoutText.debugDescription)
     }
 
     func testClashesAndLinksFromTheCommandLine() throws {

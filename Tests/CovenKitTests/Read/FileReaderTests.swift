@@ -129,6 +129,30 @@ final class FileReaderTests: ReadTestCase {
         assertCode(.integrity) { try read(id, ReadRange(offset: Int64(2 * chunk), length: 5)) }
     }
 
+    func testAnObjectWithBytesAppendedIsDamageForEveryRead() throws {
+        let bytes = pattern(3 * chunk + 5)
+        let id = try storedFile(bytes)
+        let record = try device.requireFile(id)
+        let path = store + "/" + record.coordinates.object
+        let handle = try XCTUnwrap(FileHandle(forWritingAtPath: path))
+        handle.seekToEndOfFile()
+        handle.write(Data([1, 2, 3]))
+        try handle.close()
+        // Every chunk still authenticates, but the object is not the size its record gives.
+        for range in [ReadRange(offset: 0, length: 10), ReadRange(offset: Int64(chunk), length: 10), ReadRange(offset: Int64(3 * chunk), length: 5), .whole] {
+            do {
+                _ = try read(id, range)
+                XCTFail("expected integrity for \(range)")
+            } catch {
+                let error = error.asCovenError
+                XCTAssertEqual(error.code, .integrity, "\(error)")
+                XCTAssertEqual(error.details["reason"], "length")
+                XCTAssertTrue(error.message.contains("is \(ObjectLayout.encryptedSize(plaintextSize: Int64(bytes.count)) + 3) bytes, not"), error.message)
+            }
+        }
+        XCTAssertEqual(try cacheRow(id)?.int("complete") ?? 0, 0, "nothing of a damaged object is cached as good")
+    }
+
     func testWholeReadChecksTheRecordedHash() throws {
         let bytes = pattern(16 * chunk + 3)
         let id = try storedFile(bytes)

@@ -297,6 +297,7 @@ final class PiecewiseProvider: StorageProvider {
         try base.uploadPart(key, uploadID: uploadID, number: number, offset: offset, data: data)
     }
     func listParts(_ key: String, uploadID: String) throws -> [UploadedPart] { try base.listParts(key, uploadID: uploadID) }
+    func uploadsInProgress(_ key: String) throws -> [String] { try base.uploadsInProgress(key) }
     func completeMultipart(_ key: String, uploadID: String, parts: [UploadedPart]) throws {
         try base.completeMultipart(key, uploadID: uploadID, parts: parts)
     }

@@ -228,6 +228,24 @@ final class FileStorageTests: XCTestCase {
         XCTAssertEqual(try read("files/d/obj", from: reopened).bytes, data)
     }
 
+    func testAnUploadWhoseIdWasLostIsFoundByItsKeyAndAborted() throws {
+        XCTAssertEqual(try storage.uploadsInProgress("files/d/obj"), [])
+        let id = try storage.createMultipart("files/d/obj", totalSize: 30, partSize: 10)
+        let other = try storage.createMultipart("files/d/other", totalSize: 30, partSize: 10)
+        XCTAssertEqual(entries(".uploads").sorted(), [id, other].sorted(), "no temporary folder once started")
+        XCTAssertEqual(try storage.uploadsInProgress("files/d/obj"), [id])
+        // What a kill -9 during a start leaves: the folder still under its temporary name, with
+        // its info record (written first) and a data file.
+        let half = "0123456789abcdef0123456789abcdef"
+        try FileManager.default.copyItem(atPath: root + "/.uploads/" + id, toPath: root + "/.uploads/.coven-tmp-" + half)
+        XCTAssertEqual(try storage.uploadsInProgress("files/d/obj"), [half, id].sorted())
+        try storage.abortMultipart("files/d/obj", uploadID: half)
+        try storage.abortMultipart("files/d/obj", uploadID: id)
+        XCTAssertEqual(try storage.uploadsInProgress("files/d/obj"), [])
+        XCTAssertEqual(entries(".uploads"), [other])
+        XCTAssertThrowsError(try storage.uploadsInProgress("../x"))
+    }
+
     func testCompleteRefusesGapsAndMismatches() throws {
         let data = bytes(20)
         let id = try storage.createMultipart("k", totalSize: 20, partSize: 10)

@@ -222,9 +222,16 @@ class S3StorageTestCase: XCTestCase {
     func checkMultipartAbort() throws {
         let storage = try makeStorage()
         let key = "files/dev/abandoned"
+        XCTAssertEqual(try storage.uploadsInProgress(key), [])
         let id = try storage.createMultipart(key, totalSize: 10, partSize: 10)
+        // Another key that the first is a prefix of is not one of its uploads.
+        let longer = try storage.createMultipart(key + "-2", totalSize: 10, partSize: 10)
         _ = try pattern(10).withUnsafeBytes { try storage.uploadPart(key, uploadID: id, number: 1, offset: 0, data: $0) }
+        XCTAssertEqual(try storage.uploadsInProgress(key), [id], "the upload a lost answer would leave is found by its key")
         try storage.abortMultipart(key, uploadID: id)
+        XCTAssertEqual(try storage.uploadsInProgress(key), [])
+        XCTAssertEqual(try storage.uploadsInProgress(key + "-2"), [longer])
+        try storage.abortMultipart(key + "-2", uploadID: longer)
         assertStorageError(try storage.listParts(key, uploadID: id), code: .missing, failure: nil)
         assertStorageError(
             try self.pattern(10).withUnsafeBytes { try storage.uploadPart(key, uploadID: id, number: 2, offset: 0, data: $0) },

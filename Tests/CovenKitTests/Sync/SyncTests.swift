@@ -224,6 +224,7 @@ final class CrashingStorage: StorageProvider {
     func listParts(_ key: String, uploadID: String) throws -> [UploadedPart] { try inner.listParts(key, uploadID: uploadID) }
     func completeMultipart(_ key: String, uploadID: String, parts: [UploadedPart]) throws { try inner.completeMultipart(key, uploadID: uploadID, parts: parts) }
     func abortMultipart(_ key: String, uploadID: String) throws { try inner.abortMultipart(key, uploadID: uploadID) }
+    func uploadsInProgress(_ key: String) throws -> [String] { try inner.uploadsInProgress(key) }
 }
 
 final class SyncCrashTests: DeviceTestCase {
