@@ -43,7 +43,17 @@ struct FileRecords {
 
     /// A file's new place: its coordinates (and content hash, once stored) with the write's
     /// stamp.
+    ///
+    /// A switch to device-only that leaves no stored record naming the object makes the object
+    /// a gc candidate.
     func setCoordinates(_ id: String, _ coordinates: Coordinates, hash: String? = nil, stamp: String) throws {
+        if coordinates.at == .device {
+            try database.run("UPDATE coven_files SET coordinates = ?2, _updated_at = ?3 WHERE id = ?1", [id, coordinates.json, stamp])
+            if try !isStored(object: coordinates.object) {
+                try device.candidates.add(object: coordinates.object, stamp: stamp, why: .deviceOnly, file: id)
+            }
+            return
+        }
         if let hash {
             try database.run("UPDATE coven_files SET coordinates = ?2, hash = ?3, _updated_at = ?4 WHERE id = ?1", [id, coordinates.json, hash, stamp])
         } else {
@@ -51,10 +61,20 @@ struct FileRecords {
         }
     }
 
-    /// Deletes a record no row names any more, and its pin.
-    func delete(_ id: String) throws {
+    /// Deletes a record no row names any more, and its pin. A delete by this device's write
+    /// `stamp` that leaves no stored record naming the object makes it a gc candidate.
+    func delete(_ id: String, stamp: String?) throws {
+        let object = try database.scalar("SELECT object FROM coven_files WHERE id = ?1", [id]).textValue
         try database.run("DELETE FROM coven_files WHERE id = ?1", [id])
         try database.run("DELETE FROM coven_pins WHERE file = ?1", [id])
+        if let stamp, let object, try !isStored(object: object) {
+            try device.candidates.add(object: object, stamp: stamp, why: .deleted, file: id)
+        }
+    }
+
+    /// Whether a record here names `object` as stored.
+    func isStored(object: String) throws -> Bool {
+        try database.scalar("SELECT count(*) FROM coven_files WHERE object = ?1 AND place = \(Coordinates.Place.stored.sql)", [object]).intValue ?? 0 > 0
     }
 
     /// The record ids naming `object`.
@@ -88,12 +108,17 @@ struct FileRecords {
     ///
     /// - Returns: the object whose cached bytes go after the commit (the file is now on another
     ///   device only), if any.
-    func applyRemote(_ entry: RowEntry) throws -> String? {
+    func applyRemote(_ entry: RowEntry, by writer: String, seq: Int64) throws -> String? {
+        let before = try device.fileRecord(entry.id)
         let statement = try database.cached(RowEntry.upsertSQL(table: "coven_files", columns: entry.columns))
         try statement.bind(entry.values)
         try statement.runToEnd()
         guard let json = entry.value("coordinates")?.textValue, let coordinates = try? Coordinates(json: json),
-              coordinates.at == .device, coordinates.device != device.deviceID else { return nil }
+              coordinates.at == .device else { return nil }
+        if let before, before.coordinates.at == .stored {
+            try device.candidates.addElsewhere(object: before.coordinates.object, device: writer, seq: seq, stamp: entry.stamp, file: entry.id)
+        }
+        guard coordinates.device != device.deviceID else { return nil }
         _ = try unpin(entry.id)
         return coordinates.object
     }
@@ -101,10 +126,13 @@ struct FileRecords {
     /// Applies another device's deletion of a record (sync), and drops its pin.
     ///
     /// - Returns: the object whose cached bytes go after the commit, if the record was here.
-    func applyRemoteDelete(_ id: String) throws -> String? {
-        let object = try device.fileRecord(id)?.coordinates.object
-        try delete(id)
-        return object
+    func applyRemoteDelete(_ id: String, by writer: String, seq: Int64, stamp: String) throws -> String? {
+        let record = try device.fileRecord(id)
+        try delete(id, stamp: nil)
+        if let record, record.coordinates.at == .stored {
+            try device.candidates.addElsewhere(object: record.coordinates.object, device: writer, seq: seq, stamp: stamp, file: id)
+        }
+        return record?.coordinates.object
     }
 
     // MARK: coven_local

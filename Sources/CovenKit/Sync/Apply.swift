@@ -126,13 +126,13 @@ struct ChangeApplier {
         }
         switch (entry.kind, entry.table == "coven_files") {
         case (.upsert, true):
-            if let object = try device.fileRecords.applyRemote(entry) { report.uncache.insert(object) }
+            if let object = try device.fileRecords.applyRemote(entry, by: change.device, seq: Int64(change.seq)) { report.uncache.insert(object) }
         case (.upsert, false):
             let statement = try database.cached(RowEntry.upsertSQL(table: entry.table, columns: entry.columns))
             try statement.bind(entry.values)
             try statement.runToEnd()
         case (.delete, true), (.retract, true):
-            if let object = try device.fileRecords.applyRemoteDelete(entry.id) { report.uncache.insert(object) }
+            if let object = try device.fileRecords.applyRemoteDelete(entry.id, by: change.device, seq: Int64(change.seq), stamp: entry.stamp) { report.uncache.insert(object) }
         case (.delete, false), (.retract, false):
             try database.run("DELETE FROM main.\(quoted) WHERE id = ?1", [entry.id])
         }
