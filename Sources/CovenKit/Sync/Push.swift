@@ -61,16 +61,23 @@ extension Device {
                 if try pending.waitsFor.contains(where: { try !isUploaded($0) }) { break }
                 batch.append(pending)
             }
-            guard !batch.isEmpty else { return false }
+            // Nothing to publish, but a pull applied a delete or a switch of a file record that
+            // gc elsewhere waits for this device to have seen: an empty change carries the
+            // frontier (an empty change applied does not ask for one back).
+            let frontierDue = try setting(Self.frontierDueSetting) == "1"
+            guard !batch.isEmpty || frontierDue else { return false }
             var entries: [RowEntry] = []
             for pending in batch { entries.append(contentsOf: try RowEntryCodec.decode(pending.entries)) }
             let published = try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [deviceID]).intValue ?? 0
             let seq = published + 1
             let schema = schemaVersion
             let frontier = try ownFrontier()
+            let lastStamp = entries.map(\.stamp).max()
             let change = ChangeObject(storeID: storeID, device: deviceID, seq: UInt64(seq),
                                       schema: .init(migrations: schema.count, digest: schema.digest),
-                                      frontier: frontier.mapValues { UInt64($0) }, heldObjects: [], entries: entries)
+                                      frontier: frontier.mapValues { UInt64($0) },
+                                      heldObjects: try heldObjects(publishedUpTo: lastStamp), entries: entries)
+            try setSetting(Self.frontierDueSetting, nil)
             let sealed = try change.seal(storeKey: storeKey, signingKey: signingKey)
             try database.run("""
                 INSERT INTO coven_push (seq, object, max_stamp, frontier, entries, frozen_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -78,6 +85,22 @@ extension Device {
             try outbox.remove(batch.map(\.seq))
             return true
         }
+    }
+
+    /// The setting that says a pull applied something gc waits for this device to publish a
+    /// frontier over.
+    static let frontierDueSetting = "sync_frontier_due"
+
+    /// The stored objects that records of this device name but that no published change of it
+    /// holds yet (their newest image, stamped here, is newer than what this change publishes):
+    /// a gc elsewhere keeps them (DESIGN.md "Deleting stored bytes").
+    func heldObjects(publishedUpTo stamp: String?) throws -> [String] {
+        let floor = try stamp ?? database.scalar("SELECT max(max_stamp) FROM coven_sync_log WHERE device = ?1", [deviceID]).textValue ?? ""
+        return try database.query("""
+            SELECT DISTINCT object FROM coven_files
+            WHERE place = \(Coordinates.Place.stored.sql) AND _updated_at > ?1 AND _updated_at LIKE '%-' || ?2
+            ORDER BY object
+            """, [floor, deviceID]).compactMap { $0.string("object") }
     }
 
     /// For every other device, the highest seq applied here with nothing missing below.
