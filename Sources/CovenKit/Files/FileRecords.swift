@@ -132,6 +132,11 @@ struct FileRecords {
         if let record, record.coordinates.at == .stored {
             try device.candidates.addElsewhere(object: record.coordinates.object, device: writer, seq: seq, stamp: stamp, file: id)
         }
+        // The last record of an object this device still uploads (a move, or an upload not
+        // sent yet): the upload is retired, as a local delete retires it.
+        if let object = record?.coordinates.object, try ids(object: object).isEmpty, try device.uploadQueue.contains(object) {
+            try device.retireUpload(object: object)
+        }
         return record?.coordinates.object
     }
 

@@ -260,13 +260,7 @@ struct Collector {
             report.deleted += keys.map { .init(key: $0, kind: kind) }
             return
         }
-        var failed: [String: CovenError] = [:]
-        do {
-            failed = try provider.deleteObjects(keys)
-        } catch let error as CovenError where error.storageFailure != nil {
-            // A whole request failed: nothing of it is taken as deleted.
-            for key in keys { failed[key] = error }
-        }
+        let failed = try deleteInParallel(keys)
         for key in keys {
             if let error = failed[key] {
                 let reason: GCReport.KeepReason = error.storageFailure == .denied ? .refused : .failed
@@ -275,6 +269,50 @@ struct Collector {
             }
             try database.transaction { try done(key) }
             report.deleted.append(.init(key: key, kind: kind))
+        }
+    }
+
+    /// How many batches of deletes go at once, each over its own connection.
+    static let parallelDeletes = 4
+    /// The keys one batch holds (S3 DeleteObjects takes up to 1,000).
+    static let deleteBatch = 1000
+
+    /// Deletes `keys` in batches, up to ``parallelDeletes`` at once; the keys not deleted, with
+    /// why. A batch whose request fails as a whole counts every key of it as not deleted.
+    private func deleteInParallel(_ keys: [String]) throws -> [String: CovenError] {
+        let batches = stride(from: 0, to: keys.count, by: Self.deleteBatch).map { Array(keys[$0..<min(keys.count, $0 + Self.deleteBatch)]) }
+        guard batches.count > 1 else { return Self.run(keys, on: provider) }
+        let connector = StorageConnector(location: device.storage, environment: device.storageEnvironment)
+        let results = DeleteResults(count: batches.count)
+        let next = DeleteResults.Counter()
+        DispatchQueue.concurrentPerform(iterations: min(Self.parallelDeletes, batches.count)) { _ in
+            guard let connection = try? connector.connect() else { return }
+            while let index = next.take(below: batches.count) {
+                results.set(index, Self.run(batches[index], on: connection))
+            }
+        }
+        var failed: [String: CovenError] = [:]
+        for (index, batch) in batches.enumerated() {
+            guard let result = results.get(index) else {
+                // No connection could be made for it: nothing of it was sent.
+                let error = CovenError.storage("storage could not be reached to delete \(batch.count) objects", failure: .network, cause: "no connection")
+                for key in batch { failed[key] = error }
+                continue
+            }
+            failed.merge(result) { first, _ in first }
+        }
+        return failed
+    }
+
+    /// One batch's delete; every key of it not deleted when the request fails as a whole.
+    private static func run(_ batch: [String], on provider: StorageProvider) -> [String: CovenError] {
+        do {
+            return try provider.deleteObjects(batch)
+        } catch let error as CovenError {
+            return Dictionary(uniqueKeysWithValues: batch.map { ($0, error) })
+        } catch {
+            let failure = CovenError.storage("storage failed to delete \(batch.count) objects", failure: .provider, cause: String(describing: error))
+            return Dictionary(uniqueKeysWithValues: batch.map { ($0, failure) })
         }
     }
 
@@ -350,5 +388,41 @@ struct Collector {
     func collectSnapshots(into report: inout GCReport) throws {
         let keep = Set(retained.map(\.key))
         try delete(snapshots.map(\.key).filter { !keep.contains($0) }, kind: .snapshot, into: &report) { _ in }
+    }
+}
+
+/// The answers of parallel delete batches, behind one lock.
+final class DeleteResults: @unchecked Sendable {
+    // @unchecked: every access goes through `lock`.
+    private let lock = NSLock()
+    private var results: [[String: CovenError]?]
+
+    init(count: Int) { results = Array(repeating: nil, count: count) }
+
+    func set(_ index: Int, _ result: [String: CovenError]) {
+        lock.lock()
+        defer { lock.unlock() }
+        results[index] = result
+    }
+
+    func get(_ index: Int) -> [String: CovenError]? {
+        lock.lock()
+        defer { lock.unlock() }
+        return results[index]
+    }
+
+    /// Hands out batch indexes, each once.
+    final class Counter: @unchecked Sendable {
+        // @unchecked: every access goes through `lock`.
+        private let lock = NSLock()
+        private var next = 0
+
+        func take(below count: Int) -> Int? {
+            lock.lock()
+            defer { lock.unlock() }
+            guard next < count else { return nil }
+            next += 1
+            return next - 1
+        }
     }
 }
