@@ -289,3 +289,59 @@ final class SyncCrashTests: DeviceTestCase {
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 1)
     }
 }
+
+/// Changes that are well signed but carry what this device must not apply: a newer schema,
+/// an unknown table or column, a non-canonical id in a uuid table. Each is refused, naming the
+/// object, and nothing of it is applied; an older schema's change is applied.
+final class SyncRefusalTests: DeviceTestCase {
+    /// Publishes `entries` as device `writer`'s next change, signed with its own key.
+    func publish(_ writer: Device, _ entries: [RowEntry], migrations: Int? = nil) throws {
+        let seq = UInt64((try writer.devices().first { $0.thisDevice }?.seq ?? 0) + 1)
+        let schema = writer.schemaVersion
+        let change = ChangeObject(storeID: writer.storeID, device: writer.deviceID, seq: seq,
+                                  schema: .init(migrations: migrations ?? schema.count, digest: schema.digest), entries: entries)
+        let provider = try StorageConnector(location: writer.storage).connect()
+        XCTAssertTrue(try provider.putIfAbsent(change.path, data: try change.seal(storeKey: try writer.storeKey(), signingKey: try writer.signingKey())))
+    }
+
+    func setting(_ id: String, _ columns: [String: SQLValue], stamp: String = "2030-01-01T00:00:00.000Z-0000-x") -> RowEntry {
+        let names = ["id"] + columns.keys.sorted()
+        return RowEntry(kind: .upsert, table: "settings", id: id, stamp: stamp, columns: names + ["_updated_at"],
+                        values: [.text(id)] + columns.keys.sorted().map { columns[$0]! } + [.text(stamp)])
+    }
+
+    func testRefusedChangesNameTheObjectAndApplyNothing() throws {
+        let a = try makeDevice(name: "a")
+        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.storeKeyBytes(), name: "b")
+        func expect(_ code: ErrorCode, line: UInt = #line) {
+            XCTAssertThrowsError(try b.sync(), line: line) { error in
+                XCTAssertEqual((error as? CovenError)?.code, code, "\(error)", line: line)
+                XCTAssertEqual((error as? CovenError)?.details["object"], ChangeObject.path(device: a.deviceID, seq: 1), line: line)
+            }
+            XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 0, line: line)
+        }
+        let path = storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: 1)
+        // A newer schema: update_required, with a hint to migrate.
+        try publish(a, [setting("k", ["value": .text("v")])], migrations: 99)
+        expect(.updateRequired)
+        try FileManager.default.removeItem(atPath: path)
+        // A table this device does not sync.
+        try publish(a, [RowEntry(kind: .upsert, table: "secrets", id: "x", stamp: "s", columns: ["id"], values: [.text("x")])])
+        expect(.decoding)
+        try FileManager.default.removeItem(atPath: path)
+        // A column this device does not have.
+        try publish(a, [setting("k", ["colour": .text("red")])])
+        expect(.decoding)
+        try FileManager.default.removeItem(atPath: path)
+        // A non-canonical id in a uuid table.
+        try publish(a, [RowEntry(kind: .upsert, table: "albums", id: "NOT-A-UUID", stamp: "s", columns: ["id", "_updated_at"], values: [.text("NOT-A-UUID"), .text("s")])])
+        expect(.invalidId)
+        try FileManager.default.removeItem(atPath: path)
+        // An older schema's change (fewer migrations) applies; the columns it lacks keep their values.
+        try b.database.execute("INSERT INTO settings (id, value, file, _updated_at) VALUES ('k', 'old', NULL, '2000')")
+        try publish(a, [RowEntry(kind: .upsert, table: "settings", id: "k", stamp: "2030", columns: ["id", "_updated_at"], values: [.text("k"), .text("2030")])],
+                    migrations: 3)
+        _ = try b.sync()
+        XCTAssertEqual(try b.database.scalar("SELECT value || '/' || _updated_at FROM settings").textValue, "old/2030")
+    }
+}
