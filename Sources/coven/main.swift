@@ -1,3 +1,4 @@
+import CLinux
 import CovenKit
 import Foundation
 
@@ -13,7 +14,7 @@ for descriptor in Int32(0)...2 where fcntl(descriptor, F_GETFD) == -1 {
 // Two malloc arenas, not one per thread: the read path's threads (make-device-only downloads eight
 // files at once, each with its prefetch) each kept their own freed 1 MiB buffers, 13 MiB more at
 // the peak for 200 files and no faster (measured). MALLOC_ARENA_MAX still overrides it.
-if getenv("MALLOC_ARENA_MAX") == nil { _ = mallopt(M_ARENA_MAX, 2) }
+if getenv("MALLOC_ARENA_MAX") == nil { _ = coven_limit_malloc_arenas(2) }
 
 // A reader that goes away (`coven cat | head`) must not kill us with SIGPIPE mid-write of state.
 signal(SIGPIPE, SIG_IGN)
