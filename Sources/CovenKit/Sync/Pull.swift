@@ -189,10 +189,7 @@ extension Device {
             }
             learned.append(name)
         }
-        if try database.scalar("SELECT gone FROM coven_device_registry WHERE device = ?1", [deviceID]).intValue == 1 {
-            throw CovenError(.deviceGone, "this device ('\(deviceName)', \(deviceID)) was removed from the store", hint: "make a new device with 'coven join'",
-                             details: ["device": deviceID])
-        }
+        try refuseIfGone()
         return learned
     }
 

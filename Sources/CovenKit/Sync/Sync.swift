@@ -157,6 +157,16 @@ extension Device {
 }
 
 extension Device {
+    /// Refuses to go on when this device was removed from the store for good (as the last
+    /// listing of `devices/` said).
+    ///
+    /// - Throws: `.deviceGone`.
+    func refuseIfGone() throws {
+        guard try database.scalar("SELECT gone FROM coven_device_registry WHERE device = ?1", [deviceID]).intValue == 1 else { return }
+        throw CovenError(.deviceGone, "this device ('\(deviceName)', \(deviceID)) was removed from the store", hint: "make a new device with 'coven join'",
+                         details: ["device": deviceID])
+    }
+
     /// Makes this device's signing key if it has none (a device made before signing keys) and
     /// registers its public half, replacing the device's own entry in `devices/`.
     func ensureSigningKey(provider: StorageProvider, storeKey: FileKey) throws {

@@ -175,6 +175,12 @@ final class SyncTests: DeviceTestCase {
         try a.removeDevice("b")
         XCTAssertTrue(try a.devices().first { $0.name == "b" }?.gone ?? false)
         XCTAssertThrowsError(try b.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceGone) }
+        // Its uploads stop too.
+        let cover = try stageApp(b, try file("cover.jpg", "bytes"))
+        try b.write(sql: "INSERT INTO settings (id, file) VALUES ('k', coven_put_staged('\(cover.id)'))")
+        XCTAssertThrowsError(try UploadWorker.run(paths: b.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))) {
+            XCTAssertEqual(($0 as? CovenError)?.code, .deviceGone)
+        }
         XCTAssertThrowsError(try a.removeDevice("a")) { XCTAssertEqual(($0 as? CovenError)?.code, .invalidState) }
     }
 
