@@ -22,8 +22,17 @@ struct ChangeApplier {
     var database: Database { device.database }
     var sync: SyncState { SyncState(database: database) }
     private var columnsOf: [String: [String]] = [:]
+    /// Statement texts built once per table (and per column list), not once per entry.
+    private var selectSQL: [String: String] = [:]
+    private var upsertSQL: [String: [[String]: String]] = [:]
 
-    init(device: Device) { self.device = device }
+    /// The file records' owner for this applier: it keeps the copies to remove after a commit.
+    private let records: FileRecords
+
+    init(device: Device) {
+        self.device = device
+        records = FileRecords(device: device)
+    }
 
     mutating func apply(_ change: ChangeObject, path: String) throws -> ApplyReport {
         var report = ApplyReport()
@@ -65,8 +74,11 @@ struct ChangeApplier {
             try commitTakingOutOrphans(report: &report)
         } catch {
             if database.inTransaction { try? database.execute("ROLLBACK") }
+            records.removals.removeAll()
             throw error
         }
+        for copy in records.removals { copy.remove() }
+        records.removals.removeAll()
         return report
     }
 
@@ -101,7 +113,9 @@ struct ChangeApplier {
             }
         }
         let quoted = RowCapture.quote(entry.table)
-        let statement = try database.cached("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(quoted) WHERE id = ?1")
+        let select = selectSQL[entry.table] ?? "SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(quoted) WHERE id = ?1"
+        selectSQL[entry.table] = select
+        let statement = try database.cached(select)
         try statement.bind([entry.id])
         let localRow = try statement.next()
         statement.reset()
@@ -136,13 +150,15 @@ struct ChangeApplier {
         }
         switch (entry.kind, entry.table == "coven_files") {
         case (.upsert, true):
-            if let object = try device.fileRecords.applyRemote(entry, by: change.device, seq: Int64(change.seq)) { report.uncache.insert(object) }
+            if let object = try records.applyRemote(entry, by: change.device, seq: Int64(change.seq)) { report.uncache.insert(object) }
         case (.upsert, false):
-            let statement = try database.cached(RowEntry.upsertSQL(table: entry.table, columns: entry.columns))
+            let sql = upsertSQL[entry.table]?[entry.columns] ?? RowEntry.upsertSQL(table: entry.table, columns: entry.columns)
+            upsertSQL[entry.table, default: [:]][entry.columns] = sql
+            let statement = try database.cached(sql)
             try statement.bind(entry.values)
             try statement.runToEnd()
         case (.delete, true), (.retract, true):
-            if let object = try device.fileRecords.applyRemoteDelete(entry.id, by: change.device, seq: Int64(change.seq), stamp: entry.stamp) { report.uncache.insert(object) }
+            if let object = try records.applyRemoteDelete(entry.id, by: change.device, seq: Int64(change.seq), stamp: entry.stamp) { report.uncache.insert(object) }
         case (.delete, false), (.retract, false):
             try database.run("DELETE FROM main.\(quoted) WHERE id = ?1", [entry.id])
         }
