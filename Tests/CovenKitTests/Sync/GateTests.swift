@@ -9,7 +9,7 @@ import XCTest
 final class GateTests: DeviceTestCase {
     static let gateManifest = """
         {
-          "namespaces": [ { "name": "pics", "kind": "app" } ],
+          "namespaces": [ { "name": "pics", "kind": "app" }, { "name": "originals", "kind": "user" } ],
           "tables": [
             { "name": "workspaces", "identity": "uuid", "gated_by_descendants": true },
             { "name": "workspace_settings", "identity": "uuid" },
@@ -276,5 +276,49 @@ final class GateTests: DeviceTestCase {
         _ = try b.sync()
         XCTAssertEqual(try ids(b, "coven_files"), [sharedRecord])
         XCTAssertEqual(try ids(a, "coven_files"), [privateRecord, sharedRecord])
+    }
+
+    // MARK: - Remote roots
+
+    func testARemoteRootSyncsEveryRowAndRefusesDeviceOnlyFiles() throws {
+        let a = try makeDevice(Self.gateManifest, name: "a")
+        let b = try join("b", from: a)
+        let album = Self.id(50), photo = Self.id(51), note = Self.id(52)
+        let cloud = try stageApp(a, try file("cloud.bin", "cloud bytes"), namespace: "pics", place: .cloud)
+        try a.write(sql: """
+            INSERT INTO albums (id, title) VALUES ('\(album)', 'summer');
+            INSERT INTO photos (id, album_id, file) VALUES ('\(photo)', '\(album)', coven_put_staged('\(cloud.id)'));
+            """)
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try ids(b, "albums"), [album])
+        XCTAssertEqual(try ids(b, "photos"), [photo])
+        XCTAssertEqual(try ids(b, "coven_files").count, 1)
+
+        // A device-only file in a row under the remote root is refused, naming the root.
+        let local = try stageApp(a, try file("local.bin", "local bytes"), namespace: "pics", place: .deviceOnly)
+        let refused = assertCovenError(.remoteRoot) {
+            try a.write(sql: "INSERT INTO photos (id, album_id, file) VALUES ('\(Self.id(53))', '\(album)', coven_put_staged('\(local.id)'))")
+        }
+        XCTAssertEqual(refused?.details["remote_root"], "albums")
+        XCTAssertTrue(refused?.message.contains("remote root 'albums'") ?? false, refused?.description ?? "")
+        XCTAssertEqual(try ids(a, "photos"), [photo], "nothing of the refused write stays")
+        // A plain table keeps device-only files.
+        try a.write(sql: "INSERT INTO notes (id, body, file) VALUES ('\(note)', 'n', coven_put_staged('\(local.id)'))")
+        // Moving that file into a photo is refused too.
+        assertCovenError(.remoteRoot) {
+            try a.write(sql: "UPDATE photos SET file = (SELECT file FROM notes WHERE id = '\(note)') WHERE id = '\(photo)'")
+        }
+
+        // make-device-only refuses a file of a remote root's row.
+        let original = try file("original.jpg", "the person's photo")
+        let staged = try a.prepareUserFile(path: original, namespace: "originals", place: .cloud)
+        try a.write(sql: "INSERT INTO photos (id, album_id, file) VALUES ('\(Self.id(54))', '\(album)', coven_put_user_file('\(staged.id)'))")
+        let fileID = try XCTUnwrap(a.database.scalar("SELECT file FROM photos WHERE id = ?1", [Self.id(54)]).textValue)
+        try FileManager.default.createDirectory(atPath: work + "/back", withIntermediateDirectories: true)
+        let error = assertCovenError(.remoteRoot) {
+            try a.makeDeviceOnly(folder: work + "/back", requests: [DeviceOnlyRequest(file: fileID, names: ["original.jpg"], input: "FILE")])
+        }
+        XCTAssertEqual(error?.details["remote_root"], "albums")
     }
 }
