@@ -57,14 +57,33 @@ extension Device {
         try database.transaction {
             let outbox = Outbox(database: database)
             var batch: [Outbox.Pending] = []
+            var held = false
             for pending in try outbox.oldest(bytes: Self.changeBytes) {
                 // A bound upload holds its write and every later one, in order.
-                if try pending.waitsFor.contains(where: { try !isUploaded($0) }) { break }
+                if try pending.waitsFor.contains(where: { try !isUploaded($0) }) {
+                    held = true
+                    break
+                }
                 batch.append(pending)
             }
             guard !batch.isEmpty else { return false }
-            var entries: [RowEntry] = []
-            for pending in batch { entries.append(contentsOf: try RowEntryCodec.decode(pending.entries)) }
+            var recorded: [RowEntry] = []
+            for pending in batch { recorded.append(contentsOf: try RowEntryCodec.decode(pending.entries)) }
+            // The gate: private rows stay, rows that became kept go whole, rows that stopped
+            // being kept are retracted (Sync/GateFilter.swift).
+            var gate = try GateFilter(device: self)
+            var deferred: Set<GateFilter.RowKey> = []
+            if held, gate.isActive {
+                for seq in try outbox.seqs(after: batch.last?.seq ?? 0) {
+                    for entry in try outbox.entries(seq: seq) { deferred.insert(.init(table: entry.table, id: entry.id)) }
+                }
+            }
+            let entries = try gate.filter(recorded, deferred: deferred)
+            guard !entries.isEmpty else {
+                // Nothing of the batch may leave: it is done with, and no change is made.
+                try outbox.remove(batch.map(\.seq))
+                return true
+            }
             let published = try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [deviceID]).intValue ?? 0
             let seq = published + 1
             let schema = schemaVersion
