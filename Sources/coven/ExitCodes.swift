@@ -23,7 +23,7 @@ enum ExitCodes {
         case .fileUnknown, .fileAbsent, .missing, .userFileMissing, .bytesAbsent, .noDevice, .notFound:
             return notFound
         case .fileUnreferenced, .fileWriteOnce, .boundFileTooLarge, .namespaceKind, .undeclaredNamespace,
-             .deviceOnly, .notThisDevice, .notDeviceOnlyHere, .fileInMove, .notInCloud, .rangeOutOfBounds,
+             .deviceOnly, .remoteRoot, .notThisDevice, .notDeviceOnlyHere, .fileInMove, .notInCloud, .rangeOutOfBounds,
              .notUnicode, .link, .exists, .clash, .empty, .manifest, .schema, .migration, .sql, .invalidId,
              .alreadyExists, .invalidState, .userFileChanged, .fileUnavailable, .deviceConflict, .deviceGone:
             return refused

@@ -58,6 +58,9 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     case sql = "sql"
     /// A row id is not what its table's identity mode requires.
     case invalidId = "invalid_id"
+    /// A file of a remote root's row (or of its descendants) would be on one device only: such
+    /// files are in the cloud by construction (spec/local-data.md "Remote roots").
+    case remoteRoot = "remote_root"
     /// No device database at the path given.
     case noDevice = "no_device"
     /// A store or device already exists where `init` would create one.

@@ -165,6 +165,20 @@ extension Device {
     }
 
     /// Checks every input and lays out the call; changes nothing.
+    /// The remote root whose row (or a descendant's) names `file`, if any.
+    func remoteRootNaming(_ file: String) throws -> String? {
+        let graph = try schemaGraph()
+        for table in manifest.tables where !table.files.isEmpty {
+            guard let root = graph.remoteRoot(of: table.name) else { continue }
+            for column in table.files {
+                if try database.scalar("SELECT count(*) FROM main.\(RowCapture.quote(table.name)) WHERE \(RowCapture.quote(column.column)) = ?1", [file]).intValue ?? 0 > 0 {
+                    return root
+                }
+            }
+        }
+        return nil
+    }
+
     func planDeviceOnly(folder given: String, requests: [DeviceOnlyRequest]) throws -> DeviceOnlyPlan {
         // The folder's path must be valid Unicode: no byte that came in as an escape.
         if given.unicodeScalars.contains(where: { $0.value >= PathText.escapeBase && $0.value <= PathText.escapeBase + 0xFF }) {
@@ -194,6 +208,12 @@ extension Device {
             }
             if manifest.namespace(record.namespace)?.kind != .user {
                 throw CovenError(.namespaceKind, "\(request.input): file '\(request.file)' holds app bytes, not a person's file", hint: "make-device-only brings back files of user namespaces only", details: details)
+            }
+            if let root = try remoteRootNaming(request.file) {
+                var more = details
+                more["remote_root"] = root
+                throw CovenError(.remoteRoot, "\(request.input): file '\(request.file)' belongs to a row under remote root '\(root)', whose files stay in the cloud",
+                                 details: more)
             }
             guard record.coordinates.at == .stored, record.hash != nil else {
                 var more = details

@@ -107,6 +107,12 @@ final class FileRecords {
         }
     }
 
+    /// Stamps a record afresh for its re-emit to peers that were told to delete it (the push's
+    /// gate filter, Sync/GateFilter.swift): nothing else of it changes.
+    func restamp(_ id: String, stamp: String) throws {
+        try database.run("UPDATE coven_files SET _updated_at = ?2 WHERE id = ?1", [id, stamp])
+    }
+
     /// Applies another device's image of a record (sync): upserted as it is. A switch to
     /// device-only elsewhere drops this device's pin of it.
     ///

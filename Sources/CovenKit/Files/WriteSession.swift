@@ -313,9 +313,13 @@ final class WriteSession {
                 if let id = row["id"].textValue { now[name, default: [:]][id] = row }
             }
         }
+        let graph = try device.schemaGraph()
         for change in changes {
             guard let table = manifest.table(change.table) else { continue }
             let rowID = change.id
+            if change.operation != .delete, let root = graph.remoteRoot(of: table.name) {
+                try refuseDeviceOnly(under: root, table: table, row: now[table.name]?[rowID], rowID: rowID, putIDs: putIDs)
+            }
             if change.operation == .insert, table.identity == .uuid, !Identifier.isCanonicalUUID(rowID) {
                 throw CovenError(.invalidId, "table '\(table.name)' takes canonical lowercase UUIDv4 or v7 ids, not '\(rowID)'", hint: "use coven_uuid7()", details: ["table": table.name, "id": rowID])
             }
@@ -350,6 +354,24 @@ final class WriteSession {
             throw CovenError(.fileUnreferenced, "file '\(intent.fileID)' is put but no row references it", hint: "put its id in a file column in the same write", details: ["file": intent.fileID])
         }
         return references
+    }
+
+    /// A row under a remote root names only files that are in the cloud or going there
+    /// (spec/local-data.md "Remote roots"): a device-only file in it (put now, or named by a row
+    /// moved under the root) is refused.
+    ///
+    /// - Throws: `.remoteRoot`, naming the root table.
+    func refuseDeviceOnly(under root: String, table: Manifest.SyncedTable, row: Row?, rowID: String, putIDs: Set<String>) throws {
+        guard let row else { return }
+        for column in table.files {
+            guard let fileID = row[column.column].textValue, let record = try device.fileRecord(fileID), record.coordinates.at == .device else { continue }
+            if putIDs.contains(fileID), let intent = intents.first(where: { $0.fileID == fileID }), case .staged = intent.source, intent.place == .cloud { continue }
+            // Already on its way to the cloud (an upload or a move queued).
+            if try !device.isUploaded(record.coordinates.object) { continue }
+            throw CovenError(.remoteRoot, "'\(table.name).\(column.column)' of row '\(rowID)' names file '\(fileID)', which is on one device only, but '\(table.name)' is under remote root '\(root)'",
+                             hint: "files of a remote root's rows are in the cloud: stage it with --place cloud, or move it to the cloud first",
+                             details: ["table": table.name, "column": column.column, "id": rowID, "file": fileID, "remote_root": root])
+        }
     }
 
     /// The audience of a row: its audience column, its parent's through audience_from, or the store.

@@ -90,6 +90,11 @@ extension Outbox {
         return pending
     }
 
+    /// The seqs of the writes after `seq`, in order.
+    func seqs(after seq: Int64) throws -> [Int64] {
+        try database.query("SELECT seq FROM coven_outbox WHERE seq > ?1 ORDER BY seq", [seq]).compactMap { $0.int("seq") }
+    }
+
     /// Removes the writes `seqs` (published).
     func remove(_ seqs: [Int64]) throws {
         guard let last = seqs.max() else { return }

@@ -26,6 +26,16 @@ enum SQLFunctions {
         try database.createFunction("coven_device_id", arguments: 0, deterministic: true) { _ in
             .text(deviceID)
         }
+        // coven_kept(table, id): 1 when the row would leave this device at the next push (its
+        // kept predicate, Store/SchemaGraph.swift), 0 when it stays here, NULL for no such row.
+        let kept = KeptLookup(device: device)
+        try database.createFunction("coven_kept", arguments: 2, deterministic: false) { args in
+            guard let table = args[0].textValue else {
+                throw CovenError(.usage, "coven_kept(table, id) takes a table name")
+            }
+            guard let id = args[1].textValue else { return .null }
+            return try kept.isKept(table: table, id: id).map { .integer($0 ? 1 : 0) } ?? .null
+        }
         // Outside a write these refuse, naming the command that has them.
         for (name, count) in [("coven_put_user_file", -1), ("coven_put_staged", 1), ("coven_existing_file", 1),
                               ("coven_move_to_cloud", -1), ("coven_cancel_move", 1), ("coven_stamp", 0)] {
@@ -33,5 +43,29 @@ enum SQLFunctions {
                 throw CovenError(.usage, "\(name)() works only inside 'coven write'")
             }
         }
+    }
+}
+
+/// The kept predicates `coven_kept()` evaluates, built once per connection on first use.
+private final class KeptLookup {
+    unowned let device: Device
+    private var conditions: [String: String] = [:]
+
+    init(device: Device) { self.device = device }
+
+    func isKept(table: String, id: String) throws -> Bool? {
+        let condition: String
+        if let known = conditions[table] {
+            condition = known
+        } else {
+            guard table == "coven_files" || device.manifest.table(table) != nil else {
+                throw CovenError(.usage, "coven_kept(): '\(table)' is not a synced table", hint: "the manifest's tables and coven_files have a kept rule")
+            }
+            condition = try device.keptCondition(table: table, alias: "coven_row")
+            conditions[table] = condition
+        }
+        let statement = try device.database.prepare("SELECT (\(condition)) FROM main.\(RowCapture.quote(table)) coven_row WHERE coven_row.id = ?1")
+        try statement.bind([id])
+        return try statement.next().map { ($0[0].intValue ?? 0) != 0 }
     }
 }

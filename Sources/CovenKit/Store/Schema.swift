@@ -23,11 +23,13 @@ enum Schema {
         { database in try database.execute(syncTables) },
         // 4: coordinates decoded once, in generated columns of coven_files.
         upgradeTo4,
-        // 5: gc: the candidates for deletion, and the objects each device's last change held.
+        // 5: gates: the rows this device's peers hold (Sync/PublishedRows.swift).
+        upgradeTo5,
+        // 6: gc: the candidates for deletion, and the objects each device's last change held.
         { database in try database.execute(gcTables) },
     ]
 
-    /// Version 5: what gc keeps (GC/).
+    /// Version 6: what gc keeps (GC/).
     static let gcTables = """
     -- Stored objects that may have lost their last reference: the last record naming one
     -- deleted or switched device-only by this device, a cancelled move's upload, a retired
@@ -182,6 +184,35 @@ enum Schema {
             CREATE INDEX coven_files_object ON coven_files (object);
             """)
     }
+
+    /// Version 5: `coven_published`, the rows of gated tables (and file records) that this
+    /// device's peers hold, so a push sends a row that became kept whole and retracts one that
+    /// stopped being kept (Sync/PublishedRows.swift).
+    ///
+    /// Before gates, every row was published: a device that has published anything marks every
+    /// row of its gated tables held, so the next push that touches them retracts what is not kept.
+    static func upgradeTo5(_ database: Database) throws {
+        try database.execute(publishedTable)
+        guard let manifestJSON = try database.scalar("SELECT value FROM coven_meta WHERE key = 'manifest'").textValue,
+              try database.hasTable("coven_device_registry"),
+              try database.scalar("SELECT count(*) FROM coven_sync_log").intValue ?? 0 > 0 else { return }
+        let manifest = try Manifest(json: Data(manifestJSON.utf8))
+        let graph = try SchemaGraph(manifest: manifest, database: database)
+        for table in graph.gatedTables where try database.hasTable(table) {
+            try database.run("INSERT OR IGNORE INTO coven_published (tbl, id, retracted) SELECT ?1, id, 0 FROM main.\(RowCapture.quote(table))", [table])
+        }
+    }
+
+    static let publishedTable = """
+    -- Rows of gated tables and file records that peers hold (retracted = 0) or were told to
+    -- delete (retracted = 1, a re-share stamps them afresh).
+    CREATE TABLE coven_published (
+        tbl TEXT NOT NULL,
+        id TEXT NOT NULL,
+        retracted INTEGER NOT NULL DEFAULT 0 CHECK (retracted IN (0, 1)),
+        PRIMARY KEY (tbl, id)
+    ) STRICT, WITHOUT ROWID;
+    """
 
     /// Version 1, as released: never edit (add a step instead).
     static let version1 = """

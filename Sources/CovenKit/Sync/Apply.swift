@@ -25,6 +25,9 @@ struct ChangeApplier {
     /// Statement texts built once per table (and per column list), not once per entry.
     private var selectSQL: [String: String] = [:]
     private var upsertSQL: [String: [[String]: String]] = [:]
+    /// The tables whose rows can be kept back (``SchemaGraph``), whose applied rows are
+    /// recorded as held by peers.
+    private var gated: Set<String> = []
 
     /// The file records' owner for this applier: it keeps the copies to remove after a commit.
     private let records: FileRecords
@@ -41,6 +44,7 @@ struct ChangeApplier {
             throw CovenError(.updateRequired, "change '\(path)' was written under \(change.schema.migrations.counted("migration")); this device has \(local.count)",
                              hint: "run 'coven migrate --manifest FILE' with the store's newer manifest", details: ["object": path, "device": change.device])
         }
+        gated = Set(try device.schemaGraph().gatedTables)
         try database.execute("BEGIN IMMEDIATE")
         do {
             try database.execute("PRAGMA defer_foreign_keys = ON")
@@ -139,7 +143,8 @@ struct ChangeApplier {
             return false
         }
         // The incoming write wins; the value here is kept if the winner's writer had not seen it.
-        if let localRow, let localStamp, let writer = HybridClock.device(of: localStamp), writer != change.device {
+        // A retract is no edit: the row left the sender's shared set, nothing of it is lost.
+        if entry.kind != .retract, let localRow, let localStamp, let writer = HybridClock.device(of: localStamp), writer != change.device {
             let writerSeq = try sync.seq(device: writer, holding: localStamp)
             let seen = writerSeq.map { Int64(change.frontier[writer] ?? 0) >= $0 } ?? false
             if !seen {
@@ -163,6 +168,16 @@ struct ChangeApplier {
             try database.run("DELETE FROM main.\(quoted) WHERE id = ?1", [entry.id])
         }
         if entry.kind != .upsert { try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp) }
+        // What peers hold, for this device's own gate filter: a row applied from another
+        // device is on its peers already.
+        if gated.contains(entry.table) {
+            let published = PublishedRows(database: database)
+            if entry.kind == .upsert {
+                try published.markHeld(table: entry.table, id: entry.id)
+            } else {
+                try published.forget(table: entry.table, id: entry.id)
+            }
+        }
         report.applied += 1
         return true
     }
@@ -226,6 +241,7 @@ struct ChangeApplier {
         try sync.addLost(RowEntry(kind: .upsert, table: table, id: id, stamp: stamp, columns: names, values: row.values),
                          device: HybridClock.device(of: stamp) ?? "", winnerStamp: nil, why: why)
         try database.run("DELETE FROM main.\(RowCapture.quote(table)) WHERE id = ?1", [id])
+        try PublishedRows(database: database).forget(table: table, id: id)
         report.takenOut += 1
     }
 }

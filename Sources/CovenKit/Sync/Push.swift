@@ -57,9 +57,13 @@ extension Device {
         try database.transaction {
             let outbox = Outbox(database: database)
             var batch: [Outbox.Pending] = []
+            var held = false
             for pending in try outbox.oldest(bytes: Self.changeBytes) {
                 // A bound upload holds its write and every later one, in order.
-                if try pending.waitsFor.contains(where: { try !isUploaded($0) }) { break }
+                if try pending.waitsFor.contains(where: { try !isUploaded($0) }) {
+                    held = true
+                    break
+                }
                 batch.append(pending)
             }
             // Nothing to publish, but a pull applied a delete or a switch of a file record that
@@ -67,8 +71,23 @@ extension Device {
             // frontier (an empty change applied does not ask for one back).
             let frontierDue = try setting(Self.frontierDueSetting) == "1"
             guard !batch.isEmpty || frontierDue else { return false }
-            var entries: [RowEntry] = []
-            for pending in batch { entries.append(contentsOf: try RowEntryCodec.decode(pending.entries)) }
+            var recorded: [RowEntry] = []
+            for pending in batch { recorded.append(contentsOf: try RowEntryCodec.decode(pending.entries)) }
+            // The gate: private rows stay, rows that became kept go whole, rows that stopped
+            // being kept are retracted (Sync/GateFilter.swift).
+            var gate = try GateFilter(device: self)
+            var deferred: Set<GateFilter.RowKey> = []
+            if held, gate.isActive {
+                for seq in try outbox.seqs(after: batch.last?.seq ?? 0) {
+                    for entry in try outbox.entries(seq: seq) { deferred.insert(.init(table: entry.table, id: entry.id)) }
+                }
+            }
+            let entries = try gate.filter(recorded, deferred: deferred)
+            guard !entries.isEmpty || frontierDue else {
+                // Nothing of the batch may leave: it is done with, and no change is made.
+                try outbox.remove(batch.map(\.seq))
+                return true
+            }
             let published = try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [deviceID]).intValue ?? 0
             let seq = published + 1
             let schema = schemaVersion
@@ -77,7 +96,7 @@ extension Device {
             let change = ChangeObject(storeID: storeID, device: deviceID, seq: UInt64(seq),
                                       schema: .init(migrations: schema.count, digest: schema.digest),
                                       frontier: frontier.mapValues { UInt64($0) },
-                                      heldObjects: try heldObjects(publishedUpTo: lastStamp), entries: entries)
+                                      heldObjects: try heldObjects(publishedUpTo: lastStamp, gated: gate.graph.gatedTables.contains("coven_files")), entries: entries)
             try setSetting(Self.frontierDueSetting, nil)
             let sealed = try change.seal(storeKey: storeKey, signingKey: signingKey)
             try database.run("""
@@ -95,11 +114,17 @@ extension Device {
     /// The stored objects that records of this device name but that no published change of it
     /// holds yet (their newest image, stamped here, is newer than what this change publishes):
     /// a gc elsewhere keeps them (DESIGN.md "Deleting stored bytes").
-    func heldObjects(publishedUpTo stamp: String?) throws -> [String] {
+    ///
+    /// With gates, also the objects of stored records peers do not hold (records only private
+    /// rows name, kept back by the gate).
+    func heldObjects(publishedUpTo stamp: String?, gated: Bool) throws -> [String] {
         let floor = try stamp ?? database.scalar("SELECT max(max_stamp) FROM coven_sync_log WHERE device = ?1", [deviceID]).textValue ?? ""
+        let privateRecords = gated ? """
+             OR NOT EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = 'coven_files' AND p.id = f.id AND p.retracted = 0)
+            """ : ""
         return try database.query("""
-            SELECT DISTINCT object FROM coven_files
-            WHERE place = \(Coordinates.Place.stored.sql) AND _updated_at > ?1 AND _updated_at LIKE '%-' || ?2
+            SELECT DISTINCT object FROM coven_files f
+            WHERE place = \(Coordinates.Place.stored.sql) AND ((_updated_at > ?1 AND _updated_at LIKE '%-' || ?2)\(privateRecords))
             ORDER BY object
             """, [floor, deviceID]).compactMap { $0.string("object") }
     }

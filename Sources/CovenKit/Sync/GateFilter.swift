@@ -1,0 +1,148 @@
+import Foundation
+
+/// The push's gate filter (DESIGN.md "Gates", spec/local-data.md "Flipping the gate"): what of a
+/// batch of outbox writes may leave this device, run when the batch is frozen into a change.
+///
+/// The outbox records every write whole; the filter judges each entry of a gated table (and each
+/// file record) by the **kept** predicate of ``SchemaGraph`` evaluated now, against what peers
+/// hold (``PublishedRows``):
+///
+/// - an upsert of a row kept now and held by peers goes as it is;
+/// - a row kept now that peers do not hold goes **whole** (its current image; stamped afresh when
+///   peers were told to delete it, so their tombstone does not beat it);
+/// - a row peers hold that is not kept now goes as a **retract** (peers delete it, this device
+///   keeps it);
+/// - any other upsert (a private row) does not go, nor does a delete of a row peers never held.
+///
+/// Then, for every gated table whose predicate reads a table the batch wrote, the rows whose
+/// standing changed without a write of their own (the todos of a list that was shared, the
+/// workspace a shared list keeps alive, the file records of a private album) are found by the
+/// predicate and sent whole or retracted in the same change. Rows that a later write still in
+/// the outbox changes (held by a bound upload) are left to that write.
+struct GateFilter {
+    struct RowKey: Hashable {
+        var table: String
+        var id: String
+    }
+
+    let device: Device
+    let graph: SchemaGraph
+    private var published: PublishedRows { PublishedRows(database: device.database) }
+    private var database: Database { device.database }
+    private var kept: [String: String] = [:]
+    private var columnsOf: [String: [String]] = [:]
+    private var freshStamp: String?
+    private var decided: Set<RowKey> = []
+
+    init(device: Device) throws {
+        self.device = device
+        graph = try device.schemaGraph()
+        for table in graph.gatedTables { kept[table] = graph.keptCondition(table: table, alias: "coven_row") }
+    }
+
+    /// Whether any table can hold rows back (otherwise the filter passes everything).
+    var isActive: Bool { !kept.isEmpty }
+
+    /// What of `entries` (in commit order) leaves this device, plus the rows whose standing
+    /// changed; `deferred` are rows a later, unfrozen write changes.
+    mutating func filter(_ entries: [RowEntry], deferred: Set<RowKey>) throws -> [RowEntry] {
+        guard isActive else { return entries }
+        var output: [RowEntry] = []
+        var touched: Set<String> = []
+        for entry in entries {
+            touched.insert(entry.table)
+            guard kept[entry.table] != nil else {
+                output.append(entry)
+                continue
+            }
+            let key = RowKey(table: entry.table, id: entry.id)
+            let state = try published.state(table: entry.table, id: entry.id)
+            if entry.kind != .upsert {
+                if state == .held { output.append(entry) }
+                try published.forget(table: entry.table, id: entry.id)
+                decided.remove(key)
+                continue
+            }
+            guard !decided.contains(key) else { continue }
+            // A row deleted since: its delete follows.
+            guard let isKept = try keptNow(key) else { continue }
+            switch (isKept, state) {
+            case (true, .held):
+                output.append(entry)
+            case (true, _):
+                guard !deferred.contains(key) else { continue }
+                output.append(try whole(key, restamp: state == .retracted))
+            case (false, .held):
+                output.append(try retract(key))
+            case (false, _):
+                continue
+            }
+        }
+        for table in graph.gatedTables where !graph.dependencies(of: table).isDisjoint(with: touched) {
+            guard let condition = kept[table] else { continue }
+            for id in try published.keptNotHeld(table: table, kept: condition) {
+                let key = RowKey(table: table, id: id)
+                guard !decided.contains(key), !deferred.contains(key) else { continue }
+                output.append(try whole(key, restamp: try published.state(table: table, id: id) == .retracted))
+            }
+            for id in try published.heldNotKept(table: table, kept: condition) {
+                let key = RowKey(table: table, id: id)
+                guard !decided.contains(key) else { continue }
+                output.append(try retract(key))
+            }
+        }
+        return output
+    }
+
+    // MARK: - Rows
+
+    /// Whether the row is kept now; nil when it is not here.
+    private mutating func keptNow(_ key: RowKey) throws -> Bool? {
+        guard let condition = kept[key.table] else { return true }
+        let statement = try database.cached("SELECT (\(condition)) FROM main.\(RowCapture.quote(key.table)) coven_row WHERE coven_row.id = ?1")
+        try statement.bind([key.id])
+        defer { statement.reset() }
+        return try statement.next().map { ($0[0].intValue ?? 0) != 0 }
+    }
+
+    /// One stamp for every re-emit and retract of this change: newer than anything here.
+    private mutating func stamp() throws -> String {
+        if let freshStamp { return freshStamp }
+        let stamp = try HybridClock.next(device: device)
+        freshStamp = stamp
+        return stamp
+    }
+
+    private mutating func columns(_ table: String) throws -> [String] {
+        if let known = columnsOf[table] { return known }
+        let names = try database.query("SELECT name FROM pragma_table_xinfo(?1) WHERE hidden = 0 ORDER BY cid", [table]).compactMap { $0.string("name") }
+        columnsOf[table] = names
+        return names
+    }
+
+    /// The row's current image, to send whole; peers hold it from now on.
+    private mutating func whole(_ key: RowKey, restamp: Bool) throws -> RowEntry {
+        if restamp {
+            let fresh = try stamp()
+            if key.table == "coven_files" {
+                try device.fileRecords.restamp(key.id, stamp: fresh)
+            } else {
+                try database.run("UPDATE main.\(RowCapture.quote(key.table)) SET _updated_at = ?2 WHERE id = ?1", [key.id, fresh])
+            }
+        }
+        let names = try columns(key.table)
+        guard let row = try database.queryOne("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(RowCapture.quote(key.table)) WHERE id = ?1", [key.id]) else {
+            preconditionFailure("internal error: a kept row is read in the push's transaction")
+        }
+        try published.markHeld(table: key.table, id: key.id)
+        decided.insert(key)
+        return RowEntry(kind: .upsert, table: key.table, id: key.id, stamp: row["_updated_at"].textValue ?? "", columns: names, values: row.values)
+    }
+
+    /// A retract of a row peers hold: they delete it, this device keeps it.
+    private mutating func retract(_ key: RowKey) throws -> RowEntry {
+        try published.markRetracted(table: key.table, id: key.id)
+        decided.insert(key)
+        return RowEntry(kind: .retract, table: key.table, id: key.id, stamp: try stamp())
+    }
+}

@@ -1,0 +1,75 @@
+import Foundation
+
+/// The owner of `coven_published`: which rows of gated tables (and which file records) this
+/// device's peers hold, as far as this device knows. The push's ``GateFilter`` and ``ChangeApplier``
+/// keep it; every method runs inside the caller's transaction.
+///
+/// A row is **held** once this device published it whole or applied it from another device; a
+/// retract marks it **retracted** (peers deleted it and keep a tombstone, so a re-share stamps it
+/// afresh); a delete, published or applied, forgets it. Rows of tables that are never kept back
+/// (under no gated root, or under a remote root) are not tracked.
+struct PublishedRows {
+    let database: Database
+
+    enum State: Equatable {
+        /// Peers hold the row.
+        case held
+        /// Peers were told to delete it.
+        case retracted
+    }
+
+    /// What peers know of `table`/`id`; nil for a row never published.
+    func state(table: String, id: String) throws -> State? {
+        let statement = try database.cached("SELECT retracted FROM coven_published WHERE tbl = ?1 AND id = ?2")
+        try statement.bind([table, id])
+        defer { statement.reset() }
+        guard let row = try statement.next() else { return nil }
+        return row[0].intValue == 1 ? .retracted : .held
+    }
+
+    /// Peers hold the row now (published whole, or applied from another device).
+    func markHeld(table: String, id: String) throws {
+        try run("""
+            INSERT INTO coven_published (tbl, id, retracted) VALUES (?1, ?2, 0)
+            ON CONFLICT (tbl, id) DO UPDATE SET retracted = 0
+            """, table, id)
+    }
+
+    /// Peers were told to delete the row; this device keeps it.
+    func markRetracted(table: String, id: String) throws {
+        try run("""
+            INSERT INTO coven_published (tbl, id, retracted) VALUES (?1, ?2, 1)
+            ON CONFLICT (tbl, id) DO UPDATE SET retracted = 1
+            """, table, id)
+    }
+
+    /// The row is deleted everywhere (a delete published or applied).
+    func forget(table: String, id: String) throws {
+        try run("DELETE FROM coven_published WHERE tbl = ?1 AND id = ?2", table, id)
+    }
+
+    private func run(_ sql: String, _ table: String, _ id: String) throws {
+        let statement = try database.cached(sql)
+        try statement.bind([table, id])
+        try statement.runToEnd()
+    }
+
+    /// Ids of `table` that are kept now and peers do not hold: to send whole.
+    func keptNotHeld(table: String, kept: String) throws -> [String] {
+        try database.query("""
+            SELECT coven_row.id AS id FROM main.\(RowCapture.quote(table)) coven_row
+            WHERE (\(kept)) AND NOT EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = ?1 AND p.id = coven_row.id AND p.retracted = 0)
+            ORDER BY coven_row.id
+            """, [table]).compactMap { $0["id"].textValue }
+    }
+
+    /// Ids of `table` that peers hold and are not kept now: to retract.
+    func heldNotKept(table: String, kept: String) throws -> [String] {
+        try database.query("""
+            SELECT coven_row.id AS id FROM main.\(RowCapture.quote(table)) coven_row
+            JOIN coven_published p ON p.tbl = ?1 AND p.id = coven_row.id AND p.retracted = 0
+            WHERE NOT (\(kept))
+            ORDER BY coven_row.id
+            """, [table]).compactMap { $0["id"].textValue }
+    }
+}

@@ -1,0 +1,324 @@
+@testable import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// The spec's gate examples (spec/local-data.md "Declaring the set" … "Flipping the gate")
+/// through two devices of one store on file://: rows arrive complete on share, leave peers on
+/// unshare, stay on the owner, and a private row never appears in any change object.
+final class GateTests: DeviceTestCase {
+    static let gateManifest = """
+        {
+          "namespaces": [ { "name": "pics", "kind": "app" }, { "name": "originals", "kind": "user" } ],
+          "tables": [
+            { "name": "workspaces", "identity": "uuid", "gated_by_descendants": true },
+            { "name": "workspace_settings", "identity": "uuid" },
+            { "name": "lists", "identity": "uuid", "gated_by": "shared" },
+            { "name": "todos", "identity": "uuid", "files": [ { "column": "file" } ] },
+            { "name": "labels", "identity": "uuid", "gated_by_descendants": true },
+            { "name": "todo_labels", "identity": "uuid" },
+            { "name": "albums", "identity": "uuid", "remote_root": true },
+            { "name": "photos", "identity": "uuid", "files": [ { "column": "file" } ] },
+            { "name": "notes", "identity": "uuid", "files": [ { "column": "file" } ] }
+          ],
+          "migrations": [
+            "CREATE TABLE workspaces (id TEXT PRIMARY KEY, name TEXT, parent_id TEXT REFERENCES workspaces(id), _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE workspace_settings (id TEXT PRIMARY KEY, workspace_id TEXT NOT NULL REFERENCES workspaces(id) ON DELETE CASCADE, value TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE lists (id TEXT PRIMARY KEY, workspace_id TEXT REFERENCES workspaces(id), name TEXT, shared INTEGER NOT NULL DEFAULT 0, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE todos (id TEXT PRIMARY KEY, list_id TEXT NOT NULL REFERENCES lists(id) ON DELETE CASCADE, title TEXT, file TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE labels (id TEXT PRIMARY KEY, name TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE todo_labels (id TEXT PRIMARY KEY, todo_id TEXT NOT NULL REFERENCES todos(id) ON DELETE CASCADE, label_id TEXT NOT NULL REFERENCES labels(id) ON DELETE CASCADE, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE albums (id TEXT PRIMARY KEY, title TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE photos (id TEXT PRIMARY KEY, album_id TEXT NOT NULL REFERENCES albums(id) ON DELETE CASCADE, file TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT, file TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT"
+          ]
+        }
+        """
+
+    static func id(_ n: Int) -> String { String(format: "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d%04x", n) }
+    let workspace = id(1), nested = id(2), privateList = id(10), sharedList = id(11), neverShared = id(12)
+    let todo1 = id(20), todo2 = id(21), todo3 = id(22), secret = id(23)
+    let label = id(30), link = id(31), otherLabel = id(32), otherLink = id(33)
+    let settingsRow = id(40)
+
+    func join(_ name: String, from device: Device) throws -> Device {
+        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, storeKey: try device.storeKeyBytes(), name: name)
+    }
+
+    /// The ids of `table` on `device`.
+    func ids(_ device: Device, _ table: String) throws -> Set<String> {
+        Set(try device.database.query("SELECT id FROM \(table)").compactMap { $0["id"].textValue })
+    }
+
+    /// Every entry of every change `device` published, opened with its public key.
+    func publishedEntries(_ device: Device) throws -> [RowEntry] {
+        let folder = storeFolder + "/changes/" + device.deviceID
+        let key = try DevicePublicKey(hex: try XCTUnwrap(device.database.scalar("SELECT public_key FROM coven_device_registry WHERE device = ?1", [device.deviceID]).textValue))
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).sorted()
+        return try names.flatMap { name -> [RowEntry] in
+            let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: folder + "/" + name)))
+            let path = "changes/\(device.deviceID)/\(name)"
+            return try ChangeObject.open(bytes, path: path, storeKey: try device.storeKey(), publicKey: key).entries
+        }
+    }
+
+    /// The private rows: a list never shared, its todo, the label only it wears.
+    func writeNeverShared(_ a: Device) throws {
+        try a.write(sql: """
+            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(neverShared)', '\(workspace)', 'diary', 0);
+            INSERT INTO todos (id, list_id, title) VALUES ('\(secret)', '\(neverShared)', 'secret');
+            INSERT INTO labels (id, name) VALUES ('\(otherLabel)', 'private label');
+            INSERT INTO todo_labels (id, todo_id, label_id) VALUES ('\(otherLink)', '\(secret)', '\(otherLabel)');
+            """)
+    }
+
+    // MARK: - The predicate
+
+    func testThePredicateFollowsChainsBothWaysWithTheManyToManyException() throws {
+        let a = try makeDevice(Self.gateManifest, name: "a")
+        let graph = try a.schemaGraph()
+        XCTAssertEqual(graph.roleOf("lists"), .root(column: "shared"))
+        XCTAssertEqual(graph.roleOf("albums"), .remoteRoot)
+        XCTAssertEqual(graph.roleOf("photos"), .underRemoteRoot)
+        XCTAssertEqual(graph.roleOf("notes"), .free)
+        XCTAssertEqual(try a.keptCondition(table: "notes"), "1")
+        XCTAssertEqual(try a.keptCondition(table: "albums"), "1")
+        XCTAssertEqual(try a.keptCondition(table: "lists"), "(\"lists\".\"shared\" IS NOT NULL AND CAST(\"lists\".\"shared\" AS INTEGER) <> 0)")
+        XCTAssertTrue(try a.keptCondition(table: "todos").hasPrefix("EXISTS (SELECT 1 FROM main.\"lists\""))
+        // todo_labels inherits the list's gate through todos, and still keeps labels alive;
+        // workspace_settings inherits the workspace's rule, so it does not keep it alive.
+        guard case .inherits(let edges) = graph.roleOf("todo_labels") else { return XCTFail("todo_labels inherits") }
+        XCTAssertEqual(edges.map(\.parent), ["todos"])
+        guard case .inheritsAncestor = graph.roleOf("workspace_settings") else { return XCTFail("workspace_settings inherits the ancestor") }
+        XCTAssertTrue(try a.keptCondition(table: "labels").contains("\"todo_labels\""))
+        XCTAssertFalse(try a.keptCondition(table: "workspaces").contains("\"workspace_settings\""))
+        XCTAssertEqual(graph.remoteRoot(of: "photos"), "albums")
+        XCTAssertNil(graph.remoteRoot(of: "todos"))
+
+        // A chain of any length: a workspace nested in another, a shared list in the inner one.
+        try a.write(sql: """
+            INSERT INTO workspaces (id, name) VALUES ('\(workspace)', 'outer');
+            INSERT INTO workspaces (id, name, parent_id) VALUES ('\(nested)', 'inner', '\(workspace)');
+            INSERT INTO workspace_settings (id, workspace_id, value) VALUES ('\(settingsRow)', '\(nested)', 'dark');
+            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(sharedList)', '\(nested)', 'groceries', 1);
+            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(privateList)', '\(workspace)', 'gifts', 0);
+            INSERT INTO todos (id, list_id, title) VALUES ('\(todo1)', '\(sharedList)', 'milk'), ('\(todo2)', '\(privateList)', 'ring');
+            INSERT INTO labels (id, name) VALUES ('\(label)', 'urgent'), ('\(otherLabel)', 'someday');
+            INSERT INTO todo_labels (id, todo_id, label_id) VALUES ('\(link)', '\(todo1)', '\(label)'), ('\(otherLink)', '\(todo2)', '\(otherLabel)');
+            """)
+        func kept(_ table: String, _ id: String) throws -> Bool? { try a.isKept(table: table, id: id) }
+        XCTAssertEqual(try kept("workspaces", workspace), true, "kept through the nested workspace's shared list")
+        XCTAssertEqual(try kept("workspaces", nested), true)
+        XCTAssertEqual(try kept("workspace_settings", settingsRow), true)
+        XCTAssertEqual(try kept("todos", todo1), true)
+        XCTAssertEqual(try kept("todos", todo2), false)
+        XCTAssertEqual(try kept("labels", label), true, "worn by a shared todo")
+        XCTAssertEqual(try kept("labels", otherLabel), false, "worn only by a private todo")
+        XCTAssertEqual(try kept("todo_labels", link), true)
+        XCTAssertEqual(try kept("todo_labels", otherLink), false)
+        XCTAssertNil(try kept("todos", Self.id(99)))
+        try a.write(sql: "UPDATE lists SET shared = 0 WHERE id = '\(sharedList)'")
+        for (table, row) in [("workspaces", workspace), ("workspaces", nested), ("workspace_settings", settingsRow), ("todos", todo1), ("labels", label)] {
+            XCTAssertEqual(try kept(table, row), false, "\(table) \(row) once nothing shared is under it")
+        }
+        // The SQL function scripts use.
+        XCTAssertEqual(try a.database.scalar("SELECT coven_kept('lists', ?1)", [privateList]).intValue, 0)
+        try a.write(sql: "UPDATE lists SET shared = 1 WHERE id = '\(privateList)'")
+        XCTAssertEqual(try a.database.scalar("SELECT coven_kept('workspaces', ?1)", [workspace]).intValue, 1)
+        XCTAssertEqual(try a.database.scalar("SELECT coven_kept('workspaces', ?1)", [nested]).intValue, 0)
+        XCTAssertTrue(try a.database.scalar("SELECT coven_kept('todos', ?1)", [Self.id(99)]).isNull)
+    }
+
+    // MARK: - Two devices
+
+    func testSharingAndUnsharingAListMovesItsWholeComponent() throws {
+        let a = try makeDevice(Self.gateManifest, name: "a")
+        let b = try join("b", from: a)
+        try a.write(sql: """
+            INSERT INTO workspaces (id, name) VALUES ('\(workspace)', 'home');
+            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(privateList)', '\(workspace)', 'gifts', 0);
+            INSERT INTO todos (id, list_id, title) VALUES ('\(todo1)', '\(privateList)', 'ring'), ('\(todo2)', '\(privateList)', 'book');
+            INSERT INTO labels (id, name) VALUES ('\(label)', 'urgent');
+            INSERT INTO todo_labels (id, todo_id, label_id) VALUES ('\(link)', '\(todo1)', '\(label)');
+            """)
+        try writeNeverShared(a)
+        _ = try a.sync()
+        _ = try b.sync()
+        // Nothing is shared: not even the workspace (it would arrive empty).
+        for table in ["workspaces", "lists", "todos", "labels", "todo_labels"] {
+            XCTAssertEqual(try ids(b, table), [], table)
+        }
+
+        // false → true: the whole component arrives in one change, complete.
+        try a.write(sql: "UPDATE lists SET shared = 1 WHERE id = '\(privateList)'")
+        let shared = try a.sync()
+        XCTAssertEqual(shared.pushed.published.count, 1)
+        _ = try b.sync()
+        XCTAssertEqual(try ids(b, "workspaces"), [workspace])
+        XCTAssertEqual(try ids(b, "lists"), [privateList])
+        XCTAssertEqual(try ids(b, "todos"), [todo1, todo2])
+        XCTAssertEqual(try ids(b, "labels"), [label])
+        XCTAssertEqual(try ids(b, "todo_labels"), [link])
+        XCTAssertEqual(try b.database.scalar("SELECT title FROM todos WHERE id = ?1", [todo2]).textValue, "book")
+
+        // Edits of shared rows travel both ways as before.
+        try b.write(sql: "UPDATE todos SET title = 'ring, gold' WHERE id = '\(todo1)'")
+        _ = try b.sync()
+        _ = try a.sync()
+        XCTAssertEqual(try a.database.scalar("SELECT title FROM todos WHERE id = ?1", [todo1]).textValue, "ring, gold")
+
+        // true → false: peers lose the component, the owner keeps it.
+        try a.write(sql: "UPDATE lists SET shared = 0 WHERE id = '\(privateList)'")
+        _ = try a.sync()
+        _ = try b.sync()
+        for table in ["workspaces", "lists", "todos", "labels", "todo_labels"] {
+            XCTAssertEqual(try ids(b, table), [], "\(table) left b")
+        }
+        XCTAssertEqual(try ids(a, "todos"), [todo1, todo2, secret])
+        XCTAssertEqual(try ids(a, "workspaces"), [workspace])
+        XCTAssertEqual(try b.lostValues().count, 0, "a retract is not a lost value")
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_tombstones WHERE tbl = 'lists' AND id = ?1", [privateList]), 1)
+        // Edits of a private row stay here.
+        try a.write(sql: "UPDATE todos SET title = 'ring, silver' WHERE id = '\(todo1)'")
+        XCTAssertEqual(try a.sync().pushed.published, [], "a private edit publishes nothing")
+
+        // Shared again: stamped afresh, so b's tombstones do not beat it.
+        try a.write(sql: "UPDATE lists SET shared = 1 WHERE id = '\(privateList)'")
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try ids(b, "todos"), [todo1, todo2])
+        XCTAssertEqual(try ids(b, "workspaces"), [workspace])
+        XCTAssertEqual(try ids(b, "todo_labels"), [link])
+        XCTAssertEqual(try b.database.scalar("SELECT title FROM todos WHERE id = ?1", [todo1]).textValue, "ring, silver")
+        XCTAssertEqual(try a.database.scalar("SELECT _updated_at FROM todos WHERE id = ?1", [todo2]).textValue,
+                       try b.database.scalar("SELECT _updated_at FROM todos WHERE id = ?1", [todo2]).textValue)
+
+        // A row moved under a private parent is retracted; moved back, it returns.
+        try a.write(sql: "UPDATE todos SET list_id = '\(neverShared)' WHERE id = '\(todo2)'")
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try ids(b, "todos"), [todo1])
+        try a.write(sql: "UPDATE todos SET list_id = '\(privateList)' WHERE id = '\(todo2)'")
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try ids(b, "todos"), [todo1, todo2])
+
+        // A deleted shared row is deleted on peers; one never shared sends nothing.
+        try a.write(sql: "DELETE FROM todos WHERE id = '\(todo2)'")
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try ids(b, "todos"), [todo1])
+        try a.write(sql: "DELETE FROM todo_labels WHERE id = '\(otherLink)'")
+        XCTAssertEqual(try a.sync().pushed.published, [], "a tombstone of a row never published is not sent")
+
+        // The private rows never appeared in any change object.
+        let entries = try publishedEntries(a)
+        XCTAssertFalse(entries.isEmpty)
+        for private_ in [neverShared, secret, otherLabel, otherLink] {
+            XCTAssertFalse(entries.contains { $0.id == private_ }, "\(private_) was published")
+        }
+        XCTAssertTrue(entries.contains { $0.kind == .retract && $0.id == privateList })
+    }
+
+    func testUnsharingOneOfTwoListsSparesTheSiblingAndTheAncestor() throws {
+        let a = try makeDevice(Self.gateManifest, name: "a")
+        let b = try join("b", from: a)
+        try a.write(sql: """
+            INSERT INTO workspaces (id, name) VALUES ('\(workspace)', 'home');
+            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(privateList)', '\(workspace)', 'gifts', 1), ('\(sharedList)', '\(workspace)', 'food', 1);
+            INSERT INTO todos (id, list_id, title) VALUES ('\(todo1)', '\(privateList)', 'ring'), ('\(todo3)', '\(sharedList)', 'milk');
+            INSERT INTO labels (id, name) VALUES ('\(label)', 'urgent');
+            INSERT INTO todo_labels (id, todo_id, label_id) VALUES ('\(link)', '\(todo1)', '\(label)'), ('\(otherLink)', '\(todo3)', '\(label)');
+            """)
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try ids(b, "todos"), [todo1, todo3])
+        try a.write(sql: "UPDATE lists SET shared = 0 WHERE id = '\(privateList)'")
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try ids(b, "lists"), [sharedList])
+        XCTAssertEqual(try ids(b, "workspaces"), [workspace], "kept by the sibling")
+        XCTAssertEqual(try ids(b, "labels"), [label], "still worn by a shared todo")
+        XCTAssertEqual(try ids(b, "todo_labels"), [otherLink])
+        // The last shared list goes: the now-childless workspace and the label go too.
+        try a.write(sql: "UPDATE lists SET shared = 0 WHERE id = '\(sharedList)'")
+        _ = try a.sync()
+        _ = try b.sync()
+        for table in ["workspaces", "lists", "todos", "labels", "todo_labels"] {
+            XCTAssertEqual(try ids(b, table), [], "\(table) left b")
+        }
+        XCTAssertEqual(try ids(a, "labels"), [label])
+    }
+
+    func testFileRecordsOfPrivateRowsAreNotPublished() throws {
+        let a = try makeDevice(Self.gateManifest, name: "a")
+        let b = try join("b", from: a)
+        let privateFile = try stageApp(a, try file("private.bin", "private bytes"), namespace: "pics", place: .deviceOnly)
+        let sharedFile = try stageApp(a, try file("shared.bin", "shared bytes"), namespace: "pics", place: .deviceOnly)
+        try a.write(sql: """
+            INSERT INTO lists (id, name, shared) VALUES ('\(privateList)', 'gifts', 0), ('\(sharedList)', 'food', 1);
+            INSERT INTO todos (id, list_id, title, file) VALUES ('\(todo1)', '\(privateList)', 'ring', coven_put_staged('\(privateFile.id)')),
+                                                              ('\(todo3)', '\(sharedList)', 'milk', coven_put_staged('\(sharedFile.id)'));
+            """)
+        let privateRecord = try XCTUnwrap(a.database.scalar("SELECT file FROM todos WHERE id = ?1", [todo1]).textValue)
+        let sharedRecord = try XCTUnwrap(a.database.scalar("SELECT file FROM todos WHERE id = ?1", [todo3]).textValue)
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try ids(b, "coven_files"), [sharedRecord])
+        XCTAssertFalse(try publishedEntries(a).contains { $0.id == privateRecord })
+        XCTAssertEqual(try a.database.scalar("SELECT coven_kept('coven_files', ?1)", [privateRecord]).intValue, 0)
+        try a.write(sql: "UPDATE lists SET shared = 1 WHERE id = '\(privateList)'")
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try ids(b, "coven_files"), [privateRecord, sharedRecord])
+        try a.write(sql: "UPDATE lists SET shared = 0 WHERE id = '\(privateList)'")
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try ids(b, "coven_files"), [sharedRecord])
+        XCTAssertEqual(try ids(a, "coven_files"), [privateRecord, sharedRecord])
+    }
+
+    // MARK: - Remote roots
+
+    func testARemoteRootSyncsEveryRowAndRefusesDeviceOnlyFiles() throws {
+        let a = try makeDevice(Self.gateManifest, name: "a")
+        let b = try join("b", from: a)
+        let album = Self.id(50), photo = Self.id(51), note = Self.id(52)
+        let cloud = try stageApp(a, try file("cloud.bin", "cloud bytes"), namespace: "pics", place: .cloud)
+        try a.write(sql: """
+            INSERT INTO albums (id, title) VALUES ('\(album)', 'summer');
+            INSERT INTO photos (id, album_id, file) VALUES ('\(photo)', '\(album)', coven_put_staged('\(cloud.id)'));
+            """)
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try ids(b, "albums"), [album])
+        XCTAssertEqual(try ids(b, "photos"), [photo])
+        XCTAssertEqual(try ids(b, "coven_files").count, 1)
+
+        // A device-only file in a row under the remote root is refused, naming the root.
+        let local = try stageApp(a, try file("local.bin", "local bytes"), namespace: "pics", place: .deviceOnly)
+        let refused = assertCovenError(.remoteRoot) {
+            try a.write(sql: "INSERT INTO photos (id, album_id, file) VALUES ('\(Self.id(53))', '\(album)', coven_put_staged('\(local.id)'))")
+        }
+        XCTAssertEqual(refused?.details["remote_root"], "albums")
+        XCTAssertTrue(refused?.message.contains("remote root 'albums'") ?? false, refused?.description ?? "")
+        XCTAssertEqual(try ids(a, "photos"), [photo], "nothing of the refused write stays")
+        // A plain table keeps device-only files.
+        try a.write(sql: "INSERT INTO notes (id, body, file) VALUES ('\(note)', 'n', coven_put_staged('\(local.id)'))")
+        // Moving that file into a photo is refused too.
+        assertCovenError(.remoteRoot) {
+            try a.write(sql: "UPDATE photos SET file = (SELECT file FROM notes WHERE id = '\(note)') WHERE id = '\(photo)'")
+        }
+
+        // make-device-only refuses a file of a remote root's row.
+        let original = try file("original.jpg", "the person's photo")
+        let staged = try a.prepareUserFile(path: original, namespace: "originals", place: .cloud)
+        try a.write(sql: "INSERT INTO photos (id, album_id, file) VALUES ('\(Self.id(54))', '\(album)', coven_put_user_file('\(staged.id)'))")
+        let fileID = try XCTUnwrap(a.database.scalar("SELECT file FROM photos WHERE id = ?1", [Self.id(54)]).textValue)
+        try FileManager.default.createDirectory(atPath: work + "/back", withIntermediateDirectories: true)
+        let error = assertCovenError(.remoteRoot) {
+            try a.makeDeviceOnly(folder: work + "/back", requests: [DeviceOnlyRequest(file: fileID, names: ["original.jpg"], input: "FILE")])
+        }
+        XCTAssertEqual(error?.details["remote_root"], "albums")
+    }
+}
