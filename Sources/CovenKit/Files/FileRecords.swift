@@ -127,6 +127,8 @@ final class FileRecords {
               coordinates.at == .device else { return nil }
         if let before, before.coordinates.at == .stored {
             try device.candidates.addElsewhere(object: before.coordinates.object, device: writer, seq: seq, stamp: entry.stamp, file: entry.id)
+            // gc on the writer waits until this device publishes a frontier over the switch.
+            try device.setSetting(Device.frontierDueSetting, "1")
         }
         guard coordinates.device != device.deviceID else { return nil }
         _ = try unpin(entry.id)
@@ -194,8 +196,12 @@ final class FileRecords {
     func applyRemoteDelete(_ id: String, by writer: String, seq: Int64, stamp: String) throws -> String? {
         let record = try device.fileRecord(id)
         try delete(id, stamp: nil)
-        if let record, record.coordinates.at == .stored {
-            try device.candidates.addElsewhere(object: record.coordinates.object, device: writer, seq: seq, stamp: stamp, file: id)
+        if let record {
+            if record.coordinates.at == .stored {
+                try device.candidates.addElsewhere(object: record.coordinates.object, device: writer, seq: seq, stamp: stamp, file: id)
+            }
+            // gc on the writer waits until this device publishes a frontier over the delete.
+            try device.setSetting(Device.frontierDueSetting, "1")
         }
         // The last record of an object this device still uploads (a move, or an upload not
         // sent yet): the upload is retired, as a local delete retires it.

@@ -50,15 +50,6 @@ struct ChangeApplier {
             try database.execute("PRAGMA defer_foreign_keys = ON")
             var touched: [String: Set<String>] = [:]
             var deletedFiles: Set<String> = []
-            // A delete or device-only switch of a file record: gc on its writer waits until
-            // this device publishes a frontier that includes it.
-            var gcWaitsOnThis = false
-            for entry in change.entries where entry.table == "coven_files" {
-                if entry.kind != .upsert || entry.value("coordinates")?.textValue.flatMap({ try? Coordinates(json: $0) })?.at == .device {
-                    gcWaitsOnThis = true
-                    break
-                }
-            }
             for entry in change.entries {
                 if try applyEntry(entry, change: change, path: path, report: &report) {
                     touched[entry.table, default: []].insert(entry.id)
@@ -69,7 +60,6 @@ struct ChangeApplier {
             let frontier = change.frontier.mapValues { Int64($0) }
             try sync.log(device: change.device, seq: Int64(change.seq), maxStamp: change.entries.map(\.stamp).max() ?? "", frontier: frontier)
             try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier, heldObjects: change.heldObjects)
-            if gcWaitsOnThis { try device.setSetting(Device.frontierDueSetting, "1") }
             // The receive rule of the hybrid clock: later stamps here sort after what arrived.
             if let newest = change.entries.map(\.stamp).max(), newest > (try device.setting("hlc") ?? "") {
                 try device.setSetting("hlc", newest)
