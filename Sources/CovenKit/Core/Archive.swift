@@ -197,6 +197,11 @@ public final class ArchiveReader {
             }, nil)
         if let error = client.error { throw error }
         guard opened == ARCHIVE_OK else { throw Zstd.failure(archive, .decoding, "read a tar archive", reason: "corrupt") }
+        // Only a zstd filter makes these bytes an archive coven wrote (the filters are known
+        // once the archive is open).
+        guard archive_filter_count(archive) == 2, archive_filter_code(archive, 0) == ARCHIVE_FILTER_ZSTD else {
+            throw CovenError(.decoding, "cannot read a tar archive", cause: "it is not compressed with zstd", details: ["reason": "not_zstd"])
+        }
     }
 
     deinit { archive_read_free(archive) }
@@ -214,10 +219,6 @@ public final class ArchiveReader {
             if code == ARCHIVE_EOF { return nil }
             guard code == ARCHIVE_OK || code == ARCHIVE_WARN, let entry else {
                 throw Zstd.failure(archive, .decoding, "read a tar archive", reason: "corrupt")
-            }
-            // Only a zstd filter makes these bytes an archive coven wrote.
-            guard archive_filter_count(archive) == 2, archive_filter_code(archive, 0) == ARCHIVE_FILTER_ZSTD else {
-                throw CovenError(.decoding, "cannot read a tar archive", cause: "it is not compressed with zstd", details: ["reason": "not_zstd"])
             }
             let name = archive_entry_pathname(entry).map { String(cString: $0) } ?? ""
             return Entry(name: name, size: archive_entry_size(entry))
