@@ -129,7 +129,7 @@ extension Device {
 
         let lock = try self.lock(wait: true)
         defer { _ = lock }
-        try switchToDeviceOnly(plan, digests: digests, journal: journal)
+        try switchToDeviceOnly(plan, digests: digests, journal: journal, madeFolders: made)
         committed = true
         removeForgottenCacheFiles(objects: plan.copies.map(\.record.coordinates.object))
 
@@ -359,7 +359,7 @@ extension Device {
     // MARK: The switch
 
     /// One write switching every copied file to this device only, recorded for publishing.
-    func switchToDeviceOnly(_ plan: DeviceOnlyPlan, digests: [CopyDigests], journal: DeviceOnlyJournal) throws {
+    func switchToDeviceOnly(_ plan: DeviceOnlyPlan, digests: [CopyDigests], journal: DeviceOnlyJournal, madeFolders: [String] = []) throws {
         try database.transaction {
           try recordWrite { write in
             for (copy, digest) in zip(plan.copies, digests) {
@@ -382,6 +382,10 @@ extension Device {
                     modifiedSeconds: identity.modifiedSeconds, modifiedNanos: identity.modifiedNanos, changeStamp: identity.changeStamp,
                     contentHash: digest.content, chunkHashes: digest.chunks))
                 _ = try fileRecords.unpin(id)
+                // Should another device's make-device-only of the file win, this copy and the
+                // folders made for it go again (FileRecords.applyRemote).
+                try fileRecords.noteMadeCopy(object: now.coordinates.object, path: PathText.osBytes(copy.final),
+                                             folders: madeFolders.filter { copy.final.hasPrefix($0 + "/") }.map(PathText.osBytes))
                 // The copy holds the bytes now: the cache does not hold them twice.
                 try forgetCacheEntry(object: now.coordinates.object)
             }

@@ -22,9 +22,13 @@ struct LocalBytes {
 /// records a recorded write changes are captured by ``RecordedWrite`` whatever calls this.
 ///
 /// Every method runs inside the caller's transaction.
-struct FileRecords {
+final class FileRecords {
     let device: Device
     var database: Database { device.database }
+    /// Copies to remove once the applying transaction commits (``applyRemote(_:)``).
+    var removals: [LosingCopy] = []
+
+    init(device: Device) { self.device = device }
 
     // MARK: coven_files
 
@@ -89,13 +93,69 @@ struct FileRecords {
     /// - Returns: the object whose cached bytes go after the commit (the file is now on another
     ///   device only), if any.
     func applyRemote(_ entry: RowEntry) throws -> String? {
+        let before = try device.fileRecord(entry.id)
         let statement = try database.cached(RowEntry.upsertSQL(table: "coven_files", columns: entry.columns))
         try statement.bind(entry.values)
         try statement.runToEnd()
         guard let json = entry.value("coordinates")?.textValue, let coordinates = try? Coordinates(json: json),
               coordinates.at == .device, coordinates.device != device.deviceID else { return nil }
         _ = try unpin(entry.id)
+        // Two devices made the file device-only at once and the other's write won: the copy
+        // make-device-only left here goes (after the commit, and only while it is as coven
+        // left it), and this device holds the file's bytes no more.
+        if let before, before.coordinates.at == .device, before.coordinates.device == device.deviceID,
+           let note = try madeCopy(object: before.coordinates.object) {
+            let local = try database.queryOne("SELECT * FROM coven_local WHERE object = ?1 AND kind = 'user'", [before.coordinates.object])
+            try device.setSetting(Self.madeCopyKey + before.coordinates.object, nil)
+            try database.run("DELETE FROM coven_local WHERE object = ?1", [before.coordinates.object])
+            if let local, local.bytes("path") == note.path {
+                removals.append(LosingCopy(path: note.path, folders: note.folders, size: local.int("size") ?? -1,
+                                           modifiedSeconds: local.int("modified_seconds") ?? -1, modifiedNanos: local.int("modified_nanos") ?? -1))
+            }
+        }
         return coordinates.object
+    }
+
+    // MARK: Copies make-device-only made
+
+    static let madeCopyKey = "made-copy:"
+
+    /// A copy make-device-only made of a stored file, and the folders it made for it.
+    struct MadeCopy { var path: [UInt8]; var folders: [[UInt8]] }
+
+    /// A copy to remove after the commit: make-device-only's copy of a file another device's
+    /// make-device-only won, with what it looked like when coven left it.
+    struct LosingCopy {
+        var path: [UInt8]
+        var folders: [[UInt8]]
+        var size: Int64
+        var modifiedSeconds: Int64
+        var modifiedNanos: Int64
+
+        /// Removes the copy if it is still as coven left it (same size and modification time),
+        /// then the folders made for it, innermost first, each only if empty. A copy the person
+        /// changed stays.
+        func remove() {
+            var info = stat()
+            let path = PathText.string(fromOSBytes: self.path)
+            guard PathText.withCString(path, { lstat($0, &info) }) == 0, (info.st_mode & S_IFMT) == S_IFREG,
+                  Int64(info.st_size) == size, Int64(info.st_mtim.tv_sec) == modifiedSeconds, Int64(info.st_mtim.tv_nsec) == modifiedNanos else { return }
+            _ = PathText.withCString(path) { unlink($0) }
+            for folder in folders.reversed() { _ = PathText.withCString(PathText.string(fromOSBytes: folder)) { rmdir($0) } }
+        }
+    }
+
+    /// Notes the copy make-device-only made (inside its switch's write).
+    func noteMadeCopy(object: String, path: [UInt8], folders: [[UInt8]]) throws {
+        let json = try JSONSerialization.data(withJSONObject: ["path": path.hex, "folders": folders.map(\.hex)], options: [.sortedKeys])
+        try device.setSetting(Self.madeCopyKey + object, String(decoding: json, as: UTF8.self))
+    }
+
+    func madeCopy(object: String) throws -> MadeCopy? {
+        guard let text = try device.setting(Self.madeCopyKey + object),
+              let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any],
+              let path = (object["path"] as? String).flatMap({ [UInt8](hex: $0) }) else { return nil }
+        return MadeCopy(path: path, folders: (object["folders"] as? [String] ?? []).compactMap { [UInt8](hex: $0) })
     }
 
     /// Applies another device's deletion of a record (sync), and drops its pin.

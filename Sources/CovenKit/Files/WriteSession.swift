@@ -43,6 +43,7 @@ extension Device {
     ///   `.userFileMissing`, `.userFileChanged`, `.invalidId`, `.notFound` (a staged id that
     ///   names nothing), `.sql`; `.busy` when `wait` is false and another process holds the
     ///   device lock.
+    @discardableResult
     public func write(sql: String, parameters: [String: SQLValue] = [:], wait: Bool = true) throws -> WriteResult {
         let lock = try self.lock(wait: wait)
         defer { _ = lock }

@@ -445,8 +445,10 @@ extension Prefetcher {
     static func checkSize(_ total: Int64?, object: String, plaintextSize: Int64) throws {
         let expected = ObjectLayout.encryptedSize(plaintextSize: plaintextSize)
         guard let total, total != expected else { return }
+        var details = ["key": object, "reason": "length"]
+        if total < expected { details["short"] = "true" }
         throw CovenError(.integrity, "the stored object '\(object)' is \(total.counted("byte")), not \(expected) as its record says",
-                         details: ["key": object, "reason": "length"])
+                         details: details)
     }
 }
 

@@ -23,7 +23,13 @@ struct ChangeApplier {
     var sync: SyncState { SyncState(database: database) }
     private var columnsOf: [String: [String]] = [:]
 
-    init(device: Device) { self.device = device }
+    /// The file records' owner for this applier: it keeps the copies to remove after a commit.
+    private let records: FileRecords
+
+    init(device: Device) {
+        self.device = device
+        records = FileRecords(device: device)
+    }
 
     mutating func apply(_ change: ChangeObject, path: String) throws -> ApplyReport {
         var report = ApplyReport()
@@ -55,8 +61,11 @@ struct ChangeApplier {
             try commitTakingOutOrphans(report: &report)
         } catch {
             if database.inTransaction { try? database.execute("ROLLBACK") }
+            records.removals.removeAll()
             throw error
         }
+        for copy in records.removals { copy.remove() }
+        records.removals.removeAll()
         return report
     }
 
@@ -126,13 +135,13 @@ struct ChangeApplier {
         }
         switch (entry.kind, entry.table == "coven_files") {
         case (.upsert, true):
-            if let object = try device.fileRecords.applyRemote(entry) { report.uncache.insert(object) }
+            if let object = try records.applyRemote(entry) { report.uncache.insert(object) }
         case (.upsert, false):
             let statement = try database.cached(RowEntry.upsertSQL(table: entry.table, columns: entry.columns))
             try statement.bind(entry.values)
             try statement.runToEnd()
         case (.delete, true), (.retract, true):
-            if let object = try device.fileRecords.applyRemoteDelete(entry.id) { report.uncache.insert(object) }
+            if let object = try records.applyRemoteDelete(entry.id) { report.uncache.insert(object) }
         case (.delete, false), (.retract, false):
             try database.run("DELETE FROM main.\(quoted) WHERE id = ?1", [entry.id])
         }

@@ -29,9 +29,10 @@ extension Device {
     /// - Throws: `.deviceGone` when this device was removed; `.integrity` / `.decoding` for a
     ///   change that fails its checks (naming the object; nothing of it is applied);
     ///   `.updateRequired` for a change of a newer schema; `.storage`.
-    public func pull(provider: StorageProvider, storeKey: FileKey, stop: Stop = Stop()) throws -> PullReport {
+    public func pull(provider: StorageProvider, storeKey: FileKey, stop: Stop = Stop(), learned: [String]? = nil) throws -> PullReport {
         var report = PullReport()
-        report.newDevices = try refreshDevices(provider: provider, storeKey: storeKey)
+        // `learned`: the caller listed devices/ already (sync does, before its push).
+        report.newDevices = try learned ?? refreshDevices(provider: provider, storeKey: storeKey)
         var applier = ChangeApplier(device: self)
         var uncache: Set<String> = []
         defer { dropCachedBytes(of: uncache) }

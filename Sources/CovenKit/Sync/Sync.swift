@@ -43,14 +43,18 @@ extension Device {
     public func sync(push: Bool = true, pull: Bool = true, wait: Bool = true, stop: Stop = Stop()) throws -> SyncReport {
         let lock = try self.lock(wait: wait)
         defer { _ = lock }
-        let provider = try connectStorage()
+        return try sync(provider: try connectStorage(), push: push, pull: pull, stop: stop)
+    }
+
+    /// ``sync(push:pull:wait:stop:)`` through `provider`, under the caller's lock.
+    func sync(provider: StorageProvider, push: Bool = true, pull: Bool = true, stop: Stop = Stop()) throws -> SyncReport {
         let key = try storeKey()
         var report = SyncReport()
         // A device removed for good publishes nothing more.
-        try refreshDevices(provider: provider, storeKey: key)
+        let learned = try refreshDevices(provider: provider, storeKey: key)
         if push { try ensureSigningKey(provider: provider, storeKey: key) }
         if push { report.pushed = try self.push(provider: provider, storeKey: key, stop: stop) }
-        if pull { report.pulled = try self.pull(provider: provider, storeKey: key, stop: stop) }
+        if pull { report.pulled = try self.pull(provider: provider, storeKey: key, stop: stop, learned: learned) }
         if push && pull {
             let again = try self.push(provider: provider, storeKey: key, stop: stop)
             report.pushed.published += again.published

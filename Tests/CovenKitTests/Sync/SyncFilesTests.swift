@@ -91,3 +91,65 @@ final class SyncFilesTests: DeviceTestCase {
         XCTAssertEqual(try b.status().cache.used, 0)
     }
 }
+
+/// Two devices make one stored file device-only at once: the later write wins on both; the
+/// losing device's copy goes (with the folder coven made for it) when the winning write
+/// arrives, and the losing switch is kept as a lost value of the file record.
+final class SyncDeviceOnlyConflictTests: DeviceTestCase {
+    func testConcurrentMakeDeviceOnlyTheLaterWinsAndTheLosersCopyGoes() throws {
+        let a = try makeDevice(name: "a")
+        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.storeKeyBytes(), name: "b")
+        let song = try a.prepareUserFile(path: try file("song.flac", "the one song"), namespace: "music", place: .cloud)
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
+        let track = try a.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_user_file('\(song.id)'))").files[0]
+        try StoredFiles.store(a, file: track)
+        _ = try a.sync()
+        _ = try b.sync()
+        for (device, name) in [(a, "picked-a"), (b, "picked-b")] {
+            let folder = work + "/" + name
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            _ = try device.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: track, names: ["Album", "song.flac"], input: "argument 1")])
+        }
+        XCTAssertTrue(FileManager.default.fileExists(atPath: work + "/picked-a/Album/song.flac"))
+        _ = try a.sync()
+        _ = try b.sync()
+        _ = try a.sync()
+        // b's switch is later: the file is on b only, on both devices.
+        for device in [a, b] {
+            XCTAssertEqual(try device.fileRecord(track)?.coordinates.device, b.deviceID)
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/picked-a/Album/song.flac"), "the losing copy goes")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/picked-a/Album"), "with the folder coven made for it")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: work + "/picked-a"), "not the folder the person picked")
+        XCTAssertEqual(try String(contentsOfFile: work + "/picked-b/Album/song.flac", encoding: .utf8), "the one song")
+        XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM coven_local").intValue, 0)
+        for device in [a, b] {
+            XCTAssertTrue(try device.lostValues().contains { $0.table == "coven_files" && $0.rowID == track }, "the losing switch is a lost value")
+        }
+        XCTAssertEqual(try b.status().files.deviceOnlyHere, 1)
+        XCTAssertEqual(try a.status().files.deviceOnlyElsewhere, 1)
+    }
+
+    /// A losing copy the person changed stays.
+    func testALosingCopyThePersonChangedStays() throws {
+        let a = try makeDevice(name: "a")
+        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.storeKeyBytes(), name: "b")
+        let song = try a.prepareUserFile(path: try file("song.flac", "the one song"), namespace: "music", place: .cloud)
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
+        let track = try a.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_user_file('\(song.id)'))").files[0]
+        try StoredFiles.store(a, file: track)
+        _ = try a.sync()
+        _ = try b.sync()
+        for (device, name) in [(a, "picked-a"), (b, "picked-b")] {
+            let folder = work + "/" + name
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            _ = try device.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: track, names: ["song.flac"], input: "argument 1")])
+        }
+        try Data("edited by the person".utf8).write(to: URL(fileURLWithPath: work + "/picked-a/song.flac"))
+        _ = try a.sync()
+        _ = try b.sync()
+        _ = try a.sync()
+        XCTAssertEqual(try String(contentsOfFile: work + "/picked-a/song.flac", encoding: .utf8), "edited by the person")
+        XCTAssertEqual(try a.fileRecord(track)?.coordinates.device, b.deviceID)
+    }
+}

@@ -289,3 +289,110 @@ final class SyncCrashTests: DeviceTestCase {
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 1)
     }
 }
+
+/// Changes that are well signed but carry what this device must not apply: a newer schema,
+/// an unknown table or column, a non-canonical id in a uuid table. Each is refused, naming the
+/// object, and nothing of it is applied; an older schema's change is applied.
+final class SyncRefusalTests: DeviceTestCase {
+    /// Publishes `entries` as device `writer`'s next change, signed with its own key.
+    func publish(_ writer: Device, _ entries: [RowEntry], migrations: Int? = nil) throws {
+        let seq = UInt64((try writer.devices().first { $0.thisDevice }?.seq ?? 0) + 1)
+        let schema = writer.schemaVersion
+        let change = ChangeObject(storeID: writer.storeID, device: writer.deviceID, seq: seq,
+                                  schema: .init(migrations: migrations ?? schema.count, digest: schema.digest), entries: entries)
+        let provider = try StorageConnector(location: writer.storage).connect()
+        XCTAssertTrue(try provider.putIfAbsent(change.path, data: try change.seal(storeKey: try writer.storeKey(), signingKey: try writer.signingKey())))
+    }
+
+    func setting(_ id: String, _ columns: [String: SQLValue], stamp: String = "2030-01-01T00:00:00.000Z-0000-x") -> RowEntry {
+        let names = ["id"] + columns.keys.sorted()
+        return RowEntry(kind: .upsert, table: "settings", id: id, stamp: stamp, columns: names + ["_updated_at"],
+                        values: [.text(id)] + columns.keys.sorted().map { columns[$0]! } + [.text(stamp)])
+    }
+
+    func testRefusedChangesNameTheObjectAndApplyNothing() throws {
+        let a = try makeDevice(name: "a")
+        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.storeKeyBytes(), name: "b")
+        func expect(_ code: ErrorCode, line: UInt = #line) {
+            XCTAssertThrowsError(try b.sync(), line: line) { error in
+                XCTAssertEqual((error as? CovenError)?.code, code, "\(error)", line: line)
+                XCTAssertEqual((error as? CovenError)?.details["object"], ChangeObject.path(device: a.deviceID, seq: 1), line: line)
+            }
+            XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 0, line: line)
+        }
+        let path = storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: 1)
+        // A newer schema: update_required, with a hint to migrate.
+        try publish(a, [setting("k", ["value": .text("v")])], migrations: 99)
+        expect(.updateRequired)
+        try FileManager.default.removeItem(atPath: path)
+        // A table this device does not sync.
+        try publish(a, [RowEntry(kind: .upsert, table: "secrets", id: "x", stamp: "s", columns: ["id"], values: [.text("x")])])
+        expect(.decoding)
+        try FileManager.default.removeItem(atPath: path)
+        // A column this device does not have.
+        try publish(a, [setting("k", ["colour": .text("red")])])
+        expect(.decoding)
+        try FileManager.default.removeItem(atPath: path)
+        // A non-canonical id in a uuid table.
+        try publish(a, [RowEntry(kind: .upsert, table: "albums", id: "NOT-A-UUID", stamp: "s", columns: ["id", "_updated_at"], values: [.text("NOT-A-UUID"), .text("s")])])
+        expect(.invalidId)
+        try FileManager.default.removeItem(atPath: path)
+        // An older schema's change (fewer migrations) applies; the columns it lacks keep their values.
+        try b.database.execute("INSERT INTO settings (id, value, file, _updated_at) VALUES ('k', 'old', NULL, '2000')")
+        try publish(a, [RowEntry(kind: .upsert, table: "settings", id: "k", stamp: "2030", columns: ["id", "_updated_at"], values: [.text("k"), .text("2030")])],
+                    migrations: 3)
+        _ = try b.sync()
+        XCTAssertEqual(try b.database.scalar("SELECT value || '/' || _updated_at FROM settings").textValue, "old/2030")
+    }
+}
+
+/// Storage that counts the requests made through it, by kind.
+final class CountingStorage: StorageProvider {
+    let inner: StorageProvider
+    var requests: [String] = []
+    init(_ inner: StorageProvider) { self.inner = inner }
+    var singleRequestLimit: Int64 { inner.singleRequestLimit }
+    var minimumPartSize: Int64 { inner.minimumPartSize }
+    func put(_ key: String, data: [UInt8]) throws { requests.append("PUT " + key); try inner.put(key, data: data) }
+    func putIfAbsent(_ key: String, data: [UInt8]) throws -> Bool { requests.append("PUT " + key); return try inner.putIfAbsent(key, data: data) }
+    func get(_ key: String, range: Range<Int64>?, sink: (UnsafeRawBufferPointer) throws -> Void) throws -> Int64? {
+        requests.append("GET " + key)
+        return try inner.get(key, range: range, sink: sink)
+    }
+    func head(_ key: String) throws -> ObjectInfo? { requests.append("HEAD " + key); return try inner.head(key) }
+    func delete(_ key: String) throws { requests.append("DELETE " + key); try inner.delete(key) }
+    func list(prefix: String) throws -> [ObjectInfo] { requests.append("LIST " + prefix); return try inner.list(prefix: prefix) }
+    func createMultipart(_ key: String, totalSize: Int64, partSize: Int64) throws -> String { try inner.createMultipart(key, totalSize: totalSize, partSize: partSize) }
+    func uploadPart(_ key: String, uploadID: String, number: Int, offset: Int64, data: UnsafeRawBufferPointer) throws -> UploadedPart {
+        try inner.uploadPart(key, uploadID: uploadID, number: number, offset: offset, data: data)
+    }
+    func listParts(_ key: String, uploadID: String) throws -> [UploadedPart] { try inner.listParts(key, uploadID: uploadID) }
+    func completeMultipart(_ key: String, uploadID: String, parts: [UploadedPart]) throws { try inner.completeMultipart(key, uploadID: uploadID, parts: parts) }
+    func abortMultipart(_ key: String, uploadID: String) throws { try inner.abortMultipart(key, uploadID: uploadID) }
+    func uploadsInProgress(_ key: String) throws -> [String] { try inner.uploadsInProgress(key) }
+}
+
+final class SyncRequestTests: DeviceTestCase {
+    /// A quiet sync with 10 devices lists devices/ once and asks for one object per other
+    /// device: nothing else.
+    func testAQuietSyncOfTenDevicesMakesOneRequestPerDeviceAndOneListing() throws {
+        let a = try makeDevice(name: "d0")
+        var devices = [a]
+        for index in 1..<10 {
+            devices.append(try Device.join(paths: DevicePaths(database: work + "/d\(index)/device.db"), storage: a.storage,
+                                           storeKey: try a.storeKeyBytes(), name: "d\(index)"))
+        }
+        for device in devices {
+            try device.write(sql: "INSERT INTO settings (id, value) VALUES ('\(device.deviceName)', 'x')")
+        }
+        for _ in 0..<2 { for device in devices { _ = try device.sync() } }
+        let counting = CountingStorage(try StorageConnector(location: a.storage).connect())
+        let report = try devices[3].sync(provider: counting)
+        XCTAssertTrue(report.quiet)
+        XCTAssertEqual(counting.requests.filter { $0.hasPrefix("LIST ") }, ["LIST devices/"])
+        let gets = counting.requests.filter { $0.hasPrefix("GET ") }
+        XCTAssertEqual(gets.count, 9, counting.requests.joined(separator: "\n"))
+        XCTAssertTrue(gets.allSatisfy { $0.hasPrefix("GET changes/") })
+        XCTAssertEqual(counting.requests.count, 10, counting.requests.joined(separator: "\n"))
+    }
+}
