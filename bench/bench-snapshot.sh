@@ -46,8 +46,8 @@ SELECT printf('0193a9b2-%04x-7%03x-8%03x-%012x', i >> 16, i & 4095, (i >> 12) & 
        '2026-12-01T00:00:00.000Z-0000-00000000-0000-4000-8000-000000000000'
 FROM n;
 COMMIT;
-PRAGMA wal_checkpoint(TRUNCATE);
 SQL
+sqlite3 "$T/a/device.db" "PRAGMA wal_checkpoint(TRUNCATE)" > /dev/null
 echo "database: $(stat -c %s a/device.db) bytes"
 
 echo
@@ -55,7 +55,7 @@ echo "-- 1. coven snapshot against sqlite3 .backup + tar --zstd"
 hyperfine --shell bash --style basic --runs "$runs" --warmup 1 --export-json snap.json \
     --command-name "sqlite3 .backup + tar --zstd -c" --prepare "rm -f $T/backup.db $T/backup.tar.zst" \
         "sqlite3 $T/a/device.db '.backup $T/backup.db' && tar --zstd -cf $T/backup.tar.zst -C $T backup.db" \
-    --command-name "coven snapshot" "$COVEN --quiet snapshot --db $T/a/device.db > /dev/null"
+    --command-name "coven snapshot" --prepare "true" "$COVEN --quiet snapshot --db $T/a/device.db > /dev/null"
 limit_snap=$(median 0 snap.json); snap=$(median 1 snap.json)
 /usr/bin/time -v "$COVEN" --quiet snapshot --db "$T/a/device.db" > /dev/null 2> rss-snap.txt
 snapshot_bytes=$(find store/snapshots -type f -printf '%s\n' | head -1)
