@@ -18,7 +18,7 @@ let package = Package(
             dependencies: ["CSQLite", "CGcrypt", "CCurl", "CArchive", "CLinux"],
             swiftSettings: [.unsafeFlags(["-Ounchecked"], .when(configuration: .release))]
         ),
-        .executableTarget(name: "coven", dependencies: ["CovenKit"]),
+        .executableTarget(name: "coven", dependencies: ["CovenKit", "CLinux"]),
         .target(name: "CovenTestSupport", dependencies: ["CovenKit"]),
         .testTarget(name: "CovenKitTests", dependencies: ["CovenKit", "CovenTestSupport"], exclude: ["Fixtures"]),
         // The CLI tests `@testable import coven`: SwiftPM builds an executable target testable,

@@ -9,7 +9,9 @@
 #   5. coven write rows that reference both, in one transaction;
 #   6. coven upload-worker --once: encrypt and store them under $DEMO/store/files/;
 #   7. coven cat a byte range back and compare it with the source;
-#   8. coven status, then coven status --json.
+#   8. coven sync; a second device joins with the store key, reads the file and edits a row,
+#      which travels back;
+#   9. coven status, then coven status --json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -87,6 +89,22 @@ step "coven cat $file (whole file)"
 
 step "coven file-status $file"
 "$coven" file-status "$file"
+
+step "coven sync: publish this device's rows as sealed, signed changes"
+"$coven" sync
+
+step "a second device: coven join with the store key, then read the file there"
+"$coven" key export > store.key
+"$coven" --quiet join "file://$DEMO/store" --key-file store.key --name laptop --db "$DEMO/laptop/device.db"
+"$coven" sql --db "$DEMO/laptop/device.db" "SELECT title FROM songs ORDER BY title"
+"$coven" cat "$file" --db "$DEMO/laptop/device.db" | cmp - sample.bin && echo "the laptop reads the same bytes from storage"
+
+step "an edit on the laptop travels back"
+"$coven" write --db "$DEMO/laptop/device.db" "UPDATE songs SET title = 'renamed on the laptop', _updated_at = coven_stamp() WHERE title = 'app bytes'"
+"$coven" sync --db "$DEMO/laptop/device.db"
+"$coven" sync
+"$coven" sql "SELECT title FROM songs ORDER BY title"
+"$coven" devices
 
 step "coven status"
 "$coven" status

@@ -6,6 +6,13 @@
 #endif
 #include <fcntl.h>
 #include <sys/vfs.h>
+#include <malloc.h>
+
+// At most `count` malloc arenas (glibc makes one per thread by default, each keeping its own
+// freed memory).
+static inline int coven_limit_malloc_arenas(int count) {
+    return mallopt(M_ARENA_MAX, count);
+}
 
 // Starts writeback of a byte range without waiting, so a later fsync has little left to do.
 static inline int coven_start_writeback(int fd, long long offset, long long count) {

@@ -22,6 +22,9 @@ struct ChangeApplier {
     var database: Database { device.database }
     var sync: SyncState { SyncState(database: database) }
     private var columnsOf: [String: [String]] = [:]
+    /// Statement texts built once per table (and per column list), not once per entry.
+    private var selectSQL: [String: String] = [:]
+    private var upsertSQL: [String: [[String]: String]] = [:]
 
     /// The file records' owner for this applier: it keeps the copies to remove after a commit.
     private let records: FileRecords
@@ -100,7 +103,9 @@ struct ChangeApplier {
             }
         }
         let quoted = RowCapture.quote(entry.table)
-        let statement = try database.cached("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(quoted) WHERE id = ?1")
+        let select = selectSQL[entry.table] ?? "SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(quoted) WHERE id = ?1"
+        selectSQL[entry.table] = select
+        let statement = try database.cached(select)
         try statement.bind([entry.id])
         let localRow = try statement.next()
         statement.reset()
@@ -137,7 +142,9 @@ struct ChangeApplier {
         case (.upsert, true):
             if let object = try records.applyRemote(entry) { report.uncache.insert(object) }
         case (.upsert, false):
-            let statement = try database.cached(RowEntry.upsertSQL(table: entry.table, columns: entry.columns))
+            let sql = upsertSQL[entry.table]?[entry.columns] ?? RowEntry.upsertSQL(table: entry.table, columns: entry.columns)
+            upsertSQL[entry.table, default: [:]][entry.columns] = sql
+            let statement = try database.cached(sql)
             try statement.bind(entry.values)
             try statement.runToEnd()
         case (.delete, true), (.retract, true):

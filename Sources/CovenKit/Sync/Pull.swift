@@ -29,14 +29,15 @@ extension Device {
     /// - Throws: `.deviceGone` when this device was removed; `.integrity` / `.decoding` for a
     ///   change that fails its checks (naming the object; nothing of it is applied);
     ///   `.updateRequired` for a change of a newer schema; `.storage`.
-    public func pull(provider: StorageProvider, storeKey: FileKey, stop: Stop = Stop(), learned: [String]? = nil) throws -> PullReport {
+    public func pull(provider: StorageProvider, storeKey: FileKey, stop: Stop = Stop(), learned: [String]? = nil,
+                     progress: ((SyncProgress) -> Void)? = nil) throws -> PullReport {
         var report = PullReport()
         // `learned`: the caller listed devices/ already (sync does, before its push).
         report.newDevices = try learned ?? refreshDevices(provider: provider, storeKey: storeKey)
         var applier = ChangeApplier(device: self)
         var uncache: Set<String> = []
         defer { dropCachedBytes(of: uncache) }
-        var progress = true
+        var moved = true
         var finished: Set<String> = []
         // Where each device's changes ran out, and the highest seq of each that a change read
         // here says its writer applied: a change missing below that is a gap.
@@ -44,8 +45,8 @@ extension Device {
         var claimed: [String: Int64] = [:]
         // Each device's key, screened once per pull.
         var keys: [String: DevicePublicKey] = [:]
-        while progress {
-            progress = false
+        while moved {
+            moved = false
             for row in try database.query("SELECT device, applied_seq FROM coven_device_registry WHERE device <> ?1 AND gone = 0 ORDER BY device", [deviceID]) {
                 guard let other = row.string("device"), !finished.contains(other) else { continue }
                 var next = (row.int("applied_seq") ?? 0) + 1
@@ -79,7 +80,8 @@ extension Device {
                     report.lost += applied.lost
                     report.takenOut += applied.takenOut
                     uncache.formUnion(applied.uncache)
-                    progress = true
+                    progress?(.applied(device: other, seq: next, entries: change.entries.count))
+                    moved = true
                     next += 1
                 }
             }
@@ -187,10 +189,7 @@ extension Device {
             }
             learned.append(name)
         }
-        if try database.scalar("SELECT gone FROM coven_device_registry WHERE device = ?1", [deviceID]).intValue == 1 {
-            throw CovenError(.deviceGone, "this device ('\(deviceName)', \(deviceID)) was removed from the store", hint: "make a new device with 'coven join'",
-                             details: ["device": deviceID])
-        }
+        try refuseIfGone()
         return learned
     }
 

@@ -29,7 +29,7 @@ extension Device {
     /// - Throws: `.deviceConflict` when another object is at the next seq (a second copy of this
     ///   device published), publishing nothing more; `.storage` when storage fails (what was
     ///   published stays published, the rest stays frozen or in the outbox).
-    public func push(provider: StorageProvider, storeKey: FileKey, stop: Stop = Stop()) throws -> PushReport {
+    public func push(provider: StorageProvider, storeKey: FileKey, stop: Stop = Stop(), progress: ((SyncProgress) -> Void)? = nil) throws -> PushReport {
         var report = PushReport()
         let signingKey = try self.signingKey()
         while true {
@@ -38,6 +38,7 @@ extension Device {
                 try send(frozen, provider: provider)
                 report.published.append(frozen.int("seq") ?? 0)
                 report.entries += Int(frozen.int("entries") ?? 0)
+                progress?(.published(seq: frozen.int("seq") ?? 0, entries: Int(frozen.int("entries") ?? 0)))
                 continue
             }
             guard try freezeNextChange(storeKey: storeKey, signingKey: signingKey) else { break }

@@ -8,6 +8,12 @@ public struct SyncReport: Sendable, Equatable {
     public var quiet: Bool { pushed.published.isEmpty && pulled.changes == 0 && pulled.newDevices.isEmpty }
 }
 
+/// Where a sync is, for a progress line: a change published or applied.
+public enum SyncProgress: Sendable {
+    case published(seq: Int64, entries: Int)
+    case applied(device: String, seq: Int64, entries: Int)
+}
+
 /// One device of the store, as this device knows it.
 public struct DeviceInfo: Sendable, Equatable {
     public var id: String
@@ -40,23 +46,25 @@ public struct LostValue: Sendable, Equatable {
 extension Device {
     /// Publishes this device's writes and applies the other devices' (`push`, `pull`, or push,
     /// pull, push), under the device lock.
-    public func sync(push: Bool = true, pull: Bool = true, wait: Bool = true, stop: Stop = Stop()) throws -> SyncReport {
+    public func sync(push: Bool = true, pull: Bool = true, wait: Bool = true, stop: Stop = Stop(),
+                     progress: ((SyncProgress) -> Void)? = nil) throws -> SyncReport {
         let lock = try self.lock(wait: wait)
         defer { _ = lock }
-        return try sync(provider: try connectStorage(), push: push, pull: pull, stop: stop)
+        return try sync(provider: try connectStorage(), push: push, pull: pull, stop: stop, progress: progress)
     }
 
-    /// ``sync(push:pull:wait:stop:)`` through `provider`, under the caller's lock.
-    func sync(provider: StorageProvider, push: Bool = true, pull: Bool = true, stop: Stop = Stop()) throws -> SyncReport {
+    /// ``sync(push:pull:wait:stop:progress:)`` through `provider`, under the caller's lock.
+    func sync(provider: StorageProvider, push: Bool = true, pull: Bool = true, stop: Stop = Stop(),
+              progress: ((SyncProgress) -> Void)? = nil) throws -> SyncReport {
         let key = try storeKey()
         var report = SyncReport()
         // A device removed for good publishes nothing more.
         let learned = try refreshDevices(provider: provider, storeKey: key)
         if push { try ensureSigningKey(provider: provider, storeKey: key) }
-        if push { report.pushed = try self.push(provider: provider, storeKey: key, stop: stop) }
-        if pull { report.pulled = try self.pull(provider: provider, storeKey: key, stop: stop, learned: learned) }
+        if push { report.pushed = try self.push(provider: provider, storeKey: key, stop: stop, progress: progress) }
+        if pull { report.pulled = try self.pull(provider: provider, storeKey: key, stop: stop, learned: learned, progress: progress) }
         if push && pull {
-            let again = try self.push(provider: provider, storeKey: key, stop: stop)
+            let again = try self.push(provider: provider, storeKey: key, stop: stop, progress: progress)
             report.pushed.published += again.published
             report.pushed.entries += again.entries
             report.pushed.held = again.held
@@ -149,6 +157,16 @@ extension Device {
 }
 
 extension Device {
+    /// Refuses to go on when this device was removed from the store for good (as the last
+    /// listing of `devices/` said).
+    ///
+    /// - Throws: `.deviceGone`.
+    func refuseIfGone() throws {
+        guard try database.scalar("SELECT gone FROM coven_device_registry WHERE device = ?1", [deviceID]).intValue == 1 else { return }
+        throw CovenError(.deviceGone, "this device ('\(deviceName)', \(deviceID)) was removed from the store", hint: "make a new device with 'coven join'",
+                         details: ["device": deviceID])
+    }
+
     /// Makes this device's signing key if it has none (a device made before signing keys) and
     /// registers its public half, replacing the device's own entry in `devices/`.
     func ensureSigningKey(provider: StorageProvider, storeKey: FileKey) throws {

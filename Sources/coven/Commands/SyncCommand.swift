@@ -26,7 +26,16 @@ struct SyncCommand: Command {
         let pushOnly = invocation.has("push"), pullOnly = invocation.has("pull")
         guard !(pushOnly && pullOnly) else { throw CovenError(.usage, "--push and --pull exclude each other", hint: "give neither to do both") }
         let device = try context.openDevice()
-        let report = try device.sync(push: !pullOnly, pull: !pushOnly, wait: !context.noWait, stop: Stop.process)
+        let line = StatusLine(context)
+        var published = 0, applied = 0
+        let report = try device.sync(push: !pullOnly, pull: !pushOnly, wait: !context.noWait, stop: Stop.process) { step in
+            switch step {
+            case .published: published += 1
+            case .applied: applied += 1
+            }
+            if line.isDue() { line.show("sync: \(published.counted("change")) published, \(applied.counted("change")) applied") }
+        }
+        line.finish()
         let pulled = report.pulled
         let incomplete = !pulled.gaps.isEmpty || !pulled.waiting.isEmpty
         let status = incomplete ? ExitCodes.partial : ExitCodes.success

@@ -96,7 +96,9 @@ final class SyncFilesTests: DeviceTestCase {
 /// losing device's copy goes (with the folder coven made for it) when the winning write
 /// arrives, and the losing switch is kept as a lost value of the file record.
 final class SyncDeviceOnlyConflictTests: DeviceTestCase {
-    func testConcurrentMakeDeviceOnlyTheLaterWinsAndTheLosersCopyGoes() throws {
+    /// Two devices of a store with one stored file, which each makes device-only into its own
+    /// picked folder (`picked-a`, then `picked-b`: b's switch is the later) at `names`.
+    private func bothMakeDeviceOnly(_ names: [String]) throws -> (Device, Device, String) {
         let a = try makeDevice(name: "a")
         let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.storeKeyBytes(), name: "b")
         let song = try a.prepareUserFile(path: try file("song.flac", "the one song"), namespace: "music", place: .cloud)
@@ -108,8 +110,13 @@ final class SyncDeviceOnlyConflictTests: DeviceTestCase {
         for (device, name) in [(a, "picked-a"), (b, "picked-b")] {
             let folder = work + "/" + name
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-            _ = try device.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: track, names: ["Album", "song.flac"], input: "argument 1")])
+            _ = try device.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: track, names: names, input: "argument 1")])
         }
+        return (a, b, track)
+    }
+
+    func testConcurrentMakeDeviceOnlyTheLaterWinsAndTheLosersCopyGoes() throws {
+        let (a, b, track) = try bothMakeDeviceOnly(["Album", "song.flac"])
         XCTAssertTrue(FileManager.default.fileExists(atPath: work + "/picked-a/Album/song.flac"))
         _ = try a.sync()
         _ = try b.sync()
@@ -132,19 +139,7 @@ final class SyncDeviceOnlyConflictTests: DeviceTestCase {
 
     /// A losing copy the person changed stays.
     func testALosingCopyThePersonChangedStays() throws {
-        let a = try makeDevice(name: "a")
-        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.storeKeyBytes(), name: "b")
-        let song = try a.prepareUserFile(path: try file("song.flac", "the one song"), namespace: "music", place: .cloud)
-        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
-        let track = try a.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_user_file('\(song.id)'))").files[0]
-        try StoredFiles.store(a, file: track)
-        _ = try a.sync()
-        _ = try b.sync()
-        for (device, name) in [(a, "picked-a"), (b, "picked-b")] {
-            let folder = work + "/" + name
-            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-            _ = try device.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: track, names: ["song.flac"], input: "argument 1")])
-        }
+        let (a, b, track) = try bothMakeDeviceOnly(["song.flac"])
         try Data("edited by the person".utf8).write(to: URL(fileURLWithPath: work + "/picked-a/song.flac"))
         _ = try a.sync()
         _ = try b.sync()

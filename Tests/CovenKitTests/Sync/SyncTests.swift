@@ -175,6 +175,12 @@ final class SyncTests: DeviceTestCase {
         try a.removeDevice("b")
         XCTAssertTrue(try a.devices().first { $0.name == "b" }?.gone ?? false)
         XCTAssertThrowsError(try b.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceGone) }
+        // Its uploads stop too.
+        let cover = try stageApp(b, try file("cover.jpg", "bytes"))
+        try b.write(sql: "INSERT INTO settings (id, file) VALUES ('k', coven_put_staged('\(cover.id)'))")
+        XCTAssertThrowsError(try UploadWorker.run(paths: b.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))) {
+            XCTAssertEqual(($0 as? CovenError)?.code, .deviceGone)
+        }
         XCTAssertThrowsError(try a.removeDevice("a")) { XCTAssertEqual(($0 as? CovenError)?.code, .invalidState) }
     }
 
@@ -191,32 +197,37 @@ final class SyncTests: DeviceTestCase {
     }
 }
 
-/// Storage that fails on cue, around the real file:// provider: after a put went through (a
-/// crash between storage's answer and the database's commit), or on the n-th get.
+/// Storage around the real file:// provider that counts the requests made through it, and
+/// fails on cue: after a put went through (a crash between storage's answer and the
+/// database's commit), or on the n-th get.
 final class CrashingStorage: StorageProvider {
     let inner: StorageProvider
     var failAfterPut = false
     var failOnGet: Int?
     var gets = 0
+    /// Every request, as `METHOD key`.
+    var requests: [String] = []
     init(_ inner: StorageProvider) { self.inner = inner }
     struct Crash: Error {}
 
     var singleRequestLimit: Int64 { inner.singleRequestLimit }
     var minimumPartSize: Int64 { inner.minimumPartSize }
-    func put(_ key: String, data: [UInt8]) throws { try inner.put(key, data: data) }
+    func put(_ key: String, data: [UInt8]) throws { requests.append("PUT " + key); try inner.put(key, data: data) }
     func putIfAbsent(_ key: String, data: [UInt8]) throws -> Bool {
+        requests.append("PUT " + key)
         let stored = try inner.putIfAbsent(key, data: data)
         if failAfterPut { throw Crash() }
         return stored
     }
     func get(_ key: String, range: Range<Int64>?, sink: (UnsafeRawBufferPointer) throws -> Void) throws -> Int64? {
+        requests.append("GET " + key)
         gets += 1
         if gets == failOnGet { throw Crash() }
         return try inner.get(key, range: range, sink: sink)
     }
-    func head(_ key: String) throws -> ObjectInfo? { try inner.head(key) }
-    func delete(_ key: String) throws { try inner.delete(key) }
-    func list(prefix: String) throws -> [ObjectInfo] { try inner.list(prefix: prefix) }
+    func head(_ key: String) throws -> ObjectInfo? { requests.append("HEAD " + key); return try inner.head(key) }
+    func delete(_ key: String) throws { requests.append("DELETE " + key); try inner.delete(key) }
+    func list(prefix: String) throws -> [ObjectInfo] { requests.append("LIST " + prefix); return try inner.list(prefix: prefix) }
     func createMultipart(_ key: String, totalSize: Int64, partSize: Int64) throws -> String { try inner.createMultipart(key, totalSize: totalSize, partSize: partSize) }
     func uploadPart(_ key: String, uploadID: String, number: Int, offset: Int64, data: UnsafeRawBufferPointer) throws -> UploadedPart {
         try inner.uploadPart(key, uploadID: uploadID, number: number, offset: offset, data: data)
@@ -346,32 +357,6 @@ final class SyncRefusalTests: DeviceTestCase {
     }
 }
 
-/// Storage that counts the requests made through it, by kind.
-final class CountingStorage: StorageProvider {
-    let inner: StorageProvider
-    var requests: [String] = []
-    init(_ inner: StorageProvider) { self.inner = inner }
-    var singleRequestLimit: Int64 { inner.singleRequestLimit }
-    var minimumPartSize: Int64 { inner.minimumPartSize }
-    func put(_ key: String, data: [UInt8]) throws { requests.append("PUT " + key); try inner.put(key, data: data) }
-    func putIfAbsent(_ key: String, data: [UInt8]) throws -> Bool { requests.append("PUT " + key); return try inner.putIfAbsent(key, data: data) }
-    func get(_ key: String, range: Range<Int64>?, sink: (UnsafeRawBufferPointer) throws -> Void) throws -> Int64? {
-        requests.append("GET " + key)
-        return try inner.get(key, range: range, sink: sink)
-    }
-    func head(_ key: String) throws -> ObjectInfo? { requests.append("HEAD " + key); return try inner.head(key) }
-    func delete(_ key: String) throws { requests.append("DELETE " + key); try inner.delete(key) }
-    func list(prefix: String) throws -> [ObjectInfo] { requests.append("LIST " + prefix); return try inner.list(prefix: prefix) }
-    func createMultipart(_ key: String, totalSize: Int64, partSize: Int64) throws -> String { try inner.createMultipart(key, totalSize: totalSize, partSize: partSize) }
-    func uploadPart(_ key: String, uploadID: String, number: Int, offset: Int64, data: UnsafeRawBufferPointer) throws -> UploadedPart {
-        try inner.uploadPart(key, uploadID: uploadID, number: number, offset: offset, data: data)
-    }
-    func listParts(_ key: String, uploadID: String) throws -> [UploadedPart] { try inner.listParts(key, uploadID: uploadID) }
-    func completeMultipart(_ key: String, uploadID: String, parts: [UploadedPart]) throws { try inner.completeMultipart(key, uploadID: uploadID, parts: parts) }
-    func abortMultipart(_ key: String, uploadID: String) throws { try inner.abortMultipart(key, uploadID: uploadID) }
-    func uploadsInProgress(_ key: String) throws -> [String] { try inner.uploadsInProgress(key) }
-}
-
 final class SyncRequestTests: DeviceTestCase {
     /// A quiet sync with 10 devices lists devices/ once and asks for one object per other
     /// device: nothing else.
@@ -386,7 +371,7 @@ final class SyncRequestTests: DeviceTestCase {
             try device.write(sql: "INSERT INTO settings (id, value) VALUES ('\(device.deviceName)', 'x')")
         }
         for _ in 0..<2 { for device in devices { _ = try device.sync() } }
-        let counting = CountingStorage(try StorageConnector(location: a.storage).connect())
+        let counting = CrashingStorage(try StorageConnector(location: a.storage).connect())
         let report = try devices[3].sync(provider: counting)
         XCTAssertTrue(report.quiet)
         XCTAssertEqual(counting.requests.filter { $0.hasPrefix("LIST ") }, ["LIST devices/"])
