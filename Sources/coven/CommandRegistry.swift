@@ -31,6 +31,7 @@ enum CommandRegistry {
         MakeDeviceOnlyCommand.self,
         SyncCommand.self,
         JoinCommand.self,
+        SnapshotCommand.self,
         DevicesCommand.self,
         DeviceCommand.self,
         LostCommand.self,
