@@ -131,13 +131,11 @@ public enum Snapshot {
 // MARK: - Making a snapshot
 
 extension Device {
-    /// The rows of `table` a snapshot keeps: an SQL condition over `main.<table>`.
-    ///
-    /// Until the gates' kept predicate lands (DESIGN.md "Gates", built from the manifest and
-    /// the schema's foreign keys), every row is kept: "1". It is swapped in here, in one place,
-    /// for every synced table and `coven_files`.
-    func snapshotCondition(table: String) -> String {
-        "1"
+    /// The rows of `table` a snapshot keeps: an SQL condition over `main.<table>`, the same
+    /// kept predicate the push filter uses (Store/SchemaGraph.swift), so a snapshot holds exactly
+    /// the rows this device's changes would have given a peer, and no private one.
+    func snapshotCondition(table: String) throws -> String {
+        try keptCondition(table: table)
     }
 
     /// Publishes a bootstrap snapshot (DESIGN.md "Snapshots"): pushes first, then, in one read
@@ -203,9 +201,9 @@ extension Device {
             }
             var rows: Int64 = 0
             for table in manifest.tables.map(\.name) {
-                rows += try copyRows(table, into: schema, condition: snapshotCondition(table: table))
+                rows += try copyRows(table, into: schema, condition: try snapshotCondition(table: table))
             }
-            rows += try fileRecords.copyForSnapshot(into: schema, condition: snapshotCondition(table: "coven_files"))
+            rows += try fileRecords.copyForSnapshot(into: schema, condition: try snapshotCondition(table: "coven_files"))
             let sync = SyncState(database: database)
             try sync.copyForSnapshot(into: schema, tables: manifest.tables.map(\.name) + ["coven_files"])
             let seq = try database.scalar("SELECT applied_seq FROM main.coven_device_registry WHERE device = ?1", [deviceID]).intValue ?? 0
