@@ -5,7 +5,7 @@
 
 # The command words.
 _coven_commands() {
-    echo 'init' 'migrate' 'key' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'join' 'devices' 'device' 'lost' 'completions' 'help'
+    echo 'init' 'migrate' 'key' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'join' 'snapshot' 'devices' 'device' 'lost' 'completions' 'help'
 }
 
 # The option words of COMMAND ('' is coven itself, before any command).
@@ -38,6 +38,7 @@ _coven_options() {
         'sync') echo '--push' '--pull' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'gc') echo '--dry-run' '--gone-devices' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'join') echo '--key-file' '--name' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'snapshot') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'devices') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'device') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'lost') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
@@ -183,7 +184,7 @@ _coven_argument() {
             esac ;;
         'help')
             case $2 in
-                0) echo 'choice init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join devices device lost completions' ;;
+                0) echo 'choice init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device lost completions' ;;
             esac ;;
     esac
 }

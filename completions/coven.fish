@@ -175,6 +175,7 @@ complete -c coven -n __coven_needs_command -a 'make-device-only' -d 'bring files
 complete -c coven -n __coven_needs_command -a 'sync' -d 'publish this device\'s writes and apply the other devices\''
 complete -c coven -n __coven_needs_command -a 'gc' -d 'delete the stored objects nothing can still point at'
 complete -c coven -n __coven_needs_command -a 'join' -d 'make a new device of an existing store, then pull its rows'
+complete -c coven -n __coven_needs_command -a 'snapshot' -d 'publish a bootstrap snapshot that \'coven join\' starts new devices from'
 complete -c coven -n __coven_needs_command -a 'devices' -d 'list the store\'s devices, their published seq and frontier'
 complete -c coven -n __coven_needs_command -a 'device' -d 'mark a device of the store gone for good'
 complete -c coven -n __coven_needs_command -a 'lost' -d 'list the values lost to concurrent edits, or restore one'
@@ -285,4 +286,4 @@ complete -c coven -n '__coven_at_argument lost 0' -a 'restore'
 complete -c coven -n '__coven_at_argument completions 0' -a 'bash zsh fish'
 
 # coven help
-complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join devices device lost completions'
+complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device lost completions'

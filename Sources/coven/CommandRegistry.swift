@@ -32,6 +32,7 @@ enum CommandRegistry {
         SyncCommand.self,
         GcCommand.self,
         JoinCommand.self,
+        SnapshotCommand.self,
         DevicesCommand.self,
         DeviceCommand.self,
         LostCommand.self,

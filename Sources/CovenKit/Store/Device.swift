@@ -31,6 +31,8 @@ public final class Device {
     private var loadedSigningKey: DeviceSigningKey?
     /// The other devices' public keys, screened once per connection, by their hex.
     var screenedKeys: [String: DevicePublicKey] = [:]
+    /// For a device `join` made now: the snapshot it started from and those it passed over.
+    public internal(set) var joinedFrom: SnapshotJoin?
 
     /// A provider for this device's storage, for sync.
     func connectStorage() throws -> StorageProvider {
@@ -244,16 +246,27 @@ public final class Device {
     /// Builds a device's database aside (``building(_:)``): coven's schema, its settings, its
     /// registry entry and the manifest's migrations. The caller renames it into place last.
     static func buildDatabase(paths: DevicePaths, storeID: String, deviceID: String, deviceName: String, storage: StorageLocation,
-                              manifest: Manifest, joinedAt now: String, publicKey: DevicePublicKey) throws {
+                              manifest: Manifest, joinedAt now: String, publicKey: DevicePublicKey,
+                              fromSnapshot snapshot: SnapshotManifest? = nil) throws {
         let building = building(paths)
-        for suffix in ["", "-wal", "-shm"] { unlink(building + suffix) }
+        // A snapshot's database, unpacked there, is the start; otherwise an empty one.
+        if snapshot == nil { for suffix in ["", "-wal", "-shm"] { unlink(building + suffix) } }
         do {
             let database = try Database(path: building, create: true)
             chmod(building, 0o600)
             try configure(database, readOnly: false)
-            try Schema.migrate(database, from: 0)
+            let version = try database.scalar("PRAGMA user_version").intValue ?? 0
+            guard version <= Schema.version else {
+                throw CovenError(.updateRequired, "the snapshot's database was written by a newer coven", hint: "update coven")
+            }
+            try Schema.migrate(database, from: version)
             let manifestJSON = try manifest.canonicalJSON()
+            let recorded = try database.query("SELECT position, sha256 FROM coven_migrations ORDER BY position").map { ($0.int("position") ?? 0, $0.string("sha256") ?? "") }
             try database.transaction {
+                if let snapshot, !snapshot.hlc.isEmpty {
+                    // The receive rule of the hybrid clock, as for every applied change.
+                    try database.run("INSERT INTO coven_meta (key, value) VALUES ('hlc', ?1)", [snapshot.hlc])
+                }
                 for (key, value) in [
                     ("store_id", storeID), ("device_id", deviceID), ("device_name", deviceName),
                     ("storage", storage.description), ("manifest", manifestJSON), ("created_at", now),
@@ -262,7 +275,7 @@ public final class Device {
                     try database.run("INSERT INTO coven_meta (key, value) VALUES (?1, ?2)", [key, value])
                 }
                 try SyncState(database: database).learnDevice(deviceID, name: deviceName, joinedAt: now, publicKey: publicKey.hex)
-                _ = try Migrations.apply(manifest.migrations, to: database, recorded: [])
+                _ = try Migrations.apply(manifest.migrations, to: database, recorded: recorded)
             }
             try SchemaCheck(database: database, manifest: manifest).run()
             // Checkpoint so the renamed file holds everything without its WAL.

@@ -53,8 +53,12 @@ extension Device {
         let now = Timestamp.iso8601(Date())
         defer { for suffix in ["", "-wal", "-shm"] { unlink(building(paths) + suffix) } }
         let signingKey = try DeviceSigningKey()
+        // The newest snapshot this device can read becomes its database; the pull that follows
+        // brings the rest.
+        let snapshot = try restoreSnapshot(provider: provider, storeKey: storeKey, storeID: storeID, manifest: manifest,
+                                           into: building(paths), temporary: paths.temporary)
         try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest,
-                          joinedAt: now, publicKey: signingKey.publicKey)
+                          joinedAt: now, publicKey: signingKey.publicKey, fromSnapshot: snapshot.manifest)
         try AtomicFile.write(paths.storeKey, bytes: keyBytes, mode: 0o600)
         try signingKey.write(to: paths.signingKey)
         let entry = registryEntryKey(deviceID)
@@ -70,6 +74,7 @@ extension Device {
         created = true
         let device = try open(paths: paths)
         device.storageEnvironment = environment
+        device.joinedFrom = snapshot
         try device.refreshDevices(provider: provider, storeKey: storeKey)
         return device
     }

@@ -10,8 +10,10 @@ struct JoinCommand: Command {
     Reads the store key (the line 'coven key export' prints on one of the store's devices) from \
     --key-file, or from stdin when it is not a terminal; checks it against the store's sealed \
     manifest before writing anything (a wrong key is 'integrity'); builds the device at --db \
-    with the store's manifest and a fresh device id; announces it under devices/; then pulls \
-    every other device's changes. Prints the new device's id, or one JSON object with --json.
+    with the store's manifest and a fresh device id, starting from the newest snapshot under \
+    snapshots/ whose schema it can read (one that fails authentication, is truncated or is of a \
+    newer schema is passed over, with a warning, for an older one or for none); announces it \
+    under devices/; then pulls the changes the snapshot does not hold. Prints the new device's id, or one JSON object with --json.
     """
     static let options = [
         OptionSpec("key-file", value: "FILE", help: "the file holding the store key (default: stdin)", completion: .file),
@@ -45,14 +47,30 @@ struct JoinCommand: Command {
             context.note("warning: the key names store \(store), but the store at \(storage) is \(device.storeID)")
         }
         let report = try device.sync(push: false, pull: true, stop: Stop.process)
+        let snapshotKey = device.joinedFrom?.key
+        let snapshotRows = device.joinedFrom?.manifest?.rows ?? 0
+        let skipped = device.joinedFrom?.skipped ?? []
         if context.json {
+            var used: Any = NSNull()
+            if let snapshotKey { used = ["key": snapshotKey, "seq": device.joinedFrom?.manifest?.seq ?? 0, "rows": snapshotRows] as [String: Any] }
+            let passed: [[String: String]] = skipped.map { ["key": $0.key, "reason": $0.reason, "message": $0.message] }
             try context.printJSON([
                 "store": ["id": device.storeID, "storage": device.storage.description],
                 "device": ["id": device.deviceID, "name": device.deviceName, "database": device.paths.database],
+                "snapshot": used,
+                "skipped_snapshots": passed,
                 "pulled": ["changes": report.pulled.changes, "entries": report.pulled.entries],
             ])
         } else {
             context.line(device.deviceID)
+            for skip in skipped {
+                context.note("warning: passed over snapshot '\(skip.key)' (\(skip.reason)): \(skip.message)")
+            }
+            if let snapshotKey {
+                context.note("started from snapshot '\(snapshotKey)' (\(snapshotRows.counted("row")))")
+            } else if !skipped.isEmpty {
+                context.note("no snapshot could be used: pulling every change")
+            }
             context.note("joined store \(device.storeID) at \(device.storage) as device '\(device.deviceName)'; pulled \(report.pulled.changes.counted("change")), \(report.pulled.entries.counted("row"))")
         }
         return 0

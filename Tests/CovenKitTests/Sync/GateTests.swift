@@ -322,3 +322,41 @@ final class GateTests: DeviceTestCase {
         XCTAssertEqual(error?.details["remote_root"], "albums")
     }
 }
+
+/// Gates and snapshots: a snapshot holds the rows peers hold, never a private one, so a device
+/// joined from it and one that pulled every change hold the same rows.
+final class GateSnapshotTests: DeviceTestCase {
+    typealias G = GateTests
+    func join(_ name: String, from device: Device) throws -> Device {
+        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, storeKey: try device.storeKeyBytes(), name: name)
+    }
+
+    func dump(_ device: Device) throws -> [String] {
+        try ["workspaces", "lists", "todos", "labels", "todo_labels", "coven_files"].flatMap { table in
+            try device.database.query("SELECT * FROM \(table) ORDER BY id").map { row in
+                table + ": " + zip(row.columns, row.values).map { "\($0)=\($1.textValue ?? "NULL")" }.joined(separator: " ")
+            }
+        }
+    }
+
+    func testASnapshotHoldsTheSharedRowsOnlyAndJoinsLikeAFullPull() throws {
+        let a = try makeDevice(G.gateManifest, name: "a")
+        let peer = try join("peer", from: a)
+        try a.write(sql: """
+            INSERT INTO workspaces (id, name) VALUES ('\(G.id(1))', 'home');
+            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(G.id(11))', '\(G.id(1))', 'shopping', 1);
+            INSERT INTO todos (id, list_id, title) VALUES ('\(G.id(20))', '\(G.id(11))', 'milk');
+            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(G.id(10))', '\(G.id(1))', 'diary', 0);
+            INSERT INTO todos (id, list_id, title) VALUES ('\(G.id(23))', '\(G.id(10))', 'secret');
+            """)
+        _ = try a.sync()
+        _ = try peer.sync()
+        let report = try a.snapshot()
+        XCTAssertFalse(report.key.isEmpty)
+        let joined = try join("joined", from: a)
+        XCTAssertEqual(try dump(joined), try dump(peer), "joined from the snapshot and pulled every change: the same rows")
+        XCTAssertEqual(Set(try joined.database.query("SELECT id FROM lists").compactMap { $0.string("id") }), [G.id(11)])
+        XCTAssertEqual(try joined.database.scalar("SELECT count(*) FROM todos WHERE title = 'secret'").intValue, 0, "never a private row")
+        XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM todos").intValue, 2, "the owner keeps its rows")
+    }
+}

@@ -1,0 +1,179 @@
+import Foundation
+
+/// A snapshot `coven join` did not start from, and why.
+public struct SnapshotSkip: Sendable, Equatable {
+    /// Its storage key.
+    public var key: String
+    /// Why: an error code (`integrity`, `decoding`, `missing`, `update_required`) or
+    /// `newer_schema` / `other_schema` / `other_store`.
+    public var reason: String
+    /// One line for people.
+    public var message: String
+}
+
+/// Where `coven join` started from.
+public struct SnapshotJoin: Sendable, Equatable {
+    /// The snapshot the device was built from (nil: none could be used, every change is
+    /// pulled), and its manifest.
+    public var key: String?
+    public var manifest: SnapshotManifest?
+    /// The snapshots passed over, in the order they were considered.
+    public var skipped: [SnapshotSkip] = []
+}
+
+extension Device {
+    /// Finds the newest snapshot of the store whose schema this device can read and unpacks
+    /// its database at `path`: the snapshots are ranked by how much history they hold (their
+    /// seq and frontier, read from each one's first chunk), and one that is of a newer schema,
+    /// fails authentication, is truncated or cannot be decoded is passed over for the next,
+    /// and finally for none (the device then pulls every change).
+    ///
+    /// - Throws: `.storage` when storage fails (not a snapshot's fault); `.noRoom`/`.io`.
+    static func restoreSnapshot(provider: StorageProvider, storeKey: FileKey, storeID: String, manifest: Manifest,
+                                into path: String, temporary: String) throws -> SnapshotJoin {
+        var result = SnapshotJoin()
+        let local = (count: manifest.migrations.count, migrations: manifest.migrations)
+        var candidates: [(info: ObjectInfo, manifest: SnapshotManifest)] = []
+        func skip(_ key: String, _ error: CovenError) throws {
+            guard [.integrity, .decoding, .missing, .updateRequired].contains(error.code) else { throw error }
+            result.skipped.append(SnapshotSkip(key: key, reason: error.code.rawValue, message: error.description))
+        }
+        for info in try provider.list(prefix: "snapshots/") {
+            guard let name = Snapshot.parse(info.key) else { continue }
+            let peeked: SnapshotManifest
+            do {
+                peeked = try peekManifest(provider: provider, info: info, storeKey: storeKey)
+            } catch let error as CovenError {
+                try skip(info.key, error)
+                continue
+            }
+            guard peeked.device == name.device, peeked.seq == name.seq else {
+                try skip(info.key, CovenError(.integrity, "snapshot '\(info.key)' says it is change \(peeked.seq) of device \(peeked.device)"))
+                continue
+            }
+            guard peeked.store == storeID else {
+                result.skipped.append(SnapshotSkip(key: info.key, reason: "other_store", message: "snapshot '\(info.key)' is of store \(peeked.store)"))
+                continue
+            }
+            if peeked.covenSchema > Schema.version || peeked.migrations > local.count {
+                result.skipped.append(SnapshotSkip(
+                    key: info.key, reason: "newer_schema",
+                    message: "snapshot '\(info.key)' was made under a newer schema (coven schema \(peeked.covenSchema), \(peeked.migrations.counted("migration")))"))
+                continue
+            }
+            let digest = SHA256.digest(Array(local.migrations.prefix(peeked.migrations).joined(separator: "\u{0}").utf8)).hex
+            guard digest == peeked.migrationsDigest else {
+                result.skipped.append(SnapshotSkip(key: info.key, reason: "other_schema",
+                                                   message: "snapshot '\(info.key)' was made by migrations other than the store's manifest"))
+                continue
+            }
+            candidates.append((info, peeked))
+        }
+        candidates.sort { ($0.manifest.coverage, $0.manifest.createdAt, $0.info.key) > ($1.manifest.coverage, $1.manifest.createdAt, $1.info.key) }
+        for candidate in candidates {
+            do {
+                try unpackSnapshot(provider: provider, key: candidate.info.key, expected: candidate.manifest, storeKey: storeKey, into: path, temporary: temporary)
+                result.key = candidate.info.key
+                result.manifest = candidate.manifest
+                return result
+            } catch let error as CovenError {
+                for suffix in ["", "-wal", "-shm", "-journal"] { unlink(path + suffix) }
+                try skip(candidate.info.key, error)
+            }
+        }
+        return result
+    }
+
+    /// The manifest of a snapshot, read from its first sealed chunk alone (one ranged GET):
+    /// each chunk is authenticated on its own, so the manifest is genuine even if the rest of
+    /// the object is damaged.
+    static func peekManifest(provider: StorageProvider, info: ObjectInfo, storeKey: FileKey) throws -> SnapshotManifest {
+        let first = min(info.size, Int64(StoreSealer.headerSize + ChunkRun.sealedChunkSize))
+        var bytes: [UInt8] = []
+        try provider.get(info.key, range: 0..<max(first, 1)) { bytes.append(contentsOf: $0) }
+        var at = 0
+        let sealed = try StoreSealer.StreamReader(storeKey: storeKey, boundTo: info.key, sealedSize: info.size) { buffer in
+            let count = min(buffer.count, bytes.count - at)
+            if count > 0 { bytes.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[at..<(at + count)])) } }
+            at += count
+            return count
+        }
+        var gave = false
+        let archive = try ArchiveReader {
+            // The first chunk only; the archive's first entry is within it.
+            guard !gave else { return nil }
+            gave = true
+            return try sealed.nextChunk()
+        }
+        guard let entry = try archive.nextEntry(), entry.name == Snapshot.manifestEntry else {
+            throw CovenError(.decoding, "snapshot '\(info.key)' does not start with its manifest", details: ["object": info.key])
+        }
+        return try SnapshotManifest(json: try archive.readAll(maximumSize: 1 << 20), key: info.key)
+    }
+
+    /// Downloads the snapshot at `key` into a temporary file, then opens it chunk by chunk,
+    /// unpacking its database at `path`; every chunk is authenticated, through the last.
+    private static func unpackSnapshot(provider: StorageProvider, key: String, expected: SnapshotManifest, storeKey: FileKey,
+                                       into path: String, temporary: String) throws {
+        let download = temporary + "/snapshot-" + Identifier.objectName() + ".sealed"
+        let fd = Glibc.open(download, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw CovenError.posix("create", path: download) }
+        defer {
+            close(fd)
+            unlink(download)
+        }
+        try provider.get(key, range: nil) { try AtomicFile.writeAll(fd, $0, path: download) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, lseek(fd, 0, SEEK_SET) == 0 else { throw CovenError.posix("read", path: download) }
+        let sealed = try StoreSealer.StreamReader(storeKey: storeKey, boundTo: key, sealedSize: Int64(info.st_size)) { buffer in
+            while true {
+                let count = read(fd, buffer.baseAddress, buffer.count)
+                if count < 0, errno == EINTR { continue }
+                guard count >= 0 else { throw CovenError.posix("read", path: download) }
+                return count
+            }
+        }
+        do {
+            let archive = try ArchiveReader { try sealed.nextChunk() }
+            guard let first = try archive.nextEntry(), first.name == Snapshot.manifestEntry else {
+                throw CovenError(.decoding, "snapshot '\(key)' does not start with its manifest", details: ["object": key])
+            }
+            let manifest = try SnapshotManifest(json: try archive.readAll(maximumSize: 1 << 20), key: key)
+            guard manifest == expected else {
+                throw CovenError(.integrity, "snapshot '\(key)' changed while it was read", details: ["object": key])
+            }
+            guard let objects = try archive.nextEntry(), objects.name == Snapshot.objectsEntry else {
+                throw CovenError(.decoding, "snapshot '\(key)' has no object list", details: ["object": key])
+            }
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+            defer { buffer.deallocate() }
+            while try archive.read(into: buffer) > 0 {}
+            guard let database = try archive.nextEntry(), database.name == Snapshot.databaseEntry else {
+                throw CovenError(.decoding, "snapshot '\(key)' has no database", details: ["object": key])
+            }
+            let out = Glibc.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            guard out >= 0 else { throw CovenError.posix("create", path: path) }
+            defer { close(out) }
+            var written: Int64 = 0
+            while true {
+                let count = try archive.read(into: buffer)
+                if count == 0 { break }
+                try AtomicFile.writeAll(out, UnsafeRawBufferPointer(rebasing: buffer[0..<count]), path: path)
+                written += Int64(count)
+            }
+            guard written == database.size else {
+                throw CovenError(.decoding, "snapshot '\(key)' has a short database", details: ["object": key])
+            }
+            guard try archive.nextEntry() == nil else {
+                throw CovenError(.decoding, "snapshot '\(key)' has entries past its database", details: ["object": key])
+            }
+            // Through the final chunk: a snapshot cut short fails here if nowhere before.
+            while try sealed.nextChunk() != nil {}
+            guard fsync(out) == 0 else { throw CovenError.posix("sync", path: path) }
+        } catch var error as CovenError {
+            error.details["object"] = key
+            if !error.message.contains(key) { error.message = "snapshot '\(key)': " + error.message }
+            throw error
+        }
+    }
+}
