@@ -196,13 +196,13 @@ final class FileRecords {
     func applyRemoteDelete(_ id: String, by writer: String, seq: Int64, stamp: String) throws -> String? {
         let record = try device.fileRecord(id)
         try delete(id, stamp: nil)
-        if let record {
-            if record.coordinates.at == .stored {
-                try device.candidates.addElsewhere(object: record.coordinates.object, device: writer, seq: seq, stamp: stamp, file: id)
-            }
-            // gc on the writer waits until this device publishes a frontier over the delete.
-            try device.setSetting(Device.frontierDueSetting, "1")
+        if let record, record.coordinates.at == .stored {
+            try device.candidates.addElsewhere(object: record.coordinates.object, device: writer, seq: seq, stamp: stamp, file: id)
         }
+        // gc on the writer waits until this device publishes a frontier over the delete (also
+        // when the record was gone here already: two devices deleting it at once each wait
+        // for the other).
+        try device.setSetting(Device.frontierDueSetting, "1")
         // The last record of an object this device still uploads (a move, or an upload not
         // sent yet): the upload is retired, as a local delete retires it.
         if let object = record?.coordinates.object, try ids(object: object).isEmpty, try device.uploadQueue.contains(object) {

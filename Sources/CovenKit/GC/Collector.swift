@@ -165,31 +165,35 @@ struct Collector {
         try readSnapshots()
     }
 
-    /// Lists `snapshots/` once and works out what each covers: the frontier of the change it
-    /// was taken at (this device's log, or the change object itself).
+    /// Lists `snapshots/` once and reads each one's manifest (one ranged GET: its seq and
+    /// frontier say what it covers). Retained are the newest two, in the order a join picks
+    /// them (coverage, then age); one whose manifest cannot be read for a network failure is
+    /// retained too and may name anything; one that fails authentication can be used by no
+    /// join and names nothing (it is left alone).
     private mutating func readSnapshots() throws {
-        let sync = SyncState(database: database)
+        var readable: [(info: SnapshotInfo, rank: (Int64, String))] = []
+        var unknown: [SnapshotInfo] = []
         for info in try provider.list(prefix: "snapshots/") {
-            let name = String(info.key.dropFirst("snapshots/".count))
-            guard let dash = name.lastIndex(of: "-"), let seq = Int64(name[name.index(after: dash)...]) else { continue }
-            let owner = String(name[..<dash])
-            var coverage: [String: Int64]?
-            if try database.scalar("SELECT count(*) FROM coven_sync_log WHERE device = ?1 AND seq = ?2", [owner, seq]).intValue ?? 0 > 0 {
-                coverage = try sync.frontier(device: owner, seq: seq)
-            } else if let known = try? device.publicKey(of: owner), let sealed = try provider.getObject(ChangeObject.path(device: owner, seq: UInt64(seq))),
-                      let change = try? ChangeObject.open(sealed, path: ChangeObject.path(device: owner, seq: UInt64(seq)), storeKey: storeKey, publicKey: known, storeID: device.storeID) {
-                coverage = change.frontier.mapValues { Int64($0) }
+            guard let (owner, seq) = Snapshot.parse(info.key) else { continue }
+            do {
+                let manifest = try Device.peekManifest(provider: provider, info: info, storeKey: storeKey)
+                var coverage = manifest.frontier
+                coverage[owner] = max(coverage[owner] ?? 0, seq)
+                let snapshot = SnapshotInfo(key: info.key, device: owner, seq: seq, coverage: coverage, newestStamp: manifest.createdAt)
+                snapshots.append(snapshot)
+                readable.append((snapshot, (manifest.coverage, manifest.createdAt)))
+            } catch let error as CovenError where error.code == .integrity || error.code == .decoding {
+                continue
+            } catch let error as CovenError where error.code == .missing {
+                continue  // deleted meanwhile
+            } catch let error as CovenError where error.storageFailure != nil {
+                let snapshot = SnapshotInfo(key: info.key, device: owner, seq: seq, coverage: nil, newestStamp: "")
+                snapshots.append(snapshot)
+                unknown.append(snapshot)
             }
-            coverage?[owner] = seq
-            var newest = ""
-            for (other, upTo) in coverage ?? [:] {
-                let stamp = try database.scalar("SELECT max(max_stamp) FROM coven_sync_log WHERE device = ?1 AND seq <= ?2", [other, upTo]).textValue ?? ""
-                newest = max(newest, stamp)
-            }
-            snapshots.append(SnapshotInfo(key: info.key, device: owner, seq: seq, coverage: coverage, newestStamp: newest))
         }
-        let known = snapshots.filter { $0.coverage != nil }.sorted { ($0.newestStamp, $0.key) > ($1.newestStamp, $1.key) }
-        retained = Array(known.prefix(2)) + snapshots.filter { $0.coverage == nil }
+        readable.sort { ($0.rank.0, $0.rank.1, $0.info.key) > ($1.rank.0, $1.rank.1, $1.info.key) }
+        retained = readable.prefix(2).map(\.info) + unknown
     }
 
     /// Why the bytes of `object` must stay, judged for a write of `writer`'s change `seq`:

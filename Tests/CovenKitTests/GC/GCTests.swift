@@ -218,6 +218,7 @@ final class GCTests: GCTestCase {
     func testChangeObjectsNeedASnapshotAndSnapshotsPastTheNewestTwoGo() throws {
         let a = try makeDevice(name: "a")
         let b = try join("b", from: a)
+        _ = try b.sync()
         for n in 1...3 {
             try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(n)', 'v')")
             _ = try a.sync()
@@ -225,22 +226,28 @@ final class GCTests: GCTestCase {
         _ = try b.sync()
         try b.write(sql: "INSERT INTO settings (id, value) VALUES ('b1', 'v')")
         _ = try b.sync()
-        try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k4', 'v')")
-        _ = try a.sync()
-        _ = try b.sync()
         let provider = try a.connectStorage()
         XCTAssertTrue(try a.collectGarbage().deleted.isEmpty, "no snapshot: every change stays")
-        // Snapshots of a at its seqs 1, 2 and 3 (gc reads only their names).
-        func snapshot(_ seq: Int) -> String { "snapshots/\(a.deviceID)-" + String(repeating: "0", count: 15) + String(seq) }
-        for seq in 1...3 { try provider.put(snapshot(seq), data: [0]) }
+        // Snapshots of a at its seqs 3, 4 and 5 (each a new write published first).
+        var keys: [String] = []
+        for n in 4...6 {
+            try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(n)', 'v')")
+            keys.append(try a.snapshot().key)
+        }
+        _ = try b.sync()
         let report = try a.collectGarbage()
-        XCTAssertEqual(report.deleted.filter { $0.kind == .change }.map(\.key), (1...3).map { ChangeObject.path(device: a.deviceID, seq: UInt64($0)) },
-                       "covered by the newest snapshot and applied by b; b's change is past the snapshot")
-        XCTAssertEqual(report.deleted.filter { $0.kind == .snapshot }.map(\.key), [snapshot(1)])
+        // b has published a frontier over a's first three changes only (it published nothing
+        // since); the newest snapshot covers those and b's one change.
+        let expected = [ChangeObject.path(device: b.deviceID, seq: 1)] + (1...3).map { ChangeObject.path(device: a.deviceID, seq: UInt64($0)) }
+        XCTAssertEqual(report.deleted.filter { $0.kind == .change }.map(\.key).sorted(), expected.sorted())
+        XCTAssertEqual(report.deleted.filter { $0.kind == .snapshot }.map(\.key), [keys[0]])
         XCTAssertNil(try provider.head(ChangeObject.path(device: a.deviceID, seq: 1)))
-        XCTAssertNotNil(try provider.head(ChangeObject.path(device: a.deviceID, seq: 4)), "past the snapshot: kept")
-        XCTAssertNotNil(try provider.head(ChangeObject.path(device: b.deviceID, seq: 1)))
-        XCTAssertNotNil(try provider.head(snapshot(3)))
+        XCTAssertNotNil(try provider.head(ChangeObject.path(device: a.deviceID, seq: 4)), "b has not published a frontier over it")
+        XCTAssertNotNil(try provider.head(keys[1]))
+        XCTAssertNotNil(try provider.head(keys[2]))
         XCTAssertTrue(try a.collectGarbage().deleted.isEmpty, "a rerun finds nothing more")
+        // A new device joins from the newest snapshot and holds every row.
+        let c = try join("c", from: a)
+        XCTAssertEqual(try c.database.scalar("SELECT count(*) FROM settings").intValue, 7)
     }
 }
