@@ -217,6 +217,16 @@ struct Collector {
 
     // MARK: Files
 
+    /// Whether a record here names `object` as stored, or as on another device only (that
+    /// device may move it back to the cloud under the same name). This device's own
+    /// device-only records are no reference: its moves and uploads are in its queue.
+    private func isNamed(_ object: String) throws -> Bool {
+        try database.scalar("""
+            SELECT count(*) FROM coven_files WHERE object = ?1
+              AND (place = \(Coordinates.Place.stored.sql) OR (place = \(Coordinates.Place.device.sql) AND device <> ?2))
+            """, [object, me]).intValue ?? 0 > 0
+    }
+
     /// This device's candidates: each deleted once nothing holds it.
     mutating func collectFiles(into report: inout GCReport) throws {
         let candidates = device.candidates
@@ -224,7 +234,7 @@ struct Collector {
         let published = applied[me] ?? 0
         var deletable: [String] = []
         for candidate in try candidates.own() {
-            if try device.fileRecords.isStored(object: candidate.object) {
+            if try isNamed(candidate.object) {
                 // Named again: whoever ends that record makes it a candidate again.
                 if !dryRun { try candidates.remove(object: candidate.object, device: me) }
                 report.renamed += 1
