@@ -173,6 +173,7 @@ complete -c coven -n __coven_needs_command -a 'move' -d 'move files on this devi
 complete -c coven -n __coven_needs_command -a 'moves' -d 'list the moves under way or failed, one line per file'
 complete -c coven -n __coven_needs_command -a 'make-device-only' -d 'bring files back into a folder, then switch them to this device only'
 complete -c coven -n __coven_needs_command -a 'sync' -d 'publish this device\'s writes and apply the other devices\''
+complete -c coven -n __coven_needs_command -a 'gc' -d 'delete the stored objects nothing can still point at'
 complete -c coven -n __coven_needs_command -a 'join' -d 'make a new device of an existing store, then pull its rows'
 complete -c coven -n __coven_needs_command -a 'snapshot' -d 'publish a bootstrap snapshot that \'coven join\' starts new devices from'
 complete -c coven -n __coven_needs_command -a 'devices' -d 'list the store\'s devices, their published seq and frontier'
@@ -267,6 +268,10 @@ complete -c coven -n '__coven_at_argument make-device-only 0 +' -a '(__coven_fil
 complete -c coven -n '__coven_using sync' -l 'push' -d 'only publish this device\'s writes'
 complete -c coven -n '__coven_using sync' -l 'pull' -d 'only apply the other devices\' changes'
 
+# coven gc
+complete -c coven -n '__coven_using gc' -l 'dry-run' -d 'delete nothing; print what would be deleted and kept'
+complete -c coven -n '__coven_using gc' -l 'gone-devices' -d 'also end the unfinished uploads of devices gone for good and delete what no record names in their folders'
+
 # coven join
 complete -c coven -n '__coven_using join' -l 'key-file' -r -F -d 'the file holding the store key (default: stdin)'
 complete -c coven -n '__coven_using join' -l 'name' -x -d 'this device\'s name (default: the host name)'
@@ -281,4 +286,4 @@ complete -c coven -n '__coven_at_argument lost 0' -a 'restore'
 complete -c coven -n '__coven_at_argument completions 0' -a 'bash zsh fish'
 
 # coven help
-complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync join snapshot devices device lost completions'
+complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device lost completions'

@@ -30,6 +30,7 @@ enum CommandRegistry {
         MovesCommand.self,
         MakeDeviceOnlyCommand.self,
         SyncCommand.self,
+        GcCommand.self,
         JoinCommand.self,
         SnapshotCommand.self,
         DevicesCommand.self,

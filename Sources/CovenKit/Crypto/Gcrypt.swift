@@ -169,3 +169,23 @@ extension Array where Element == UInt8 {
         self = bytes
     }
 }
+
+// MARK: - MD5
+
+/// MD5, for the one place a protocol requires it (S3's Content-MD5 of a DeleteObjects body);
+/// never for anything that needs integrity against an adversary.
+enum MD5 {
+    /// The MD5 of a byte array.
+    static func digest(_ bytes: [UInt8]) -> [UInt8] {
+        _ = Gcrypt.ready
+        var digest = [UInt8](repeating: 0, count: 16)
+        bytes.withUnsafeBytes { input in
+            withUnsafeBytes(of: UInt8(0)) { empty in
+                digest.withUnsafeMutableBytes { output in
+                    gcry_md_hash_buffer(Int32(GCRY_MD_MD5.rawValue), output.baseAddress, input.baseAddress ?? empty.baseAddress, input.count)
+                }
+            }
+        }
+        return digest
+    }
+}

@@ -47,7 +47,17 @@ final class FileRecords {
 
     /// A file's new place: its coordinates (and content hash, once stored) with the write's
     /// stamp.
+    ///
+    /// A switch to device-only that leaves no stored record naming the object makes the object
+    /// a gc candidate.
     func setCoordinates(_ id: String, _ coordinates: Coordinates, hash: String? = nil, stamp: String) throws {
+        if coordinates.at == .device {
+            try database.run("UPDATE coven_files SET coordinates = ?2, _updated_at = ?3 WHERE id = ?1", [id, coordinates.json, stamp])
+            if try !isStored(object: coordinates.object) {
+                try device.candidates.add(object: coordinates.object, stamp: stamp, why: .deviceOnly, file: id)
+            }
+            return
+        }
         if let hash {
             try database.run("UPDATE coven_files SET coordinates = ?2, hash = ?3, _updated_at = ?4 WHERE id = ?1", [id, coordinates.json, hash, stamp])
         } else {
@@ -55,10 +65,20 @@ final class FileRecords {
         }
     }
 
-    /// Deletes a record no row names any more, and its pin.
-    func delete(_ id: String) throws {
+    /// Deletes a record no row names any more, and its pin. A delete by this device's write
+    /// `stamp` that leaves no stored record naming the object makes it a gc candidate.
+    func delete(_ id: String, stamp: String?) throws {
+        let object = try database.scalar("SELECT object FROM coven_files WHERE id = ?1", [id]).textValue
         try database.run("DELETE FROM coven_files WHERE id = ?1", [id])
         try database.run("DELETE FROM coven_pins WHERE file = ?1", [id])
+        if let stamp, let object, try !isStored(object: object) {
+            try device.candidates.add(object: object, stamp: stamp, why: .deleted, file: id)
+        }
+    }
+
+    /// Whether a record here names `object` as stored.
+    func isStored(object: String) throws -> Bool {
+        try database.scalar("SELECT count(*) FROM coven_files WHERE object = ?1 AND place = \(Coordinates.Place.stored.sql)", [object]).intValue ?? 0 > 0
     }
 
     /// The record ids naming `object`.
@@ -98,13 +118,19 @@ final class FileRecords {
     ///
     /// - Returns: the object whose cached bytes go after the commit (the file is now on another
     ///   device only), if any.
-    func applyRemote(_ entry: RowEntry) throws -> String? {
+    func applyRemote(_ entry: RowEntry, by writer: String, seq: Int64) throws -> String? {
         let before = try device.fileRecord(entry.id)
         let statement = try database.cached(RowEntry.upsertSQL(table: "coven_files", columns: entry.columns))
         try statement.bind(entry.values)
         try statement.runToEnd()
         guard let json = entry.value("coordinates")?.textValue, let coordinates = try? Coordinates(json: json),
-              coordinates.at == .device, coordinates.device != device.deviceID else { return nil }
+              coordinates.at == .device else { return nil }
+        if let before, before.coordinates.at == .stored {
+            try device.candidates.addElsewhere(object: before.coordinates.object, device: writer, seq: seq, stamp: entry.stamp, file: entry.id)
+            // gc on the writer waits until this device publishes a frontier over the switch.
+            try device.setSetting(Device.frontierDueSetting, "1")
+        }
+        guard coordinates.device != device.deviceID else { return nil }
         _ = try unpin(entry.id)
         // Two devices made the file device-only at once and the other's write won: the copy
         // make-device-only left here goes (after the commit, and only while it is as coven
@@ -167,10 +193,22 @@ final class FileRecords {
     /// Applies another device's deletion of a record (sync), and drops its pin.
     ///
     /// - Returns: the object whose cached bytes go after the commit, if the record was here.
-    func applyRemoteDelete(_ id: String) throws -> String? {
-        let object = try device.fileRecord(id)?.coordinates.object
-        try delete(id)
-        return object
+    func applyRemoteDelete(_ id: String, by writer: String, seq: Int64, stamp: String) throws -> String? {
+        let record = try device.fileRecord(id)
+        try delete(id, stamp: nil)
+        if let record, record.coordinates.at == .stored {
+            try device.candidates.addElsewhere(object: record.coordinates.object, device: writer, seq: seq, stamp: stamp, file: id)
+        }
+        // gc on the writer waits until this device publishes a frontier over the delete (also
+        // when the record was gone here already: two devices deleting it at once each wait
+        // for the other).
+        try device.setSetting(Device.frontierDueSetting, "1")
+        // The last record of an object this device still uploads (a move, or an upload not
+        // sent yet): the upload is retired, as a local delete retires it.
+        if let object = record?.coordinates.object, try ids(object: object).isEmpty, try device.uploadQueue.contains(object) {
+            try device.retireUpload(object: object)
+        }
+        return record?.coordinates.object
     }
 
     // MARK: coven_local

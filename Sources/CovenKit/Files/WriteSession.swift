@@ -446,7 +446,7 @@ final class WriteSession {
         }
         for fileID in candidates.subtracting(named).sorted() {
             guard let record = try device.fileRecord(fileID) else { continue }
-            try device.fileRecords.delete(fileID)
+            try device.fileRecords.delete(fileID, stamp: stamp)
             let object = record.coordinates.object
             guard try device.fileRecords.ids(object: object).isEmpty else { continue }
             try device.retireUpload(object: object)
@@ -461,8 +461,12 @@ extension Device {
     ///
     /// Call inside a transaction.
     func retireUpload(object: String) throws {
-        // A worker still sending it needs the local bytes.
-        guard try !uploadQueue.retire(object) else { return }
+        // A worker still sending it needs the local bytes; what it sent may reach storage,
+        // named by nothing: gc's to delete.
+        guard try !uploadQueue.retire(object) else {
+            try candidates.add(object: object, stamp: nil, why: .uploadRetired, file: nil)
+            return
+        }
         try forgetLocalBytes(object: object)
     }
 

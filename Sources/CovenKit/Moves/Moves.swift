@@ -257,6 +257,10 @@ extension Device {
             throw CovenError(.invalidState, "move '\(id)' is done: its files are stored", details: ["move": id, "state": state.rawValue])
         }
         try moveRecords.markCancelled(id)
+        // Whatever of its uploads reached storage is named by no stored record: gc's to delete.
+        for object in try database.query("SELECT object FROM coven_upload_queue WHERE move = ?1", [id]).compactMap({ $0.string("object") }) {
+            try candidates.add(object: object, stamp: nil, why: .moveCancelled, file: nil)
+        }
         // Uploads nothing was sent for go at once. One with a provider session, being sent or
         // already stored stays for the upload worker, which sees its move cancelled: it aborts
         // the session and drops the upload, switching nothing. The local bytes stay either way:

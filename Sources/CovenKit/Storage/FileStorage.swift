@@ -575,6 +575,32 @@ public final class FileStorage: StorageProvider {
         return ids.sorted()
     }
 
+    public func uploadsInProgress(prefix: String) throws -> [UploadInProgress] {
+        try checkRoot()
+        let uploads = directory + "/" + Self.uploadsFolder
+        guard let stream = opendir(uploads) else {
+            let code = errno
+            if code == ENOENT { return [] }
+            throw failure("list the uploads under", key: prefix, path: uploads, errno: code)
+        }
+        var names: [String] = []
+        while let entry = readdir(stream) {
+            names.append(withUnsafePointer(to: &entry.pointee.d_name) { pointer in
+                pointer.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            })
+        }
+        closedir(stream)
+        var found: [UploadInProgress] = []
+        for name in names.sorted() {
+            let id = name.hasPrefix(Self.temporaryPrefix) ? String(name.dropFirst(Self.temporaryPrefix.count)) : name
+            guard Self.isUploadID(id), let bytes = try? readSmallFile(uploads + "/" + name + "/info", key: prefix),
+                  let info = try? JSONDecoder().decode(UploadInfo.self, from: Data(bytes)), info.key.hasPrefix(prefix)
+            else { continue }
+            found.append(UploadInProgress(key: info.key, uploadID: id))
+        }
+        return found
+    }
+
     /// Ids are ours: lowercase hex.
     private static func isUploadID(_ id: String) -> Bool {
         !id.isEmpty && id.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }

@@ -377,6 +377,75 @@ public final class S3Storage: StorageProvider {
         }
     }
 
+    /// The most keys one DeleteObjects request takes.
+    static let deleteBatchLimit = 1000
+
+    /// S3 DeleteObjects, up to 1,000 keys a request, quiet (only failures are answered), with
+    /// the Content-MD5 S3 requires of it.
+    public func deleteObjects(_ keys: [String]) throws -> [String: CovenError] {
+        var failed: [String: CovenError] = [:]
+        var start = 0
+        while start < keys.count {
+            let batch = Array(keys[start..<min(keys.count, start + Self.deleteBatchLimit)])
+            start += batch.count
+            let operation = "delete \(batch.count) objects"
+            var xml = "<Delete xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Quiet>true</Quiet>"
+            for key in batch { xml += "<Object><Key>\(S3XML.escape(objectKey(key)))</Key></Object>" }
+            xml += "</Delete>"
+            let body = Array(xml.utf8)
+            let md5 = Data(MD5.digest(body)).base64EncodedString()
+            let response = try body.withUnsafeBytes { bytes in
+                try upload("POST", key: nil, query: [("delete", "")], headers: [("Content-MD5", md5)], body: bytes,
+                           contentType: "application/xml", operation: operation)
+            }
+            guard response.status == 200 else { throw HTTPClient.statusError(response, operation: operation) }
+            let answer = S3XML(response.body)
+            guard answer.rootName == "DeleteResult" else {
+                throw CovenError.storage("storage gave an unreadable answer to a batch delete", failure: .provider,
+                                         cause: "root element \(answer.rootName ?? "none")", status: response.status)
+            }
+            let storePrefix = prefix.isEmpty ? "" : prefix + "/"
+            for block in answer.blocks("Error") {
+                guard let name = block.text("Key") else { continue }
+                let key = name.hasPrefix(storePrefix) ? String(name.dropFirst(storePrefix.count)) : name
+                let code = block.text("Code") ?? ""
+                if code == "NoSuchKey" { continue }
+                let failure: StorageFailure = code == "AccessDenied" ? .denied : (code == "SlowDown" || code == "InternalError" ? .throttled : .provider)
+                var error = CovenError.storage("storage \(failure == .denied ? "refused" : "failed") to delete '\(key)'", failure: failure,
+                                               cause: code + (block.text("Message").map { ": \($0)" } ?? ""))
+                error.details["provider_code"] = code
+                error.details["key"] = key
+                failed[key] = error
+            }
+        }
+        return failed
+    }
+
+    public func uploadsInProgress(prefix uploadsPrefix: String) throws -> [UploadInProgress] {
+        let operation = "list the uploads under '\(uploadsPrefix)'"
+        let storePrefix = prefix.isEmpty ? "" : prefix + "/"
+        var uploads: [UploadInProgress] = []
+        var markers: (key: String, upload: String)?
+        repeat {
+            var query: [(String, String)] = [("uploads", ""), ("prefix", storePrefix + uploadsPrefix)]
+            if let markers { query += [("key-marker", markers.key), ("upload-id-marker", markers.upload)] }
+            let response = try control("GET", key: nil, query: query, operation: operation)
+            guard response.status == 200 else { throw HTTPClient.statusError(response, operation: operation) }
+            let xml = S3XML(response.body)
+            for block in xml.blocks("Upload") {
+                guard let name = block.text("Key"), name.hasPrefix(storePrefix), let id = block.text("UploadId"), !id.isEmpty else { continue }
+                uploads.append(UploadInProgress(key: String(name.dropFirst(storePrefix.count)), uploadID: id))
+            }
+            markers = nil
+            // moto ignores max-uploads and answers everything at once; S3 pages by 1,000.
+            if xml.text("IsTruncated") == "true", let next = xml.text("NextKeyMarker"), let upload = xml.text("NextUploadIdMarker"),
+               !(next.isEmpty && upload.isEmpty) {
+                markers = (next, upload)
+            }
+        } while markers != nil
+        return uploads
+    }
+
     public func list(prefix listPrefix: String) throws -> [ObjectInfo] {
         let storePrefix = prefix.isEmpty ? "" : prefix + "/"
         let operation = "list '\(listPrefix)'"

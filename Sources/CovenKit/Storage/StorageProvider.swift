@@ -221,6 +221,47 @@ public protocol StorageProvider: AnyObject {
     /// id was lost (a kill -9 between the start and its record) left, for the next start to
     /// abort. S3: ListMultipartUploads of the key; file://: the upload folders naming it.
     func uploadsInProgress(_ key: String) throws -> [String]
+
+    /// Deletes the objects at `keys` in as few requests as the provider takes (S3
+    /// DeleteObjects: up to 1,000 keys a request); deleting what is not there succeeds.
+    ///
+    /// - Returns: the keys not deleted, each with why (a refusal is `.storage` with failure
+    ///   `denied`). A key is never reported deleted unless the provider said so.
+    /// - Throws: `.storage` when a request fails as a whole (nothing of it is taken as deleted).
+    func deleteObjects(_ keys: [String]) throws -> [String: CovenError]
+
+    /// Every unfinished upload under `prefix` (S3 ListMultipartUploads; file://: the upload
+    /// folders whose key starts with it).
+    func uploadsInProgress(prefix: String) throws -> [UploadInProgress]
+}
+
+/// An unfinished multipart upload a provider holds.
+public struct UploadInProgress: Sendable, Equatable {
+    /// The key it uploads to, relative to the store.
+    public var key: String
+    /// The provider's id of the upload.
+    public var uploadID: String
+
+    /// Creates an upload description.
+    public init(key: String, uploadID: String) {
+        self.key = key
+        self.uploadID = uploadID
+    }
+}
+
+extension StorageProvider {
+    /// One DELETE per key, for providers without a batch request (file://).
+    public func deleteObjects(_ keys: [String]) throws -> [String: CovenError] {
+        var failed: [String: CovenError] = [:]
+        for key in keys {
+            do {
+                try delete(key)
+            } catch let error as CovenError {
+                failed[key] = error
+            }
+        }
+        return failed
+    }
 }
 
 /// Makes providers for one store location: one per task that talks to storage.

@@ -25,7 +25,32 @@ enum Schema {
         upgradeTo4,
         // 5: gates: the rows this device's peers hold (Sync/PublishedRows.swift).
         upgradeTo5,
+        // 6: gc: the candidates for deletion, and the objects each device's last change held.
+        { database in try database.execute(gcTables) },
     ]
+
+    /// Version 6: what gc keeps (GC/).
+    static let gcTables = """
+    -- Stored objects that may have lost their last reference: the last record naming one
+    -- deleted or switched device-only by this device, a cancelled move's upload, a retired
+    -- upload (`device` this one); and records deleted by another device's change (`device`
+    -- that one, `seq` its change), which keep a gone device's folder from being cleaned too
+    -- early. `stamp` is the write that made the candidate; `seq`, for this device's own, the
+    -- change that published it, once known (GC/Candidates.swift).
+    CREATE TABLE coven_gc_candidates (
+        object TEXT NOT NULL,
+        device TEXT NOT NULL,
+        stamp TEXT NOT NULL,
+        seq INTEGER,
+        why TEXT NOT NULL CHECK (why IN ('deleted', 'device_only', 'move_cancelled', 'upload_retired', 'deleted_elsewhere')),
+        files TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(files)),
+        made_at TEXT NOT NULL,
+        PRIMARY KEY (object, device)
+    ) STRICT;
+
+    -- The objects another device's latest change says its unpublished records name.
+    ALTER TABLE coven_device_registry ADD COLUMN held_objects TEXT NOT NULL DEFAULT '[]';
+    """
 
     /// Version 3: what sync keeps (Sync/).
     static let syncTables = """

@@ -59,7 +59,7 @@ struct ChangeApplier {
             try takeOutRowsNamingMissingFiles(touched: touched, deletedFiles: deletedFiles, report: &report)
             let frontier = change.frontier.mapValues { Int64($0) }
             try sync.log(device: change.device, seq: Int64(change.seq), maxStamp: change.entries.map(\.stamp).max() ?? "", frontier: frontier)
-            try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier)
+            try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier, heldObjects: change.heldObjects)
             // The receive rule of the hybrid clock: later stamps here sort after what arrived.
             if let newest = change.entries.map(\.stamp).max(), newest > (try device.setting("hlc") ?? "") {
                 try device.setSetting("hlc", newest)
@@ -145,7 +145,7 @@ struct ChangeApplier {
         }
         switch (entry.kind, entry.table == "coven_files") {
         case (.upsert, true):
-            if let object = try records.applyRemote(entry) { report.uncache.insert(object) }
+            if let object = try records.applyRemote(entry, by: change.device, seq: Int64(change.seq)) { report.uncache.insert(object) }
         case (.upsert, false):
             let sql = upsertSQL[entry.table]?[entry.columns] ?? RowEntry.upsertSQL(table: entry.table, columns: entry.columns)
             upsertSQL[entry.table, default: [:]][entry.columns] = sql
@@ -153,7 +153,7 @@ struct ChangeApplier {
             try statement.bind(entry.values)
             try statement.runToEnd()
         case (.delete, true), (.retract, true):
-            if let object = try records.applyRemoteDelete(entry.id) { report.uncache.insert(object) }
+            if let object = try records.applyRemoteDelete(entry.id, by: change.device, seq: Int64(change.seq), stamp: entry.stamp) { report.uncache.insert(object) }
         case (.delete, false), (.retract, false):
             try database.run("DELETE FROM main.\(quoted) WHERE id = ?1", [entry.id])
         }

@@ -66,7 +66,11 @@ extension Device {
                 }
                 batch.append(pending)
             }
-            guard !batch.isEmpty else { return false }
+            // Nothing to publish, but a pull applied a delete or a switch of a file record that
+            // gc elsewhere waits for this device to have seen: an empty change carries the
+            // frontier (an empty change applied does not ask for one back).
+            let frontierDue = try setting(Self.frontierDueSetting) == "1"
+            guard !batch.isEmpty || frontierDue else { return false }
             var recorded: [RowEntry] = []
             for pending in batch { recorded.append(contentsOf: try RowEntryCodec.decode(pending.entries)) }
             // The gate: private rows stay, rows that became kept go whole, rows that stopped
@@ -79,7 +83,7 @@ extension Device {
                 }
             }
             let entries = try gate.filter(recorded, deferred: deferred)
-            guard !entries.isEmpty else {
+            guard !entries.isEmpty || frontierDue else {
                 // Nothing of the batch may leave: it is done with, and no change is made.
                 try outbox.remove(batch.map(\.seq))
                 return true
@@ -88,9 +92,12 @@ extension Device {
             let seq = published + 1
             let schema = schemaVersion
             let frontier = try ownFrontier()
+            let lastStamp = entries.map(\.stamp).max()
             let change = ChangeObject(storeID: storeID, device: deviceID, seq: UInt64(seq),
                                       schema: .init(migrations: schema.count, digest: schema.digest),
-                                      frontier: frontier.mapValues { UInt64($0) }, heldObjects: [], entries: entries)
+                                      frontier: frontier.mapValues { UInt64($0) },
+                                      heldObjects: try heldObjects(publishedUpTo: lastStamp, gated: gate.graph.gatedTables.contains("coven_files")), entries: entries)
+            try setSetting(Self.frontierDueSetting, nil)
             let sealed = try change.seal(storeKey: storeKey, signingKey: signingKey)
             try database.run("""
                 INSERT INTO coven_push (seq, object, max_stamp, frontier, entries, frozen_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -98,6 +105,28 @@ extension Device {
             try outbox.remove(batch.map(\.seq))
             return true
         }
+    }
+
+    /// The setting that says a pull applied something gc waits for this device to publish a
+    /// frontier over.
+    static let frontierDueSetting = "sync_frontier_due"
+
+    /// The stored objects that records of this device name but that no published change of it
+    /// holds yet (their newest image, stamped here, is newer than what this change publishes):
+    /// a gc elsewhere keeps them (DESIGN.md "Deleting stored bytes").
+    ///
+    /// With gates, also the objects of stored records peers do not hold (records only private
+    /// rows name, kept back by the gate).
+    func heldObjects(publishedUpTo stamp: String?, gated: Bool) throws -> [String] {
+        let floor = try stamp ?? database.scalar("SELECT max(max_stamp) FROM coven_sync_log WHERE device = ?1", [deviceID]).textValue ?? ""
+        let privateRecords = gated ? """
+             OR NOT EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = 'coven_files' AND p.id = f.id AND p.retracted = 0)
+            """ : ""
+        return try database.query("""
+            SELECT DISTINCT object FROM coven_files f
+            WHERE place = \(Coordinates.Place.stored.sql) AND ((_updated_at > ?1 AND _updated_at LIKE '%-' || ?2)\(privateRecords))
+            ORDER BY object
+            """, [floor, deviceID]).compactMap { $0.string("object") }
     }
 
     /// For every other device, the highest seq applied here with nothing missing below.

@@ -75,9 +75,21 @@ struct SyncState {
     }
 
     /// Records that change `seq` of `device` is applied here, with the frontier it carried.
-    func setApplied(device: String, seq: Int64, frontier: [String: Int64]) throws {
-        try database.run("UPDATE coven_device_registry SET applied_seq = ?2, frontier = ?3 WHERE device = ?1",
-                         [device, seq, Frontier.json(frontier)])
+    func setApplied(device: String, seq: Int64, frontier: [String: Int64], heldObjects: [String] = []) throws {
+        let held = String(decoding: try JSONSerialization.data(withJSONObject: heldObjects, options: [.withoutEscapingSlashes]), as: UTF8.self)
+        try database.run("UPDATE coven_device_registry SET applied_seq = ?2, frontier = ?3, held_objects = ?4 WHERE device = ?1",
+                         [device, seq, Frontier.json(frontier), held])
+    }
+
+    /// The objects the latest change of each device not gone for good said its unpublished
+    /// records name.
+    func heldObjects() throws -> [String: Set<String>] {
+        var held: [String: Set<String>] = [:]
+        for row in try database.query("SELECT device, held_objects FROM coven_device_registry WHERE gone = 0 AND held_objects <> '[]'") {
+            let objects = (try? JSONSerialization.jsonObject(with: Data((row.string("held_objects") ?? "[]").utf8))) as? [String] ?? []
+            held[row.string("device") ?? ""] = Set(objects)
+        }
+        return held
     }
 
     /// Records that this device published change `seq`.

@@ -298,6 +298,7 @@ final class PiecewiseProvider: StorageProvider {
     }
     func listParts(_ key: String, uploadID: String) throws -> [UploadedPart] { try base.listParts(key, uploadID: uploadID) }
     func uploadsInProgress(_ key: String) throws -> [String] { try base.uploadsInProgress(key) }
+    func uploadsInProgress(prefix: String) throws -> [UploadInProgress] { try base.uploadsInProgress(prefix: prefix) }
     func completeMultipart(_ key: String, uploadID: String, parts: [UploadedPart]) throws {
         try base.completeMultipart(key, uploadID: uploadID, parts: parts)
     }

@@ -236,6 +236,7 @@ final class CrashingStorage: StorageProvider {
     func completeMultipart(_ key: String, uploadID: String, parts: [UploadedPart]) throws { try inner.completeMultipart(key, uploadID: uploadID, parts: parts) }
     func abortMultipart(_ key: String, uploadID: String) throws { try inner.abortMultipart(key, uploadID: uploadID) }
     func uploadsInProgress(_ key: String) throws -> [String] { try inner.uploadsInProgress(key) }
+    func uploadsInProgress(prefix: String) throws -> [UploadInProgress] { try inner.uploadsInProgress(prefix: prefix) }
 }
 
 final class SyncCrashTests: DeviceTestCase {

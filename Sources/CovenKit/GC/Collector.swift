@@ -1,0 +1,432 @@
+import Foundation
+
+/// What one `coven gc` did (or, with `dryRun`, would do).
+public struct GCReport: Sendable, Equatable {
+    /// What kind of stored object an entry is.
+    public enum Kind: String, Sendable {
+        case file, change, snapshot
+    }
+
+    /// Why an object stays.
+    public enum KeepReason: String, Sendable {
+        /// A file record here names it (it is no candidate any more).
+        case named = "named_by_record"
+        /// This device's upload queue still names it.
+        case uploadQueued = "upload_queued"
+        /// The write that made it a candidate is not published yet.
+        case unpublished = "unpublished_write"
+        /// A device not gone for good has not published a frontier that includes that write.
+        case deviceBehind = "device_behind"
+        /// A lost value names it (or the record it was).
+        case lostValue = "lost_value"
+        /// A retained snapshot may name it.
+        case snapshot
+        /// Another device's latest change says its unpublished records name it.
+        case heldByDevice = "held_by_device"
+        /// The provider refused the delete (403).
+        case refused = "storage_refused"
+        /// The delete failed (the network, the provider): it is not taken as deleted.
+        case failed = "storage_failed"
+    }
+
+    /// An object deleted.
+    public struct Deleted: Sendable, Equatable {
+        public var key: String
+        public var kind: Kind
+    }
+
+    /// An object kept back, and why; `devices` names the devices holding it back.
+    public struct Kept: Sendable, Equatable {
+        public var key: String
+        public var kind: Kind
+        public var reason: KeepReason
+        public var devices: [String] = []
+        public var detail: String?
+    }
+
+    public var dryRun = false
+    public var deleted: [Deleted] = []
+    public var kept: [Kept] = []
+    /// Unfinished uploads of gone devices aborted (`--gone-devices`).
+    public var abortedUploads: [String] = []
+    /// Changes applied by the pull that gc starts with.
+    public var pulled = 0
+    /// Objects found no longer candidates (named by a record again), dropped from the table.
+    public var renamed = 0
+
+    /// Whether a deletion failed (refused or not confirmed).
+    public var hasFailures: Bool { kept.contains { $0.reason == .refused || $0.reason == .failed } }
+}
+
+/// A snapshot in storage and what it covers, as far as this device can tell.
+struct SnapshotInfo {
+    var key: String
+    var device: String
+    var seq: Int64
+    /// For each device, the highest seq of it whose writes the snapshot holds; nil when this
+    /// device cannot tell (it then may name anything).
+    var coverage: [String: Int64]?
+    /// The newest stamp it holds (orders snapshots).
+    var newestStamp: String
+}
+
+extension Device {
+    /// Deletes the stored objects nothing can still point at (DESIGN.md "Deleting stored
+    /// bytes"), under the device lock: syncs first (pulls only, with `dryRun`); then settles the
+    /// candidates, deletes change objects every live device has applied that the newest retained
+    /// snapshot covers, and snapshots past the newest two. With `goneDevices`, also ends the
+    /// unfinished uploads of devices gone for good and deletes what no record names in their
+    /// folders (one listing each).
+    ///
+    /// A quiet pass lists no files: it reads the candidates, the devices' frontiers and one
+    /// listing of `snapshots/`.
+    ///
+    /// - Throws: `.storage` when storage cannot be reached or refuses a listing (deletes that
+    ///   fail one by one are reported in the result, never taken as done); the errors of sync.
+    public func collectGarbage(dryRun: Bool = false, goneDevices: Bool = false, wait: Bool = true, stop: Stop = Stop()) throws -> GCReport {
+        let lock = try self.lock(wait: wait)
+        defer { _ = lock }
+        let provider = try connectStorage()
+        let key = try storeKey()
+        var report = GCReport()
+        report.dryRun = dryRun
+        try refreshDevices(provider: provider, storeKey: key)
+        if !dryRun {
+            try ensureSigningKey(provider: provider, storeKey: key)
+            _ = try push(provider: provider, storeKey: key, stop: stop)
+        }
+        report.pulled = try pull(provider: provider, storeKey: key, stop: stop).changes
+        if !dryRun { _ = try push(provider: provider, storeKey: key, stop: stop) }
+        try stop.check("gc")
+        var collector = Collector(device: self, provider: provider, storeKey: key, dryRun: dryRun)
+        try collector.prepare()
+        try collector.collectFiles(into: &report)
+        if goneDevices { try collector.collectGoneDevices(into: &report, stop: stop) }
+        try collector.collectChanges(into: &report)
+        try collector.collectSnapshots(into: &report)
+        return report
+    }
+}
+
+/// One gc pass: what names objects, read once, and the deletes.
+struct Collector {
+    let device: Device
+    let provider: StorageProvider
+    let storeKey: FileKey
+    let dryRun: Bool
+    var database: Database { device.database }
+    var me: String { device.deviceID }
+
+    /// Devices not gone for good, but this one: their published frontier and held objects.
+    private var others: [(id: String, frontier: [String: Int64])] = []
+    private var applied: [String: Int64] = [:]
+    private var gone: [String] = []
+    private var held: [String: Set<String>] = [:]
+    private var lostFiles: Set<String> = []
+    private var lostObjects: Set<String> = []
+    private var snapshots: [SnapshotInfo] = []
+    /// The newest two snapshots this device can read the coverage of, and those it cannot.
+    private var retained: [SnapshotInfo] = []
+
+    init(device: Device, provider: StorageProvider, storeKey: FileKey, dryRun: Bool) {
+        self.device = device
+        self.provider = provider
+        self.storeKey = storeKey
+        self.dryRun = dryRun
+    }
+
+    // MARK: What names objects
+
+    mutating func prepare() throws {
+        for row in try database.query("SELECT device, applied_seq, frontier, gone FROM coven_device_registry") {
+            let id = row.string("device") ?? ""
+            applied[id] = row.int("applied_seq") ?? 0
+            if row.int("gone") == 1 { gone.append(id); continue }
+            if id != me { others.append((id, Frontier.parse(row.string("frontier") ?? "{}"))) }
+        }
+        held = try SyncState(database: database).heldObjects()
+        held[me] = nil
+        // Lost values that can still be restored name records by id (and a lost record image
+        // names its object).
+        for row in try database.query("SELECT entry FROM coven_lost_values WHERE restored_at IS NULL AND why = 'concurrent'") {
+            for entry in try RowEntryCodec.decode(row.bytes("entry") ?? []) {
+                if entry.table == "coven_files" {
+                    if let json = entry.value("coordinates")?.textValue, let coordinates = try? Coordinates(json: json) { lostObjects.insert(coordinates.object) }
+                    continue
+                }
+                for column in device.manifest.table(entry.table)?.files ?? [] {
+                    if let id = entry.value(column.column)?.textValue {
+                        lostFiles.insert(id)
+                        if let object = try device.fileRecord(id)?.coordinates.object { lostObjects.insert(object) }
+                    }
+                }
+            }
+        }
+        try readSnapshots()
+    }
+
+    /// Lists `snapshots/` once and reads each one's manifest (one ranged GET: its seq and
+    /// frontier say what it covers). Retained are the newest two, in the order a join picks
+    /// them (coverage, then age); one whose manifest cannot be read for a network failure is
+    /// retained too and may name anything; one that fails authentication can be used by no
+    /// join and names nothing (it is left alone).
+    private mutating func readSnapshots() throws {
+        var readable: [(info: SnapshotInfo, rank: (Int64, String))] = []
+        var unknown: [SnapshotInfo] = []
+        for info in try provider.list(prefix: "snapshots/") {
+            guard let (owner, seq) = Snapshot.parse(info.key) else { continue }
+            do {
+                let manifest = try Device.peekManifest(provider: provider, info: info, storeKey: storeKey)
+                var coverage = manifest.frontier
+                coverage[owner] = max(coverage[owner] ?? 0, seq)
+                let snapshot = SnapshotInfo(key: info.key, device: owner, seq: seq, coverage: coverage, newestStamp: manifest.createdAt)
+                snapshots.append(snapshot)
+                readable.append((snapshot, (manifest.coverage, manifest.createdAt)))
+            } catch let error as CovenError where error.code == .integrity || error.code == .decoding {
+                continue
+            } catch let error as CovenError where error.code == .missing {
+                continue  // deleted meanwhile
+            } catch let error as CovenError where error.storageFailure != nil {
+                let snapshot = SnapshotInfo(key: info.key, device: owner, seq: seq, coverage: nil, newestStamp: "")
+                snapshots.append(snapshot)
+                unknown.append(snapshot)
+            }
+        }
+        readable.sort { ($0.rank.0, $0.rank.1, $0.info.key) > ($1.rank.0, $1.rank.1, $1.info.key) }
+        retained = readable.prefix(2).map(\.info) + unknown
+    }
+
+    /// Why the bytes of `object` must stay, judged for a write of `writer`'s change `seq`:
+    /// nil when nothing holds them.
+    private func holdBack(object: String, files: [String], writer: String, seq: Int64) throws -> (GCReport.KeepReason, [String], String?)? {
+        if try device.uploadQueue.contains(object) { return (.uploadQueued, [], nil) }
+        if lostObjects.contains(object) || files.contains(where: lostFiles.contains) { return (.lostValue, [], nil) }
+        let holders = held.filter { $0.value.contains(object) }.map(\.key).sorted()
+        if !holders.isEmpty { return (.heldByDevice, holders, nil) }
+        // Every other device not gone for good has published a frontier that includes the write.
+        var behind = others.filter { $0.id != writer && ($0.frontier[writer] ?? 0) < seq }.map(\.id)
+        if writer != me, (applied[writer] ?? 0) < seq { behind.append(me) }
+        if !behind.isEmpty {
+            return (.deviceBehind, behind.sorted(), "their published frontier does not include change \(seq) of \(writer)")
+        }
+        for snapshot in retained where (snapshot.coverage?[writer] ?? 0) < seq {
+            return (.snapshot, [], snapshot.key)
+        }
+        return nil
+    }
+
+    // MARK: Files
+
+    /// This device's candidates: each deleted once nothing holds it.
+    mutating func collectFiles(into report: inout GCReport) throws {
+        let candidates = device.candidates
+        let sync = SyncState(database: database)
+        let published = applied[me] ?? 0
+        var deletable: [String] = []
+        for candidate in try candidates.own() {
+            if try device.fileRecords.isStored(object: candidate.object) {
+                // Named again: whoever ends that record makes it a candidate again.
+                if !dryRun { try candidates.remove(object: candidate.object, device: me) }
+                report.renamed += 1
+                continue
+            }
+            var seq = candidate.seq
+            if seq == nil {
+                if let found = try sync.seq(device: me, holding: candidate.stamp) {
+                    seq = found
+                } else if try database.scalar("SELECT count(*) FROM coven_outbox WHERE hlc <= ?1", [candidate.stamp]).intValue ?? 0 == 0,
+                          try database.scalar("SELECT count(*) FROM coven_push").intValue ?? 0 == 0 {
+                    // Its write recorded no row (a cancel), or every row of it was published in a
+                    // change whose stamps are older: everything published so far covers it.
+                    seq = published
+                }
+                if let seq, !dryRun { try candidates.setSeq(object: candidate.object, seq: seq) }
+            }
+            guard let seq else {
+                report.kept.append(.init(key: candidate.object, kind: .file, reason: .unpublished))
+                continue
+            }
+            if let (reason, devices, detail) = try holdBack(object: candidate.object, files: candidate.files, writer: me, seq: seq) {
+                report.kept.append(.init(key: candidate.object, kind: .file, reason: reason, devices: devices, detail: detail))
+                continue
+            }
+            deletable.append(candidate.object)
+        }
+        try delete(deletable, kind: .file, into: &report) { object in try candidates.removeAll(object: object) }
+    }
+
+    /// Deletes `keys` (only what may be deleted: files/, changes/, snapshots/), reporting each;
+    /// `done` runs for each key the provider confirmed.
+    private func delete(_ keys: [String], kind: GCReport.Kind, into report: inout GCReport, done: (String) throws -> Void) throws {
+        let keys = keys.filter { $0.hasPrefix("files/") || $0.hasPrefix("changes/") || $0.hasPrefix("snapshots/") }
+        guard !keys.isEmpty else { return }
+        if dryRun {
+            report.deleted += keys.map { .init(key: $0, kind: kind) }
+            return
+        }
+        let failed = try deleteInParallel(keys)
+        for key in keys {
+            if let error = failed[key] {
+                let reason: GCReport.KeepReason = error.storageFailure == .denied ? .refused : .failed
+                report.kept.append(.init(key: key, kind: kind, reason: reason, detail: error.message + (error.cause.map { ": \($0)" } ?? "")))
+                continue
+            }
+            try database.transaction { try done(key) }
+            report.deleted.append(.init(key: key, kind: kind))
+        }
+    }
+
+    /// How many batches of deletes go at once, each over its own connection.
+    static let parallelDeletes = 4
+    /// The keys one batch holds (S3 DeleteObjects takes up to 1,000).
+    static let deleteBatch = 1000
+
+    /// Deletes `keys` in batches, up to ``parallelDeletes`` at once; the keys not deleted, with
+    /// why. A batch whose request fails as a whole counts every key of it as not deleted.
+    private func deleteInParallel(_ keys: [String]) throws -> [String: CovenError] {
+        let batches = stride(from: 0, to: keys.count, by: Self.deleteBatch).map { Array(keys[$0..<min(keys.count, $0 + Self.deleteBatch)]) }
+        guard batches.count > 1 else { return Self.run(keys, on: provider) }
+        let connector = StorageConnector(location: device.storage, environment: device.storageEnvironment)
+        let results = DeleteResults(count: batches.count)
+        let next = DeleteResults.Counter()
+        DispatchQueue.concurrentPerform(iterations: min(Self.parallelDeletes, batches.count)) { _ in
+            guard let connection = try? connector.connect() else { return }
+            while let index = next.take(below: batches.count) {
+                results.set(index, Self.run(batches[index], on: connection))
+            }
+        }
+        var failed: [String: CovenError] = [:]
+        for (index, batch) in batches.enumerated() {
+            guard let result = results.get(index) else {
+                // No connection could be made for it: nothing of it was sent.
+                let error = CovenError.storage("storage could not be reached to delete \(batch.count) objects", failure: .network, cause: "no connection")
+                for key in batch { failed[key] = error }
+                continue
+            }
+            failed.merge(result) { first, _ in first }
+        }
+        return failed
+    }
+
+    /// One batch's delete; every key of it not deleted when the request fails as a whole.
+    private static func run(_ batch: [String], on provider: StorageProvider) -> [String: CovenError] {
+        do {
+            return try provider.deleteObjects(batch)
+        } catch let error as CovenError {
+            return Dictionary(uniqueKeysWithValues: batch.map { ($0, error) })
+        } catch {
+            let failure = CovenError.storage("storage failed to delete \(batch.count) objects", failure: .provider, cause: String(describing: error))
+            return Dictionary(uniqueKeysWithValues: batch.map { ($0, failure) })
+        }
+    }
+
+    // MARK: Gone devices
+
+    /// For each device gone for good: abort its unfinished uploads, list its folder once and
+    /// delete what nothing names.
+    mutating func collectGoneDevices(into report: inout GCReport, stop: Stop) throws {
+        for goneDevice in gone.sorted() {
+            try stop.check("gc")
+            let folder = "files/\(goneDevice)/"
+            // What other devices applied of it, this device must have applied too (pull no longer
+            // reads a gone device's changes): else a record naming its bytes may be missing here.
+            let ahead = others.filter { ($0.frontier[goneDevice] ?? 0) > (applied[goneDevice] ?? 0) }.map(\.id)
+            if !ahead.isEmpty {
+                report.kept.append(.init(key: folder, kind: .file, reason: .deviceBehind, devices: ahead.sorted(),
+                                         detail: "they applied changes of gone device \(goneDevice) that this device has not"))
+                continue
+            }
+            for upload in try provider.uploadsInProgress(prefix: folder) {
+                if !dryRun { try provider.abortMultipart(upload.key, uploadID: upload.uploadID) }
+                report.abortedUploads.append(upload.key)
+            }
+            var deletable: [String] = []
+            for info in try provider.list(prefix: folder) {
+                let object = info.key
+                if try !device.fileRecords.ids(object: object).isEmpty { continue }
+                let rows = try device.candidates.naming(object)
+                if rows.contains(where: { $0.device == me }) { continue }  // this device's own: collectFiles judges it
+                var hold: (GCReport.KeepReason, [String], String?)?
+                let files = rows.flatMap(\.files)
+                if rows.isEmpty {
+                    hold = try holdBack(object: object, files: [], writer: me, seq: 0)
+                }
+                for row in rows where hold == nil {
+                    hold = try holdBack(object: object, files: files, writer: row.device, seq: row.seq ?? Int64.max)
+                }
+                if let (reason, devices, detail) = hold {
+                    report.kept.append(.init(key: object, kind: .file, reason: reason, devices: devices, detail: detail))
+                    continue
+                }
+                deletable.append(object)
+            }
+            try delete(deletable, kind: .file, into: &report) { object in try device.candidates.removeAll(object: object) }
+        }
+    }
+
+    // MARK: Changes and snapshots
+
+    /// Change objects every device not gone for good has applied and the newest retained
+    /// snapshot covers (none without a snapshot: a new device needs them).
+    func collectChanges(into report: inout GCReport) throws {
+        guard let newest = retained.first(where: { $0.coverage != nil }), let coverage = newest.coverage else { return }
+        for (writer, _) in applied.sorted(by: { $0.key < $1.key }) {
+            let floor = Int64(try device.setting(Self.changesSetting(writer)) ?? "0") ?? 0
+            var upTo = coverage[writer] ?? 0
+            if writer != me { upTo = min(upTo, applied[writer] ?? 0) }
+            for other in others where other.id != writer { upTo = min(upTo, other.frontier[writer] ?? 0) }
+            guard upTo > floor else { continue }
+            let keys = (floor + 1...upTo).map { ChangeObject.path(device: writer, seq: UInt64($0)) }
+            let keptBefore = report.kept.count
+            try delete(keys, kind: .change, into: &report) { _ in }
+            // The floor moves up to just below the first change not deleted.
+            let firstKept = report.kept[keptBefore...].compactMap { Int64($0.key.split(separator: "/").last ?? "") }.min()
+            let newFloor = firstKept.map { $0 - 1 } ?? upTo
+            if !dryRun, newFloor > floor { try device.setSetting(Self.changesSetting(writer), String(newFloor)) }
+        }
+    }
+
+    static func changesSetting(_ device: String) -> String { "gc_changes_deleted:" + device }
+
+    /// Snapshots past the newest two this device can read the coverage of.
+    func collectSnapshots(into report: inout GCReport) throws {
+        let keep = Set(retained.map(\.key))
+        try delete(snapshots.map(\.key).filter { !keep.contains($0) }, kind: .snapshot, into: &report) { _ in }
+    }
+}
+
+/// The answers of parallel delete batches, behind one lock.
+final class DeleteResults: @unchecked Sendable {
+    // @unchecked: every access goes through `lock`.
+    private let lock = NSLock()
+    private var results: [[String: CovenError]?]
+
+    init(count: Int) { results = Array(repeating: nil, count: count) }
+
+    func set(_ index: Int, _ result: [String: CovenError]) {
+        lock.lock()
+        defer { lock.unlock() }
+        results[index] = result
+    }
+
+    func get(_ index: Int) -> [String: CovenError]? {
+        lock.lock()
+        defer { lock.unlock() }
+        return results[index]
+    }
+
+    /// Hands out batch indexes, each once.
+    final class Counter: @unchecked Sendable {
+        // @unchecked: every access goes through `lock`.
+        private let lock = NSLock()
+        private var next = 0
+
+        func take(below count: Int) -> Int? {
+            lock.lock()
+            defer { lock.unlock() }
+            guard next < count else { return nil }
+            next += 1
+            return next - 1
+        }
+    }
+}

@@ -1,0 +1,63 @@
+import CovenKit
+import Foundation
+
+/// `coven gc`: delete the stored objects nothing can still point at.
+struct GcCommand: Command {
+    static let name = "gc"
+    static let abstract = "delete the stored objects nothing can still point at"
+    static let synopsis = ["[--dry-run] [--gone-devices]"]
+    static let discussion = """
+    Syncs first (with --dry-run it only pulls), then deletes each stored file object whose last \
+    record this device deleted or switched to device-only, whose move was cancelled or whose \
+    upload was retired, once nothing can still point at it: no record, lost value, retained \
+    snapshot, queued write or upload names it, the write that made it a candidate is published, \
+    and every other device not gone for good has published a frontier that includes that write \
+    ('coven sync' on a device that holds it back is enough). It also deletes change objects \
+    every device not gone for good has applied and the newest retained snapshot covers (none \
+    while there is no snapshot), and snapshots past the newest two. A quiet pass lists no files. \
+    Prints one line per object deleted or kept back, with why and the devices holding it, then a \
+    summary; one JSON object with --json. A user's original is never deleted: only objects \
+    under files/, changes/ and snapshots/ in storage.
+    """
+    static let options = [
+        OptionSpec("dry-run", help: "delete nothing; print what would be deleted and kept"),
+        OptionSpec("gone-devices", help: "also end the unfinished uploads of devices gone for good and delete what no record names in their folders"),
+    ]
+    static let mutates = true
+    static let pollsStop = true
+
+    static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        let device = try context.openDevice()
+        let report = try device.collectGarbage(dryRun: invocation.has("dry-run"), goneDevices: invocation.has("gone-devices"),
+                                               wait: !context.noWait, stop: Stop.process)
+        let status = report.hasFailures ? ExitCodes.partial : ExitCodes.success
+        if context.json {
+            try context.printJSON([
+                "dry_run": report.dryRun,
+                "deleted": report.deleted.map { ["key": $0.key, "kind": $0.kind.rawValue] },
+                "kept": report.kept.map { kept -> [String: Any] in
+                    var object: [String: Any] = ["key": kept.key, "kind": kept.kind.rawValue, "reason": kept.reason.rawValue, "devices": kept.devices]
+                    if let detail = kept.detail { object["detail"] = detail }
+                    return object
+                },
+                "aborted_uploads": report.abortedUploads,
+                "pulled": report.pulled,
+                "exit_code": status,
+            ])
+            return status
+        }
+        let verb = report.dryRun ? "would delete" : "deleted"
+        for deleted in report.deleted { context.line("\(verb) \(deleted.key)") }
+        for aborted in report.abortedUploads { context.line("\(report.dryRun ? "would abort" : "aborted") the upload of \(aborted)") }
+        for kept in report.kept {
+            var line = "kept \(kept.key): \(kept.reason.rawValue.replacingOccurrences(of: "_", with: " "))"
+            if !kept.devices.isEmpty { line += " (\(kept.devices.joined(separator: ", ")))" }
+            if let detail = kept.detail { line += ": \(detail)" }
+            context.line(line)
+        }
+        var summary = "\(verb) \(report.deleted.count.counted("object")), kept \(report.kept.count)"
+        if report.deleted.isEmpty && report.kept.isEmpty && report.abortedUploads.isEmpty { summary = "nothing to delete" }
+        context.line(summary)
+        return status
+    }
+}

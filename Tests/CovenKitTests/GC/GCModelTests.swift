@@ -1,0 +1,164 @@
+@testable import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// Randomized gc: three devices doing random stages, writes, deletes, coven_existing_file,
+/// moves and their cancels, uploads, syncs, gc and a device removal. After every gc, every
+/// object a live device's stored record, lost value or upload queue names still exists; at the
+/// end, once every device synced twice and ran gc (twice, with --gone-devices), nothing
+/// unreferenced is left under files/. `COVEN_SEED=N` replays one run, `COVEN_RUNS=N` sets how
+/// many (1,000 by default); a failure prints its seed.
+final class GCModelTests: XCTestCase {
+    static let manifest = """
+        {
+          "namespaces": [ { "name": "covers", "kind": "app" } ],
+          "tables": [ { "name": "settings", "identity": "shared-key", "files": [ { "column": "file" } ] } ],
+          "migrations": [ "CREATE TABLE settings (id TEXT PRIMARY KEY, value TEXT, file TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT" ]
+        }
+        """
+
+    func testNothingNamedIsEverDeletedAndNothingUnnamedIsLeftOverManySeededRuns() throws {
+        let environment = ProcessInfo.processInfo.environment
+        let seeds: [UInt64]
+        if let one = environment["COVEN_SEED"].flatMap(UInt64.init) {
+            seeds = [one]
+        } else {
+            let runs = environment["COVEN_RUNS"].flatMap(Int.init) ?? 1000
+            seeds = (0..<UInt64(runs)).map { 0x6C00_0000 + $0 }
+        }
+        let base = FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory()
+        var deletedTotal = 0
+        for seed in seeds {
+            let work = base + "/coven-gc-model-\(seed)-\(UUID().uuidString.prefix(6))"
+            defer { try? FileManager.default.removeItem(atPath: work) }
+            do {
+                let (failure, deleted) = try run(seed: seed, work: work)
+                deletedTotal += deleted
+                if let failure {
+                    XCTFail("seed \(seed) (replay with COVEN_SEED=\(seed)): \(failure)")
+                    return
+                }
+            } catch {
+                XCTFail("seed \(seed) (replay with COVEN_SEED=\(seed)) threw: \(error)")
+                return
+            }
+        }
+        XCTAssertGreaterThan(deletedTotal, 0, "the runs deleted something")
+    }
+
+    /// What live devices name: stored records, restorable lost values' records, upload queues.
+    func named(_ devices: [Device]) throws -> Set<String> {
+        var names: Set<String> = []
+        for device in devices {
+            for row in try device.database.query("SELECT object FROM coven_files WHERE place = 'stored'") { names.insert(row.string("object") ?? "") }
+            for row in try device.database.query("SELECT object FROM coven_upload_queue") { names.insert(row.string("object") ?? "") }
+            for lost in try device.lostValues() where lost.restorable && lost.restoredAt == nil {
+                if let file = lost.values["file"]?.textValue, let record = try device.fileRecord(file) { names.insert(record.coordinates.object) }
+                for row in try device.database.query("SELECT object FROM coven_gc_candidates WHERE EXISTS (SELECT 1 FROM json_each(files) WHERE value = ?1)", [lost.values["file"]?.textValue ?? ""]) {
+                    names.insert(row.string("object") ?? "")
+                }
+            }
+        }
+        return names
+    }
+
+    func run(seed: UInt64, work: String) throws -> (String?, Int) {
+        var random = SeededRandom(state: seed)
+        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+        let first = try Device.create(paths: DevicePaths(database: work + "/d0/device.db"), storage: .file(directory: work + "/store"),
+                                      manifest: try Manifest(json: Data(Self.manifest.utf8)), name: "d0")
+        var devices = [first]
+        for index in 1..<3 {
+            devices.append(try Device.join(paths: DevicePaths(database: work + "/d\(index)/device.db"), storage: first.storage,
+                                           storeKey: try first.storeKeyBytes(), name: "d\(index)"))
+        }
+        let provider = try first.connectStorage()
+        var live = devices
+        var deleted = 0
+        func stored() throws -> Set<String> { Set(try provider.list(prefix: "files/").map(\.key)) }
+        func check(_ when: String) throws -> String? {
+            let missing = try named(live).subtracting(try stored())
+            // An upload not sent yet has nothing stored: only names whose bytes once existed count.
+            let sent = try missing.filter { object in
+                try live.contains { try $0.database.scalar("SELECT count(*) FROM coven_files WHERE object = ?1 AND place = 'stored'", [object]).intValue ?? 0 > 0 }
+            }
+            return sent.isEmpty ? nil : "\(when): named objects are gone: \(sent.sorted())"
+        }
+        let steps = 10 + random.below(10)
+        for step in 0..<steps {
+            let device = live[random.below(live.count)]
+            let key = "k\(random.below(4))"
+            do {
+                switch random.below(12) {
+                case 0, 1:
+                    // A stored file in a row (staged for the cloud; the upload comes later).
+                    let path = work + "/f-\(random.next())"
+                    try Data("bytes \(random.next())".utf8).write(to: URL(fileURLWithPath: path))
+                    let fd = open(path, O_RDONLY)
+                    defer { close(fd) }
+                    let staged = try device.stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: random.below(4) == 0 ? .deviceOnly : .cloud)
+                    try device.write(sql: "INSERT INTO settings (id, value, file) VALUES ('\(key)', 'v', coven_put_staged('\(staged.id)')) ON CONFLICT (id) DO UPDATE SET file = excluded.file")
+                case 2:
+                    try device.write(sql: "DELETE FROM settings WHERE id = '\(key)'")
+                case 3:
+                    try device.write(sql: "UPDATE settings SET file = NULL, value = 'cleared' WHERE id = '\(key)'")
+                case 4:
+                    // Another row names the same object with coven_existing_file.
+                    if let file = try device.database.scalar("SELECT file FROM settings WHERE file IS NOT NULL ORDER BY id LIMIT 1 OFFSET ?1", [random.below(2)]).textValue {
+                        try device.write(sql: "INSERT INTO settings (id, value, file) VALUES ('e\(random.below(3))', 'again', coven_existing_file('\(file)')) ON CONFLICT (id) DO UPDATE SET file = excluded.file")
+                    }
+                case 5 where try device.database.scalar("SELECT count(*) FROM coven_upload_queue").intValue ?? 0 > 0:
+                    _ = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))
+                case 6:
+                    // A move of device-only files to the cloud, maybe cancelled before it is sent.
+                    let files = try device.database.query("SELECT id FROM coven_files WHERE place = 'device' AND device = ?1", [device.deviceID]).compactMap { $0.string("id") }
+                    if let file = files.first {
+                        let move = try device.moveToCloud(files: [file])
+                        if random.below(2) == 0 { _ = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:])) }
+                        if random.below(2) == 0 { try device.cancelMove(move) }
+                    }
+                case 7, 8:
+                    _ = try device.sync()
+                case 9, 10:
+                    let report = try device.collectGarbage(goneDevices: random.below(3) == 0)
+                    deleted += report.deleted.filter { $0.kind == .file }.count
+                    if let failure = try check("after gc on \(device.deviceName) at step \(step)") { return (failure, deleted) }
+                default:
+                    // One device removed for good, by another.
+                    if live.count == 3, random.below(3) == 0 {
+                        let gone = live.remove(at: 2)
+                        try live[0].removeDevice(gone.deviceID)
+                    } else {
+                        _ = try device.sync()
+                    }
+                }
+            } catch let error as CovenError where [.fileInMove, .invalidState, .fileUnknown, .notThisDevice, .deviceOnly].contains(error.code) {
+                // A refusal of the random step: nothing changed.
+            }
+        }
+        // Every live device uploads, syncs twice and runs gc; then once more, so each sees the
+        // others' frontiers over its deletes.
+        for _ in 0..<2 {
+            for device in live where try device.database.scalar("SELECT count(*) FROM coven_upload_queue").intValue ?? 0 > 0 {
+                _ = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))
+            }
+            for _ in 0..<2 { for device in live { _ = try device.sync() } }
+            for device in live {
+                let report = try device.collectGarbage(goneDevices: true)
+                deleted += report.deleted.filter { $0.kind == .file }.count
+                if let failure = try check("after the final gc on \(device.deviceName)") { return (failure, deleted) }
+            }
+        }
+        let leaked = try stored().subtracting(try named(live))
+        if !leaked.isEmpty {
+            var why: [String] = []
+            for device in live {
+                let report = try device.collectGarbage(dryRun: true, goneDevices: true)
+                why += report.kept.filter { leaked.contains($0.key) }.map { "\(device.deviceName): \($0.key) \($0.reason.rawValue) \($0.devices) \($0.detail ?? "")" }
+            }
+            return ("unreferenced objects left: \(leaked.sorted()); kept: \(why)", deleted)
+        }
+        return (nil, deleted)
+    }
+}

@@ -1,0 +1,73 @@
+@testable import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// gc on a real S3 server on loopback (moto, signature-checking; SeaweedFS below): batch
+/// deletes (DeleteObjects, 1,000 keys a request), multipart uploads listed by prefix and
+/// aborted, a delete twice.
+class GCS3Tests: S3StorageTestCase {
+    var work = ""
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        work = FileManager.default.temporaryDirectory.appendingPathComponent("coven-gc-s3-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+    }
+
+    override func tearDownWithError() throws {
+        try? FileManager.default.removeItem(atPath: work)
+    }
+
+    func makeDevices(_ count: Int) throws -> [Device] {
+        let location = server.location(bucket: bucket, prefix: prefix)
+        let provider = try StorageConnector(location: location, environment: server.environment).connect()
+        let first = try Device.create(paths: DevicePaths(database: work + "/d0/device.db"), storage: location,
+                                      manifest: try Manifest(json: Data(DeviceTestCase.albumManifest.utf8)), name: "d0", provider: provider)
+        first.storageEnvironment = server.environment
+        var devices = [first]
+        for index in 1..<count {
+            devices.append(try Device.join(paths: DevicePaths(database: work + "/d\(index)/device.db"), storage: location,
+                                           storeKey: try first.storeKeyBytes(), name: "d\(index)", environment: server.environment))
+        }
+        return devices
+    }
+
+    func testAGoneDevicesUploadsAreAbortedAndItsUnnamedObjectsDeletedInBatches() throws {
+        let devices = try makeDevices(2)
+        let (a, c) = (devices[0], devices[1])
+        try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', 'v')")
+        _ = try a.sync()
+        _ = try c.sync()
+        let provider = try StorageConnector(location: a.storage, environment: server.environment).connect()
+        let folder = "files/\(c.deviceID)/"
+        let keys = (0..<2_500).map { folder + String(format: "orphan-%05d", $0) }
+        let connector = StorageConnector(location: a.storage, environment: server.environment)
+        DispatchQueue.concurrentPerform(iterations: 8) { worker in
+            guard let connection = try? connector.connect() else { return }
+            for index in stride(from: worker, to: keys.count, by: 8) { try? connection.put(keys[index], data: [UInt8(index & 0xff)]) }
+        }
+        XCTAssertEqual(try provider.list(prefix: folder).count, keys.count)
+        let unfinished = folder + "unfinished"
+        let uploadID = try provider.createMultipart(unfinished, totalSize: 10, partSize: 10)
+        XCTAssertEqual(try provider.uploadsInProgress(prefix: folder), [UploadInProgress(key: unfinished, uploadID: uploadID)])
+        try a.removeDevice(c.deviceID)
+        let dry = try a.collectGarbage(dryRun: true, goneDevices: true)
+        XCTAssertEqual(dry.deleted.count, keys.count)
+        XCTAssertEqual(try provider.list(prefix: folder).count, keys.count, "a dry run deletes nothing")
+        let report = try a.collectGarbage(goneDevices: true)
+        XCTAssertFalse(report.hasFailures, "\(report.kept.prefix(3))")
+        XCTAssertEqual(Set(report.deleted.map(\.key)), Set(keys))
+        XCTAssertEqual(report.abortedUploads, [unfinished])
+        XCTAssertTrue(try provider.list(prefix: folder).isEmpty)
+        XCTAssertTrue(try provider.uploadsInProgress(prefix: folder).isEmpty)
+        // Deleting what is gone succeeds, in one batch.
+        XCTAssertTrue(try provider.deleteObjects(Array(keys.prefix(10))).isEmpty)
+        // The store's own objects are untouched.
+        XCTAssertNotNil(try provider.head(ChangeObject.path(device: a.deviceID, seq: 1)))
+    }
+}
+
+final class GCSeaweedFSTests: GCS3Tests {
+    override class var serverKind: S3TestServer.Kind { .seaweedfs }
+}

@@ -1,0 +1,253 @@
+@testable import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// coven gc between two and three devices on file://, one rule a test (DESIGN.md "Deleting
+/// stored bytes").
+class GCTestCase: DeviceTestCase {
+    func join(_ name: String, from device: Device) throws -> Device {
+        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, storeKey: try device.storeKeyBytes(), name: name)
+    }
+
+    func stored(_ device: Device, _ key: String) throws -> Bool {
+        try device.connectStorage().head(key) != nil
+    }
+
+    /// A settings row `id` naming a new stored file of `text`; returns the file id and object.
+    @discardableResult
+    func storedSetting(_ device: Device, id: String, _ text: String) throws -> (file: String, object: String) {
+        let staged = try stageApp(device, text: text)
+        let file = try device.write(sql: "INSERT INTO settings (id, value, file) VALUES ('\(id)', 'v', coven_put_staged('\(staged.id)'))").files[0]
+        let object = try StoredFiles.store(device, file: file)
+        return (file, object)
+    }
+
+    func reasons(_ report: GCReport, _ key: String) -> [GCReport.KeepReason] {
+        report.kept.filter { $0.key == key }.map(\.reason)
+    }
+}
+
+final class GCTests: GCTestCase {
+    /// The delete of a file's last record: kept until every other device has published a
+    /// frontier that includes it; an idle device releases it with a sync that publishes nothing
+    /// but its frontier; then the bytes go, once.
+    func testADeleteWaitsForEveryOtherDeviceThenTheBytesGo() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        let (_, object) = try storedSetting(a, id: "s1", "bytes of s1")
+        _ = try a.sync()
+        _ = try b.sync()
+        try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
+        let first = try a.collectGarbage()
+        XCTAssertEqual(reasons(first, object), [.deviceBehind])
+        XCTAssertEqual(first.kept.first?.devices, [b.deviceID])
+        XCTAssertTrue(try stored(a, object))
+        // b has nothing to publish, but applied the delete: its sync publishes its frontier.
+        let idle = try b.sync()
+        XCTAssertEqual(idle.pushed.published.count, 1)
+        XCTAssertEqual(idle.pushed.entries, 0)
+        let dry = try a.collectGarbage(dryRun: true)
+        XCTAssertEqual(dry.deleted.map(\.key), [object])
+        XCTAssertTrue(try stored(a, object), "a dry run deletes nothing")
+        let second = try a.collectGarbage()
+        XCTAssertEqual(second.deleted.map(\.key), [object])
+        XCTAssertFalse(try stored(a, object))
+        let third = try a.collectGarbage()
+        XCTAssertTrue(third.deleted.isEmpty && third.kept.isEmpty, "the candidate is settled")
+        // Neither b's empty change nor a's next sync asks for another frontier: no ping-pong.
+        _ = try a.sync()
+        XCTAssertTrue(try b.sync().pushed.published.isEmpty)
+    }
+
+    /// A write not published yet holds its candidate (a dry run pushes nothing).
+    func testAnUnpublishedDeleteKeepsTheBytes() throws {
+        let a = try makeDevice(name: "a")
+        let (_, object) = try storedSetting(a, id: "s1", "bytes")
+        _ = try a.sync()
+        try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
+        let dry = try a.collectGarbage(dryRun: true)
+        XCTAssertEqual(reasons(dry, object), [.unpublished])
+        let real = try a.collectGarbage()
+        XCTAssertEqual(real.deleted.map(\.key), [object], "alone in the store, once published it goes")
+    }
+
+    /// A new record over the same object made on another device with coven_existing_file
+    /// before it saw the delete keeps the bytes: it arrives by pull before gc deletes.
+    func testAnExistingFileReferenceMadeMeanwhileKeepsTheBytes() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        let (file, object) = try storedSetting(a, id: "s1", "shared bytes")
+        _ = try a.sync()
+        _ = try b.sync()
+        try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
+        _ = try a.sync()
+        // b, not having seen the delete, names the object again.
+        try b.write(sql: "INSERT INTO settings (id, value, file) VALUES ('s2', 'again', coven_existing_file('\(file)'))")
+        _ = try b.sync()
+        let report = try a.collectGarbage()
+        XCTAssertTrue(report.deleted.isEmpty)
+        XCTAssertEqual(report.renamed, 1)
+        XCTAssertTrue(try stored(a, object))
+        var bytes: [UInt8] = []
+        let newFile = try XCTUnwrap(try a.database.scalar("SELECT file FROM settings WHERE id = 's2'").textValue)
+        try a.readFile(newFile) { bytes.append(contentsOf: $0) }
+        XCTAssertEqual(bytes, Array("shared bytes".utf8))
+        // When b deletes that last record, b's gc deletes the bytes once a has seen it.
+        try b.write(sql: "DELETE FROM settings WHERE id = 's2'")
+        XCTAssertEqual(reasons(try b.collectGarbage(), object), [.deviceBehind])
+        _ = try a.sync()
+        XCTAssertEqual(try b.collectGarbage().deleted.map(\.key), [object])
+    }
+
+    /// A record another device holds but has not published (its write waits for a bound
+    /// upload) is listed in that device's change as a held object: gc keeps the bytes.
+    func testAnotherDevicesUnpublishedRecordHoldsTheBytes() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        let (file, object) = try storedSetting(a, id: "s1", "held bytes")
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
+        _ = try a.sync()
+        _ = try b.sync()
+        // b's cover waits for its upload, and every later write of b with it.
+        let cover = try stageApp(b, text: "cover")
+        try b.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_staged('\(cover.id)'))")
+        try b.write(sql: "INSERT INTO settings (id, value, file) VALUES ('s2', 'held', coven_existing_file('\(file)'))")
+        try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
+        _ = try a.sync()
+        let synced = try b.sync()
+        XCTAssertEqual(synced.pushed.held, 2)
+        XCTAssertEqual(synced.pushed.entries, 0, "only b's frontier went out, with its held objects")
+        let report = try a.collectGarbage()
+        XCTAssertEqual(reasons(report, object), [.heldByDevice])
+        XCTAssertEqual(report.kept.first?.devices, [b.deviceID])
+        XCTAssertTrue(try stored(a, object))
+    }
+
+    /// The losing side of a concurrent edit naming the file keeps its bytes.
+    func testALostValueKeepsTheBytes() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        let (_, object) = try storedSetting(a, id: "s1", "lost bytes")
+        _ = try a.sync()
+        _ = try b.sync()
+        try b.write(sql: "UPDATE settings SET value = 'from b' WHERE id = 's1'")
+        try a.write(sql: "UPDATE settings SET file = NULL WHERE id = 's1'")  // later: wins, releases the file
+        _ = try a.sync()
+        _ = try b.sync()
+        let report = try a.collectGarbage()
+        XCTAssertEqual(try a.lostValues().count, 1)
+        XCTAssertEqual(reasons(report, object), [.lostValue])
+        XCTAssertTrue(try stored(a, object))
+    }
+
+    /// A device that has not synced for a month holds deletions back until it syncs or is
+    /// removed for good; then it no longer does.
+    func testASilentDeviceHoldsBackUntilItIsRemoved() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        let c = try join("c", from: a)
+        let (_, object) = try storedSetting(a, id: "s1", "bytes")
+        _ = try a.sync()
+        _ = try b.sync()
+        _ = try c.sync()
+        try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
+        _ = try a.sync()
+        _ = try b.sync()
+        let held = try a.collectGarbage()
+        XCTAssertEqual(reasons(held, object), [.deviceBehind])
+        XCTAssertEqual(held.kept.first?.devices, [c.deviceID])
+        try a.removeDevice(c.deviceID)
+        XCTAssertEqual(try a.collectGarbage().deleted.map(\.key), [object])
+        XCTAssertThrowsError(try c.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceGone) }
+    }
+
+    /// --gone-devices: the unfinished uploads of a device gone for good are aborted and what
+    /// no record names in its folder goes; what a record names stays; a rerun is harmless.
+    func testGoneDeviceCleanupAbortsItsUploadsAndDeletesWhatNothingNames() throws {
+        let a = try makeDevice(name: "a")
+        let c = try join("c", from: a)
+        let (_, named) = try storedSetting(c, id: "kept", "named by a record")
+        _ = try c.sync()
+        _ = try a.sync()
+        let provider = try a.connectStorage()
+        let orphan = "files/\(c.deviceID)/orphan"
+        try provider.put(orphan, data: Array("nothing names this".utf8))
+        let unfinished = "files/\(c.deviceID)/unfinished"
+        _ = try provider.createMultipart(unfinished, totalSize: 10, partSize: 10)
+        try a.removeDevice(c.deviceID)
+        let plain = try a.collectGarbage()
+        XCTAssertTrue(plain.deleted.isEmpty, "without --gone-devices nothing is listed")
+        let report = try a.collectGarbage(goneDevices: true)
+        XCTAssertEqual(report.deleted.map(\.key), [orphan])
+        XCTAssertEqual(report.abortedUploads, [unfinished])
+        XCTAssertTrue(try provider.uploadsInProgress(prefix: "files/\(c.deviceID)/").isEmpty)
+        XCTAssertTrue(try stored(a, named))
+        XCTAssertFalse(try stored(a, orphan))
+        let again = try a.collectGarbage(goneDevices: true)
+        XCTAssertTrue(again.deleted.isEmpty && again.abortedUploads.isEmpty)
+    }
+
+    /// Two devices running gc at once (one after the other on the same candidates here, and
+    /// the same gone folder): deleting twice is harmless, nothing named goes.
+    func testTwoDevicesCollectingTheSameFolderDeleteNothingNamed() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        let c = try join("c", from: a)
+        let (_, named) = try storedSetting(c, id: "kept", "named")
+        _ = try c.sync()
+        _ = try a.sync()
+        _ = try b.sync()
+        try a.connectStorage().put("files/\(c.deviceID)/stray", data: [1, 2, 3])
+        try a.removeDevice(c.deviceID)
+        let stray = "files/\(c.deviceID)/stray"
+        let fromA = try a.collectGarbage(dryRun: true, goneDevices: true)
+        let fromB = try b.collectGarbage(goneDevices: true)
+        XCTAssertEqual(fromA.deleted.map(\.key), [stray])
+        XCTAssertEqual(fromB.deleted.map(\.key), [stray])
+        // a deletes what it judged while b already did: deleting twice succeeds.
+        XCTAssertTrue(try a.connectStorage().deleteObjects([stray]).isEmpty)
+        let rerun = try a.collectGarbage(goneDevices: true)
+        XCTAssertFalse(rerun.hasFailures)
+        XCTAssertTrue(try stored(a, named))
+        XCTAssertTrue(try stored(b, named))
+    }
+
+    /// Change objects go only when a snapshot covers them and every live device has applied
+    /// them; without a snapshot, none go. Snapshots past the newest two go.
+    func testChangeObjectsNeedASnapshotAndSnapshotsPastTheNewestTwoGo() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        _ = try b.sync()
+        for n in 1...3 {
+            try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(n)', 'v')")
+            _ = try a.sync()
+        }
+        _ = try b.sync()
+        try b.write(sql: "INSERT INTO settings (id, value) VALUES ('b1', 'v')")
+        _ = try b.sync()
+        let provider = try a.connectStorage()
+        XCTAssertTrue(try a.collectGarbage().deleted.isEmpty, "no snapshot: every change stays")
+        // Snapshots of a at its seqs 3, 4 and 5 (each a new write published first).
+        var keys: [String] = []
+        for n in 4...6 {
+            try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(n)', 'v')")
+            keys.append(try a.snapshot().key)
+        }
+        _ = try b.sync()
+        let report = try a.collectGarbage()
+        // b has published a frontier over a's first three changes only (it published nothing
+        // since); the newest snapshot covers those and b's one change.
+        let expected = [ChangeObject.path(device: b.deviceID, seq: 1)] + (1...3).map { ChangeObject.path(device: a.deviceID, seq: UInt64($0)) }
+        XCTAssertEqual(report.deleted.filter { $0.kind == .change }.map(\.key).sorted(), expected.sorted())
+        XCTAssertEqual(report.deleted.filter { $0.kind == .snapshot }.map(\.key), [keys[0]])
+        XCTAssertNil(try provider.head(ChangeObject.path(device: a.deviceID, seq: 1)))
+        XCTAssertNotNil(try provider.head(ChangeObject.path(device: a.deviceID, seq: 4)), "b has not published a frontier over it")
+        XCTAssertNotNil(try provider.head(keys[1]))
+        XCTAssertNotNil(try provider.head(keys[2]))
+        XCTAssertTrue(try a.collectGarbage().deleted.isEmpty, "a rerun finds nothing more")
+        // A new device joins from the newest snapshot and holds every row.
+        let c = try join("c", from: a)
+        XCTAssertEqual(try c.database.scalar("SELECT count(*) FROM settings").intValue, 7)
+    }
+}
