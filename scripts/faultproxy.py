@@ -71,6 +71,8 @@ class Faults:
 
     def __init__(self, control_path, stats_path, log_path=None):
         self.lock = threading.Lock()
+        # Held from the snapshot to the rename, so an older count never replaces a newer one.
+        self.write_lock = threading.Lock()
         self.log_path = log_path
         self.rules = []
         self.control_path = control_path
@@ -154,11 +156,12 @@ class Faults:
     def write_stats(self):
         if not self.stats_path:
             return
-        data = json.dumps(self.snapshot()).encode()
-        tmp = "%s.%d.tmp" % (self.stats_path, threading.get_ident())
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, self.stats_path)
+        with self.write_lock:
+            data = json.dumps(self.snapshot()).encode()
+            tmp = "%s.%d.tmp" % (self.stats_path, threading.get_ident())
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.stats_path)
 
 
 def log(message):
