@@ -270,3 +270,15 @@ extension Device {
     /// The owner of this device's file records, local bytes and pins.
     var fileRecords: FileRecords { FileRecords(device: self) }
 }
+
+extension FileRecords {
+    /// Copies the records meeting `condition` into `schema`'s `coven_files` (a snapshot);
+    /// returns how many.
+    func copyForSnapshot(into schema: String, condition: String) throws -> Int64 {
+        try database.execute("""
+            INSERT INTO \(schema).coven_files (id, audience, namespace, size, hash, coordinates, _updated_at)
+            SELECT id, audience, namespace, size, hash, coordinates, _updated_at FROM main.coven_files WHERE \(condition)
+            """)
+        return try database.scalar("SELECT changes()").intValue ?? 0
+    }
+}

@@ -330,35 +330,3 @@ extension Device {
         }
     }
 }
-
-extension FileRecords {
-    /// Copies the records meeting `condition` into `schema`'s `coven_files` (a snapshot);
-    /// returns how many.
-    func copyForSnapshot(into schema: String, condition: String) throws -> Int64 {
-        try database.execute("""
-            INSERT INTO \(schema).coven_files (id, audience, namespace, size, hash, coordinates, _updated_at)
-            SELECT id, audience, namespace, size, hash, coordinates, _updated_at FROM main.coven_files WHERE \(condition)
-            """)
-        return try database.scalar("SELECT changes()").intValue ?? 0
-    }
-}
-
-extension SyncState {
-    /// Copies what a device joining from a snapshot needs to go on syncing as this one would
-    /// into `schema`: the tombstones of `tables` (a late write older than a delete must still
-    /// lose), the sync log (which says whether a row's writer had seen another write) and the
-    /// device registry (every device's applied seq and last frontier).
-    func copyForSnapshot(into schema: String, tables: [String]) throws {
-        let names = String(decoding: try JSONSerialization.data(withJSONObject: tables), as: UTF8.self)
-        try database.run("""
-            INSERT INTO \(schema).coven_tombstones (tbl, id, stamp)
-            SELECT tbl, id, stamp FROM main.coven_tombstones WHERE tbl IN (SELECT value FROM json_each(?1))
-            """, [names])
-        try database.execute("""
-            INSERT INTO \(schema).coven_sync_log (device, seq, max_stamp, frontier, applied_at)
-            SELECT device, seq, max_stamp, frontier, applied_at FROM main.coven_sync_log;
-            INSERT INTO \(schema).coven_device_registry (device, name, joined_at, gone, public_key, applied_seq, frontier, gone_at)
-            SELECT device, name, joined_at, gone, public_key, applied_seq, frontier, gone_at FROM main.coven_device_registry;
-            """)
-    }
-}
