@@ -19,33 +19,18 @@ final class GCModelTests: XCTestCase {
         """
 
     func testNothingNamedIsEverDeletedAndNothingUnnamedIsLeftOverManySeededRuns() throws {
-        let environment = ProcessInfo.processInfo.environment
-        let seeds: [UInt64]
-        if let one = environment["COVEN_SEED"].flatMap(UInt64.init) {
-            seeds = [one]
-        } else {
-            // 300 in the suite: UploadWorker.run leaks one descriptor a call, and 1,000 runs
-            // exhaust the 20,000 this machine allows the test process (COVEN_RUNS=1000 runs
-            // them alone).
-            let runs = environment["COVEN_RUNS"].flatMap(Int.init) ?? 300
-            seeds = (0..<UInt64(runs)).map { 0x6C00_0000 + $0 }
-        }
-        let base = FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory()
+        // 300 in the suite: UploadWorker.run leaks one descriptor a call, and 1,000 runs
+        // exhaust the 20,000 this machine allows the test process (COVEN_RUNS=1000 runs them
+        // alone).
         var deletedTotal = 0
-        for seed in seeds {
-            let work = base + "/coven-gc-model-\(seed)-\(UUID().uuidString.prefix(6))"
-            defer { try? FileManager.default.removeItem(atPath: work) }
-            do {
-                let (failure, deleted) = try run(seed: seed, work: work)
-                deletedTotal += deleted
-                if let failure {
-                    XCTFail("seed \(seed) (replay with COVEN_SEED=\(seed)): \(failure)")
-                    return
-                }
-            } catch {
-                XCTFail("seed \(seed) (replay with COVEN_SEED=\(seed)) threw: \(error)")
-                return
-            }
+        let failure = SeededRuns.run("gc-model", runs: 300, base: 0x6C00_0000) { seed, work in
+            let (failure, deleted) = try run(seed: seed, work: work)
+            deletedTotal += deleted
+            return failure
+        }
+        if let failure {
+            XCTFail(failure)
+            return
         }
         XCTAssertGreaterThan(deletedTotal, 0, "the runs deleted something")
     }

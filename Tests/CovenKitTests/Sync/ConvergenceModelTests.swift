@@ -38,28 +38,7 @@ final class ConvergenceModelTests: XCTestCase {
         """
 
     func testThreeDevicesConvergeOverManySeededRuns() throws {
-        let environment = ProcessInfo.processInfo.environment
-        let seeds: [UInt64]
-        if let one = environment["COVEN_SEED"].flatMap(UInt64.init) {
-            seeds = [one]
-        } else {
-            let runs = environment["COVEN_RUNS"].flatMap(Int.init) ?? 1000
-            seeds = (0..<UInt64(runs)).map { 0xC0FE_0000 + $0 }
-        }
-        let base = FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory()
-        for seed in seeds {
-            let work = base + "/coven-model-\(seed)-\(UUID().uuidString.prefix(6))"
-            defer { try? FileManager.default.removeItem(atPath: work) }
-            do {
-                if let failure = try run(seed: seed, work: work) {
-                    XCTFail("seed \(seed) (replay with COVEN_SEED=\(seed)): \(failure)")
-                    return
-                }
-            } catch {
-                XCTFail("seed \(seed) (replay with COVEN_SEED=\(seed)) threw: \(error)")
-                return
-            }
-        }
+        if let failure = SeededRuns.run("model", runs: 1000, base: 0xC0FE_0000, run) { XCTFail(failure) }
     }
 
     /// One run; the description of what diverged, or nil.

@@ -12,28 +12,7 @@ final class GateModelTests: XCTestCase {
     static let tables = ["workspaces", "workspace_settings", "lists", "todos", "labels", "todo_labels"]
 
     func testPeersHoldExactlyTheKeptRowsOverManySeededRuns() throws {
-        let environment = ProcessInfo.processInfo.environment
-        let seeds: [UInt64]
-        if let one = environment["COVEN_SEED"].flatMap(UInt64.init) {
-            seeds = [one]
-        } else {
-            let runs = environment["COVEN_RUNS"].flatMap(Int.init) ?? 500
-            seeds = (0..<UInt64(runs)).map { 0x6A7E_0000 + $0 }
-        }
-        let base = FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory()
-        for seed in seeds {
-            let work = base + "/coven-gates-\(seed)-\(UUID().uuidString.prefix(6))"
-            defer { try? FileManager.default.removeItem(atPath: work) }
-            do {
-                if let failure = try run(seed: seed, work: work) {
-                    XCTFail("seed \(seed) (replay with COVEN_SEED=\(seed)): \(failure)")
-                    return
-                }
-            } catch {
-                XCTFail("seed \(seed) (replay with COVEN_SEED=\(seed)) threw: \(error)")
-                return
-            }
-        }
+        if let failure = SeededRuns.run("gates", runs: 500, base: 0x6A7E_0000, run) { XCTFail(failure) }
     }
 
     func run(seed: UInt64, work: String) throws -> String? {
