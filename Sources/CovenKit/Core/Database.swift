@@ -200,7 +200,7 @@ public final class Database {
             statement.clearBindings()
             return statement
         }
-        let statement = try prepare(sql)
+        let statement = try Statement(database: self, sql: sql, retaining: false)
         if statementCache.count > 64 { statementCache.removeAll() }
         statementCache[sql] = statement
         return statement
@@ -295,11 +295,14 @@ public final class Database {
 /// Related SQLite documentation: <https://sqlite.org/c3ref/stmt.html>
 public final class Statement {
     let handle: OpaquePointer
-    let database: Database
+    /// The connection. A statement keeps it open, except one in the connection's own cache
+    /// (``Database/cached(_:)``), which must not: the two would keep each other alive.
+    unowned let database: Database
+    private let retained: Database?
     /// The statement's SQL.
     public let sql: String
 
-    init(database: Database, sql: String) throws {
+    init(database: Database, sql: String, retaining: Bool = true) throws {
         var statement: OpaquePointer?
         let code = sqlite3_prepare_v2(database.handle, sql, -1, &statement, nil)
         guard code == SQLITE_OK, let statement else {
@@ -307,6 +310,7 @@ public final class Statement {
         }
         self.handle = statement
         self.database = database
+        self.retained = retaining ? database : nil
         self.sql = sql
     }
 

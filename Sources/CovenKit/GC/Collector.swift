@@ -61,6 +61,7 @@ public struct GCReport: Sendable, Equatable {
 /// A snapshot in storage and what it covers, as far as this device can tell.
 struct SnapshotInfo {
     var key: String
+    var size: Int64
     var device: String
     var seq: Int64
     /// For each device, the highest seq of it whose writes the snapshot holds; nil when this
@@ -127,6 +128,8 @@ struct Collector {
     private var snapshots: [SnapshotInfo] = []
     /// The newest two snapshots this device can read the coverage of, and those it cannot.
     private var retained: [SnapshotInfo] = []
+    /// The object lists of retained snapshots, read when a candidate needs one.
+    private let snapshotObjects = SnapshotObjects()
 
     init(device: Device, provider: StorageProvider, storeKey: FileKey, dryRun: Bool) {
         self.device = device
@@ -179,7 +182,7 @@ struct Collector {
                 let manifest = try Device.peekManifest(provider: provider, info: info, storeKey: storeKey)
                 var coverage = manifest.frontier
                 coverage[owner] = max(coverage[owner] ?? 0, seq)
-                let snapshot = SnapshotInfo(key: info.key, device: owner, seq: seq, coverage: coverage, newestStamp: manifest.createdAt)
+                let snapshot = SnapshotInfo(key: info.key, size: info.size, device: owner, seq: seq, coverage: coverage, newestStamp: manifest.createdAt)
                 snapshots.append(snapshot)
                 readable.append((snapshot, (manifest.coverage, manifest.createdAt)))
             } catch let error as CovenError where error.code == .integrity || error.code == .decoding {
@@ -187,7 +190,7 @@ struct Collector {
             } catch let error as CovenError where error.code == .missing {
                 continue  // deleted meanwhile
             } catch let error as CovenError where error.storageFailure != nil {
-                let snapshot = SnapshotInfo(key: info.key, device: owner, seq: seq, coverage: nil, newestStamp: "")
+                let snapshot = SnapshotInfo(key: info.key, size: info.size, device: owner, seq: seq, coverage: nil, newestStamp: "")
                 snapshots.append(snapshot)
                 unknown.append(snapshot)
             }
@@ -209,8 +212,17 @@ struct Collector {
         if !behind.isEmpty {
             return (.deviceBehind, behind.sorted(), "their published frontier does not include change \(seq) of \(writer)")
         }
+        // A retained snapshot made before the write may name it: its object list says.
         for snapshot in retained where (snapshot.coverage?[writer] ?? 0) < seq {
-            return (.snapshot, [], snapshot.key)
+            guard snapshot.coverage != nil else { return (.snapshot, [], snapshot.key) }
+            do {
+                if try snapshotObjects.of(snapshot, provider: provider, storeKey: storeKey).contains(object) {
+                    return (.snapshot, [], snapshot.key)
+                }
+            } catch let error as CovenError {
+                // Unread, it may name anything.
+                return (.snapshot, [], snapshot.key + ": its object list could not be read: " + error.message)
+            }
         }
         return nil
     }
@@ -402,6 +414,25 @@ struct Collector {
     func collectSnapshots(into report: inout GCReport) throws {
         let keep = Set(retained.map(\.key))
         try delete(snapshots.map(\.key).filter { !keep.contains($0) }, kind: .snapshot, into: &report) { _ in }
+    }
+}
+
+/// The object lists of the snapshots one gc pass reads, each read once.
+final class SnapshotObjects {
+    private var lists: [String: Result<Set<String>, CovenError>] = [:]
+
+    func of(_ snapshot: SnapshotInfo, provider: StorageProvider, storeKey: FileKey) throws -> Set<String> {
+        if let known = lists[snapshot.key] { return try known.get() }
+        let result: Result<Set<String>, CovenError>
+        do {
+            result = .success(try Device.snapshotObjects(provider: provider, info: ObjectInfo(key: snapshot.key, size: snapshot.size), storeKey: storeKey))
+        } catch let error as CovenError {
+            result = .failure(error)
+        } catch {
+            result = .failure(CovenError(.internal, "snapshot '\(snapshot.key)' could not be read", cause: String(describing: error)))
+        }
+        lists[snapshot.key] = result
+        return try result.get()
     }
 }
 

@@ -88,27 +88,77 @@ extension Device {
     /// each chunk is authenticated on its own, so the manifest is genuine even if the rest of
     /// the object is damaged.
     static func peekManifest(provider: StorageProvider, info: ObjectInfo, storeKey: FileKey) throws -> SnapshotManifest {
-        let first = min(info.size, Int64(StoreSealer.headerSize + ChunkRun.sealedChunkSize))
+        let archive = try openRanged(provider: provider, info: info, storeKey: storeKey, firstChunkOnly: true)
+        return try readManifest(archive, key: info.key)
+    }
+
+    /// The stored objects a snapshot names (its `objects` entry, right after the manifest),
+    /// read by ranged GETs of a few sealed chunks at a time, stopping where the list ends.
+    static func snapshotObjects(provider: StorageProvider, info: ObjectInfo, storeKey: FileKey) throws -> Set<String> {
+        let archive = try openRanged(provider: provider, info: info, storeKey: storeKey)
+        _ = try readManifest(archive, key: info.key)
+        guard let entry = try archive.nextEntry(), entry.name == Snapshot.objectsEntry else {
+            throw CovenError(.decoding, "snapshot '\(info.key)' has no object list", details: ["object": info.key])
+        }
+        var objects: Set<String> = []
+        var line: [UInt8] = []
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 16, alignment: 16)
+        defer { buffer.deallocate() }
+        while true {
+            let count = try archive.read(into: buffer)
+            if count == 0 { break }
+            for byte in buffer[0..<count] {
+                if byte == 10 {
+                    objects.insert(String(decoding: line, as: UTF8.self))
+                    line.removeAll(keepingCapacity: true)
+                } else {
+                    line.append(byte)
+                }
+            }
+        }
+        guard line.isEmpty else {
+            throw CovenError(.decoding, "snapshot '\(info.key)' has a cut object list", details: ["object": info.key])
+        }
+        return objects
+    }
+
+    private static func readManifest(_ archive: ArchiveReader, key: String) throws -> SnapshotManifest {
+        guard let entry = try archive.nextEntry(), entry.name == Snapshot.manifestEntry else {
+            throw CovenError(.decoding, "snapshot '\(key)' does not start with its manifest", details: ["object": key])
+        }
+        return try SnapshotManifest(json: try archive.readAll(maximumSize: 1 << 20), key: key)
+    }
+
+    /// The archive of a stored snapshot, opened chunk by chunk (each authenticated) from ranged
+    /// GETs made as the reader goes: the first covers the header and first chunk, each later
+    /// one four chunks. With `firstChunkOnly`, the archive ends after the first chunk (the
+    /// manifest is within it: one GET).
+    private static func openRanged(provider: StorageProvider, info: ObjectInfo, storeKey: FileKey, firstChunkOnly: Bool = false) throws -> ArchiveReader {
         var bytes: [UInt8] = []
-        try provider.get(info.key, range: 0..<max(first, 1)) { bytes.append(contentsOf: $0) }
         var at = 0
+        var fetched: Int64 = 0
         let sealed = try StoreSealer.StreamReader(storeKey: storeKey, boundTo: info.key, sealedSize: info.size) { buffer in
+            if at == bytes.count, fetched < info.size {
+                let step = fetched == 0 ? Int64(StoreSealer.headerSize + ChunkRun.sealedChunkSize) : Int64(4 * ChunkRun.sealedChunkSize)
+                let upTo = min(info.size, fetched + step)
+                bytes.removeAll(keepingCapacity: true)
+                at = 0
+                try provider.get(info.key, range: fetched..<upTo) { bytes.append(contentsOf: $0) }
+                guard bytes.count == Int(upTo - fetched) else {
+                    throw CovenError(.integrity, "snapshot '\(info.key)' is shorter than listed", details: ["object": info.key])
+                }
+                fetched = upTo
+            }
             let count = min(buffer.count, bytes.count - at)
             if count > 0 { bytes.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[at..<(at + count)])) } }
             at += count
             return count
         }
-        var gave = false
-        let archive = try ArchiveReader {
-            // The first chunk only; the archive's first entry is within it.
-            guard !gave else { return nil }
-            gave = true
-            return try sealed.nextChunk()
+        var chunks = 0
+        return try ArchiveReader {
+            chunks += 1
+            return firstChunkOnly && chunks > 1 ? nil : try sealed.nextChunk()
         }
-        guard let entry = try archive.nextEntry(), entry.name == Snapshot.manifestEntry else {
-            throw CovenError(.decoding, "snapshot '\(info.key)' does not start with its manifest", details: ["object": info.key])
-        }
-        return try SnapshotManifest(json: try archive.readAll(maximumSize: 1 << 20), key: info.key)
     }
 
     /// Downloads the snapshot at `key` into a temporary file, then opens it chunk by chunk,

@@ -31,7 +31,8 @@ final class RowCapture {
         var oldFiles: [String: SQLValue]
     }
 
-    private let database: Database
+    /// Unowned: the connection holds its capture (``Database/rowCapture``).
+    private unowned let database: Database
     /// Set while a recorded write runs.
     var active = false
 
