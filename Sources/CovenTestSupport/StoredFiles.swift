@@ -36,12 +36,16 @@ public enum StoredFiles {
     }
 
     /// Stores the file with the real upload worker (`UploadWorker.run`, `--once`): it drains
-    /// the device's queue, so every file queued then is stored too. Returns the object key.
+    /// the device's queue, so every file queued then is stored too, through the device's
+    /// storage with its `storageEnvironment` (credentials of a test S3 server). Returns the
+    /// object key.
     ///
     /// - Throws: what the worker throws; `.internal` when the file is not stored afterwards.
     @discardableResult
     public static func store(_ device: Device, file id: String) throws -> String {
-        let summary = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))
+        let connector = StorageConnector(location: device.storage, environment: device.storageEnvironment)
+        let summary = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]),
+                                           connect: { try connector.connect() })
         guard let record = try device.fileRecord(id), record.coordinates.at == .stored else {
             throw CovenError(.internal, "the upload worker did not store '\(id)'", cause: "\(summary)")
         }

@@ -453,7 +453,7 @@ final class StoredRead {
         // While this thread hashes, the producer opens and checks runs on one thread, so the two
         // keep both cores busy without queueing for one; otherwise it uses both.
         let producer = Prefetcher(
-            connector: StorageConnector(location: device.storage), object: object, keyHex: record.coordinates.key,
+            connector: StorageConnector(location: device.storage, environment: device.storageEnvironment), object: object, keyHex: record.coordinates.key,
             size: size, steps: steps, dataFD: dataFD, tagsFD: tagsFD,
             writing: caching && keepsFetched ? .init(dataPath: files.data, tagsPath: files.tags, startWriteback: durable, required: durable) : nil,
             threads: hasher == nil ? ChunkRun.threads : 1, depth: buffers.isEmpty ? 3 : buffers.count, reusing: buffers)

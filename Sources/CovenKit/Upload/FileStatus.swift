@@ -108,7 +108,7 @@ extension Device {
             if case .s3 = storage {
                 provider = try S3Storage(location: storage, options: options, environment: environment)
             } else {
-                provider = try StorageConnector(location: storage, options: options).connect()
+                provider = try StorageConnector(location: storage, options: options, environment: environment).connect()
             }
             guard let info = try provider.head(object) else {
                 return .missing(device: nil, reason: .lost)

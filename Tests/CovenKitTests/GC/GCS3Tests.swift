@@ -70,4 +70,9 @@ class GCS3Tests: S3StorageTestCase {
 
 final class GCSeaweedFSTests: GCS3Tests {
     override class var serverKind: S3TestServer.Kind { .seaweedfs }
+
+    // Test discovery on Linux finds a class's own methods only.
+    override func testAGoneDevicesUploadsAreAbortedAndItsUnnamedObjectsDeletedInBatches() throws {
+        try super.testAGoneDevicesUploadsAreAbortedAndItsUnnamedObjectsDeletedInBatches()
+    }
 }

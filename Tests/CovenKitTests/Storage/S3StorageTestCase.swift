@@ -3,36 +3,62 @@ import CovenTestSupport
 import Foundation
 import XCTest
 
-/// The base of the S3 integration tests: one loopback server and one bucket per test class.
+/// The loopback S3 servers of test classes: one server and one bucket per class, started in
+/// the class's `setUp()` and stopped in its `tearDown()`.
 ///
-/// `COVEN_SKIP_S3=1` skips them; otherwise a server that fails to start fails every test.
+/// `COVEN_SKIP_S3=1` skips them; otherwise a server that fails to start fails every test of
+/// its class.
+enum S3ClassServers {
+    nonisolated(unsafe) private static var servers: [String: (server: S3TestServer, bucket: String)] = [:]
+    nonisolated(unsafe) private static var failures: [String: String] = [:]
+
+    static var skipped: Bool { ProcessInfo.processInfo.environment["COVEN_SKIP_S3"] == "1" }
+
+    /// Starts `kind` with a fresh bucket for the class named `key`.
+    static func start(_ kind: S3TestServer.Kind, for key: String) {
+        guard !skipped else { return }
+        do {
+            let server = try S3TestServer.start(kind)
+            let bucket = "coven-test-" + UUID().uuidString.lowercased().prefix(8)
+            try server.makeBucket(bucket)
+            servers[key] = (server, bucket)
+        } catch {
+            failures[key] = "cannot start the \(kind.rawValue) S3 server: \(error.asCovenError)"
+        }
+    }
+
+    static func stop(for key: String) {
+        servers.removeValue(forKey: key)?.server.stop()
+    }
+
+    /// The class's server and bucket, for a test: skips it with `COVEN_SKIP_S3=1`, fails it
+    /// when the server did not start.
+    static func server(for key: String) throws -> (server: S3TestServer, bucket: String) {
+        if skipped { throw XCTSkip("COVEN_SKIP_S3=1") }
+        guard let found = servers[key] else {
+            let reason = failures[key] ?? "the S3 server did not start"
+            XCTFail(reason)
+            throw CovenError(.internal, reason)
+        }
+        return found
+    }
+}
+
+/// The base of the S3 integration tests: one loopback server and one bucket per test class
+/// (``S3ClassServers``).
 class S3StorageTestCase: XCTestCase {
     /// Which server the subclass runs against.
     class var serverKind: S3TestServer.Kind { .moto }
 
-    nonisolated(unsafe) private static var servers: [String: S3TestServer] = [:]
-    nonisolated(unsafe) private static var failures: [String: String] = [:]
-    nonisolated(unsafe) private static var buckets: [String: String] = [:]
-
-    private static var skipped: Bool { ProcessInfo.processInfo.environment["COVEN_SKIP_S3"] == "1" }
     private static var classKey: String { String(describing: self) }
 
     override class func setUp() {
         super.setUp()
-        guard !skipped else { return }
-        do {
-            let server = try S3TestServer.start(serverKind)
-            let bucket = "coven-test-" + UUID().uuidString.lowercased().prefix(8)
-            try server.makeBucket(bucket)
-            servers[classKey] = server
-            buckets[classKey] = bucket
-        } catch {
-            failures[classKey] = "cannot start the \(serverKind.rawValue) S3 server: \(error.asCovenError)"
-        }
+        S3ClassServers.start(serverKind, for: classKey)
     }
 
     override class func tearDown() {
-        servers.removeValue(forKey: classKey)?.stop()
+        S3ClassServers.stop(for: classKey)
         super.tearDown()
     }
 
@@ -44,14 +70,7 @@ class S3StorageTestCase: XCTestCase {
     var prefix = ""
 
     override func setUpWithError() throws {
-        if Self.skipped { throw XCTSkip("COVEN_SKIP_S3=1") }
-        guard let server = Self.servers[Self.classKey], let bucket = Self.buckets[Self.classKey] else {
-            let reason = Self.failures[Self.classKey] ?? "the S3 server did not start"
-            XCTFail(reason)
-            throw CovenError(.internal, reason)
-        }
-        self.server = server
-        self.bucket = bucket
+        (server, bucket) = try S3ClassServers.server(for: Self.classKey)
         prefix = "t-" + UUID().uuidString.lowercased().prefix(8)
     }
 
