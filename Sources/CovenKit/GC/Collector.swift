@@ -87,17 +87,17 @@ extension Device {
     public func collectGarbage(dryRun: Bool = false, goneDevices: Bool = false, wait: Bool = true, stop: Stop = Stop()) throws -> GCReport {
         let lock = try self.lock(wait: wait)
         defer { _ = lock }
-        let provider = try connectStorage()
+        return try collectGarbage(provider: try connectStorage(), dryRun: dryRun, goneDevices: goneDevices, stop: stop)
+    }
+
+    /// ``collectGarbage(dryRun:goneDevices:wait:stop:)`` through `provider`, under the
+    /// caller's lock.
+    func collectGarbage(provider: StorageProvider, dryRun: Bool, goneDevices: Bool, stop: Stop) throws -> GCReport {
         let key = try storeKey()
         var report = GCReport()
         report.dryRun = dryRun
-        try refreshDevices(provider: provider, storeKey: key)
-        if !dryRun {
-            try ensureSigningKey(provider: provider, storeKey: key)
-            _ = try push(provider: provider, storeKey: key, stop: stop)
-        }
-        report.pulled = try pull(provider: provider, storeKey: key, stop: stop).changes
-        if !dryRun { _ = try push(provider: provider, storeKey: key, stop: stop) }
+        // One listing of devices/ serves the whole pass.
+        report.pulled = try sync(provider: provider, push: !dryRun, pull: true, stop: stop).pulled.changes
         try stop.check("gc")
         var collector = Collector(device: self, provider: provider, storeKey: key, dryRun: dryRun)
         try collector.prepare()

@@ -93,6 +93,30 @@ class GCTests: GCTestCase {
         XCTAssertTrue(try b.sync().pushed.published.isEmpty)
     }
 
+    /// A quiet pass (nothing to delete, 200 stored files, another device) lists no files: one
+    /// listing of devices/ and one of snapshots/, one GET per other device's next change, and
+    /// nothing else.
+    func testAQuietPassListsNoFiles() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        for n in 0..<4 {
+            let staged = try (0..<50).map { try stageApp(a, text: "file \(n) \($0)").id }
+            try a.write(sql: staged.enumerated().map { "INSERT INTO settings (id, value, file) VALUES ('s\(n)-\($0.offset)', 'v', coven_put_staged('\($0.element)'));" }.joined())
+        }
+        _ = try StoredFiles.store(a, file: try XCTUnwrap(try a.database.scalar("SELECT id FROM coven_files LIMIT 1").textValue))
+        _ = try a.sync()
+        _ = try b.sync()
+        _ = try a.collectGarbage()
+        let counting = CrashingStorage(try a.connectStorage())
+        let lock = try a.lock(wait: true)
+        let report = try a.collectGarbage(provider: counting, dryRun: false, goneDevices: false, stop: Stop())
+        _ = lock
+        XCTAssertTrue(report.deleted.isEmpty && report.kept.isEmpty)
+        XCTAssertEqual(counting.requests.filter { $0.hasPrefix("LIST ") }.sorted(), ["LIST devices/", "LIST snapshots/"])
+        let next = try XCTUnwrap(try a.database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [b.deviceID]).intValue) + 1
+        XCTAssertEqual(counting.requests.filter { !$0.hasPrefix("LIST ") }, ["GET " + ChangeObject.path(device: b.deviceID, seq: UInt64(next))])
+    }
+
     /// A write not published yet holds its candidate (a dry run pushes nothing).
     func testAnUnpublishedDeleteKeepsTheBytes() throws {
         let a = try makeDevice(name: "a")
@@ -291,6 +315,7 @@ final class GCS3RuleTests: GCTests {
 
     // Test discovery on Linux finds a class's own methods only.
     override func testADeleteWaitsForEveryOtherDeviceThenTheBytesGo() throws { try super.testADeleteWaitsForEveryOtherDeviceThenTheBytesGo() }
+    override func testAQuietPassListsNoFiles() throws { try super.testAQuietPassListsNoFiles() }
     override func testAnUnpublishedDeleteKeepsTheBytes() throws { try super.testAnUnpublishedDeleteKeepsTheBytes() }
     override func testAnExistingFileReferenceMadeMeanwhileKeepsTheBytes() throws { try super.testAnExistingFileReferenceMadeMeanwhileKeepsTheBytes() }
     override func testAnotherDevicesUnpublishedRecordHoldsTheBytes() throws { try super.testAnotherDevicesUnpublishedRecordHoldsTheBytes() }
