@@ -48,12 +48,15 @@ final class FileRecords {
     /// A file's new place: its coordinates (and content hash, once stored) with the write's
     /// stamp.
     ///
-    /// A switch to device-only that leaves no stored record naming the object makes the object
-    /// a gc candidate.
+    /// A switch of a stored record to device-only makes its object a gc candidate of this
+    /// write, even while another record names it: a device that has not applied the switch may
+    /// name the object again through this record, whoever deletes the other (gc judges an
+    /// object by every delete of a record that named it).
     func setCoordinates(_ id: String, _ coordinates: Coordinates, hash: String? = nil, stamp: String) throws {
         if coordinates.at == .device {
+            let wasStored = try database.scalar("SELECT place = \(Coordinates.Place.stored.sql) FROM coven_files WHERE id = ?1", [id]).intValue == 1
             try database.run("UPDATE coven_files SET coordinates = ?2, _updated_at = ?3 WHERE id = ?1", [id, coordinates.json, stamp])
-            if try !isStored(object: coordinates.object) {
+            if try wasStored || !isStored(object: coordinates.object) {
                 try device.candidates.add(object: coordinates.object, stamp: stamp, why: .deviceOnly, file: id)
             }
             return
@@ -66,12 +69,15 @@ final class FileRecords {
     }
 
     /// Deletes a record no row names any more, and its pin. A delete by this device's write
-    /// `stamp` that leaves no stored record naming the object makes it a gc candidate.
+    /// `stamp` of a stored record, or one that leaves no stored record naming the object, makes
+    /// the object a gc candidate of the write (see ``setCoordinates(_:_:hash:stamp:)``).
     func delete(_ id: String, stamp: String?) throws {
-        let object = try database.scalar("SELECT object FROM coven_files WHERE id = ?1", [id]).textValue
+        let row = try database.query("SELECT object, place FROM coven_files WHERE id = ?1", [id]).first
+        let object = row?.string("object")
+        let wasStored = row?.string("place") == Coordinates.Place.stored.rawValue
         try database.run("DELETE FROM coven_files WHERE id = ?1", [id])
         try database.run("DELETE FROM coven_pins WHERE file = ?1", [id])
-        if let stamp, let object, try !isStored(object: object) {
+        if let stamp, let object, try wasStored || !isStored(object: object) {
             try device.candidates.add(object: object, stamp: stamp, why: .deleted, file: id)
         }
     }

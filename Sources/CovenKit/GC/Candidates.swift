@@ -70,6 +70,19 @@ struct Candidates {
         try rows("WHERE device = ?1 ORDER BY stamp, object", [device.deviceID])
     }
 
+    /// Every candidate, grouped by object (objects in key order, each one's rows oldest first).
+    func byObject() throws -> [(object: String, rows: [Candidate])] {
+        var groups: [(object: String, rows: [Candidate])] = []
+        for row in try rows("ORDER BY object, stamp, device", []) {
+            if groups.last?.object == row.object {
+                groups[groups.count - 1].rows.append(row)
+            } else {
+                groups.append((row.object, [row]))
+            }
+        }
+        return groups
+    }
+
     /// Every candidate naming `object` (this device's and other devices' deletes).
     func naming(_ object: String) throws -> [Candidate] {
         try rows("WHERE object = ?1", [object])

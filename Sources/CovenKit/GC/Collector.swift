@@ -199,8 +199,9 @@ struct Collector {
         retained = readable.prefix(2).map(\.info) + unknown
     }
 
-    /// Why the bytes of `object` must stay, judged for a write of `writer`'s change `seq`:
-    /// nil when nothing holds them.
+    /// Why the bytes of `object` must stay, judged for a write of `writer`'s change `seq` (0:
+    /// no write of any device is known to have ended a record naming it): nil when nothing
+    /// holds them.
     private func holdBack(object: String, files: [String], writer: String, seq: Int64) throws -> (GCReport.KeepReason, [String], String?)? {
         if try device.uploadQueue.contains(object) { return (.uploadQueued, [], nil) }
         if lostObjects.contains(object) || files.contains(where: lostFiles.contains) { return (.lostValue, [], nil) }
@@ -212,8 +213,9 @@ struct Collector {
         if !behind.isEmpty {
             return (.deviceBehind, behind.sorted(), "their published frontier does not include change \(seq) of \(writer)")
         }
-        // A retained snapshot made before the write may name it: its object list says.
-        for snapshot in retained where (snapshot.coverage?[writer] ?? 0) < seq {
+        // A retained snapshot made before the write may name it: its object list says. (With
+        // no write, every retained snapshot is asked.)
+        for snapshot in retained where seq == 0 || (snapshot.coverage?[writer] ?? 0) < seq {
             guard snapshot.coverage != nil else { return (.snapshot, [], snapshot.key) }
             do {
                 if try snapshotObjects.of(snapshot, provider: provider, storeKey: storeKey).contains(object) {
@@ -239,40 +241,56 @@ struct Collector {
             """, [object, me]).intValue ?? 0 > 0
     }
 
-    /// This device's candidates: each deleted once nothing holds it.
+    /// Every candidate here, each object judged by every delete of a record that named it:
+    /// this device's (once published) and those of other devices applied here, live or gone
+    /// for good. Each such delete must be held by nothing (``holdBack``): while any device
+    /// has not applied one, it may still name the object through that record, whoever
+    /// deleted the others. An object a record names again keeps its bytes, and its settled
+    /// deletes are dropped (ending that record makes a new one); one named by nothing whose
+    /// every delete is settled goes. Other devices may delete it too: deleting twice is
+    /// harmless.
     mutating func collectFiles(into report: inout GCReport) throws {
         let candidates = device.candidates
         let sync = SyncState(database: database)
         let published = applied[me] ?? 0
+        let hasUnpublished = try database.scalar("SELECT count(*) FROM coven_push").intValue ?? 0 > 0
         var deletable: [String] = []
-        for candidate in try candidates.own() {
-            if try isNamed(candidate.object) {
-                // Named again: whoever ends that record makes it a candidate again.
-                if !dryRun { try candidates.remove(object: candidate.object, device: me) }
-                report.renamed += 1
-                continue
-            }
-            var seq = candidate.seq
-            if seq == nil {
-                if let found = try sync.seq(device: me, holding: candidate.stamp) {
-                    seq = found
-                } else if try database.scalar("SELECT count(*) FROM coven_outbox WHERE hlc <= ?1", [candidate.stamp]).intValue ?? 0 == 0,
-                          try database.scalar("SELECT count(*) FROM coven_push").intValue ?? 0 == 0 {
-                    // Its write recorded no row (a cancel), or every row of it was published in a
-                    // change whose stamps are older: everything published so far covers it.
-                    seq = published
+        for (object, rows) in try candidates.byObject() {
+            let named = try isNamed(object)
+            var hold: (GCReport.KeepReason, [String], String?)?
+            for row in rows {
+                var seq = row.seq
+                if seq == nil, row.device == me {
+                    if let found = try sync.seq(device: me, holding: row.stamp) {
+                        seq = found
+                    } else if try database.scalar("SELECT count(*) FROM coven_outbox WHERE hlc <= ?1", [row.stamp]).intValue ?? 0 == 0, !hasUnpublished {
+                        // Its write recorded no row (a cancel), or every row of it was published
+                        // in a change whose stamps are older: everything published so far covers it.
+                        seq = published
+                    }
+                    if let seq, !dryRun { try candidates.setSeq(object: object, seq: seq) }
                 }
-                if let seq, !dryRun { try candidates.setSeq(object: candidate.object, seq: seq) }
+                guard let seq else {
+                    hold = hold ?? (.unpublished, [], nil)
+                    continue
+                }
+                if let held = try holdBack(object: object, files: row.files, writer: row.device, seq: seq) {
+                    if hold == nil || hold?.0 == .unpublished { hold = held }
+                    continue
+                }
+                if named {
+                    // Settled while a record names it again: whoever ends that record makes it a
+                    // candidate anew.
+                    if !dryRun { try candidates.remove(object: object, device: row.device) }
+                    report.renamed += 1
+                }
             }
-            guard let seq else {
-                report.kept.append(.init(key: candidate.object, kind: .file, reason: .unpublished))
+            if named { continue }
+            if let (reason, devices, detail) = hold {
+                report.kept.append(.init(key: object, kind: .file, reason: reason, devices: devices, detail: detail))
                 continue
             }
-            if let (reason, devices, detail) = try holdBack(object: candidate.object, files: candidate.files, writer: me, seq: seq) {
-                report.kept.append(.init(key: candidate.object, kind: .file, reason: reason, devices: devices, detail: detail))
-                continue
-            }
-            deletable.append(candidate.object)
+            deletable.append(object)
         }
         try delete(deletable, kind: .file, into: &report) { object in try candidates.removeAll(object: object) }
     }

@@ -22,9 +22,10 @@ public struct PullReport: Sendable, Equatable {
 
 extension Device {
     /// Applies the other devices' published changes (DESIGN.md "Pull"): for every known device
-    /// but this one and those gone for good, GET `changes/<d>/<applied + 1>` until it is absent,
-    /// applying a change only once everything its frontier names is applied here. A quiet pull
-    /// is one listing of `devices/` and one request per device.
+    /// but this one, GET `changes/<d>/<applied + 1>` until it is absent, applying a change only
+    /// once everything its frontier names is applied here. Of a device gone for good, only the
+    /// changes some device's published frontier says it applied. A quiet pull is one listing of
+    /// `devices/` and one request per live device.
     ///
     /// - Throws: `.deviceGone` when this device was removed; `.integrity` / `.decoding` for a
     ///   change that fails its checks (naming the object; nothing of it is applied);
@@ -47,11 +48,16 @@ extension Device {
         var keys: [String: DevicePublicKey] = [:]
         while moved {
             moved = false
-            for row in try database.query("SELECT device, applied_seq FROM coven_device_registry WHERE device <> ?1 AND gone = 0 ORDER BY device", [deviceID]) {
+            for row in try database.query("SELECT device, applied_seq, gone FROM coven_device_registry WHERE device <> ?1 ORDER BY device", [deviceID]) {
                 guard let other = row.string("device"), !finished.contains(other) else { continue }
                 var next = (row.int("applied_seq") ?? 0) + 1
+                // A device gone for good: only the changes of it that some device says it
+                // applied (its published frontier), so every device ends with the same rows;
+                // what it published that nobody applied is dropped with it.
+                let through = row.int("gone") == 1 ? try highestSeqKnown(of: other) ?? 0 : Int64.max
+                guard next <= through else { continue }
                 report.waiting[other] = nil
-                while true {
+                while next <= through {
                     try stop.check("the sync")
                     let path = ChangeObject.path(device: other, seq: UInt64(next))
                     guard let sealed = try provider.getObject(path) else {

@@ -179,6 +179,11 @@ final class GCModelTests: XCTestCase {
             for _ in 0..<2 { for device in live { _ = try device.sync() } }
             for device in live {
                 let report = try device.collectGarbage(goneDevices: true)
+                trace("final gc on \(device.deviceName): deleted \(report.deleted.map(\.key)) kept \(report.kept.map { "\($0.key) \($0.reason)" })")
+                for info in try provider.list(prefix: "snapshots/") {
+                    let manifest = try Device.peekManifest(provider: provider, info: info, storeKey: storeKey)
+                    trace("  snapshot \(info.key) coverage \(manifest.coverage) at \(manifest.createdAt) frontier \(manifest.frontier)")
+                }
                 deleted += report.deleted.filter { $0.kind == .file }.count
                 if let failure = try check("after the final gc on \(device.deviceName)") { return (failure, deleted) }
             }

@@ -157,6 +157,41 @@ class GCTests: GCTestCase {
         XCTAssertEqual(try b.collectGarbage().deleted.map(\.key), [object])
     }
 
+    /// Two records naming one object, deleted on two devices at once: the bytes wait for
+    /// every device's frontier over both deletes. A third device that saw only one of them
+    /// may still name the object through the other record (here it does, with
+    /// coven_existing_file, after publishing a frontier over the first delete).
+    func testTwoDeletesOfRecordsNamingOneObjectBothHoldTheBytes() throws {
+        let a = try makeDevice(name: "a")
+        let x = try join("x", from: a)
+        let y = try join("y", from: a)
+        let (file, object) = try storedSetting(a, id: "s1", "bytes two records name")
+        _ = try a.sync()
+        _ = try x.sync()
+        try x.write(sql: "INSERT INTO settings (id, value, file) VALUES ('s2', 'v', coven_existing_file('\(file)'))")
+        for device in [x, a, y] { _ = try device.sync() }
+        try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
+        try x.write(sql: "DELETE FROM settings WHERE id = 's2'")
+        _ = try x.sync()
+        _ = try y.sync()  // y's frontier covers x's delete, not a's
+        _ = try a.sync()
+        _ = try x.sync()
+        // y, not having seen a's delete, names the object again through s1's record.
+        try y.write(sql: "INSERT INTO settings (id, value, file) VALUES ('s3', 'v', coven_existing_file('\(file)'))")
+        for device in [x, a] {
+            let report = try device.collectGarbage()
+            XCTAssertTrue(report.deleted.isEmpty, "\(device.deviceName) deleted \(report.deleted)")
+            XCTAssertEqual(reasons(report, object), [.deviceBehind], "\(device.deviceName): \(report.kept)")
+            XCTAssertEqual(report.kept.first?.devices, [y.deviceID])
+        }
+        XCTAssertTrue(try stored(a, object))
+        _ = try y.sync()
+        var bytes: [UInt8] = []
+        let named = try XCTUnwrap(try y.database.scalar("SELECT file FROM settings WHERE id = 's3'").textValue)
+        try y.readFile(named) { bytes.append(contentsOf: $0) }
+        XCTAssertEqual(bytes, Array("bytes two records name".utf8))
+    }
+
     /// A record another device holds but has not published (its write waits for a bound
     /// upload) is listed in that device's change as a held object: gc keeps the bytes.
     func testAnotherDevicesUnpublishedRecordHoldsTheBytes() throws {
@@ -217,6 +252,32 @@ class GCTests: GCTestCase {
         try a.removeDevice(c.deviceID)
         XCTAssertEqual(try a.collectGarbage().deleted.map(\.key), [object])
         XCTAssertThrowsError(try c.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceGone) }
+    }
+
+    /// A device that deleted a file's last record and was removed for good before it ran gc:
+    /// the other devices, which applied its delete, delete the bytes (in another device's
+    /// folder, so --gone-devices would never list them).
+    func testTheDeleteOfADeviceRemovedBeforeItsGCIsCollectedByTheOthers() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        let c = try join("c", from: a)
+        let (_, object) = try storedSetting(a, id: "s1", "bytes c deletes")
+        for device in [a, b, c] { _ = try device.sync() }
+        try c.write(sql: "DELETE FROM settings WHERE id = 's1'")
+        _ = try c.sync()
+        _ = try a.sync()
+        try a.removeDevice(c.deviceID)
+        let held = try a.collectGarbage()
+        XCTAssertEqual(reasons(held, object), [.deviceBehind])
+        XCTAssertEqual(held.kept.first?.devices, [b.deviceID])
+        _ = try b.sync()
+        let report = try a.collectGarbage()
+        XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
+        XCTAssertFalse(try stored(a, object))
+        // b judged it too: deleting it again is harmless, and settles b's candidate.
+        let fromB = try b.collectGarbage()
+        XCTAssertFalse(fromB.hasFailures)
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_gc_candidates"), 0)
     }
 
     /// --gone-devices: the unfinished uploads of a device gone for good are aborted and what
@@ -318,9 +379,11 @@ final class GCS3RuleTests: GCTests {
     override func testAQuietPassListsNoFiles() throws { try super.testAQuietPassListsNoFiles() }
     override func testAnUnpublishedDeleteKeepsTheBytes() throws { try super.testAnUnpublishedDeleteKeepsTheBytes() }
     override func testAnExistingFileReferenceMadeMeanwhileKeepsTheBytes() throws { try super.testAnExistingFileReferenceMadeMeanwhileKeepsTheBytes() }
+    override func testTwoDeletesOfRecordsNamingOneObjectBothHoldTheBytes() throws { try super.testTwoDeletesOfRecordsNamingOneObjectBothHoldTheBytes() }
     override func testAnotherDevicesUnpublishedRecordHoldsTheBytes() throws { try super.testAnotherDevicesUnpublishedRecordHoldsTheBytes() }
     override func testALostValueKeepsTheBytes() throws { try super.testALostValueKeepsTheBytes() }
     override func testASilentDeviceHoldsBackUntilItIsRemoved() throws { try super.testASilentDeviceHoldsBackUntilItIsRemoved() }
+    override func testTheDeleteOfADeviceRemovedBeforeItsGCIsCollectedByTheOthers() throws { try super.testTheDeleteOfADeviceRemovedBeforeItsGCIsCollectedByTheOthers() }
     override func testGoneDeviceCleanupAbortsItsUploadsAndDeletesWhatNothingNames() throws { try super.testGoneDeviceCleanupAbortsItsUploadsAndDeletesWhatNothingNames() }
     override func testTwoDevicesCollectingTheSameFolderDeleteNothingNamed() throws { try super.testTwoDevicesCollectingTheSameFolderDeleteNothingNamed() }
     override func testChangeObjectsNeedASnapshotAndSnapshotsPastTheNewestTwoGo() throws { try super.testChangeObjectsNeedASnapshotAndSnapshotsPastTheNewestTwoGo() }
