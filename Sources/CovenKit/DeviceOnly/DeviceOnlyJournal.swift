@@ -13,10 +13,17 @@ import Foundation
 ///   commits, so cleanup removes a final path only while it is still that same file.
 ///
 /// The switch write marks the call `committed` in its transaction; then only the temporaries go.
+///
+/// The one writer of `coven_device_only_made`: make-device-only calls it, never its SQL.
+/// ``begin(database:entries:)`` and ``markMade(_:)`` are transactions of their own (each is
+/// durable before the call goes on to make what it names); ``markCommitted()`` and
+/// ``forget()`` run inside the caller's transaction.
 struct DeviceOnlyJournal {
     let database: Database
     let call: String
 
+    /// One thing a call makes: a `folder`, a `temporary` or a `file` (with its temporary as
+    /// `pair`).
     struct Entry {
         var kind: String
         var path: String
@@ -52,12 +59,24 @@ struct DeviceOnlyJournal {
         try database.run("UPDATE coven_device_only_made SET committed = 1 WHERE call = ?1", [call])
     }
 
+    /// Forgets the call once nothing it made is left to undo (inside the caller's transaction,
+    /// if any).
+    func forget() throws {
+        try Self.forget(call: call, database: database)
+    }
+
+    /// Forgets the rows of `call`.
+    private static func forget(call: String, database: Database) throws {
+        try database.run("DELETE FROM coven_device_only_made WHERE call = ?1", [call])
+    }
+
     /// Undoes what the call made (all of it before its switch committed, its temporaries
     /// after), then forgets the call.
     func cleanUp() throws {
         try Self.cleanUp(call: call, database: database)
     }
 
+    /// Undoes what `call` made (see ``cleanUp()``), then forgets it.
     static func cleanUp(call: String, database: Database) throws {
         let rows = try database.query("SELECT seq, kind, path, pair, made, committed FROM coven_device_only_made WHERE call = ?1 ORDER BY seq", [call])
         let committed = rows.contains { $0.int("committed") == 1 }
@@ -94,7 +113,7 @@ struct DeviceOnlyJournal {
         for folder in folders where identity(folder) != nil {
             try? AtomicFile.syncFolder(folder)
         }
-        try database.run("DELETE FROM coven_device_only_made WHERE call = ?1", [call])
+        try forget(call: call, database: database)
     }
 
     /// At open: cleans up after every call whose process is gone (a crash or a kill).

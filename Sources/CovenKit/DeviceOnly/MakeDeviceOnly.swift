@@ -144,7 +144,7 @@ extension Device {
                 try fileRecords.recordChangeStamp(object: copy.record.coordinates.object, path: PathText.osBytes(copy.final),
                                                   changeStamp: OriginalIdentity(info).changeStamp)
             }
-            try database.run("DELETE FROM coven_device_only_made WHERE call = ?1", [journal.call])
+            try journal.forget()
         }
         return plan.copies.map { DeviceOnlyCopy(file: $0.record.id, path: $0.final, relativePath: $0.relativePath, size: $0.record.size) }
     }

@@ -100,10 +100,8 @@ extension Device {
         let lock = try early ?? self.lock(wait: true)
         defer { _ = lock }
         try database.transaction {
-            try database.run("""
-                INSERT INTO coven_staged (id, kind, namespace, place, path, size, modified_seconds, modified_nanos, change_stamp, content_hash, chunk_hashes, created_at)
-                VALUES (?1, 'user', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-                """, [id, name, place.rawValue, PathText.osBytes(absolute), digests.size, identity.modifiedSeconds, identity.modifiedNanos, identity.changeStamp, digests.content, digests.chunks, Timestamp.iso8601(Date())])
+            try stagedFiles.addOriginal(id: id, namespace: name, place: place, path: PathText.osBytes(absolute), identity: identity,
+                                        contentHash: digests.content, chunkHashes: digests.chunks)
         }
         return StagedFile(id: id, kind: .user, namespace: name, place: place.rawValue, size: digests.size, modifiedSeconds: identity.modifiedSeconds, modifiedNanos: identity.modifiedNanos, contentHash: digests.content.hex)
     }
@@ -168,10 +166,8 @@ extension Device {
             try AtomicFile.syncFolder(paths.copies)
             try database.transaction {
                 if let stamp { try setSetting(Self.checkedKey("copy:" + relative), stamp.text) }
-                try database.run("""
-                    INSERT INTO coven_staged (id, kind, namespace, place, copy, size, content_hash, chunk_hashes, created_at)
-                    VALUES (?1, 'app', ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                    """, [id, name, place.rawValue, relative, digests.size, digests.content, digests.chunks, Timestamp.iso8601(Date())])
+                try stagedFiles.addCopy(id: id, namespace: name, place: place, copy: relative, size: digests.size,
+                                        contentHash: digests.content, chunkHashes: digests.chunks)
             }
         } catch {
             unlink(final)
@@ -190,10 +186,10 @@ extension Device {
         let lock = try self.lock(wait: true)
         defer { _ = lock }
         let copy: String? = try database.transaction {
-            guard let row = try database.queryOne("SELECT copy FROM coven_staged WHERE id = ?1", [id]) else {
+            guard let row = try stagedFiles.row(id) else {
                 throw CovenError(.notFound, "no staged file '\(id)'", details: ["staged": id])
             }
-            try database.run("DELETE FROM coven_staged WHERE id = ?1", [id])
+            try stagedFiles.remove(id)
             return row.string("copy")
         }
         if let copy, !copy.contains(".."), try database.scalar("SELECT count(*) FROM coven_local WHERE copy = ?1", [copy]).intValue == 0 {

@@ -193,7 +193,7 @@ final class WriteSession {
         guard !usedStaged.contains(id) else {
             throw CovenError(.notFound, "staged file '\(id)' is already put in this write", details: ["staged": id])
         }
-        guard let row = try database.queryOne("SELECT * FROM coven_staged WHERE id = ?1", [id]) else {
+        guard let row = try device.stagedFiles.row(id) else {
             throw CovenError(.notFound, "no staged file '\(id)'", hint: "stage it with 'coven stage' first; a staged file is put by one write only", details: ["staged": id])
         }
         let kind = FileKind(rawValue: row.string("kind") ?? "") ?? .app
@@ -265,7 +265,7 @@ final class WriteSession {
                     object: intent.object, kind: intent.kind, path: row.bytes("path"), copy: row.string("copy"), size: intent.size,
                     modifiedSeconds: row.int("modified_seconds"), modifiedNanos: row.int("modified_nanos"), changeStamp: row.string("change_stamp"),
                     contentHash: row.bytes("content_hash") ?? [], chunkHashes: row.bytes("chunk_hashes") ?? []))
-                try database.run("DELETE FROM coven_staged WHERE id = ?1", [row.string("id") ?? ""])
+                try device.stagedFiles.remove(row.string("id") ?? "")
                 if intent.place == .cloud {
                     if moveID == nil { moveID = Identifier.uuid7() }
                     try device.uploadQueue.enqueue(intent.object, move: moveID, bytesTotal: ObjectLayout.encryptedSize(plaintextSize: intent.size))

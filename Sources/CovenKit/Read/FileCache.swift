@@ -213,7 +213,7 @@ extension Device {
             try setSetting(Self.checkedKey("cache:" + entry.object), nil)
             try setSetting(note, entry.object)
         }
-        if unlinkCacheFiles(files) { try? database.run("DELETE FROM coven_meta WHERE key = ?1", [note]) }
+        if unlinkCacheFiles(files) { try? settings.remove(note) }
         return entry.bytes
     }
 
@@ -240,7 +240,7 @@ extension Device {
             let note = Self.uncacheNote + object
             // Only while noted and not made again since.
             guard let forgotten = try? setting(note) != nil && cacheRow(object) == nil, forgotten else { continue }
-            if unlinkCacheFiles(cachePaths(object: object)) { try? database.run("DELETE FROM coven_meta WHERE key = ?1", [note]) }
+            if unlinkCacheFiles(cachePaths(object: object)) { try? settings.remove(note) }
         }
     }
 
@@ -440,7 +440,7 @@ extension Device {
                 if stat(files.data, &info) == 0, now.timeIntervalSince1970 - Double(info.st_mtim.tv_sec) <= 60 { continue }
                 guard unlinkCacheFiles(files) else { continue }
             }
-            try? database.run("DELETE FROM coven_meta WHERE key = ?1", [key])
+            try? settings.remove(key)
         }
     }
 

@@ -14,7 +14,7 @@ extension Device {
                 let path = paths.folder + "/" + copy
                 if unlink(path) != 0 && errno != ENOENT { continue }
             }
-            try? database.run("DELETE FROM coven_meta WHERE key = ?1", [key])
+            try? settings.remove(key)
         }
     }
 

@@ -262,17 +262,18 @@ public final class Device {
             try Schema.migrate(database, from: version)
             let manifestJSON = try manifest.canonicalJSON()
             let recorded = try database.query("SELECT position, sha256 FROM coven_migrations ORDER BY position").map { ($0.int("position") ?? 0, $0.string("sha256") ?? "") }
+            let settings = DeviceSettings(database: database)
             try database.transaction {
                 if let snapshot, !snapshot.hlc.isEmpty {
                     // The receive rule of the hybrid clock, as for every applied change.
-                    try database.run("INSERT INTO coven_meta (key, value) VALUES ('hlc', ?1)", [snapshot.hlc])
+                    try settings.add("hlc", snapshot.hlc)
                 }
                 for (key, value) in [
                     ("store_id", storeID), ("device_id", deviceID), ("device_name", deviceName),
                     ("storage", storage.description), ("manifest", manifestJSON), ("created_at", now),
                     ("format", String(storeFormat)),
                 ] {
-                    try database.run("INSERT INTO coven_meta (key, value) VALUES (?1, ?2)", [key, value])
+                    try settings.add(key, value)
                 }
                 try SyncState(database: database).learnDevice(deviceID, name: deviceName, joinedAt: now, publicKey: publicKey.hex)
                 _ = try Migrations.apply(manifest.migrations, to: database, recorded: recorded)
@@ -405,18 +406,15 @@ public final class Device {
 
     // MARK: State
 
-    /// A value of this device's settings (`coven_meta`).
+    /// A value of this device's settings (`coven_meta`, owned by ``DeviceSettings``).
     public func setting(_ key: String) throws -> String? {
-        try database.scalar("SELECT value FROM coven_meta WHERE key = ?1", [key]).textValue
+        try settings.value(key)
     }
 
-    /// Sets a value of this device's settings (inside the caller's transaction, if any).
+    /// Sets a value of this device's settings, nil removing it (inside the caller's
+    /// transaction, if any).
     public func setSetting(_ key: String, _ value: String?) throws {
-        if let value {
-            try database.run("INSERT INTO coven_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, value])
-        } else {
-            try database.run("DELETE FROM coven_meta WHERE key = ?1", [key])
-        }
+        try settings.set(key, value)
     }
 
     /// Takes the device lock, which every mutating command holds while it runs.
