@@ -9,8 +9,6 @@ public struct GCReport: Sendable, Equatable {
 
     /// Why an object stays.
     public enum KeepReason: String, Sendable {
-        /// A file record here names it (it is no candidate any more).
-        case named = "named_by_record"
         /// This device's upload queue still names it.
         case uploadQueued = "upload_queued"
         /// The write that made it a candidate is not published yet.
@@ -51,7 +49,8 @@ public struct GCReport: Sendable, Equatable {
     public var abortedUploads: [String] = []
     /// Changes applied by the pull that gc starts with.
     public var pulled = 0
-    /// Objects found no longer candidates (named by a record again), dropped from the table.
+    /// Candidates settled while a record names their object again, dropped from the table
+    /// (the object stays; ending that record makes it a candidate anew).
     public var renamed = 0
 
     /// Whether a deletion failed (refused or not confirmed).

@@ -8,7 +8,9 @@ struct DeviceCommand: Command {
     static let synopsis = ["remove DEVICE"]
     static let discussion = """
     Publishes devices/<id>.gone, so that no device waits for the removed one any more and it is \
-    refused ('device_gone') if it syncs again; its uploads stop there. DEVICE is an id or a name \
+    refused ('device_gone') if it syncs again; its uploads stop there. Of its changes, every \
+    device still applies those that some device's published frontier says it applied (so all \
+    end with the same rows); the rest are dropped with it. DEVICE is an id or a name \
     that 'coven devices' lists. This device cannot remove itself. Prints the removed device's id.
     """
     static let options: [OptionSpec] = []

@@ -7,12 +7,13 @@ struct GcCommand: Command {
     static let abstract = "delete the stored objects nothing can still point at"
     static let synopsis = ["[--dry-run] [--gone-devices]"]
     static let discussion = """
-    Syncs first (with --dry-run it only pulls), then deletes each stored file object whose last \
-    record this device deleted or switched to device-only, whose move was cancelled or whose \
-    upload was retired, once nothing can still point at it: no record, lost value, retained \
-    snapshot, queued write or upload names it, the write that made it a candidate is published, \
-    and every other device not gone for good has published a frontier that includes that write \
-    ('coven sync' on a device that holds it back is enough). It also deletes change objects \
+    Syncs first (with --dry-run it only pulls), then deletes each stored file object a record of \
+    which was deleted or switched to device-only (by this device, or by another one, live or \
+    gone for good, whose change this device applied), whose move was cancelled or whose upload \
+    was retired, once nothing can still point at it: no record, lost value, retained snapshot, \
+    queued write or upload names it, each write that ended a record naming it is published, and \
+    every other device not gone for good has published a frontier that includes each of those \
+    writes ('coven sync' on a device that holds it back is enough). It also deletes change objects \
     every device not gone for good has applied and the newest retained snapshot covers (none \
     while there is no snapshot), and snapshots past the newest two. A quiet pass lists no files. \
     Prints one line per object deleted or kept back, with why and the devices holding it, then a \

@@ -270,7 +270,10 @@ class GCTests: GCTestCase {
         let held = try a.collectGarbage()
         XCTAssertEqual(reasons(held, object), [.deviceBehind])
         XCTAssertEqual(held.kept.first?.devices, [b.deviceID])
+        // b learns of the removal, and still applies c's delete that a applied (a's frontier
+        // says so): both end with the same rows.
         _ = try b.sync()
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM settings WHERE id = 's1'"), 0)
         let report = try a.collectGarbage()
         XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
         XCTAssertFalse(try stored(a, object))
