@@ -6,32 +6,9 @@ import XCTest
 /// gc on a real S3 server on loopback (moto, signature-checking; SeaweedFS below): batch
 /// deletes (DeleteObjects, 1,000 keys a request), multipart uploads listed by prefix and
 /// aborted, a delete twice.
-class GCS3Tests: S3StorageTestCase {
-    var work = ""
+class GCS3Tests: DeviceTestCase {
+    override class var s3Server: S3TestServer.Kind? { .moto }
 
-    override func setUpWithError() throws {
-        try super.setUpWithError()
-        work = FileManager.default.temporaryDirectory.appendingPathComponent("coven-gc-s3-\(UUID().uuidString.prefix(8))").path
-        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-    }
-
-    override func tearDownWithError() throws {
-        try? FileManager.default.removeItem(atPath: work)
-    }
-
-    func makeDevices(_ count: Int) throws -> [Device] {
-        let location = server.location(bucket: bucket, prefix: prefix)
-        let provider = try StorageConnector(location: location, environment: server.environment).connect()
-        let first = try Device.create(paths: DevicePaths(database: work + "/d0/device.db"), storage: location,
-                                      manifest: try Manifest(json: Data(DeviceTestCase.albumManifest.utf8)), name: "d0", provider: provider)
-        first.storageEnvironment = server.environment
-        var devices = [first]
-        for index in 1..<count {
-            devices.append(try Device.join(paths: DevicePaths(database: work + "/d\(index)/device.db"), storage: location,
-                                           storeKey: try first.storeKeyBytes(), name: "d\(index)", environment: server.environment))
-        }
-        return devices
-    }
 
     func testAGoneDevicesUploadsAreAbortedAndItsUnnamedObjectsDeletedInBatches() throws {
         let devices = try makeDevices(2)
@@ -39,10 +16,10 @@ class GCS3Tests: S3StorageTestCase {
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', 'v')")
         _ = try a.sync()
         _ = try c.sync()
-        let provider = try StorageConnector(location: a.storage, environment: server.environment).connect()
+        let provider = try StorageConnector(location: a.storage, environment: a.storageEnvironment).connect()
         let folder = "files/\(c.deviceID)/"
         let keys = (0..<2_500).map { folder + String(format: "orphan-%05d", $0) }
-        let connector = StorageConnector(location: a.storage, environment: server.environment)
+        let connector = StorageConnector(location: a.storage, environment: a.storageEnvironment)
         DispatchQueue.concurrentPerform(iterations: 8) { worker in
             guard let connection = try? connector.connect() else { return }
             for index in stride(from: worker, to: keys.count, by: 8) { try? connection.put(keys[index], data: [UInt8(index & 0xff)]) }
@@ -69,7 +46,7 @@ class GCS3Tests: S3StorageTestCase {
 }
 
 final class GCSeaweedFSTests: GCS3Tests {
-    override class var serverKind: S3TestServer.Kind { .seaweedfs }
+    override class var s3Server: S3TestServer.Kind? { .seaweedfs }
 
     // Test discovery on Linux finds a class's own methods only.
     override func testAGoneDevicesUploadsAreAbortedAndItsUnnamedObjectsDeletedInBatches() throws {

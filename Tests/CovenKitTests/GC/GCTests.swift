@@ -4,45 +4,8 @@ import Foundation
 import XCTest
 
 /// coven gc between two and three devices on file://, or on the real S3 server a subclass
-/// names (``s3Server``), one rule a test (DESIGN.md "Deleting stored bytes").
+/// names (``DeviceTestCase/s3Server``), one rule a test (DESIGN.md "Deleting stored bytes").
 class GCTestCase: DeviceTestCase {
-    /// The S3 server the store is on (one per class, a prefix per test); nil: file://.
-    class var s3Server: S3TestServer.Kind? { nil }
-    private static var classKey: String { String(describing: self) }
-    /// The store of this test on S3, and the credentials of its server.
-    private var s3: (location: StorageLocation, environment: [String: String])?
-
-    override class func setUp() {
-        super.setUp()
-        if let kind = s3Server { S3ClassServers.start(kind, for: classKey) }
-    }
-
-    override class func tearDown() {
-        if s3Server != nil { S3ClassServers.stop(for: classKey) }
-        super.tearDown()
-    }
-
-    override func setUpWithError() throws {
-        try super.setUpWithError()
-        guard Self.s3Server != nil else { return }
-        let (server, bucket) = try S3ClassServers.server(for: Self.classKey)
-        s3 = (server.location(bucket: bucket, prefix: "t-" + UUID().uuidString.lowercased().prefix(8)), server.environment)
-    }
-
-    /// The store's first device (on S3 when the class says so).
-    override func makeDevice(_ json: String = DeviceTestCase.albumManifest, name: String = "test") throws -> Device {
-        guard let s3 else { return try super.makeDevice(json, name: name) }
-        let provider = try StorageConnector(location: s3.location, environment: s3.environment).connect()
-        let device = try Device.create(paths: paths, storage: s3.location, manifest: try manifest(json), name: name, provider: provider)
-        device.storageEnvironment = s3.environment
-        return device
-    }
-
-    func join(_ name: String, from device: Device) throws -> Device {
-        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, storeKey: try device.storeKeyBytes(), name: name,
-                        environment: s3?.environment)
-    }
-
     func stored(_ device: Device, _ key: String) throws -> Bool {
         try device.connectStorage().head(key) != nil
     }

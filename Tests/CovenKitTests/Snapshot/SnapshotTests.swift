@@ -9,9 +9,6 @@ final class SnapshotTests: DeviceTestCase {
     let track2 = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f52"
     let album2 = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f41"
 
-    func join(_ name: String, from device: Device) throws -> Device {
-        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, storeKey: try device.storeKeyBytes(), name: name)
-    }
 
     /// Every synced table and coven_files, row by row (stored columns).
     func dump(_ device: Device) throws -> [String] {

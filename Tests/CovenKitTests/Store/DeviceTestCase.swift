@@ -9,11 +9,30 @@ import XCTest
 class DeviceTestCase: XCTestCase {
     /// The case's folder, removed afterwards.
     var work = ""
+    /// The S3 server the case's store is on (one per class, a prefix per test, through
+    /// ``S3ClassServers``); nil: a `file://` store in the case's folder.
+    class var s3Server: S3TestServer.Kind? { nil }
+    private static var classKey: String { String(describing: self) }
+    /// The store of this test on S3, and the credentials of its server.
+    private(set) var s3: (location: StorageLocation, environment: [String: String])?
+
+    override class func setUp() {
+        super.setUp()
+        if let kind = s3Server { S3ClassServers.start(kind, for: classKey) }
+    }
+
+    override class func tearDown() {
+        if s3Server != nil { S3ClassServers.stop(for: classKey) }
+        super.tearDown()
+    }
 
     override func setUpWithError() throws {
         work = FileManager.default.temporaryDirectory.appendingPathComponent("coven-test-\(UUID().uuidString.prefix(8))")
             .resolvingSymlinksInPath().path
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+        guard Self.s3Server != nil else { return }
+        let (server, bucket) = try S3ClassServers.server(for: Self.classKey)
+        s3 = (server.location(bucket: bucket, prefix: "t-" + UUID().uuidString.lowercased().prefix(8)), server.environment)
     }
 
     override func tearDownWithError() throws {
@@ -54,10 +73,26 @@ class DeviceTestCase: XCTestCase {
     var paths: DevicePaths { DevicePaths(database: work + "/dev/device.db") }
     var storeFolder: String { work + "/store" }
 
-    /// Creates the store and the device of this case.
+    /// Creates the store (on S3 when the class names a server) and the device of this case.
     @discardableResult
     func makeDevice(_ json: String = DeviceTestCase.albumManifest, name: String = "test") throws -> Device {
-        try Device.create(paths: paths, storage: .file(directory: storeFolder), manifest: try manifest(json), name: name)
+        guard let s3 else { return try Device.create(paths: paths, storage: .file(directory: storeFolder), manifest: try manifest(json), name: name) }
+        let provider = try StorageConnector(location: s3.location, environment: s3.environment).connect()
+        let device = try Device.create(paths: paths, storage: s3.location, manifest: try manifest(json), name: name, provider: provider)
+        device.storageEnvironment = s3.environment
+        return device
+    }
+
+    /// The store's first device and `count - 1` more, named d0, d1, ….
+    func makeDevices(_ count: Int) throws -> [Device] {
+        let first = try makeDevice(name: "d0")
+        return try [first] + (1..<count).map { try join("d\($0)", from: first) }
+    }
+
+    /// Another device of the store `device` is in, in the case's folder under `name`.
+    func join(_ name: String, from device: Device) throws -> Device {
+        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, storeKey: try device.storeKeyBytes(), name: name,
+                        environment: s3?.environment)
     }
 
     /// Writes `bytes` to `name` under the case's folder and returns its path.

@@ -41,9 +41,6 @@ final class GateTests: DeviceTestCase {
     let label = id(30), link = id(31), otherLabel = id(32), otherLink = id(33)
     let settingsRow = id(40)
 
-    func join(_ name: String, from device: Device) throws -> Device {
-        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, storeKey: try device.storeKeyBytes(), name: name)
-    }
 
     /// The ids of `table` on `device`.
     func ids(_ device: Device, _ table: String) throws -> Set<String> {
@@ -327,9 +324,6 @@ final class GateTests: DeviceTestCase {
 /// joined from it and one that pulled every change hold the same rows.
 final class GateSnapshotTests: DeviceTestCase {
     typealias G = GateTests
-    func join(_ name: String, from device: Device) throws -> Device {
-        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, storeKey: try device.storeKeyBytes(), name: name)
-    }
 
     func dump(_ device: Device) throws -> [String] {
         try ["workspaces", "lists", "todos", "labels", "todo_labels", "coven_files"].flatMap { table in

@@ -6,9 +6,6 @@ import XCTest
 /// File records between devices: bound and trailing references, reads from the other device,
 /// and a switch to device-only elsewhere.
 final class SyncFilesTests: DeviceTestCase {
-    func join(_ name: String, from device: Device) throws -> Device {
-        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, storeKey: try device.storeKeyBytes(), name: name)
-    }
 
     private func read(_ device: Device, _ file: String) throws -> [UInt8] {
         var bytes: [UInt8] = []

@@ -5,32 +5,9 @@ import XCTest
 
 /// Three devices of one store on a real S3 server on loopback: moto (signature-checking), and
 /// SeaweedFS below.
-class SyncS3Tests: S3StorageTestCase {
-    var work = ""
+class SyncS3Tests: DeviceTestCase {
+    override class var s3Server: S3TestServer.Kind? { .moto }
 
-    override func setUpWithError() throws {
-        try super.setUpWithError()
-        work = FileManager.default.temporaryDirectory.appendingPathComponent("coven-sync-s3-\(UUID().uuidString.prefix(8))").path
-        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-    }
-
-    override func tearDownWithError() throws {
-        try? FileManager.default.removeItem(atPath: work)
-    }
-
-    func makeDevices(_ count: Int) throws -> [Device] {
-        let location = server.location(bucket: bucket, prefix: prefix)
-        let provider = try StorageConnector(location: location, environment: server.environment).connect()
-        let first = try Device.create(paths: DevicePaths(database: work + "/d0/device.db"), storage: location,
-                                      manifest: try Manifest(json: Data(DeviceTestCase.albumManifest.utf8)), name: "d0", provider: provider)
-        first.storageEnvironment = server.environment
-        var devices = [first]
-        for index in 1..<count {
-            devices.append(try Device.join(paths: DevicePaths(database: work + "/d\(index)/device.db"), storage: location,
-                                           storeKey: try first.storeKeyBytes(), name: "d\(index)", environment: server.environment))
-        }
-        return devices
-    }
 
     func dump(_ device: Device) throws -> [String] {
         try ["albums", "tracks", "settings", "coven_files"].flatMap { table in
@@ -64,7 +41,7 @@ class SyncS3Tests: S3StorageTestCase {
         try b.database.execute("VACUUM INTO '\(copy.database)'")
         try FileManager.default.copyItem(atPath: b.paths.folder, toPath: copy.folder)
         let twin = try Device.open(paths: copy)
-        twin.storageEnvironment = server.environment
+        twin.storageEnvironment = b.storageEnvironment
         try twin.write(sql: "INSERT INTO settings (id, value) VALUES ('twin', '1')")
         try b.write(sql: "INSERT INTO settings (id, value) VALUES ('b', '1')")
         _ = try b.sync()
@@ -75,7 +52,7 @@ class SyncS3Tests: S3StorageTestCase {
 }
 
 final class SyncSeaweedFSTests: SyncS3Tests {
-    override class var serverKind: S3TestServer.Kind { .seaweedfs }
+    override class var s3Server: S3TestServer.Kind? { .seaweedfs }
 
     // Test discovery on Linux finds a class's own methods only.
     override func testThreeDevicesConvergeWithConcurrentEditsAndAConflictCopyIsStopped() throws {

@@ -8,10 +8,6 @@ final class SyncTests: DeviceTestCase {
     let track1 = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f51"
     let track2 = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f52"
 
-    /// A second (and third) device of the case's store.
-    func join(_ name: String, from device: Device) throws -> Device {
-        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, storeKey: try device.storeKeyBytes(), name: name)
-    }
 
     func dump(_ device: Device, _ tables: [String] = ["albums", "tracks", "covers", "settings", "coven_files"]) throws -> [String] {
         try tables.flatMap { table in
