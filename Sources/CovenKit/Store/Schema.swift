@@ -27,15 +27,16 @@ enum Schema {
         upgradeTo5,
         // 6: gc: the candidates for deletion, and the objects each device's last change held.
         { database in try database.execute(gcTables) },
+        // 7: the tombstones of rows peers never held, which stay on this device (snapshots too).
+        { database in try database.execute("ALTER TABLE coven_tombstones ADD COLUMN private INTEGER NOT NULL DEFAULT 0") },
     ]
 
     /// Version 6: what gc keeps (GC/).
     static let gcTables = """
-    -- Stored objects that may have lost their last reference: the last record naming one
+    -- Stored objects that may have lost their last reference: a stored record naming one
     -- deleted or switched device-only by this device, a cancelled move's upload, a retired
     -- upload (`device` this one); and records deleted by another device's change (`device`
-    -- that one, `seq` its change), which keep a gone device's folder from being cleaned too
-    -- early. `stamp` is the write that made the candidate; `seq`, for this device's own, the
+    -- that one, `seq` its change): gc judges an object by all of them. `stamp` is the write that made the candidate; `seq`, for this device's own, the
     -- change that published it, once known (GC/Candidates.swift).
     CREATE TABLE coven_gc_candidates (
         object TEXT NOT NULL,

@@ -58,7 +58,12 @@ struct GateFilter {
             let key = RowKey(table: entry.table, id: entry.id)
             let state = try published.state(table: entry.table, id: entry.id)
             if entry.kind != .upsert {
-                if state == .held { output.append(entry) }
+                if state == .held {
+                    output.append(entry)
+                } else if state == nil {
+                    // Peers never held the row: its delete, and its id, stay here.
+                    try SyncState(database: database).markTombstonePrivate(table: entry.table, id: entry.id)
+                }
                 try published.forget(table: entry.table, id: entry.id)
                 decided.remove(key)
                 continue

@@ -12,8 +12,16 @@ struct SyncState {
     func setTombstone(table: String, id: String, stamp: String) throws {
         try database.run("""
             INSERT INTO coven_tombstones (tbl, id, stamp) VALUES (?1, ?2, ?3)
-            ON CONFLICT (tbl, id) DO UPDATE SET stamp = max(stamp, excluded.stamp)
+            ON CONFLICT (tbl, id) DO UPDATE SET stamp = max(stamp, excluded.stamp), private = 0
             """, [table, id, stamp])
+    }
+
+    /// Marks the tombstone of a row peers never held, whose delete the push did not send: it
+    /// stays on this device, out of snapshots too (its id is as private as the row was).
+    func markTombstonePrivate(table: String, id: String) throws {
+        let statement = try database.cached("UPDATE coven_tombstones SET private = 1 WHERE tbl = ?1 AND id = ?2")
+        try statement.bind([table, id])
+        try statement.runToEnd()
     }
 
     /// The stamp of the row's deletion, if it was deleted.
@@ -128,14 +136,14 @@ extension HybridClock {
 
 extension SyncState {
     /// Copies what a device joining from a snapshot needs to go on syncing as this one would
-    /// into `schema`: the tombstones of `tables` (a late write older than a delete must still
-    /// lose), the sync log (which says whether a row's writer had seen another write) and the
+    /// into `schema`: the tombstones of `tables` but the private ones (a late write older than
+    /// a delete must still lose), the sync log (which says whether a row's writer had seen another write) and the
     /// device registry (every device's applied seq and last frontier).
     func copyForSnapshot(into schema: String, tables: [String]) throws {
         let names = String(decoding: try JSONSerialization.data(withJSONObject: tables), as: UTF8.self)
         try database.run("""
             INSERT INTO \(schema).coven_tombstones (tbl, id, stamp)
-            SELECT tbl, id, stamp FROM main.coven_tombstones WHERE tbl IN (SELECT value FROM json_each(?1))
+            SELECT tbl, id, stamp FROM main.coven_tombstones WHERE tbl IN (SELECT value FROM json_each(?1)) AND private = 0
             """, [names])
         try database.execute("""
             INSERT INTO \(schema).coven_sync_log (device, seq, max_stamp, frontier, applied_at)

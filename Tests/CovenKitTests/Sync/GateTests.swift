@@ -353,4 +353,25 @@ final class GateSnapshotTests: DeviceTestCase {
         XCTAssertEqual(try joined.database.scalar("SELECT count(*) FROM todos WHERE title = 'secret'").intValue, 0, "never a private row")
         XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM todos").intValue, 2, "the owner keeps its rows")
     }
+
+    /// The delete of a private row stays on its device: neither a change nor a snapshot names
+    /// its id; the delete of a shared row goes to both.
+    func testASnapshotCarriesNoTombstoneOfAPrivateRow() throws {
+        let a = try makeDevice(G.gateManifest, name: "a")
+        try a.write(sql: """
+            INSERT INTO workspaces (id, name) VALUES ('\(G.id(1))', 'home');
+            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(G.id(11))', '\(G.id(1))', 'shopping', 1);
+            INSERT INTO todos (id, list_id, title) VALUES ('\(G.id(20))', '\(G.id(11))', 'milk');
+            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(G.id(10))', '\(G.id(1))', 'diary', 0);
+            INSERT INTO todos (id, list_id, title) VALUES ('\(G.id(23))', '\(G.id(10))', 'secret');
+            """)
+        _ = try a.sync()
+        try a.write(sql: "DELETE FROM todos WHERE id IN ('\(G.id(23))', '\(G.id(20))')")
+        _ = try a.snapshot()
+        XCTAssertEqual(try a.database.scalar("SELECT private FROM coven_tombstones WHERE id = ?1", [G.id(23)]).intValue, 1, "kept here, marked private")
+        let joined = try join("joined", from: a)
+        XCTAssertEqual(try joined.database.query("SELECT id FROM coven_tombstones WHERE tbl = 'todos'").compactMap { $0.string("id") }, [G.id(20)])
+        let peer = try join("peer", from: a)
+        XCTAssertEqual(try peer.database.scalar("SELECT count(*) FROM coven_tombstones WHERE id = ?1", [G.id(23)]).intValue, 0)
+    }
 }
