@@ -14,7 +14,9 @@ struct SQLCommand: Command {
     hex). Reads \
     coven_files, coven_user_files, coven_uploads, coven_sending, coven_moves, \
     coven_upload_pause, coven_network and coven_devices, with the functions \
-    coven_file_device(coordinates) and coven_path_text(path). Never changes anything and never \
+    coven_file_device(coordinates), coven_path_text(path), coven_device_id() and \
+    coven_kept(table, id) (1 when the row would leave this device at the next sync, 0 when a \
+    gate keeps it here). Never changes anything and never \
     waits for the device lock.
     """
     static let options = [
