@@ -13,16 +13,11 @@
 # none of them; making them by uploading would only measure uploads). Environment: COVEN and
 # BENCH_TMP from bench/run.sh; BENCH_GC_FILES and BENCH_GC_DELETES change the counts.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-: "${COVEN:?run through bench/run.sh}" "${BENCH_TMP:?run through bench/run.sh}"
 files=${BENCH_GC_FILES:-100000}
 deletes=${BENCH_GC_DELETES:-10000}
-ROOT=$(pwd)
-T=$BENCH_TMP/gc
-rm -rf "$T" && mkdir -p "$T"
-cd "$T"
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+bench_start gc
 
 cat > coven.json <<'JSON'
 {
@@ -58,17 +53,13 @@ fill "$T/a/device.db" "$files"
 "$COVEN" gc --db "$T/a/device.db" >/dev/null
 "$COVEN" sync --db "$T/b/device.db" >/dev/null
 hyperfine --style basic --runs 20 --warmup 2 --export-json quiet.json "$COVEN gc --db $T/a/device.db"
-quiet=$(jq -r '.results[0].median' quiet.json)
+quiet=$(median 0 quiet.json)
 # What a quiet pass opens in storage (strace of the directory reads).
 strace -f -e trace=getdents64 -o strace.txt "$COVEN" gc --db "$T/a/device.db" >/dev/null
 listed=$(grep -c getdents64 strace.txt || true)
 
-SHARED=${COVEN_SHARED_DIR:-$(dirname "$ROOT")/shared}
 requests=skipped; coven_delete=skipped; rclone_delete=skipped
-if exports=$("$SHARED/s3/start-s3-server" 0 "$T/s3.pid" 2>"$T/s3.log"); then
-    eval "$exports"
-    pids+=("$S3_SERVER_PID")
-    python3 -c "import boto3,os; boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL']).create_bucket(Bucket='coven-gc')"
+if start_moto coven-gc; then
     python3 "$ROOT/scripts/faultproxy.py" --upstream "$AWS_ENDPOINT_URL" --port 0 --port-file "$T/proxy.port" \
         --control "$T/proxy.json" --stats "$T/proxy.stats" --log "$T/proxy.log" 2>"$T/proxy.err" &
     pids+=("$!")
@@ -112,25 +103,25 @@ with con:
                     ("files/%s/gone%06d" % (device, i), device))
 PY
     "$COVEN" sync --db "$T/mb/device.db" >/dev/null
-    start=$(date +%s.%N)
+    start=$(now)
     "$COVEN" gc --db "$T/ma/device.db" --json > delete.json
-    end=$(date +%s.%N)
-    coven_delete=$(python3 -c "print(f'{$end - $start:.2f}')")
+    end=$(now)
+    coven_delete=$(elapsed "$start" "$end" 2)
     gone=$(jq '[.deleted[] | select(.kind == "file")] | length' delete.json)
     [[ $gone == "$deletes" ]] || { echo "bench-gc: coven gc deleted $gone of $deletes" >&2; exit 1; }
     put_objects
     rclone config create s3moto s3 provider=Other endpoint="$AWS_ENDPOINT_URL" access_key_id="$AWS_ACCESS_KEY_ID" \
         secret_access_key="$AWS_SECRET_ACCESS_KEY" region=us-east-1 force_path_style=true --config "$T/rclone.conf" >/dev/null
-    start=$(date +%s.%N)
+    start=$(now)
     env -u AWS_CA_BUNDLE rclone --config "$T/rclone.conf" delete "s3moto:coven-gc/store/files/$device/"
-    end=$(date +%s.%N)
-    rclone_delete=$(python3 -c "print(f'{$end - $start:.2f}')")
+    end=$(now)
+    rclone_delete=$(elapsed "$start" "$end" 2)
 else
     echo "bench-gc: no moto server (see $T/s3.log): parts on moto skipped" >&2
 fi
 
 echo
 echo "== bench-gc summary"
-printf 'quiet gc, %s stored files, file://: %.1f ms median (target <= 100 ms); directory reads in storage: %s\n' "$files" "$(python3 -c "print($quiet * 1000)")" "$listed"
+printf 'quiet gc, %s stored files, file://: %.1f ms median (target <= 100 ms); directory reads in storage: %s\n' "$files" "$(milliseconds "$quiet")" "$listed"
 echo "quiet gc on moto: $requests storage requests (no listing of files/)"
 echo "deleting $deletes objects on moto: coven gc ${coven_delete} s (DeleteObjects, 4 at once); rclone delete ${rclone_delete} s"

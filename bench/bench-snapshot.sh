@@ -13,26 +13,12 @@
 # hyperfine medians of BENCH_SNAPSHOT_RUNS runs (default 3). Environment: COVEN and BENCH_TMP
 # from bench/run.sh.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-: "${COVEN:?run through bench/run.sh}" "${BENCH_TMP:?run through bench/run.sh}"
 rows=${BENCH_SNAPSHOT_ROWS:-1000000}
 runs=${BENCH_SNAPSHOT_RUNS:-3}
-T=$BENCH_TMP/snapshot
-rm -rf "$T" && mkdir -p "$T"
-cd "$T"
-
-table="CREATE TABLE items (id TEXT PRIMARY KEY, title TEXT NOT NULL, body TEXT, n INTEGER, _updated_at TEXT NOT NULL) STRICT"
-cat > coven.json <<EOF
-{
-  "namespaces": [ { "name": "files", "kind": "app" } ],
-  "tables": [ { "name": "items", "identity": "uuid" } ],
-  "migrations": [ "$table" ]
-}
-EOF
-
-median() { jq -r ".results[$1].median" "$2"; }
-ratio() { python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.2f}')" "$1" "$2"; }
-peak() { awk -F': ' '/Maximum resident set size/ { printf "%.1f", $2 / 1024 }' "$1"; }
+bench_start snapshot
+items_manifest
 
 echo "-- setup: a device of $rows rows of about 200 bytes (inserted by sqlite3, as a device that applied them holds them)"
 "$COVEN" --quiet init --storage "file://$T/store" --manifest coven.json --name a --db "$T/a/device.db" >/dev/null
@@ -89,18 +75,18 @@ dbs:
         path: $T/ls-replica
 EOF
     # Replication: a snapshot of the whole database into the replica, until it is there.
-    start=$(date +%s.%N)
+    start=$(now)
     "$litestream" replicate -config litestream.yml > ls.log 2>&1 & lspid=$!
     for _ in $(seq 1 600); do
         if find ls-replica -name '*.lz4' -o -name '*.ltx' 2>/dev/null | grep -q .; then break; fi
         sleep 0.05
     done
     kill "$lspid" 2>/dev/null || true; wait "$lspid" 2>/dev/null || true
-    mid=$(date +%s.%N)
+    mid=$(now)
     if "$litestream" restore -config litestream.yml -o "$T/ls-restored.db" "$T/ls.db" >> ls.log 2>&1; then
-        end=$(date +%s.%N)
-        ls_round=$(python3 -c "print(f'{$end - $start:.3f}')")
-        ls_replicate=$(python3 -c "print(f'{$mid - $start:.3f}')"); ls_restore=$(python3 -c "print(f'{$end - $mid:.3f}')")
+        end=$(now)
+        ls_round=$(elapsed "$start" "$end")
+        ls_replicate=$(elapsed "$start" "$mid"); ls_restore=$(elapsed "$mid" "$end")
     else
         echo "litestream restore failed: $(tail -2 ls.log)"
     fi

@@ -14,29 +14,12 @@
 # (the device databases and the store copied back by --prepare). Environment: COVEN and
 # BENCH_TMP from bench/run.sh; BENCH_SYNC_ROWS changes the row count.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-: "${COVEN:?run through bench/run.sh}" "${BENCH_TMP:?run through bench/run.sh}"
 rows=${BENCH_SYNC_ROWS:-100000}
 runs=${BENCH_SYNC_RUNS:-5}
-ROOT=$(pwd)
-T=$BENCH_TMP/sync
-rm -rf "$T" && mkdir -p "$T"
-cd "$T"
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
-
-table="CREATE TABLE items (id TEXT PRIMARY KEY, title TEXT NOT NULL, body TEXT, n INTEGER, _updated_at TEXT NOT NULL) STRICT"
-cat > coven.json <<EOF
-{
-  "namespaces": [ { "name": "files", "kind": "app" } ],
-  "tables": [ { "name": "items", "identity": "uuid" } ],
-  "migrations": [ "$table" ]
-}
-EOF
-
-median() { jq -r ".results[$1].median" "$2"; }
-ratio() { python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.2f}')" "$1" "$2"; }
-peak() { awk -F': ' '/Maximum resident set size/ { printf "%.1f", $2 / 1024 }' "$1"; }
+bench_start sync
+items_manifest
 
 # The rows: canonical UUIDv7-shaped ids, about 200 bytes each.
 python3 - "$rows" <<'PY'
@@ -104,21 +87,17 @@ quiet=$(median 0 quiet.json)
 
 echo
 echo "-- 4. the same push and pull through moto"
-SHARED=${COVEN_SHARED_DIR:-$(dirname "$ROOT")/shared}
 moto_push=skipped; moto_pull=skipped
-if exports=$("$SHARED/s3/start-s3-server" 0 "$T/s3.pid" 2>"$T/s3.log"); then
-    eval "$exports"
-    pids+=("$S3_SERVER_PID")
-    python3 -c "import boto3,os; boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL']).create_bucket(Bucket='coven-sync')"
+if start_moto coven-sync; then
     url="s3://coven-sync/store?endpoint=$AWS_ENDPOINT_URL&path_style=true"
     "$COVEN" --quiet init --storage "$url" --manifest coven.json --name ma --db "$T/ma/device.db" >/dev/null
     "$COVEN" key export --db "$T/ma/device.db" > mkey.txt
     "$COVEN" --quiet join "$url" --key-file mkey.txt --name mb --db "$T/mb/device.db" >/dev/null
     "$COVEN" write --db "$T/ma/device.db" - < coven.sql >/dev/null
-    start=$(date +%s.%N); "$COVEN" sync --push --db "$T/ma/device.db" >/dev/null; end=$(date +%s.%N)
-    moto_push=$(python3 -c "print(f'{$end - $start:.3f}')")
-    start=$(date +%s.%N); "$COVEN" sync --pull --db "$T/mb/device.db" >/dev/null; end=$(date +%s.%N)
-    moto_pull=$(python3 -c "print(f'{$end - $start:.3f}')")
+    start=$(now); "$COVEN" sync --push --db "$T/ma/device.db" >/dev/null; end=$(now)
+    moto_push=$(elapsed "$start" "$end")
+    start=$(now); "$COVEN" sync --pull --db "$T/mb/device.db" >/dev/null; end=$(now)
+    moto_pull=$(elapsed "$start" "$end")
 else
     echo "moto did not start ($(tail -1 "$T/s3.log")): skipped"
 fi
@@ -129,5 +108,5 @@ printf 'raw sqlite3 insert:   %.3f s\n' "$raw"
 printf 'coven sync --push:    %.3f s  (%sx raw; target <= 2x)   peak RSS %s MiB\n' "$push" "$(ratio "$push" "$raw")" "$(peak rss-push.txt)"
 printf 'coven sync --pull:    %.3f s  (%sx raw; target <= 3x)   peak RSS %s MiB (target <= 64)\n' "$pull" "$(ratio "$pull" "$raw")" "$(peak rss-pull.txt)"
 printf 'published bytes:      %s vs zstd -3 of the CSV %s  (%sx; target <= 1.3x)\n' "$published" "$csvz" "$(ratio "$published" "$csvz")"
-printf 'quiet sync, 10 devices: %.1f ms (target <= 50)\n' "$(python3 -c "print($quiet * 1000)")"
+printf 'quiet sync, 10 devices: %.1f ms (target <= 50)\n' "$(milliseconds "$quiet")"
 printf 'moto: push %s s, pull %s s\n' "$moto_push" "$moto_pull"

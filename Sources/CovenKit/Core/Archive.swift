@@ -1,4 +1,3 @@
-import CArchive
 import Foundation
 
 // MARK: - tar + zstd through libarchive
@@ -12,24 +11,15 @@ import Foundation
 /// held whole. Entries carry a fixed mode (0600) and time (0), so the archive depends only on
 /// the names and the bytes.
 ///
-/// The one owner of a libarchive write handle for archives, freed in `deinit`; not `Sendable`.
+/// Owns one libarchive write handle through ``CompressedStream/Writer``, freed with it; not
+/// `Sendable`.
 ///
 /// Related documentation: libarchive, `archive_write_set_format_pax_restricted(3)`,
 /// `archive_write_add_filter_zstd(3)`, `archive_write_open2(3)`.
 public final class ArchiveWriter {
-    private let archive: OpaquePointer
-    private let client: Client
-    private var finished = false
-    private var failure: CovenError?
+    private let stream: CompressedStream.Writer
     /// Bytes still owed to the current entry.
     private var owed: Int64 = 0
-
-    private final class Client {
-        let sink: (UnsafeRawBufferPointer) throws -> Void
-        var error: (any Error)?
-        var discarding = false
-        init(_ sink: @escaping (UnsafeRawBufferPointer) throws -> Void) { self.sink = sink }
-    }
 
     /// Starts an archive whose compressed bytes go to `sink`.
     ///
@@ -39,37 +29,7 @@ public final class ArchiveWriter {
     ///     error it throws fails the call that caused it, and is rethrown there.
     /// - Throws: ``CovenError`` `.internal` when libarchive cannot set up the archive.
     public init(level: Int = Zstd.defaultLevel, sink: @escaping (UnsafeRawBufferPointer) throws -> Void) throws {
-        guard let archive = archive_write_new() else { throw CovenError(.internal, "libarchive cannot allocate a writer") }
-        self.archive = archive
-        client = Client(sink)
-        func check(_ code: Int32, _ operation: String) throws {
-            guard code == ARCHIVE_OK else { throw Zstd.failure(archive, .internal, operation, reason: "setup") }
-        }
-        try check(archive_write_set_format_pax_restricted(archive), "set up a tar archive")
-        try check(archive_write_add_filter_zstd(archive), "set up zstd compression")
-        try check(archive_write_set_filter_option(archive, "zstd", "compression-level", String(level)), "set zstd level \(level)")
-        try check(archive_write_set_bytes_per_block(archive, 0), "set up unblocked output")
-        let opened = archive_write_open2(
-            archive, Unmanaged.passUnretained(client).toOpaque(), nil,
-            { _, data, buffer, length in
-                guard let data else { return -1 }
-                let client = Unmanaged<Client>.fromOpaque(data).takeUnretainedValue()
-                if client.discarding { return length }
-                do {
-                    try client.sink(UnsafeRawBufferPointer(start: buffer, count: length))
-                    return length
-                } catch {
-                    client.error = error
-                    return -1
-                }
-            }, nil, nil)
-        try check(opened, "start a tar archive")
-    }
-
-    deinit {
-        // An unfinished archive is abandoned: the sink gets nothing more.
-        client.discarding = true
-        archive_write_free(archive)
+        stream = try CompressedStream.Writer(layout: .tar, level: level, sink: sink)
     }
 
     /// Starts the next entry, a regular file of `size` bytes named `name`.
@@ -77,18 +37,11 @@ public final class ArchiveWriter {
     /// - Throws: ``CovenError`` `.internal` when the previous entry is short, the archive is
     ///   finished, or libarchive fails; the sink's error.
     public func beginEntry(name: String, size: Int64) throws {
-        if let failure { throw failure }
-        guard !finished, owed == 0 else {
+        if let failure = stream.failure { throw failure }
+        guard !stream.closed, owed == 0 else {
             throw CovenError(.internal, "a tar entry was started before the previous one was complete")
         }
-        guard let entry = archive_entry_new() else { throw CovenError(.internal, "libarchive cannot allocate an entry") }
-        defer { archive_entry_free(entry) }
-        archive_entry_set_pathname(entry, name)
-        archive_entry_set_filetype(entry, 0o100000)  // AE_IFREG
-        archive_entry_set_perm(entry, 0o600)
-        archive_entry_set_size(entry, size)
-        archive_entry_set_mtime(entry, 0, 0)
-        guard archive_write_header(archive, entry) == ARCHIVE_OK else { throw fail("write the tar header of '\(name)'") }
+        try stream.writeHeader(name: name, size: size)
         owed = size
     }
 
@@ -97,16 +50,9 @@ public final class ArchiveWriter {
     /// - Throws: ``CovenError`` `.internal` for more bytes than the entry's size, or when
     ///   libarchive fails; the sink's error; after a failure, the same error again.
     public func write(_ bytes: UnsafeRawBufferPointer) throws {
-        if let failure { throw failure }
+        if let failure = stream.failure { throw failure }
         guard Int64(bytes.count) <= owed else { throw CovenError(.internal, "more bytes written than a tar entry holds") }
-        guard var pointer = bytes.baseAddress else { return }
-        var left = bytes.count
-        while left > 0 {
-            let written = archive_write_data(archive, pointer, left)
-            guard written > 0 else { throw fail("write a tar entry") }
-            pointer += written
-            left -= written
-        }
+        try stream.write(bytes)
         owed -= Int64(bytes.count)
     }
 
@@ -120,21 +66,10 @@ public final class ArchiveWriter {
     /// - Throws: ``CovenError`` `.internal` when the last entry is short or libarchive fails;
     ///   the sink's error.
     public func finish() throws {
-        if let failure { throw failure }
-        guard !finished else { return }
+        if let failure = stream.failure { throw failure }
+        guard !stream.closed else { return }
         guard owed == 0 else { throw CovenError(.internal, "a tar archive was finished inside an entry") }
-        guard archive_write_close(archive) == ARCHIVE_OK else { throw fail("finish a tar archive") }
-        finished = true
-    }
-
-    private func fail(_ operation: String) -> any Error {
-        if let error = client.error {
-            failure = error.asCovenError
-            return error
-        }
-        let error = Zstd.failure(archive, .internal, operation, reason: "write")
-        failure = error
-        return error
+        try stream.close()
     }
 }
 
@@ -147,17 +82,10 @@ extension ArchiveWriter: Sendable {}
 /// `source` is asked for compressed bytes as the reader needs them. Input that is not zstd, not
 /// tar, or is truncated or corrupt fails with `.decoding`.
 ///
-/// The one owner of a libarchive read handle for archives, freed in `deinit`; not `Sendable`.
+/// Owns one libarchive read handle through ``CompressedStream/Reader``, freed with it; not
+/// `Sendable`.
 public final class ArchiveReader {
-    private let archive: OpaquePointer
-    private let client: Client
-    private var failure: (any Error)?
-
-    private final class Client {
-        let source: () throws -> UnsafeRawBufferPointer?
-        var error: (any Error)?
-        init(_ source: @escaping () throws -> UnsafeRawBufferPointer?) { self.source = source }
-    }
+    private let stream: CompressedStream.Reader
 
     /// One entry of the archive.
     public struct Entry: Sendable, Equatable {
@@ -175,57 +103,16 @@ public final class ArchiveReader {
     /// - Throws: ``CovenError`` `.decoding` when the input is not zstd; the source's error;
     ///   `.internal` when libarchive fails otherwise.
     public init(source: @escaping () throws -> UnsafeRawBufferPointer?) throws {
-        guard let archive = archive_read_new() else { throw CovenError(.internal, "libarchive cannot allocate a reader") }
-        self.archive = archive
-        client = Client(source)
-        guard archive_read_support_filter_zstd(archive) == ARCHIVE_OK,
-            archive_read_support_format_tar(archive) == ARCHIVE_OK
-        else { throw Zstd.failure(archive, .internal, "set up tar and zstd", reason: "setup") }
-        let opened = archive_read_open(
-            archive, Unmanaged.passUnretained(client).toOpaque(), nil,
-            { _, data, buffer in
-                guard let data, let buffer else { return -1 }
-                let client = Unmanaged<Client>.fromOpaque(data).takeUnretainedValue()
-                do {
-                    guard let bytes = try client.source(), let base = bytes.baseAddress, bytes.count > 0 else { return 0 }
-                    buffer.pointee = base
-                    return bytes.count
-                } catch {
-                    client.error = error
-                    return -1
-                }
-            }, nil)
-        if let error = client.error { throw error }
-        guard opened == ARCHIVE_OK else { throw Zstd.failure(archive, .decoding, "read a tar archive", reason: "corrupt") }
-        // Only a zstd filter makes these bytes an archive coven wrote (the filters are known
-        // once the archive is open).
-        guard archive_filter_count(archive) == 2, archive_filter_code(archive, 0) == ARCHIVE_FILTER_ZSTD else {
-            throw CovenError(.decoding, "cannot read a tar archive", cause: "it is not compressed with zstd", details: ["reason": "not_zstd"])
-        }
+        stream = try CompressedStream.Reader(layout: .tar, source: source)
     }
-
-    deinit { archive_read_free(archive) }
 
     /// The next entry's header, or nil at the end of the archive.
     ///
     /// - Throws: ``CovenError`` `.decoding` when the archive is not tar + zstd, is truncated or
     ///   corrupt; the source's error.
     public func nextEntry() throws -> Entry? {
-        if let failure { throw failure }
-        var entry: OpaquePointer?
-        let code = archive_read_next_header(archive, &entry)
-        do {
-            if let error = client.error { throw error }
-            if code == ARCHIVE_EOF { return nil }
-            guard code == ARCHIVE_OK || code == ARCHIVE_WARN, let entry else {
-                throw Zstd.failure(archive, .decoding, "read a tar archive", reason: "corrupt")
-            }
-            let name = archive_entry_pathname(entry).map { String(cString: $0) } ?? ""
-            return Entry(name: name, size: archive_entry_size(entry))
-        } catch {
-            failure = error
-            throw error
-        }
+        if let failure = stream.failure { throw failure }
+        return try stream.nextEntry().map { Entry(name: $0.name, size: $0.size) }
     }
 
     /// Reads the next bytes of the current entry into `buffer`.
@@ -234,17 +121,9 @@ public final class ArchiveReader {
     /// - Throws: ``CovenError`` `.decoding` when the archive is truncated or corrupt; the
     ///   source's error; after a failure, the same error.
     public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
-        if let failure { throw failure }
+        if let failure = stream.failure { throw failure }
         guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
-        let count = archive_read_data(archive, base, buffer.count)
-        do {
-            if let error = client.error { throw error }
-            guard count >= 0 else { throw Zstd.failure(archive, .decoding, "read a tar archive", reason: "corrupt") }
-        } catch {
-            failure = error
-            throw error
-        }
-        return count
+        return try stream.read(into: base, count: buffer.count)
     }
 
     /// The rest of the current entry, refusing more than `maximumSize` bytes.

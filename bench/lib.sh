@@ -1,0 +1,61 @@
+# bench/lib.sh: the start every benchmark of a device and its store shares, sourced (not run:
+# bench/run.sh runs only bench/bench-*.sh) by bench-sync.sh, bench-gc.sh and bench-snapshot.sh
+# after their `set -euo pipefail`:
+#
+#   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+#   bench_start NAME
+#
+# bench_start NAME   checks COVEN and BENCH_TMP (from bench/run.sh); sets ROOT (the folder it was
+#                    started in, the repository under bench/run.sh) and T ($BENCH_TMP/NAME, made
+#                    empty), and goes into T; every pid added to the array `pids` is killed on exit.
+# items_manifest     writes coven.json: one app namespace and one uuid table, `items`, whose
+#                    CREATE TABLE statement it leaves in `table`.
+# median I FILE      the median (s) of the I-th command of a hyperfine --export-json FILE.
+# ratio A B          A / B, to 2 decimals.
+# peak FILE          the peak RSS in MiB, to 1 decimal, of a /usr/bin/time -v report.
+# now                the time in seconds (for elapsed).
+# elapsed A B [D]    B - A in seconds, to D decimals (3 unless given).
+# milliseconds S     S seconds in milliseconds.
+# start_moto BUCKET  starts moto (the signature-checking S3 server, shared/s3/start-s3-server
+#                    from COVEN_SHARED_DIR, default ../shared beside ROOT) on a free port with its
+#                    AWS_* settings exported and its pid in `pids`, and creates BUCKET; returns 1
+#                    when the server does not start (its messages in $T/s3.log).
+
+bench_start() {
+    : "${COVEN:?run through bench/run.sh}" "${BENCH_TMP:?run through bench/run.sh}"
+    ROOT=$(pwd)
+    T=$BENCH_TMP/$1
+    rm -rf "$T" && mkdir -p "$T"
+    cd "$T"
+    pids=()
+    trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+}
+
+items_manifest() {
+    table="CREATE TABLE items (id TEXT PRIMARY KEY, title TEXT NOT NULL, body TEXT, n INTEGER, _updated_at TEXT NOT NULL) STRICT"
+    cat > coven.json <<EOF
+{
+  "namespaces": [ { "name": "files", "kind": "app" } ],
+  "tables": [ { "name": "items", "identity": "uuid" } ],
+  "migrations": [ "$table" ]
+}
+EOF
+}
+
+median() { jq -r ".results[$1].median" "$2"; }
+ratio() { python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.2f}')" "$1" "$2"; }
+peak() { awk -F': ' '/Maximum resident set size/ { printf "%.1f", $2 / 1024 }' "$1"; }
+now() { date +%s.%N; }
+elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.{sys.argv[3]}f}')" "$1" "$2" "${3:-3}"; }
+milliseconds() { python3 -c "import sys; print(float(sys.argv[1]) * 1000)" "$1"; }
+
+start_moto() {
+    local bucket=$1 exports
+    SHARED=${COVEN_SHARED_DIR:-$(dirname "$ROOT")/shared}
+    exports=$("$SHARED/s3/start-s3-server" 0 "$T/s3.pid" 2>"$T/s3.log") || return 1
+    eval "$exports"
+    pids+=("$S3_SERVER_PID")
+    # Called as a condition (errexit is off here): a bucket that cannot be made ends the run.
+    python3 -c "import boto3, os, sys; boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL']).create_bucket(Bucket=sys.argv[1])" "$bucket" \
+        || { echo "bench: cannot create the bucket $bucket on moto" >&2; exit 1; }
+}
