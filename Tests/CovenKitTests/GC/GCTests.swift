@@ -179,6 +179,50 @@ class GCTests: GCTestCase {
         XCTAssertTrue(try stored(a, object))
     }
 
+    /// A record that only a private row elsewhere names (a todo of a list that is not shared,
+    /// naming the file with coven_existing_file): that device's change lists the object among
+    /// those its records hold, and gc keeps the bytes; once the list is shared the record
+    /// reaches the others and names the object itself.
+    func testARecordOnlyAPrivateRowElsewhereNamesKeepsTheBytes() throws {
+        typealias G = GateTests
+        let a = try makeDevice(G.gateManifest, name: "a")
+        let b = try join("b", from: a)
+        let (workspace, shared, privateList, todo, secret) = (G.id(1), G.id(11), G.id(10), G.id(20), G.id(23))
+        let staged = try stageApp(a, text: "a photo", namespace: "pics")
+        try a.write(sql: """
+            INSERT INTO workspaces (id, name) VALUES ('\(workspace)', 'home');
+            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(shared)', '\(workspace)', 'shopping', 1);
+            INSERT INTO todos (id, list_id, title, file) VALUES ('\(todo)', '\(shared)', 'milk', coven_put_staged('\(staged.id)'));
+            """)
+        let file = try XCTUnwrap(try a.database.scalar("SELECT file FROM todos").textValue)
+        let object = try StoredFiles.store(a, file: file)
+        _ = try a.sync()
+        _ = try b.sync()
+        try b.write(sql: """
+            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(privateList)', '\(workspace)', 'diary', 0);
+            INSERT INTO todos (id, list_id, title, file) VALUES ('\(secret)', '\(privateList)', 'secret', coven_existing_file('\(file)'));
+            """)
+        _ = try b.sync()
+        try a.write(sql: "DELETE FROM todos WHERE id = '\(todo)'")
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_files"), 0, "a never saw b's private record")
+        let report = try a.collectGarbage()
+        XCTAssertEqual(reasons(report, object), [.heldByDevice])
+        XCTAssertEqual(report.kept.first?.devices, [b.deviceID])
+        XCTAssertTrue(try stored(a, object))
+        // b shares the list: its record goes to a, which now names the object itself.
+        try b.write(sql: "UPDATE lists SET shared = 1 WHERE id = '\(privateList)'")
+        _ = try b.sync()
+        _ = try a.sync()
+        XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_files"), 1)
+        XCTAssertTrue(try a.collectGarbage().deleted.isEmpty)
+        var bytes: [UInt8] = []
+        let named = try XCTUnwrap(try a.database.scalar("SELECT file FROM todos WHERE id = ?1", [secret]).textValue)
+        try a.readFile(named) { bytes.append(contentsOf: $0) }
+        XCTAssertEqual(bytes, Array("a photo".utf8))
+    }
+
     /// The losing side of a concurrent edit naming the file keeps its bytes.
     func testALostValueKeepsTheBytes() throws {
         let a = try makeDevice(name: "a")
@@ -347,6 +391,7 @@ final class GCS3RuleTests: GCTests {
     override func testAnExistingFileReferenceMadeMeanwhileKeepsTheBytes() throws { try super.testAnExistingFileReferenceMadeMeanwhileKeepsTheBytes() }
     override func testTwoDeletesOfRecordsNamingOneObjectBothHoldTheBytes() throws { try super.testTwoDeletesOfRecordsNamingOneObjectBothHoldTheBytes() }
     override func testAnotherDevicesUnpublishedRecordHoldsTheBytes() throws { try super.testAnotherDevicesUnpublishedRecordHoldsTheBytes() }
+    override func testARecordOnlyAPrivateRowElsewhereNamesKeepsTheBytes() throws { try super.testARecordOnlyAPrivateRowElsewhereNamesKeepsTheBytes() }
     override func testALostValueKeepsTheBytes() throws { try super.testALostValueKeepsTheBytes() }
     override func testASilentDeviceHoldsBackUntilItIsRemoved() throws { try super.testASilentDeviceHoldsBackUntilItIsRemoved() }
     override func testTheDeleteOfADeviceRemovedBeforeItsGCIsCollectedByTheOthers() throws { try super.testTheDeleteOfADeviceRemovedBeforeItsGCIsCollectedByTheOthers() }

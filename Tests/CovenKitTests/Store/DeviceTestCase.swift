@@ -114,8 +114,8 @@ class DeviceTestCase: XCTestCase {
     }
 
     /// Stages `text` as app bytes.
-    func stageApp(_ device: Device, text: String, place: Place = .cloud) throws -> StagedFile {
-        try stageApp(device, try file("app-\(UUID().uuidString.prefix(8)).bin", text), place: place)
+    func stageApp(_ device: Device, text: String, namespace: String = "covers", place: Place = .cloud) throws -> StagedFile {
+        try stageApp(device, try file("app-\(UUID().uuidString.prefix(8)).bin", text), namespace: namespace, place: place)
     }
 
     /// One integer from SQL.
