@@ -206,6 +206,9 @@ class GCTests: GCTestCase {
         try a.write(sql: "DELETE FROM todos WHERE id = '\(todo)'")
         _ = try a.sync()
         _ = try b.sync()
+        // b publishes a later write of a shared row: its private record is still held.
+        try b.write(sql: "INSERT INTO notes (id, body) VALUES ('\(G.id(60))', 'later')")
+        _ = try b.sync()
         XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_files"), 0, "a never saw b's private record")
         let report = try a.collectGarbage()
         XCTAssertEqual(reasons(report, object), [.heldByDevice])
