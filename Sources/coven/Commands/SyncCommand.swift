@@ -11,9 +11,10 @@ struct SyncCommand: Command {
     meanwhile, everything). A push publishes the recorded writes oldest first as sealed, signed \
     change objects under changes/<device>/, stopping before the first write a bound upload still \
     holds; a pull applies every other device's new changes in causal order, last writer wins per \
-    row, keeping the losing side of a concurrent edit as a lost value ('coven lost'). A quiet \
-    sync lists devices/ once and asks for one object per device. Prints a summary, or one JSON \
-    object with --json.
+    row, keeping the losing side of a concurrent edit as a lost value ('coven lost'). Of a \
+    device gone for good, only the changes some device's published frontier says it applied \
+    are pulled, so every device ends with the same rows. A quiet sync lists devices/ once and \
+    asks for one object per live device. Prints a summary, or one JSON object with --json.
     """
     static let options = [
         OptionSpec("push", help: "only publish this device's writes"),
