@@ -11,7 +11,9 @@
 #   7. coven cat a byte range back and compare it with the source;
 #   8. coven sync; a second device joins with the store key, reads the file and edits a row,
 #      which travels back;
-#   9. coven status, then coven status --json.
+#   9. the laptop deletes that row; coven gc there deletes its stored bytes once the first
+#      device has synced (and never a person's original);
+#  10. coven status, then coven status --json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -105,6 +107,13 @@ step "an edit on the laptop travels back"
 "$coven" sync
 "$coven" sql "SELECT title FROM songs ORDER BY title"
 "$coven" devices
+
+step "a delete on the laptop; coven gc deletes the stored bytes once both devices have seen it"
+"$coven" write --db "$DEMO/laptop/device.db" "DELETE FROM songs WHERE title = 'renamed on the laptop'"
+"$coven" gc --db "$DEMO/laptop/device.db"
+"$coven" sync
+"$coven" gc --db "$DEMO/laptop/device.db"
+ls Music/ && echo "the person's original is untouched"
 
 step "coven status"
 "$coven" status

@@ -50,10 +50,17 @@ struct GcCommand: Command {
         let verb = report.dryRun ? "would delete" : "deleted"
         for deleted in report.deleted { context.line("\(verb) \(deleted.key)") }
         for aborted in report.abortedUploads { context.line("\(report.dryRun ? "would abort" : "aborted") the upload of \(aborted)") }
+        // People read devices by name ('coven devices' lists both); --json keeps the ids.
+        var names: [String: String] = [:]
+        for known in try device.devices() where !known.name.isEmpty { names[known.id] = known.name }
+        func named(_ text: String) -> String {
+            names.reduce(text) { $0.replacingOccurrences(of: $1.key, with: $1.value) }
+        }
         for kept in report.kept {
             var line = "kept \(kept.key): \(kept.reason.rawValue.replacingOccurrences(of: "_", with: " "))"
-            if !kept.devices.isEmpty { line += " (\(kept.devices.joined(separator: ", ")))" }
-            if let detail = kept.detail { line += ": \(detail)" }
+            if !kept.devices.isEmpty { line += " (\(kept.devices.map { names[$0] ?? $0 }.joined(separator: ", ")))" }
+            // (A detail that is a storage key, as a snapshot's, stays as it is.)
+            if let detail = kept.detail { line += ": " + (kept.reason == .deviceBehind ? named(detail) : detail) }
             context.line(line)
         }
         var summary = "\(verb) \(report.deleted.count.counted("object")), kept \(report.kept.count)"
