@@ -174,7 +174,14 @@ extension Device {
                 guard mark.device == device else {
                     throw CovenError(.integrity, "removal mark '\(info.key)' names device '\(mark.device)'", details: ["object": info.key])
                 }
-                try database.transaction { try SyncState(database: database).setGone(device, at: mark.goneAt) }
+                try database.transaction {
+                    try SyncState(database: database).setGone(device, at: mark.goneAt)
+                    // The others apply of a gone device what some device's frontier says it
+                    // applied: this one's frontier must say what it applied of it.
+                    if try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [device]).intValue ?? 0 > 0 {
+                        try setSetting(Self.frontierDueSetting, "1")
+                    }
+                }
                 continue
             }
             guard !known.contains(name), Identifier.isCanonicalUUID(name) else { continue }

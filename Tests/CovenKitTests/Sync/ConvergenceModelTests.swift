@@ -17,8 +17,9 @@ struct SeededRandom {
 }
 
 /// Randomized convergence: three devices doing random inserts, updates, deletes (cascading
-/// and orphaning), stages and syncs in random order, then syncing until quiet, must hold the
-/// same rows of every synced table and of coven_files. The seed of a failing run is printed;
+/// and orphaning), stages, syncs and the removal of a device in random order, then syncing
+/// until quiet, must hold the same rows of every synced table and of coven_files. The seed of
+/// a failing run is printed;
 /// `COVEN_SEED=N` replays one run, `COVEN_RUNS=N` sets how many.
 final class ConvergenceModelTests: XCTestCase {
     static let manifest = """
@@ -84,6 +85,13 @@ final class ConvergenceModelTests: XCTestCase {
                 }
                 continue
             default:
+                if devices.count == 3, random.below(8) == 0 {
+                    // d2 removed for good by another device: what of it some device applied,
+                    // every device applies.
+                    let gone = devices.remove(at: 2)
+                    try devices[random.below(2)].removeDevice(gone.deviceID)
+                    continue
+                }
                 _ = try device.sync()
                 continue
             }
