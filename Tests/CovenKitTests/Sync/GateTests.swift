@@ -333,16 +333,22 @@ final class GateSnapshotTests: DeviceTestCase {
         }
     }
 
-    func testASnapshotHoldsTheSharedRowsOnlyAndJoinsLikeAFullPull() throws {
-        let a = try makeDevice(G.gateManifest, name: "a")
-        let peer = try join("peer", from: a)
-        try a.write(sql: """
+    /// A workspace with a shared list (todo 'milk', id 20) and a private one (todo 'secret',
+    /// id 23).
+    func writeSharedAndPrivateLists(_ device: Device) throws {
+        try device.write(sql: """
             INSERT INTO workspaces (id, name) VALUES ('\(G.id(1))', 'home');
             INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(G.id(11))', '\(G.id(1))', 'shopping', 1);
             INSERT INTO todos (id, list_id, title) VALUES ('\(G.id(20))', '\(G.id(11))', 'milk');
             INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(G.id(10))', '\(G.id(1))', 'diary', 0);
             INSERT INTO todos (id, list_id, title) VALUES ('\(G.id(23))', '\(G.id(10))', 'secret');
             """)
+    }
+
+    func testASnapshotHoldsTheSharedRowsOnlyAndJoinsLikeAFullPull() throws {
+        let a = try makeDevice(G.gateManifest, name: "a")
+        let peer = try join("peer", from: a)
+        try writeSharedAndPrivateLists(a)
         _ = try a.sync()
         _ = try peer.sync()
         let report = try a.snapshot()
@@ -358,13 +364,7 @@ final class GateSnapshotTests: DeviceTestCase {
     /// its id; the delete of a shared row goes to both.
     func testASnapshotCarriesNoTombstoneOfAPrivateRow() throws {
         let a = try makeDevice(G.gateManifest, name: "a")
-        try a.write(sql: """
-            INSERT INTO workspaces (id, name) VALUES ('\(G.id(1))', 'home');
-            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(G.id(11))', '\(G.id(1))', 'shopping', 1);
-            INSERT INTO todos (id, list_id, title) VALUES ('\(G.id(20))', '\(G.id(11))', 'milk');
-            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(G.id(10))', '\(G.id(1))', 'diary', 0);
-            INSERT INTO todos (id, list_id, title) VALUES ('\(G.id(23))', '\(G.id(10))', 'secret');
-            """)
+        try writeSharedAndPrivateLists(a)
         _ = try a.sync()
         try a.write(sql: "DELETE FROM todos WHERE id IN ('\(G.id(23))', '\(G.id(20))')")
         _ = try a.snapshot()
