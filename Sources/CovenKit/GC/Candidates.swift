@@ -32,7 +32,7 @@ struct Candidate: Equatable {
 /// that can leave a stored object without a reference call ``add(object:stamp:why:file:)``
 /// (FileRecords on a delete or a switch to device-only, Moves on a cancel, UploadQueue on a
 /// retire), pull records other devices' deletes with ``addElsewhere(object:device:seq:stamp:file:)``,
-/// and gc reads, settles and drops them. Every method runs inside the caller's transaction.
+/// and gc reads them by object (``byObject()``), settles and drops them. Every method runs inside the caller's transaction.
 struct Candidates {
     let device: Device
     var database: Database { device.database }
@@ -65,15 +65,14 @@ struct Candidates {
             """, [object, other, stamp, seq, file, Timestamp.iso8601(Date())])
     }
 
-    /// This device's candidates, oldest first.
-    func own() throws -> [Candidate] {
-        try rows("WHERE device = ?1 ORDER BY stamp, object", [device.deviceID])
-    }
-
-    /// Every candidate, grouped by object (objects in key order, each one's rows oldest first).
-    func byObject() throws -> [(object: String, rows: [Candidate])] {
+    /// The candidates of up to `limit` objects after `after` (nil: from the first), grouped by
+    /// object: objects in key order, each one's rows oldest first. Empty past the last.
+    func byObject(after: String?, limit: Int) throws -> [(object: String, rows: [Candidate])] {
         var groups: [(object: String, rows: [Candidate])] = []
-        for row in try rows("ORDER BY object, stamp, device", []) {
+        for row in try rows("""
+            WHERE object IN (SELECT DISTINCT object FROM coven_gc_candidates WHERE object > ?1 ORDER BY object LIMIT ?2)
+            ORDER BY object, stamp, device
+            """, [after ?? "", limit]) {
             if groups.last?.object == row.object {
                 groups[groups.count - 1].rows.append(row)
             } else {
@@ -86,11 +85,6 @@ struct Candidates {
     /// Every candidate naming `object` (this device's and other devices' deletes).
     func naming(_ object: String) throws -> [Candidate] {
         try rows("WHERE object = ?1", [object])
-    }
-
-    /// Other devices' deletes.
-    func elsewhere() throws -> [Candidate] {
-        try rows("WHERE device <> ?1 ORDER BY object", [device.deviceID])
     }
 
     private func rows(_ tail: String, _ arguments: [SQLBindable]) throws -> [Candidate] {

@@ -253,45 +253,52 @@ struct Collector {
         let sync = SyncState(database: database)
         let published = applied[me] ?? 0
         let hasUnpublished = try database.scalar("SELECT count(*) FROM coven_push").intValue ?? 0 > 0
-        var deletable: [String] = []
-        for (object, rows) in try candidates.byObject() {
-            let named = try isNamed(object)
-            var hold: (GCReport.KeepReason, [String], String?)?
-            for row in rows {
-                var seq = row.seq
-                if seq == nil, row.device == me {
-                    if let found = try sync.seq(device: me, holding: row.stamp) {
-                        seq = found
-                    } else if try database.scalar("SELECT count(*) FROM coven_outbox WHERE hlc <= ?1", [row.stamp]).intValue ?? 0 == 0, !hasUnpublished {
-                        // Its write recorded no row (a cancel), or every row of it was published
-                        // in a change whose stamps are older: everything published so far covers it.
-                        seq = published
+        // A page of objects at a time, each page's deletes sent before the next is read.
+        var after: String?
+        while true {
+            let page = try candidates.byObject(after: after, limit: Self.candidatePage)
+            guard let last = page.last?.object else { break }
+            after = last
+            var deletable: [String] = []
+            for (object, rows) in page {
+                let named = try isNamed(object)
+                var hold: (GCReport.KeepReason, [String], String?)?
+                for row in rows {
+                    var seq = row.seq
+                    if seq == nil, row.device == me {
+                        if let found = try sync.seq(device: me, holding: row.stamp) {
+                            seq = found
+                        } else if try database.scalar("SELECT count(*) FROM coven_outbox WHERE hlc <= ?1", [row.stamp]).intValue ?? 0 == 0, !hasUnpublished {
+                            // Its write recorded no row (a cancel), or every row of it was published
+                            // in a change whose stamps are older: everything published so far covers it.
+                            seq = published
+                        }
+                        if let seq, !dryRun { try candidates.setSeq(object: object, seq: seq) }
                     }
-                    if let seq, !dryRun { try candidates.setSeq(object: object, seq: seq) }
+                    guard let seq else {
+                        hold = hold ?? (.unpublished, [], nil)
+                        continue
+                    }
+                    if let held = try holdBack(object: object, files: row.files, writer: row.device, seq: seq) {
+                        if hold == nil || hold?.0 == .unpublished { hold = held }
+                        continue
+                    }
+                    if named {
+                        // Settled while a record names it again: whoever ends that record makes it a
+                        // candidate anew.
+                        if !dryRun { try candidates.remove(object: object, device: row.device) }
+                        report.renamed += 1
+                    }
                 }
-                guard let seq else {
-                    hold = hold ?? (.unpublished, [], nil)
+                if named { continue }
+                if let (reason, devices, detail) = hold {
+                    report.kept.append(.init(key: object, kind: .file, reason: reason, devices: devices, detail: detail))
                     continue
                 }
-                if let held = try holdBack(object: object, files: row.files, writer: row.device, seq: seq) {
-                    if hold == nil || hold?.0 == .unpublished { hold = held }
-                    continue
-                }
-                if named {
-                    // Settled while a record names it again: whoever ends that record makes it a
-                    // candidate anew.
-                    if !dryRun { try candidates.remove(object: object, device: row.device) }
-                    report.renamed += 1
-                }
+                deletable.append(object)
             }
-            if named { continue }
-            if let (reason, devices, detail) = hold {
-                report.kept.append(.init(key: object, kind: .file, reason: reason, devices: devices, detail: detail))
-                continue
-            }
-            deletable.append(object)
+            try delete(deletable, kind: .file, into: &report) { object in try candidates.removeAll(object: object) }
         }
-        try delete(deletable, kind: .file, into: &report) { object in try candidates.removeAll(object: object) }
     }
 
     /// Deletes `keys` (only what may be deleted: files/, changes/, snapshots/), reporting each;
@@ -314,6 +321,10 @@ struct Collector {
             report.deleted.append(.init(key: key, kind: kind))
         }
     }
+
+    /// How many objects' candidates one page of ``collectFiles(into:)`` reads (their deletes go
+    /// before the next page is read).
+    static let candidatePage = parallelDeletes * deleteBatch
 
     /// How many batches of deletes go at once, each over its own connection.
     static let parallelDeletes = 4

@@ -80,6 +80,29 @@ class GCTests: GCTestCase {
         XCTAssertEqual(counting.requests.filter { !$0.hasPrefix("LIST ") }, ["GET " + ChangeObject.path(device: b.deviceID, seq: UInt64(next))])
     }
 
+    /// Candidates are read a page of objects at a time, each page's deletes sent before the
+    /// next: more than two pages all go, and the table ends empty.
+    func testCandidatesOfManyObjectsAreCollectedPageByPage() throws {
+        let a = try makeDevice(name: "a")
+        let (_, stored) = try storedSetting(a, id: "s1", "bytes")
+        try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
+        _ = try a.sync()
+        let count = 2 * Collector.candidatePage + 10
+        let folder = "files/\(a.deviceID)/"
+        try a.database.transaction {
+            for n in 0..<count {
+                try a.candidates.add(object: folder + String(format: "gone-%06d", n), stamp: "", why: .deleted, file: nil)
+                try a.candidates.setSeq(object: folder + String(format: "gone-%06d", n), seq: 1)
+            }
+        }
+        let report = try a.collectGarbage()
+        XCTAssertFalse(report.hasFailures)
+        XCTAssertEqual(report.deleted.count, count + 1)
+        XCTAssertTrue(report.deleted.contains { $0.key == stored })
+        XCTAssertFalse(try self.stored(a, stored))
+        XCTAssertEqual(try self.count(a, "SELECT count(*) FROM coven_gc_candidates"), 0)
+    }
+
     /// A write not published yet holds its candidate (a dry run pushes nothing).
     func testAnUnpublishedDeleteKeepsTheBytes() throws {
         let a = try makeDevice(name: "a")
@@ -390,6 +413,7 @@ final class GCS3RuleTests: GCTests {
     // Test discovery on Linux finds a class's own methods only.
     override func testADeleteWaitsForEveryOtherDeviceThenTheBytesGo() throws { try super.testADeleteWaitsForEveryOtherDeviceThenTheBytesGo() }
     override func testAQuietPassListsNoFiles() throws { try super.testAQuietPassListsNoFiles() }
+    override func testCandidatesOfManyObjectsAreCollectedPageByPage() throws { try super.testCandidatesOfManyObjectsAreCollectedPageByPage() }
     override func testAnUnpublishedDeleteKeepsTheBytes() throws { try super.testAnUnpublishedDeleteKeepsTheBytes() }
     override func testAnExistingFileReferenceMadeMeanwhileKeepsTheBytes() throws { try super.testAnExistingFileReferenceMadeMeanwhileKeepsTheBytes() }
     override func testTwoDeletesOfRecordsNamingOneObjectBothHoldTheBytes() throws { try super.testTwoDeletesOfRecordsNamingOneObjectBothHoldTheBytes() }
