@@ -50,9 +50,11 @@ struct GcCommand: Command {
         let verb = report.dryRun ? "would delete" : "deleted"
         for deleted in report.deleted { context.line("\(verb) \(deleted.key)") }
         for aborted in report.abortedUploads { context.line("\(report.dryRun ? "would abort" : "aborted") the upload of \(aborted)") }
-        // People read devices by name ('coven devices' lists both); --json keeps the ids.
+        // People read devices by name where it is unique ('coven devices' lists both); --json
+        // keeps the ids.
+        let known = try device.devices()
         var names: [String: String] = [:]
-        for known in try device.devices() where !known.name.isEmpty { names[known.id] = known.name }
+        for entry in known where !entry.name.isEmpty && known.filter({ $0.name == entry.name }).count == 1 { names[entry.id] = entry.name }
         func named(_ text: String) -> String {
             names.reduce(text) { $0.replacingOccurrences(of: $1.key, with: $1.value) }
         }
