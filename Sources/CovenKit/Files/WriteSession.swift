@@ -283,8 +283,7 @@ final class WriteSession {
                 byTable[change.table, default: []].append(change.id)
             }
             for (table, ids) in byTable {
-                let json = try JSONSerialization.data(withJSONObject: ids)
-                try database.run("UPDATE \(RowCapture.quote(table)) SET _updated_at = ?1 WHERE id IN (SELECT value FROM json_each(?2))", [stamp, String(decoding: json, as: UTF8.self)])
+                try database.run("UPDATE \(RowCapture.quote(table)) SET _updated_at = ?1 WHERE id IN (SELECT value FROM json_each(?2))", [stamp, RecordedChanges.json(ids: ids)])
             }
         }
     }
@@ -314,8 +313,7 @@ final class WriteSession {
             for (name, ids) in idsByTable {
                 guard let table = manifest.table(name) else { continue }
                 let columns = (["id"] + table.files.map(\.column)).map(RowCapture.quote).joined(separator: ", ")
-                let json = String(decoding: try JSONSerialization.data(withJSONObject: ids), as: UTF8.self)
-                for row in try database.query("SELECT \(columns) FROM \(RowCapture.quote(name)) WHERE id IN (SELECT value FROM json_each(?1))", [json]) {
+                for row in try database.query("SELECT \(columns) FROM \(RowCapture.quote(name)) WHERE id IN (SELECT value FROM json_each(?1))", [RecordedChanges.json(ids: ids)]) {
                     if let id = row["id"].textValue { now[name, default: [:]][id] = row }
                 }
             }

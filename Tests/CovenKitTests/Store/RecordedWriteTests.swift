@@ -157,4 +157,14 @@ final class RecordedWriteTests: DeviceTestCase {
         XCTAssertTrue(deleted.allSatisfy { $0.kind == .delete })
         XCTAssertEqual(Set(deleted.map(\.id)).count, deleted.count)
     }
+
+    /// A batch's ids go to SQL as one JSON array: any text comes back from `json_each` as it was.
+    func testIdsGoToSQLAsTheyAre() throws {
+        let device = try makeDevice(Self.itemsManifest)
+        let ids = ["plain", "", "quote \" and \\ backslash", "tab\tnew\nline\u{1}\u{1F}", "ünï/cødé 🦊", "[\"x\"]"]
+        let json = RecordedChanges.json(ids: ids)
+        XCTAssertEqual(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String], ids)
+        XCTAssertEqual(try device.database.query("SELECT value FROM json_each(?1) ORDER BY key", [json]).map { $0["value"] }, ids.map { .text($0) })
+        XCTAssertEqual(RecordedChanges.json(ids: []), "[]")
+    }
 }
