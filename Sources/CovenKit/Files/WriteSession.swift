@@ -274,15 +274,17 @@ final class WriteSession {
         }
     }
 
-    /// Stamps every synced row the SQL inserted or updated with the write's clock value.
-    func stampRows(_ changes: [RecordedChange]) throws {
-        var byTable: [String: [String]] = [:]
-        for change in changes where change.operation != .delete && change.table != "coven_files" {
-            byTable[change.table, default: []].append(change.id)
-        }
-        for (table, ids) in byTable {
-            let json = try JSONSerialization.data(withJSONObject: ids)
-            try database.run("UPDATE \(RowCapture.quote(table)) SET _updated_at = ?1 WHERE id IN (SELECT value FROM json_each(?2))", [stamp, String(decoding: json, as: UTF8.self)])
+    /// Stamps every synced row the SQL inserted or updated with the write's clock value, a batch
+    /// of changes at a time.
+    func stampRows(_ changes: RecordedChanges) throws {
+        try changes.forEachBatch(oldFiles: false) { batch in
+            var byTable: [String: [String]] = [:]
+            for change in batch where change.operation != .delete && change.table != "coven_files" {
+                byTable[change.table, default: []].append(change.id)
+            }
+            for (table, ids) in byTable {
+                try database.run("UPDATE \(RowCapture.quote(table)) SET _updated_at = ?1 WHERE id IN (SELECT value FROM json_each(?2))", [stamp, RecordedChanges.json(ids: ids)])
+            }
         }
     }
 
@@ -293,60 +295,30 @@ final class WriteSession {
         var released: Set<String> = []
     }
 
-    /// Checks ids and every file reference the SQL set, per spec/files.md.
-    func validate(_ changes: [RecordedChange]) throws -> References {
+    /// Checks ids and every file reference the SQL set, per spec/files.md, a batch of changes
+    /// at a time.
+    func validate(_ changes: RecordedChanges) throws -> References {
         var references = References()
         let putIDs = Set(intents.map(\.fileID))
         var audiences: [String: String] = [:]
-        // The file columns of the rows the write left, read once per table.
-        var now: [String: [String: Row]] = [:]
-        var idsByTable: [String: [String]] = [:]
-        for change in changes where change.operation != .delete {
-            guard let table = manifest.table(change.table), !table.files.isEmpty else { continue }
-            idsByTable[table.name, default: []].append(change.id)
-        }
-        for (name, ids) in idsByTable {
-            guard let table = manifest.table(name) else { continue }
-            let columns = (["id"] + table.files.map(\.column)).map(RowCapture.quote).joined(separator: ", ")
-            let json = String(decoding: try JSONSerialization.data(withJSONObject: ids), as: UTF8.self)
-            for row in try database.query("SELECT \(columns) FROM \(RowCapture.quote(name)) WHERE id IN (SELECT value FROM json_each(?1))", [json]) {
-                if let id = row["id"].textValue { now[name, default: [:]][id] = row }
-            }
-        }
         let graph = try device.schemaGraph()
-        for change in changes {
-            guard let table = manifest.table(change.table) else { continue }
-            let rowID = change.id
-            if change.operation != .delete, let root = graph.remoteRoot(of: table.name) {
-                try refuseDeviceOnly(under: root, table: table, row: now[table.name]?[rowID], rowID: rowID, putIDs: putIDs)
+        try changes.forEachBatch(oldFiles: true) { batch in
+            // The file columns of the batch's rows the write left, read once per table.
+            var now: [String: [String: Row]] = [:]
+            var idsByTable: [String: [String]] = [:]
+            for change in batch where change.operation != .delete {
+                guard let table = manifest.table(change.table), !table.files.isEmpty else { continue }
+                idsByTable[table.name, default: []].append(change.id)
             }
-            if change.operation == .insert, table.identity == .uuid, !Identifier.isCanonicalUUID(rowID) {
-                throw CovenError(.invalidId, "table '\(table.name)' takes canonical lowercase UUIDv4 or v7 ids, not '\(rowID)'", hint: "use coven_uuid7()", details: ["table": table.name, "id": rowID])
-            }
-            for column in table.files {
-                let old = change.oldFiles[column.column]
-                switch change.operation {
-                case .delete:
-                    if let id = old?.textValue { references.released.insert(id) }
-                case .insert, .update:
-                    let value = now[table.name]?[rowID]?[column.column] ?? .null
-                    if change.operation == .update {
-                        guard value != old else { continue } // unchanged
-                        if let oldID = old?.textValue, value.textValue != oldID {
-                            if column.writeOnce {
-                                throw CovenError(.fileWriteOnce, "column '\(table.name).\(column.column)' is write-once and already names file '\(oldID)'", details: ["table": table.name, "column": column.column, "id": rowID, "file": oldID])
-                            }
-                            references.released.insert(oldID)
-                        }
-                    }
-                    guard !value.isNull else { continue }
-                    guard case .text(let fileID) = value else {
-                        throw CovenError(.fileUnknown, "column '\(table.name).\(column.column)' must hold a file id as text", details: ["table": table.name, "column": column.column, "id": rowID])
-                    }
-                    references.named.insert(fileID)
-                    let audience = try rowAudience(table: table, id: rowID)
-                    try checkReference(fileID, table: table, column: column, rowID: rowID, audience: audience, isPut: putIDs.contains(fileID), audiences: &audiences)
+            for (name, ids) in idsByTable {
+                guard let table = manifest.table(name) else { continue }
+                let columns = (["id"] + table.files.map(\.column)).map(RowCapture.quote).joined(separator: ", ")
+                for row in try database.query("SELECT \(columns) FROM \(RowCapture.quote(name)) WHERE id IN (SELECT value FROM json_each(?1))", [RecordedChanges.json(ids: ids)]) {
+                    if let id = row["id"].textValue { now[name, default: [:]][id] = row }
                 }
+            }
+            for change in batch {
+                try validate(change, now: now, graph: graph, putIDs: putIDs, references: &references, audiences: &audiences)
             }
         }
         // Every file put in this write must be named by a row it wrote.
@@ -354,6 +326,47 @@ final class WriteSession {
             throw CovenError(.fileUnreferenced, "file '\(intent.fileID)' is put but no row references it", hint: "put its id in a file column in the same write", details: ["file": intent.fileID])
         }
         return references
+    }
+
+    /// Checks one change of ``validate(_:)``: its id, its place under a remote root and the
+    /// file references it set or dropped, gathered in `references`.
+    ///
+    /// - Parameter now: the file columns of the changed rows the write left, by table and id.
+    private func validate(_ change: RecordedChange, now: [String: [String: Row]], graph: SchemaGraph, putIDs: Set<String>,
+                          references: inout References, audiences: inout [String: String]) throws {
+        guard let table = manifest.table(change.table) else { return }
+        let rowID = change.id
+        if change.operation != .delete, let root = graph.remoteRoot(of: table.name) {
+            try refuseDeviceOnly(under: root, table: table, row: now[table.name]?[rowID], rowID: rowID, putIDs: putIDs)
+        }
+        if change.operation == .insert, table.identity == .uuid, !Identifier.isCanonicalUUID(rowID) {
+            throw CovenError(.invalidId, "table '\(table.name)' takes canonical lowercase UUIDv4 or v7 ids, not '\(rowID)'", hint: "use coven_uuid7()", details: ["table": table.name, "id": rowID])
+        }
+        for column in table.files {
+            let old = change.oldFiles[column.column]
+            switch change.operation {
+            case .delete:
+                if let id = old?.textValue { references.released.insert(id) }
+            case .insert, .update:
+                let value = now[table.name]?[rowID]?[column.column] ?? .null
+                if change.operation == .update {
+                    guard value != old else { continue } // unchanged
+                    if let oldID = old?.textValue, value.textValue != oldID {
+                        if column.writeOnce {
+                            throw CovenError(.fileWriteOnce, "column '\(table.name).\(column.column)' is write-once and already names file '\(oldID)'", details: ["table": table.name, "column": column.column, "id": rowID, "file": oldID])
+                        }
+                        references.released.insert(oldID)
+                    }
+                }
+                guard !value.isNull else { continue }
+                guard case .text(let fileID) = value else {
+                    throw CovenError(.fileUnknown, "column '\(table.name).\(column.column)' must hold a file id as text", details: ["table": table.name, "column": column.column, "id": rowID])
+                }
+                references.named.insert(fileID)
+                let audience = try rowAudience(table: table, id: rowID)
+                try checkReference(fileID, table: table, column: column, rowID: rowID, audience: audience, isPut: putIDs.contains(fileID), audiences: &audiences)
+            }
+        }
     }
 
     /// A row under a remote root names only files that are in the cloud or going there

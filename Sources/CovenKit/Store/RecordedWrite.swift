@@ -3,12 +3,73 @@ import Foundation
 /// One change of one row by a recorded write, its firings folded together: an insert then an
 /// update is an insert, an insert then a delete is nothing.
 struct RecordedChange {
+    /// What the write did to the row: it did not exist before, or exists no more after.
     enum Operation { case insert, update, delete }
     var table: String
     var id: String
     var operation: Operation
-    /// The file columns' values before the write (updates and deletes).
+    /// The file columns' values before the write (updates and deletes), when read
+    /// (``RecordedChanges/forEachBatch(size:oldFiles:_:)``).
     var oldFiles: [String: SQLValue]
+}
+
+/// The rows a recorded write had changed when ``RecordedWrite/changes()`` was called, one change
+/// per row, read in batches so that no write is held in memory whatever its size.
+///
+/// The changes are read from a temporary table of the connection (``RowCapture/fold()``), as
+/// they were at the call, until the next call of ``RecordedWrite/changes()`` or the write's
+/// commit, which fold what the write did since: read them before.
+struct RecordedChanges {
+    /// The changes read at a time.
+    static let batchSize = 500
+
+    fileprivate let capture: RowCapture
+    fileprivate let fileColumns: [String: [String]]
+    /// The fold of the capture read (``RowCapture/generation``).
+    fileprivate let generation: Int
+
+    /// Calls `body` with the changes in batches of at most `size`, in the order the write first
+    /// touched the rows. `body` may change the database; the batches still read the changes as
+    /// they were when folded.
+    ///
+    /// - Parameter oldFiles: whether the changes carry their rows' old file columns
+    ///   (``RecordedChange/oldFiles``); without, they are empty and reading is cheaper.
+    func forEachBatch(size: Int = RecordedChanges.batchSize, oldFiles: Bool, _ body: ([RecordedChange]) throws -> Void) throws {
+        var pos: Int64 = -1
+        while true {
+            precondition(capture.generation == generation, "internal error: a write's changes are read after they were folded anew")
+            let page = try capture.foldedChanges(after: pos, limit: size, fileColumns: oldFiles ? fileColumns : nil)
+            guard let last = page.last else { return }
+            pos = last.pos
+            try body(page.map(\.change))
+            if page.count < size { return }
+        }
+    }
+
+    /// `ids` as a JSON array, for `json_each`: a batch's ids in one parameter, made without
+    /// Foundation's serializer, which costs more than the query.
+    static func json(ids: [String]) -> String {
+        var json = "["
+        json.reserveCapacity(ids.reduce(2) { $0 + $1.utf8.count + 3 })
+        for (index, id) in ids.enumerated() {
+            if index > 0 { json += "," }
+            json += "\""
+            guard id.utf8.contains(where: { $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 < 0x20 }) else {
+                json += id + "\""
+                continue
+            }
+            for scalar in id.unicodeScalars {
+                switch scalar {
+                case "\"": json += "\\\""
+                case "\\": json += "\\\\"
+                case _ where scalar.value < 0x20: json += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count) + String(scalar.value, radix: 16)
+                default: json.unicodeScalars.append(scalar)
+                }
+            }
+            json += "\""
+        }
+        return json + "]"
+    }
 }
 
 /// The one way a write is recorded for publishing (DESIGN.md "What a write records"): app
@@ -51,31 +112,10 @@ final class RecordedWrite {
     fileprivate func end() { capture.active = false }
 
     /// The rows changed so far, one change per row, in the order the write first touched them.
-    func changes() throws -> [RecordedChange] {
-        struct Folded { var existedBefore: Bool; var oldFiles: [String: SQLValue]; var existsAfter: Bool }
-        var order: [(String, String)] = []
-        var folded: [String: [String: Folded]] = [:]
-        for event in try capture.events(fileColumns: fileColumns) {
-            if var known = folded[event.table]?[event.id] {
-                known.existsAfter = event.operation != .delete
-                folded[event.table]![event.id] = known
-            } else {
-                order.append((event.table, event.id))
-                folded[event.table, default: [:]][event.id] = Folded(
-                    existedBefore: event.operation != .insert, oldFiles: event.oldFiles, existsAfter: event.operation != .delete)
-            }
-        }
-        var changes: [RecordedChange] = []
-        for (table, id) in order {
-            guard let row = folded[table]?[id] else { continue }
-            switch (row.existedBefore, row.existsAfter) {
-            case (false, true): changes.append(RecordedChange(table: table, id: id, operation: .insert, oldFiles: [:]))
-            case (true, true): changes.append(RecordedChange(table: table, id: id, operation: .update, oldFiles: row.oldFiles))
-            case (true, false): changes.append(RecordedChange(table: table, id: id, operation: .delete, oldFiles: row.oldFiles))
-            case (false, false): continue
-            }
-        }
-        return changes
+    /// They stay readable until the next call or the commit.
+    func changes() throws -> RecordedChanges {
+        try capture.fold()
+        return RecordedChanges(capture: capture, fileColumns: fileColumns, generation: capture.generation)
     }
 
     /// Appends the write's row images and tombstones to the outbox, in pieces of about
@@ -86,7 +126,6 @@ final class RecordedWrite {
     fileprivate func commit() throws -> Int {
         capture.active = false
         let changes = try changes()
-        guard !changes.isEmpty else { return 0 }
         let database = device.database
         var columnsOf: [String: [String]] = [:]
         func columns(_ table: String) throws -> [String] {
@@ -102,19 +141,15 @@ final class RecordedWrite {
         var recorded = 0
         // Row images are read table by table, a batch of ids at a time, then emitted in the
         // write's order.
-        var index = 0
-        while index < changes.count {
-            let batch = changes[index..<min(changes.count, index + 500)]
-            index += batch.count
+        try changes.forEachBatch(oldFiles: false) { batch in
             var images: [String: [String: [SQLValue]]] = [:]
             var idsByTable: [String: [String]] = [:]
             for change in batch where change.operation != .delete { idsByTable[change.table, default: []].append(change.id) }
             for (table, ids) in idsByTable {
                 let names = try columns(table)
                 let list = names.map(RowCapture.quote).joined(separator: ", ")
-                let json = String(decoding: try JSONSerialization.data(withJSONObject: ids), as: UTF8.self)
                 let statement = try database.prepare("SELECT \(list) FROM main.\(RowCapture.quote(table)) WHERE id IN (SELECT value FROM json_each(?1))")
-                try statement.bind([json])
+                try statement.bind([RecordedChanges.json(ids: ids)])
                 while let row = try statement.next() {
                     guard let id = row["id"].textValue else { continue }
                     images[table, default: [:]][id] = row.values

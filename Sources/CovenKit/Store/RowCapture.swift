@@ -8,7 +8,9 @@ import Foundation
 /// generated column (`SQLITE_SCHEMA`, surfacing as "not an error"), and its UPDATE records carry
 /// only changed columns. The triggers record the table, the id (old and new, for an update of
 /// the primary key), the operation and the old values of the file columns; the row images are
-/// read from the tables once the write is done.
+/// read from the tables once the write is done. The firings are folded into one change per row in
+/// SQL (``fold()``) and read back a page at a time, so a write of any size is never held in
+/// memory.
 ///
 /// The triggers are `TEMP` (this connection only, nothing in the device's schema) and fire only
 /// while ``active`` is set, through the `coven_capturing()` function, so writes that are not
@@ -19,22 +21,16 @@ final class RowCapture {
     /// (Core/Database.swift).
     static let triggerPrefix = "coven_capture_"
 
+    /// Whether `name` is one of the capture's triggers.
     static func isCaptureTrigger(_ name: String) -> Bool { name.hasPrefix(triggerPrefix) }
-
-    /// One trigger firing.
-    struct Event {
-        enum Operation: String { case insert = "i", update = "u", delete = "d" }
-        var table: String
-        var id: String
-        var operation: Operation
-        /// The old values of the table's file columns, by column, for an update or delete.
-        var oldFiles: [String: SQLValue]
-    }
 
     /// Unowned: the connection holds its capture (``Database/rowCapture``).
     private unowned let database: Database
     /// Set while a recorded write runs.
     var active = false
+    /// Counts the folds (``fold()``) and clears (``prepare(tables:)``) of the capture: a
+    /// ``RecordedChanges`` reads the fold it was made from only.
+    private(set) var generation = 0
 
     private init(database: Database) {
         self.database = database
@@ -59,16 +55,7 @@ final class RowCapture {
     /// its triggers. A trigger's name holds a digest of the file columns it records, so one of
     /// a table whose file columns changed is replaced.
     func prepare(tables: [(name: String, fileColumns: [String])]) throws {
-        try database.execute("""
-            CREATE TEMP TABLE IF NOT EXISTS coven_capture (
-                seq INTEGER PRIMARY KEY,
-                tbl TEXT NOT NULL,
-                id ANY,
-                old_id ANY,
-                op TEXT NOT NULL,
-                old_files TEXT
-            )
-            """)
+        try createTables()
         var present = Set(try database.query("SELECT name FROM temp.sqlite_master WHERE type = 'trigger' AND name LIKE 'coven\\_capture\\_%' ESCAPE '\\'").compactMap { $0.string("name") })
         for table in tables {
             let name = Self.triggerName(table: table.name, fileColumns: table.fileColumns)
@@ -76,15 +63,45 @@ final class RowCapture {
             try install(name: name, table: table.name, fileColumns: table.fileColumns)
         }
         for stale in present { try database.execute("DROP TRIGGER IF EXISTS temp.\(Self.quote(stale))") }
-        try database.execute("DELETE FROM temp.coven_capture")
+        try database.execute("DELETE FROM temp.coven_capture; DELETE FROM temp.coven_capture_rows")
+        generation += 1
     }
 
+    /// Makes the capture's temporary tables unless there: the firings not folded yet
+    /// (`coven_capture`) and the rows they changed (`coven_capture_rows`, ``fold()``).
+    ///
+    /// A firing's `seq` is never reused (AUTOINCREMENT), though folded firings are deleted: a
+    /// row's `pos`, which comes from it, orders the rows across folds.
+    private func createTables() throws {
+        try database.execute("""
+            CREATE TEMP TABLE IF NOT EXISTS coven_capture (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                tbl TEXT NOT NULL,
+                id ANY,
+                old_id ANY,
+                op TEXT NOT NULL,
+                old_files TEXT
+            );
+            CREATE TEMP TABLE IF NOT EXISTS coven_capture_rows (
+                pos INTEGER PRIMARY KEY,
+                tbl TEXT NOT NULL,
+                id TEXT NOT NULL,
+                first_op TEXT NOT NULL,
+                old_files TEXT,
+                last_op TEXT NOT NULL,
+                UNIQUE (tbl, id)
+            );
+            """)
+    }
+
+    /// The name (less its `_i`, `_u`, `_d`) of the triggers of `table` recording `fileColumns`.
     static func triggerName(table: String, fileColumns: [String]) -> String {
         let readable = table.unicodeScalars.prefix(40).map { CharacterSet.alphanumerics.contains($0) && $0.isASCII ? String($0) : "_" }.joined()
         let digest = SHA256.digest(Array(([table] + fileColumns).joined(separator: "\u{0}").utf8)).hex.prefix(12)
         return triggerPrefix + readable + "_" + digest
     }
 
+    /// Replaces the insert, update and delete triggers called `name` of `table`.
     private func install(name: String, table: String, fileColumns: [String]) throws {
         let quoted = Self.quote(table)
         let literal = "'" + table.replacingOccurrences(of: "'", with: "''") + "'"
@@ -113,40 +130,86 @@ final class RowCapture {
             """)
     }
 
-    /// What was captured since ``prepare(tables:)``, in firing order. An update of a row's
-    /// primary key comes out as a delete of the old id and an insert of the new one.
-    func events(fileColumns: [String: [String]]) throws -> [Event] {
-        var events: [Event] = []
-        let statement = try database.prepare("SELECT tbl, id, old_id, op, old_files FROM temp.coven_capture ORDER BY seq")
-        while let row = try statement.next() {
-            let table = row.string("tbl") ?? ""
-            let id = row["id"].textValue ?? ""
-            let operation = Event.Operation(rawValue: row.string("op") ?? "") ?? .update
-            var old: [String: SQLValue] = [:]
-            if let json = row.string("old_files"), let pairs = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [Any] {
-                let columns = fileColumns[table] ?? []
-                for (index, column) in columns.enumerated() where index * 2 + 1 < pairs.count {
-                    let type = pairs[index * 2] as? String
-                    let value = pairs[index * 2 + 1]
-                    switch type {
-                    case "text": old[column] = .text(value as? String ?? "")
-                    case "integer": old[column] = .integer((value as? NSNumber)?.int64Value ?? 0)
-                    case "real": old[column] = .real((value as? NSNumber)?.doubleValue ?? 0)
-                    case "blob": old[column] = .blob([])
-                    default: old[column] = .null
-                    }
-                }
-            }
-            if operation == .update, let oldID = row["old_id"].textValue, oldID != id {
-                events.append(Event(table: table, id: oldID, operation: .delete, oldFiles: old))
-                events.append(Event(table: table, id: id, operation: .insert, oldFiles: [:]))
-            } else {
-                events.append(Event(table: table, id: id, operation: operation, oldFiles: old))
-            }
-        }
-        return events
+    /// Folds the firings captured since the last fold (or ``prepare(tables:)``) into the rows
+    /// they changed, one per (table, id), in `temp.coven_capture_rows`, and deletes them; read
+    /// the rows with ``foldedChanges(after:limit:fileColumns:)``.
+    ///
+    /// The firings are folded in SQL, so no write is held in memory whatever its size. An
+    /// update of a row's primary key counts as a delete of the old id then an insert of the new
+    /// one. A row's first firing says whether it existed before the write (anything but an
+    /// insert) and gives its old file columns; its last says whether it exists after (anything
+    /// but a delete). A row's `pos` is its first firing's place in the write (twice the firing's
+    /// `seq`, plus one for the insert half of an id change), so the rows read in the order the
+    /// write first touched them.
+    ///
+    /// Ids are compared as text, as the tables' ids are.
+    func fold() throws {
+        generation += 1
+        try createTables()
+        try database.execute("""
+            INSERT INTO temp.coven_capture_rows (pos, tbl, id, first_op, old_files, last_op)
+            SELECT f.seq * 2 + half.n, f.tbl,
+                   CASE WHEN half.n = 0 AND f.moved THEN f.old_id ELSE f.id END,
+                   CASE WHEN half.n = 1 THEN 'i' WHEN f.moved THEN 'd' ELSE f.op END,
+                   CASE WHEN half.n = 1 THEN NULL ELSE f.old_files END,
+                   CASE WHEN half.n = 1 THEN 'i' WHEN f.moved THEN 'd' ELSE f.op END
+            FROM (SELECT seq, tbl, coalesce(CAST(id AS TEXT), '') AS id, CAST(old_id AS TEXT) AS old_id, op, old_files,
+                         op = 'u' AND old_id IS NOT NULL AND CAST(old_id AS TEXT) IS NOT coalesce(CAST(id AS TEXT), '') AS moved
+                  FROM temp.coven_capture) AS f
+            CROSS JOIN (SELECT 0 AS n UNION ALL SELECT 1) AS half ON half.n = 0 OR f.moved
+            WHERE true
+            ORDER BY f.seq, half.n
+            ON CONFLICT (tbl, id) DO UPDATE SET last_op = excluded.last_op;
+            DELETE FROM temp.coven_capture;
+            """)
     }
 
+    /// Up to `limit` changes of the folded rows (``fold()``) after position `pos`, in the order
+    /// the write first touched the rows, each with its position to read on from. A row the
+    /// write inserted and deleted is no change.
+    ///
+    /// - Parameter fileColumns: the file columns by table, whose old values the changes carry;
+    ///   nil reads no old values (``RecordedChange/oldFiles`` empty).
+    func foldedChanges(after pos: Int64, limit: Int, fileColumns: [String: [String]]?) throws -> [(pos: Int64, change: RecordedChange)] {
+        var changes: [(pos: Int64, change: RecordedChange)] = []
+        let statement = try database.cached("""
+            SELECT pos, tbl, id, first_op, last_op, old_files FROM temp.coven_capture_rows
+            WHERE pos > ?1 AND NOT (first_op = 'i' AND last_op = 'd')
+            ORDER BY pos LIMIT ?2
+            """)
+        try statement.bind([pos, limit])
+        while let row = try statement.next() {
+            let table = row[1].textValue ?? ""
+            var change = RecordedChange(table: table, id: row[2].textValue ?? "", operation: .insert, oldFiles: [:])
+            if row[3].textValue != "i" {
+                change.operation = row[4].textValue == "d" ? .delete : .update
+                if let fileColumns { change.oldFiles = try Self.files(json: row[5].textValue, columns: fileColumns[table] ?? []) }
+            }
+            changes.append((row[0].intValue ?? 0, change))
+        }
+        return changes
+    }
+
+    /// The file columns' values a trigger recorded as `[typeof, value, …]` (``install(name:table:fileColumns:)``),
+    /// by column.
+    private static func files(json: String?, columns: [String]) throws -> [String: SQLValue] {
+        var old: [String: SQLValue] = [:]
+        guard let json, let pairs = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [Any] else { return old }
+        for (index, column) in columns.enumerated() where index * 2 + 1 < pairs.count {
+            let type = pairs[index * 2] as? String
+            let value = pairs[index * 2 + 1]
+            switch type {
+            case "text": old[column] = .text(value as? String ?? "")
+            case "integer": old[column] = .integer((value as? NSNumber)?.int64Value ?? 0)
+            case "real": old[column] = .real((value as? NSNumber)?.doubleValue ?? 0)
+            case "blob": old[column] = .blob([])
+            default: old[column] = .null
+            }
+        }
+        return old
+    }
+
+    /// `identifier` as an SQL identifier, quoted.
     static func quote(_ identifier: String) -> String {
         guard identifier.utf8.contains(UInt8(ascii: "\"")) else { return "\"" + identifier + "\"" }
         return "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""

@@ -228,6 +228,25 @@ final class WriteSessionTests: AlbumDeviceTestCase {
         XCTAssertNotNil(try device.fileRecord(file))
     }
 
+    /// A write of many rows is checked a batch of changes at a time, its references gathered
+    /// over all of them: a file one row stops naming and a row of a later batch names stays, a
+    /// file put on a row of a later batch is named, and the write deleting them all releases both.
+    func testReferencesAreGatheredOverAWriteOfManyRows() throws {
+        let put = try putSetting("one")
+        try device.write(sql: "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1500) INSERT INTO settings (id, value) SELECT 'row' || i, 'v' FROM n")
+        try device.write(sql: "DELETE FROM settings WHERE id = 'one'; UPDATE settings SET value = 'w'; UPDATE settings SET file = '\(put.file)' WHERE id = 'row1500'")
+        XCTAssertNotNil(try device.fileRecord(put.file), "a row of a later batch names it")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: put.copy))
+
+        let staged = try stageApp(device, text: "late")
+        let late = try device.write(sql: "UPDATE settings SET value = 'x'; UPDATE settings SET file = coven_put_staged('\(staged.id)') WHERE id = 'row1499'").files[0]
+        let object = try XCTUnwrap(try device.fileRecord(late)).coordinates.object
+
+        try device.write(sql: "DELETE FROM settings")
+        try assertReleased(put)
+        try assertReleased((late, object, paths.folder + "/copies/" + staged.id))
+    }
+
     /// An upload already begun at the provider is marked retired, not dropped: the worker aborts
     /// it, and coven's copy stays until then.
     func testAnUploadUnderWayIsMarkedRetired() throws {

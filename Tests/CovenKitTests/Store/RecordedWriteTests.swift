@@ -19,6 +19,13 @@ final class RecordedWriteTests: DeviceTestCase {
           ]
         }
         """
+    static let itemsManifest = """
+        {
+          "namespaces": [ { "name": "covers", "kind": "app" } ],
+          "tables": [ { "name": "items", "identity": "shared-key" } ],
+          "migrations": [ "CREATE TABLE items (id TEXT PRIMARY KEY, value TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT" ]
+        }
+        """
     let ada = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f41"
     let rex = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f42"
 
@@ -83,5 +90,81 @@ final class RecordedWriteTests: DeviceTestCase {
         try device.database.execute("INSERT INTO people (id, first) VALUES ('\(rex)', 'unrecorded')")
         try device.write(sql: "INSERT INTO people (id, first) VALUES ('\(ada)', 'A')")
         XCTAssertEqual(try lastEntries(device).map(\.id), [ada])
+    }
+
+    /// A write of many rows (many batches of ``RecordedChanges`` and outbox pieces) records every
+    /// row it changed exactly once, in the order it first touched them: updates, deletes, an id
+    /// change as a delete then an insert, a row deleted and inserted again as an update, a row
+    /// inserted and deleted again as nothing.
+    func testAWriteOfManyRowsRecordsEveryRowOnceInTheOrderItTouchedThem() throws {
+        let device = try makeDevice(Self.itemsManifest)
+        let count = 20_000
+        let pad = String(repeating: "x", count: 100)
+        func numbers(_ limit: Int) -> String {
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < \(limit))"
+        }
+        func pieces(_ stamp: String) throws -> Int64? {
+            try device.database.scalar("SELECT count(*) FROM coven_outbox WHERE hlc = ?1", [stamp]).intValue
+        }
+
+        try device.write(sql: "\(numbers(count)) INSERT INTO items (id, value) SELECT 'k' || i, '\(pad)' FROM n")
+        let inserted = try lastEntries(device)
+        XCTAssertEqual(inserted.map(\.id), (1...count).map { "k\($0)" })
+        XCTAssertTrue(inserted.allSatisfy { $0.kind == .upsert && $0.value("value") == .text(pad) && $0.value("_updated_at") == .text($0.stamp) })
+        XCTAssertGreaterThan(try XCTUnwrap(pieces(inserted[0].stamp)), 1, "more than one outbox piece")
+
+        let number = "CAST(substr(id, 2) AS INTEGER)"
+        try device.write(sql: """
+            UPDATE items SET value = 'updated' WHERE \(number) % 5 = 0;
+            DELETE FROM items WHERE \(number) % 5 = 1;
+            UPDATE items SET id = 'm' || substr(id, 2) WHERE \(number) % 5 = 2;
+            DELETE FROM items WHERE \(number) % 5 = 3;
+            \(numbers(count)) INSERT INTO items (id, value) SELECT 'k' || i, 'again' FROM n WHERE i % 5 = 3;
+            \(numbers(5_000)) INSERT INTO items (id, value) SELECT 'n' || i, 'new' FROM n;
+            DELETE FROM items WHERE id LIKE 'n%' AND \(number) % 2 = 1;
+            UPDATE items SET value = 'newer' WHERE id LIKE 'n%';
+            """)
+        let entries = try lastEntries(device)
+        let stamp = try XCTUnwrap(entries.first?.stamp)
+        var expected: [String] = []
+        for i in stride(from: 5, through: count, by: 5) { expected.append("upsert k\(i)") }
+        for i in stride(from: 1, through: count, by: 5) { expected.append("delete k\(i)") }
+        for i in stride(from: 2, through: count, by: 5) { expected += ["delete k\(i)", "upsert m\(i)"] }
+        for i in stride(from: 3, through: count, by: 5) { expected.append("upsert k\(i)") }
+        for i in stride(from: 2, through: 5_000, by: 2) { expected.append("upsert n\(i)") }
+        XCTAssertEqual(entries.count, expected.count)
+        XCTAssertEqual(entries.map { "\($0.kind) \($0.id)" }, expected)
+        XCTAssertEqual(Set(entries.map { "\($0.kind) \($0.id)" }).count, entries.count, "every row once")
+        XCTAssertGreaterThan(try XCTUnwrap(pieces(stamp)), 1)
+        let values = Dictionary(entries.filter { $0.kind == .upsert }.map { ($0.id, $0.value("value")) }, uniquingKeysWith: { first, _ in first })
+        XCTAssertEqual(values["k5"], .text("updated"))
+        XCTAssertEqual(values["m2"], .text(pad))
+        XCTAssertEqual(values["k3"], .text("again"))
+        XCTAssertEqual(values["n2"], .text("newer"))
+        XCTAssertTrue(entries.allSatisfy { $0.stamp == stamp && ($0.kind == .delete || $0.value("_updated_at") == .text(stamp)) })
+
+        // Every upserted row is stamped, the rows the write left alone are not, and the deleted
+        // rows have the write's tombstones.
+        XCTAssertEqual(try device.database.scalar("SELECT count(*) FROM items WHERE _updated_at = ?1", [stamp]).intValue,
+                       Int64(expected.filter { $0.hasPrefix("upsert") }.count))
+        XCTAssertEqual(try device.database.scalar("SELECT count(*) FROM items WHERE _updated_at <> ?1", [stamp]).intValue, Int64(count / 5))
+        let tombstones = try device.database.query("SELECT id FROM coven_tombstones WHERE tbl = 'items' AND stamp = ?1", [stamp]).compactMap { $0.string("id") }
+        XCTAssertEqual(Set(tombstones), Set(expected.filter { $0.hasPrefix("delete") }.map { String($0.dropFirst("delete ".count)) }))
+
+        try device.write(sql: "DELETE FROM items")
+        let deleted = try lastEntries(device)
+        XCTAssertEqual(deleted.count, count - count / 5 + 2_500)
+        XCTAssertTrue(deleted.allSatisfy { $0.kind == .delete })
+        XCTAssertEqual(Set(deleted.map(\.id)).count, deleted.count)
+    }
+
+    /// A batch's ids go to SQL as one JSON array: any text comes back from `json_each` as it was.
+    func testIdsGoToSQLAsTheyAre() throws {
+        let device = try makeDevice(Self.itemsManifest)
+        let ids = ["plain", "", "quote \" and \\ backslash", "tab\tnew\nline\u{1}\u{1F}", "ünï/cødé 🦊", "[\"x\"]"]
+        let json = RecordedChanges.json(ids: ids)
+        XCTAssertEqual(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String], ids)
+        XCTAssertEqual(try device.database.query("SELECT value FROM json_each(?1) ORDER BY key", [json]).map { $0["value"] }, ids.map { .text($0) })
+        XCTAssertEqual(RecordedChanges.json(ids: []), "[]")
     }
 }
