@@ -7,6 +7,8 @@ struct ApplyReport {
     var skipped = 0
     var lost = 0
     var takenOut = 0
+    /// Rows taken out earlier that came back with their parent.
+    var restored = 0
     /// Objects whose cached bytes go after the commit (a record deleted, or made device-only
     /// elsewhere).
     var uncache: Set<String> = []
@@ -29,6 +31,15 @@ struct ChangeApplier {
     /// recorded as held by peers.
     private var gated: Set<String> = []
 
+    /// The synced tables' foreign keys, and the rows the change being applied deletes (with
+    /// the stamps of those deletes).
+    private var graph: SchemaGraph?
+    private var deletedByChange: [RowKey: String] = [:]
+    private struct RowKey: Hashable {
+        var table: String
+        var id: String
+    }
+
     /// The file records' owner for this applier: it keeps the copies to remove after a commit.
     private let records: FileRecords
 
@@ -44,7 +55,11 @@ struct ChangeApplier {
             throw CovenError(.updateRequired, "change '\(path)' was written under \(change.schema.migrations.counted("migration")); this device has \(local.count)",
                              hint: "run 'coven migrate --manifest FILE' with the store's newer manifest", details: ["object": path, "device": change.device])
         }
-        gated = Set(try device.schemaGraph().gatedTables)
+        let graph = try device.schemaGraph()
+        self.graph = graph
+        gated = Set(graph.gatedTables)
+        deletedByChange = Dictionary(change.entries.filter { $0.kind != .upsert }.map { (RowKey(table: $0.table, id: $0.id), $0.stamp) },
+                                     uniquingKeysWith: { max($0, $1) })
         try database.execute("BEGIN IMMEDIATE")
         do {
             try database.execute("PRAGMA defer_foreign_keys = ON")
@@ -57,6 +72,7 @@ struct ChangeApplier {
                 }
             }
             try takeOutRowsNamingMissingFiles(touched: touched, deletedFiles: deletedFiles, report: &report)
+            try restoreTakenOutRows(graph: graph, report: &report)
             let frontier = change.frontier.mapValues { Int64($0) }
             try sync.log(device: change.device, seq: Int64(change.seq), maxStamp: change.entries.map(\.stamp).max() ?? "", frontier: frontier)
             try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier, heldObjects: change.heldObjects)
@@ -155,6 +171,7 @@ struct ChangeApplier {
         case (.delete, true), (.retract, true):
             if let object = try records.applyRemoteDelete(entry.id, by: change.device, seq: Int64(change.seq), stamp: entry.stamp) { report.uncache.insert(object) }
         case (.delete, false), (.retract, false):
+            try takeOutChildren(of: entry.table, id: entry.id, report: &report)
             try database.run("DELETE FROM main.\(quoted) WHERE id = ?1", [entry.id])
         }
         if entry.kind != .upsert { try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp) }
@@ -200,6 +217,70 @@ struct ChangeApplier {
             let rows = try database.query("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(quoted) WHERE \(missing)", [ids, deleted])
             for row in rows {
                 try takeOut(table: table.name, row: row, names: names, why: .fileDeleted, report: &report)
+            }
+        }
+    }
+
+    /// Before a row goes, the rows here naming it that this change does not delete itself
+    /// (written concurrently, unknown to the deleter) are taken out: kept as lost values (their
+    /// parent deleted) and deleted, their own children first. So no foreign-key action (a
+    /// cascade) removes or changes them unrecorded, and a later write that brings the parent
+    /// back brings them back (``restoreTakenOutRows(graph:report:)``).
+    private mutating func takeOutChildren(of table: String, id: String, report: inout ApplyReport, depth: Int = 0) throws {
+        guard let graph, depth < 64 else { return }
+        for edge in (graph.children[table] ?? []) + (graph.selfEdges[table] ?? []) {
+            let parent = RowCapture.quote(table)
+            let key = edge.parentColumn == "id"
+                ? SQLValue.text(id)
+                : try database.scalar("SELECT \(RowCapture.quote(edge.parentColumn)) FROM main.\(parent) WHERE id = ?1", [id])
+            guard !key.isNull else { continue }
+            let names = try columns(edge.child)
+            let rows = try database.query("""
+                SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(RowCapture.quote(edge.child)) WHERE \(RowCapture.quote(edge.column)) = ?1
+                """, [key])
+            for row in rows {
+                guard let child = row["id"].textValue, !(edge.child == table && child == id) else { continue }
+                // A row the change deletes too, and whose delete wins here, is no take-out.
+                if let stamp = deletedByChange[RowKey(table: edge.child, id: child)], stamp > (row["_updated_at"].textValue ?? "") { continue }
+                try takeOutChildren(of: edge.child, id: child, report: &report, depth: depth + 1)
+                try takeOut(table: edge.child, row: row, names: names, why: .parentDeleted, report: &report)
+            }
+        }
+    }
+
+    /// Rows taken out because their parent was gone come back once every parent they name is
+    /// here again (a concurrent write that won over the delete brought it back): the newest
+    /// taken-out image of each, unless a write of the row as new (a row here, or a tombstone)
+    /// came since. So a device holds such a row exactly when it holds its parents, in whatever
+    /// order the changes came. A row restored may bring back its own children in turn.
+    private mutating func restoreTakenOutRows(graph: SchemaGraph, report: inout ApplyReport) throws {
+        var restoredAny = true
+        while restoredAny {
+            restoredAny = false
+            var seen: Set<String> = []
+            for lost in try database.query("""
+                SELECT tbl, row_id, entry FROM coven_lost_values
+                WHERE why = 'parent_deleted' AND restored_at IS NULL ORDER BY stamp DESC, id DESC
+                """) {
+                guard let table = lost.string("tbl"), let rowID = lost.string("row_id"),
+                      seen.insert(table + "\u{0}" + rowID).inserted,
+                      let entry = try RowEntryCodec.decode(lost.bytes("entry") ?? []).first, entry.kind == .upsert else { continue }
+                let quoted = RowCapture.quote(table)
+                if try database.scalar("SELECT count(*) FROM main.\(quoted) WHERE id = ?1", [rowID]).intValue ?? 0 > 0 { continue }
+                if let tombstone = try sync.tombstone(table: table, id: rowID), tombstone >= entry.stamp { continue }
+                var parentsHere = true
+                for edge in (graph.parents[table] ?? []) + (graph.selfEdges[table] ?? []) {
+                    guard let value = entry.value(edge.column), !value.isNull else { continue }
+                    let found = try database.scalar("SELECT count(*) FROM main.\(RowCapture.quote(edge.parent)) WHERE \(RowCapture.quote(edge.parentColumn)) = ?1 LIMIT 1", [value])
+                    if (found.intValue ?? 0) == 0 { parentsHere = false; break }
+                }
+                guard parentsHere else { continue }
+                let statement = try database.cached(RowEntry.upsertSQL(table: table, columns: entry.columns))
+                try statement.bind(entry.values)
+                try statement.runToEnd()
+                try sync.markTakenOutRestored(table: table, id: rowID)
+                report.restored += 1
+                restoredAny = true
             }
         }
     }

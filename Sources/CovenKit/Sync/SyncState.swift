@@ -67,6 +67,13 @@ struct SyncState {
             """, [entry.table, entry.id, RowEntryCodec.encode([entry]), entry.stamp, device, winnerStamp, Timestamp.iso8601(Date()), why.rawValue])
     }
 
+    /// Marks every take-out of `table`/`id` for a missing parent restored (the row is back).
+    func markTakenOutRestored(table: String, id: String) throws {
+        try database.run("""
+            UPDATE coven_lost_values SET restored_at = ?3 WHERE tbl = ?1 AND row_id = ?2 AND why = 'parent_deleted' AND restored_at IS NULL
+            """, [table, id, Timestamp.iso8601(Date())])
+    }
+
     /// Marks a lost value restored.
     func markRestored(_ id: Int64) throws {
         try database.run("UPDATE coven_lost_values SET restored_at = ?2 WHERE id = ?1", [id, Timestamp.iso8601(Date())])

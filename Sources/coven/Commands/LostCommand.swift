@@ -9,7 +9,9 @@ struct LostCommand: Command {
     static let discussion = """
     When two devices edit one row without seeing each other's edit, the later write wins the \
     whole row and the other is kept here as a lost value. A row taken out (its parent deleted \
-    elsewhere, or naming a deleted file record) is listed too, and cannot be restored. One line \
+    elsewhere, or naming a deleted file record) is listed too, and cannot be restored; one taken \
+    out for its parent comes back by itself (marked restored) when a later write elsewhere keeps \
+    that parent, as on the devices where it never left. One line \
     per value, newest first: id, table, row id, why (concurrent, parent_deleted, file_deleted), \
     its stamp, and 'restored' once restored. 'restore ID' writes the lost values back as a new \
     write of this device, published at the next sync; prints the write's stamp.

@@ -98,6 +98,31 @@ final class SyncTests: DeviceTestCase {
         XCTAssertTrue(try a.lostValues().contains { $0.why == "parent_deleted" && $0.rowID == track2 && !$0.restorable })
     }
 
+    /// A track written on one device under an album another device deletes while a third
+    /// edits it later (so the album lives on): the track is taken out where the delete arrives
+    /// first and comes back with the album, so every device ends with the album and the track.
+    func testATakenOutRowComesBackWhenAConcurrentWriteKeepsItsParent() throws {
+        let a = try makeDevice(name: "a")
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
+        let b = try join("b", from: a)
+        let c = try join("c", from: a)
+        for device in [a, b, c] { _ = try device.sync() }
+        try b.write(sql: "INSERT INTO tracks (id, album_id, title) VALUES ('\(track1)', '\(Self.album)', 'new on b')")
+        try c.write(sql: "DELETE FROM albums")
+        _ = try c.sync()
+        try a.write(sql: "UPDATE albums SET title = 'kept by a'")  // later than c's delete: wins
+        _ = try a.sync()
+        // b: c's delete takes the track out, a's edit brings the album and then the track back.
+        _ = try b.sync()
+        XCTAssertEqual(try b.database.scalar("SELECT title FROM tracks").textValue, "new on b")
+        XCTAssertTrue(try b.lostValues().contains { $0.why == "parent_deleted" && $0.rowID == track1 && $0.restoredAt != nil })
+        for _ in 0..<2 { for device in [c, a, b] { _ = try device.sync() } }
+        XCTAssertEqual(try dump(a), try dump(b))
+        XCTAssertEqual(try dump(a), try dump(c))
+        XCTAssertEqual(try c.database.scalar("SELECT title FROM albums").textValue, "kept by a")
+        XCTAssertEqual(try c.database.scalar("SELECT count(*) FROM tracks").intValue, 1)
+    }
+
     /// Equal shared keys merge: one row, last writer's values.
     func testSharedKeysMerge() throws {
         let a = try makeDevice(name: "a")
