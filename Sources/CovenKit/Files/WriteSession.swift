@@ -91,6 +91,11 @@ final class WriteSession {
                 }
                 database.setAuthorizer(nil)
                 try SQLFunctions.install(on: device)
+                // Rows a pull took out for a parent this write keeps come back with it, and are
+                // published as this write's (Sync/TakenOutRows.swift).
+                if try TakenOutRows.waiting(in: database) {
+                    _ = try TakenOutRows(device: device, graph: try device.schemaGraph()).restore()
+                }
 
                 let appChanges = try recorded.changes()
                 try applyIntents()

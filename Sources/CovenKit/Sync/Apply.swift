@@ -72,7 +72,7 @@ struct ChangeApplier {
                 }
             }
             try takeOutRowsNamingMissingFiles(touched: touched, deletedFiles: deletedFiles, report: &report)
-            try restoreTakenOutRows(graph: graph, report: &report)
+            report.restored += try TakenOutRows(device: device, graph: graph).restore()
             let frontier = change.frontier.mapValues { Int64($0) }
             try sync.log(device: change.device, seq: Int64(change.seq), maxStamp: change.entries.map(\.stamp).max() ?? "", frontier: frontier)
             try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier, heldObjects: change.heldObjects)
@@ -225,7 +225,7 @@ struct ChangeApplier {
     /// (written concurrently, unknown to the deleter) are taken out: kept as lost values (their
     /// parent deleted) and deleted, their own children first. So no foreign-key action (a
     /// cascade) removes or changes them unrecorded, and a later write that brings the parent
-    /// back brings them back (``restoreTakenOutRows(graph:report:)``).
+    /// back brings them back (``TakenOutRows``).
     private mutating func takeOutChildren(of table: String, id: String, report: inout ApplyReport, depth: Int = 0) throws {
         guard let graph, depth < 64 else { return }
         for edge in (graph.children[table] ?? []) + (graph.selfEdges[table] ?? []) {
@@ -244,43 +244,6 @@ struct ChangeApplier {
                 if let stamp = deletedByChange[RowKey(table: edge.child, id: child)], stamp > (row["_updated_at"].textValue ?? "") { continue }
                 try takeOutChildren(of: edge.child, id: child, report: &report, depth: depth + 1)
                 try takeOut(table: edge.child, row: row, names: names, why: .parentDeleted, report: &report)
-            }
-        }
-    }
-
-    /// Rows taken out because their parent was gone come back once every parent they name is
-    /// here again (a concurrent write that won over the delete brought it back): the newest
-    /// taken-out image of each, unless a write of the row as new (a row here, or a tombstone)
-    /// came since. So a device holds such a row exactly when it holds its parents, in whatever
-    /// order the changes came. A row restored may bring back its own children in turn.
-    private mutating func restoreTakenOutRows(graph: SchemaGraph, report: inout ApplyReport) throws {
-        var restoredAny = true
-        while restoredAny {
-            restoredAny = false
-            var seen: Set<String> = []
-            for lost in try database.query("""
-                SELECT tbl, row_id, entry FROM coven_lost_values
-                WHERE why = 'parent_deleted' AND restored_at IS NULL ORDER BY stamp DESC, id DESC
-                """) {
-                guard let table = lost.string("tbl"), let rowID = lost.string("row_id"),
-                      seen.insert(table + "\u{0}" + rowID).inserted,
-                      let entry = try RowEntryCodec.decode(lost.bytes("entry") ?? []).first, entry.kind == .upsert else { continue }
-                let quoted = RowCapture.quote(table)
-                if try database.scalar("SELECT count(*) FROM main.\(quoted) WHERE id = ?1", [rowID]).intValue ?? 0 > 0 { continue }
-                if let tombstone = try sync.tombstone(table: table, id: rowID), tombstone >= entry.stamp { continue }
-                var parentsHere = true
-                for edge in (graph.parents[table] ?? []) + (graph.selfEdges[table] ?? []) {
-                    guard let value = entry.value(edge.column), !value.isNull else { continue }
-                    let found = try database.scalar("SELECT count(*) FROM main.\(RowCapture.quote(edge.parent)) WHERE \(RowCapture.quote(edge.parentColumn)) = ?1 LIMIT 1", [value])
-                    if (found.intValue ?? 0) == 0 { parentsHere = false; break }
-                }
-                guard parentsHere else { continue }
-                let statement = try database.cached(RowEntry.upsertSQL(table: table, columns: entry.columns))
-                try statement.bind(entry.values)
-                try statement.runToEnd()
-                try sync.markTakenOutRestored(table: table, id: rowID)
-                report.restored += 1
-                restoredAny = true
             }
         }
     }

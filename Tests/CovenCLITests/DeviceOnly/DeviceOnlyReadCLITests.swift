@@ -21,8 +21,8 @@ final class DeviceOnlyReadCLITests: XCTestCase {
 
     func testDeviceOnlyFilesReadFromTheirBytesHere() throws {
         let original = patternBytes(150_000, seed: 1)
-        FileManager.default.createFile(atPath: cli.work + "/song.flac", contents: Data(original))
-        FileManager.default.createFile(atPath: cli.work + "/cover.png", contents: Data([1, 2, 3, 4]))
+        _ = FileManager.default.createFile(atPath: cli.work + "/song.flac", contents: Data(original))
+        _ = FileManager.default.createFile(atPath: cli.work + "/cover.png", contents: Data([1, 2, 3, 4]))
         let user = try cli.run(["stage", "--user", "song.flac", "--namespace", "music", "--place", "device-only"]).stdoutText.trimmingCharacters(in: .newlines)
         let app = try cli.run(["stage", "cover.png", "--namespace", "covers", "--place", "device-only"]).stdoutText.trimmingCharacters(in: .newlines)
         let write = try cli.run(["write", "INSERT INTO tracks (id, file, _updated_at) VALUES (coven_uuid7(), coven_put_user_file('\(user)'), ''), (coven_uuid7(), coven_put_staged('\(app)'), '')"])

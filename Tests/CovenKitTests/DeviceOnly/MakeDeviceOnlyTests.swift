@@ -374,7 +374,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
             try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "late.bin"])], progress: { progress in
                 // Someone saves a file at the path while the download runs.
                 if !progress.done, !FileManager.default.fileExists(atPath: path) {
-                    FileManager.default.createFile(atPath: path, contents: Data("mine".utf8))
+                    _ = FileManager.default.createFile(atPath: path, contents: Data("mine".utf8))
                 }
             })
         }

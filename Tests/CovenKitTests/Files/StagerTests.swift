@@ -43,7 +43,7 @@ final class StagerTests: AlbumDeviceTestCase {
             let prepared = try device.prepareUserFile(path: path, namespace: "music", place: .cloud)
             XCTAssertEqual(prepared.modifiedSeconds, Int64(seconds))
             XCTAssertEqual(prepared.modifiedNanos, Int64(nanos))
-            try putTrack(prepared.id)
+            _ = try putTrack(prepared.id)
             let row = try XCTUnwrap(try device.database.queryOne("SELECT modified_seconds, modified_nanos FROM coven_user_files WHERE path = ?1", [Array(path.utf8)]))
             XCTAssertEqual(row.int("modified_seconds"), Int64(seconds))
             XCTAssertEqual(row.int("modified_nanos"), Int64(nanos))

@@ -111,6 +111,8 @@ final class SyncTests: DeviceTestCase {
         try c.write(sql: "DELETE FROM albums")
         _ = try c.sync()
         try a.write(sql: "UPDATE albums SET title = 'kept by a'")  // later than c's delete: wins
+        // a applies c's delete (it loses there) before it publishes: b applies c's change first.
+        _ = try a.sync(push: false)
         _ = try a.sync()
         // b: c's delete takes the track out, a's edit brings the album and then the track back.
         _ = try b.sync()
@@ -120,6 +122,28 @@ final class SyncTests: DeviceTestCase {
         XCTAssertEqual(try dump(a), try dump(b))
         XCTAssertEqual(try dump(a), try dump(c))
         XCTAssertEqual(try c.database.scalar("SELECT title FROM albums").textValue, "kept by a")
+        XCTAssertEqual(try c.database.scalar("SELECT count(*) FROM tracks").intValue, 1)
+    }
+
+    /// The same when the device that took the track out writes the album's id again itself:
+    /// the track comes back in that write, and travels with it.
+    func testATakenOutRowComesBackWithALocalWriteOfItsParent() throws {
+        let a = try makeDevice(name: "a")
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
+        let b = try join("b", from: a)
+        let c = try join("c", from: a)
+        for device in [a, b, c] { _ = try device.sync() }
+        try b.write(sql: "INSERT INTO tracks (id, album_id, title) VALUES ('\(track1)', '\(Self.album)', 'new on b')")
+        try c.write(sql: "DELETE FROM albums")
+        _ = try c.sync()
+        _ = try b.sync()
+        _ = try a.sync()
+        XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM tracks").intValue, 0, "taken out")
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'again')")
+        XCTAssertEqual(try a.database.scalar("SELECT title FROM tracks").textValue, "new on b", "back with the album")
+        for _ in 0..<2 { for device in [a, b, c] { _ = try device.sync() } }
+        XCTAssertEqual(try dump(a), try dump(b))
+        XCTAssertEqual(try dump(a), try dump(c))
         XCTAssertEqual(try c.database.scalar("SELECT count(*) FROM tracks").intValue, 1)
     }
 

@@ -1,0 +1,68 @@
+import Foundation
+
+/// Rows taken out because their parent was gone (a pull applied its delete: ``ChangeApplier``)
+/// come back once every parent they name is here again, because a later write kept it (a
+/// concurrent edit that won over the delete, applied by a pull, or this device's own write of
+/// the same id): the newest taken-out image of each, unless a write of the row itself (a row
+/// here, or a tombstone) came since. So a device holds such a row exactly when it holds its
+/// parents, in whatever order the changes came, as on the devices where it never left. A row
+/// that comes back may bring back its own children in turn.
+///
+/// Called inside the caller's transaction: the pull's (nothing it does is published), or a
+/// recorded write's, which then publishes the rows that came back as its own.
+struct TakenOutRows {
+    let device: Device
+    let graph: SchemaGraph
+    var database: Database { device.database }
+
+    /// Whether any row taken out for its parent waits to come back (a cheap look before
+    /// reading the schema's foreign keys).
+    static func waiting(in database: Database) throws -> Bool {
+        try database.scalar("SELECT EXISTS (SELECT 1 FROM coven_lost_values WHERE why = 'parent_deleted' AND restored_at IS NULL)").intValue == 1
+    }
+
+    /// Brings back what can come back; returns how many rows did.
+    func restore() throws -> Int {
+        var restored = 0
+        var again = true
+        while again {
+            again = false
+            var seen: Set<String> = []
+            for lost in try database.query("""
+                SELECT tbl, row_id, entry FROM coven_lost_values
+                WHERE why = 'parent_deleted' AND restored_at IS NULL ORDER BY stamp DESC, id DESC
+                """) {
+                guard let table = lost.string("tbl"), let id = lost.string("row_id"), seen.insert(table + "\u{0}" + id).inserted,
+                      let entry = try RowEntryCodec.decode(lost.bytes("entry") ?? []).first, entry.kind == .upsert,
+                      try canComeBack(entry) else { continue }
+                let statement = try database.cached(RowEntry.upsertSQL(table: table, columns: entry.columns))
+                try statement.bind(entry.values)
+                try statement.runToEnd()
+                try SyncState(database: database).markTakenOutRestored(table: table, id: id)
+                restored += 1
+                again = true
+            }
+        }
+        return restored
+    }
+
+    /// Whether the row is not here, no write of it came since, every parent it names is here
+    /// and every file record it names too.
+    private func canComeBack(_ entry: RowEntry) throws -> Bool {
+        let quoted = RowCapture.quote(entry.table)
+        if try database.scalar("SELECT count(*) FROM main.\(quoted) WHERE id = ?1", [entry.id]).intValue ?? 0 > 0 { return false }
+        if let tombstone = try SyncState(database: database).tombstone(table: entry.table, id: entry.id), tombstone >= entry.stamp { return false }
+        for edge in (graph.parents[entry.table] ?? []) + (graph.selfEdges[entry.table] ?? []) {
+            guard let value = entry.value(edge.column), !value.isNull else { continue }
+            let found = try database.scalar("""
+                SELECT count(*) FROM main.\(RowCapture.quote(edge.parent)) WHERE \(RowCapture.quote(edge.parentColumn)) = ?1
+                """, [value])
+            if (found.intValue ?? 0) == 0 { return false }
+        }
+        for column in device.manifest.table(entry.table)?.files ?? [] {
+            guard let file = entry.value(column.column)?.textValue else { continue }
+            if try device.fileRecord(file) == nil { return false }
+        }
+        return true
+    }
+}
