@@ -98,10 +98,9 @@ final class SyncTests: DeviceTestCase {
         XCTAssertTrue(try a.lostValues().contains { $0.why == "parent_deleted" && $0.rowID == track2 && !$0.restorable })
     }
 
-    /// A track written on one device under an album another device deletes while a third
-    /// edits it later (so the album lives on): the track is taken out where the delete arrives
-    /// first and comes back with the album, so every device ends with the album and the track.
-    func testATakenOutRowComesBackWhenAConcurrentWriteKeepsItsParent() throws {
+    /// Three devices with an album; b adds a track to it (unpublished) while c deletes the
+    /// album and publishes that.
+    func trackUnderADeletedAlbum() throws -> (Device, Device, Device) {
         let a = try makeDevice(name: "a")
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
         let b = try join("b", from: a)
@@ -110,6 +109,14 @@ final class SyncTests: DeviceTestCase {
         try b.write(sql: "INSERT INTO tracks (id, album_id, title) VALUES ('\(track1)', '\(Self.album)', 'new on b')")
         try c.write(sql: "DELETE FROM albums")
         _ = try c.sync()
+        return (a, b, c)
+    }
+
+    /// A track written on one device under an album another device deletes while a third
+    /// edits it later (so the album lives on): the track is taken out where the delete arrives
+    /// first and comes back with the album, so every device ends with the album and the track.
+    func testATakenOutRowComesBackWhenAConcurrentWriteKeepsItsParent() throws {
+        let (a, b, c) = try trackUnderADeletedAlbum()
         try a.write(sql: "UPDATE albums SET title = 'kept by a'")  // later than c's delete: wins
         // a applies c's delete (it loses there) before it publishes: b applies c's change first.
         _ = try a.sync(push: false)
@@ -128,14 +135,7 @@ final class SyncTests: DeviceTestCase {
     /// The same when the device that took the track out writes the album's id again itself:
     /// the track comes back in that write, and travels with it.
     func testATakenOutRowComesBackWithALocalWriteOfItsParent() throws {
-        let a = try makeDevice(name: "a")
-        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
-        let b = try join("b", from: a)
-        let c = try join("c", from: a)
-        for device in [a, b, c] { _ = try device.sync() }
-        try b.write(sql: "INSERT INTO tracks (id, album_id, title) VALUES ('\(track1)', '\(Self.album)', 'new on b')")
-        try c.write(sql: "DELETE FROM albums")
-        _ = try c.sync()
+        let (a, b, c) = try trackUnderADeletedAlbum()
         _ = try b.sync()
         _ = try a.sync()
         XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM tracks").intValue, 0, "taken out")
