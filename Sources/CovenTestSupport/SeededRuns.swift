@@ -1,3 +1,4 @@
+import CovenKit
 import Foundation
 
 /// The loop of a randomized, seeded test: every run in a fresh folder, the first failure ending
@@ -31,5 +32,21 @@ public enum SeededRuns {
             }
         }
         return nil
+    }
+}
+
+extension SeededRuns {
+    /// A store on file:// in `work` and `count` devices of it, named d0, d1, … (d0 made it),
+    /// for one run of a model test.
+    public static func devices(_ count: Int, in work: String, manifest json: String) throws -> [Device] {
+        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+        let first = try Device.create(paths: DevicePaths(database: work + "/d0/device.db"), storage: .file(directory: work + "/store"),
+                                      manifest: try Manifest(json: Data(json.utf8)), name: "d0")
+        var devices = [first]
+        for index in 1..<count {
+            devices.append(try Device.join(paths: DevicePaths(database: work + "/d\(index)/device.db"), storage: first.storage,
+                                           storeKey: try first.storeKeyBytes(), name: "d\(index)"))
+        }
+        return devices
     }
 }

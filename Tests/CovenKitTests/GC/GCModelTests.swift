@@ -53,14 +53,8 @@ final class GCModelTests: XCTestCase {
 
     func run(seed: UInt64, work: String) throws -> (String?, Int) {
         var random = SeededRandom(state: seed)
-        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-        let first = try Device.create(paths: DevicePaths(database: work + "/d0/device.db"), storage: .file(directory: work + "/store"),
-                                      manifest: try Manifest(json: Data(Self.manifest.utf8)), name: "d0")
-        var devices = [first]
-        for index in 1..<3 {
-            devices.append(try Device.join(paths: DevicePaths(database: work + "/d\(index)/device.db"), storage: first.storage,
-                                           storeKey: try first.storeKeyBytes(), name: "d\(index)"))
-        }
+        var devices = try SeededRuns.devices(3, in: work, manifest: Self.manifest)
+        let first = devices[0]
         let provider = try first.connectStorage()
         var live = devices
         var deleted = 0

@@ -45,14 +45,7 @@ final class ConvergenceModelTests: XCTestCase {
     /// One run; the description of what diverged, or nil.
     func run(seed: UInt64, work: String) throws -> String? {
         var random = SeededRandom(state: seed)
-        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-        let first = try Device.create(paths: DevicePaths(database: work + "/d0/device.db"), storage: .file(directory: work + "/store"),
-                                      manifest: try Manifest(json: Data(Self.manifest.utf8)), name: "d0")
-        var devices = [first]
-        for index in 1..<3 {
-            devices.append(try Device.join(paths: DevicePaths(database: work + "/d\(index)/device.db"), storage: first.storage,
-                                           storeKey: try first.storeKeyBytes(), name: "d\(index)"))
-        }
+        var devices = try SeededRuns.devices(3, in: work, manifest: Self.manifest)
         // A small pool of ids, so edits collide.
         let albums = (0..<4).map { String(format: "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d%04x", $0) }
         let tracks = (0..<6).map { String(format: "0193a9b2-4c1e-7d3a-9f20-5b8e1c2e%04x", $0) }
