@@ -447,6 +447,16 @@ public final class S3Storage: StorageProvider {
     }
 
     public func list(prefix listPrefix: String) throws -> [ObjectInfo] {
+        try list(prefix: listPrefix, startAfter: nil, limit: nil)
+    }
+
+    public func list(prefix listPrefix: String, after startAfter: String, limit: Int) throws -> [ObjectInfo] {
+        try list(prefix: listPrefix, startAfter: startAfter, limit: max(1, limit))
+    }
+
+    /// ListObjectsV2 of `listPrefix`: every page, or (with `limit`) the first page of at most
+    /// `limit` keys after `startAfter`.
+    private func list(prefix listPrefix: String, startAfter: String?, limit: Int?) throws -> [ObjectInfo] {
         let storePrefix = prefix.isEmpty ? "" : prefix + "/"
         let operation = "list '\(listPrefix)'"
         var objects: [ObjectInfo] = []
@@ -454,8 +464,9 @@ public final class S3Storage: StorageProvider {
         repeat {
             var query: [(String, String)] = [
                 ("list-type", "2"), ("prefix", storePrefix + listPrefix), ("encoding-type", "url"),
-                ("max-keys", String(listPageSize)),
+                ("max-keys", String(min(limit ?? listPageSize, listPageSize))),
             ]
+            if let startAfter { query.append(("start-after", storePrefix + startAfter)) }
             if let token { query.append(("continuation-token", token)) }
             let response = try control("GET", key: nil, query: query, operation: operation)
             guard response.status == 200 else { throw HTTPClient.statusError(response, operation: operation) }
@@ -473,7 +484,7 @@ public final class S3Storage: StorageProvider {
                 objects.append(ObjectInfo(key: String(name.dropFirst(storePrefix.count)), size: size))
             }
             token = try Self.nextPage(xml, marker: "NextContinuationToken", of: "listing", status: response.status)
-        } while token != nil
+        } while token != nil && limit == nil
         objects.sort { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
         return objects
     }

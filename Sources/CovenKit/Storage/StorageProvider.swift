@@ -198,6 +198,10 @@ public protocol StorageProvider: AnyObject {
     /// Every object whose key starts with `prefix`, in key order, paging as needed.
     func list(prefix: String) throws -> [ObjectInfo]
 
+    /// The first `limit` objects whose key starts with `prefix` and sorts after `startAfter`,
+    /// in key order: one request on S3 (ListObjectsV2 `start-after`, `max-keys`).
+    func list(prefix: String, after startAfter: String, limit: Int) throws -> [ObjectInfo]
+
     /// Starts a resumable upload to `key`; returns its id. `totalSize` and `partSize` let a
     /// provider that writes parts in place (file://) lay the object out.
     func createMultipart(_ key: String, totalSize: Int64, partSize: Int64) throws -> String
@@ -250,6 +254,12 @@ public struct UploadInProgress: Sendable, Equatable {
 }
 
 extension StorageProvider {
+    /// A whole listing cut to what sorts after `startAfter`, for providers without a ranged
+    /// listing (file://, whose listing reads one folder).
+    public func list(prefix: String, after startAfter: String, limit: Int) throws -> [ObjectInfo] {
+        Array(try list(prefix: prefix).lazy.filter { startAfter.utf8.lexicographicallyPrecedes($0.key.utf8) }.prefix(limit))
+    }
+
     /// One DELETE per key, for providers without a batch request (file://).
     public func deleteObjects(_ keys: [String]) throws -> [String: CovenError] {
         var failed: [String: CovenError] = [:]

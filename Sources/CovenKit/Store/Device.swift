@@ -268,6 +268,11 @@ public final class Device {
                     // The receive rule of the hybrid clock, as for every applied change.
                     try settings.add("hlc", snapshot.hlc)
                 }
+                if let snapshot, snapshot.seq > 0 || snapshot.frontier.contains(where: { $0.value > 0 }) {
+                    // What the snapshot holds is applied here: the first sync publishes that
+                    // frontier, which gc on the others waits for, even before this device writes.
+                    try settings.add(frontierDueSetting, "1")
+                }
                 for (key, value) in [
                     ("store_id", storeID), ("device_id", deviceID), ("device_name", deviceName),
                     ("storage", storage.description), ("manifest", manifestJSON), ("created_at", now),
@@ -309,15 +314,42 @@ public final class Device {
     /// The storage key of a device's registry entry: `devices/<device>` (DESIGN "Storage layout").
     public static func registryEntryKey(_ device: String) -> String { "devices/" + device }
 
-    /// This device's signing key, read from `<db>.d/device.key` once per connection.
+    /// This device's signing key, read from `<db>.d/device.key` once per connection and checked
+    /// against the public key the store has registered for this device: a key that does not
+    /// match would sign changes every other device refuses.
     ///
-    /// - Throws: `.io` when the file is missing or readable by others; `.integrity` when it is
-    ///   not a key.
+    /// - Throws: `.io` when the file is missing, readable by others, not a key, or not the
+    ///   key this device registered (damaged or replaced); nothing is signed then.
     public func signingKey() throws -> DeviceSigningKey {
         if let loadedSigningKey { return loadedSigningKey }
-        let key = try DeviceSigningKey(contentsOf: paths.signingKey)
+        let key: DeviceSigningKey
+        do {
+            key = try DeviceSigningKey(contentsOf: paths.signingKey)
+        } catch var error as CovenError where error.code == .io || error.code == .integrity {
+            let missing = access(paths.signingKey, F_OK) != 0
+            error = CovenError(.io, missing ? "the device signing key '\(paths.signingKey)' is missing" : error.message,
+                               hint: Self.lostSigningKeyHint(paths.signingKey), details: ["path": paths.signingKey])
+            throw error
+        }
+        if let registered = try registeredPublicKey(), registered != key.publicKey.hex {
+            throw CovenError(.io, "the device signing key '\(paths.signingKey)' is not the key this device registered (damaged or replaced)",
+                             hint: Self.lostSigningKeyHint(paths.signingKey), details: ["path": paths.signingKey])
+        }
         loadedSigningKey = key
         return key
+    }
+
+    /// The public key the store has registered for this device (nil for a device made before
+    /// signing keys that has not published one yet).
+    func registeredPublicKey() throws -> String? {
+        try database.scalar("SELECT public_key FROM coven_device_registry WHERE device = ?1", [deviceID]).textValue
+    }
+
+    /// What a person does about a lost or damaged device key: nothing this device signs with
+    /// another key would be accepted by the others.
+    static func lostSigningKeyHint(_ path: String) -> String {
+        "put the device's own key back at '\(path)' (from a backup of this device); otherwise this device can no longer publish: "
+            + "make a new device with 'coven join' and retire this one with 'coven device remove' on another device"
     }
 
     /// Creates a store at `storage` and this device, connecting to the storage itself: a

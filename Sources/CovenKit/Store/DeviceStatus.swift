@@ -53,6 +53,8 @@ public struct SyncSummary: Sendable {
     /// The other devices known here, and how many of them are gone for good.
     public var devices: Int64 = 0
     public var goneDevices: Int64 = 0
+    /// What stopped the pull of another device's changes at the last sync: a gap or damage.
+    public var problems: [SyncProblem] = []
 }
 
 /// The file cache: its budget, what it holds, and the kept files ("attachments") held or not.
@@ -132,6 +134,7 @@ extension Device {
         status.sync.frozen = try count("SELECT count(*) FROM coven_push")
         status.sync.lostValues = try count("SELECT count(*) FROM coven_lost_values WHERE restored_at IS NULL")
         status.sync.devices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1", [deviceID])
+        status.sync.problems = try ChangeDamage(device: self).problems()
         status.sync.goneDevices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1 AND gone = 1", [deviceID])
         return status
     }

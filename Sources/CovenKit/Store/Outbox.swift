@@ -54,6 +54,16 @@ struct Outbox {
         if piece.count > 0 { try append(piece, stamp: stamp, waitsFor: []) }
     }
 
+    /// Removes the writes stamped with one of `stamps` (JSON array): writes storage already
+    /// holds in this device's changes, found when a database restored from a backup catches up.
+    ///
+    /// - Returns: how many pieces went.
+    @discardableResult
+    func remove(stamped stamps: String) throws -> Int {
+        try database.run("DELETE FROM coven_outbox WHERE hlc IN (SELECT value FROM json_each(?1))", [stamps])
+        return Int(database.changes)
+    }
+
     /// How many writes (pieces) wait to be published.
     func count() throws -> Int64 {
         try database.scalar("SELECT count(*) FROM coven_outbox").intValue ?? 0
@@ -84,7 +94,7 @@ extension Outbox {
             let entries = row.bytes("entries") ?? []
             if !pending.isEmpty && total + entries.count > limit { break }
             let waits = (try? JSONSerialization.jsonObject(with: Data((row.string("waits_for") ?? "[]").utf8)) as? [String]) ?? []
-            pending.append(Pending(seq: row.int("seq") ?? 0, entries: entries, rows: row.int("rows") ?? 0, waitsFor: waits ?? []))
+            pending.append(Pending(seq: row.int("seq") ?? 0, entries: entries, rows: row.int("rows") ?? 0, waitsFor: waits))
             total += entries.count
         }
         return pending

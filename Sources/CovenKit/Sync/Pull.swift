@@ -12,6 +12,11 @@ public struct PullReport: Sendable, Equatable {
     /// Devices whose next change is missing although another device has applied it: a gap in
     /// storage, where that device's pull stops.
     public var gaps: [String: Int64] = [:]
+    /// Devices whose next change is in storage but fails its checks (damaged): their pull
+    /// stops there, and the damage is reported to the publisher (``ChangeDamage``).
+    public var damaged: [String: DamagedChange] = [:]
+    /// Changes of devices gone for good that storage lost or damaged: gone past, lost for good.
+    public var lostForGood: [LostChange] = []
     /// Devices whose next change waits for a change of another device not applied here yet.
     public var waiting: [String: Int64] = [:]
     /// Devices learned of now.
@@ -20,16 +25,40 @@ public struct PullReport: Sendable, Equatable {
     public var changes: Int { applied.values.reduce(0) { $0 + $1.count } }
 }
 
+/// A change in storage that fails its checks.
+public struct DamagedChange: Sendable, Equatable {
+    public var seq: Int64
+    /// Its storage path.
+    public var object: String
+    /// What its check said.
+    public var message: String
+}
+
+/// A change of a device gone for good that nobody can publish again.
+public struct LostChange: Sendable, Equatable {
+    public enum Why: String, Sendable { case missing, damaged }
+    public var device: String
+    public var seq: Int64
+    public var object: String
+    public var why: Why
+}
+
 extension Device {
     /// Applies the other devices' published changes (DESIGN.md "Pull"): for every known device
-    /// but this one, GET `changes/<d>/<applied + 1>` until it is absent, applying a change only
-    /// once everything its frontier names is applied here. Of a device gone for good, only the
-    /// changes some device's published frontier says it applied. A quiet pull is one listing of
-    /// `devices/` and one request per live device.
+    /// but this one, lists `changes/<d>/` after the applied seq and GETs what follows in order,
+    /// applying a change only once everything its frontier names is applied here. Of a device
+    /// gone for good, only the changes some device's published frontier says it applied. A
+    /// quiet pull is one listing of `devices/` and one listing per live device.
     ///
-    /// - Throws: `.deviceGone` when this device was removed; `.integrity` / `.decoding` for a
-    ///   change that fails its checks (naming the object; nothing of it is applied);
-    ///   `.updateRequired` for a change of a newer schema; `.storage`.
+    /// A change absent below one storage holds (or one another device applied) is a **gap**;
+    /// one that fails its checks is **damaged** and reported to its publisher, which publishes
+    /// it again (``ChangeDamage``): either stops that device's stream here, named in the
+    /// report, and the others go on. Of a device gone for good, such a change is gone past and
+    /// named as lost for good.
+    ///
+    /// - Throws: `.deviceGone` when this device was removed; `.updateRequired` for a change of
+    ///   a newer schema; `.decoding` / `.invalidId` for a well-signed change this device must
+    ///   not apply (naming the object; nothing of it is applied); `.storage`.
     public func pull(provider: StorageProvider, storeKey: FileKey, stop: Stop = Stop(), learned: [String]? = nil,
                      progress: ((SyncProgress) -> Void)? = nil) throws -> PullReport {
         var report = PullReport()
@@ -57,46 +86,125 @@ extension Device {
                 let through = row.int("gone") == 1 ? try highestSeqKnown(of: other) ?? 0 : Int64.max
                 guard next <= through else { continue }
                 report.waiting[other] = nil
+                // One listing of what storage holds after the applied seq, in place of a GET
+                // of the next: a change absent below one that storage holds is a gap.
+                var listed = try listChanges(of: other, after: next - 1, provider: provider)
                 while next <= through {
                     try stop.check("the sync")
+                    if listed.seqs.isEmpty {
+                        if listed.full { listed = try listChanges(of: other, after: next - 1, provider: provider) }
+                        if listed.seqs.isEmpty {
+                            // Of a device gone for good, a change some device applied that
+                            // storage no longer holds.
+                            if row.int("gone") == 1 {
+                                try skipLostChange(of: other, seq: next, why: .missing, report: &report)
+                                next += 1
+                                continue
+                            }
+                            missingAt[other] = next
+                            finished.insert(other)
+                            break
+                        }
+                    }
                     let path = ChangeObject.path(device: other, seq: UInt64(next))
-                    guard let sealed = try provider.getObject(path) else {
-                        missingAt[other] = next
+                    if listed.seqs.first != next {
+                        // Storage holds a later change of this device but not this one.
+                        if row.int("gone") == 1 {
+                            try skipLostChange(of: other, seq: next, why: .missing, report: &report)
+                            next += 1
+                            continue
+                        }
+                        report.gaps[other] = next
                         finished.insert(other)
                         break
                     }
-                    let change: ChangeObject
-                    do {
-                        change = try ChangeObject.open(sealed, path: path, storeKey: storeKey, publicKey: try keys[other] ?? { let key = try publicKey(of: other); keys[other] = key; return key }(), storeID: storeID)
-                    } catch var error as CovenError {
-                        // Sync's errors name the object they are about.
-                        error.details["object"] = path
-                        if !error.message.contains(path) { error.message = "change '\(path)': " + error.message }
-                        throw error
+                    listed.seqs.removeFirst()
+                    let key = try keys[other] ?? { let key = try publicKey(of: other); keys[other] = key; return key }()
+                    switch try readChange(path, key: key, storeKey: storeKey, provider: provider) {
+                    case .missing:
+                        missingAt[other] = next
+                        finished.insert(other)
+                    case .damaged(let error):
+                        if row.int("gone") == 1 {
+                            try skipLostChange(of: other, seq: next, why: .damaged, report: &report)
+                            next += 1
+                            continue
+                        }
+                        report.damaged[other] = DamagedChange(seq: next, object: path, message: error.message)
+                        try ChangeDamage(device: self).report(path, device: other, seq: next, error: error, provider: provider, storeKey: storeKey)
+                        finished.insert(other)
+                    case .opened(let change):
+                        for (device, seq) in change.frontier { claimed[device] = max(claimed[device] ?? 0, Int64(seq)) }
+                        if let missing = try unmetDependency(change.frontier.mapValues { Int64($0) }, writer: other) {
+                            report.waiting[other] = missing.seq
+                            break
+                        }
+                        let applied = try applier.apply(change, path: path)
+                        report.applied[other, default: []].append(next)
+                        report.entries += applied.applied
+                        report.skipped += applied.skipped
+                        report.lost += applied.lost
+                        report.takenOut += applied.takenOut
+                        uncache.formUnion(applied.uncache)
+                        progress?(.applied(device: other, seq: next, entries: change.entries.count))
+                        moved = true
+                        next += 1
+                        continue
                     }
-                    for (device, seq) in change.frontier { claimed[device] = max(claimed[device] ?? 0, Int64(seq)) }
-                    if let missing = try unmetDependency(change.frontier.mapValues { Int64($0) }, writer: other) {
-                        report.waiting[other] = missing.seq
-                        break
-                    }
-                    let applied = try applier.apply(change, path: path)
-                    report.applied[other, default: []].append(next)
-                    report.entries += applied.applied
-                    report.skipped += applied.skipped
-                    report.lost += applied.lost
-                    report.takenOut += applied.takenOut
-                    uncache.formUnion(applied.uncache)
-                    progress?(.applied(device: other, seq: next, entries: change.entries.count))
-                    moved = true
-                    next += 1
+                    break
                 }
             }
         }
-        for (other, seq) in missingAt {
+        for (other, seq) in missingAt where report.gaps[other] == nil {
             let known = max(claimed[other] ?? 0, try highestSeqKnown(of: other) ?? 0)
             if known >= seq { report.gaps[other] = seq }
         }
+        try ChangeDamage(device: self).remember(gaps: report.gaps, damaged: report.damaged)
         return report
+    }
+
+    /// The seqs of `device`'s changes that storage holds after `seq`, a page at a time.
+    private func listChanges(of device: String, after seq: Int64, provider: StorageProvider) throws -> (seqs: [Int64], full: Bool) {
+        let page = 1000
+        let listed = try provider.list(prefix: "changes/\(device)/", after: ChangeObject.path(device: device, seq: UInt64(max(0, seq))), limit: page)
+        let seqs = listed.compactMap { ChangeObject.parsePath($0.key).flatMap { $0.device == device ? Int64($0.seq) : nil } }
+        return (seqs, listed.count >= page)
+    }
+
+    /// What reading a change gave: nothing there, bytes that fail their checks (read twice, so
+    /// a bad transfer is not taken for damage), or the change.
+    private enum ReadChange {
+        case missing
+        case damaged(CovenError)
+        case opened(ChangeObject)
+    }
+
+    private func readChange(_ path: String, key: DevicePublicKey, storeKey: FileKey, provider: StorageProvider) throws -> ReadChange {
+        var failure: CovenError?
+        for _ in 0..<2 {
+            guard let sealed = try provider.getObject(path) else { return .missing }
+            do {
+                return .opened(try ChangeObject.open(sealed, path: path, storeKey: storeKey, publicKey: key, storeID: storeID))
+            } catch var error as CovenError where error.code == .integrity || error.code == .decoding {
+                // Sync's errors name the object they are about.
+                error.details["object"] = path
+                if !error.message.contains(path) { error.message = "change '\(path)': " + error.message }
+                failure = error
+            }
+        }
+        return .damaged(failure ?? CovenError(.integrity, "change '\(path)' fails its checks", details: ["object": path]))
+    }
+
+    /// Goes past a change of a device gone for good that storage lost or damaged: nobody can
+    /// publish it again. Named in the report; what it held is lost for good here.
+    private func skipLostChange(of device: String, seq: Int64, why: LostChange.Why, report: inout PullReport) throws {
+        try database.transaction {
+            let sync = SyncState(database: database)
+            let frontier = Frontier.parse(try database.scalar("SELECT frontier FROM coven_device_registry WHERE device = ?1", [device]).textValue ?? "{}")
+            try sync.log(device: device, seq: seq, maxStamp: "", frontier: frontier)
+            try sync.setApplied(device: device, seq: seq, frontier: frontier)
+        }
+        report.lostForGood.append(LostChange(device: device, seq: seq, object: ChangeObject.path(device: device, seq: UInt64(seq)), why: why))
     }
 
     /// The registered public key of `device`, which signs its changes.
@@ -181,6 +289,13 @@ extension Device {
                     if try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [device]).intValue ?? 0 > 0 {
                         try setSetting(Self.frontierDueSetting, "1")
                     }
+                }
+                continue
+            }
+            if let mark = name.range(of: ChangeDamage.damagedInfix) {
+                // A report of a damaged change: this device's to publish again.
+                if name[..<mark.lowerBound] == deviceID, let seq = Int64(name[mark.upperBound...]), seq > 0 {
+                    try ChangeDamage(device: self).noteReport(seq: seq)
                 }
                 continue
             }

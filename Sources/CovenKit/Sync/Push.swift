@@ -8,6 +8,13 @@ public struct PushReport: Sendable, Equatable {
     public var entries: Int = 0
     /// Writes left in the outbox because a bound upload holds them (or an earlier write).
     public var held: Int64 = 0
+    /// This device's own changes that storage held past what its database said it published
+    /// (a database restored from a backup), applied here before anything new was published.
+    public var caughtUp: [Int64] = []
+    /// Changes of this device reported damaged by another device, published again now.
+    public var republished: [Int64] = []
+    /// Changes of this device reported damaged that it can no longer rebuild.
+    public var unrecoverable: [Int64] = []
 }
 
 extension Device {
@@ -29,9 +36,16 @@ extension Device {
     /// - Throws: `.deviceConflict` when another object is at the next seq (a second copy of this
     ///   device published), publishing nothing more; `.storage` when storage fails (what was
     ///   published stays published, the rest stays frozen or in the outbox).
-    public func push(provider: StorageProvider, storeKey: FileKey, stop: Stop = Stop(), progress: ((SyncProgress) -> Void)? = nil) throws -> PushReport {
+    ///
+    /// With `checkHistory` (the first push of a sync), before anything new is frozen, storage is
+    /// asked whether it holds changes of this device past what this database published (a
+    /// restored backup: ``OwnHistory``), and changes reported damaged are published again
+    /// (``ChangeDamage``).
+    public func push(provider: StorageProvider, storeKey: FileKey, stop: Stop = Stop(), checkHistory: Bool = true,
+                     progress: ((SyncProgress) -> Void)? = nil) throws -> PushReport {
         var report = PushReport()
         let signingKey = try self.signingKey()
+        var checked = !checkHistory
         while true {
             try stop.check("the sync")
             if let frozen = try database.queryOne("SELECT * FROM coven_push ORDER BY seq LIMIT 1") {
@@ -40,6 +54,11 @@ extension Device {
                 report.entries += Int(frozen.int("entries") ?? 0)
                 progress?(.published(seq: frozen.int("seq") ?? 0, entries: Int(frozen.int("entries") ?? 0)))
                 continue
+            }
+            if !checked {
+                checked = true
+                report.caughtUp = try OwnHistory(device: self).catchUp(provider: provider, storeKey: storeKey)
+                (report.republished, report.unrecoverable) = try ChangeDamage(device: self).republish(provider: provider, storeKey: storeKey)
             }
             guard try freezeNextChange(storeKey: storeKey, signingKey: signingKey) else { break }
         }

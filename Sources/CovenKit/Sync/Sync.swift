@@ -5,7 +5,10 @@ public struct SyncReport: Sendable, Equatable {
     public var pushed = PushReport()
     public var pulled = PullReport()
     /// Whether there was anything to do.
-    public var quiet: Bool { pushed.published.isEmpty && pulled.changes == 0 && pulled.newDevices.isEmpty }
+    public var quiet: Bool {
+        pushed.published.isEmpty && pulled.changes == 0 && pulled.newDevices.isEmpty && pushed.caughtUp.isEmpty && pushed.republished.isEmpty
+            && pulled.lostForGood.isEmpty
+    }
 }
 
 /// Where a sync is, for a progress line: a change published or applied.
@@ -64,7 +67,7 @@ extension Device {
         if push { report.pushed = try self.push(provider: provider, storeKey: key, stop: stop, progress: progress) }
         if pull { report.pulled = try self.pull(provider: provider, storeKey: key, stop: stop, learned: learned, progress: progress) }
         if push && pull {
-            let again = try self.push(provider: provider, storeKey: key, stop: stop, progress: progress)
+            let again = try self.push(provider: provider, storeKey: key, stop: stop, checkHistory: false, progress: progress)
             report.pushed.published += again.published
             report.pushed.entries += again.entries
             report.pushed.held = again.held
@@ -169,8 +172,12 @@ extension Device {
 
     /// Makes this device's signing key if it has none (a device made before signing keys) and
     /// registers its public half, replacing the device's own entry in `devices/`.
+    ///
+    /// - Throws: `.io` when the key file is missing although this device registered a key:
+    ///   a new key would sign changes every other device refuses (``signingKey()``).
     func ensureSigningKey(provider: StorageProvider, storeKey: FileKey) throws {
         guard access(paths.signingKey, F_OK) != 0 else { return }
+        if try registeredPublicKey() != nil { _ = try signingKey() }
         let key = try DeviceSigningKey()
         let joinedAt = try database.scalar("SELECT joined_at FROM coven_device_registry WHERE device = ?1", [deviceID]).textValue ?? Timestamp.iso8601(Date())
         let entry = DeviceEntry(device: deviceID, name: deviceName, joinedAt: joinedAt, publicKey: key.publicKey)

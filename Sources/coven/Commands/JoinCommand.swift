@@ -47,6 +47,9 @@ struct JoinCommand: Command {
             context.note("warning: the key names store \(store), but the store at \(storage) is \(device.storeID)")
         }
         let report = try device.sync(push: false, pull: true, stop: Stop.process)
+        // A gap or damage met while pulling: the device is made, its stream of that device stops
+        // there (exit 10, as sync).
+        let status = SyncProblemsText.incomplete(report) ? ExitCodes.partial : ExitCodes.success
         let snapshotKey = device.joinedFrom?.key
         let snapshotRows = device.joinedFrom?.manifest?.rows ?? 0
         let skipped = device.joinedFrom?.skipped ?? []
@@ -59,7 +62,9 @@ struct JoinCommand: Command {
                 "device": ["id": device.deviceID, "name": device.deviceName, "database": device.paths.database],
                 "snapshot": used,
                 "skipped_snapshots": passed,
-                "pulled": ["changes": report.pulled.changes, "entries": report.pulled.entries],
+                "pulled": (["changes": report.pulled.changes, "entries": report.pulled.entries] as [String: Any])
+                    .merging(SyncProblemsText.pulledJSON(report.pulled)) { first, _ in first },
+                "exit_code": status,
             ])
         } else {
             context.line(device.deviceID)
@@ -72,8 +77,9 @@ struct JoinCommand: Command {
                 context.note("no snapshot could be used: pulling every change")
             }
             context.note("joined store \(device.storeID) at \(device.storage) as device '\(device.deviceName)'; pulled \(report.pulled.changes.counted("change")), \(report.pulled.entries.counted("row"))")
+            SyncProblemsText(device: device, context: context).write(report)
         }
-        return 0
+        return status
     }
 
     /// `coven-store-key-v1:STORE:HEX`, or the 64 hex digits alone.

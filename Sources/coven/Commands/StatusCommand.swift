@@ -39,6 +39,10 @@ struct StatusCommand: Command {
         if s.sync.lostValues > 0 { sync += ", \(s.sync.lostValues.counted("lost value"))" }
         sync += "; \(s.sync.devices.counted("other device"))" + (s.sync.goneDevices > 0 ? " (\(s.sync.goneDevices) gone)" : "")
         lines.append(sync)
+        for problem in s.sync.problems {
+            lines.append("sync     stopped at change \(problem.seq) of device \(problem.device): "
+                         + (problem.kind == .gap ? "missing from storage" : "damaged in storage, reported to that device") + " ('coven sync' says more)")
+        }
         lines.forEach(context.line)
         return 0
     }
@@ -66,6 +70,11 @@ struct StatusCommand: Command {
                 "last_push": s.sync.lastPush.map { $0 as Any } ?? NSNull(), "last_pull": s.sync.lastPull.map { $0 as Any } ?? NSNull(),
                 "waiting": s.sync.waiting, "held_by_uploads": s.sync.heldByUploads, "frozen": s.sync.frozen,
                 "lost_values": s.sync.lostValues, "devices": s.sync.devices, "gone_devices": s.sync.goneDevices,
+                "problems": s.sync.problems.map { problem -> [String: Any] in
+                    var item: [String: Any] = ["device": problem.device, "seq": problem.seq, "kind": problem.kind.rawValue, "object": problem.object]
+                    if let message = problem.message { item["message"] = message }
+                    return item
+                },
             ] as [String: Any],
             "file_cache": [
                 "budget": s.cache.budget.map { $0 as Any } ?? NSNull(),

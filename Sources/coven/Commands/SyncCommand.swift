@@ -13,8 +13,11 @@ struct SyncCommand: Command {
     holds; a pull applies every other device's new changes in causal order, last writer wins per \
     row, keeping the losing side of a concurrent edit as a lost value ('coven lost'). Of a \
     device gone for good, only the changes some device's published frontier says it applied \
-    are pulled, so every device ends with the same rows. A quiet sync lists devices/ once and \
-    asks for one object per live device. Prints a summary, or one JSON object with --json.
+    are pulled, so every device ends with the same rows. A quiet sync lists devices/ once, \
+    lists each live device's changes after the one applied, and asks for this device's own next \
+    change. A missing or damaged change, a database put back from a backup and a lost device \
+    key are each noticed and said (see Damage in the docs). Prints a summary, or one JSON \
+    object with --json.
     """
     static let options = [
         OptionSpec("push", help: "only publish this device's writes"),
@@ -38,17 +41,18 @@ struct SyncCommand: Command {
         }
         line.finish()
         let pulled = report.pulled
-        let incomplete = !pulled.gaps.isEmpty || !pulled.waiting.isEmpty
-        let status = incomplete ? ExitCodes.partial : ExitCodes.success
+        let status = SyncProblemsText.incomplete(report) ? ExitCodes.partial : ExitCodes.success
+        let problems = SyncProblemsText(device: device, context: context)
         if context.json {
             try context.printJSON([
                 "quiet": report.quiet,
-                "pushed": ["changes": report.pushed.published, "entries": report.pushed.entries, "held": report.pushed.held] as [String: Any],
-                "pulled": [
+                "pushed": (["changes": report.pushed.published, "entries": report.pushed.entries, "held": report.pushed.held] as [String: Any])
+                    .merging(SyncProblemsText.pushedJSON(report.pushed)) { first, _ in first },
+                "pulled": ([
                     "changes": pulled.changes, "entries": pulled.entries, "skipped": pulled.skipped, "lost": pulled.lost,
-                    "taken_out": pulled.takenOut, "devices": pulled.applied, "gaps": pulled.gaps, "waiting": pulled.waiting,
+                    "taken_out": pulled.takenOut, "devices": pulled.applied, "waiting": pulled.waiting,
                     "new_devices": pulled.newDevices,
-                ] as [String: Any],
+                ] as [String: Any]).merging(SyncProblemsText.pulledJSON(pulled)) { first, _ in first },
                 "exit_code": status,
             ])
         } else {
@@ -66,12 +70,7 @@ struct SyncCommand: Command {
                 if report.pushed.held > 0 { parts.append("\(report.pushed.held.counted("write")) held by bound uploads") }
                 context.line(parts.joined(separator: "; "))
             }
-            for (other, seq) in pulled.gaps.sorted(by: { $0.key < $1.key }) {
-                context.note("warning: change \(seq) of device \(other) is missing from storage though another device applied it: its pull stops there")
-            }
-            for (other, seq) in pulled.waiting.sorted(by: { $0.key < $1.key }) {
-                context.note("warning: device \(other)'s next change waits for change \(seq) of a device not applied here yet")
-            }
+            problems.write(report)
         }
         return status
     }

@@ -35,7 +35,8 @@ class SyncS3Tests: DeviceTestCase {
         // A quiet sync asks for one object per other device and lists devices/ once.
         XCTAssertTrue(try a.sync().quiet)
 
-        // Put-if-absent holds on S3 too: a second copy of b is stopped.
+        // Put-if-absent holds on S3 too: a second copy of b that froze a change of its own
+        // at the seq b publishes is stopped.
         let copy = DevicePaths(database: work + "/copy/device.db")
         try FileManager.default.createDirectory(atPath: work + "/copy", withIntermediateDirectories: true)
         try b.database.execute("VACUUM INTO '\(copy.database)'")
@@ -43,6 +44,9 @@ class SyncS3Tests: DeviceTestCase {
         let twin = try Device.open(paths: copy)
         twin.storageEnvironment = b.storageEnvironment
         try twin.write(sql: "INSERT INTO settings (id, value) VALUES ('twin', '1')")
+        let failing = CrashingStorage(try twin.connectStorage())
+        failing.failBeforePut = true
+        XCTAssertThrowsError(try twin.push(provider: failing, storeKey: try twin.storeKey()))
         try b.write(sql: "INSERT INTO settings (id, value) VALUES ('b', '1')")
         _ = try b.sync()
         XCTAssertThrowsError(try twin.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceConflict) }

@@ -160,7 +160,8 @@ final class SyncTests: DeviceTestCase {
         XCTAssertEqual(try a.database.scalar("SELECT value FROM settings").textValue, "light")
     }
 
-    /// A copied database publishing as the same device is stopped, never overwriting.
+    /// A copied database publishing as the same device, while this one had frozen a change
+    /// of its own at the same seq, is stopped, never overwriting.
     func testACopiedDatabaseIsStoppedWithDeviceConflict() throws {
         let a = try makeDevice(name: "a")
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
@@ -168,18 +169,21 @@ final class SyncTests: DeviceTestCase {
         try FileManager.default.createDirectory(atPath: work + "/copy", withIntermediateDirectories: true)
         try a.database.execute("VACUUM INTO '\(copyPaths.database)'")
         try FileManager.default.copyItem(atPath: paths.folder, toPath: copyPaths.folder)
+        // a freezes change 1 and fails before storage takes it.
+        let failing = CrashingStorage(try StorageConnector(location: a.storage).connect())
+        failing.failBeforePut = true
+        XCTAssertThrowsError(try a.push(provider: failing, storeKey: try a.storeKey()))
         let copy = try Device.open(paths: copyPaths)
         try copy.write(sql: "INSERT INTO settings (id, value) VALUES ('k2', 'copy')")
         _ = try copy.sync()
         let object = try XCTUnwrap(FileManager.default.contents(atPath: storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: 1)))
         XCTAssertThrowsError(try a.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceConflict) }
         XCTAssertEqual(FileManager.default.contents(atPath: storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: 1)), object, "never overwritten")
-        // A rerun after a crash that had sent its change is no conflict: the same bytes.
-        XCTAssertThrowsError(try a.sync())
+        XCTAssertThrowsError(try a.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceConflict) }
     }
 
-    /// A tampered, truncated, swapped or missing change is refused, naming the object, and
-    /// nothing of it is applied.
+    /// A tampered, truncated or swapped change is refused as damage, naming the object, and
+    /// nothing of it is applied; the other devices' streams go on.
     func testTamperedTruncatedSwappedAndMissingChangesAreRefused() throws {
         let a = try makeDevice(name: "a")
         let b = try join("b", from: a)
@@ -191,23 +195,25 @@ final class SyncTests: DeviceTestCase {
         _ = try c.sync()
         let path = storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: 1)
         let good = try XCTUnwrap(FileManager.default.contents(atPath: path))
-        func expect(_ code: ErrorCode, line: UInt = #line) {
-            XCTAssertThrowsError(try b.sync(), line: line) { error in
-                XCTAssertEqual((error as? CovenError)?.code, code, "\(error)", line: line)
-                XCTAssertEqual((error as? CovenError)?.details["object"], ChangeObject.path(device: a.deviceID, seq: 1), line: line)
-            }
+        // Each is damage: named, reported to a, a's stream stops there and c's goes on.
+        func expectDamage(line: UInt = #line) {
+            let report = try? b.sync()
+            XCTAssertEqual(report?.pulled.damaged[a.deviceID]?.object, ChangeObject.path(device: a.deviceID, seq: 1), line: line)
+            XCTAssertTrue(report?.pulled.damaged[a.deviceID]?.message.contains(ChangeObject.path(device: a.deviceID, seq: 1)) ?? false, line: line)
             XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings WHERE id = 'k'").intValue, 0, line: line)
+            XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings WHERE id = 'c'").intValue, 1, line: line)
+            XCTAssertTrue(FileManager.default.fileExists(atPath: storeFolder + "/" + ChangeDamage.reportKey(device: a.deviceID, seq: 1)), line: line)
         }
         var flipped = [UInt8](good)
         flipped[flipped.count / 2] ^= 1
         try Data(flipped).write(to: URL(fileURLWithPath: path))
-        expect(.integrity)
+        expectDamage()
         try Data(good.prefix(good.count - 5)).write(to: URL(fileURLWithPath: path))
-        expect(.integrity)
+        expectDamage()
         // c's change 1 put in a's place.
         try FileManager.default.removeItem(atPath: path)
         try FileManager.default.copyItem(atPath: storeFolder + "/" + ChangeObject.path(device: c.deviceID, seq: 1), toPath: path)
-        expect(.integrity)
+        expectDamage()
         try Data(good).write(to: URL(fileURLWithPath: path))
         _ = try b.sync()
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 3)
@@ -248,6 +254,7 @@ final class SyncTests: DeviceTestCase {
 final class CrashingStorage: StorageProvider {
     let inner: StorageProvider
     var failAfterPut = false
+    var failBeforePut = false
     var failOnGet: Int?
     var gets = 0
     /// Every request, as `METHOD key`.
@@ -260,6 +267,7 @@ final class CrashingStorage: StorageProvider {
     func put(_ key: String, data: [UInt8]) throws { requests.append("PUT " + key); try inner.put(key, data: data) }
     func putIfAbsent(_ key: String, data: [UInt8]) throws -> Bool {
         requests.append("PUT " + key)
+        if failBeforePut { throw Crash() }
         let stored = try inner.putIfAbsent(key, data: data)
         if failAfterPut { throw Crash() }
         return stored
@@ -273,6 +281,10 @@ final class CrashingStorage: StorageProvider {
     func head(_ key: String) throws -> ObjectInfo? { requests.append("HEAD " + key); return try inner.head(key) }
     func delete(_ key: String) throws { requests.append("DELETE " + key); try inner.delete(key) }
     func list(prefix: String) throws -> [ObjectInfo] { requests.append("LIST " + prefix); return try inner.list(prefix: prefix) }
+    func list(prefix: String, after startAfter: String, limit: Int) throws -> [ObjectInfo] {
+        requests.append("LIST " + prefix)
+        return try inner.list(prefix: prefix, after: startAfter, limit: limit)
+    }
     func createMultipart(_ key: String, totalSize: Int64, partSize: Int64) throws -> String { try inner.createMultipart(key, totalSize: totalSize, partSize: partSize) }
     func uploadPart(_ key: String, uploadID: String, number: Int, offset: Int64, data: UnsafeRawBufferPointer) throws -> UploadedPart {
         try inner.uploadPart(key, uploadID: uploadID, number: number, offset: offset, data: data)
@@ -404,8 +416,9 @@ final class SyncRefusalTests: DeviceTestCase {
 }
 
 final class SyncRequestTests: DeviceTestCase {
-    /// A quiet sync with 10 devices lists devices/ once and asks for one object per other
-    /// device: nothing else.
+    /// A quiet sync with 10 devices lists devices/ once, lists each other device's changes
+    /// after the applied one (a gap shows there), and asks for this device's next change (a
+    /// restored database shows there): one request per device, nothing else.
     func testAQuietSyncOfTenDevicesMakesOneRequestPerDeviceAndOneListing() throws {
         let a = try makeDevice(name: "d0")
         var devices = [a]
@@ -420,10 +433,10 @@ final class SyncRequestTests: DeviceTestCase {
         let counting = CrashingStorage(try StorageConnector(location: a.storage).connect())
         let report = try devices[3].sync(provider: counting)
         XCTAssertTrue(report.quiet)
-        XCTAssertEqual(counting.requests.filter { $0.hasPrefix("LIST ") }, ["LIST devices/"])
-        let gets = counting.requests.filter { $0.hasPrefix("GET ") }
-        XCTAssertEqual(gets.count, 9, counting.requests.joined(separator: "\n"))
-        XCTAssertTrue(gets.allSatisfy { $0.hasPrefix("GET changes/") })
-        XCTAssertEqual(counting.requests.count, 10, counting.requests.joined(separator: "\n"))
+        XCTAssertEqual(counting.requests.filter { $0.hasPrefix("LIST ") }.sorted(),
+                       (["LIST devices/"] + devices.filter { $0 !== devices[3] }.map { "LIST changes/\($0.deviceID)/" }).sorted())
+        let published = try XCTUnwrap(try devices[3].devices().first { $0.thisDevice }?.seq)
+        XCTAssertEqual(counting.requests.filter { $0.hasPrefix("GET ") }, ["GET " + ChangeObject.path(device: devices[3].deviceID, seq: UInt64(published + 1))])
+        XCTAssertEqual(counting.requests.count, 11, counting.requests.joined(separator: "\n"))
     }
 }

@@ -1,0 +1,98 @@
+import CovenKit
+import Foundation
+
+/// What `coven sync` and `coven join` say of damage a sync met (a gap, a damaged change, a
+/// change lost for good with its device, a restored database, a change published again):
+/// warnings on stderr that `--quiet` does not silence (they come with exit 10 or name data
+/// that is gone), and the JSON members both print.
+struct SyncProblemsText {
+    let device: Device
+    let context: CommandContext
+    private var names: [String: String] = [:]
+
+    init(device: Device, context: CommandContext) {
+        self.device = device
+        self.context = context
+        for info in (try? device.devices()) ?? [] { names[info.id] = info.name }
+    }
+
+    /// `name (id)`, or the id alone for a device this one has no name for.
+    func describe(_ id: String) -> String {
+        guard let name = names[id], !name.isEmpty else { return id }
+        return "'\(PrintableName.escape(name))' (\(id))"
+    }
+
+    /// Whether the report holds something that stops a device's stream here (exit 10).
+    static func incomplete(_ report: SyncReport) -> Bool {
+        !report.pulled.gaps.isEmpty || !report.pulled.waiting.isEmpty || !report.pulled.damaged.isEmpty || !report.pushed.unrecoverable.isEmpty
+    }
+
+    /// The JSON members of a pull's problems.
+    static func pulledJSON(_ pulled: PullReport) -> [String: Any] {
+        [
+            "gaps": pulled.gaps,
+            "damaged": pulled.damaged.mapValues { ["seq": $0.seq, "object": $0.object, "message": $0.message] as [String: Any] },
+            "lost_for_good": pulled.lostForGood.map { ["device": $0.device, "seq": $0.seq, "object": $0.object, "why": $0.why.rawValue] as [String: Any] },
+        ]
+    }
+
+    /// The JSON members of a push's recoveries.
+    static func pushedJSON(_ pushed: PushReport) -> [String: Any] {
+        ["caught_up": pushed.caughtUp, "republished": pushed.republished, "unrecoverable": pushed.unrecoverable]
+    }
+
+    /// Writes the warnings and notes for people.
+    func write(_ report: SyncReport) {
+        let pushed = report.pushed, pulled = report.pulled
+        if let first = pushed.caughtUp.first, let last = pushed.caughtUp.last {
+            warn("this device's database was older than what it published (restored from a backup, or copied): "
+                 + "applied its own \(first == last ? "change \(first)" : "changes \(first)–\(last)") from storage before publishing anything new; "
+                 + "what it wrote after that backup and never published is gone")
+        }
+        for seq in pushed.republished {
+            context.note("published change \(seq) of this device again: another device reported it damaged in storage")
+        }
+        for seq in pushed.unrecoverable {
+            warn("change \(seq) of this device is damaged in storage and this device no longer holds what it published in it: the others stop there; "
+                 + "remove this device on another one ('coven device remove \(device.deviceID)') so they go past it, then make a new device with 'coven join'")
+        }
+        for (other, seq) in pulled.gaps.sorted(by: { $0.key < $1.key }) {
+            warn("change \(seq) of device \(describe(other)) is missing from storage ('\(ChangeObject.path(device: other, seq: UInt64(seq)))') though later changes say it was published: "
+                 + "its changes stop here until it is back; if that device can publish it no more, 'coven device remove \(other)' lets the others go past it")
+        }
+        for (other, change) in pulled.damaged.sorted(by: { $0.key < $1.key }) {
+            warn("change \(change.seq) of device \(describe(other)) fails its checks (\(change.message)): reported to that device, which publishes it again at its next sync; "
+                 + "its changes stop here until then; if that device is lost, 'coven device remove \(other)' lets the others go past it")
+        }
+        for lost in pulled.lostForGood {
+            warn("change \(lost.seq) of device \(describe(lost.device)), gone for good, is \(lost.why == .missing ? "missing from" : "damaged in") storage: "
+                 + "what it held is lost for good here; the others went past it")
+        }
+        for (other, seq) in pulled.waiting.sorted(by: { $0.key < $1.key }) {
+            context.note("warning: device \(describe(other))'s next change waits for change \(seq) of a device not applied here yet")
+        }
+    }
+
+    /// A warning on stderr, printed under `--quiet` too.
+    private func warn(_ text: String) {
+        context.err.write("coven: warning: " + text + "\n")
+    }
+}
+
+/// A device name as text output shows it: control characters escaped, so a name cannot break
+/// a line or a field.
+enum PrintableName {
+    static func escape(_ name: String) -> String {
+        var out = ""
+        for scalar in name.unicodeScalars {
+            switch scalar {
+            case "\n": out += "\\n"
+            case "\t": out += "\\t"
+            case "\\": out += "\\\\"
+            default:
+                if scalar.value < 0x20 || scalar.value == 0x7f { out += String(format: "\\x%02x", scalar.value) } else { out.unicodeScalars.append(scalar) }
+            }
+        }
+        return out
+    }
+}

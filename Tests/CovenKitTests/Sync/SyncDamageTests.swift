@@ -1,0 +1,197 @@
+@testable import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// Damage a household meets, noticed at the next sync and recovered from (issue "Sync that
+/// notices damage"): a change storage lost or damaged, a database restored from a backup, a
+/// lost device key, a device joined from a snapshot that holds gc back.
+final class SyncDamageTests: DeviceTestCase {
+    func changePath(_ device: Device, _ seq: UInt64) -> String { storeFolder + "/" + ChangeObject.path(device: device.deviceID, seq: seq) }
+
+    func settings(_ device: Device) throws -> [String] {
+        try device.database.query("SELECT id || '=' || coalesce(value, '') AS v FROM settings ORDER BY id").compactMap { $0.string("v") }
+    }
+
+    /// Three writes and syncs on a, then writes 0, 1, 2 as a's changes 1, 2, 3.
+    func threeChanges(_ a: Device) throws {
+        for index in 0..<3 {
+            try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(index)', '\(index)')")
+            _ = try a.sync()
+        }
+    }
+
+    // MARK: Item 1: a missing change is a gap, even when no device claims it
+
+    func testAMissingChangeBelowOneStorageHoldsIsAGap() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        try threeChanges(a)
+        try FileManager.default.removeItem(atPath: changePath(a, 2))
+        let report = try b.sync()
+        XCTAssertEqual(report.pulled.applied[a.deviceID], [1])
+        XCTAssertEqual(report.pulled.gaps[a.deviceID], 2, "change 3 is in storage, 2 is not")
+        XCTAssertFalse(report.quiet)
+        XCTAssertEqual(try ChangeDamage(device: b).problems().map { "\($0.kind.rawValue) \($0.seq)" }, ["gap 2"])
+        // A device that joins later says so too.
+        let c = try join("c", from: a)
+        XCTAssertEqual(try c.sync().pulled.gaps[a.deviceID], 2)
+        // Storage gets the change back: the stream goes on, and the problem is gone.
+        XCTAssertEqual(try b.sync().pulled.gaps[a.deviceID], 2)
+        try a.database.execute("SELECT 1")
+    }
+
+    // MARK: Item 2: a damaged change is reported to its publisher, which publishes it again
+
+    func testADamagedChangeIsPublishedAgainByItsPublisherAndTheOthersGoOn() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        let c = try join("c", from: a)
+        try threeChanges(a)
+        try a.write(sql: "UPDATE settings SET value = 'later' WHERE id = 'k0'")
+        var bytes = try XCTUnwrap(FileManager.default.contents(atPath: changePath(a, 2)))
+        bytes[bytes.count / 2] ^= 1
+        try bytes.write(to: URL(fileURLWithPath: changePath(a, 2)))
+
+        let first = try b.sync()
+        XCTAssertEqual(first.pulled.applied[a.deviceID], [1])
+        XCTAssertEqual(first.pulled.damaged[a.deviceID]?.seq, 2)
+        XCTAssertEqual(first.pulled.damaged[a.deviceID]?.object, ChangeObject.path(device: a.deviceID, seq: 2))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: storeFolder + "/" + ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
+        XCTAssertEqual(try ChangeDamage(device: b).problems().map { "\($0.kind.rawValue) \($0.seq)" }, ["damaged 2"])
+        // c meets it too, and goes on with the others.
+        XCTAssertEqual(try c.sync().pulled.damaged[a.deviceID]?.seq, 2)
+
+        // The publisher learns of it at its next sync and publishes it again.
+        let republished = try a.sync()
+        XCTAssertEqual(republished.pushed.republished, [2])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: storeFolder + "/" + ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
+        let again = try b.sync()
+        XCTAssertEqual(again.pulled.applied[a.deviceID], [2, 3, 4])
+        XCTAssertTrue(again.pulled.damaged.isEmpty)
+        XCTAssertEqual(try ChangeDamage(device: b).problems(), [])
+        _ = try c.sync()
+        XCTAssertEqual(try settings(b), ["k0=later", "k1=1", "k2=2"])
+        XCTAssertEqual(try settings(c), try settings(a))
+        XCTAssertEqual(try settings(b), try settings(a))
+    }
+
+    /// A read that failed once (a bad transfer) is read again before it counts as damage; a
+    /// report of a change that storage holds intact is removed without publishing anything.
+    func testAReportOfAnIntactChangeIsDroppedWithoutPublishing() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        try threeChanges(a)
+        let good = try XCTUnwrap(FileManager.default.contents(atPath: changePath(a, 2)))
+        var bytes = good
+        bytes[10] ^= 1
+        try bytes.write(to: URL(fileURLWithPath: changePath(a, 2)))
+        XCTAssertEqual(try b.sync().pulled.damaged[a.deviceID]?.seq, 2)
+        try good.write(to: URL(fileURLWithPath: changePath(a, 2)))
+        XCTAssertEqual(try a.sync().pushed.republished, [])
+        XCTAssertEqual(FileManager.default.contents(atPath: changePath(a, 2)), good)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: storeFolder + "/" + ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
+        XCTAssertEqual(try b.sync().pulled.applied[a.deviceID], [2, 3])
+    }
+
+    /// A damaged change of a device gone for good is named as lost for good and gone past, so
+    /// the others are not stopped forever.
+    func testADamagedChangeOfAGoneDeviceIsNamedAndGonePast() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        let c = try join("c", from: a)
+        try threeChanges(a)
+        _ = try c.sync() // c applied a's three changes; its next change's frontier says so
+        try c.write(sql: "INSERT INTO settings (id, value) VALUES ('c', 'c')")
+        _ = try c.sync()
+        var bytes = try XCTUnwrap(FileManager.default.contents(atPath: changePath(a, 2)))
+        bytes[bytes.count / 2] ^= 1
+        try bytes.write(to: URL(fileURLWithPath: changePath(a, 2)))
+        XCTAssertEqual(try b.sync().pulled.damaged[a.deviceID]?.seq, 2)
+        try c.removeDevice(a.deviceID)
+        let report = try b.sync()
+        XCTAssertEqual(report.pulled.lostForGood.map { "\($0.seq) \($0.why.rawValue)" }, ["2 damaged"])
+        XCTAssertEqual(report.pulled.applied[a.deviceID], [3])
+        XCTAssertTrue(report.pulled.damaged.isEmpty)
+        XCTAssertEqual(try ChangeDamage(device: b).problems(), [])
+    }
+
+    // MARK: Item 3: a database restored from a backup catches up on its own changes
+
+    func testARestoredDatabaseAppliesItsOwnPublishedChangesAndGoesOn() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        try a.write(sql: "INSERT INTO settings (id, value) VALUES ('before', '1')")
+        // The backup: a's database and folder as they are now (its write not yet published).
+        let backup = DevicePaths(database: work + "/backup/device.db")
+        try FileManager.default.createDirectory(atPath: work + "/backup", withIntermediateDirectories: true)
+        try a.database.execute("VACUUM INTO '\(backup.database)'")
+        try FileManager.default.copyItem(atPath: paths.folder, toPath: backup.folder)
+        _ = try a.sync()
+        try a.write(sql: "INSERT INTO settings (id, value) VALUES ('after', '2')")
+        try a.write(sql: "UPDATE settings SET value = 'changed' WHERE id = 'before'")
+        _ = try a.sync()
+        XCTAssertEqual(try a.devices().first { $0.thisDevice }?.seq, 2)
+
+        // The disk dies; the backup comes back in its place.
+        let restored = try Device.open(paths: backup)
+        let report = try restored.sync()
+        XCTAssertEqual(report.pushed.caughtUp, [1, 2], "its own published changes, applied before anything new is published")
+        XCTAssertEqual(report.pushed.published, [], "the write of the backup's outbox is in change 1 already")
+        XCTAssertEqual(try settings(restored), ["after=2", "before=changed"])
+        try restored.write(sql: "INSERT INTO settings (id, value) VALUES ('new', '3')")
+        XCTAssertEqual(try restored.sync().pushed.published, [3])
+        _ = try b.sync()
+        XCTAssertEqual(try settings(b), ["after=2", "before=changed", "new=3"])
+        XCTAssertTrue(try restored.sync().quiet)
+    }
+
+    // MARK: Item 4: a lost or damaged device key is refused, never replaced silently
+
+    func testALostDeviceKeyIsRefusedAndNothingIsPublished() throws {
+        let a = try makeDevice(name: "a")
+        try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
+        try FileManager.default.removeItem(atPath: a.paths.signingKey)
+        let reopened = try Device.open(paths: a.paths)
+        XCTAssertThrowsError(try reopened.sync()) { error in
+            XCTAssertEqual((error as? CovenError)?.code, .io, "\(error)")
+            XCTAssertTrue((error as? CovenError)?.message.contains("is missing") ?? false, "\(error)")
+            XCTAssertNotNil((error as? CovenError)?.hint)
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: changePath(a, 1)))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: a.paths.signingKey), "no new key is made")
+    }
+
+    func testADamagedDeviceKeyIsRefusedAndNothingIsPublished() throws {
+        let a = try makeDevice(name: "a")
+        try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
+        var key = try XCTUnwrap(FileManager.default.contents(atPath: a.paths.signingKey))
+        key[3] ^= 0x40
+        try key.write(to: URL(fileURLWithPath: a.paths.signingKey))
+        let reopened = try Device.open(paths: a.paths)
+        XCTAssertThrowsError(try reopened.sync()) { error in
+            XCTAssertEqual((error as? CovenError)?.code, .io, "\(error)")
+            XCTAssertTrue((error as? CovenError)?.message.contains("not the key this device registered") ?? false, "\(error)")
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: changePath(a, 1)))
+        // A key file of the wrong size is io too, not integrity.
+        try Data([1, 2, 3]).write(to: URL(fileURLWithPath: a.paths.signingKey))
+        XCTAssertThrowsError(try Device.open(paths: a.paths).sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .io, "\($0)") }
+    }
+
+    // MARK: Item 6: a device joined from a snapshot publishes its frontier at its first sync
+
+    func testADeviceJoinedFromASnapshotPublishesItsFrontierAtItsFirstSync() throws {
+        let a = try makeDevice(name: "a")
+        try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
+        _ = try a.sync()
+        _ = try a.snapshot()
+        let b = try join("b", from: a)
+        XCTAssertEqual(try b.devices().first { $0.id == a.deviceID }?.seq, 1, "from the snapshot")
+        let report = try b.sync()
+        XCTAssertEqual(report.pushed.published, [1], "an empty change carrying its frontier")
+        _ = try a.sync()
+        XCTAssertEqual(try a.devices().first { $0.id == b.deviceID }?.frontier[a.deviceID], 1)
+        XCTAssertTrue(try b.sync().quiet)
+    }
+}
