@@ -50,7 +50,7 @@ struct SyncProblemsText {
                  + "what it wrote after that backup and never published is gone")
         }
         for seq in pushed.republished {
-            context.note("published change \(seq) of this device again: another device reported it damaged in storage")
+            context.note("published change \(seq) of this device again: another device reported it missing from storage or damaged")
         }
         for seq in pushed.unrecoverable {
             warn("change \(seq) of this device is damaged in storage and this device no longer holds what it published in it: the others stop there; "
@@ -58,7 +58,8 @@ struct SyncProblemsText {
         }
         for (other, seq) in pulled.gaps.sorted(by: { $0.key < $1.key }) {
             warn("change \(seq) of device \(describe(other)) is missing from storage ('\(ChangeObject.path(device: other, seq: UInt64(seq)))') though later changes say it was published: "
-                 + "its changes stop here until it is back; if that device can publish it no more, 'coven device remove \(other)' lets the others go past it")
+                 + "reported to that device, which publishes it again at its next sync; its changes stop here until then; "
+                 + "if that device can publish it no more, 'coven device remove \(other)' lets the others go past it")
         }
         for (other, change) in pulled.damaged.sorted(by: { $0.key < $1.key }) {
             warn("change \(change.seq) of device \(describe(other)) fails its checks (\(change.message)): reported to that device, which publishes it again at its next sync; "

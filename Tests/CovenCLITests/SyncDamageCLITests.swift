@@ -87,6 +87,13 @@ final class SyncDamageCLITests: XCTestCase {
         let joined = try join("c")
         XCTAssertEqual(joined.status, 10, joined.stderrText)
         XCTAssertTrue(joined.stderrText.contains("change 2 of device 'a' (\(a)) is missing from storage"), joined.stderrText)
+        // a publishes it again at its next sync; the others go on.
+        let republished = try coven(["sync"], db: "a")
+        XCTAssertTrue(republished.stderrText.contains("published change 2 of this device again"), republished.stderrText)
+        XCTAssertEqual(try coven(["sync"], db: "b").status, 0)
+        XCTAssertEqual(try coven(["sync"], db: "c").status, 0)
+        XCTAssertEqual(try notes("b"), "note 0\nnote 1\nnote 2\n")
+        XCTAssertEqual(try notes("c"), "note 0\nnote 1\nnote 2\n")
     }
 
     func testADamagedChangeIsReportedPublishedAgainAndTheOthersGoOn() throws {

@@ -20,8 +20,8 @@ struct ChangeDamage {
 
     // MARK: The device that met damage
 
-    /// Leaves word of damaged change `seq` of `publisher` for it (once: a report already there
-    /// stays as it is).
+    /// Leaves word of damaged (or missing) change `seq` of `publisher` for it (once: a report
+    /// already there stays as it is).
     func report(_ path: String, device publisher: String, seq: Int64, error: CovenError, provider: StorageProvider, storeKey: FileKey) throws {
         let key = Self.reportKey(device: publisher, seq: seq)
         let plaintext = try JSONSerialization.data(withJSONObject: [
@@ -95,7 +95,7 @@ struct ChangeDamage {
                     unrecoverable.append(seq)
                     continue
                 }
-                let low = try database.scalar("SELECT max_stamp FROM coven_sync_log WHERE device = ?1 AND seq = ?2", [device.deviceID, seq - 1]).textValue ?? ""
+                let low = try database.scalar("SELECT max(max_stamp) FROM coven_sync_log WHERE device = ?1 AND seq < ?2", [device.deviceID, seq]).textValue ?? ""
                 let schema = device.schemaVersion
                 let change = ChangeObject(storeID: device.storeID, device: device.deviceID, seq: UInt64(seq),
                                           schema: .init(migrations: schema.count, digest: schema.digest),

@@ -12,32 +12,46 @@ struct OwnHistory {
 
     /// Applies the changes of this device that storage holds past its published seq.
     ///
-    /// - Returns: the seqs applied (none for a device whose database is up to date: one GET).
-    /// - Throws: `.integrity` for an own change that fails its checks (naming it); `.storage`.
+    /// - Returns: the seqs applied (none for a device whose database is up to date: one
+    ///   listing).
+    /// - Throws: `.deviceConflict` when an own change past the published seq is missing or
+    ///   fails its checks (this database cannot go on after it; naming the object); `.storage`.
     func catchUp(provider: StorageProvider, storeKey: FileKey) throws -> [Int64] {
-        var seq = (try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [device.deviceID]).intValue ?? 0) + 1
-        guard let sealed = try provider.getObject(ChangeObject.path(device: device.deviceID, seq: UInt64(seq))) else { return [] }
+        let published = try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [device.deviceID]).intValue ?? 0
+        let prefix = "changes/\(device.deviceID)/"
+        var seqs: [Int64] = []
+        var after = ChangeObject.path(device: device.deviceID, seq: UInt64(published))
+        while true {
+            let page = try provider.list(prefix: prefix, after: after, limit: 1000)
+            seqs += page.compactMap { ChangeObject.parsePath($0.key).flatMap { $0.device == device.deviceID ? Int64($0.seq) : nil } }
+            guard page.count == 1000, let last = page.last else { break }
+            after = last.key
+        }
+        guard !seqs.isEmpty else { return [] }
         let publicKey = try device.signingKey().publicKey
         var applier = ChangeApplier(device: device)
         var applied: [Int64] = []
-        var next: [UInt8]? = sealed
-        while let bytes = next {
-            let path = ChangeObject.path(device: device.deviceID, seq: UInt64(seq))
+        var expected = published + 1
+        for seq in seqs {
+            let path = ChangeObject.path(device: device.deviceID, seq: UInt64(expected))
+            let hint = "this database is older than what this device published (restored from a backup, or copied), and storage no longer holds all of it: "
+                + "make a new device with 'coven join' and remove this one ('coven device remove \(device.deviceID)' on another device)"
+            guard seq == expected, let bytes = try provider.getObject(path) else {
+                throw CovenError(.deviceConflict, "this device's own change '\(path)', which its database does not hold, is missing from storage",
+                                 hint: hint, details: ["object": path, "device": device.deviceID])
+            }
             let change: ChangeObject
             do {
                 change = try ChangeObject.open(bytes, path: path, storeKey: storeKey, publicKey: publicKey, storeID: device.storeID)
-            } catch var error as CovenError where error.code == .integrity || error.code == .decoding {
-                error.details["object"] = path
-                error.message = "this device's own change '\(path)', which its database does not hold, fails its checks: " + error.message
-                error.hint = "this database is older than what this device published (restored from a backup, or copied); make a new device with 'coven join' and retire this one"
-                throw error
+            } catch let error as CovenError where error.code == .integrity || error.code == .decoding {
+                throw CovenError(.deviceConflict, "this device's own change '\(path)', which its database does not hold, fails its checks: \(error.message)",
+                                 hint: hint, cause: error.description, details: ["object": path, "device": device.deviceID])
             }
             _ = try applier.apply(change, path: path)
             let stamps = String(decoding: try JSONSerialization.data(withJSONObject: Array(Set(change.entries.map(\.stamp))).sorted()), as: UTF8.self)
             try database.transaction { try Outbox(database: database).remove(stamped: stamps) }
             applied.append(seq)
-            seq += 1
-            next = try provider.getObject(ChangeObject.path(device: device.deviceID, seq: UInt64(seq)))
+            expected += 1
         }
         return applied
     }

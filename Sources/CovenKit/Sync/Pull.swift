@@ -159,6 +159,12 @@ extension Device {
             let known = max(claimed[other] ?? 0, try highestSeqKnown(of: other) ?? 0)
             if known >= seq { report.gaps[other] = seq }
         }
+        // A gap is reported to its publisher as damage is: it publishes the change again.
+        for (other, seq) in report.gaps {
+            let path = ChangeObject.path(device: other, seq: UInt64(seq))
+            try ChangeDamage(device: self).report(path, device: other, seq: seq, error: CovenError(.missing, "change '\(path)' is missing from storage"),
+                                                  provider: provider, storeKey: storeKey)
+        }
         try ChangeDamage(device: self).remember(gaps: report.gaps, damaged: report.damaged)
         return report
     }

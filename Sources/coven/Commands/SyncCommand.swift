@@ -14,8 +14,8 @@ struct SyncCommand: Command {
     row, keeping the losing side of a concurrent edit as a lost value ('coven lost'). Of a \
     device gone for good, only the changes some device's published frontier says it applied \
     are pulled, so every device ends with the same rows. A quiet sync lists devices/ once, \
-    lists each live device's changes after the one applied, and asks for this device's own next \
-    change. A missing or damaged change, a database put back from a backup and a lost device \
+    lists each live device's changes after the one applied, and this device's own after the \
+    one it published. A missing or damaged change, a database put back from a backup and a lost device \
     key are each noticed and said (see Damage in the docs). Prints a summary, or one JSON \
     object with --json.
     """

@@ -36,9 +36,34 @@ final class SyncDamageTests: DeviceTestCase {
         // A device that joins later says so too.
         let c = try join("c", from: a)
         XCTAssertEqual(try c.sync().pulled.gaps[a.deviceID], 2)
-        // Storage gets the change back: the stream goes on, and the problem is gone.
-        XCTAssertEqual(try b.sync().pulled.gaps[a.deviceID], 2)
-        try a.database.execute("SELECT 1")
+        XCTAssertEqual(try b.sync().pulled.gaps[a.deviceID], 2, "it stays until the change is back")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: storeFolder + "/" + ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
+        // The publisher, told, publishes it again from what it holds; the others go on.
+        XCTAssertEqual(try a.sync().pushed.republished, [2])
+        XCTAssertEqual(try b.sync().pulled.applied[a.deviceID], [2, 3])
+        XCTAssertEqual(try ChangeDamage(device: b).problems(), [])
+        _ = try c.sync()
+        XCTAssertEqual(try settings(b), try settings(a))
+        XCTAssertEqual(try settings(c), try settings(a))
+    }
+
+    /// A restored database whose own later change storage lost cannot go on after it: it is
+    /// stopped, naming the object, before publishing anything.
+    func testARestoredDatabaseMissingItsOwnLaterChangeIsStopped() throws {
+        let a = try makeDevice(name: "a")
+        let backup = DevicePaths(database: work + "/backup/device.db")
+        try FileManager.default.createDirectory(atPath: work + "/backup", withIntermediateDirectories: true)
+        try a.database.execute("VACUUM INTO '\(backup.database)'")
+        try FileManager.default.copyItem(atPath: paths.folder, toPath: backup.folder)
+        try threeChanges(a)
+        try FileManager.default.removeItem(atPath: changePath(a, 2))
+        let restored = try Device.open(paths: backup)
+        try restored.write(sql: "INSERT INTO settings (id, value) VALUES ('new', 'x')")
+        XCTAssertThrowsError(try restored.sync()) { error in
+            XCTAssertEqual((error as? CovenError)?.code, .deviceConflict, "\(error)")
+            XCTAssertEqual((error as? CovenError)?.details["object"], ChangeObject.path(device: a.deviceID, seq: 2))
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: changePath(a, 2)), "nothing new published in its place")
     }
 
     // MARK: Item 2: a damaged change is reported to its publisher, which publishes it again
