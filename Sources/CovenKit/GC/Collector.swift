@@ -417,7 +417,8 @@ struct Collector {
     // MARK: Changes and snapshots
 
     /// Change objects every device not gone for good has applied and the newest retained
-    /// snapshot covers (none without a snapshot: a new device needs them).
+    /// snapshot covers (none without a snapshot: a new device needs them), but the latest of
+    /// each device not gone for good.
     func collectChanges(into report: inout GCReport) throws {
         guard let newest = retained.first(where: { $0.coverage != nil }), let coverage = newest.coverage else { return }
         for (writer, _) in applied.sorted(by: { $0.key < $1.key }) {
@@ -425,6 +426,9 @@ struct Collector {
             var upTo = coverage[writer] ?? 0
             if writer != me { upTo = min(upTo, applied[writer] ?? 0) }
             for other in others where other.id != writer { upTo = min(upTo, other.frontier[writer] ?? 0) }
+            // The latest change of a live device stays: its publisher checks it is there at
+            // every sync (a change storage lost at the tail is noticed by nobody else).
+            if !gone.contains(writer) { upTo = min(upTo, (applied[writer] ?? 0) - 1) }
             guard upTo > floor else { continue }
             let keys = (floor + 1...upTo).map { ChangeObject.path(device: writer, seq: UInt64($0)) }
             let keptBefore = report.kept.count

@@ -20,12 +20,22 @@ struct OwnHistory {
         let published = try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [device.deviceID]).intValue ?? 0
         let prefix = "changes/\(device.deviceID)/"
         var seqs: [Int64] = []
-        var after = ChangeObject.path(device: device.deviceID, seq: UInt64(published))
+        // From the latest published on: storage must still hold it (gc keeps the latest change
+        // of every live device), and nobody else can tell that it lost it.
+        var after = ChangeObject.path(device: device.deviceID, seq: UInt64(max(0, published - 1)))
         while true {
             let page = try provider.list(prefix: prefix, after: after, limit: 1000)
             seqs += page.compactMap { ChangeObject.parsePath($0.key).flatMap { $0.device == device.deviceID ? Int64($0.seq) : nil } }
             guard page.count == 1000, let last = page.last else { break }
             after = last.key
+        }
+        if published > 0 {
+            if seqs.first == published {
+                seqs.removeFirst()
+            } else {
+                // Lost at the tail: published again from what this device holds.
+                try ChangeDamage(device: device).noteReport(seq: published)
+            }
         }
         guard !seqs.isEmpty else { return [] }
         let publicKey = try device.signingKey().publicKey
@@ -38,14 +48,14 @@ struct OwnHistory {
                 + "make a new device with 'coven join' and remove this one ('coven device remove \(device.deviceID)' on another device)"
             guard seq == expected, let bytes = try provider.getObject(path) else {
                 throw CovenError(.deviceConflict, "this device's own change '\(path)', which its database does not hold, is missing from storage",
-                                 hint: hint, details: ["object": path, "device": device.deviceID])
+                                 hint: hint, details: ["object": path, "device": device.deviceID, "reason": "own_change_lost"])
             }
             let change: ChangeObject
             do {
                 change = try ChangeObject.open(bytes, path: path, storeKey: storeKey, publicKey: publicKey, storeID: device.storeID)
             } catch let error as CovenError where error.code == .integrity || error.code == .decoding {
                 throw CovenError(.deviceConflict, "this device's own change '\(path)', which its database does not hold, fails its checks: \(error.message)",
-                                 hint: hint, cause: error.description, details: ["object": path, "device": device.deviceID])
+                                 hint: hint, cause: error.description, details: ["object": path, "device": device.deviceID, "reason": "own_change_lost"])
             }
             _ = try applier.apply(change, path: path)
             let stamps = String(decoding: try JSONSerialization.data(withJSONObject: Array(Set(change.entries.map(\.stamp))).sorted()), as: UTF8.self)

@@ -17,9 +17,10 @@ struct SeededRandom {
 }
 
 /// Randomized convergence: three devices doing random inserts, updates, deletes (cascading
-/// and orphaning), stages, syncs and the removal of a device in random order, then syncing
-/// until quiet, must hold the same rows of every synced table and of coven_files. The seed of
-/// a failing run is printed;
+/// and orphaning), stages, syncs and the removal of a device in random order, with damage
+/// (change objects deleted or damaged in storage, databases put back from a backup), then
+/// syncing until quiet, must hold the same rows of every synced table and of coven_files, but
+/// the devices that name the damage that stops them. The seed of a failing run is printed;
 /// `COVEN_SEED=N` replays one run, `COVEN_RUNS=N` sets how many.
 final class ConvergenceModelTests: XCTestCase {
     static let manifest = """
@@ -50,7 +51,12 @@ final class ConvergenceModelTests: XCTestCase {
         let albums = (0..<4).map { String(format: "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d%04x", $0) }
         let tracks = (0..<6).map { String(format: "0193a9b2-4c1e-7d3a-9f20-5b8e1c2e%04x", $0) }
         let steps = 12 + random.below(12)
+        var damage = Damage(work: work)
         for _ in 0..<steps {
+            if random.below(10) == 0 {
+                try damage.move(&random, devices: &devices)
+                continue
+            }
             let device = devices[random.below(devices.count)]
             let album = albums[random.below(albums.count)]
             let track = tracks[random.below(tracks.count)]
@@ -85,19 +91,37 @@ final class ConvergenceModelTests: XCTestCase {
                     try devices[random.below(2)].removeDevice(gone.deviceID)
                     continue
                 }
-                _ = try device.sync()
+                try damage.sync(device)
                 continue
             }
             try device.write(sql: sql)
         }
-        // Everyone syncs until nothing moves.
-        for _ in 0..<4 {
-            for device in devices { _ = try device.sync() }
+        // Everyone syncs until nothing moves (damage takes a round to be reported, one to be
+        // published again and one to be applied).
+        for _ in 0..<(damage.moves.isEmpty ? 4 : 6) {
+            for device in devices { try damage.sync(device) }
         }
-        let dumps = try devices.map(dump)
-        for (index, other) in dumps.enumerated().dropFirst() where other != dumps[0] {
+        // Every live device holds the same rows, but those that name the damage that stops
+        // them: a change lost for good with its device, a gap or damage still there, an own
+        // change a restored database cannot go on after.
+        var compared: [(Int, Device)] = []
+        for (index, device) in devices.enumerated() {
+            let problems = try ChangeDamage(device: device).problems()
+            // A gap or damage stays only where its publisher cannot publish the change again:
+            // gone for good, stopped itself, or no longer holding what it published.
+            let live = Set(devices.map(\.deviceID))
+            for problem in problems where live.contains(problem.device) && !damage.named.contains(problem.device) && !damage.unrecoverable.contains(problem.device) {
+                return "d\(index) is still stopped at change \(problem.seq) of \(problem.device) (\(problem.kind.rawValue)), which its publisher could publish again; damage: \(damage.moves)"
+            }
+            if damage.named.contains(device.deviceID) || !problems.isEmpty { continue }
+            compared.append((index, device))
+        }
+        if damage.moves.isEmpty, compared.count < devices.count { return "a device names damage though none was done" }
+        let dumps = try compared.map { try dump($0.1) }
+        for (position, other) in dumps.enumerated().dropFirst() where other != dumps[0] {
             let diff = zip(dumps[0], other).first { $0 != $1 }
-            return "device d\(index) differs from d0 (\(dumps[0].count) vs \(other.count) rows), first difference: \(String(describing: diff))"
+            return "device d\(compared[position].0) differs from d\(compared[0].0) (\(dumps[0].count) vs \(other.count) rows), first difference: "
+                + "\(String(describing: diff)); damage: \(damage.moves)"
         }
         // No lost value is the row's value now.
         for (index, device) in devices.enumerated() {
@@ -107,6 +131,70 @@ final class ConvergenceModelTests: XCTestCase {
             }
         }
         return nil
+    }
+
+    /// The damage a household meets, done to the store and the devices of a run: a change
+    /// object damaged or deleted in storage, a device's database backed up and put back.
+    struct Damage {
+        let work: String
+        /// What was done, for the failure message.
+        var moves: [String] = []
+        /// Devices that named damage that leaves them apart: a change lost for good, an own
+        /// change a restored database cannot go on after.
+        var named: Set<String> = []
+        /// Devices that said a change of theirs reported damaged cannot be rebuilt.
+        var unrecoverable: Set<String> = []
+        private var backups: [String: DevicePaths] = [:]
+        private var count = 0
+
+        init(work: String) { self.work = work }
+
+        mutating func move(_ random: inout SeededRandom, devices: inout [Device]) throws {
+            let changes = (try? FileManager.default.subpathsOfDirectory(atPath: work + "/store/changes"))?.filter { $0.contains("/") }.sorted() ?? []
+            switch random.below(4) {
+            case 0, 1:
+                guard !changes.isEmpty else { return }
+                let change = changes[random.below(changes.count)]
+                let path = work + "/store/changes/" + change
+                if random.below(2) == 0 {
+                    try FileManager.default.removeItem(atPath: path)
+                    moves.append("deleted \(change)")
+                } else {
+                    var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+                    guard !bytes.isEmpty else { return }
+                    let offset = random.below(bytes.count)
+                    bytes[offset] ^= 0x20
+                    try bytes.write(to: URL(fileURLWithPath: path))
+                    moves.append("flipped byte \(offset) of \(change)")
+                }
+            case 2:
+                let device = devices[random.below(devices.count)]
+                count += 1
+                let backup = DevicePaths(database: work + "/backup-\(count)/device.db")
+                try FileManager.default.createDirectory(atPath: work + "/backup-\(count)", withIntermediateDirectories: true)
+                try device.database.execute("VACUUM INTO '\(backup.database)'")
+                try FileManager.default.copyItem(atPath: device.paths.folder, toPath: backup.folder)
+                backups[device.deviceID] = backup
+                moves.append("backed up \(device.deviceName)")
+            default:
+                let index = random.below(devices.count)
+                guard let backup = backups.removeValue(forKey: devices[index].deviceID) else { return }
+                // The device's disk dies; its backup is put back in its place.
+                devices[index] = try Device.open(paths: backup)
+                moves.append("restored \(devices[index].deviceName) from its backup")
+            }
+        }
+
+        /// A sync that may be stopped by damage it names.
+        mutating func sync(_ device: Device) throws {
+            do {
+                let report = try device.sync()
+                if !report.pulled.lostForGood.isEmpty { named.insert(device.deviceID) }
+                if !report.pushed.unrecoverable.isEmpty { unrecoverable.insert(device.deviceID) }
+            } catch let error as CovenError where error.code == .deviceConflict && error.details["reason"] == "own_change_lost" {
+                named.insert(device.deviceID)
+            }
+        }
     }
 
     func dump(_ device: Device) throws -> [String] {

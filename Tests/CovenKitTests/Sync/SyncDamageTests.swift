@@ -66,6 +66,19 @@ final class SyncDamageTests: DeviceTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: changePath(a, 2)), "nothing new published in its place")
     }
 
+    /// The latest change lost from storage: nobody else can tell, so its publisher checks it
+    /// at every sync and publishes it again.
+    func testALostLatestChangeIsPublishedAgainByItsPublisher() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        try threeChanges(a)
+        try FileManager.default.removeItem(atPath: changePath(a, 3))
+        XCTAssertTrue(try b.sync().pulled.gaps.isEmpty, "b cannot tell")
+        XCTAssertEqual(try a.sync().pushed.republished, [3])
+        XCTAssertEqual(try b.sync().pulled.applied[a.deviceID], [3])
+        XCTAssertEqual(try settings(b), try settings(a))
+    }
+
     // MARK: Item 2: a damaged change is reported to its publisher, which publishes it again
 
     func testADamagedChangeIsPublishedAgainByItsPublisherAndTheOthersGoOn() throws {
