@@ -6,8 +6,41 @@ import XCTest
 /// Damage a household meets, noticed at the next sync and recovered from (issue "Sync that
 /// notices damage"): a change storage lost or damaged, a database restored from a backup, a
 /// lost device key, a device joined from a snapshot that holds gc back.
-final class SyncDamageTests: DeviceTestCase {
-    func changePath(_ device: Device, _ seq: UInt64) -> String { storeFolder + "/" + ChangeObject.path(device: device.deviceID, seq: seq) }
+class SyncDamageTests: DeviceTestCase {
+    /// The store's objects, read and damaged through the provider (file:// or the class's S3
+    /// server).
+    var store: StorageProvider!
+    func change(_ device: Device, _ seq: UInt64) -> String { ChangeObject.path(device: device.deviceID, seq: seq) }
+    func exists(_ key: String) throws -> Bool { try store.head(key) != nil }
+    func remove(_ key: String) throws { try store.delete(key) }
+    func bytes(_ key: String) throws -> [UInt8] { try XCTUnwrap(try store.getObject(key)) }
+    func replace(_ key: String, with bytes: [UInt8]) throws { try store.put(key, data: bytes) }
+    func flip(_ key: String, at offset: Int? = nil) throws {
+        var data = try bytes(key)
+        data[offset ?? data.count / 2] ^= 1
+        try replace(key, with: data)
+    }
+
+    override func makeDevice(_ json: String = DeviceTestCase.albumManifest, name: String = "test") throws -> Device {
+        let device = try super.makeDevice(json, name: name)
+        store = try device.connectStorage()
+        return device
+    }
+
+    /// A copy of `device`'s database and folder, as a backup takes them.
+    func backup(_ device: Device, to folder: String) throws -> DevicePaths {
+        let backup = DevicePaths(database: work + "/\(folder)/device.db")
+        try FileManager.default.createDirectory(atPath: work + "/" + folder, withIntermediateDirectories: true)
+        try device.database.execute("VACUUM INTO '\(backup.database)'")
+        try FileManager.default.copyItem(atPath: device.paths.folder, toPath: backup.folder)
+        return backup
+    }
+
+    func open(_ paths: DevicePaths, like device: Device) throws -> Device {
+        let opened = try Device.open(paths: paths)
+        opened.storageEnvironment = device.storageEnvironment
+        return opened
+    }
 
     func settings(_ device: Device) throws -> [String] {
         try device.database.query("SELECT id || '=' || coalesce(value, '') AS v FROM settings ORDER BY id").compactMap { $0.string("v") }
@@ -27,7 +60,7 @@ final class SyncDamageTests: DeviceTestCase {
         let a = try makeDevice(name: "a")
         let b = try join("b", from: a)
         try threeChanges(a)
-        try FileManager.default.removeItem(atPath: changePath(a, 2))
+        try remove(change(a, 2))
         let report = try b.sync()
         XCTAssertEqual(report.pulled.applied[a.deviceID], [1])
         XCTAssertEqual(report.pulled.gaps[a.deviceID], 2, "change 3 is in storage, 2 is not")
@@ -37,7 +70,7 @@ final class SyncDamageTests: DeviceTestCase {
         let c = try join("c", from: a)
         XCTAssertEqual(try c.sync().pulled.gaps[a.deviceID], 2)
         XCTAssertEqual(try b.sync().pulled.gaps[a.deviceID], 2, "it stays until the change is back")
-        XCTAssertTrue(FileManager.default.fileExists(atPath: storeFolder + "/" + ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
+        XCTAssertTrue(try exists(ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
         // The publisher, told, publishes it again from what it holds; the others go on.
         XCTAssertEqual(try a.sync().pushed.republished, [2])
         XCTAssertEqual(try b.sync().pulled.applied[a.deviceID], [2, 3])
@@ -51,19 +84,16 @@ final class SyncDamageTests: DeviceTestCase {
     /// stopped, naming the object, before publishing anything.
     func testARestoredDatabaseMissingItsOwnLaterChangeIsStopped() throws {
         let a = try makeDevice(name: "a")
-        let backup = DevicePaths(database: work + "/backup/device.db")
-        try FileManager.default.createDirectory(atPath: work + "/backup", withIntermediateDirectories: true)
-        try a.database.execute("VACUUM INTO '\(backup.database)'")
-        try FileManager.default.copyItem(atPath: paths.folder, toPath: backup.folder)
+        let backup = try backup(a, to: "backup")
         try threeChanges(a)
-        try FileManager.default.removeItem(atPath: changePath(a, 2))
-        let restored = try Device.open(paths: backup)
+        try remove(change(a, 2))
+        let restored = try open(backup, like: a)
         try restored.write(sql: "INSERT INTO settings (id, value) VALUES ('new', 'x')")
         XCTAssertThrowsError(try restored.sync()) { error in
             XCTAssertEqual((error as? CovenError)?.code, .deviceConflict, "\(error)")
             XCTAssertEqual((error as? CovenError)?.details["object"], ChangeObject.path(device: a.deviceID, seq: 2))
         }
-        XCTAssertFalse(FileManager.default.fileExists(atPath: changePath(a, 2)), "nothing new published in its place")
+        XCTAssertFalse(try exists(change(a, 2)), "nothing new published in its place")
     }
 
     /// The latest change lost from storage: nobody else can tell, so its publisher checks it
@@ -72,7 +102,7 @@ final class SyncDamageTests: DeviceTestCase {
         let a = try makeDevice(name: "a")
         let b = try join("b", from: a)
         try threeChanges(a)
-        try FileManager.default.removeItem(atPath: changePath(a, 3))
+        try remove(change(a, 3))
         XCTAssertTrue(try b.sync().pulled.gaps.isEmpty, "b cannot tell")
         XCTAssertEqual(try a.sync().pushed.republished, [3])
         XCTAssertEqual(try b.sync().pulled.applied[a.deviceID], [3])
@@ -87,15 +117,13 @@ final class SyncDamageTests: DeviceTestCase {
         let c = try join("c", from: a)
         try threeChanges(a)
         try a.write(sql: "UPDATE settings SET value = 'later' WHERE id = 'k0'")
-        var bytes = try XCTUnwrap(FileManager.default.contents(atPath: changePath(a, 2)))
-        bytes[bytes.count / 2] ^= 1
-        try bytes.write(to: URL(fileURLWithPath: changePath(a, 2)))
+        try flip(change(a, 2))
 
         let first = try b.sync()
         XCTAssertEqual(first.pulled.applied[a.deviceID], [1])
         XCTAssertEqual(first.pulled.damaged[a.deviceID]?.seq, 2)
         XCTAssertEqual(first.pulled.damaged[a.deviceID]?.object, ChangeObject.path(device: a.deviceID, seq: 2))
-        XCTAssertTrue(FileManager.default.fileExists(atPath: storeFolder + "/" + ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
+        XCTAssertTrue(try exists(ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
         XCTAssertEqual(try ChangeDamage(device: b).problems().map { "\($0.kind.rawValue) \($0.seq)" }, ["damaged 2"])
         // c meets it too, and goes on with the others.
         XCTAssertEqual(try c.sync().pulled.damaged[a.deviceID]?.seq, 2)
@@ -103,7 +131,7 @@ final class SyncDamageTests: DeviceTestCase {
         // The publisher learns of it at its next sync and publishes it again.
         let republished = try a.sync()
         XCTAssertEqual(republished.pushed.republished, [2])
-        XCTAssertFalse(FileManager.default.fileExists(atPath: storeFolder + "/" + ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
+        XCTAssertFalse(try exists(ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
         let again = try b.sync()
         XCTAssertEqual(again.pulled.applied[a.deviceID], [2, 3, 4])
         XCTAssertTrue(again.pulled.damaged.isEmpty)
@@ -120,15 +148,13 @@ final class SyncDamageTests: DeviceTestCase {
         let a = try makeDevice(name: "a")
         let b = try join("b", from: a)
         try threeChanges(a)
-        let good = try XCTUnwrap(FileManager.default.contents(atPath: changePath(a, 2)))
-        var bytes = good
-        bytes[10] ^= 1
-        try bytes.write(to: URL(fileURLWithPath: changePath(a, 2)))
+        let good = try bytes(change(a, 2))
+        try flip(change(a, 2), at: 10)
         XCTAssertEqual(try b.sync().pulled.damaged[a.deviceID]?.seq, 2)
-        try good.write(to: URL(fileURLWithPath: changePath(a, 2)))
+        try replace(change(a, 2), with: good)
         XCTAssertEqual(try a.sync().pushed.republished, [])
-        XCTAssertEqual(FileManager.default.contents(atPath: changePath(a, 2)), good)
-        XCTAssertFalse(FileManager.default.fileExists(atPath: storeFolder + "/" + ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
+        XCTAssertEqual(try bytes(change(a, 2)), good)
+        XCTAssertFalse(try exists(ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
         XCTAssertEqual(try b.sync().pulled.applied[a.deviceID], [2, 3])
     }
 
@@ -142,9 +168,7 @@ final class SyncDamageTests: DeviceTestCase {
         _ = try c.sync() // c applied a's three changes; its next change's frontier says so
         try c.write(sql: "INSERT INTO settings (id, value) VALUES ('c', 'c')")
         _ = try c.sync()
-        var bytes = try XCTUnwrap(FileManager.default.contents(atPath: changePath(a, 2)))
-        bytes[bytes.count / 2] ^= 1
-        try bytes.write(to: URL(fileURLWithPath: changePath(a, 2)))
+        try flip(change(a, 2))
         XCTAssertEqual(try b.sync().pulled.damaged[a.deviceID]?.seq, 2)
         try c.removeDevice(a.deviceID)
         let report = try b.sync()
@@ -161,10 +185,7 @@ final class SyncDamageTests: DeviceTestCase {
         let b = try join("b", from: a)
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('before', '1')")
         // The backup: a's database and folder as they are now (its write not yet published).
-        let backup = DevicePaths(database: work + "/backup/device.db")
-        try FileManager.default.createDirectory(atPath: work + "/backup", withIntermediateDirectories: true)
-        try a.database.execute("VACUUM INTO '\(backup.database)'")
-        try FileManager.default.copyItem(atPath: paths.folder, toPath: backup.folder)
+        let backup = try backup(a, to: "backup")
         _ = try a.sync()
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('after', '2')")
         try a.write(sql: "UPDATE settings SET value = 'changed' WHERE id = 'before'")
@@ -172,7 +193,7 @@ final class SyncDamageTests: DeviceTestCase {
         XCTAssertEqual(try a.devices().first { $0.thisDevice }?.seq, 2)
 
         // The disk dies; the backup comes back in its place.
-        let restored = try Device.open(paths: backup)
+        let restored = try open(backup, like: a)
         let report = try restored.sync()
         XCTAssertEqual(report.pushed.caughtUp, [1, 2], "its own published changes, applied before anything new is published")
         XCTAssertEqual(report.pushed.published, [], "the write of the backup's outbox is in change 1 already")
@@ -190,13 +211,13 @@ final class SyncDamageTests: DeviceTestCase {
         let a = try makeDevice(name: "a")
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
         try FileManager.default.removeItem(atPath: a.paths.signingKey)
-        let reopened = try Device.open(paths: a.paths)
+        let reopened = try open(a.paths, like: a)
         XCTAssertThrowsError(try reopened.sync()) { error in
             XCTAssertEqual((error as? CovenError)?.code, .io, "\(error)")
             XCTAssertTrue((error as? CovenError)?.message.contains("is missing") ?? false, "\(error)")
             XCTAssertNotNil((error as? CovenError)?.hint)
         }
-        XCTAssertFalse(FileManager.default.fileExists(atPath: changePath(a, 1)))
+        XCTAssertFalse(try exists(change(a, 1)))
         XCTAssertFalse(FileManager.default.fileExists(atPath: a.paths.signingKey), "no new key is made")
     }
 
@@ -206,15 +227,15 @@ final class SyncDamageTests: DeviceTestCase {
         var key = try XCTUnwrap(FileManager.default.contents(atPath: a.paths.signingKey))
         key[3] ^= 0x40
         try key.write(to: URL(fileURLWithPath: a.paths.signingKey))
-        let reopened = try Device.open(paths: a.paths)
+        let reopened = try open(a.paths, like: a)
         XCTAssertThrowsError(try reopened.sync()) { error in
             XCTAssertEqual((error as? CovenError)?.code, .io, "\(error)")
             XCTAssertTrue((error as? CovenError)?.message.contains("not the key this device registered") ?? false, "\(error)")
         }
-        XCTAssertFalse(FileManager.default.fileExists(atPath: changePath(a, 1)))
+        XCTAssertFalse(try exists(change(a, 1)))
         // A key file of the wrong size is io too, not integrity.
         try Data([1, 2, 3]).write(to: URL(fileURLWithPath: a.paths.signingKey))
-        XCTAssertThrowsError(try Device.open(paths: a.paths).sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .io, "\($0)") }
+        XCTAssertThrowsError(try open(a.paths, like: a).sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .io, "\($0)") }
     }
 
     // MARK: Item 6: a device joined from a snapshot publishes its frontier at its first sync
@@ -232,4 +253,21 @@ final class SyncDamageTests: DeviceTestCase {
         XCTAssertEqual(try a.devices().first { $0.id == b.deviceID }?.frontier[a.deviceID], 1)
         XCTAssertTrue(try b.sync().quiet)
     }
+}
+
+/// The same damage on the signature-checking S3 server (moto) on loopback.
+final class SyncDamageS3Tests: SyncDamageTests {
+    override class var s3Server: S3TestServer.Kind? { .moto }
+
+    // Test discovery on Linux finds a class's own methods only.
+    override func testAMissingChangeBelowOneStorageHoldsIsAGap() throws { try super.testAMissingChangeBelowOneStorageHoldsIsAGap() }
+    override func testARestoredDatabaseMissingItsOwnLaterChangeIsStopped() throws { try super.testARestoredDatabaseMissingItsOwnLaterChangeIsStopped() }
+    override func testALostLatestChangeIsPublishedAgainByItsPublisher() throws { try super.testALostLatestChangeIsPublishedAgainByItsPublisher() }
+    override func testADamagedChangeIsPublishedAgainByItsPublisherAndTheOthersGoOn() throws { try super.testADamagedChangeIsPublishedAgainByItsPublisherAndTheOthersGoOn() }
+    override func testAReportOfAnIntactChangeIsDroppedWithoutPublishing() throws { try super.testAReportOfAnIntactChangeIsDroppedWithoutPublishing() }
+    override func testADamagedChangeOfAGoneDeviceIsNamedAndGonePast() throws { try super.testADamagedChangeOfAGoneDeviceIsNamedAndGonePast() }
+    override func testARestoredDatabaseAppliesItsOwnPublishedChangesAndGoesOn() throws { try super.testARestoredDatabaseAppliesItsOwnPublishedChangesAndGoesOn() }
+    override func testALostDeviceKeyIsRefusedAndNothingIsPublished() throws { try super.testALostDeviceKeyIsRefusedAndNothingIsPublished() }
+    override func testADamagedDeviceKeyIsRefusedAndNothingIsPublished() throws { try super.testADamagedDeviceKeyIsRefusedAndNothingIsPublished() }
+    override func testADeviceJoinedFromASnapshotPublishesItsFrontierAtItsFirstSync() throws { try super.testADeviceJoinedFromASnapshotPublishesItsFrontierAtItsFirstSync() }
 }
