@@ -115,7 +115,9 @@ struct ChangeDamage {
     /// What this device wrote with stamps in (`low`, `high`] and still holds as it wrote it: the
     /// rows (and file records) whose newest write is one of those, and the deletes. A row a
     /// later write changed again travels in that later change; of gated tables, only the rows
-    /// peers hold (the rest never left this device).
+    /// peers hold (the rest never left this device), and a retract (stamped `high`) of each
+    /// row peers were told to delete that was last written by then (which change told them is
+    /// not kept: a retract again is harmless).
     private func entries(stampedAfter low: String, upTo high: String) throws -> [RowEntry] {
         let graph = try device.schemaGraph()
         let gated = Set(graph.gatedTables)
@@ -131,6 +133,11 @@ struct ChangeDamage {
                 guard let id = row["id"].textValue, let stamp = row["_updated_at"].textValue else { continue }
                 if gated.contains(table), try published.state(table: table, id: id) != .held { continue }
                 entries.append(RowEntry(kind: .upsert, table: table, id: id, stamp: stamp, columns: names, values: row.values))
+            }
+            if gated.contains(table), !high.isEmpty {
+                for id in try published.retracted(table: table, writtenUpTo: high) {
+                    entries.append(RowEntry(kind: .retract, table: table, id: id, stamp: high))
+                }
             }
         }
         for row in try database.query("""

@@ -63,6 +63,17 @@ struct PublishedRows {
             """, [table]).compactMap { $0["id"].textValue }
     }
 
+    /// Ids of `table` whose peers were told to delete them (retracted), of rows last written at
+    /// or before `stamp`.
+    func retracted(table: String, writtenUpTo stamp: String) throws -> [String] {
+        try database.query("""
+            SELECT coven_row.id AS id FROM main.\(RowCapture.quote(table)) coven_row
+            JOIN coven_published p ON p.tbl = ?1 AND p.id = coven_row.id AND p.retracted = 1
+            WHERE coven_row._updated_at <= ?2
+            ORDER BY coven_row.id
+            """, [table, stamp]).compactMap { $0["id"].textValue }
+    }
+
     /// Ids of `table` that peers hold and are not kept now: to retract.
     func heldNotKept(table: String, kept: String) throws -> [String] {
         try database.query("""

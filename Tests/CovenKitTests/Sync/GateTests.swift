@@ -217,6 +217,44 @@ final class GateTests: DeviceTestCase {
         XCTAssertTrue(entries.contains { $0.kind == .retract && $0.id == privateList })
     }
 
+    /// A change that unshared a list, damaged in storage and published again by its writer,
+    /// still takes the list's component off the device that had not applied it, and still
+    /// names no private row.
+    func testAnUnshareDamagedInStorageIsPublishedAgainWithItsRetracts() throws {
+        let a = try makeDevice(Self.gateManifest, name: "a")
+        let b = try join("b", from: a)
+        let c = try join("c", from: a)
+        try a.write(sql: """
+            INSERT INTO workspaces (id, name) VALUES ('\(workspace)', 'home');
+            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(privateList)', '\(workspace)', 'gifts', 1);
+            INSERT INTO todos (id, list_id, title) VALUES ('\(todo1)', '\(privateList)', 'ring'), ('\(todo2)', '\(privateList)', 'book');
+            """)
+        try writeNeverShared(a)
+        _ = try a.sync()
+        _ = try b.sync()
+        _ = try c.sync()
+        XCTAssertEqual(try ids(c, "todos"), [todo1, todo2])
+        try a.write(sql: "UPDATE lists SET shared = 0 WHERE id = '\(privateList)'")
+        let unshare = try XCTUnwrap(try a.sync().pushed.published.last)
+        _ = try b.sync()
+        XCTAssertEqual(try ids(b, "todos"), [])
+        let path = storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: UInt64(unshare))
+        var bytes = try XCTUnwrap(FileManager.default.contents(atPath: path))
+        bytes[bytes.count / 2] ^= 1
+        try bytes.write(to: URL(fileURLWithPath: path))
+        XCTAssertEqual(try c.sync().pulled.damaged[a.deviceID]?.seq, unshare)
+        XCTAssertEqual(try a.sync().pushed.republished, [unshare])
+        _ = try c.sync()
+        for table in ["workspaces", "lists", "todos"] {
+            XCTAssertEqual(try ids(c, table), try ids(b, table), table)
+            XCTAssertEqual(try ids(c, table), [], table)
+        }
+        let entries = try publishedEntries(a)
+        for private_ in [neverShared, secret, otherLabel, otherLink] {
+            XCTAssertFalse(entries.contains { $0.id == private_ }, "\(private_) was published")
+        }
+    }
+
     func testUnsharingOneOfTwoListsSparesTheSiblingAndTheAncestor() throws {
         let a = try makeDevice(Self.gateManifest, name: "a")
         let b = try join("b", from: a)
