@@ -96,6 +96,11 @@ final class SyncTests: DeviceTestCase {
         XCTAssertEqual(try dump(a), try dump(b))
         XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM tracks").intValue, 0)
         XCTAssertTrue(try a.lostValues().contains { $0.why == "parent_deleted" && $0.rowID == track2 && !$0.restorable })
+        // It may still come back: a drop refuses it and --all leaves it.
+        let takenOut = try XCTUnwrap(try a.lostValues().first { $0.why == "parent_deleted" && $0.rowID == track2 })
+        XCTAssertThrowsError(try a.dropLost([takenOut.id])) { XCTAssertEqual(($0 as? CovenError)?.code, .invalidState) }
+        XCTAssertFalse(try a.dropLost(before: nil).contains(takenOut.id))
+        XCTAssertTrue(try a.lostValues().contains { $0.id == takenOut.id })
     }
 
     /// Three devices with an album; b adds a track to it (unpublished) while c deletes the
