@@ -159,7 +159,8 @@ extension Device {
         let pushed = try push(provider: provider, storeKey: key, stop: stop)
         try stop.check("the snapshot")
 
-        let base = paths.temporary + "/snapshot-" + Identifier.objectName()
+        // tmp/snapshot-<pid>-<name>.*: a kill leaves them to the next open's sweep.
+        let base = paths.temporary + "/" + Device.snapshotTemporaryPrefix + String(getpid()) + "-" + Identifier.objectName()
         let databasePath = base + ".db", sealedPath = base + ".sealed"
         defer { for path in [databasePath, databasePath + "-journal", sealedPath] { unlink(path) } }
         try Self.buildSnapshotDatabase(at: databasePath, manifest: manifest)
