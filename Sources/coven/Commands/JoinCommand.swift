@@ -14,6 +14,11 @@ struct JoinCommand: Command {
     snapshots/ whose schema it can read (one that fails authentication, is truncated or is of a \
     newer schema is passed over, with a warning, for an older one or for none); announces it \
     under devices/; then pulls the changes the snapshot does not hold. Prints the new device's id, or one JSON object with --json.
+
+    Run again after a kill or a failure, join goes on: when the device at --db is of this store \
+    (its pull was stopped) it finishes the pull; what a join stopped before the device was made \
+    left (<db>.d/ and <db>.init) is removed and the join starts clean. A device of another store \
+    at --db is refused ('already_exists'), naming it.
     """
     static let options = [
         OptionSpec("key-file", value: "FILE", help: "the file holding the store key (default: stdin)", completion: .file),
@@ -66,7 +71,9 @@ struct JoinCommand: Command {
             for skip in skipped {
                 context.note("warning: passed over snapshot '\(skip.key)' (\(skip.reason)): \(skip.message)")
             }
-            if let snapshotKey {
+            if device.joinedFrom?.resumed == true {
+                context.note("device '\(device.deviceName)' had joined already: finished its pull")
+            } else if let snapshotKey {
                 context.note("started from snapshot '\(snapshotKey)' (\(snapshotRows.counted("row")))")
             } else if !skipped.isEmpty {
                 context.note("no snapshot could be used: pulling every change")

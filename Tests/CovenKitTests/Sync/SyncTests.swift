@@ -245,6 +245,30 @@ final class SyncTests: DeviceTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: target.folder))
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/devices").count, 1)
     }
+
+    /// A join stopped after it announced its device but before the device was made (its
+    /// database still aside): run again, it starts clean as a new device, and the one it had
+    /// announced is marked gone, so gc on the others does not wait for it for good.
+    func testAJoinStoppedAfterItAnnouncedItselfStartsCleanAndMarksThatDeviceGone() throws {
+        let a = try makeDevice(name: "a")
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'Abbey Road')")
+        _ = try a.sync()
+        let paths = DevicePaths(database: work + "/b/device.db")
+        let first = try join("b", from: a)
+        let announced = first.deviceID
+        // As a kill between the announcement and the rename leaves it.
+        XCTAssertEqual(rename(paths.database, paths.database + ".init"), 0)
+        try Data(announced.utf8).write(to: URL(fileURLWithPath: paths.folder + "/joining"))
+        let again = try join("b", from: a)
+        XCTAssertNotEqual(again.deviceID, announced)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: paths.database + ".init"))
+        _ = try again.sync()
+        XCTAssertEqual(try again.database.scalar("SELECT count(*) FROM albums").intValue, 1)
+        _ = try a.sync()
+        let devices = try a.devices()
+        XCTAssertEqual(devices.first { $0.id == announced }?.gone, true)
+        XCTAssertEqual(devices.first { $0.id == again.deviceID }?.gone, false)
+    }
 }
 
 /// Storage around the real file:// provider that counts the requests made through it, and
