@@ -324,10 +324,16 @@ final class SyncCrashTests: DeviceTestCase {
         storage.failAfterPut = true
         XCTAssertThrowsError(try a.push(provider: storage, storeKey: try a.storeKey()))
         XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM coven_push").intValue, 1, "still frozen")
+        // status counts the frozen change's write as not yet published.
+        XCTAssertEqual(try a.status().sync.waiting, 1)
+        XCTAssertEqual(try a.status().sync.frozen, 1)
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k2', '2')")
+        XCTAssertEqual(try a.status().sync.waiting, 2)
+        XCTAssertEqual(try a.status().sync.frozenWrites, 1)
         storage.failAfterPut = false
         let report = try a.push(provider: storage, storeKey: try a.storeKey())
         XCTAssertEqual(report.published, [1, 2])
+        XCTAssertEqual(try a.status().sync.waiting, 0)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/changes/" + a.deviceID).count, 2)
         _ = try b.sync()
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 2)
