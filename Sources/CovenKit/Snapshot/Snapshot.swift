@@ -177,6 +177,7 @@ extension Device {
     static func buildSnapshotDatabase(at path: String, manifest: Manifest) throws {
         let database = try Database(path: path, create: true)
         chmod(path, 0o600)
+        try FreePages.prepare(database)  // a device that joins from it gives free pages back
         try database.execute("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA foreign_keys = ON")
         try Schema.migrate(database, from: 0)
         try database.transaction { _ = try Migrations.apply(manifest.migrations, to: database, recorded: []) }

@@ -69,6 +69,8 @@ extension Device {
             report.pushed.entries += again.entries
             report.pushed.held = again.held
         }
+        // What was published left free pages: give them back (a failure here loses nothing).
+        if push { _ = try? FreePages(database: database).reclaim() }
         return report
     }
 

@@ -246,6 +246,33 @@ final class SyncTests: DeviceTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/devices").count, 1)
     }
 
+    /// A sync that publishes many rows gives the pages they took in the outbox back to the
+    /// file system: on a device made now (auto_vacuum incremental) and on one of an older
+    /// release (none: turned incremental once, by a VACUUM).
+    func testPublishingManyRowsGivesTheFreePagesBack() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        try b.database.execute("PRAGMA auto_vacuum = NONE")
+        try b.database.execute("VACUUM")
+        XCTAssertEqual(try b.database.scalar("PRAGMA auto_vacuum").intValue, 0, "as an older device")
+        for device in [a, b] {
+            try device.write(sql: """
+                WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 20000)
+                INSERT INTO settings (id, value) SELECT '\(device.deviceName)' || x, printf('%0200d', x) FROM c
+                """)
+            try device.database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            let written = try XCTUnwrap(try FileManager.default.attributesOfItem(atPath: device.paths.database)[.size] as? Int)
+            _ = try device.sync(pull: false)
+            let pageSize = try device.database.scalar("PRAGMA page_size").intValue ?? 0
+            let free = (try device.database.scalar("PRAGMA freelist_count").intValue ?? 0) * pageSize
+            let synced = try XCTUnwrap(try FileManager.default.attributesOfItem(atPath: device.paths.database)[.size] as? Int)
+            XCTAssertLessThan(free, 1 << 20, "\(device.deviceName): free pages given back")
+            XCTAssertLessThan(synced, written * 3 / 4, "\(device.deviceName): the file shrinks (\(written) -> \(synced) bytes)")
+            XCTAssertEqual(try device.database.scalar("PRAGMA auto_vacuum").intValue, 2)
+            XCTAssertEqual(try device.database.scalar("SELECT count(*) FROM settings").intValue, 20000)
+        }
+    }
+
     /// A join stopped after it announced its device but before the device was made (its
     /// database still aside): run again, it starts clean as a new device, and the one it had
     /// announced is marked gone, so gc on the others does not wait for it for good.
