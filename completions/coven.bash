@@ -41,7 +41,7 @@ _coven_options() {
         'snapshot') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'devices') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'device') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
-        'lost') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'lost') echo '--all' '--before' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'completions') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'help') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
     esac
@@ -100,6 +100,10 @@ _coven_option_value() {
             case $2 in
                 --key-file) echo 'file'; return 0 ;;
                 --name) echo 'none'; return 0 ;;
+            esac ;;
+        'lost')
+            case $2 in
+                --before) echo 'none'; return 0 ;;
             esac ;;
     esac
     return 1
@@ -175,8 +179,8 @@ _coven_argument() {
             esac ;;
         'lost')
             case $2 in
-                0) echo 'choice restore' ;;
-                1) echo 'none' ;;
+                0) echo 'choice restore drop' ;;
+                *) echo 'none' ;;
             esac ;;
         'completions')
             case $2 in

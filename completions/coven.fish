@@ -60,6 +60,11 @@ function __coven_takes_value --argument-names command option
                 case '--key-file' '--name'
                     return 0
             end
+        case 'lost'
+            switch $option
+                case '--before'
+                    return 0
+            end
     end
     return 1
 end
@@ -178,7 +183,7 @@ complete -c coven -n __coven_needs_command -a 'join' -d 'make a new device of an
 complete -c coven -n __coven_needs_command -a 'snapshot' -d 'publish a bootstrap snapshot that \'coven join\' starts new devices from'
 complete -c coven -n __coven_needs_command -a 'devices' -d 'list the store\'s devices, their published seq and frontier'
 complete -c coven -n __coven_needs_command -a 'device' -d 'mark a device of the store gone for good'
-complete -c coven -n __coven_needs_command -a 'lost' -d 'list the values lost to concurrent edits, or restore one'
+complete -c coven -n __coven_needs_command -a 'lost' -d 'list the values lost to concurrent edits, restore one, or drop them'
 complete -c coven -n __coven_needs_command -a 'completions' -d 'print the completion script for bash, zsh or fish'
 complete -c coven -n __coven_needs_command -a 'help' -d 'show the help of coven or of one command'
 
@@ -280,7 +285,9 @@ complete -c coven -n '__coven_using join' -l 'name' -x -d 'this device\'s name (
 complete -c coven -n '__coven_at_argument device 0' -a 'remove'
 
 # coven lost
-complete -c coven -n '__coven_at_argument lost 0' -a 'restore'
+complete -c coven -n '__coven_using lost' -l 'all' -d 'drop every lost value'
+complete -c coven -n '__coven_using lost' -l 'before' -x -d 'drop the values lost before TIME (ISO 8601, UTC unless it says)'
+complete -c coven -n '__coven_at_argument lost 0' -a 'restore drop'
 
 # coven completions
 complete -c coven -n '__coven_at_argument completions 0' -a 'bash zsh fish'

@@ -134,6 +134,9 @@ public struct CovenError: Error, Sendable, CustomStringConvertible, Equatable {
             return CovenError(.noRoom, "cannot \(operation) '\(path)'", cause: reason, details: ["path": path])
         case ENOENT:
             return CovenError(.io, "cannot \(operation) '\(path)'", cause: reason, details: ["path": path, "errno": "ENOENT"])
+        case EINTR:
+            // A signal stopped the call (signals interrupt system calls: Stop.swift).
+            return CovenError(.interrupted, "cannot \(operation) '\(path)': \(Stop.process.reason ?? "interrupted by a signal")", details: ["path": path])
         default:
             return CovenError(.io, "cannot \(operation) '\(path)'", cause: reason, details: ["path": path])
         }

@@ -19,6 +19,9 @@ public struct SnapshotJoin: Sendable, Equatable {
     public var manifest: SnapshotManifest?
     /// The snapshots passed over, in the order they were considered.
     public var skipped: [SnapshotSkip] = []
+    /// The device was there already, of this store (a join run again after a kill or a
+    /// failure): nothing was built, and the pull finishes the join.
+    public var resumed = false
 }
 
 extension Device {

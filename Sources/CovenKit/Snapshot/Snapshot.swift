@@ -159,7 +159,8 @@ extension Device {
         let pushed = try push(provider: provider, storeKey: key, stop: stop)
         try stop.check("the snapshot")
 
-        let base = paths.temporary + "/snapshot-" + Identifier.objectName()
+        // tmp/snapshot-<pid>-<name>.*: a kill leaves them to the next open's sweep.
+        let base = paths.temporary + "/" + Device.snapshotTemporaryPrefix + String(getpid()) + "-" + Identifier.objectName()
         let databasePath = base + ".db", sealedPath = base + ".sealed"
         defer { for path in [databasePath, databasePath + "-journal", sealedPath] { unlink(path) } }
         try Self.buildSnapshotDatabase(at: databasePath, manifest: manifest)
@@ -176,6 +177,7 @@ extension Device {
     static func buildSnapshotDatabase(at path: String, manifest: Manifest) throws {
         let database = try Database(path: path, create: true)
         chmod(path, 0o600)
+        try FreePages.prepare(database)  // a device that joins from it gives free pages back
         try database.execute("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA foreign_keys = ON")
         try Schema.migrate(database, from: 0)
         try database.transaction { _ = try Migrations.apply(manifest.migrations, to: database, recorded: []) }

@@ -76,6 +76,9 @@ public final class FileStorage: StorageProvider {
 
     /// The error for a failed system call.
     private func failure(_ operation: String, key: String?, path: String, errno code: Int32) -> CovenError {
+        // A signal cut the call short (a read of a hung mount or a FIFO): that is the signal's
+        // stop, `interrupted` (130), not a storage failure.
+        if code == EINTR { return interruption(operation, key: key, path: path) }
         let reason = String(cString: strerror(code))
         let failure: StorageFailure
         switch code {
@@ -87,6 +90,12 @@ public final class FileStorage: StorageProvider {
         error.details["path"] = path
         if let key { error.details["key"] = key }
         return error
+    }
+
+    /// The error of a call a signal stopped.
+    private func interruption(_ operation: String, key: String?, path: String) -> CovenError {
+        CovenError(.interrupted, "the \(operation) of '\(key ?? path)' stopped: \(Stop.process.reason ?? "interrupted by a signal")",
+                   details: ["path": path])
     }
 
     private func missing(_ key: String) -> CovenError {
@@ -185,7 +194,7 @@ public final class FileStorage: StorageProvider {
                 written = write(fd, base, remaining)
             }
             if written < 0 {
-                if errno == EINTR { continue }
+                if errno == EINTR, !Stop.signalled { continue }
                 throw failure("write", key: key, path: path, errno: errno)
             }
             remaining -= written
@@ -311,7 +320,7 @@ public final class FileStorage: StorageProvider {
             let want = Int(min(Int64(capacity), end - position))
             let count = pread(fd, base, want, off_t(position))
             if count < 0 {
-                if errno == EINTR { continue }
+                if errno == EINTR, !Stop.signalled { continue }
                 throw failure("read", key: key, path: path, errno: errno)
             }
             if count == 0 {
@@ -481,7 +490,7 @@ public final class FileStorage: StorageProvider {
         while true {
             let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if count < 0 {
-                if errno == EINTR { continue }
+                if errno == EINTR, !Stop.signalled { continue }
                 throw failure("read", key: key, path: path, errno: errno)
             }
             if count == 0 { break }

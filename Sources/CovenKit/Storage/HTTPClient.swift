@@ -170,7 +170,9 @@ final class HTTPClient {
             }
             switch outcome.result {
             case .failure(let code, let text):
-                if code == CURLE_ABORTED_BY_CALLBACK, let reason = Stop.process.reason {
+                // A signal ends the request (libcurl's progress callback, or a system call it
+                // cut short): the signal's stop, whatever libcurl says.
+                if code == CURLE_ABORTED_BY_CALLBACK || Stop.signalled, let reason = Stop.process.reason {
                     throw CovenError(.interrupted, "\(operation) stopped: \(reason)")
                 }
                 if Self.isRetryable(code), attempt < options.requestRetries {

@@ -32,11 +32,39 @@ extension Device {
         DeviceOnlyJournal.sweep(database: writable)
     }
 
+    /// The name a snapshot's temporary files start with, followed by the pid of the process
+    /// writing them and a dash.
+    static let snapshotTemporaryPrefix = "snapshot-"
+
+    /// Whether tmp/ holds a snapshot's temporary files (one listing, of a folder empty but for
+    /// crashes and live writers).
+    private func hasSnapshotTemporaries() -> Bool {
+        ((try? FileManager.default.contentsOfDirectory(atPath: paths.temporary)) ?? []).contains { $0.hasPrefix(Self.snapshotTemporaryPrefix) }
+    }
+
+    /// Removes the temporary files of snapshots whose process is gone (a kill -9 or a crash
+    /// leaves a whole copy of the database there). Called under the device lock, which a
+    /// snapshot holds for as long as it writes them, so none is in use; the writer's pid in the
+    /// name is checked too (a live one keeps its files).
+    private func removeDeadSnapshotTemporaries() {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: paths.temporary) else { return }
+        for name in names where name.hasPrefix(Self.snapshotTemporaryPrefix) {
+            let rest = name.dropFirst(Self.snapshotTemporaryPrefix.count)
+            if let dash = rest.firstIndex(of: "-"), let pid = Int32(rest[..<dash]), pid > 0, pid != getpid(),
+               kill(pid, 0) == 0 || errno == EPERM { continue }
+            unlink(paths.temporary + "/" + name)
+        }
+    }
+
     /// Crash recovery at open: temporary files of dead processes, and copies that no staged
     /// file or local record names (a crash between writing a copy and recording it).
     func sweepAfterCrash() {
         guard !readOnly else {
             sweepDeviceOnlyLeftovers()
+            if hasSnapshotTemporaries(), let lock = try? DeviceLock(path: paths.lock, wait: false) {
+                defer { _ = lock }
+                removeDeadSnapshotTemporaries()
+            }
             return
         }
         // Only while no other process changes the device: a stage in another process links
@@ -49,6 +77,8 @@ extension Device {
         removeStalePartials()
         // make-device-only calls a crash or kill stopped before their switch.
         DeviceOnlyJournal.sweep(database: database)
+        // The database copies and sealed packs of snapshots a kill stopped.
+        removeDeadSnapshotTemporaries()
         // Temporary files of dead writers. A staging writes its copy's bytes to
         // tmp/<id>.tmp.<pid>, links them at copies/<id>, records the copy and only then removes
         // the temporary name, so a copy that a crash left unrecorded always has its temporary

@@ -254,6 +254,7 @@ public final class Device {
         do {
             let database = try Database(path: building, create: true)
             chmod(building, 0o600)
+            if snapshot == nil { try FreePages.prepare(database) }
             try configure(database, readOnly: false)
             let version = try database.scalar("PRAGMA user_version").intValue ?? 0
             guard version <= Schema.version else {

@@ -43,11 +43,14 @@ public struct SyncSummary: Sendable {
     /// When this device last published a change and last applied one (nil: never).
     public var lastPush: String?
     public var lastPull: String?
-    /// Writes recorded and not yet published, and of those how many a bound upload holds.
+    /// Writes recorded and not yet published (those of frozen changes too), and of those how
+    /// many a bound upload holds.
     public var waiting: Int64 = 0
     public var heldByUploads: Int64 = 0
-    /// Changes frozen for publishing but not yet written to storage (sent at the next sync).
+    /// Changes frozen for publishing but not yet written to storage (sent at the next sync),
+    /// and the writes they hold (counted in ``waiting`` too).
     public var frozen: Int64 = 0
+    public var frozenWrites: Int64 = 0
     /// Lost values not restored (concurrent edits and rows taken out).
     public var lostValues: Int64 = 0
     /// The other devices known here, and how many of them are gone for good.
@@ -132,6 +135,9 @@ extension Device {
         status.sync.lastPush = try setting("last_push")
         status.sync.lastPull = try setting("last_pull")
         status.sync.frozen = try count("SELECT count(*) FROM coven_push")
+        // A change frozen before its count was kept holds at least one write if any entry.
+        status.sync.frozenWrites = try count("SELECT coalesce(sum(coalesce(writes, min(entries, 1))), 0) FROM coven_push")
+        status.sync.waiting += status.sync.frozenWrites
         status.sync.lostValues = try count("SELECT count(*) FROM coven_lost_values WHERE restored_at IS NULL")
         status.sync.devices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1", [deviceID])
         status.sync.problems = try ChangeDamage(device: self).problems()

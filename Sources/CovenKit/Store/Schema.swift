@@ -29,6 +29,9 @@ enum Schema {
         { database in try database.execute(gcTables) },
         // 7: the tombstones of rows peers never held, which stay on this device (snapshots too).
         { database in try database.execute("ALTER TABLE coven_tombstones ADD COLUMN private INTEGER NOT NULL DEFAULT 0") },
+        // 8: how many writes a frozen change holds (`status` counts them as not yet published;
+        // NULL for a change frozen before).
+        { database in try database.execute("ALTER TABLE coven_push ADD COLUMN writes INTEGER") },
     ]
 
     /// Version 6: what gc keeps (GC/).

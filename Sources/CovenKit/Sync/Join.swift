@@ -8,10 +8,17 @@ extension Device {
     ///
     /// - Throws: `.noStorage`/`.missing` when no store is there; `.integrity` when `storeKey`
     ///   does not open it; `.updateRequired` for a store of a newer format; `.alreadyExists`
-    ///   for a device already at `paths`; `.storage`.
+    ///   for a device of another store (or under another key) already at `paths`, or a join
+    ///   into `paths` under way in another process; `.storage`.
+    ///
+    /// Run again after a kill or a failure, it goes on: a device already at `paths` of this
+    /// store is returned as it is (``SnapshotJoin/resumed``; the caller's pull finishes the
+    /// join), and what an unfinished join left (`<db>.d/` with its marker, `<db>.init`) is
+    /// removed and the join starts clean; the device that join announced, if it got that far,
+    /// is marked gone (it never published anything).
     public static func join(paths: DevicePaths, storage: StorageLocation, storeKey keyBytes: [UInt8], name: String?,
                             environment: [String: String]? = nil) throws -> Device {
-        try refuseExisting(paths)
+        let target = try joinTarget(paths)
         guard keyBytes.count == 32 else {
             throw CovenError(.usage, "a store key is 32 bytes (64 hex digits, as 'coven key export' prints it), not \(keyBytes.count)")
         }
@@ -40,6 +47,15 @@ extension Device {
         }
         let manifest = try Manifest(json: Data(manifestText))
 
+        var unfinished: String?
+        switch target {
+        case .joined:
+            return try resumeJoin(paths: paths, storage: storage, storeID: storeID, storeKey: keyBytes, environment: environment)
+        case .unfinished(let previous):
+            unfinished = previous
+        case .fresh:
+            break
+        }
         let parent = (paths.database as NSString).deletingLastPathComponent
         var created = false
         defer { if !created { try? FileManager.default.removeItem(atPath: paths.folder) } }
@@ -49,6 +65,14 @@ extension Device {
         let lock = try DeviceLock(path: paths.lock, wait: false)
         defer { _ = lock }
         let deviceID = Identifier.uuid4()
+        // The marker says a join is under way here, and which device it announces: a rerun
+        // after a kill starts clean from it.
+        try AtomicFile.write(joinMarker(paths), bytes: Array(deviceID.utf8), mode: 0o600)
+        if let previous = unfinished, previous != deviceID,
+           try provider.head(registryEntryKey(previous)) != nil, try provider.head(registryEntryKey(previous) + goneSuffix) == nil {
+            let mark = GoneMark(device: previous, goneAt: Timestamp.iso8601(Date()), removedBy: deviceID)
+            _ = try provider.putIfAbsent(registryEntryKey(previous) + goneSuffix, data: try mark.seal(storeKey: storeKey))
+        }
         let deviceName = name ?? ProcessInfo.processInfo.hostName
         let now = Timestamp.iso8601(Date())
         defer { for suffix in ["", "-wal", "-shm"] { unlink(building(paths) + suffix) } }
@@ -72,10 +96,75 @@ extension Device {
         }
         try AtomicFile.syncFolder(parent)
         created = true
+        unlink(joinMarker(paths))
         let device = try open(paths: paths)
         device.storageEnvironment = environment
         device.joinedFrom = snapshot
         try device.refreshDevices(provider: provider, storeKey: storeKey)
+        return device
+    }
+
+    /// What a join finds at its path.
+    enum JoinTarget: Equatable {
+        /// Nothing: a new device.
+        case fresh
+        /// A coven device (the caller checks its store).
+        case joined
+        /// What a killed or failed join left, which it removed; the device that join meant to
+        /// announce, if it said.
+        case unfinished(String?)
+    }
+
+    /// The file in `<db>.d/` that marks a join under way, holding the id of the device it
+    /// announces.
+    static func joinMarker(_ paths: DevicePaths) -> String { paths.folder + "/joining" }
+
+    /// Looks at `paths`: nothing there, a device, or the leftovers of a join that did not
+    /// finish (`<db>.d/` with the join's marker and no database), removed here under the
+    /// device lock, which a join holds while it works.
+    ///
+    /// - Throws: as ``refuseExisting(_:)`` for anything else; `.alreadyExists` when another
+    ///   process is joining there now.
+    static func joinTarget(_ paths: DevicePaths) throws -> JoinTarget {
+        do {
+            try refuseExisting(paths)
+            return .fresh
+        } catch let error as CovenError where error.code == .alreadyExists {
+            var info = stat()
+            if lstat(paths.database, &info) == 0 { return .joined }
+            let marker = joinMarker(paths)
+            guard access(marker, F_OK) == 0 || access(building(paths), F_OK) == 0 else { throw error }
+            guard let lock = try? DeviceLock(path: paths.lock, wait: false) else {
+                throw CovenError(.alreadyExists, "a join into '\(paths.database)' is under way in another process",
+                                 hint: "wait for it to finish, or pass another --db", details: ["path": paths.database])
+            }
+            defer { _ = lock }
+            let previous = (try? String(contentsOfFile: marker, encoding: .utf8)).flatMap { $0.isEmpty ? nil : $0 }
+            for suffix in ["", "-wal", "-shm", "-journal"] { unlink(building(paths) + suffix) }
+            // No database, so no journal of one: a stale one would be replayed into the new.
+            for suffix in ["-wal", "-shm", "-journal"] { unlink(paths.database + suffix) }
+            do {
+                try FileManager.default.removeItem(atPath: paths.folder)
+            } catch {
+                throw CovenError(.io, "cannot remove what an unfinished join left at '\(paths.folder)'", hint: "remove it, then run the join again",
+                                 cause: String(describing: error), details: ["path": paths.folder])
+            }
+            return .unfinished(previous)
+        }
+    }
+
+    /// A join run again where it made a device already: the device, if it is of store
+    /// `storeID` under this key, for the caller's pull to finish.
+    private static func resumeJoin(paths: DevicePaths, storage: StorageLocation, storeID: String, storeKey keyBytes: [UInt8],
+                                   environment: [String: String]?) throws -> Device {
+        let device = try open(paths: paths)
+        guard device.storeID == storeID, try device.storeKeyBytes() == keyBytes else {
+            throw CovenError(.alreadyExists, "a coven device ('\(device.deviceName)', \(device.deviceID)) of store \(device.storeID) already exists at '\(paths.database)'",
+                             hint: "it is not of the store at '\(storage)': pass another --db to join that one", details: ["path": paths.database, "device": device.deviceID])
+        }
+        unlink(joinMarker(paths))
+        device.storageEnvironment = environment
+        device.joinedFrom = SnapshotJoin(resumed: true)
         return device
     }
 }

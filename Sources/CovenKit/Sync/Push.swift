@@ -119,8 +119,9 @@ extension Device {
             try setSetting(Self.frontierDueSetting, nil)
             let sealed = try change.seal(storeKey: storeKey, signingKey: signingKey)
             try database.run("""
-                INSERT INTO coven_push (seq, object, max_stamp, frontier, entries, frozen_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                """, [seq, sealed, entries.map(\.stamp).max() ?? "", Frontier.json(frontier), entries.count, Timestamp.iso8601(Date())])
+                INSERT INTO coven_push (seq, object, max_stamp, frontier, entries, frozen_at, writes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                """, [seq, sealed, entries.map(\.stamp).max() ?? "", Frontier.json(frontier), entries.count, Timestamp.iso8601(Date()),
+                      entries.isEmpty ? 0 : batch.count])
             try outbox.remove(batch.map(\.seq))
             return true
         }

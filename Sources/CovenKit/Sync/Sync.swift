@@ -72,6 +72,8 @@ extension Device {
             report.pushed.entries += again.entries
             report.pushed.held = again.held
         }
+        // What was published left free pages: give them back (a failure here loses nothing).
+        if push { _ = try? FreePages(database: database).reclaim() }
         return report
     }
 
@@ -119,6 +121,38 @@ extension Device {
                 winnerStamp: row.string("winner_stamp"), lostAt: row.string("lost_at") ?? "", why: row.string("why") ?? "",
                 restoredAt: row.string("restored_at"))
         }
+    }
+
+    /// Forgets the lost values `ids`, in one transaction: none is forgotten unless all can be.
+    /// Returns the ids forgotten.
+    ///
+    /// - Throws: `.notFound` for an unknown id; `.invalidState` for a row taken out for its
+    ///   parent that has not come back (it still may, as on the devices where it never left).
+    @discardableResult
+    public func dropLost(_ ids: [Int64]) throws -> [Int64] {
+        let lock = try self.lock(wait: true)
+        defer { _ = lock }
+        let known = Dictionary(try lostValues().map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        for id in ids {
+            guard let lost = known[id] else {
+                throw CovenError(.notFound, "no lost value \(id)", hint: "'coven lost' lists them", details: ["lost": String(id)])
+            }
+            if lost.why == "parent_deleted" && lost.restoredAt == nil {
+                throw CovenError(.invalidState, "lost value \(id) is a row taken out for its parent, which may still come back",
+                                 hint: "it comes back by itself when a later write keeps the parent; drop it once it is marked restored",
+                                 details: ["lost": String(id)])
+            }
+        }
+        return try database.transaction { try SyncState(database: database).dropLost(ids: ids, before: nil) }
+    }
+
+    /// Forgets every lost value lost before `before` (every one when nil), but for rows taken
+    /// out for their parent that have not come back. Returns the ids forgotten.
+    @discardableResult
+    public func dropLost(before: Date?) throws -> [Int64] {
+        let lock = try self.lock(wait: true)
+        defer { _ = lock }
+        return try database.transaction { try SyncState(database: database).dropLost(ids: nil, before: before.map(Timestamp.iso8601)) }
     }
 
     /// Re-applies a lost value as a new write of this device (recorded, published at the next

@@ -79,6 +79,25 @@ struct SyncState {
         try database.run("UPDATE coven_lost_values SET restored_at = ?2 WHERE id = ?1", [id, Timestamp.iso8601(Date())])
     }
 
+    /// Forgets lost values: the ids given (nil for every one) lost before `before` (nil for
+    /// any time), except a take-out for a missing parent not yet back (it comes back by itself
+    /// when a later write keeps the parent, as on the devices where it never left). Returns the
+    /// ids forgotten, in order.
+    func dropLost(ids: [Int64]?, before: String?) throws -> [Int64] {
+        var dropped: [Int64] = []
+        let rows = try database.query("""
+            SELECT id FROM coven_lost_values
+            WHERE (?1 IS NULL OR lost_at < ?1) AND NOT (why = 'parent_deleted' AND restored_at IS NULL) ORDER BY id
+            """, [before.map(SQLValue.text) ?? .null])
+        let wanted = ids.map(Set.init)
+        for row in rows {
+            guard let id = row.int("id"), wanted?.contains(id) ?? true else { continue }
+            try database.run("DELETE FROM coven_lost_values WHERE id = ?1", [id])
+            dropped.append(id)
+        }
+        return dropped
+    }
+
     // MARK: Devices
 
     /// Records a device of the store this device learned of (its registry entry).

@@ -13,7 +13,13 @@ struct JoinCommand: Command {
     with the store's manifest and a fresh device id, starting from the newest snapshot under \
     snapshots/ whose schema it can read (one that fails authentication, is truncated or is of a \
     newer schema is passed over, with a warning, for an older one or for none); announces it \
-    under devices/; then pulls the changes the snapshot does not hold. Prints the new device's id, or one JSON object with --json.
+    under devices/; then pulls the changes the snapshot does not hold, showing how many it \
+    applied on a line of stderr while that is a terminal. Prints the new device's id, or one JSON object with --json.
+
+    Run again after a kill or a failure, join goes on: when the device at --db is of this store \
+    (its pull was stopped) it finishes the pull; what a join stopped before the device was made \
+    left (<db>.d/ and <db>.init) is removed and the join starts clean. A device of another store \
+    at --db is refused ('already_exists'), naming it.
     """
     static let options = [
         OptionSpec("key-file", value: "FILE", help: "the file holding the store key (default: stdin)", completion: .file),
@@ -46,7 +52,16 @@ struct JoinCommand: Command {
         if let store = key.store, store != device.storeID {
             context.note("warning: the key names store \(store), but the store at \(storage) is \(device.storeID)")
         }
-        let report = try device.sync(push: false, pull: true, stop: Stop.process)
+        // The pull may replay a long history: a line of progress on a terminal, as sync shows.
+        let line = StatusLine(context)
+        var applied = 0, rows = 0
+        let report = try device.sync(push: false, pull: true, stop: Stop.process) { step in
+            guard case .applied(_, _, let entries) = step else { return }
+            applied += 1
+            rows += entries
+            if line.isDue() { line.show("join: applied \(applied.counted("change")) (\(rows.counted("row")))") }
+        }
+        line.finish()
         // A gap or damage met while pulling: the device is made, its stream of that device stops
         // there (exit 10, as sync).
         let status = SyncProblemsText.incomplete(report) ? ExitCodes.partial : ExitCodes.success
@@ -71,7 +86,9 @@ struct JoinCommand: Command {
             for skip in skipped {
                 context.note("warning: passed over snapshot '\(skip.key)' (\(skip.reason)): \(skip.message)")
             }
-            if let snapshotKey {
+            if device.joinedFrom?.resumed == true {
+                context.note("device '\(device.deviceName)' had joined already: finished its pull")
+            } else if let snapshotKey {
                 context.note("started from snapshot '\(snapshotKey)' (\(snapshotRows.counted("row")))")
             } else if !skipped.isEmpty {
                 context.note("no snapshot could be used: pulling every change")

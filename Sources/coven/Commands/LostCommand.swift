@@ -1,11 +1,11 @@
 import CovenKit
 import Foundation
 
-/// `coven lost`: the lost values of concurrent edits, and restoring one.
+/// `coven lost`: the lost values of concurrent edits, restoring one, forgetting them.
 struct LostCommand: Command {
     static let name = "lost"
-    static let abstract = "list the values lost to concurrent edits, or restore one"
-    static let synopsis = ["[--json]", "restore ID"]
+    static let abstract = "list the values lost to concurrent edits, restore one, or drop them"
+    static let synopsis = ["[--json]", "restore ID", "drop ID...", "drop --all", "drop --before TIME"]
     static let discussion = """
     When two devices edit one row without seeing each other's edit, the later write wins the \
     whole row and the other is kept here as a lost value. A row taken out (its parent deleted \
@@ -15,17 +15,30 @@ struct LostCommand: Command {
     per value, newest first: id, table, row id, why (concurrent, parent_deleted, file_deleted), \
     its stamp, and 'restored' once restored. 'restore ID' writes the lost values back as a new \
     write of this device, published at the next sync; prints the write's stamp.
+
+    Lost values are kept on this device only, until dropped: a restorable one keeps the stored \
+    bytes it names from gc for as long as it is kept. 'drop ID...' forgets the values given (all \
+    or none), 'drop --all' every one, 'drop --before TIME' those lost before TIME (an ISO 8601 \
+    date, 2026-11-01, or time, 2026-11-01T12:00:00Z). A row taken out for its parent is not \
+    dropped until it has come back (it still may); prints the ids dropped, one a line.
     """
-    static let options: [OptionSpec] = []
+    static let options: [OptionSpec] = [
+        OptionSpec("all", help: "drop every lost value"),
+        OptionSpec("before", value: "TIME", help: "drop the values lost before TIME (ISO 8601, UTC unless it says)"),
+    ]
     static let arguments = [
-        ArgumentSpec("ACTION", help: "restore a lost value", optional: true, choices: ["restore"]),
-        ArgumentSpec("ID", help: "the lost value's id", optional: true),
+        ArgumentSpec("ACTION", help: "restore a lost value, or drop lost values", optional: true, choices: ["restore", "drop"]),
+        ArgumentSpec("ID", help: "the lost value's id", optional: true, repeating: true),
     ]
     static let mutates = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        if invocation.arguments.first == "drop" { return try drop(invocation, context) }
+        if invocation.has("all") || invocation.has("before") {
+            throw CovenError(.usage, "--all and --before go with 'drop'", hint: "coven lost drop --all")
+        }
         if let action = invocation.arguments.first {
-            guard action == "restore" else { throw CovenError(.usage, "the only action is 'restore'") }
+            guard action == "restore" else { throw CovenError(.usage, "the actions are 'restore' and 'drop'") }
             guard invocation.arguments.count == 2, let id = Int64(invocation.arguments[1]) else {
                 throw CovenError(.usage, "restore takes the numeric ID 'coven lost' lists")
             }
@@ -50,6 +63,46 @@ struct LostCommand: Command {
             }
         }
         return 0
+    }
+
+    /// `drop ID...`, `drop --all`, `drop --before TIME`.
+    static func drop(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        let ids = invocation.arguments.dropFirst()
+        let forms = [!ids.isEmpty, invocation.has("all"), invocation.has("before")].filter { $0 }.count
+        guard forms == 1 else {
+            throw CovenError(.usage, "drop takes IDs, --all or --before TIME (one of them)", hint: "coven lost drop --all")
+        }
+        let device = try context.openDevice()
+        let dropped: [Int64]
+        if let text = invocation.value("before") {
+            guard let time = parseTime(text) else {
+                throw CovenError(.usage, "option '--before' takes an ISO 8601 date or time (2026-11-01, 2026-11-01T12:00:00Z), not '\(text)'")
+            }
+            dropped = try device.dropLost(before: time)
+        } else if invocation.has("all") {
+            dropped = try device.dropLost(before: nil)
+        } else {
+            let numbers = try ids.map { text -> Int64 in
+                guard let id = Int64(text) else { throw CovenError(.usage, "drop takes the numeric IDs 'coven lost' lists, not '\(text)'") }
+                return id
+            }
+            dropped = try device.dropLost(numbers)
+        }
+        if context.json { try context.printJSON(["dropped": dropped]) } else { for id in dropped { context.line(String(id)) } }
+        return 0
+    }
+
+    /// An ISO 8601 date (midnight UTC) or date and time (UTC unless it names a zone).
+    static func parseTime(_ text: String) -> Date? {
+        let dateTime = ISO8601DateFormatter()
+        if let date = dateTime.date(from: text) { return date }
+        dateTime.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let date = dateTime.date(from: text) { return date }
+        if let date = dateTime.date(from: text + "Z") { return date }
+        dateTime.formatOptions = [.withInternetDateTime]
+        if let date = dateTime.date(from: text + "Z") { return date }
+        dateTime.formatOptions = [.withFullDate]
+        return dateTime.date(from: text)
     }
 
     static func jsonValue(_ value: SQLValue) -> Any {

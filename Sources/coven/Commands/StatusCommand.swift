@@ -36,6 +36,7 @@ struct StatusCommand: Command {
         var sync = "sync     last push \(s.sync.lastPush ?? "never"), last pull \(s.sync.lastPull ?? "never"); "
             + "\(s.sync.waiting.counted("write")) not yet published"
         if s.sync.heldByUploads > 0 { sync += " (\(s.sync.heldByUploads) held by bound uploads)" }
+        if s.sync.frozen > 0 { sync += " (\(s.sync.frozenWrites) in \(s.sync.frozen.counted("change")) waiting for storage)" }
         if s.sync.lostValues > 0 { sync += ", \(s.sync.lostValues.counted("lost value"))" }
         sync += "; \(s.sync.devices.counted("other device"))" + (s.sync.goneDevices > 0 ? " (\(s.sync.goneDevices) gone)" : "")
         lines.append(sync)

@@ -266,6 +266,29 @@ class GCTests: GCTestCase {
         XCTAssertTrue(try stored(a, object))
     }
 
+    /// A lost value dropped keeps nothing: the bytes it named go at the next gc; a take-out
+    /// (it cannot be restored) never kept them.
+    func testADroppedLostValueNoLongerKeepsTheBytes() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        let (_, object) = try storedSetting(a, id: "s1", "lost bytes")
+        _ = try a.sync()
+        _ = try b.sync()
+        try b.write(sql: "UPDATE settings SET value = 'from b' WHERE id = 's1'")
+        try a.write(sql: "UPDATE settings SET file = NULL WHERE id = 's1'")
+        _ = try a.sync()
+        _ = try b.sync()
+        _ = try a.sync()
+        let lost = try XCTUnwrap(try a.lostValues().first)
+        XCTAssertEqual(reasons(try a.collectGarbage(), object), [.lostValue])
+        XCTAssertThrowsError(try a.dropLost([lost.id, 99])) { XCTAssertEqual(($0 as? CovenError)?.code, .notFound) }
+        XCTAssertEqual(try a.lostValues().count, 1, "a refused drop forgets nothing")
+        XCTAssertEqual(try a.dropLost([lost.id]), [lost.id])
+        XCTAssertTrue(try a.lostValues().isEmpty)
+        XCTAssertEqual(try a.collectGarbage().deleted.map(\.key), [object])
+        XCTAssertFalse(try stored(a, object))
+    }
+
     /// A device that has not synced for a month holds deletions back until it syncs or is
     /// removed for good; then it no longer does.
     func testASilentDeviceHoldsBackUntilItIsRemoved() throws {

@@ -96,6 +96,11 @@ final class SyncTests: DeviceTestCase {
         XCTAssertEqual(try dump(a), try dump(b))
         XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM tracks").intValue, 0)
         XCTAssertTrue(try a.lostValues().contains { $0.why == "parent_deleted" && $0.rowID == track2 && !$0.restorable })
+        // It may still come back: a drop refuses it and --all leaves it.
+        let takenOut = try XCTUnwrap(try a.lostValues().first { $0.why == "parent_deleted" && $0.rowID == track2 })
+        XCTAssertThrowsError(try a.dropLost([takenOut.id])) { XCTAssertEqual(($0 as? CovenError)?.code, .invalidState) }
+        XCTAssertFalse(try a.dropLost(before: nil).contains(takenOut.id))
+        XCTAssertTrue(try a.lostValues().contains { $0.id == takenOut.id })
     }
 
     /// Three devices with an album; b adds a track to it (unpublished) while c deletes the
@@ -246,6 +251,57 @@ final class SyncTests: DeviceTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: target.folder))
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/devices").count, 1)
     }
+
+    /// A sync that publishes many rows gives the pages they took in the outbox back to the
+    /// file system: on a device made now (auto_vacuum incremental) and on one of an older
+    /// release (none: turned incremental once, by a VACUUM).
+    func testPublishingManyRowsGivesTheFreePagesBack() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        try b.database.execute("PRAGMA auto_vacuum = NONE")
+        try b.database.execute("VACUUM")
+        XCTAssertEqual(try b.database.scalar("PRAGMA auto_vacuum").intValue, 0, "as an older device")
+        for device in [a, b] {
+            try device.write(sql: """
+                WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 20000)
+                INSERT INTO settings (id, value) SELECT '\(device.deviceName)' || x, printf('%0200d', x) FROM c
+                """)
+            try device.database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            let written = try XCTUnwrap(try FileManager.default.attributesOfItem(atPath: device.paths.database)[.size] as? Int)
+            _ = try device.sync(pull: false)
+            let pageSize = try device.database.scalar("PRAGMA page_size").intValue ?? 0
+            let free = (try device.database.scalar("PRAGMA freelist_count").intValue ?? 0) * pageSize
+            let synced = try XCTUnwrap(try FileManager.default.attributesOfItem(atPath: device.paths.database)[.size] as? Int)
+            XCTAssertLessThan(free, 1 << 20, "\(device.deviceName): free pages given back")
+            XCTAssertLessThan(synced, written * 3 / 4, "\(device.deviceName): the file shrinks (\(written) -> \(synced) bytes)")
+            XCTAssertEqual(try device.database.scalar("PRAGMA auto_vacuum").intValue, 2)
+            XCTAssertEqual(try device.database.scalar("SELECT count(*) FROM settings").intValue, 20000)
+        }
+    }
+
+    /// A join stopped after it announced its device but before the device was made (its
+    /// database still aside): run again, it starts clean as a new device, and the one it had
+    /// announced is marked gone, so gc on the others does not wait for it for good.
+    func testAJoinStoppedAfterItAnnouncedItselfStartsCleanAndMarksThatDeviceGone() throws {
+        let a = try makeDevice(name: "a")
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'Abbey Road')")
+        _ = try a.sync()
+        let paths = DevicePaths(database: work + "/b/device.db")
+        let first = try join("b", from: a)
+        let announced = first.deviceID
+        // As a kill between the announcement and the rename leaves it.
+        XCTAssertEqual(rename(paths.database, paths.database + ".init"), 0)
+        try Data(announced.utf8).write(to: URL(fileURLWithPath: paths.folder + "/joining"))
+        let again = try join("b", from: a)
+        XCTAssertNotEqual(again.deviceID, announced)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: paths.database + ".init"))
+        _ = try again.sync()
+        XCTAssertEqual(try again.database.scalar("SELECT count(*) FROM albums").intValue, 1)
+        _ = try a.sync()
+        let devices = try a.devices()
+        XCTAssertEqual(devices.first { $0.id == announced }?.gone, true)
+        XCTAssertEqual(devices.first { $0.id == again.deviceID }?.gone, false)
+    }
 }
 
 /// Storage around the real file:// provider that counts the requests made through it, and
@@ -307,10 +363,16 @@ final class SyncCrashTests: DeviceTestCase {
         storage.failAfterPut = true
         XCTAssertThrowsError(try a.push(provider: storage, storeKey: try a.storeKey()))
         XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM coven_push").intValue, 1, "still frozen")
+        // status counts the frozen change's write as not yet published.
+        XCTAssertEqual(try a.status().sync.waiting, 1)
+        XCTAssertEqual(try a.status().sync.frozen, 1)
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k2', '2')")
+        XCTAssertEqual(try a.status().sync.waiting, 2)
+        XCTAssertEqual(try a.status().sync.frozenWrites, 1)
         storage.failAfterPut = false
         let report = try a.push(provider: storage, storeKey: try a.storeKey())
         XCTAssertEqual(report.published, [1, 2])
+        XCTAssertEqual(try a.status().sync.waiting, 0)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/changes/" + a.deviceID).count, 2)
         _ = try b.sync()
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 2)
