@@ -102,7 +102,13 @@ extension Device {
         let now = Timestamp.iso8601(Date())
         let mark = GoneMark(device: id, goneAt: now, removedBy: deviceID)
         _ = try provider.putIfAbsent(Self.registryEntryKey(id) + Self.goneSuffix, data: try mark.seal(storeKey: key))
-        try database.transaction { try SyncState(database: database).setGone(id, at: now) }
+        try database.transaction {
+            try SyncState(database: database).setGone(id, at: now)
+            // The others apply of a gone device only what some device's published frontier
+            // says it applied: this one's next sync publishes what it applied of it (as a
+            // removal learned from `devices/` does), so no device is left without it.
+            if (row.int("applied_seq") ?? 0) > 0 { try setSetting(Self.frontierDueSetting, "1") }
+        }
     }
 
     /// The lost values kept here, newest first.
