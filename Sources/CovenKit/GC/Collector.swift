@@ -372,11 +372,14 @@ struct Collector {
 
     // MARK: Gone devices
 
-    /// For each device gone for good: abort its unfinished uploads, list its folder once and
-    /// delete what nothing names.
+    /// For each device gone for good: delete its published changes no device applied (one
+    /// listing of its changes), abort its unfinished uploads, list its folder once and delete
+    /// what nothing names.
     mutating func collectGoneDevices(into report: inout GCReport, stop: Stop) throws {
         for goneDevice in gone.sorted() {
             try stop.check("gc")
+            // Its published changes no device applied: every device dropped them with it.
+            try delete(try device.droppedChanges(of: goneDevice, provider: provider), kind: .change, into: &report) { _ in }
             let folder = "files/\(goneDevice)/"
             // What other devices applied of it, this device must have applied too (pull no longer
             // reads a gone device's changes): else a record naming its bytes may be missing here.
