@@ -231,12 +231,19 @@ struct Collector {
     // MARK: Files
 
     /// Whether a record here names `object` as stored, or as on another device only (that
-    /// device may move it back to the cloud under the same name). This device's own
-    /// device-only records are no reference: its moves and uploads are in its queue.
+    /// device may move it back to the cloud, uploading it again under the same name). This
+    /// device's own device-only records are no reference: its moves and uploads are in its
+    /// queue. Nor is another device's record whose newest image here is a switch to
+    /// device-only that made the object a candidate (its bytes are that device's copy now: a
+    /// move back uploads them again), nor one of a device gone for good (its bytes went with
+    /// it): the switch is judged as a delete, by every device that applied it.
     private func isNamed(_ object: String) throws -> Bool {
         try database.scalar("""
-            SELECT count(*) FROM coven_files WHERE object = ?1
-              AND (place = \(Coordinates.Place.stored.sql) OR (place = \(Coordinates.Place.device.sql) AND device <> ?2))
+            SELECT count(*) FROM coven_files f WHERE f.object = ?1
+              AND (f.place = \(Coordinates.Place.stored.sql) OR (f.place = \(Coordinates.Place.device.sql) AND f.device <> ?2
+                AND NOT EXISTS (SELECT 1 FROM coven_device_registry r WHERE r.device = f.device AND r.gone = 1)
+                AND NOT EXISTS (SELECT 1 FROM coven_gc_candidates c, json_each(c.files) j
+                                WHERE c.object = f.object AND j.value = f.id AND c.stamp >= f._updated_at)))
             """, [object, me]).intValue ?? 0 > 0
     }
 

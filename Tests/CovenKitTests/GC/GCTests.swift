@@ -316,6 +316,64 @@ class GCTests: GCTestCase {
         XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_gc_candidates"), 0)
     }
 
+    /// A settings row `id` naming a new stored file of a user namespace (so it can be made
+    /// device-only); returns the file id and object.
+    func storedTrack(_ device: Device, id: String, _ text: String) throws -> (file: String, object: String) {
+        let staged = try device.prepareUserFile(path: try file("track-\(id).flac", text), namespace: "music", place: .cloud)
+        let file = try device.write(sql: "INSERT INTO settings (id, value, file) VALUES ('\(id)', 'v', coven_put_user_file('\(staged.id)'))").files[0]
+        return (file, try StoredFiles.store(device, file: file))
+    }
+
+    /// Makes `file` device-only on `device`, its copy under the case's folder.
+    func makeDeviceOnly(_ device: Device, _ file: String) throws {
+        let folder = work + "/mdo-\(device.deviceName)"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        _ = try device.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["\(file).flac"], input: "argument 1")])
+    }
+
+    /// Issue 19 item 22: the laptop uploads a track, the desktop makes it device-only and
+    /// syncs; the laptop, which applied the switch, deletes the stored bytes once every other
+    /// live device's frontier covers the switch (the desktop keeps its copy).
+    func testBytesAnotherDeviceMadeDeviceOnlyGoByTheGCOfADeviceThatAppliedTheSwitch() throws {
+        let laptop = try makeDevice(name: "laptop")
+        let desktop = try join("desktop", from: laptop)
+        let phone = try join("phone", from: laptop)
+        let (file, object) = try storedTrack(laptop, id: "t1", "a track")
+        for device in [laptop, desktop, phone] { _ = try device.sync() }
+        try makeDeviceOnly(desktop, file)
+        _ = try desktop.sync()
+        _ = try laptop.sync()
+        let held = try laptop.collectGarbage()
+        XCTAssertEqual(reasons(held, object), [.deviceBehind], "the phone has not applied the switch yet")
+        XCTAssertEqual(held.kept.first?.devices, [phone.deviceID])
+        XCTAssertTrue(try stored(laptop, object))
+        _ = try phone.sync()
+        let report = try laptop.collectGarbage()
+        XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
+        XCTAssertFalse(try stored(laptop, object))
+        XCTAssertEqual(try desktop.fileStatus(file), .deviceOnly(device: desktop.deviceID))
+        // The desktop's own gc judges it too: deleting it again is harmless.
+        XCTAssertFalse(try desktop.collectGarbage().hasFailures)
+        XCTAssertTrue(try laptop.collectGarbage().kept.isEmpty)
+    }
+
+    /// Item 22, the desktop removed before its own gc ran: the laptop, which applied the
+    /// switch, deletes the bytes (they are not in the desktop's folder, so --gone-devices
+    /// would never list them).
+    func testBytesADeviceMadeDeviceOnlyGoAfterItIsRemovedBeforeItsGC() throws {
+        let laptop = try makeDevice(name: "laptop")
+        let desktop = try join("desktop", from: laptop)
+        let (file, object) = try storedTrack(laptop, id: "t1", "a track")
+        for device in [laptop, desktop] { _ = try device.sync() }
+        try makeDeviceOnly(desktop, file)
+        _ = try desktop.sync()
+        _ = try laptop.sync()
+        try laptop.removeDevice(desktop.deviceID)
+        let report = try laptop.collectGarbage()
+        XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
+        XCTAssertFalse(try stored(laptop, object))
+    }
+
     /// --gone-devices: the unfinished uploads of a device gone for good are aborted and what
     /// no record names in its folder goes; what a record names stays; a rerun is harmless.
     func testGoneDeviceCleanupAbortsItsUploadsAndDeletesWhatNothingNames() throws {
@@ -423,6 +481,10 @@ final class GCS3RuleTests: GCTests {
     override func testASilentDeviceHoldsBackUntilItIsRemoved() throws { try super.testASilentDeviceHoldsBackUntilItIsRemoved() }
     override func testTheDeleteOfADeviceRemovedBeforeItsGCIsCollectedByTheOthers() throws { try super.testTheDeleteOfADeviceRemovedBeforeItsGCIsCollectedByTheOthers() }
     override func testGoneDeviceCleanupAbortsItsUploadsAndDeletesWhatNothingNames() throws { try super.testGoneDeviceCleanupAbortsItsUploadsAndDeletesWhatNothingNames() }
+    override func testBytesAnotherDeviceMadeDeviceOnlyGoByTheGCOfADeviceThatAppliedTheSwitch() throws {
+        try super.testBytesAnotherDeviceMadeDeviceOnlyGoByTheGCOfADeviceThatAppliedTheSwitch()
+    }
+    override func testBytesADeviceMadeDeviceOnlyGoAfterItIsRemovedBeforeItsGC() throws { try super.testBytesADeviceMadeDeviceOnlyGoAfterItIsRemovedBeforeItsGC() }
     override func testTwoDevicesCollectingTheSameFolderDeleteNothingNamed() throws { try super.testTwoDevicesCollectingTheSameFolderDeleteNothingNamed() }
     override func testChangeObjectsNeedASnapshotAndSnapshotsPastTheNewestTwoGo() throws { try super.testChangeObjectsNeedASnapshotAndSnapshotsPastTheNewestTwoGo() }
 }
