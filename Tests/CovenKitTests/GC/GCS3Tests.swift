@@ -27,7 +27,7 @@ class GCS3Tests: DeviceTestCase {
         XCTAssertEqual(try provider.list(prefix: folder).count, keys.count)
         let unfinished = folder + "unfinished"
         let uploadID = try provider.createMultipart(unfinished, totalSize: 10, partSize: 10)
-        XCTAssertEqual(try provider.uploadsInProgress(prefix: folder), [UploadInProgress(key: unfinished, uploadID: uploadID)])
+        XCTAssertEqual(try provider.uploadsInProgress(prefix: folder).map { [$0.key, $0.uploadID] }, [[unfinished, uploadID]])
         try a.removeDevice(c.deviceID)
         let dry = try a.collectGarbage(dryRun: true, goneDevices: true)
         XCTAssertEqual(dry.deleted.count, keys.count)
@@ -42,6 +42,31 @@ class GCS3Tests: DeviceTestCase {
         XCTAssertTrue(try provider.deleteObjects(Array(keys.prefix(10))).isEmpty)
         // The store's own objects are untouched.
         XCTAssertNotNil(try provider.head(ChangeObject.path(device: a.deviceID, seq: 1)))
+    }
+
+    /// Issue 19 item 23: a multipart session in this device's folder that no queued upload
+    /// names (a CreateMultipartUpload whose answer was lost, its upload since gone) is aborted
+    /// once older than a day (moto says every session started in 2010; the age rule is tested
+    /// on file://); one for an object the upload queue still names stays (the upload worker's
+    /// next start aborts it).
+    func testAnOrphanUploadSessionOfThisDeviceIsAbortedOnceOld() throws {
+        let a = try makeDevice(name: "a")
+        let staged = try stageApp(a, text: "queued, not sent")
+        let file = try a.write(sql: "INSERT INTO settings (id, value, file) VALUES ('q', 'v', coven_put_staged('\(staged.id)'))").files[0]
+        let queued = try XCTUnwrap(a.fileRecord(file)).coordinates.object
+        XCTAssertTrue(try a.uploadQueue.contains(queued))
+        let provider = try a.connectStorage()
+        let folder = "files/\(a.deviceID)/"
+        let orphan = folder + "orphan"
+        let orphanID = try provider.createMultipart(orphan, totalSize: 10, partSize: 10)
+        let queuedID = try provider.createMultipart(queued, totalSize: 10, partSize: 10)
+        let dry = try a.collectGarbage(dryRun: true)
+        XCTAssertEqual(dry.abortedUploads, [orphan])
+        XCTAssertEqual(try provider.uploadsInProgress(prefix: folder).count, 2, "a dry run aborts nothing")
+        let report = try a.collectGarbage()
+        XCTAssertEqual(report.abortedUploads, [orphan])
+        XCTAssertEqual(try provider.uploadsInProgress(prefix: folder).map { [$0.key, $0.uploadID] }, [[queued, queuedID]])
+        XCTAssertNotEqual(orphanID, queuedID)
     }
 }
 

@@ -374,6 +374,39 @@ class GCTests: GCTestCase {
         XCTAssertFalse(try stored(laptop, object))
     }
 
+    /// Issue 19 item 23: temporary files a killed write left in this device's folder of a
+    /// file:// store go once older than a day, and so does an upload session no queued upload
+    /// names; a fresh one of each (a write running now) stays, and so does every object.
+    func testLeftoverTemporaryFilesOfThisDevicesFolderGoOnceOld() throws {
+        let a = try makeDevice(name: "a")
+        let (_, object) = try storedSetting(a, id: "s1", "stored bytes")
+        _ = try a.sync()
+        let folder = storeFolder + "/files/\(a.deviceID)"
+        let old = folder + "/.coven-tmp-0123456789abcdef"
+        let fresh = folder + "/.coven-tmp-fedcba9876543210"
+        for path in [old, fresh] { XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("part of an upload".utf8))) }
+        let twoDaysAgo = Date().addingTimeInterval(-2 * 86400)
+        try FileManager.default.setAttributes([.modificationDate: twoDaysAgo], ofItemAtPath: old)
+        // Multipart sessions of objects no queued upload names (a start whose answer was lost):
+        // one started two days ago, one now.
+        let provider = try a.connectStorage()
+        let orphan = "files/\(a.deviceID)/orphan"
+        let oldSession = try provider.createMultipart(orphan, totalSize: 10, partSize: 10)
+        try FileManager.default.setAttributes([.modificationDate: twoDaysAgo], ofItemAtPath: storeFolder + "/.uploads/\(oldSession)/info")
+        let freshSession = try provider.createMultipart(orphan + "-fresh", totalSize: 10, partSize: 10)
+        let dry = try a.collectGarbage(dryRun: true)
+        XCTAssertEqual(dry.deleted, [.init(key: "files/\(a.deviceID)/.coven-tmp-0123456789abcdef", kind: .temporary)])
+        XCTAssertEqual(dry.abortedUploads, [orphan])
+        XCTAssertTrue(FileManager.default.fileExists(atPath: old), "a dry run deletes nothing")
+        let report = try a.collectGarbage()
+        XCTAssertEqual(report.deleted, [.init(key: "files/\(a.deviceID)/.coven-tmp-0123456789abcdef", kind: .temporary)])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: old))
+        XCTAssertEqual(report.abortedUploads, [orphan])
+        XCTAssertTrue(FileManager.default.fileExists(atPath: fresh), "a fresh temporary file may be a write running now")
+        XCTAssertEqual(try provider.uploadsInProgress(prefix: "files/\(a.deviceID)/").map(\.uploadID), [freshSession])
+        XCTAssertTrue(try stored(a, object))
+    }
+
     /// --gone-devices: the unfinished uploads of a device gone for good are aborted and what
     /// no record names in its folder goes; what a record names stays; a rerun is harmless.
     func testGoneDeviceCleanupAbortsItsUploadsAndDeletesWhatNothingNames() throws {
@@ -485,6 +518,8 @@ final class GCS3RuleTests: GCTests {
         try super.testBytesAnotherDeviceMadeDeviceOnlyGoByTheGCOfADeviceThatAppliedTheSwitch()
     }
     override func testBytesADeviceMadeDeviceOnlyGoAfterItIsRemovedBeforeItsGC() throws { try super.testBytesADeviceMadeDeviceOnlyGoAfterItIsRemovedBeforeItsGC() }
+    // file:// only: S3 writes leave no temporary files (its sessions: GCS3Tests).
+    override func testLeftoverTemporaryFilesOfThisDevicesFolderGoOnceOld() throws {}
     override func testTwoDevicesCollectingTheSameFolderDeleteNothingNamed() throws { try super.testTwoDevicesCollectingTheSameFolderDeleteNothingNamed() }
     override func testChangeObjectsNeedASnapshotAndSnapshotsPastTheNewestTwoGo() throws { try super.testChangeObjectsNeedASnapshotAndSnapshotsPastTheNewestTwoGo() }
 }
