@@ -281,6 +281,7 @@ extension Device {
         _ plan: DeviceOnlyPlan, parallel: Int, stop: Stop, progress: (@Sendable (DeviceOnlyProgress) -> Void)?
     ) throws -> [CopyDigests] {
         let paths = self.paths
+        let environment = storageEnvironment
         let state = DownloadState(count: plan.copies.count, callSize: plan.copies.reduce(0) { $0 + $1.record.size }, progress: progress)
         let workers = max(1, min(parallel, plan.copies.count))
         let group = DispatchGroup()
@@ -297,7 +298,11 @@ extension Device {
                 while let index = state.take(stopping: stop) {
                     let copy = plan.copies[index]
                     do {
-                        if reader == nil { reader = try Device.open(paths: paths) }
+                        if reader == nil {
+                            reader = try Device.open(paths: paths)
+                            // The storage credentials this device was given, if any.
+                            reader?.storageEnvironment = environment
+                        }
                         guard let reader else { return }
                         let digests = try Self.download(copy, reader: reader, block: block, buffers: buffers, stop: stop) { bytes in
                             state.report(index, copy, bytes: bytes, done: false)

@@ -10,8 +10,9 @@ public enum CandidateReason: String, Sendable, Equatable {
     case moveCancelled = "move_cancelled"
     /// An upload of this device was retired with a provider session.
     case uploadRetired = "upload_retired"
-    /// Another device's applied change deleted a record naming it (not this device's to
-    /// delete; it keeps a gone device's folder from being cleaned too early).
+    /// Another device's applied change deleted a record naming it, or switched it to
+    /// device-only: judged here as this device's own deletes are (and it keeps a gone
+    /// device's folder from being cleaned too early).
     case deletedElsewhere = "deleted_elsewhere"
 }
 

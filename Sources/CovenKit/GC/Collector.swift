@@ -5,6 +5,8 @@ public struct GCReport: Sendable, Equatable {
     /// What kind of stored object an entry is.
     public enum Kind: String, Sendable {
         case file, change, snapshot
+        /// A temporary file an interrupted write left (file://).
+        case temporary
     }
 
     /// Why an object stays.
@@ -45,7 +47,8 @@ public struct GCReport: Sendable, Equatable {
     public var dryRun = false
     public var deleted: [Deleted] = []
     public var kept: [Kept] = []
-    /// Unfinished uploads of gone devices aborted (`--gone-devices`).
+    /// Unfinished uploads aborted: of gone devices (`--gone-devices`), and this device's own
+    /// that no queued upload names (a start whose answer was lost).
     public var abortedUploads: [String] = []
     /// Changes applied by the pull that gc starts with.
     public var pulled = 0
@@ -101,6 +104,7 @@ extension Device {
         var collector = Collector(device: self, provider: provider, storeKey: key, dryRun: dryRun)
         try collector.prepare()
         try collector.collectFiles(into: &report)
+        try collector.collectLeftovers(into: &report, age: Collector.leftoverAge)
         if goneDevices { try collector.collectGoneDevices(into: &report, stop: stop) }
         try collector.collectChanges(into: &report)
         try collector.collectSnapshots(into: &report)
@@ -231,12 +235,19 @@ struct Collector {
     // MARK: Files
 
     /// Whether a record here names `object` as stored, or as on another device only (that
-    /// device may move it back to the cloud under the same name). This device's own
-    /// device-only records are no reference: its moves and uploads are in its queue.
+    /// device may move it back to the cloud, uploading it again under the same name). This
+    /// device's own device-only records are no reference: its moves and uploads are in its
+    /// queue. Nor is another device's record whose newest image here is a switch to
+    /// device-only that made the object a candidate (its bytes are that device's copy now: a
+    /// move back uploads them again), nor one of a device gone for good (its bytes went with
+    /// it): the switch is judged as a delete, by every device that applied it.
     private func isNamed(_ object: String) throws -> Bool {
         try database.scalar("""
-            SELECT count(*) FROM coven_files WHERE object = ?1
-              AND (place = \(Coordinates.Place.stored.sql) OR (place = \(Coordinates.Place.device.sql) AND device <> ?2))
+            SELECT count(*) FROM coven_files f WHERE f.object = ?1
+              AND (f.place = \(Coordinates.Place.stored.sql) OR (f.place = \(Coordinates.Place.device.sql) AND f.device <> ?2
+                AND NOT EXISTS (SELECT 1 FROM coven_device_registry r WHERE r.device = f.device AND r.gone = 1)
+                AND NOT EXISTS (SELECT 1 FROM coven_gc_candidates c, json_each(c.files) j
+                                WHERE c.object = f.object AND j.value = f.id AND c.stamp >= f._updated_at)))
             """, [object, me]).intValue ?? 0 > 0
     }
 
@@ -370,13 +381,76 @@ struct Collector {
         }
     }
 
+    // MARK: Leftovers of interrupted uploads
+
+    /// How old a leftover must be to go: a day.
+    static let leftoverAge: TimeInterval = 86400
+
+    /// The setting holding when leftovers were last looked for.
+    static let leftoversSetting = "gc_leftovers_at"
+
+    /// The leftovers of this device's interrupted writes, looked for at most once per `age` (a
+    /// dry run looks every time)
+    /// (one listing of this device's folders and of its unfinished uploads): temporary files
+    /// a kill left in `files/<this device>/` and `changes/<this device>/` (file://), removed
+    /// once older than `age` while no upload of this device is being sent; and multipart
+    /// sessions under `files/<this device>/` started more than `age` ago for an object no
+    /// queued upload names (a start whose answer was lost: nothing else will abort them; a
+    /// queued upload's own sessions are the upload worker's to end).
+    mutating func collectLeftovers(into report: inout GCReport, age: TimeInterval) throws {
+        let now = Date()
+        if !dryRun, let last = try device.setting(Self.leftoversSetting).flatMap(Double.init), now.timeIntervalSince1970 - last < age, last <= now.timeIntervalSince1970 {
+            return
+        }
+        let before = now.addingTimeInterval(-age)
+        let queue = device.uploadQueue
+        // A temporary file of a write running now is fresh; one of an upload being sent now is
+        // left to a later pass whatever its age.
+        if try !queue.isSending(at: now.timeIntervalSince1970) {
+            for prefix in ["files/\(me)/", "changes/\(me)/"] {
+                for leftover in try provider.leftoverTemporaries(prefix: prefix) where leftover.modified <= before {
+                    if !dryRun {
+                        do {
+                            try provider.removeLeftoverTemporary(leftover.key)
+                        } catch let error as CovenError {
+                            let reason: GCReport.KeepReason = error.storageFailure == .denied ? .refused : .failed
+                            report.kept.append(.init(key: leftover.key, kind: .temporary, reason: reason, detail: error.message))
+                            continue
+                        }
+                    }
+                    report.deleted.append(.init(key: leftover.key, kind: .temporary))
+                }
+            }
+        }
+        // Listed before the queue is read: a session listed was started after its upload was
+        // queued, so a queue without it means that upload is over.
+        let sessions: [UploadInProgress]
+        do {
+            sessions = try provider.uploadsInProgress(prefix: "files/\(me)/")
+        } catch let error as CovenError where error.storageFailure == .denied {
+            // Credentials without the right to list unfinished uploads: said, and the rest goes on.
+            report.kept.append(.init(key: "files/\(me)/", kind: .file, reason: .refused, detail: "its unfinished uploads cannot be listed: " + error.message))
+            if !dryRun { try device.setSetting(Self.leftoversSetting, String(now.timeIntervalSince1970)) }
+            return
+        }
+        for upload in sessions where (upload.initiated ?? now) <= before {
+            if try queue.contains(upload.key) { continue }
+            if !dryRun { try provider.abortMultipart(upload.key, uploadID: upload.uploadID) }
+            report.abortedUploads.append(upload.key)
+        }
+        if !dryRun { try device.setSetting(Self.leftoversSetting, String(now.timeIntervalSince1970)) }
+    }
+
     // MARK: Gone devices
 
-    /// For each device gone for good: abort its unfinished uploads, list its folder once and
-    /// delete what nothing names.
+    /// For each device gone for good: delete its published changes no device applied (one
+    /// listing of its changes), abort its unfinished uploads, list its folder once and delete
+    /// what nothing names.
     mutating func collectGoneDevices(into report: inout GCReport, stop: Stop) throws {
         for goneDevice in gone.sorted() {
             try stop.check("gc")
+            // Its published changes no device applied: every device dropped them with it.
+            try delete(try device.droppedChanges(of: goneDevice, provider: provider), kind: .change, into: &report) { _ in }
             let folder = "files/\(goneDevice)/"
             // What other devices applied of it, this device must have applied too (pull no longer
             // reads a gone device's changes): else a record naming its bytes may be missing here.

@@ -139,8 +139,18 @@ extension Device {
 
     func deviceOnlyError(_ record: FileRecord) -> CovenError {
         let device = record.coordinates.device ?? ""
+        if (try? isGone(device)) == true {
+            return CovenError(.deviceOnly, "file '\(record.id)' was on device '\(device)' only, which was removed from the store: its bytes went with it",
+                              hint: "write the file again from a copy you hold, or delete the rows naming it",
+                              details: ["file": record.id, "device": device, "device_gone": "true"])
+        }
         return CovenError(.deviceOnly, "file '\(record.id)' is on device '\(device)' only", hint: "read it on that device, or move it to the cloud there",
                           details: ["file": record.id, "device": device])
+    }
+
+    /// Whether `device` was removed from the store for good (as this device knows).
+    func isGone(_ device: String) throws -> Bool {
+        try database.scalar("SELECT gone FROM coven_device_registry WHERE device = ?1", [device]).intValue == 1
     }
 
     /// The local bytes of a file on this device only: the original's path or coven's copy.

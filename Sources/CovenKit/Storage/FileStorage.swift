@@ -605,9 +605,52 @@ public final class FileStorage: StorageProvider {
             guard Self.isUploadID(id), let bytes = try? readSmallFile(uploads + "/" + name + "/info", key: prefix),
                   let info = try? JSONDecoder().decode(UploadInfo.self, from: Data(bytes)), info.key.hasPrefix(prefix)
             else { continue }
-            found.append(UploadInProgress(key: info.key, uploadID: id))
+            var status = stat()
+            let initiated = stat(uploads + "/" + name + "/info", &status) == 0
+                ? Date(timeIntervalSince1970: TimeInterval(status.st_mtim.tv_sec)) : nil
+            found.append(UploadInProgress(key: info.key, uploadID: id, initiated: initiated))
         }
         return found
+    }
+
+    /// The `.coven-tmp-` files in the folder `prefix` (not below it) that writes killed before
+    /// their rename left; a folder that is not there has none.
+    ///
+    /// - Throws: `.storage` when the folder cannot be read.
+    public func leftoverTemporaries(prefix: String) throws -> [LeftoverTemporary] {
+        try checkRoot()
+        guard prefix.hasSuffix("/"), (try? path(for: String(prefix.dropLast()))) != nil else { return [] }
+        let folder = directory + "/" + prefix.dropLast()
+        guard let stream = opendir(folder) else {
+            let code = errno
+            if code == ENOENT || code == ENOTDIR { return [] }
+            throw failure("list", key: prefix, path: folder, errno: code)
+        }
+        var names: [String] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafePointer(to: &entry.pointee.d_name) { pointer in
+                pointer.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name.hasPrefix(Self.temporaryPrefix) { names.append(name) }
+        }
+        closedir(stream)
+        var found: [LeftoverTemporary] = []
+        for name in names.sorted() {
+            var info = stat()
+            guard lstat(folder + "/" + name, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
+            found.append(LeftoverTemporary(key: prefix + name, modified: Date(timeIntervalSince1970: TimeInterval(info.st_mtim.tv_sec))))
+        }
+        return found
+    }
+
+    /// Removes a `.coven-tmp-` file ``leftoverTemporaries(prefix:)`` listed (nothing else).
+    public func removeLeftoverTemporary(_ key: String) throws {
+        guard let slash = key.lastIndex(of: "/"), key[key.index(after: slash)...].hasPrefix(Self.temporaryPrefix),
+              (try? path(for: String(key[..<slash]))) != nil else {
+            throw CovenError(.internal, "'\(key)' is not a temporary file of the store")
+        }
+        let path = directory + "/" + key
+        guard unlink(path) == 0 || errno == ENOENT else { throw failure("delete", key: key, path: path, errno: errno) }
     }
 
     /// Ids are ours: lowercase hex.

@@ -421,6 +421,13 @@ public final class S3Storage: StorageProvider {
         return failed
     }
 
+    /// An S3 `Initiated` time (`2026-12-01T15:00:00.000Z`, fractions optional).
+    static func parseInitiated(_ text: String) -> Date? {
+        let withFractions = ISO8601DateFormatter()
+        withFractions.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return withFractions.date(from: text) ?? ISO8601DateFormatter().date(from: text)
+    }
+
     public func uploadsInProgress(prefix uploadsPrefix: String) throws -> [UploadInProgress] {
         let operation = "list the uploads under '\(uploadsPrefix)'"
         let storePrefix = prefix.isEmpty ? "" : prefix + "/"
@@ -434,7 +441,8 @@ public final class S3Storage: StorageProvider {
             let xml = S3XML(response.body)
             for block in xml.blocks("Upload") {
                 guard let name = block.text("Key"), name.hasPrefix(storePrefix), let id = block.text("UploadId"), !id.isEmpty else { continue }
-                uploads.append(UploadInProgress(key: String(name.dropFirst(storePrefix.count)), uploadID: id))
+                uploads.append(UploadInProgress(key: String(name.dropFirst(storePrefix.count)), uploadID: id,
+                                                initiated: block.text("Initiated").flatMap(Self.parseInitiated)))
             }
             markers = nil
             // moto ignores max-uploads and answers everything at once; S3 pages by 1,000.

@@ -237,6 +237,13 @@ public protocol StorageProvider: AnyObject {
     /// Every unfinished upload under `prefix` (S3 ListMultipartUploads; file://: the upload
     /// folders whose key starts with it).
     func uploadsInProgress(prefix: String) throws -> [UploadInProgress]
+
+    /// The temporary files interrupted writes left in the folder `prefix` (ending in `/`):
+    /// file:// only (see the extension's default).
+    func leftoverTemporaries(prefix: String) throws -> [LeftoverTemporary]
+
+    /// Removes one temporary file ``leftoverTemporaries(prefix:)`` listed.
+    func removeLeftoverTemporary(_ key: String) throws
 }
 
 /// An unfinished multipart upload a provider holds.
@@ -245,12 +252,40 @@ public struct UploadInProgress: Sendable, Equatable {
     public var key: String
     /// The provider's id of the upload.
     public var uploadID: String
+    /// When it was started, as the provider says (nil when it does not).
+    public var initiated: Date?
 
     /// Creates an upload description.
-    public init(key: String, uploadID: String) {
+    public init(key: String, uploadID: String, initiated: Date? = nil) {
         self.key = key
         self.uploadID = uploadID
+        self.initiated = initiated
     }
+}
+
+/// A temporary file an interrupted write left in storage (file://: a `.coven-tmp-` name, never
+/// listed as an object).
+public struct LeftoverTemporary: Sendable, Equatable {
+    /// Its path relative to the store (`files/<device>/.coven-tmp-…`).
+    public var key: String
+    /// When it was last written.
+    public var modified: Date
+
+    public init(key: String, modified: Date) {
+        self.key = key
+        self.modified = modified
+    }
+}
+
+extension StorageProvider {
+    /// The temporary files interrupted writes left in the folder `prefix` (ending in `/`):
+    /// none for providers whose writes leave none (S3: its unfinished uploads are listed by
+    /// ``uploadsInProgress(prefix:)``).
+    public func leftoverTemporaries(prefix: String) throws -> [LeftoverTemporary] { [] }
+
+    /// Removes one temporary file ``leftoverTemporaries(prefix:)`` listed; removing what is not
+    /// there succeeds.
+    public func removeLeftoverTemporary(_ key: String) throws {}
 }
 
 extension StorageProvider {

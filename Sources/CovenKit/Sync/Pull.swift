@@ -244,6 +244,19 @@ extension Device {
         return nil
     }
 
+    /// The published changes of `device` (gone for good, or about to be) that no device is
+    /// known to have applied: those above what this device applied of it and what every
+    /// other device's published frontier says. Every device drops them with it (a pull applies
+    /// of a gone device only what some frontier names). One listing of `changes/<device>/`.
+    func droppedChanges(of device: String, provider: StorageProvider) throws -> [String] {
+        let applied = try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [device]).intValue ?? 0
+        let through = max(applied, try highestSeqKnown(of: device) ?? 0)
+        return try provider.list(prefix: "changes/\(device)/").compactMap { info in
+            guard let (owner, seq) = ChangeObject.parsePath(info.key), owner == device, Int64(seq) > through else { return nil }
+            return info.key
+        }.sorted()
+    }
+
     /// The highest seq of `device` that some device says it applied.
     private func highestSeqKnown(of device: String) throws -> Int64? {
         var highest: Int64?

@@ -17,6 +17,15 @@ public enum SyncProgress: Sendable {
     case applied(device: String, seq: Int64, entries: Int)
 }
 
+/// What `coven device remove` did.
+public struct DeviceRemoval: Sendable, Equatable {
+    /// The device removed, and its name.
+    public var id: String
+    public var name: String
+    /// The keys of its published changes no device is known to have applied: dropped with it.
+    public var droppedChanges: [String]
+}
+
 /// One device of the store, as this device knows it.
 public struct DeviceInfo: Sendable, Equatable {
     public var id: String
@@ -89,9 +98,12 @@ extension Device {
     /// Marks `device` gone for good: publishes `devices/<id>.gone`, so every device stops
     /// waiting for it and it is refused if it syncs again.
     ///
+    /// - Returns: the device removed and its published changes no device is known to have
+    ///   applied, which every device drops with it (`coven gc --gone-devices` deletes them).
     /// - Throws: `.notFound` for a device the store does not have; `.invalidState` for this
     ///   device.
-    public func removeDevice(_ device: String) throws {
+    @discardableResult
+    public func removeDevice(_ device: String) throws -> DeviceRemoval {
         let lock = try self.lock(wait: true)
         defer { _ = lock }
         let provider = try connectStorage()
@@ -104,10 +116,18 @@ extension Device {
         guard id != deviceID else {
             throw CovenError(.invalidState, "'\(device)' is this device", hint: "remove a device from another one", details: ["device": id])
         }
+        let dropped = try droppedChanges(of: id, provider: provider)
         let now = Timestamp.iso8601(Date())
         let mark = GoneMark(device: id, goneAt: now, removedBy: deviceID)
         _ = try provider.putIfAbsent(Self.registryEntryKey(id) + Self.goneSuffix, data: try mark.seal(storeKey: key))
-        try database.transaction { try SyncState(database: database).setGone(id, at: now) }
+        try database.transaction {
+            try SyncState(database: database).setGone(id, at: now)
+            // The others apply of a gone device only what some device's published frontier
+            // says it applied: this one's next sync publishes what it applied of it (as a
+            // removal learned from `devices/` does), so no device is left without it.
+            if (row.int("applied_seq") ?? 0) > 0 { try setSetting(Self.frontierDueSetting, "1") }
+        }
+        return DeviceRemoval(id: id, name: row.string("name") ?? "", droppedChanges: dropped)
     }
 
     /// The lost values kept here, newest first.

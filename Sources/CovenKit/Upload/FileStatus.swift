@@ -9,6 +9,9 @@ public enum FileStatus: Sendable, Equatable {
         /// The file is on this device only, uploading, and its source is missing or coven's
         /// copy fails its check (the error's code: `user_file_missing`, `file_unavailable`).
         case source(ErrorCode)
+        /// The file was on one device only, and that device was removed from the store for
+        /// good (`coven device remove`): its bytes went with it.
+        case deviceRemoved
     }
 
     /// Storage holds an object of the file's complete encrypted size.
@@ -78,7 +81,9 @@ extension Device {
         switch record.coordinates.at {
         case .device:
             let holder = record.coordinates.device ?? ""
-            guard holder == deviceID else { return .deviceOnly(device: holder) }
+            guard holder == deviceID else {
+                return try isGone(holder) ? .missing(device: holder, reason: .deviceRemoved) : .deviceOnly(device: holder)
+            }
             guard let row = try database.queryOne("""
                 SELECT q.state, q.last_error_code, m.state AS move_state FROM coven_upload_queue q
                 LEFT JOIN coven_move_state m ON m.id = q.move WHERE q.object = ?1

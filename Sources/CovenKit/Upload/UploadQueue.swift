@@ -224,6 +224,13 @@ struct UploadQueue {
         try database.scalar("SELECT worker FROM coven_upload_queue WHERE object = ?1", [object]).textValue
     }
 
+    /// Whether an upload is being sent now (a live lease at `now`, seconds since the epoch).
+    func isSending(at now: Double) throws -> Bool {
+        try database.queryOne("""
+            SELECT 1 FROM coven_upload_queue WHERE state = \(UploadState.sending.sql) AND coalesce(lease_until, 0) > ?1
+            """, [now]) != nil
+    }
+
     /// Whether an upload of `object` is queued.
     func contains(_ object: String) throws -> Bool {
         try database.queryOne("SELECT 1 FROM coven_upload_queue WHERE object = ?1", [object]) != nil

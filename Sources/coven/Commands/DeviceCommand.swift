@@ -11,7 +11,13 @@ struct DeviceCommand: Command {
     refused ('device_gone') if it syncs again; its uploads stop there. Of its changes, every \
     device still applies those that some device's published frontier says it applied (so all \
     end with the same rows); the rest are dropped with it. DEVICE is an id or a name \
-    that 'coven devices' lists. This device cannot remove itself. Prints the removed device's id.
+    that 'coven devices' lists. This device cannot remove itself. Prints the removed device's id, \
+    then one line 'dropped KEY: no device applied it' for each of its published changes no \
+    device is known to have applied (above what this device applied of it and what every \
+    device's published frontier says): those are dropped with it, and 'coven gc \
+    --gone-devices' deletes their objects. A file that was on the removed device only (an \
+    upload it never finished) is reported by file-status as 'missing device-removed DEVICE', \
+    and reading it fails naming the removed device.
     """
     static let options: [OptionSpec] = []
     static let arguments = [
@@ -25,12 +31,12 @@ struct DeviceCommand: Command {
         guard invocation.arguments.count == 2 else { throw CovenError(.usage, "missing the DEVICE to remove") }
         let device = try context.openDevice()
         let name = invocation.arguments[1]
-        try device.removeDevice(name)
-        let removed = try device.devices().first { $0.id == name || $0.name == name }
+        let removal = try device.removeDevice(name)
         if context.json {
-            try context.printJSON(["removed": removed?.id ?? name])
+            try context.printJSON(["removed": removal.id, "dropped_changes": removal.droppedChanges])
         } else {
-            context.line(removed?.id ?? name)
+            context.line(removal.id)
+            for key in removal.droppedChanges { context.line("dropped \(key): no device applied it") }
         }
         return 0
     }

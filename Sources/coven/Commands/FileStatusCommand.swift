@@ -11,7 +11,8 @@ struct FileStatusCommand: Command {
     uploading (on this device only, its upload queued here); device-only DEVICE (on one device \
     only, with no upload); missing lost (storage confirms nothing at the file's path); missing \
     source CODE (uploading from this device, and its original is missing, user_file_missing, or \
-    coven's copy fails its check, file_unavailable). A stored file is checked with one request \
+    coven's copy fails its check, file_unavailable); missing device-removed DEVICE (it was on \
+    that device only, which 'coven device remove' removed: its bytes went with it). A stored file is checked with one request \
     for its object's size; one on a device only needs none. An object of any other size is \
     damage (integrity), a network or permission failure an error (storage), never absence; \
     with no storage set up (no credentials) it is no_storage. With --json, one object.
@@ -44,6 +45,12 @@ struct FileStatusCommand: Command {
             object["device"] = holder.map { $0 as Any } ?? NSNull()
             object["this_device"] = holder.map { ($0 == device.deviceID) as Any } ?? NSNull()
             text = "missing lost"
+        case .missing(let holder, .deviceRemoved):
+            object["status"] = "missing"
+            object["reason"] = "device_removed"
+            object["device"] = holder.map { $0 as Any } ?? NSNull()
+            object["this_device"] = false
+            text = "missing device-removed \(holder ?? "")"
         case .missing(let holder, .source(let code)):
             object["status"] = "missing"
             object["reason"] = "source"

@@ -15,7 +15,9 @@ struct GcCommand: Command {
     every other device not gone for good has published a frontier that includes each of those \
     writes ('coven sync' on a device that holds it back is enough). It also deletes change objects \
     every device not gone for good has applied and the newest retained snapshot covers (none \
-    while there is no snapshot), and snapshots past the newest two. A quiet pass lists no files. \
+    while there is no snapshot), and snapshots past the newest two. Once a day it also removes \
+    what interrupted uploads of this device left: temporary files (file://) and unfinished \
+    uploads no queued upload names, each older than a day. A quiet pass lists no files. \
     Prints one line per object deleted or kept back, with why and the devices holding it, then a \
     summary; one JSON object with --json. A user's original is never deleted: only objects \
     under files/, changes/ and snapshots/ in storage.

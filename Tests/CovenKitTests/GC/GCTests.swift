@@ -339,6 +339,97 @@ class GCTests: GCTestCase {
         XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_gc_candidates"), 0)
     }
 
+    /// A settings row `id` naming a new stored file of a user namespace (so it can be made
+    /// device-only); returns the file id and object.
+    func storedTrack(_ device: Device, id: String, _ text: String) throws -> (file: String, object: String) {
+        let staged = try device.prepareUserFile(path: try file("track-\(id).flac", text), namespace: "music", place: .cloud)
+        let file = try device.write(sql: "INSERT INTO settings (id, value, file) VALUES ('\(id)', 'v', coven_put_user_file('\(staged.id)'))").files[0]
+        return (file, try StoredFiles.store(device, file: file))
+    }
+
+    /// Makes `file` device-only on `device`, its copy under the case's folder.
+    func makeDeviceOnly(_ device: Device, _ file: String) throws {
+        let folder = work + "/mdo-\(device.deviceName)"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        _ = try device.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["\(file).flac"], input: "argument 1")])
+    }
+
+    /// Issue 19 item 22: the laptop uploads a track, the desktop makes it device-only and
+    /// syncs; the laptop, which applied the switch, deletes the stored bytes once every other
+    /// live device's frontier covers the switch (the desktop keeps its copy).
+    func testBytesAnotherDeviceMadeDeviceOnlyGoByTheGCOfADeviceThatAppliedTheSwitch() throws {
+        let laptop = try makeDevice(name: "laptop")
+        let desktop = try join("desktop", from: laptop)
+        let phone = try join("phone", from: laptop)
+        let (file, object) = try storedTrack(laptop, id: "t1", "a track")
+        for device in [laptop, desktop, phone] { _ = try device.sync() }
+        try makeDeviceOnly(desktop, file)
+        _ = try desktop.sync()
+        _ = try laptop.sync()
+        let held = try laptop.collectGarbage()
+        XCTAssertEqual(reasons(held, object), [.deviceBehind], "the phone has not applied the switch yet")
+        XCTAssertEqual(held.kept.first?.devices, [phone.deviceID])
+        XCTAssertTrue(try stored(laptop, object))
+        _ = try phone.sync()
+        let report = try laptop.collectGarbage()
+        XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
+        XCTAssertFalse(try stored(laptop, object))
+        XCTAssertEqual(try desktop.fileStatus(file), .deviceOnly(device: desktop.deviceID))
+        // The desktop's own gc judges it too: deleting it again is harmless.
+        XCTAssertFalse(try desktop.collectGarbage().hasFailures)
+        XCTAssertTrue(try laptop.collectGarbage().kept.isEmpty)
+    }
+
+    /// Item 22, the desktop removed before its own gc ran: the laptop, which applied the
+    /// switch, deletes the bytes (they are not in the desktop's folder, so --gone-devices
+    /// would never list them).
+    func testBytesADeviceMadeDeviceOnlyGoAfterItIsRemovedBeforeItsGC() throws {
+        let laptop = try makeDevice(name: "laptop")
+        let desktop = try join("desktop", from: laptop)
+        let (file, object) = try storedTrack(laptop, id: "t1", "a track")
+        for device in [laptop, desktop] { _ = try device.sync() }
+        try makeDeviceOnly(desktop, file)
+        _ = try desktop.sync()
+        _ = try laptop.sync()
+        try laptop.removeDevice(desktop.deviceID)
+        let report = try laptop.collectGarbage()
+        XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
+        XCTAssertFalse(try stored(laptop, object))
+    }
+
+    /// Issue 19 item 23: temporary files a killed write left in this device's folder of a
+    /// file:// store go once older than a day, and so does an upload session no queued upload
+    /// names; a fresh one of each (a write running now) stays, and so does every object.
+    func testLeftoverTemporaryFilesOfThisDevicesFolderGoOnceOld() throws {
+        let a = try makeDevice(name: "a")
+        let (_, object) = try storedSetting(a, id: "s1", "stored bytes")
+        _ = try a.sync()
+        let folder = storeFolder + "/files/\(a.deviceID)"
+        let old = folder + "/.coven-tmp-0123456789abcdef"
+        let fresh = folder + "/.coven-tmp-fedcba9876543210"
+        for path in [old, fresh] { XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("part of an upload".utf8))) }
+        let twoDaysAgo = Date().addingTimeInterval(-2 * 86400)
+        try FileManager.default.setAttributes([.modificationDate: twoDaysAgo], ofItemAtPath: old)
+        // Multipart sessions of objects no queued upload names (a start whose answer was lost):
+        // one started two days ago, one now.
+        let provider = try a.connectStorage()
+        let orphan = "files/\(a.deviceID)/orphan"
+        let oldSession = try provider.createMultipart(orphan, totalSize: 10, partSize: 10)
+        try FileManager.default.setAttributes([.modificationDate: twoDaysAgo], ofItemAtPath: storeFolder + "/.uploads/\(oldSession)/info")
+        let freshSession = try provider.createMultipart(orphan + "-fresh", totalSize: 10, partSize: 10)
+        let dry = try a.collectGarbage(dryRun: true)
+        XCTAssertEqual(dry.deleted, [.init(key: "files/\(a.deviceID)/.coven-tmp-0123456789abcdef", kind: .temporary)])
+        XCTAssertEqual(dry.abortedUploads, [orphan])
+        XCTAssertTrue(FileManager.default.fileExists(atPath: old), "a dry run deletes nothing")
+        let report = try a.collectGarbage()
+        XCTAssertEqual(report.deleted, [.init(key: "files/\(a.deviceID)/.coven-tmp-0123456789abcdef", kind: .temporary)])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: old))
+        XCTAssertEqual(report.abortedUploads, [orphan])
+        XCTAssertTrue(FileManager.default.fileExists(atPath: fresh), "a fresh temporary file may be a write running now")
+        XCTAssertEqual(try provider.uploadsInProgress(prefix: "files/\(a.deviceID)/").map(\.uploadID), [freshSession])
+        XCTAssertTrue(try stored(a, object))
+    }
+
     /// --gone-devices: the unfinished uploads of a device gone for good are aborted and what
     /// no record names in its folder goes; what a record names stays; a rerun is harmless.
     func testGoneDeviceCleanupAbortsItsUploadsAndDeletesWhatNothingNames() throws {
@@ -449,6 +540,12 @@ final class GCS3RuleTests: GCTests {
     override func testASilentDeviceHoldsBackUntilItIsRemoved() throws { try super.testASilentDeviceHoldsBackUntilItIsRemoved() }
     override func testTheDeleteOfADeviceRemovedBeforeItsGCIsCollectedByTheOthers() throws { try super.testTheDeleteOfADeviceRemovedBeforeItsGCIsCollectedByTheOthers() }
     override func testGoneDeviceCleanupAbortsItsUploadsAndDeletesWhatNothingNames() throws { try super.testGoneDeviceCleanupAbortsItsUploadsAndDeletesWhatNothingNames() }
+    override func testBytesAnotherDeviceMadeDeviceOnlyGoByTheGCOfADeviceThatAppliedTheSwitch() throws {
+        try super.testBytesAnotherDeviceMadeDeviceOnlyGoByTheGCOfADeviceThatAppliedTheSwitch()
+    }
+    override func testBytesADeviceMadeDeviceOnlyGoAfterItIsRemovedBeforeItsGC() throws { try super.testBytesADeviceMadeDeviceOnlyGoAfterItIsRemovedBeforeItsGC() }
+    // file:// only: S3 writes leave no temporary files (its sessions: GCS3Tests).
+    override func testLeftoverTemporaryFilesOfThisDevicesFolderGoOnceOld() throws {}
     override func testTwoDevicesCollectingTheSameFolderDeleteNothingNamed() throws { try super.testTwoDevicesCollectingTheSameFolderDeleteNothingNamed() }
     override func testChangeObjectsNeedASnapshotAndSnapshotsPastTheNewestTwoGo() throws { try super.testChangeObjectsNeedASnapshotAndSnapshotsPastTheNewestTwoGo() }
 }

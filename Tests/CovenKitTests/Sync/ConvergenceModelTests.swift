@@ -17,10 +17,11 @@ struct SeededRandom {
 }
 
 /// Randomized convergence: three devices doing random inserts, updates, deletes (cascading
-/// and orphaning), stages, syncs and the removal of a device in random order, with damage
-/// (change objects deleted or damaged in storage, databases put back from a backup), then
-/// syncing until quiet, must hold the same rows of every synced table and of coven_files, but
-/// the devices that name the damage that stops them. The seed of a failing run is printed;
+/// and orphaning), stages, syncs and the removal of a device (also right after a delete it
+/// published and the remover applied) in random order, with damage (change objects deleted or
+/// damaged in storage, databases put back from a backup), then syncing until quiet, must hold
+/// the same rows of every synced table and of coven_files, but the devices that name the
+/// damage that stops them. The seed of a failing run is printed;
 /// `COVEN_SEED=N` replays one run, `COVEN_RUNS=N` sets how many.
 final class ConvergenceModelTests: XCTestCase {
     static let manifest = """
@@ -88,7 +89,17 @@ final class ConvergenceModelTests: XCTestCase {
                     // d2 removed for good by another device: what of it some device applied,
                     // every device applies.
                     let gone = devices.remove(at: 2)
-                    try devices[random.below(2)].removeDevice(gone.deviceID)
+                    let remover = devices[random.below(2)]
+                    if random.below(2) == 0 {
+                        // A removal after a delete: all sync, d2 deletes an album they hold
+                        // and publishes, the remover applies that (pulling only) and removes
+                        // d2 before it publishes again.
+                        for device in devices + [gone] { try damage.sync(device) }
+                        try gone.write(sql: "DELETE FROM albums WHERE id = (SELECT id FROM albums ORDER BY id LIMIT 1)")
+                        try damage.sync(gone)
+                        _ = try remover.sync(push: false)
+                    }
+                    try remover.removeDevice(gone.deviceID)
                     continue
                 }
                 try damage.sync(device)

@@ -240,6 +240,29 @@ final class SyncTests: DeviceTestCase {
         XCTAssertThrowsError(try a.removeDevice("a")) { XCTAssertEqual(($0 as? CovenError)?.code, .invalidState) }
     }
 
+    /// Issue 19 B: b inserts an album, every device applies it; c deletes it and syncs; a pulls
+    /// the delete and then removes c. b never applied c's delete: it learns of it only from a's
+    /// published frontier, so a's removal must publish that frontier, and b then applies the
+    /// delete too.
+    func testARemovalAfterADeleteLeavesTheDevicesTheSame() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        let c = try join("c", from: a)
+        try b.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'X')")
+        for device in [b, a, c, a] { _ = try device.sync() }
+        try c.write(sql: "DELETE FROM albums")
+        _ = try c.sync()
+        _ = try a.sync(push: false)
+        try a.removeDevice("c")
+        for _ in 0..<3 {
+            _ = try a.sync()
+            _ = try b.sync()
+        }
+        XCTAssertEqual(try count(a, "SELECT count(*) FROM albums"), 0)
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM albums"), 0, "b applies c's delete, which a applied before removing c")
+        XCTAssertEqual(try dump(a), try dump(b))
+    }
+
     /// A wrong key is refused before anything is written.
     func testJoinWithAWrongKeyWritesNothing() throws {
         let a = try makeDevice(name: "a")
