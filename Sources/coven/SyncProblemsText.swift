@@ -30,6 +30,7 @@ struct SyncProblemsText {
     /// The JSON members of a pull's problems.
     static func pulledJSON(_ pulled: PullReport) -> [String: Any] {
         [
+            "clock_ahead_ms": pulled.clockAhead,
             "gaps": pulled.gaps,
             "damaged": pulled.damaged.mapValues { ["seq": $0.seq, "object": $0.object, "message": $0.message] as [String: Any] },
             "lost_for_good": pulled.lostForGood.map { ["device": $0.device, "seq": $0.seq, "object": $0.object, "why": $0.why.rawValue] as [String: Any] },
@@ -69,6 +70,10 @@ struct SyncProblemsText {
             warn("change \(lost.seq) of device \(describe(lost.device)), gone for good, is \(lost.why == .missing ? "missing from" : "damaged in") storage: "
                  + "what it held is lost for good here; the others went past it")
         }
+        for (other, ahead) in pulled.clockAhead.sorted(by: { $0.key < $1.key }) {
+            warn("device \(describe(other)) stamps its changes \(ClockText.duration(ahead)) ahead of this device's clock: its stamps do not move this device's clock "
+                 + "past \(ClockText.duration(HybridClock.maximumAhead)) ahead (an edit of a row it wrote is still stamped after it); check that device's clock")
+        }
         for (other, seq) in pulled.waiting.sorted(by: { $0.key < $1.key }) {
             context.note("warning: device \(describe(other))'s next change waits for change \(seq) of a device not applied here yet")
         }
@@ -95,5 +100,17 @@ enum PrintableName {
             }
         }
         return out
+    }
+}
+
+/// A duration for people: the largest unit that fits (`10 years`, `3 hours`, `42 seconds`).
+enum ClockText {
+    static func duration(_ milliseconds: Int64) -> String {
+        let seconds = milliseconds / 1000
+        let units: [(Int64, String)] = [(365 * 86400, "year"), (86400, "day"), (3600, "hour"), (60, "minute"), (1, "second")]
+        for (size, name) in units where seconds >= size {
+            return (Int(seconds / size)).counted(name)
+        }
+        return "\(milliseconds) ms"
     }
 }

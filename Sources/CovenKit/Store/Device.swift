@@ -267,7 +267,7 @@ public final class Device {
             try database.transaction {
                 if let snapshot, !snapshot.hlc.isEmpty {
                     // The receive rule of the hybrid clock, as for every applied change.
-                    try settings.add("hlc", snapshot.hlc)
+                    try settings.add("hlc", HybridClock.receive(snapshot.hlc).stamp)
                 }
                 if let snapshot, snapshot.seq > 0 || snapshot.frontier.contains(where: { $0.value > 0 }) {
                     // What the snapshot holds is applied here: the first sync publishes that

@@ -29,6 +29,47 @@ public enum HybridClock {
         return stamp
     }
 
+    /// How far past this device's wall clock a stamp received from another device may move
+    /// this device's clock: 5 minutes. A device whose clock runs further ahead no longer drags
+    /// every other device's stamps along; its rows keep their stamps (last writer wins is the
+    /// same everywhere), and an edit of one of them is still stamped after it
+    /// (``after(_:device:)``).
+    public static let maximumAhead: Int64 = 5 * 60 * 1000
+
+    /// The stamp the receive rule moves this device's clock to for `received`, the newest
+    /// stamp of an applied change: `received`, or the wall clock plus ``maximumAhead`` when
+    /// `received` is further ahead.
+    ///
+    /// - Returns: the stamp to keep, and how many milliseconds `received` is ahead of the wall
+    ///   clock when it is past the bound (nil otherwise).
+    static func receive(_ received: String, now: Date = Date()) -> (stamp: String, ahead: Int64?) {
+        let wall = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
+        guard let (millis, _) = parse(received), millis > wall + maximumAhead else { return (received, nil) }
+        let bound = Timestamp.iso8601(Date(timeIntervalSince1970: Double(wall + maximumAhead) / 1000)) + "-ffff-"
+        return (bound, millis - wall)
+    }
+
+    /// A stamp of this device after both `floor` and its last one, kept as its last: a write
+    /// that changes a row stamped `floor` (or inserts one deleted at `floor`) is stamped after
+    /// it, whatever the wall clock says (causality: an edit made after seeing a row beats it).
+    static func after(_ floor: String, device: Device) throws -> String {
+        let last = try device.setting("hlc") ?? ""
+        let base = max(floor, last)
+        guard var (millis, counter) = parse(base) else { return try next(device: device) }
+        counter += 1
+        if counter > 0xffff {
+            millis += 1
+            counter = 0
+        }
+        let stamp = Timestamp.iso8601(Date(timeIntervalSince1970: Double(millis) / 1000)) + "-" + String(format: "%04x", counter) + "-" + device.deviceID
+        try device.setSetting("hlc", stamp)
+        return stamp
+    }
+
+    /// The setting holding how far `device`'s last change applied here was stamped ahead of
+    /// this device's wall clock (milliseconds; absent when within ``maximumAhead``).
+    static func aheadSetting(_ device: String) -> String { "clock_ahead:" + device }
+
     /// The milliseconds and counter of a stamp.
     static func parse(_ stamp: String) -> (Int64, Int64)? {
         let parts = stamp.split(separator: "-", maxSplits: 4, omittingEmptySubsequences: false)

@@ -86,7 +86,9 @@ struct RecordedChanges {
 final class RecordedWrite {
     let device: Device
     /// The write's stamp: what `coven_stamp()` returns and every changed row's `_updated_at`.
-    let stamp: String
+    /// A write that changes a row stamped after it (by a device whose clock runs ahead) is
+    /// stamped again, after that row, when it commits (``HybridClock/after(_:device:)``).
+    private(set) var stamp: String
     /// Objects whose upload this write's publication waits for (bound references).
     var waitsFor: Set<String> = []
 
@@ -103,6 +105,7 @@ final class RecordedWrite {
         self.device = device
         stamp = try HybridClock.next(device: device)
         capture = try RowCapture.of(device.database)
+        capture.ownStamp = stamp
         let tables = Self.recordedTables(device.manifest)
         fileColumns = Dictionary(tables.map { ($0.name, $0.fileColumns) }, uniquingKeysWith: { first, _ in first })
         try capture.prepare(tables: tables)
@@ -118,6 +121,28 @@ final class RecordedWrite {
         return RecordedChanges(capture: capture, fileColumns: fileColumns, generation: capture.generation)
     }
 
+    /// Causality: when a row the write updated or deleted was stamped after the write's stamp,
+    /// or a row it inserted was deleted after it (a device whose clock runs ahead wrote them,
+    /// and the receive rule did not follow it that far), the write is stamped again after the
+    /// newest of those, so it beats what it was made after, on every device.
+    private func stampAfterWhatItChanged() throws {
+        let database = device.database
+        let tombstone = try database.scalar("""
+            SELECT max(t.stamp) FROM temp.coven_capture_rows r JOIN main.coven_tombstones t ON t.tbl = r.tbl AND t.id = r.id
+            """).textValue
+        let floor = max(capture.newestOldStamp ?? "", tombstone ?? "")
+        guard floor >= stamp else { return }
+        let fresh = try HybridClock.after(floor, device: device)
+        for table in Set(try database.query("SELECT DISTINCT tbl FROM temp.coven_capture_rows").compactMap { $0.string("tbl") }) {
+            try database.run("""
+                UPDATE main.\(RowCapture.quote(table)) SET _updated_at = ?1
+                WHERE _updated_at = ?2 AND id IN (SELECT id FROM temp.coven_capture_rows WHERE tbl = ?3)
+                """, [fresh, stamp, table])
+        }
+        stamp = fresh
+        capture.ownStamp = fresh
+    }
+
     /// Appends the write's row images and tombstones to the outbox, in pieces of about
     /// ``Outbox/pieceBytes`` so no write is held whole in memory twice.
     ///
@@ -127,6 +152,7 @@ final class RecordedWrite {
         capture.active = false
         let changes = try changes()
         let database = device.database
+        try stampAfterWhatItChanged()
         var columnsOf: [String: [String]] = [:]
         func columns(_ table: String) throws -> [String] {
             if let known = columnsOf[table] { return known }

@@ -31,6 +31,11 @@ final class RowCapture {
     /// Counts the folds (``fold()``) and clears (``prepare(tables:)``) of the capture: a
     /// ``RecordedChanges`` reads the fold it was made from only.
     private(set) var generation = 0
+    /// The newest `_updated_at` a row the write updated or deleted had before it (the write's
+    /// own stamp, ``ownStamp``, aside): a write must be stamped after it (causality).
+    private(set) var newestOldStamp: String?
+    /// The stamp of the write being captured, which the rows it stamps carry.
+    var ownStamp: String?
 
     private init(database: Database) {
         self.database = database
@@ -64,6 +69,7 @@ final class RowCapture {
         }
         for stale in present { try database.execute("DROP TRIGGER IF EXISTS temp.\(Self.quote(stale))") }
         try database.execute("DELETE FROM temp.coven_capture; DELETE FROM temp.coven_capture_rows")
+        newestOldStamp = nil
         generation += 1
     }
 
@@ -80,7 +86,8 @@ final class RowCapture {
                 id ANY,
                 old_id ANY,
                 op TEXT NOT NULL,
-                old_files TEXT
+                old_files TEXT,
+                old_stamp ANY
             );
             CREATE TEMP TABLE IF NOT EXISTS coven_capture_rows (
                 pos INTEGER PRIMARY KEY,
@@ -122,10 +129,10 @@ final class RowCapture {
                 INSERT INTO coven_capture (tbl, id, old_id, op, old_files) VALUES (\(literal), NEW.id, NULL, 'i', NULL);
             END;
             CREATE TEMP TRIGGER \(name)_u AFTER UPDATE ON main.\(quoted) WHEN coven_capturing() BEGIN
-                INSERT INTO coven_capture (tbl, id, old_id, op, old_files) VALUES (\(literal), NEW.id, OLD.id, 'u', \(files("OLD")));
+                INSERT INTO coven_capture (tbl, id, old_id, op, old_files, old_stamp) VALUES (\(literal), NEW.id, OLD.id, 'u', \(files("OLD")), OLD._updated_at);
             END;
             CREATE TEMP TRIGGER \(name)_d AFTER DELETE ON main.\(quoted) WHEN coven_capturing() BEGIN
-                INSERT INTO coven_capture (tbl, id, old_id, op, old_files) VALUES (\(literal), OLD.id, NULL, 'd', \(files("OLD")));
+                INSERT INTO coven_capture (tbl, id, old_id, op, old_files, old_stamp) VALUES (\(literal), OLD.id, NULL, 'd', \(files("OLD")), OLD._updated_at);
             END;
             """)
     }
@@ -146,6 +153,11 @@ final class RowCapture {
     func fold() throws {
         generation += 1
         try createTables()
+        if let newest = try database.scalar("SELECT max(CAST(old_stamp AS TEXT)) FROM temp.coven_capture WHERE CAST(old_stamp AS TEXT) IS NOT ?1",
+                                            [ownStamp.map { SQLValue.text($0) } ?? .null]).textValue,
+           newest > (newestOldStamp ?? "") {
+            newestOldStamp = newest
+        }
         try database.execute("""
             INSERT INTO temp.coven_capture_rows (pos, tbl, id, first_op, old_files, last_op)
             SELECT f.seq * 2 + half.n, f.tbl,

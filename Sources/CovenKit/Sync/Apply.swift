@@ -12,6 +12,9 @@ struct ApplyReport {
     /// Objects whose cached bytes go after the commit (a record deleted, or made device-only
     /// elsewhere).
     var uncache: Set<String> = []
+    /// How far the change's writer stamps ahead of this device's wall clock, when past
+    /// ``HybridClock/maximumAhead`` (milliseconds).
+    var clockAhead: Int64?
 }
 
 /// Applies another device's change (DESIGN.md "Pull"): in one transaction with foreign keys
@@ -76,9 +79,14 @@ struct ChangeApplier {
             let frontier = change.frontier.mapValues { Int64($0) }
             try sync.log(device: change.device, seq: Int64(change.seq), maxStamp: change.entries.map(\.stamp).max() ?? "", frontier: frontier)
             try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier, heldObjects: change.heldObjects)
-            // The receive rule of the hybrid clock: later stamps here sort after what arrived.
-            if let newest = change.entries.map(\.stamp).max(), newest > (try device.setting("hlc") ?? "") {
-                try device.setSetting("hlc", newest)
+            // The receive rule of the hybrid clock: later stamps here sort after what arrived,
+            // but a device whose clock runs far ahead does not drag this one along (an edit of
+            // one of its rows is still stamped after it: HybridClock.after).
+            if let newest = change.entries.map(\.stamp).max(), HybridClock.device(of: newest) == change.device {
+                let (kept, ahead) = HybridClock.receive(newest)
+                if kept > (try device.setting("hlc") ?? "") { try device.setSetting("hlc", kept) }
+                report.clockAhead = ahead
+                try device.setSetting(HybridClock.aheadSetting(change.device), ahead.map(String.init))
             }
             try device.setSetting("last_pull", Timestamp.iso8601(Date()))
             try commitTakingOutOrphans(report: &report)

@@ -17,6 +17,10 @@ public struct PullReport: Sendable, Equatable {
     public var damaged: [String: DamagedChange] = [:]
     /// Changes of devices gone for good that storage lost or damaged: gone past, lost for good.
     public var lostForGood: [LostChange] = []
+    /// Devices whose last change applied now was stamped further ahead of this device's wall
+    /// clock than ``HybridClock/maximumAhead`` (milliseconds): their stamps did not move this
+    /// device's clock past that bound.
+    public var clockAhead: [String: Int64] = [:]
     /// Devices whose next change waits for a change of another device not applied here yet.
     public var waiting: [String: Int64] = [:]
     /// Devices learned of now.
@@ -145,6 +149,7 @@ extension Device {
                         report.skipped += applied.skipped
                         report.lost += applied.lost
                         report.takenOut += applied.takenOut
+                        if let ahead = applied.clockAhead { report.clockAhead[other] = ahead } else { report.clockAhead[other] = nil }
                         uncache.formUnion(applied.uncache)
                         progress?(.applied(device: other, seq: next, entries: change.entries.count))
                         moved = true

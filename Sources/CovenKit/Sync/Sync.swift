@@ -36,6 +36,9 @@ public struct DeviceInfo: Sendable, Equatable {
     public var frontier: [String: Int64]
     public var gone: Bool
     public var thisDevice: Bool
+    /// How far its last change applied here was stamped ahead of this device's wall clock,
+    /// in milliseconds, when past ``HybridClock/maximumAhead``: its clock runs ahead.
+    public var clockAhead: Int64?
 }
 
 /// A lost value of a concurrent edit, or a row taken out.
@@ -91,7 +94,8 @@ extension Device {
         try database.query("SELECT * FROM coven_device_registry ORDER BY device <> ?1, joined_at, device", [deviceID]).map { row in
             DeviceInfo(id: row.string("device") ?? "", name: row.string("name") ?? "", joinedAt: row.string("joined_at") ?? "",
                        seq: row.int("applied_seq") ?? 0, frontier: Frontier.parse(row.string("frontier") ?? "{}"),
-                       gone: row.int("gone") == 1, thisDevice: row.string("device") == deviceID)
+                       gone: row.int("gone") == 1, thisDevice: row.string("device") == deviceID,
+                       clockAhead: try setting(HybridClock.aheadSetting(row.string("device") ?? "")).flatMap { Int64($0) })
         }
     }
 

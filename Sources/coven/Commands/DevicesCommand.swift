@@ -11,7 +11,8 @@ struct DevicesCommand: Command {
     (for this device, published), whether it is gone for good, and its name. The list is what \
     the last sync learned from devices/. With --json, an array of objects: `id`, `name`, \
     `joined_at`, `seq`, `frontier` (for each other device, the highest seq it had applied with \
-    nothing missing below, as its last change said), `gone`, `this_device`.
+    nothing missing below, as its last change said), `gone`, `this_device`, `clock_ahead_ms` (how far \
+    ahead of this device's clock its last change applied here was stamped, when past 5 minutes).
     """
     static let options: [OptionSpec] = []
     static let mutates = false
@@ -22,11 +23,15 @@ struct DevicesCommand: Command {
         if context.json {
             try context.printJSON(devices.map { info -> [String: Any] in
                 ["id": info.id, "name": info.name, "joined_at": info.joinedAt, "seq": info.seq, "frontier": info.frontier,
-                 "gone": info.gone, "this_device": info.thisDevice]
+                 "gone": info.gone, "this_device": info.thisDevice, "clock_ahead_ms": info.clockAhead.map { $0 as Any } ?? NSNull()]
             })
         } else {
             for info in devices {
                 context.line([info.id, String(info.seq), info.gone ? "gone" : (info.thisDevice ? "this" : "-"), info.name].joined(separator: "\t"))
+            }
+            for info in devices {
+                guard let ahead = info.clockAhead else { continue }
+                context.note("warning: device '\(info.name)' (\(info.id)) stamps its changes \(ClockText.duration(ahead)) ahead of this device's clock")
             }
         }
         return 0
