@@ -8,10 +8,13 @@ extension Device {
     ///
     /// - Throws: `.noStorage`/`.missing` when no store is there; `.integrity` when `storeKey`
     ///   does not open it; `.updateRequired` for a store of a newer format; `.alreadyExists`
-    ///   for a device already at `paths`; `.storage`.
+    ///   for a device already at `paths`; `.usage` for a name holding a control character;
+    ///   `.exists` for a name a live device of the store holds (a name left out becomes the
+    ///   host name, made unique with `-2`, `-3`, …); `.storage`.
     public static func join(paths: DevicePaths, storage: StorageLocation, storeKey keyBytes: [UInt8], name: String?,
                             environment: [String: String]? = nil) throws -> Device {
         try refuseExisting(paths)
+        if let name { try checkDeviceName(name) }
         guard keyBytes.count == 32 else {
             throw CovenError(.usage, "a store key is 32 bytes (64 hex digits, as 'coven key export' prints it), not \(keyBytes.count)")
         }
@@ -39,6 +42,12 @@ extension Device {
                              cause: error.description, details: ["object": manifestKey])
         }
         let manifest = try Manifest(json: Data(manifestText))
+        let taken = try liveDeviceNames(provider: provider, storeKey: storeKey)
+        if let name, let holder = taken[name] {
+            throw CovenError(.exists, "device '\(holder)' of the store at '\(storage)' is already called '\(name)'",
+                             hint: "pick another --name, or remove that device first ('coven device remove \(holder)' on another device)",
+                             details: ["device": holder, "name": name])
+        }
 
         let parent = (paths.database as NSString).deletingLastPathComponent
         var created = false
@@ -49,7 +58,7 @@ extension Device {
         let lock = try DeviceLock(path: paths.lock, wait: false)
         defer { _ = lock }
         let deviceID = Identifier.uuid4()
-        let deviceName = name ?? ProcessInfo.processInfo.hostName
+        let deviceName = name ?? uniqueName(ProcessInfo.processInfo.hostName, taken: Set(taken.keys))
         let now = Timestamp.iso8601(Date())
         defer { for suffix in ["", "-wal", "-shm"] { unlink(building(paths) + suffix) } }
         let signingKey = try DeviceSigningKey()
@@ -77,5 +86,64 @@ extension Device {
         device.joinedFrom = snapshot
         try device.refreshDevices(provider: provider, storeKey: storeKey)
         return device
+    }
+
+    /// Refuses a device name that is empty or holds a control character (a newline or tab
+    /// would break every line-based listing of devices).
+    ///
+    /// - Throws: `.usage`.
+    public static func checkDeviceName(_ name: String) throws {
+        guard !name.trimmingCharacters(in: .whitespaces).isEmpty else {
+            throw CovenError(.usage, "--name takes a name, not an empty word", hint: "leave --name out to use the host name")
+        }
+        if let bad = name.unicodeScalars.first(where: { $0.properties.generalCategory == .control }) {
+            throw CovenError(.usage, "a device name cannot hold a control character (\(DeviceNameText.escape(String(bad))) in '\(DeviceNameText.escape(name))')",
+                             hint: "pass a name of letters, digits, spaces and punctuation with --name", details: ["name": name])
+        }
+    }
+
+    /// The names of the store's devices not gone for good, each with its device's id, read
+    /// from `devices/` (one listing, one read per entry).
+    static func liveDeviceNames(provider: StorageProvider, storeKey: FileKey) throws -> [String: String] {
+        let listed = try provider.list(prefix: "devices/").map { String($0.key.dropFirst("devices/".count)) }
+        let gone = Set(listed.filter { $0.hasSuffix(goneSuffix) }.map { String($0.dropLast(goneSuffix.count)) })
+        var names: [String: String] = [:]
+        for id in listed where Identifier.isCanonicalUUID(id) && !gone.contains(id) {
+            guard let sealed = try provider.getObject(registryEntryKey(id)) else { continue }
+            let entry = try DeviceEntry.open(sealed, path: registryEntryKey(id), storeKey: storeKey)
+            names[entry.name] = entry.device
+        }
+        return names
+    }
+
+    /// `base`, or `base-2`, `base-3`, … : the first that no name in `taken` is.
+    static func uniqueName(_ base: String, taken: Set<String>) -> String {
+        guard taken.contains(base) else { return base }
+        var number = 2
+        while taken.contains("\(base)-\(number)") { number += 1 }
+        return "\(base)-\(number)"
+    }
+}
+
+/// Device names in text output: a control character (left by an older coven) or a backslash
+/// printed as an escape (`\t`, `\n`, `\\`, `\xNN`), so one name stays on one line and field.
+public enum DeviceNameText {
+    public static func escape(_ name: String) -> String {
+        var text = ""
+        for scalar in name.unicodeScalars {
+            switch scalar {
+            case "\\": text += "\\\\"
+            case "\t": text += "\\t"
+            case "\n": text += "\\n"
+            case "\r": text += "\\r"
+            default:
+                if scalar.properties.generalCategory == .control {
+                    text += scalar.value < 0x100 ? String(format: "\\x%02x", scalar.value) : String(format: "\\u{%x}", scalar.value)
+                } else {
+                    text.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return text
     }
 }

@@ -84,18 +84,36 @@ extension Device {
     /// Marks `device` gone for good: publishes `devices/<id>.gone`, so every device stops
     /// waiting for it and it is refused if it syncs again.
     ///
-    /// - Throws: `.notFound` for a device the store does not have; `.invalidState` for this
-    ///   device.
-    public func removeDevice(_ device: String) throws {
+    /// `device` is an id, or a name: that of one device not gone for good, or, when no live
+    /// device has it, of one gone device.
+    ///
+    /// - Returns: the id of the device removed.
+    /// - Throws: `.notFound` for a device the store does not have; `.usage` for a name two
+    ///   devices share (the error lists their ids); `.invalidState` for this device.
+    @discardableResult
+    public func removeDevice(_ device: String) throws -> String {
         let lock = try self.lock(wait: true)
         defer { _ = lock }
         let provider = try connectStorage()
         let key = try storeKey()
         try refreshDevices(provider: provider, storeKey: key)
-        guard let row = try database.queryOne("SELECT * FROM coven_device_registry WHERE device = ?1 OR name = ?1", [device]) else {
-            throw CovenError(.notFound, "no device '\(device)' in this store", hint: "'coven devices' lists them", details: ["device": device])
+        let id: String
+        if try database.queryOne("SELECT device FROM coven_device_registry WHERE device = ?1", [device]) != nil {
+            id = device
+        } else {
+            let named = try database.query("SELECT device, gone FROM coven_device_registry WHERE name = ?1 ORDER BY device", [device])
+            let live = named.filter { $0.int("gone") != 1 }
+            let candidates = (live.isEmpty ? named : live).compactMap { $0.string("device") }
+            guard let first = candidates.first else {
+                throw CovenError(.notFound, "no device '\(device)' in this store", hint: "'coven devices' lists them", details: ["device": device])
+            }
+            guard candidates.count == 1 else {
+                throw CovenError(.usage, "\(candidates.count) devices are called '\(DeviceNameText.escape(device))': \(candidates.joined(separator: ", "))",
+                                 hint: "name the one to remove by its id ('coven devices' lists them)",
+                                 details: ["device": device, "devices": candidates.joined(separator: ",")])
+            }
+            id = first
         }
-        let id = row.string("device") ?? device
         guard id != deviceID else {
             throw CovenError(.invalidState, "'\(device)' is this device", hint: "remove a device from another one", details: ["device": id])
         }
@@ -103,6 +121,7 @@ extension Device {
         let mark = GoneMark(device: id, goneAt: now, removedBy: deviceID)
         _ = try provider.putIfAbsent(Self.registryEntryKey(id) + Self.goneSuffix, data: try mark.seal(storeKey: key))
         try database.transaction { try SyncState(database: database).setGone(id, at: now) }
+        return id
     }
 
     /// The lost values kept here, newest first.

@@ -11,7 +11,9 @@ struct DeviceCommand: Command {
     refused ('device_gone') if it syncs again; its uploads stop there. Of its changes, every \
     device still applies those that some device's published frontier says it applied (so all \
     end with the same rows); the rest are dropped with it. DEVICE is an id or a name \
-    that 'coven devices' lists. This device cannot remove itself. Prints the removed device's id.
+    that 'coven devices' lists: a name names the device not gone for good that has it (or, if \
+    none has, the gone one); a name two devices share is refused ('usage', listing their ids): \
+    give the id. This device cannot remove itself. Prints the removed device's id.
     """
     static let options: [OptionSpec] = []
     static let arguments = [
@@ -25,12 +27,11 @@ struct DeviceCommand: Command {
         guard invocation.arguments.count == 2 else { throw CovenError(.usage, "missing the DEVICE to remove") }
         let device = try context.openDevice()
         let name = invocation.arguments[1]
-        try device.removeDevice(name)
-        let removed = try device.devices().first { $0.id == name || $0.name == name }
+        let removed = try device.removeDevice(name)
         if context.json {
-            try context.printJSON(["removed": removed?.id ?? name])
+            try context.printJSON(["removed": removed])
         } else {
-            context.line(removed?.id ?? name)
+            context.line(removed)
         }
         return 0
     }

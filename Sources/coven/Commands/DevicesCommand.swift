@@ -8,7 +8,7 @@ struct DevicesCommand: Command {
     static let synopsis = ["[--json]"]
     static let discussion = """
     One line per device, this one first: its id, the highest seq of its changes applied here \
-    (for this device, published), whether it is gone for good, and its name. The list is what \
+    (for this device, published), whether it is gone for good, and its name (a control character or backslash in it escaped as \\t, \\n, \\\\ or \\xNN). The list is what \
     the last sync learned from devices/. With --json, an array of objects: `id`, `name`, \
     `joined_at`, `seq`, `frontier` (for each other device, the highest seq it had applied with \
     nothing missing below, as its last change said), `gone`, `this_device`.
@@ -26,7 +26,7 @@ struct DevicesCommand: Command {
             })
         } else {
             for info in devices {
-                context.line([info.id, String(info.seq), info.gone ? "gone" : (info.thisDevice ? "this" : "-"), info.name].joined(separator: "\t"))
+                context.line([info.id, String(info.seq), info.gone ? "gone" : (info.thisDevice ? "this" : "-"), DeviceNameText.escape(info.name)].joined(separator: "\t"))
             }
         }
         return 0

@@ -54,7 +54,7 @@ struct GcCommand: Command {
         // keeps the ids.
         let known = try device.devices()
         var names: [String: String] = [:]
-        for entry in known where !entry.name.isEmpty && known.filter({ $0.name == entry.name }).count == 1 { names[entry.id] = entry.name }
+        for entry in known where !entry.name.isEmpty && known.filter({ $0.name == entry.name }).count == 1 { names[entry.id] = DeviceNameText.escape(entry.name) }
         func named(_ text: String) -> String {
             names.reduce(text) { $0.replacingOccurrences(of: $1.key, with: $1.value) }
         }

@@ -13,7 +13,7 @@ struct JoinCommand: Command {
     with the store's manifest and a fresh device id, starting from the newest snapshot under \
     snapshots/ whose schema it can read (one that fails authentication, is truncated or is of a \
     newer schema is passed over, with a warning, for an older one or for none); announces it \
-    under devices/; then pulls the changes the snapshot does not hold. Prints the new device's id, or one JSON object with --json.
+    under devices/; then pulls the changes the snapshot does not hold. A name that a device of the store not gone for good holds is refused ('exists', naming that device); without --name the device takes the host name, or the host name with -2, -3, … when that is taken; a name holding a control character (a tab, a newline) is refused ('usage'). Prints the new device's id, or one JSON object with --json.
     """
     static let options = [
         OptionSpec("key-file", value: "FILE", help: "the file holding the store key (default: stdin)", completion: .file),

@@ -25,7 +25,7 @@ struct StatusCommand: Command {
         let s = status
         var lines = [
             "store    \(s.storeID) at \(s.storage)",
-            "device   \(s.deviceID) '\(s.deviceName)'",
+            "device   \(s.deviceID) '\(DeviceNameText.escape(s.deviceName))'",
             "files    \(s.files.total) in all: \(s.files.stored) stored, \(s.files.uploading) uploading, \(s.files.deviceOnlyHere) on this device only, \(s.files.deviceOnlyElsewhere) on another device only, \(s.files.missing) missing",
             "uploads  \(s.uploads.queued) queued, \(s.uploads.sending) sending, \(s.uploads.failed) failed\(s.uploads.paused ? ", paused" : ""); \(ByteSize.format(s.uploads.bytesConfirmed)) of \(ByteSize.format(s.uploads.bytesTotal)) confirmed",
         ]
