@@ -190,6 +190,15 @@ final class CommandContext {
         out.write(try JSONText.render(value) + "\n")
     }
 
+    /// Prints one line of a command's report of what it did on stdout (a summary of `sync`,
+    /// `gc`'s deletes, the key `snapshot` stored), unless `--quiet`: a cron line run with
+    /// `-q` prints nothing when it succeeds. Data a command is asked for goes through
+    /// ``line(_:)``.
+    func report(_ text: String) {
+        guard !quiet else { return }
+        line(text)
+    }
+
     /// Prints a message for people on stderr, unless `--quiet`.
     func note(_ text: String) {
         guard !quiet else { return }

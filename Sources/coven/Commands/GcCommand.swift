@@ -17,7 +17,7 @@ struct GcCommand: Command {
     every device not gone for good has applied and the newest retained snapshot covers (none \
     while there is no snapshot), and snapshots past the newest two. A quiet pass lists no files. \
     Prints one line per object deleted or kept back, with why and the devices holding it, then a \
-    summary; one JSON object with --json. A user's original is never deleted: only objects \
+    summary (under -q only the deletes refused or failed); one JSON object with --json. A user's original is never deleted: only objects \
     under files/, changes/ and snapshots/ in storage.
     """
     static let options = [
@@ -48,8 +48,8 @@ struct GcCommand: Command {
             return status
         }
         let verb = report.dryRun ? "would delete" : "deleted"
-        for deleted in report.deleted { context.line("\(verb) \(deleted.key)") }
-        for aborted in report.abortedUploads { context.line("\(report.dryRun ? "would abort" : "aborted") the upload of \(aborted)") }
+        for deleted in report.deleted { context.report("\(verb) \(deleted.key)") }
+        for aborted in report.abortedUploads { context.report("\(report.dryRun ? "would abort" : "aborted") the upload of \(aborted)") }
         // People read devices by name where it is unique ('coven devices' lists both); --json
         // keeps the ids.
         let known = try device.devices()
@@ -63,11 +63,12 @@ struct GcCommand: Command {
             if !kept.devices.isEmpty { line += " (\(kept.devices.map { names[$0] ?? $0 }.joined(separator: ", ")))" }
             // (A detail that is a storage key, as a snapshot's, stays as it is.)
             if let detail = kept.detail { line += ": " + (kept.reason == .deviceBehind ? named(detail) : detail) }
-            context.line(line)
+            // A delete refused or failed is printed under -q too: it is why the status is 10.
+            if kept.reason == .refused || kept.reason == .failed { context.line(line) } else { context.report(line) }
         }
         var summary = "\(verb) \(report.deleted.count.counted("object")), kept \(report.kept.count)"
         if report.deleted.isEmpty && report.kept.isEmpty && report.abortedUploads.isEmpty { summary = "nothing to delete" }
-        context.line(summary)
+        context.report(summary)
         return status
     }
 }

@@ -14,7 +14,7 @@ struct SyncCommand: Command {
     row, keeping the losing side of a concurrent edit as a lost value ('coven lost'). Of a \
     device gone for good, only the changes some device's published frontier says it applied \
     are pulled, so every device ends with the same rows. A quiet sync lists devices/ once and \
-    asks for one object per live device. Prints a summary, or one JSON object with --json.
+    asks for one object per live device. Prints a summary (nothing under -q), or one JSON object with --json.
     """
     static let options = [
         OptionSpec("push", help: "only publish this device's writes"),
@@ -53,7 +53,7 @@ struct SyncCommand: Command {
             ])
         } else {
             if report.quiet {
-                context.line("nothing to do" + (report.pushed.held > 0 ? " (\(report.pushed.held.counted("write")) held by bound uploads)" : ""))
+                context.report("nothing to do" + (report.pushed.held > 0 ? " (\(report.pushed.held.counted("write")) held by bound uploads)" : ""))
             } else {
                 var parts: [String] = []
                 if !pullOnly { parts.append("pushed \(report.pushed.published.count.counted("change")) (\(report.pushed.entries.counted("row")))") }
@@ -64,7 +64,7 @@ struct SyncCommand: Command {
                     parts.append(pull + ")")
                 }
                 if report.pushed.held > 0 { parts.append("\(report.pushed.held.counted("write")) held by bound uploads") }
-                context.line(parts.joined(separator: "; "))
+                context.report(parts.joined(separator: "; "))
             }
             for (other, seq) in pulled.gaps.sorted(by: { $0.key < $1.key }) {
                 context.note("warning: change \(seq) of device \(other) is missing from storage though another device applied it: its pull stops there")
