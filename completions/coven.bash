@@ -36,12 +36,12 @@ _coven_options() {
         'moves') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'make-device-only') echo '--folder' '--input-json' '--progress-json' '--parallel' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'sync') echo '--push' '--pull' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
-        'gc') echo '--dry-run' '--gone-devices' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'gc') echo '--dry-run' '--gone-devices' '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'join') echo '--key-file' '--name' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'snapshot') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
-        'devices') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'devices') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'device') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
-        'lost') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'lost') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'completions') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'help') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
     esac

@@ -5,7 +5,7 @@ import Foundation
 struct GcCommand: Command {
     static let name = "gc"
     static let abstract = "delete the stored objects nothing can still point at"
-    static let synopsis = ["[--dry-run] [--gone-devices]"]
+    static let synopsis = ["[--dry-run] [--gone-devices] [-z]"]
     static let discussion = """
     Syncs first (with --dry-run it only pulls), then deletes each stored file object a record of \
     which was deleted or switched to device-only (by this device, or by another one, live or \
@@ -17,12 +17,13 @@ struct GcCommand: Command {
     every device not gone for good has applied and the newest retained snapshot covers (none \
     while there is no snapshot), and snapshots past the newest two. A quiet pass lists no files. \
     Prints one line per object deleted or kept back, with why and the devices holding it, then a \
-    summary (under -q only the deletes refused or failed); one JSON object with --json. A user's original is never deleted: only objects \
+    summary (under -q only the deletes refused or failed); one JSON object with --json. With -z, five fields an object, each ended by NUL, and no summary: deleted, would_delete, aborted, would_abort or kept; the key; the reason and the devices (ids, comma-separated) it is kept for; the detail. A user's original is never deleted: only objects \
     under files/, changes/ and snapshots/ in storage.
     """
     static let options = [
         OptionSpec("dry-run", help: "delete nothing; print what would be deleted and kept"),
         OptionSpec("gone-devices", help: "also end the unfinished uploads of devices gone for good and delete what no record names in their folders"),
+        CommandContext.nulTerminatedOption,
     ]
     static let mutates = true
     static let pollsStop = true
@@ -45,6 +46,16 @@ struct GcCommand: Command {
                 "pulled": report.pulled,
                 "exit_code": status,
             ])
+            return status
+        }
+        if invocation.has("null-terminated") {
+            // Five fields an object: what was done, the key (the upload's for an abort), the
+            // reason and the devices (comma-separated ids) it was kept for, the detail.
+            for deleted in report.deleted { try context.record([report.dryRun ? "would_delete" : "deleted", deleted.key, "", "", ""], nulTerminated: true) }
+            for aborted in report.abortedUploads { try context.record([report.dryRun ? "would_abort" : "aborted", aborted, "", "", ""], nulTerminated: true) }
+            for kept in report.kept {
+                try context.record(["kept", kept.key, kept.reason.rawValue, kept.devices.joined(separator: ","), kept.detail ?? ""], nulTerminated: true)
+            }
             return status
         }
         let verb = report.dryRun ? "would delete" : "deleted"
