@@ -19,17 +19,9 @@ extension Device {
             throw CovenError(.usage, "a store key is 32 bytes (64 hex digits, as 'coven key export' prints it), not \(keyBytes.count)")
         }
         let storeKey = try FileKey(bytes: keyBytes)
+        try refuseMissingFolder(storage)
         let provider = try StorageConnector(location: storage, environment: environment).connect()
-        guard let storeJSON = try provider.getObject("store.json") else {
-            throw CovenError(.missing, "no store at '\(storage)'", hint: "check the URL, or create a store with 'coven init'", details: ["object": "store.json"])
-        }
-        guard let store = try? JSONSerialization.jsonObject(with: Data(storeJSON)) as? [String: Any], let storeID = store["id"] as? String else {
-            throw CovenError(.decoding, "'\(storage)/store.json' is not a coven store", details: ["object": "store.json"])
-        }
-        let format = (store["coven_store"] as? NSNumber)?.intValue ?? 0
-        guard format <= storeFormat else {
-            throw CovenError(.updateRequired, "the store at '\(storage)' has format \(format), newer than this coven writes", hint: "update coven")
-        }
+        let storeID = try readStoreID(provider: provider, storage: storage)
         guard let sealedManifest = try provider.getObject(manifestKey) else {
             throw CovenError(.missing, "the store at '\(storage)' has no manifest", hint: "run 'coven migrate --manifest FILE' on one of its devices to publish it",
                              details: ["object": manifestKey])
@@ -67,7 +59,7 @@ extension Device {
         let snapshot = try restoreSnapshot(provider: provider, storeKey: storeKey, storeID: storeID, manifest: manifest,
                                            into: building(paths), temporary: paths.temporary)
         try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest,
-                          joinedAt: now, publicKey: signingKey.publicKey, fromSnapshot: snapshot.manifest)
+                          joinedAt: now, publicKey: signingKey.publicKey, storeKeyCheck: try storeKeyCheck(keyBytes), fromSnapshot: snapshot.manifest)
         try AtomicFile.write(paths.storeKey, bytes: keyBytes, mode: 0o600)
         try signingKey.write(to: paths.signingKey)
         let entry = registryEntryKey(deviceID)
@@ -86,6 +78,35 @@ extension Device {
         device.joinedFrom = snapshot
         try device.refreshDevices(provider: provider, storeKey: storeKey)
         return device
+    }
+
+    /// The id of the store at `storage`, read from its `store.json`.
+    ///
+    /// - Throws: `.missing` when no store is there (no `store.json`, or for `file://` no
+    ///   folder); `.decoding` for a `store.json` that is not a coven store's;
+    ///   `.updateRequired` for a store of a newer format; `.storage`.
+    static func readStoreID(provider: StorageProvider, storage: StorageLocation) throws -> String {
+        try refuseMissingFolder(storage)
+        guard let storeJSON = try provider.getObject("store.json") else {
+            throw CovenError(.missing, "no store at '\(storage)'", hint: "check the URL, or create a store with 'coven init'", details: ["object": "store.json"])
+        }
+        guard let store = try? JSONSerialization.jsonObject(with: Data(storeJSON)) as? [String: Any], let storeID = store["id"] as? String else {
+            throw CovenError(.decoding, "'\(storage)/store.json' is not a coven store", details: ["object": "store.json"])
+        }
+        let format = (store["coven_store"] as? NSNumber)?.intValue ?? 0
+        guard format <= storeFormat else {
+            throw CovenError(.updateRequired, "the store at '\(storage)' has format \(format), newer than this coven writes", hint: "update coven")
+        }
+        return storeID
+    }
+
+    /// For a `file://` store: `.missing` when its folder is not there (before a connection,
+    /// which would call that a storage failure).
+    static func refuseMissingFolder(_ storage: StorageLocation) throws {
+        guard case .file(let directory) = storage, !FileManager.default.fileExists(atPath: directory) else { return }
+        throw CovenError(.missing, "no store at '\(storage)': the folder '\(directory)' is not there",
+                         hint: "check the URL (is the disk or network share mounted?), or create a store with 'coven init'",
+                         details: ["object": "store.json", "path": directory])
     }
 
     /// Refuses a device name that is empty or holds a control character (a newline or tab

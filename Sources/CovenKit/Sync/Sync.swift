@@ -4,8 +4,8 @@ import Foundation
 public struct SyncReport: Sendable, Equatable {
     public var pushed = PushReport()
     public var pulled = PullReport()
-    /// Whether there was anything to do.
-    public var quiet: Bool { pushed.published.isEmpty && pulled.changes == 0 && pulled.newDevices.isEmpty }
+    /// Nothing was published or applied (a device learned of or not).
+    public var quiet: Bool { pushed.published.isEmpty && pulled.changes == 0 }
 }
 
 /// Where a sync is, for a progress line: a change published or applied.
@@ -67,6 +67,8 @@ extension Device {
             let again = try self.push(provider: provider, storeKey: key, stop: stop, progress: progress)
             report.pushed.published += again.published
             report.pushed.entries += again.entries
+            report.pushed.rows += again.rows
+            report.pushed.fileRecords += again.fileRecords
             report.pushed.held = again.held
         }
         return report
@@ -180,6 +182,15 @@ extension Device {
     /// listing of `devices/` said).
     ///
     /// - Throws: `.deviceGone`.
+    /// When this device was removed from the store for good, as the last sync learned; nil
+    /// while it is a live device.
+    public func removedAt() throws -> String? {
+        guard let row = try database.queryOne("SELECT gone, gone_at FROM coven_device_registry WHERE device = ?1", [deviceID]), row.int("gone") == 1 else {
+            return nil
+        }
+        return row.string("gone_at") ?? ""
+    }
+
     func refuseIfGone() throws {
         guard try database.scalar("SELECT gone FROM coven_device_registry WHERE device = ?1", [deviceID]).intValue == 1 else { return }
         throw CovenError(.deviceGone, "this device ('\(deviceName)', \(deviceID)) was removed from the store", hint: "make a new device with 'coven join'",

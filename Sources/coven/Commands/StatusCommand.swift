@@ -19,7 +19,11 @@ struct StatusCommand: Command {
         let device = try context.openDeviceReadOnly()
         let status = try device.status()
         if context.json {
-            try context.printJSON(json(status))
+            var object = json(status)
+            var about = object["device"] as? [String: Any] ?? [:]
+            about["removed_at"] = try device.removedAt() ?? NSNull()
+            object["device"] = about
+            try context.printJSON(object)
             return 0
         }
         let s = status
@@ -39,6 +43,9 @@ struct StatusCommand: Command {
         if s.sync.lostValues > 0 { sync += ", \(s.sync.lostValues.counted("lost value"))" }
         sync += "; \(s.sync.devices.counted("other device"))" + (s.sync.goneDevices > 0 ? " (\(s.sync.goneDevices) gone)" : "")
         lines.append(sync)
+        if let removed = try device.removedAt() {
+            lines.append("removed  this device was removed from the store at \(removed): nothing written here will be published; make a new device with 'coven join'")
+        }
         lines.forEach(context.line)
         return 0
     }

@@ -14,7 +14,7 @@ struct SyncCommand: Command {
     row, keeping the losing side of a concurrent edit as a lost value ('coven lost'). Of a \
     device gone for good, only the changes some device's published frontier says it applied \
     are pulled, so every device ends with the same rows. A quiet sync lists devices/ once and \
-    asks for one object per live device. Prints a summary (nothing under -q), or one JSON object with --json.
+    asks for one object per live device. Prints a summary, the app's rows counted apart from coven's own file records ('pushed 1 change (2 rows, 2 file records)'; nothing under -q), or one JSON object with --json.
     """
     static let options = [
         OptionSpec("push", help: "only publish this device's writes"),
@@ -43,9 +43,12 @@ struct SyncCommand: Command {
         if context.json {
             try context.printJSON([
                 "quiet": report.quiet,
-                "pushed": ["changes": report.pushed.published, "entries": report.pushed.entries, "held": report.pushed.held] as [String: Any],
+                "pushed": ["changes": report.pushed.published, "entries": report.pushed.entries,
+                           "rows": report.pushed.rows, "file_records": report.pushed.fileRecords,
+                           "held": report.pushed.held] as [String: Any],
                 "pulled": [
-                    "changes": pulled.changes, "entries": pulled.entries, "skipped": pulled.skipped, "lost": pulled.lost,
+                    "changes": pulled.changes, "entries": pulled.entries, "rows": pulled.rows,
+                    "file_records": pulled.fileRecords, "skipped": pulled.skipped, "lost": pulled.lost,
                     "taken_out": pulled.takenOut, "devices": pulled.applied, "gaps": pulled.gaps, "waiting": pulled.waiting,
                     "new_devices": pulled.newDevices,
                 ] as [String: Any],
@@ -56,9 +59,15 @@ struct SyncCommand: Command {
                 context.report("nothing to do" + (report.pushed.held > 0 ? " (\(report.pushed.held.counted("write")) held by bound uploads)" : ""))
             } else {
                 var parts: [String] = []
-                if !pullOnly { parts.append("pushed \(report.pushed.published.count.counted("change")) (\(report.pushed.entries.counted("row")))") }
+                // The app's rows, then coven's own file records when there are any.
+                func entries(_ rows: Int, files: Int) -> String {
+                    rows.counted("row") + (files > 0 ? ", \(files.counted("file record"))" : "")
+                }
+                if !pullOnly {
+                    parts.append("pushed \(report.pushed.published.count.counted("change")) (\(entries(report.pushed.rows, files: report.pushed.fileRecords)))")
+                }
                 if !pushOnly {
-                    var pull = "pulled \(pulled.changes.counted("change")) (\(pulled.entries.counted("row"))"
+                    var pull = "pulled \(pulled.changes.counted("change")) (\(entries(pulled.rows, files: pulled.fileRecords))"
                     if pulled.lost > 0 { pull += ", \(pulled.lost.counted("lost value"))" }
                     if pulled.takenOut > 0 { pull += ", \(pulled.takenOut.counted("row")) taken out" }
                     parts.append(pull + ")")
