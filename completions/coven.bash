@@ -5,7 +5,7 @@
 
 # The command words.
 _coven_commands() {
-    echo 'init' 'migrate' 'key' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'join' 'snapshot' 'devices' 'device' 'lost' 'completions' 'help'
+    echo 'init' 'migrate' 'key' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'join' 'snapshot' 'devices' 'device' 'storage' 'lost' 'completions' 'help'
 }
 
 # The option words of COMMAND ('' is coven itself, before any command).
@@ -41,6 +41,7 @@ _coven_options() {
         'snapshot') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'devices') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'device') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'storage') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'lost') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'completions') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'help') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
@@ -173,6 +174,11 @@ _coven_argument() {
                 0) echo 'choice remove' ;;
                 1) echo 'none' ;;
             esac ;;
+        'storage')
+            case $2 in
+                0) echo 'choice show set' ;;
+                1) echo 'none' ;;
+            esac ;;
         'lost')
             case $2 in
                 0) echo 'choice restore' ;;
@@ -184,7 +190,7 @@ _coven_argument() {
             esac ;;
         'help')
             case $2 in
-                0) echo 'choice init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device lost completions' ;;
+                0) echo 'choice init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device storage lost completions' ;;
             esac ;;
     esac
 }

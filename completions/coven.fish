@@ -178,6 +178,7 @@ complete -c coven -n __coven_needs_command -a 'join' -d 'make a new device of an
 complete -c coven -n __coven_needs_command -a 'snapshot' -d 'publish a bootstrap snapshot that \'coven join\' starts new devices from'
 complete -c coven -n __coven_needs_command -a 'devices' -d 'list the store\'s devices, their published seq and frontier'
 complete -c coven -n __coven_needs_command -a 'device' -d 'mark a device of the store gone for good'
+complete -c coven -n __coven_needs_command -a 'storage' -d 'show this device\'s storage URL, or point it where the store now is'
 complete -c coven -n __coven_needs_command -a 'lost' -d 'list the values lost to concurrent edits, or restore one'
 complete -c coven -n __coven_needs_command -a 'completions' -d 'print the completion script for bash, zsh or fish'
 complete -c coven -n __coven_needs_command -a 'help' -d 'show the help of coven or of one command'
@@ -283,6 +284,9 @@ complete -c coven -n '__coven_using devices' -s 'z' -l 'null-terminated' -d 'end
 # coven device
 complete -c coven -n '__coven_at_argument device 0' -a 'remove'
 
+# coven storage
+complete -c coven -n '__coven_at_argument storage 0' -a 'show set'
+
 # coven lost
 complete -c coven -n '__coven_using lost' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
 complete -c coven -n '__coven_at_argument lost 0' -a 'restore'
@@ -291,4 +295,4 @@ complete -c coven -n '__coven_at_argument lost 0' -a 'restore'
 complete -c coven -n '__coven_at_argument completions 0' -a 'bash zsh fish'
 
 # coven help
-complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device lost completions'
+complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device storage lost completions'
