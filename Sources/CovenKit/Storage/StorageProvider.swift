@@ -230,6 +230,11 @@ public protocol StorageProvider: AnyObject {
     /// - Throws: `.storage` when a request fails as a whole (nothing of it is taken as deleted).
     func deleteObjects(_ keys: [String]) throws -> [String: CovenError]
 
+    /// ``deleteObjects(_:)``, also saying which keys were not there to delete where the
+    /// provider tells (file://; an S3 service that answers `NoSuchKey`). The default tells
+    /// none.
+    func deleteObjectsNotingAbsent(_ keys: [String]) throws -> (failed: [String: CovenError], absent: Set<String>)
+
     /// Every unfinished upload under `prefix` (S3 ListMultipartUploads; file://: the upload
     /// folders whose key starts with it).
     func uploadsInProgress(prefix: String) throws -> [UploadInProgress]
@@ -250,6 +255,10 @@ public struct UploadInProgress: Sendable, Equatable {
 }
 
 extension StorageProvider {
+    public func deleteObjectsNotingAbsent(_ keys: [String]) throws -> (failed: [String: CovenError], absent: Set<String>) {
+        (try deleteObjects(keys), [])
+    }
+
     /// One DELETE per key, for providers without a batch request (file://).
     public func deleteObjects(_ keys: [String]) throws -> [String: CovenError] {
         var failed: [String: CovenError] = [:]
