@@ -101,7 +101,7 @@ public final class FileStorage: StorageProvider {
             if code == ENOENT {
                 var error = CovenError.storage(
                     "storage directory '\(directory)' is not there", failure: .network, cause: String(cString: strerror(code)))
-                error.hint = "is the disk or network share mounted?"
+                error.hint = "is the disk or network share mounted? if the store moved, point this device there: coven storage set URL"
                 error.details["path"] = directory
                 throw error
             }
