@@ -5,7 +5,7 @@
 
 # The command words.
 _coven_commands() {
-    echo 'init' 'migrate' 'key' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'join' 'snapshot' 'devices' 'device' 'lost' 'completions' 'help'
+    echo 'init' 'migrate' 'key' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'join' 'snapshot' 'devices' 'device' 'storage' 'lost' 'completions' 'help'
 }
 
 # The option words of COMMAND ('' is coven itself, before any command).
@@ -36,12 +36,13 @@ _coven_options() {
         'moves') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'make-device-only') echo '--folder' '--input-json' '--progress-json' '--parallel' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'sync') echo '--push' '--pull' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
-        'gc') echo '--dry-run' '--gone-devices' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'gc') echo '--dry-run' '--gone-devices' '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'join') echo '--key-file' '--name' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'snapshot') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
-        'devices') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'devices') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'device') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
-        'lost') echo '--all' '--before' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'storage') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'lost') echo '--all' '--before' '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'completions') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'help') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
     esac
@@ -177,6 +178,11 @@ _coven_argument() {
                 0) echo 'choice remove' ;;
                 1) echo 'none' ;;
             esac ;;
+        'storage')
+            case $2 in
+                0) echo 'choice show set' ;;
+                1) echo 'none' ;;
+            esac ;;
         'lost')
             case $2 in
                 0) echo 'choice restore drop' ;;
@@ -188,7 +194,7 @@ _coven_argument() {
             esac ;;
         'help')
             case $2 in
-                0) echo 'choice init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device lost completions' ;;
+                0) echo 'choice init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device storage lost completions' ;;
             esac ;;
     esac
 }

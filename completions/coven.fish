@@ -183,6 +183,7 @@ complete -c coven -n __coven_needs_command -a 'join' -d 'make a new device of an
 complete -c coven -n __coven_needs_command -a 'snapshot' -d 'publish a bootstrap snapshot that \'coven join\' starts new devices from'
 complete -c coven -n __coven_needs_command -a 'devices' -d 'list the store\'s devices, their published seq and frontier'
 complete -c coven -n __coven_needs_command -a 'device' -d 'mark a device of the store gone for good'
+complete -c coven -n __coven_needs_command -a 'storage' -d 'show this device\'s storage URL, or point it where the store now is'
 complete -c coven -n __coven_needs_command -a 'lost' -d 'list the values lost to concurrent edits, restore one, or drop them'
 complete -c coven -n __coven_needs_command -a 'completions' -d 'print the completion script for bash, zsh or fish'
 complete -c coven -n __coven_needs_command -a 'help' -d 'show the help of coven or of one command'
@@ -217,14 +218,14 @@ complete -c coven -n '__coven_using write' -s 'p' -l 'param' -x -d 'bind :NAME i
 
 # coven sql
 complete -c coven -n '__coven_using sql' -s 'p' -l 'param' -x -d 'bind :NAME in the SQL to VALUE (text)'
-complete -c coven -n '__coven_using sql' -s 'z' -l 'null-terminated' -d 'end each row with NUL instead of a newline'
+complete -c coven -n '__coven_using sql' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
 
 # coven upload-worker
 complete -c coven -n '__coven_using upload-worker' -l 'once' -d 'drain the queue, then exit (for cron)'
 complete -c coven -n '__coven_using upload-worker' -s 'j' -l 'jobs' -x -d 'uploads sent at once (default 2)'
 
 # coven uploads
-complete -c coven -n '__coven_using uploads' -s 'z' -l 'null-terminated' -d 'end each line with NUL instead of a newline'
+complete -c coven -n '__coven_using uploads' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
 
 # coven pause
 complete -c coven -n '__coven_using pause' -l 'unmetered-only' -d 'send trailing uploads only while the network is not metered'
@@ -260,7 +261,7 @@ complete -c coven -n '__coven_using move' -l 'cancel' -x -d 'cancel the move MOV
 complete -c coven -n '__coven_at_argument move 0 +' -a '(__coven_file_ids)'
 
 # coven moves
-complete -c coven -n '__coven_using moves' -s 'z' -l 'null-terminated' -d 'end each line with NUL instead of a newline'
+complete -c coven -n '__coven_using moves' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
 
 # coven make-device-only
 complete -c coven -n '__coven_using make-device-only' -l 'folder' -x -a '(__fish_complete_directories (commandline -ct))' -d 'the folder the copies go under (it must exist)'
@@ -276,21 +277,29 @@ complete -c coven -n '__coven_using sync' -l 'pull' -d 'only apply the other dev
 # coven gc
 complete -c coven -n '__coven_using gc' -l 'dry-run' -d 'delete nothing; print what would be deleted and kept'
 complete -c coven -n '__coven_using gc' -l 'gone-devices' -d 'also end the unfinished uploads of devices gone for good and delete what no record names in their folders'
+complete -c coven -n '__coven_using gc' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
 
 # coven join
 complete -c coven -n '__coven_using join' -l 'key-file' -r -F -d 'the file holding the store key (default: stdin)'
 complete -c coven -n '__coven_using join' -l 'name' -x -d 'this device\'s name (default: the host name)'
 
+# coven devices
+complete -c coven -n '__coven_using devices' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
+
 # coven device
 complete -c coven -n '__coven_at_argument device 0' -a 'remove'
+
+# coven storage
+complete -c coven -n '__coven_at_argument storage 0' -a 'show set'
 
 # coven lost
 complete -c coven -n '__coven_using lost' -l 'all' -d 'drop every lost value'
 complete -c coven -n '__coven_using lost' -l 'before' -x -d 'drop the values lost before TIME (ISO 8601, UTC unless it says)'
+complete -c coven -n '__coven_using lost' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
 complete -c coven -n '__coven_at_argument lost 0' -a 'restore drop'
 
 # coven completions
 complete -c coven -n '__coven_at_argument completions 0' -a 'bash zsh fish'
 
 # coven help
-complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device lost completions'
+complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device storage lost completions'

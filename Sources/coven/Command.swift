@@ -190,6 +190,39 @@ final class CommandContext {
         out.write(try JSONText.render(value) + "\n")
     }
 
+    /// Prints one record of a list: its fields separated by tabs and ended by a newline (the
+    /// caller escapes what a text field could hold), or under `-z` each field, as it is, ended
+    /// by a NUL. A list command's records have the fixed number of fields its page gives, so a
+    /// reader that takes that many NUL-ended fields a record never mistakes one field for two,
+    /// whatever tab or newline a value holds (and a one-field list reads with `xargs -0`).
+    ///
+    /// - Throws: `.usage` under `-z` for a field holding a NUL byte, which NUL framing cannot
+    ///   carry (`--json` can).
+    func record(_ fields: [String], nulTerminated: Bool) throws {
+        guard nulTerminated else {
+            out.write(fields.joined(separator: "\t") + "\n")
+            return
+        }
+        for field in fields {
+            guard !field.utf8.contains(0) else {
+                throw CovenError(.usage, "a value holds a NUL byte, which -z cannot print", hint: "print it with --json")
+            }
+            out.write(field + "\0")
+        }
+    }
+
+    /// The `-z` option of a list command.
+    static let nulTerminatedOption = OptionSpec("null-terminated", short: "z", help: "end each field with NUL instead of a tab or newline")
+
+    /// Prints one line of a command's report of what it did on stdout (a summary of `sync`,
+    /// `gc`'s deletes, the key `snapshot` stored), unless `--quiet`: a cron line run with
+    /// `-q` prints nothing when it succeeds. Data a command is asked for goes through
+    /// ``line(_:)``.
+    func report(_ text: String) {
+        guard !quiet else { return }
+        line(text)
+    }
+
     /// Prints a message for people on stderr, unless `--quiet`.
     func note(_ text: String) {
         guard !quiet else { return }

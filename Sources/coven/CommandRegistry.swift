@@ -35,6 +35,7 @@ enum CommandRegistry {
         SnapshotCommand.self,
         DevicesCommand.self,
         DeviceCommand.self,
+        StorageCommand.self,
         LostCommand.self,
         CompletionsCommand.self,
     ]

@@ -19,7 +19,7 @@ struct SyncProblemsText {
     /// `name (id)`, or the id alone for a device this one has no name for.
     func describe(_ id: String) -> String {
         guard let name = names[id], !name.isEmpty else { return id }
-        return "'\(PrintableName.escape(name))' (\(id))"
+        return "'\(DeviceNameText.escape(name))' (\(id))"
     }
 
     /// Whether the report holds something that stops a device's stream here (exit 10).
@@ -82,24 +82,6 @@ struct SyncProblemsText {
     /// A warning on stderr, printed under `--quiet` too.
     private func warn(_ text: String) {
         context.err.write("coven: warning: " + text + "\n")
-    }
-}
-
-/// A device name as text output shows it: control characters escaped, so a name cannot break
-/// a line or a field.
-enum PrintableName {
-    static func escape(_ name: String) -> String {
-        var out = ""
-        for scalar in name.unicodeScalars {
-            switch scalar {
-            case "\n": out += "\\n"
-            case "\t": out += "\\t"
-            case "\\": out += "\\\\"
-            default:
-                if scalar.value < 0x20 || scalar.value == 0x7f { out += String(format: "\\x%02x", scalar.value) } else { out.unicodeScalars.append(scalar) }
-            }
-        }
-        return out
     }
 }
 

@@ -46,6 +46,9 @@ public struct GCReport: Sendable, Equatable {
 
     public var dryRun = false
     public var deleted: [Deleted] = []
+    /// Objects gc was to delete that storage said were not there (deleted by hand, by another
+    /// device's gc, or lost): their candidates are settled as for a delete.
+    public var alreadyGone: [Deleted] = []
     public var kept: [Kept] = []
     /// Unfinished uploads aborted: of gone devices (`--gone-devices`), and this device's own
     /// that no queued upload names (a start whose answer was lost).
@@ -86,22 +89,28 @@ extension Device {
     ///
     /// - Throws: `.storage` when storage cannot be reached or refuses a listing (deletes that
     ///   fail one by one are reported in the result, never taken as done); the errors of sync.
-    public func collectGarbage(dryRun: Bool = false, goneDevices: Bool = false, wait: Bool = true, stop: Stop = Stop()) throws -> GCReport {
+    ///
+    /// - Parameter confirmed: called for each object as soon as its delete is confirmed (and
+    ///   recorded here), `gone` true when storage said it was not there: a caller prints it
+    ///   then, so a run killed later leaves a record of what went.
+    public func collectGarbage(dryRun: Bool = false, goneDevices: Bool = false, wait: Bool = true, stop: Stop = Stop(),
+                               confirmed: ((_ deleted: GCReport.Deleted, _ gone: Bool) -> Void)? = nil) throws -> GCReport {
         let lock = try self.lock(wait: wait)
         defer { _ = lock }
-        return try collectGarbage(provider: try connectStorage(), dryRun: dryRun, goneDevices: goneDevices, stop: stop)
+        return try collectGarbage(provider: try connectStorage(), dryRun: dryRun, goneDevices: goneDevices, stop: stop, confirmed: confirmed)
     }
 
-    /// ``collectGarbage(dryRun:goneDevices:wait:stop:)`` through `provider`, under the
-    /// caller's lock.
-    func collectGarbage(provider: StorageProvider, dryRun: Bool, goneDevices: Bool, stop: Stop) throws -> GCReport {
+    /// ``collectGarbage(dryRun:goneDevices:wait:stop:confirmed:)`` through `provider`, under
+    /// the caller's lock.
+    func collectGarbage(provider: StorageProvider, dryRun: Bool, goneDevices: Bool, stop: Stop,
+                        confirmed: ((_ deleted: GCReport.Deleted, _ gone: Bool) -> Void)? = nil) throws -> GCReport {
         let key = try storeKey()
         var report = GCReport()
         report.dryRun = dryRun
         // One listing of devices/ serves the whole pass.
         report.pulled = try sync(provider: provider, push: !dryRun, pull: true, stop: stop).pulled.changes
         try stop.check("gc")
-        var collector = Collector(device: self, provider: provider, storeKey: key, dryRun: dryRun)
+        var collector = Collector(device: self, provider: provider, storeKey: key, dryRun: dryRun, confirmed: confirmed)
         try collector.prepare()
         try collector.collectFiles(into: &report)
         try collector.collectLeftovers(into: &report, age: Collector.leftoverAge)
@@ -118,6 +127,8 @@ struct Collector {
     let provider: StorageProvider
     let storeKey: FileKey
     let dryRun: Bool
+    /// Told of each delete once confirmed.
+    let confirmed: ((_ deleted: GCReport.Deleted, _ gone: Bool) -> Void)?
     var database: Database { device.database }
     var me: String { device.deviceID }
 
@@ -134,11 +145,13 @@ struct Collector {
     /// The object lists of retained snapshots, read when a candidate needs one.
     private let snapshotObjects = SnapshotObjects()
 
-    init(device: Device, provider: StorageProvider, storeKey: FileKey, dryRun: Bool) {
+    init(device: Device, provider: StorageProvider, storeKey: FileKey, dryRun: Bool,
+         confirmed: ((_ deleted: GCReport.Deleted, _ gone: Bool) -> Void)? = nil) {
         self.device = device
         self.provider = provider
         self.storeKey = storeKey
         self.dryRun = dryRun
+        self.confirmed = confirmed
     }
 
     // MARK: What names objects
@@ -321,7 +334,7 @@ struct Collector {
             report.deleted += keys.map { .init(key: $0, kind: kind) }
             return
         }
-        let failed = try deleteInParallel(keys)
+        let (failed, absent) = try deleteInParallel(keys)
         for key in keys {
             if let error = failed[key] {
                 let reason: GCReport.KeepReason = error.storageFailure == .denied ? .refused : .failed
@@ -329,7 +342,10 @@ struct Collector {
                 continue
             }
             try database.transaction { try done(key) }
-            report.deleted.append(.init(key: key, kind: kind))
+            let deleted = GCReport.Deleted(key: key, kind: kind)
+            let gone = absent.contains(key)
+            if gone { report.alreadyGone.append(deleted) } else { report.deleted.append(deleted) }
+            confirmed?(deleted, gone)
         }
     }
 
@@ -344,7 +360,7 @@ struct Collector {
 
     /// Deletes `keys` in batches, up to ``parallelDeletes`` at once; the keys not deleted, with
     /// why. A batch whose request fails as a whole counts every key of it as not deleted.
-    private func deleteInParallel(_ keys: [String]) throws -> [String: CovenError] {
+    private func deleteInParallel(_ keys: [String]) throws -> (failed: [String: CovenError], absent: Set<String>) {
         let batches = stride(from: 0, to: keys.count, by: Self.deleteBatch).map { Array(keys[$0..<min(keys.count, $0 + Self.deleteBatch)]) }
         guard batches.count > 1 else { return Self.run(keys, on: provider) }
         let connector = StorageConnector(location: device.storage, environment: device.storageEnvironment)
@@ -357,6 +373,7 @@ struct Collector {
             }
         }
         var failed: [String: CovenError] = [:]
+        var absent: Set<String> = []
         for (index, batch) in batches.enumerated() {
             guard let result = results.get(index) else {
                 // No connection could be made for it: nothing of it was sent.
@@ -364,20 +381,21 @@ struct Collector {
                 for key in batch { failed[key] = error }
                 continue
             }
-            failed.merge(result) { first, _ in first }
+            failed.merge(result.failed) { first, _ in first }
+            absent.formUnion(result.absent)
         }
-        return failed
+        return (failed, absent)
     }
 
     /// One batch's delete; every key of it not deleted when the request fails as a whole.
-    private static func run(_ batch: [String], on provider: StorageProvider) -> [String: CovenError] {
+    private static func run(_ batch: [String], on provider: StorageProvider) -> (failed: [String: CovenError], absent: Set<String>) {
         do {
-            return try provider.deleteObjects(batch)
+            return try provider.deleteObjectsNotingAbsent(batch)
         } catch let error as CovenError {
-            return Dictionary(uniqueKeysWithValues: batch.map { ($0, error) })
+            return (Dictionary(uniqueKeysWithValues: batch.map { ($0, error) }), [])
         } catch {
             let failure = CovenError.storage("storage failed to delete \(batch.count) objects", failure: .provider, cause: String(describing: error))
-            return Dictionary(uniqueKeysWithValues: batch.map { ($0, failure) })
+            return (Dictionary(uniqueKeysWithValues: batch.map { ($0, failure) }), [])
         }
     }
 
@@ -546,17 +564,17 @@ final class SnapshotObjects {
 final class DeleteResults: @unchecked Sendable {
     // @unchecked: every access goes through `lock`.
     private let lock = NSLock()
-    private var results: [[String: CovenError]?]
+    private var results: [(failed: [String: CovenError], absent: Set<String>)?]
 
     init(count: Int) { results = Array(repeating: nil, count: count) }
 
-    func set(_ index: Int, _ result: [String: CovenError]) {
+    func set(_ index: Int, _ result: (failed: [String: CovenError], absent: Set<String>)) {
         lock.lock()
         defer { lock.unlock() }
         results[index] = result
     }
 
-    func get(_ index: Int) -> [String: CovenError]? {
+    func get(_ index: Int) -> (failed: [String: CovenError], absent: Set<String>)? {
         lock.lock()
         defer { lock.unlock() }
         return results[index]

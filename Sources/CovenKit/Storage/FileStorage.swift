@@ -110,7 +110,7 @@ public final class FileStorage: StorageProvider {
             if code == ENOENT {
                 var error = CovenError.storage(
                     "storage directory '\(directory)' is not there", failure: .network, cause: String(cString: strerror(code)))
-                error.hint = "is the disk or network share mounted?"
+                error.hint = "is the disk or network share mounted? if the store moved, point this device there: coven storage set URL"
                 error.details["path"] = directory
                 throw error
             }
@@ -351,16 +351,35 @@ public final class FileStorage: StorageProvider {
     }
 
     public func delete(_ key: String) throws {
+        _ = try deleteNotingAbsent(key)
+    }
+
+    /// Deletes `key`; false when nothing was there.
+    private func deleteNotingAbsent(_ key: String) throws -> Bool {
         let path = try path(for: key)
         guard unlink(path) == 0 else {
             let code = errno
             if code == ENOENT {
                 try checkRoot()
-                return
+                return false
             }
             throw failure("delete", key: key, path: path, errno: code)
         }
         try syncFolder(Self.parent(of: path), key: key)
+        return true
+    }
+
+    public func deleteObjectsNotingAbsent(_ keys: [String]) throws -> (failed: [String: CovenError], absent: Set<String>) {
+        var failed: [String: CovenError] = [:]
+        var absent: Set<String> = []
+        for key in keys {
+            do {
+                if try !deleteNotingAbsent(key) { absent.insert(key) }
+            } catch let error as CovenError {
+                failed[key] = error
+            }
+        }
+        return (failed, absent)
     }
 
     public func list(prefix: String) throws -> [ObjectInfo] {

@@ -383,7 +383,14 @@ public final class S3Storage: StorageProvider {
     /// S3 DeleteObjects, up to 1,000 keys a request, quiet (only failures are answered), with
     /// the Content-MD5 S3 requires of it.
     public func deleteObjects(_ keys: [String]) throws -> [String: CovenError] {
+        try deleteObjectsNotingAbsent(keys).failed
+    }
+
+    /// ``deleteObjects(_:)``; a key the service answers `NoSuchKey` for is absent (AWS answers
+    /// a delete of nothing as done, so there none is).
+    public func deleteObjectsNotingAbsent(_ keys: [String]) throws -> (failed: [String: CovenError], absent: Set<String>) {
         var failed: [String: CovenError] = [:]
+        var absent: Set<String> = []
         var start = 0
         while start < keys.count {
             let batch = Array(keys[start..<min(keys.count, start + Self.deleteBatchLimit)])
@@ -409,7 +416,10 @@ public final class S3Storage: StorageProvider {
                 guard let name = block.text("Key") else { continue }
                 let key = name.hasPrefix(storePrefix) ? String(name.dropFirst(storePrefix.count)) : name
                 let code = block.text("Code") ?? ""
-                if code == "NoSuchKey" { continue }
+                if code == "NoSuchKey" {
+                    absent.insert(key)
+                    continue
+                }
                 let failure: StorageFailure = code == "AccessDenied" ? .denied : (code == "SlowDown" || code == "InternalError" ? .throttled : .provider)
                 var error = CovenError.storage("storage \(failure == .denied ? "refused" : "failed") to delete '\(key)'", failure: failure,
                                                cause: code + (block.text("Message").map { ": \($0)" } ?? ""))
@@ -418,7 +428,7 @@ public final class S3Storage: StorageProvider {
                 failed[key] = error
             }
         }
-        return failed
+        return (failed, absent)
     }
 
     /// An S3 `Initiated` time (`2026-12-01T15:00:00.000Z`, fractions optional).

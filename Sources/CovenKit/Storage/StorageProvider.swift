@@ -234,6 +234,11 @@ public protocol StorageProvider: AnyObject {
     /// - Throws: `.storage` when a request fails as a whole (nothing of it is taken as deleted).
     func deleteObjects(_ keys: [String]) throws -> [String: CovenError]
 
+    /// ``deleteObjects(_:)``, also saying which keys were not there to delete where the
+    /// provider tells (file://; an S3 service that answers `NoSuchKey`). The default tells
+    /// none.
+    func deleteObjectsNotingAbsent(_ keys: [String]) throws -> (failed: [String: CovenError], absent: Set<String>)
+
     /// Every unfinished upload under `prefix` (S3 ListMultipartUploads; file://: the upload
     /// folders whose key starts with it).
     func uploadsInProgress(prefix: String) throws -> [UploadInProgress]
@@ -293,6 +298,10 @@ extension StorageProvider {
     /// listing (file://, whose listing reads one folder).
     public func list(prefix: String, after startAfter: String, limit: Int) throws -> [ObjectInfo] {
         Array(try list(prefix: prefix).lazy.filter { startAfter.utf8.lexicographicallyPrecedes($0.key.utf8) }.prefix(limit))
+    }
+
+    public func deleteObjectsNotingAbsent(_ keys: [String]) throws -> (failed: [String: CovenError], absent: Set<String>) {
+        (try deleteObjects(keys), [])
     }
 
     /// One DELETE per key, for providers without a batch request (file://).

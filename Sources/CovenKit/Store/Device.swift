@@ -170,6 +170,7 @@ public final class Device {
     ) throws -> Device {
         let fm = FileManager.default
         try refuseExisting(paths)
+        if let name { try checkDeviceName(name) }
         if try provider.head("store.json") != nil {
             throw CovenError(.alreadyExists, "a store already exists at '\(storage)'", hint: "join it from another device's snapshot, or use another storage URL")
         }
@@ -204,10 +205,11 @@ public final class Device {
 
         defer { for suffix in ["", "-wal", "-shm"] { unlink(building(paths) + suffix) } }
         let signingKey = try DeviceSigningKey()
-        try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest,
-                          joinedAt: now, publicKey: signingKey.publicKey)
-
         let storeKey = FileKey()
+        let keyCheck = try storeKey.withUnsafeBytes { try storeKeyCheck(Array($0)) }
+        try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest,
+                          joinedAt: now, publicKey: signingKey.publicKey, storeKeyCheck: keyCheck)
+
         try storeKey.withUnsafeBytes { try AtomicFile.write(paths.storeKey, bytes: Array($0), mode: 0o600) }
 
         let storeJSON = try JSONSerialization.data(withJSONObject: [
@@ -246,7 +248,7 @@ public final class Device {
     /// Builds a device's database aside (``building(_:)``): coven's schema, its settings, its
     /// registry entry and the manifest's migrations. The caller renames it into place last.
     static func buildDatabase(paths: DevicePaths, storeID: String, deviceID: String, deviceName: String, storage: StorageLocation,
-                              manifest: Manifest, joinedAt now: String, publicKey: DevicePublicKey,
+                              manifest: Manifest, joinedAt now: String, publicKey: DevicePublicKey, storeKeyCheck: String,
                               fromSnapshot snapshot: SnapshotManifest? = nil) throws {
         let building = building(paths)
         // A snapshot's database, unpacked there, is the start; otherwise an empty one.
@@ -277,7 +279,7 @@ public final class Device {
                 for (key, value) in [
                     ("store_id", storeID), ("device_id", deviceID), ("device_name", deviceName),
                     ("storage", storage.description), ("manifest", manifestJSON), ("created_at", now),
-                    ("format", String(storeFormat)),
+                    ("format", String(storeFormat)), (storeKeyCheckSetting, storeKeyCheck),
                 ] {
                     try settings.add(key, value)
                 }
@@ -455,12 +457,35 @@ public final class Device {
         try DeviceLock(path: paths.lock, wait: wait)
     }
 
-    /// The store key, read from `<db>.d/store.key`.
+    /// The store key, read from `<db>.d/store.key`, and checked against the check the
+    /// device recorded when it was made (a device made before checks were kept has none).
+    ///
+    /// - Throws: `.io` when the file is missing or not 32 bytes; `.integrity` when its bytes
+    ///   are not the key the device was made with (a damaged or replaced file).
     public func storeKeyBytes() throws -> [UInt8] {
         guard let data = FileManager.default.contents(atPath: paths.storeKey), data.count == 32 else {
             throw CovenError(.io, "cannot read the store key '\(paths.storeKey)'")
         }
-        return [UInt8](data)
+        let bytes = [UInt8](data)
+        if let check = try setting(Self.storeKeyCheckSetting), check != (try Self.storeKeyCheck(bytes)) {
+            throw CovenError(.integrity, "the store key '\(paths.storeKey)' is damaged: it is not the key this device was made with",
+                             hint: "put the key back from another device of the store: there 'coven key export' prints it; write its last 64 hex digits here as 32 bytes (xxd -r -p)",
+                             details: ["path": paths.storeKey])
+        }
+        return bytes
+    }
+
+    /// The setting holding ``storeKeyCheck(_:)`` of the device's store key.
+    static let storeKeyCheckSetting = "store_key_check"
+
+    /// A check of a store key that reveals nothing of it: HMAC-SHA256 under the key of a fixed
+    /// label, in hex.
+    static func storeKeyCheck(_ key: [UInt8]) throws -> String {
+        let mac = try key.withUnsafeBytes { try HMACSHA256(key: $0) }
+        Array("coven store key check v1".utf8).withUnsafeBytes { mac.update($0) }
+        var output = [UInt8](repeating: 0, count: HMACSHA256.outputSize)
+        try output.withUnsafeMutableBytes { try mac.finish(into: $0.baseAddress!) }
+        return output.hex
     }
 
     /// The store key in secure memory, read from `<db>.d/store.key`.

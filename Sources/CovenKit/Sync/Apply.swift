@@ -4,6 +4,9 @@ import Foundation
 /// What applying one change did.
 struct ApplyReport {
     var applied = 0
+    /// Of those, entries of coven's own file records, and the records they are.
+    var appliedFileEntries = 0
+    var appliedFileRecords: Set<String> = []
     var skipped = 0
     var lost = 0
     var takenOut = 0
@@ -194,6 +197,10 @@ struct ChangeApplier {
             }
         }
         report.applied += 1
+        if entry.table == "coven_files" {
+            report.appliedFileEntries += 1
+            report.appliedFileRecords.insert(entry.id)
+        }
         return true
     }
 

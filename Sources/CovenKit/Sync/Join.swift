@@ -9,7 +9,9 @@ extension Device {
     /// - Throws: `.noStorage`/`.missing` when no store is there; `.integrity` when `storeKey`
     ///   does not open it; `.updateRequired` for a store of a newer format; `.alreadyExists`
     ///   for a device of another store (or under another key) already at `paths`, or a join
-    ///   into `paths` under way in another process; `.storage`.
+    ///   into `paths` under way in another process; `.usage` for a name holding a control
+    ///   character; `.exists` for a name a live device of the store holds (a name left out
+    ///   becomes the host name, made unique with `-2`, `-3`, …); `.storage`.
     ///
     /// Run again after a kill or a failure, it goes on: a device already at `paths` of this
     /// store is returned as it is (``SnapshotJoin/resumed``; the caller's pull finishes the
@@ -18,22 +20,15 @@ extension Device {
     /// is marked gone (it never published anything).
     public static func join(paths: DevicePaths, storage: StorageLocation, storeKey keyBytes: [UInt8], name: String?,
                             environment: [String: String]? = nil) throws -> Device {
+        if let name { try checkDeviceName(name) }
         let target = try joinTarget(paths)
         guard keyBytes.count == 32 else {
             throw CovenError(.usage, "a store key is 32 bytes (64 hex digits, as 'coven key export' prints it), not \(keyBytes.count)")
         }
         let storeKey = try FileKey(bytes: keyBytes)
+        try refuseMissingFolder(storage)
         let provider = try StorageConnector(location: storage, environment: environment).connect()
-        guard let storeJSON = try provider.getObject("store.json") else {
-            throw CovenError(.missing, "no store at '\(storage)'", hint: "check the URL, or create a store with 'coven init'", details: ["object": "store.json"])
-        }
-        guard let store = try? JSONSerialization.jsonObject(with: Data(storeJSON)) as? [String: Any], let storeID = store["id"] as? String else {
-            throw CovenError(.decoding, "'\(storage)/store.json' is not a coven store", details: ["object": "store.json"])
-        }
-        let format = (store["coven_store"] as? NSNumber)?.intValue ?? 0
-        guard format <= storeFormat else {
-            throw CovenError(.updateRequired, "the store at '\(storage)' has format \(format), newer than this coven writes", hint: "update coven")
-        }
+        let storeID = try readStoreID(provider: provider, storage: storage)
         guard let sealedManifest = try provider.getObject(manifestKey) else {
             throw CovenError(.missing, "the store at '\(storage)' has no manifest", hint: "run 'coven migrate --manifest FILE' on one of its devices to publish it",
                              details: ["object": manifestKey])
@@ -46,7 +41,6 @@ extension Device {
                              cause: error.description, details: ["object": manifestKey])
         }
         let manifest = try Manifest(json: Data(manifestText))
-
         var unfinished: String?
         switch target {
         case .joined:
@@ -55,6 +49,13 @@ extension Device {
             unfinished = previous
         case .fresh:
             break
+        }
+        // The device an unfinished join here announced is marked gone below: its name is free.
+        let taken = try liveDeviceNames(provider: provider, storeKey: storeKey).filter { $0.value != unfinished }
+        if let name, let holder = taken[name] {
+            throw CovenError(.exists, "device '\(holder)' of the store at '\(storage)' is already called '\(name)'",
+                             hint: "pick another --name, or remove that device first ('coven device remove \(holder)' on another device)",
+                             details: ["device": holder, "name": name])
         }
         let parent = (paths.database as NSString).deletingLastPathComponent
         var created = false
@@ -73,7 +74,7 @@ extension Device {
             let mark = GoneMark(device: previous, goneAt: Timestamp.iso8601(Date()), removedBy: deviceID)
             _ = try provider.putIfAbsent(registryEntryKey(previous) + goneSuffix, data: try mark.seal(storeKey: storeKey))
         }
-        let deviceName = name ?? ProcessInfo.processInfo.hostName
+        let deviceName = name ?? uniqueName(ProcessInfo.processInfo.hostName, taken: Set(taken.keys))
         let now = Timestamp.iso8601(Date())
         defer { for suffix in ["", "-wal", "-shm"] { unlink(building(paths) + suffix) } }
         let signingKey = try DeviceSigningKey()
@@ -82,7 +83,7 @@ extension Device {
         let snapshot = try restoreSnapshot(provider: provider, storeKey: storeKey, storeID: storeID, manifest: manifest,
                                            into: building(paths), temporary: paths.temporary)
         try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest,
-                          joinedAt: now, publicKey: signingKey.publicKey, fromSnapshot: snapshot.manifest)
+                          joinedAt: now, publicKey: signingKey.publicKey, storeKeyCheck: try storeKeyCheck(keyBytes), fromSnapshot: snapshot.manifest)
         try AtomicFile.write(paths.storeKey, bytes: keyBytes, mode: 0o600)
         try signingKey.write(to: paths.signingKey)
         let entry = registryEntryKey(deviceID)
@@ -166,5 +167,93 @@ extension Device {
         device.storageEnvironment = environment
         device.joinedFrom = SnapshotJoin(resumed: true)
         return device
+    }
+
+    /// The id of the store at `storage`, read from its `store.json`.
+    ///
+    /// - Throws: `.missing` when no store is there (no `store.json`, or for `file://` no
+    ///   folder); `.decoding` for a `store.json` that is not a coven store's;
+    ///   `.updateRequired` for a store of a newer format; `.storage`.
+    static func readStoreID(provider: StorageProvider, storage: StorageLocation) throws -> String {
+        try refuseMissingFolder(storage)
+        guard let storeJSON = try provider.getObject("store.json") else {
+            throw CovenError(.missing, "no store at '\(storage)'", hint: "check the URL, or create a store with 'coven init'", details: ["object": "store.json"])
+        }
+        guard let store = try? JSONSerialization.jsonObject(with: Data(storeJSON)) as? [String: Any], let storeID = store["id"] as? String else {
+            throw CovenError(.decoding, "'\(storage)/store.json' is not a coven store", details: ["object": "store.json"])
+        }
+        let format = (store["coven_store"] as? NSNumber)?.intValue ?? 0
+        guard format <= storeFormat else {
+            throw CovenError(.updateRequired, "the store at '\(storage)' has format \(format), newer than this coven writes", hint: "update coven")
+        }
+        return storeID
+    }
+
+    /// For a `file://` store: `.missing` when its folder is not there (before a connection,
+    /// which would call that a storage failure).
+    static func refuseMissingFolder(_ storage: StorageLocation) throws {
+        guard case .file(let directory) = storage, !FileManager.default.fileExists(atPath: directory) else { return }
+        throw CovenError(.missing, "no store at '\(storage)': the folder '\(directory)' is not there",
+                         hint: "check the URL (is the disk or network share mounted?), or create a store with 'coven init'",
+                         details: ["object": "store.json", "path": directory])
+    }
+
+    /// Refuses a device name that is empty or holds a control character (a newline or tab
+    /// would break every line-based listing of devices).
+    ///
+    /// - Throws: `.usage`.
+    public static func checkDeviceName(_ name: String) throws {
+        guard !name.trimmingCharacters(in: .whitespaces).isEmpty else {
+            throw CovenError(.usage, "--name takes a name, not an empty word", hint: "leave --name out to use the host name")
+        }
+        if let bad = name.unicodeScalars.first(where: { $0.properties.generalCategory == .control }) {
+            throw CovenError(.usage, "a device name cannot hold a control character (\(DeviceNameText.escape(String(bad))) in '\(DeviceNameText.escape(name))')",
+                             hint: "pass a name of letters, digits, spaces and punctuation with --name", details: ["name": name])
+        }
+    }
+
+    /// The names of the store's devices not gone for good, each with its device's id, read
+    /// from `devices/` (one listing, one read per entry).
+    static func liveDeviceNames(provider: StorageProvider, storeKey: FileKey) throws -> [String: String] {
+        let listed = try provider.list(prefix: "devices/").map { String($0.key.dropFirst("devices/".count)) }
+        let gone = Set(listed.filter { $0.hasSuffix(goneSuffix) }.map { String($0.dropLast(goneSuffix.count)) })
+        var names: [String: String] = [:]
+        for id in listed where Identifier.isCanonicalUUID(id) && !gone.contains(id) {
+            guard let sealed = try provider.getObject(registryEntryKey(id)) else { continue }
+            let entry = try DeviceEntry.open(sealed, path: registryEntryKey(id), storeKey: storeKey)
+            names[entry.name] = entry.device
+        }
+        return names
+    }
+
+    /// `base`, or `base-2`, `base-3`, … : the first that no name in `taken` is.
+    static func uniqueName(_ base: String, taken: Set<String>) -> String {
+        guard taken.contains(base) else { return base }
+        var number = 2
+        while taken.contains("\(base)-\(number)") { number += 1 }
+        return "\(base)-\(number)"
+    }
+}
+
+/// Device names in text output: a control character (left by an older coven) or a backslash
+/// printed as an escape (`\t`, `\n`, `\\`, `\xNN`), so one name stays on one line and field.
+public enum DeviceNameText {
+    public static func escape(_ name: String) -> String {
+        var text = ""
+        for scalar in name.unicodeScalars {
+            switch scalar {
+            case "\\": text += "\\\\"
+            case "\t": text += "\\t"
+            case "\n": text += "\\n"
+            case "\r": text += "\\r"
+            default:
+                if scalar.properties.generalCategory == .control {
+                    text += scalar.value < 0x100 ? String(format: "\\x%02x", scalar.value) : String(format: "\\u{%x}", scalar.value)
+                } else {
+                    text.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return text
     }
 }

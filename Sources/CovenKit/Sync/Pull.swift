@@ -6,6 +6,10 @@ public struct PullReport: Sendable, Equatable {
     public var applied: [String: [Int64]] = [:]
     /// Entries applied, skipped (already here or older), lost values kept, rows taken out.
     public var entries = 0
+    /// Of the entries applied, the app's rows.
+    public var rows = 0
+    /// And coven's own file records, each counted once a change however many entries it has.
+    public var fileRecords = 0
     public var skipped = 0
     public var lost = 0
     public var takenOut = 0
@@ -146,6 +150,8 @@ extension Device {
                         let applied = try applier.apply(change, path: path)
                         report.applied[other, default: []].append(next)
                         report.entries += applied.applied
+                        report.rows += applied.applied - applied.appliedFileEntries
+                        report.fileRecords += applied.appliedFileRecords.count
                         report.skipped += applied.skipped
                         report.lost += applied.lost
                         report.takenOut += applied.takenOut

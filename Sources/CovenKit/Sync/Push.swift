@@ -6,6 +6,10 @@ public struct PushReport: Sendable, Equatable {
     public var published: [Int64] = []
     /// Row entries they held.
     public var entries: Int = 0
+    /// Of those, the app's rows.
+    public var rows: Int = 0
+    /// And coven's own file records, each counted once a change however many entries it has.
+    public var fileRecords: Int = 0
     /// Writes left in the outbox because a bound upload holds them (or an earlier write).
     public var held: Int64 = 0
     /// This device's own changes that storage held past what its database said it published
@@ -46,12 +50,25 @@ extension Device {
         var report = PushReport()
         let signingKey = try self.signingKey()
         var checked = !checkHistory
+        // The file records of each change frozen now; a change frozen by an earlier run is
+        // opened to count them.
+        var fileEntries: [Int64: (entries: Int, records: Int)] = [:]
         while true {
             try stop.check("the sync")
             if let frozen = try database.queryOne("SELECT * FROM coven_push ORDER BY seq LIMIT 1") {
                 try send(frozen, provider: provider)
-                report.published.append(frozen.int("seq") ?? 0)
-                report.entries += Int(frozen.int("entries") ?? 0)
+                let seq = frozen.int("seq") ?? 0
+                report.published.append(seq)
+                let entries = Int(frozen.int("entries") ?? 0)
+                report.entries += entries
+                var counted = fileEntries[seq]
+                if counted == nil, let bytes = frozen.bytes("object"),
+                   let change = try? ChangeObject.open(bytes, path: ChangeObject.path(device: deviceID, seq: UInt64(seq)), storeKey: storeKey,
+                                                       publicKey: signingKey.publicKey) {
+                    counted = Self.fileRecordCount(change.entries)
+                }
+                report.rows += entries - (counted?.entries ?? 0)
+                report.fileRecords += counted?.records ?? 0
                 progress?(.published(seq: frozen.int("seq") ?? 0, entries: Int(frozen.int("entries") ?? 0)))
                 continue
             }
@@ -60,7 +77,7 @@ extension Device {
                 report.caughtUp = try OwnHistory(device: self).catchUp(provider: provider, storeKey: storeKey)
                 (report.republished, report.unrecoverable) = try ChangeDamage(device: self).republish(provider: provider, storeKey: storeKey)
             }
-            guard try freezeNextChange(storeKey: storeKey, signingKey: signingKey) else { break }
+            guard try freezeNextChange(storeKey: storeKey, signingKey: signingKey, fileEntries: &fileEntries) else { break }
         }
         report.held = try Outbox(database: database).waiting(isStored: isUploaded).held
         return report
@@ -72,7 +89,7 @@ extension Device {
     }
 
     /// Freezes the next batch of outbox writes as change `seq`: false when nothing is ready.
-    private func freezeNextChange(storeKey: FileKey, signingKey: DeviceSigningKey) throws -> Bool {
+    private func freezeNextChange(storeKey: FileKey, signingKey: DeviceSigningKey, fileEntries: inout [Int64: (entries: Int, records: Int)]) throws -> Bool {
         try database.transaction {
             let outbox = Outbox(database: database)
             var batch: [Outbox.Pending] = []
@@ -123,8 +140,16 @@ extension Device {
                 """, [seq, sealed, entries.map(\.stamp).max() ?? "", Frontier.json(frontier), entries.count, Timestamp.iso8601(Date()),
                       entries.isEmpty ? 0 : batch.count])
             try outbox.remove(batch.map(\.seq))
+            fileEntries[seq] = Self.fileRecordCount(entries)
             return true
         }
+    }
+
+    /// The entries of coven's file records among `entries`, and how many records they are (a
+    /// record written twice in one change counts once).
+    static func fileRecordCount(_ entries: [RowEntry]) -> (entries: Int, records: Int) {
+        let files = entries.filter { $0.table == "coven_files" }
+        return (files.count, Set(files.map(\.id)).count)
     }
 
     /// The setting that says a pull applied something gc waits for this device to publish a

@@ -4,10 +4,10 @@ import Foundation
 public struct SyncReport: Sendable, Equatable {
     public var pushed = PushReport()
     public var pulled = PullReport()
-    /// Whether there was anything to do.
+    /// Nothing was published or applied (a device learned of or not), nothing of this
+    /// device's own history was caught up on or published again, nothing was lost for good.
     public var quiet: Bool {
-        pushed.published.isEmpty && pulled.changes == 0 && pulled.newDevices.isEmpty && pushed.caughtUp.isEmpty && pushed.republished.isEmpty
-            && pulled.lostForGood.isEmpty
+        pushed.published.isEmpty && pulled.changes == 0 && pushed.caughtUp.isEmpty && pushed.republished.isEmpty && pulled.lostForGood.isEmpty
     }
 }
 
@@ -82,6 +82,8 @@ extension Device {
             let again = try self.push(provider: provider, storeKey: key, stop: stop, checkHistory: false, progress: progress)
             report.pushed.published += again.published
             report.pushed.entries += again.entries
+            report.pushed.rows += again.rows
+            report.pushed.fileRecords += again.fileRecords
             report.pushed.held = again.held
         }
         // What was published left free pages: give them back (a failure here loses nothing).
@@ -102,10 +104,13 @@ extension Device {
     /// Marks `device` gone for good: publishes `devices/<id>.gone`, so every device stops
     /// waiting for it and it is refused if it syncs again.
     ///
+    /// `device` is an id, or a name: that of one device not gone for good, or, when no live
+    /// device has it, of one gone device.
+    ///
     /// - Returns: the device removed and its published changes no device is known to have
     ///   applied, which every device drops with it (`coven gc --gone-devices` deletes them).
-    /// - Throws: `.notFound` for a device the store does not have; `.invalidState` for this
-    ///   device.
+    /// - Throws: `.notFound` for a device the store does not have; `.usage` for a name two
+    ///   devices share (the error lists their ids); `.invalidState` for this device.
     @discardableResult
     public func removeDevice(_ device: String) throws -> DeviceRemoval {
         let lock = try self.lock(wait: true)
@@ -113,12 +118,28 @@ extension Device {
         let provider = try connectStorage()
         let key = try storeKey()
         try refreshDevices(provider: provider, storeKey: key)
-        guard let row = try database.queryOne("SELECT * FROM coven_device_registry WHERE device = ?1 OR name = ?1", [device]) else {
-            throw CovenError(.notFound, "no device '\(device)' in this store", hint: "'coven devices' lists them", details: ["device": device])
+        let id: String
+        if try database.queryOne("SELECT device FROM coven_device_registry WHERE device = ?1", [device]) != nil {
+            id = device
+        } else {
+            let named = try database.query("SELECT device, gone FROM coven_device_registry WHERE name = ?1 ORDER BY device", [device])
+            let live = named.filter { $0.int("gone") != 1 }
+            let candidates = (live.isEmpty ? named : live).compactMap { $0.string("device") }
+            guard let first = candidates.first else {
+                throw CovenError(.notFound, "no device '\(device)' in this store", hint: "'coven devices' lists them", details: ["device": device])
+            }
+            guard candidates.count == 1 else {
+                throw CovenError(.usage, "\(candidates.count) devices are called '\(DeviceNameText.escape(device))': \(candidates.joined(separator: ", "))",
+                                 hint: "name the one to remove by its id ('coven devices' lists them)",
+                                 details: ["device": device, "devices": candidates.joined(separator: ",")])
+            }
+            id = first
         }
-        let id = row.string("device") ?? device
         guard id != deviceID else {
             throw CovenError(.invalidState, "'\(device)' is this device", hint: "remove a device from another one", details: ["device": id])
+        }
+        guard let row = try database.queryOne("SELECT * FROM coven_device_registry WHERE device = ?1", [id]) else {
+            throw CovenError(.notFound, "no device '\(device)' in this store", hint: "'coven devices' lists them", details: ["device": device])
         }
         let dropped = try droppedChanges(of: id, provider: provider)
         let now = Timestamp.iso8601(Date())
@@ -222,6 +243,15 @@ extension Device {
     /// listing of `devices/` said).
     ///
     /// - Throws: `.deviceGone`.
+    /// When this device was removed from the store for good, as the last sync learned; nil
+    /// while it is a live device.
+    public func removedAt() throws -> String? {
+        guard let row = try database.queryOne("SELECT gone, gone_at FROM coven_device_registry WHERE device = ?1", [deviceID]), row.int("gone") == 1 else {
+            return nil
+        }
+        return row.string("gone_at") ?? ""
+    }
+
     func refuseIfGone() throws {
         guard try database.scalar("SELECT gone FROM coven_device_registry WHERE device = ?1", [deviceID]).intValue == 1 else { return }
         throw CovenError(.deviceGone, "this device ('\(deviceName)', \(deviceID)) was removed from the store", hint: "make a new device with 'coven join'",

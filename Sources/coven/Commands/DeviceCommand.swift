@@ -11,7 +11,9 @@ struct DeviceCommand: Command {
     refused ('device_gone') if it syncs again; its uploads stop there. Of its changes, every \
     device still applies those that some device's published frontier says it applied (so all \
     end with the same rows); the rest are dropped with it. DEVICE is an id or a name \
-    that 'coven devices' lists. This device cannot remove itself. Prints the removed device's id, \
+    that 'coven devices' lists: a name names the device not gone for good that has it (or, if \
+    none has, the gone one); a name two devices share is refused ('usage', listing their ids): \
+    give the id. This device cannot remove itself. Prints the removed device's id, \
     then one line 'dropped KEY: no device applied it' for each of its published changes no \
     device is known to have applied (above what this device applied of it and what every \
     device's published frontier says): those are dropped with it, and 'coven gc \

@@ -5,16 +5,16 @@ import Foundation
 struct DevicesCommand: Command {
     static let name = "devices"
     static let abstract = "list the store's devices, their published seq and frontier"
-    static let synopsis = ["[--json]"]
+    static let synopsis = ["[--json] [-z]"]
     static let discussion = """
     One line per device, this one first: its id, the highest seq of its changes applied here \
-    (for this device, published), whether it is gone for good, and its name. The list is what \
+    (for this device, published), whether it is gone for good, and its name (a control character or backslash in it escaped as \\t, \\n, \\\\ or \\xNN). With -z, four fields a device, each ended by NUL, the name as it is. The list is what \
     the last sync learned from devices/. With --json, an array of objects: `id`, `name`, \
     `joined_at`, `seq`, `frontier` (for each other device, the highest seq it had applied with \
     nothing missing below, as its last change said), `gone`, `this_device`, `clock_ahead_ms` (how far \
     ahead of this device's clock its last change applied here was stamped, when past 5 minutes).
     """
-    static let options: [OptionSpec] = []
+    static let options = [CommandContext.nulTerminatedOption]
     static let mutates = false
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
@@ -27,7 +27,9 @@ struct DevicesCommand: Command {
             })
         } else {
             for info in devices {
-                context.line([info.id, String(info.seq), info.gone ? "gone" : (info.thisDevice ? "this" : "-"), info.name].joined(separator: "\t"))
+                let zero = invocation.has("null-terminated")
+                try context.record([info.id, String(info.seq), info.gone ? "gone" : (info.thisDevice ? "this" : "-"),
+                                    zero ? info.name : DeviceNameText.escape(info.name)], nulTerminated: zero)
             }
             for info in devices {
                 guard let ahead = info.clockAhead else { continue }

@@ -16,7 +16,7 @@ struct FetchKeptCommand: Command {
     wait (exit 5); passes over a file that fails otherwise, reports it and ends with exit 10. \
     Ctrl-C stops it after the run of chunks in flight (exit 130; a second Ctrl-C ends it at \
     once); the files already fetched stay, and the bytes of the one in \
-    flight stay as a partial. Prints a summary, or one JSON object with --json. Run it from cron \
+    flight stay as a partial. Prints a summary (under -q only the files that failed), or one JSON object with --json. Run it from cron \
     after each sync.
     """
     static let options: [OptionSpec] = []
@@ -51,7 +51,7 @@ struct FetchKeptCommand: Command {
             try context.printJSON(object)
         } else {
             let bytes = result.fetched.reduce(Int64(0)) { $0 + $1.size }
-            context.line("fetched \(result.fetched.count.counted("file")) (\(bytes.counted("byte"))), \(result.alreadyHeld) already held, \(result.failed.count) failed, \(result.remaining) left")
+            context.report("fetched \(result.fetched.count.counted("file")) (\(bytes.counted("byte"))), \(result.alreadyHeld) already held, \(result.failed.count) failed, \(result.remaining) left")
             for item in result.failed {
                 context.line("failed \(item.file): \(item.error?.code.rawValue ?? "") \(item.error?.description ?? "")")
             }

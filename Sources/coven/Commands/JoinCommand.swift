@@ -14,7 +14,7 @@ struct JoinCommand: Command {
     snapshots/ whose schema it can read (one that fails authentication, is truncated or is of a \
     newer schema is passed over, with a warning, for an older one or for none); announces it \
     under devices/; then pulls the changes the snapshot does not hold, showing how many it \
-    applied on a line of stderr while that is a terminal. Prints the new device's id, or one JSON object with --json.
+    applied on a line of stderr while that is a terminal. A name that a device of the store not gone for good holds is refused ('exists', naming that device); without --name the device takes the host name, or the host name with -2, -3, … when that is taken; a name holding a control character (a tab, a newline) is refused ('usage'). Prints the new device's id, or one JSON object with --json.
 
     Run again after a kill or a failure, join goes on: when the device at --db is of this store \
     (its pull was stopped) it finishes the pull; what a join stopped before the device was made \
@@ -37,6 +37,11 @@ struct JoinCommand: Command {
         let storage = try StorageLocation(parsing: url)
         let text: String
         if let path = invocation.value("key-file") {
+            var isFolder: ObjCBool = false
+            if FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), isFolder.boolValue {
+                throw CovenError(.usage, "--key-file '\(path)' is a folder, not a key file", hint: "pass the file holding the line 'coven key export' printed",
+                                 details: ["path": path])
+            }
             guard let data = FileManager.default.contents(atPath: path) else {
                 throw CovenError.posix("read the key file", path: path)
             }
@@ -102,16 +107,21 @@ struct JoinCommand: Command {
     /// `coven-store-key-v1:STORE:HEX`, or the 64 hex digits alone.
     static func parseKey(_ text: String) throws -> (store: String?, bytes: [UInt8]) {
         let line = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !line.isEmpty else {
+            throw CovenError(.decoding, "no store key: the key file or stdin is empty", hint: "print it with 'coven key export' on a device of the store")
+        }
         var store: String?
         var hex = line
         if line.hasPrefix("coven-store-key-v1:") {
             let parts = line.split(separator: ":", omittingEmptySubsequences: false)
-            guard parts.count == 3 else { throw CovenError(.usage, "a store key reads 'coven-store-key-v1:STORE:KEY'") }
+            guard parts.count == 3 else {
+                throw CovenError(.decoding, "a store key reads 'coven-store-key-v1:STORE:KEY'", hint: "print it with 'coven key export' on a device of the store")
+            }
             store = String(parts[1])
             hex = String(parts[2])
         }
         guard hex.count == 64, let bytes = [UInt8](hex: hex) else {
-            throw CovenError(.usage, "a store key is 'coven-store-key-v1:STORE:KEY' with KEY 64 hex digits", hint: "print it with 'coven key export' on a device of the store")
+            throw CovenError(.decoding, "a store key is 'coven-store-key-v1:STORE:KEY' with KEY 64 hex digits", hint: "print it with 'coven key export' on a device of the store")
         }
         return (store, bytes)
     }

@@ -5,7 +5,7 @@ import Foundation
 struct LostCommand: Command {
     static let name = "lost"
     static let abstract = "list the values lost to concurrent edits, restore one, or drop them"
-    static let synopsis = ["[--json]", "restore ID", "drop ID...", "drop --all", "drop --before TIME"]
+    static let synopsis = ["[--json] [-z]", "restore ID", "drop ID...", "drop --all", "drop --before TIME"]
     static let discussion = """
     When two devices edit one row without seeing each other's edit, the later write wins the \
     whole row and the other is kept here as a lost value. A row taken out (its parent deleted \
@@ -13,7 +13,7 @@ struct LostCommand: Command {
     out for its parent comes back by itself (marked restored) when a later write elsewhere keeps \
     that parent, as on the devices where it never left. One line \
     per value, newest first: id, table, row id, why (concurrent, parent_deleted, file_deleted), \
-    its stamp, and 'restored' once restored. 'restore ID' writes the lost values back as a new \
+    its stamp, and 'restored' once restored (with -z six fields, each ended by NUL, the last empty until restored). 'restore ID' writes the lost values back as a new \
     write of this device, published at the next sync; prints the write's stamp.
 
     Lost values are kept on this device only, until dropped: a restorable one keeps the stored \
@@ -25,6 +25,7 @@ struct LostCommand: Command {
     static let options: [OptionSpec] = [
         OptionSpec("all", help: "drop every lost value"),
         OptionSpec("before", value: "TIME", help: "drop the values lost before TIME (ISO 8601, UTC unless it says)"),
+        CommandContext.nulTerminatedOption,
     ]
     static let arguments = [
         ArgumentSpec("ACTION", help: "restore a lost value, or drop lost values", optional: true, choices: ["restore", "drop"]),
@@ -58,8 +59,12 @@ struct LostCommand: Command {
                         "restorable": lost.restorable && lost.restoredAt == nil, "restored_at": lost.restoredAt ?? NSNull()]
             })
         } else {
+            let zero = invocation.has("null-terminated")
             for lost in values {
-                context.line([String(lost.id), lost.table, lost.rowID, lost.why, lost.stamp] .joined(separator: "\t") + (lost.restoredAt == nil ? "" : "\trestored"))
+                // Under -z every record has six fields, the last empty unless restored.
+                var fields = [String(lost.id), lost.table, lost.rowID, lost.why, lost.stamp]
+                if zero || lost.restoredAt != nil { fields.append(lost.restoredAt == nil ? "" : "restored") }
+                try context.record(fields, nulTerminated: zero)
             }
         }
         return 0

@@ -10,14 +10,14 @@ struct MovesCommand: Command {
     Prints one line per file of each move that is under way (moving) or failed, oldest move \
     first: the move's id, its state, the file's id, the error code that failed it and the \
     original the failure names (as text, with bytes that are not UTF-8 as \\xNN), separated by \
-    tabs, an empty field for none. With -z each line ends with NUL instead of a newline. With \
+    tabs, an empty field for none. With -z each of the five fields ends with NUL. With \
     --json, one array of objects with the keys move, state, file, path (the file's original \
     here, or null for an app file), error, error_message, error_file and created_at. This is \
     the coven_moves view of 'coven sql'. A failed move stays listed until 'coven move --cancel \
     MOVE'; a done or cancelled one is not listed.
     """
     static let options = [
-        OptionSpec("null-terminated", short: "z", help: "end each line with NUL instead of a newline"),
+        CommandContext.nulTerminatedOption,
     ]
     static let mutates = false
 
@@ -37,9 +37,8 @@ struct MovesCommand: Command {
             })
             return 0
         }
-        let terminator = invocation.has("null-terminated") ? "\0" : "\n"
         for entry in moves {
-            context.out.write([entry.move, entry.state.rawValue, entry.file, entry.error ?? "", entry.errorFile ?? ""].joined(separator: "\t") + terminator)
+            try context.record([entry.move, entry.state.rawValue, entry.file, entry.error ?? "", entry.errorFile ?? ""], nulTerminated: invocation.has("null-terminated"))
         }
         return 0
     }

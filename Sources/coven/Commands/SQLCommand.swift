@@ -9,8 +9,9 @@ struct SQLCommand: Command {
     static let discussion = """
     Prints each row on a line, its values separated by tabs (NULL as nothing, a newline, tab \
     or backslash in a value as \\n, \\t, \\\\, a BLOB such as a path as its text with bytes \
-    that are not UTF-8 as \\xNN); with -z each row ends with NUL instead of a newline and \
-    values are printed as they are; with --json one array of objects (a BLOB as lowercase \
+    that are not UTF-8 as \\xNN); with -z each value ends with NUL, printed as it is (a \
+    row is as many fields as the query has columns; a value holding a NUL byte is refused: \
+    use --json); with --json one array of objects (a BLOB as lowercase \
     hex). Reads \
     coven_files, coven_user_files, coven_uploads, coven_sending, coven_moves, \
     coven_upload_pause, coven_network and coven_devices, with the functions \
@@ -21,7 +22,7 @@ struct SQLCommand: Command {
     """
     static let options = [
         OptionSpec("param", short: "p", value: "NAME=VALUE", help: "bind :NAME in the SQL to VALUE (text)", repeatable: true),
-        OptionSpec("null-terminated", short: "z", help: "end each row with NUL instead of a newline"),
+        CommandContext.nulTerminatedOption,
     ]
     static let arguments = [ArgumentSpec("SQL", help: "the query, or - for stdin", optional: true)]
     static let mutates = false
@@ -29,15 +30,14 @@ struct SQLCommand: Command {
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let (sql, parameters) = try SQLInput.read(invocation, context)
         let device = try context.openDeviceReadOnly()
-        let terminator = invocation.has("null-terminated") ? "\0" : "\n"
+        let zero = invocation.has("null-terminated")
         var objects: [[String: Any]] = []
         do {
             try device.database.executeReadOnlyScript(sql, parameters: parameters) { row in
                 if context.json {
                     objects.append(jsonObject(row))
                 } else {
-                    let values = terminator == "\n" ? row.values.map(escapedText) : row.values.map(text)
-                    context.out.write(values.joined(separator: "\t") + terminator)
+                    try context.record(zero ? row.values.map(text) : row.values.map(escapedText), nulTerminated: zero)
                     try context.out.check()
                 }
             }

@@ -13,7 +13,7 @@ struct SnapshotCommand: Command {
     it with a small manifest as tar + zstd, sealed under the store key, streamed through a \
     temporary file; and stores it at snapshots/<device>-<seq>. A device that joins from it holds \
     the same rows as one that applied every change. Refuses ('invalid_state') while writes are \
-    held unpublished by bound uploads. Prints the snapshot's storage key, or one JSON object \
+    held unpublished by bound uploads. Prints the snapshot's storage key (nothing under -q), or one JSON object \
     with --json.
     """
     static let options: [OptionSpec] = []
@@ -32,7 +32,7 @@ struct SnapshotCommand: Command {
                 "pushed": ["changes": report.pushed.published, "entries": report.pushed.entries] as [String: Any],
             ])
         } else {
-            context.line(report.key)
+            context.report(report.key)
             context.note("snapshot of \(manifest.rows.counted("row")) naming \(manifest.objects.counted("stored object")), \(report.bytes.counted("byte")) sealed")
         }
         return 0

@@ -19,13 +19,17 @@ struct StatusCommand: Command {
         let device = try context.openDeviceReadOnly()
         let status = try device.status()
         if context.json {
-            try context.printJSON(json(status))
+            var object = json(status)
+            var about = object["device"] as? [String: Any] ?? [:]
+            about["removed_at"] = try device.removedAt() ?? NSNull()
+            object["device"] = about
+            try context.printJSON(object)
             return 0
         }
         let s = status
         var lines = [
             "store    \(s.storeID) at \(s.storage)",
-            "device   \(s.deviceID) '\(s.deviceName)'",
+            "device   \(s.deviceID) '\(DeviceNameText.escape(s.deviceName))'",
             "files    \(s.files.total) in all: \(s.files.stored) stored, \(s.files.uploading) uploading, \(s.files.deviceOnlyHere) on this device only, \(s.files.deviceOnlyElsewhere) on another device only, \(s.files.missing) missing",
             "uploads  \(s.uploads.queued) queued, \(s.uploads.sending) sending, \(s.uploads.failed) failed\(s.uploads.paused ? ", paused" : ""); \(ByteSize.format(s.uploads.bytesConfirmed)) of \(ByteSize.format(s.uploads.bytesTotal)) confirmed",
         ]
@@ -40,6 +44,9 @@ struct StatusCommand: Command {
         if s.sync.lostValues > 0 { sync += ", \(s.sync.lostValues.counted("lost value"))" }
         sync += "; \(s.sync.devices.counted("other device"))" + (s.sync.goneDevices > 0 ? " (\(s.sync.goneDevices) gone)" : "")
         lines.append(sync)
+        if let removed = try device.removedAt() {
+            lines.append("removed  this device was removed from the store at \(removed): nothing written here will be published; make a new device with 'coven join'")
+        }
         for problem in s.sync.problems {
             lines.append("sync     stopped at change \(problem.seq) of device \(problem.device): "
                          + (problem.kind == .gap ? "missing from storage" : "damaged in storage, reported to that device") + " ('coven sync' says more)")

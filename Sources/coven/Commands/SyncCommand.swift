@@ -15,8 +15,10 @@ struct SyncCommand: Command {
     device gone for good, only the changes some device's published frontier says it applied \
     are pulled, so every device ends with the same rows. A quiet sync lists devices/ once, \
     lists each live device's changes after the one applied, and this device's own after the \
-    one it published. A missing or damaged change, a database put back from a backup and a lost device \
-    key are each noticed and said (see Damage in the docs). Prints a summary, or one JSON \
+    one it published. A missing or damaged change, a database put back from a backup, a lost \
+    device key and a device whose clock runs far ahead are each noticed and said (see the \
+    docs). Prints a summary, the app's rows counted apart from coven's own file records \
+    ('pushed 1 change (2 rows, 2 file records)'; nothing under -q but warnings), or one JSON \
     object with --json.
     """
     static let options = [
@@ -46,10 +48,13 @@ struct SyncCommand: Command {
         if context.json {
             try context.printJSON([
                 "quiet": report.quiet,
-                "pushed": (["changes": report.pushed.published, "entries": report.pushed.entries, "held": report.pushed.held] as [String: Any])
+                "pushed": (["changes": report.pushed.published, "entries": report.pushed.entries,
+                            "rows": report.pushed.rows, "file_records": report.pushed.fileRecords,
+                            "held": report.pushed.held] as [String: Any])
                     .merging(SyncProblemsText.pushedJSON(report.pushed)) { first, _ in first },
                 "pulled": ([
-                    "changes": pulled.changes, "entries": pulled.entries, "skipped": pulled.skipped, "lost": pulled.lost,
+                    "changes": pulled.changes, "entries": pulled.entries, "rows": pulled.rows,
+                    "file_records": pulled.fileRecords, "skipped": pulled.skipped, "lost": pulled.lost,
                     "taken_out": pulled.takenOut, "devices": pulled.applied, "waiting": pulled.waiting,
                     "new_devices": pulled.newDevices,
                 ] as [String: Any]).merging(SyncProblemsText.pulledJSON(pulled)) { first, _ in first },
@@ -57,18 +62,24 @@ struct SyncCommand: Command {
             ])
         } else {
             if report.quiet {
-                context.line("nothing to do" + (report.pushed.held > 0 ? " (\(report.pushed.held.counted("write")) held by bound uploads)" : ""))
+                context.report("nothing to do" + (report.pushed.held > 0 ? " (\(report.pushed.held.counted("write")) held by bound uploads)" : ""))
             } else {
                 var parts: [String] = []
-                if !pullOnly { parts.append("pushed \(report.pushed.published.count.counted("change")) (\(report.pushed.entries.counted("row")))") }
+                // The app's rows, then coven's own file records when there are any.
+                func entries(_ rows: Int, files: Int) -> String {
+                    rows.counted("row") + (files > 0 ? ", \(files.counted("file record"))" : "")
+                }
+                if !pullOnly {
+                    parts.append("pushed \(report.pushed.published.count.counted("change")) (\(entries(report.pushed.rows, files: report.pushed.fileRecords)))")
+                }
                 if !pushOnly {
-                    var pull = "pulled \(pulled.changes.counted("change")) (\(pulled.entries.counted("row"))"
+                    var pull = "pulled \(pulled.changes.counted("change")) (\(entries(pulled.rows, files: pulled.fileRecords))"
                     if pulled.lost > 0 { pull += ", \(pulled.lost.counted("lost value"))" }
                     if pulled.takenOut > 0 { pull += ", \(pulled.takenOut.counted("row")) taken out" }
                     parts.append(pull + ")")
                 }
                 if report.pushed.held > 0 { parts.append("\(report.pushed.held.counted("write")) held by bound uploads") }
-                context.line(parts.joined(separator: "; "))
+                context.report(parts.joined(separator: "; "))
             }
             problems.write(report)
         }

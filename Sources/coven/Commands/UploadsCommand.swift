@@ -10,14 +10,14 @@ struct UploadsCommand: Command {
     Prints one line per file with a queued upload, oldest first: the file id, what it waits \
     for, the bytes the provider confirmed, the encrypted size, the attempts made, the move \
     (empty for a bound upload) and the last error's code and message, separated by tabs (-z: \
-    each line ends with NUL). What it waits for is one of storage (its turn), sending, pause, \
+    each of the eight fields ends with NUL, the message as it is). What it waits for is one of storage (its turn), sending, pause, \
     network (unmetered-only on a metered network), retry (a backoff), source (its original is \
     missing or changed, or coven's copy fails its check), move (stored, waiting for the other \
     files of its move), failed (attempts spent: see 'coven retry') and retire. With --json, one \
     array of objects. Reads only.
     """
     static let options = [
-        OptionSpec("null-terminated", short: "z", help: "end each line with NUL instead of a newline"),
+        CommandContext.nulTerminatedOption,
     ]
     static let mutates = false
 
@@ -28,12 +28,13 @@ struct UploadsCommand: Command {
             try context.printJSON(uploads.map(json))
             return 0
         }
-        let terminator = invocation.has("null-terminated") ? "\0" : "\n"
+        let zero = invocation.has("null-terminated")
         for upload in uploads {
+            let message = upload.errorMessage ?? ""
             let fields = [upload.file, upload.waitingFor, String(upload.bytesConfirmed), String(upload.bytesTotal),
                           String(upload.attempts), upload.move ?? "", upload.error ?? "",
-                          (upload.errorMessage ?? "").replacingOccurrences(of: "\t", with: " ").replacingOccurrences(of: "\n", with: " ")]
-            context.out.write(fields.joined(separator: "\t") + terminator)
+                          zero ? message : message.replacingOccurrences(of: "\t", with: " ").replacingOccurrences(of: "\n", with: " ")]
+            try context.record(fields, nulTerminated: zero)
         }
         return 0
     }
