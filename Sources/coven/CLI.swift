@@ -85,7 +85,15 @@ enum CLI {
         let line = json
             ? ((try? JSONText.render(["error": error.code.rawValue, "message": message, "exit_code": Int(ExitCodes.interrupted)])) ?? "{\"error\":\"interrupted\"}")
             : "coven: error: \(error.code.rawValue): \(message)"
-        Stop.installSignalHandlers(cooperative: command.pollsStop, message: line + "\n")
+        // A command that does not stop in time (a read no signal interrupts) is ended by the
+        // watchdog, saying which signal and why it did not stop by itself.
+        let forced: @Sendable (String) -> String = { signal in
+            let text = "interrupted by \(signal): 'coven \(command.name)' did not stop in time (a storage read or a lock that does not end)"
+            return json
+                ? ((try? JSONText.render(["error": "interrupted", "message": text, "exit_code": Int(ExitCodes.interrupted)])) ?? "{\"error\":\"interrupted\"}") + "\n"
+                : "coven: error: interrupted: " + text + "\n"
+        }
+        Stop.installSignalHandlers(cooperative: command.pollsStop, message: line + "\n", forcedMessage: forced)
     }
 
     /// Refuses words that are not valid UTF-8 where coven needs text (SQL, a namespace, a URL,

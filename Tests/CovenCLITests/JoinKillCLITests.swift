@@ -45,7 +45,7 @@ final class JoinKillCLITests: XCTestCase {
         try write(4)
         let key = try coven(["key", "export"], db: "a").stdoutText
         try Data(key.utf8).write(to: URL(fileURLWithPath: work + "/key.txt"))
-        let join = ["join", storage, "--key-file", "key.txt", "--name", "b"]
+        var join = ["join", storage, "--key-file", "key.txt", "--name", "b"]
 
         func killWhileStalled(_ method: String, _ path: String) throws {
             try proxy.clear()
@@ -74,15 +74,17 @@ final class JoinKillCLITests: XCTestCase {
         XCTAssertEqual(try coven(["sql", "SELECT count(*) FROM notes"], db: "b").stdoutText, "7\n")
         XCTAssertEqual(try coven(["sql", "SELECT count(*) FROM coven_devices WHERE NOT gone"], db: "b").stdoutText, "2\n")
 
-        // Killed during its pull: the device is there; the rerun finishes the pull.
+        // Killed during its pull: the device is there; the rerun finishes the pull. (The first
+        // b is a live device of the store: this one takes another name.)
         try FileManager.default.removeItem(atPath: work + "/b")
+        join = ["join", storage, "--key-file", "key.txt", "--name", "b2"]
         try killWhileStalled("GET", "/changes/")
         XCTAssertTrue(FileManager.default.fileExists(atPath: work + "/b/device.db"))
         let id = try coven(["sql", "SELECT value FROM coven_meta WHERE key = 'device_id'"], db: "b").stdoutText
         let finished = try coven(join, db: "b")
         XCTAssertEqual(finished.status, 0, finished.stderrText)
         XCTAssertEqual(finished.stdoutText, id, "the same device")
-        XCTAssertTrue(finished.stderrText.contains("device 'b' had joined already: finished its pull"), finished.stderrText)
+        XCTAssertTrue(finished.stderrText.contains("device 'b2' had joined already: finished its pull"), finished.stderrText)
         XCTAssertEqual(try coven(["sql", "SELECT count(*) FROM notes"], db: "b").stdoutText, "7\n")
 
         // A device of another store at the path is refused, named, and left as it is.

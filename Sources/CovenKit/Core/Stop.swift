@@ -12,6 +12,9 @@ nonisolated(unsafe) private var caughtSignal: sig_atomic_t = 0
 nonisolated(unsafe) private var stopsCooperatively: sig_atomic_t = 0
 /// The one line written to stderr when a signal ends the process at once (NUL-terminated).
 nonisolated(unsafe) private var stopLine: UnsafeMutablePointer<CChar>?
+/// Posted by the handler (`sem_post` is async-signal-safe): wakes the watchdog of a cooperative
+/// command, which ends the process when the command does not stop in time.
+nonisolated(unsafe) private var stopPosted = sem_t()
 
 /// A request to stop a long call (a read, a staging, an upload run, a fetch, a
 /// make-device-only call), set by a signal or by another thread, polled by the call between
@@ -104,10 +107,32 @@ public final class Stop: @unchecked Sendable {
     ///
     /// System calls the signal interrupts fail with EINTR instead of restarting, so a read
     /// waiting on a pipe or a lock notices the request.
-    public static func installSignalHandlers(cooperative: Bool, message: String) {
+    ///
+    /// A cooperative command that has not ended ``stopGrace`` seconds after the first signal
+    /// (a thread blocked in a read that no signal interrupts: a hung NAS, a FIFO) is ended
+    /// then by a watchdog, with `forcedMessage(signal name)` on stderr and status 130: every
+    /// signal ends a command with 130 `interrupted`.
+    public static func installSignalHandlers(cooperative: Bool, message: String,
+                                             forcedMessage: @escaping @Sendable (String) -> String = { _ in "" }) {
         let line = strdup(message)
         stopLine = line
         stopsCooperatively = cooperative ? 1 : 0
+        if cooperative {
+            sem_init(&stopPosted, 0, 0)
+            let grace = stopGrace
+            let watchdog = Thread {
+                while sem_wait(&stopPosted) != 0 {}
+                Thread.sleep(forTimeInterval: grace)
+                let text = forcedMessage(Stop.caughtSignalName ?? "a signal")
+                if text.isEmpty {
+                    if let line = stopLine { _ = write(2, line, strlen(line)) }
+                } else {
+                    text.withCString { _ = write(2, $0, strlen($0)) }
+                }
+                _exit(130)
+            }
+            watchdog.start()
+        }
         for number in [SIGINT, SIGTERM, SIGHUP] {
             signal(number) { number in
                 if caughtSignal != 0 || stopsCooperatively == 0 {
@@ -115,9 +140,16 @@ public final class Stop: @unchecked Sendable {
                     _exit(130)
                 }
                 caughtSignal = number
+                sem_post(&stopPosted)
             }
             siginterrupt(number, 1)
         }
+    }
+
+    /// How long a cooperative command has to stop after the first signal before the watchdog
+    /// ends it: 10 seconds, or `COVEN_STOP_GRACE` seconds.
+    static var stopGrace: Double {
+        ProcessInfo.processInfo.environment["COVEN_STOP_GRACE"].flatMap(Double.init).map { max(0, $0) } ?? 10
     }
 
     /// Sleeps `seconds`, waking early (and returning false) once a stop is asked.
