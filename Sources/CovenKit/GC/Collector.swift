@@ -297,7 +297,10 @@ struct Collector {
                 }
                 deletable.append(object)
             }
-            try delete(deletable, kind: .file, into: &report) { object in try candidates.removeAll(object: object) }
+            try delete(deletable, kind: .file, into: &report) { object in
+                try candidates.removeAll(object: object)
+                try device.fileRecords.forgetDeleted(object: object)
+            }
         }
     }
 
@@ -410,7 +413,10 @@ struct Collector {
                 }
                 deletable.append(object)
             }
-            try delete(deletable, kind: .file, into: &report) { object in try device.candidates.removeAll(object: object) }
+            try delete(deletable, kind: .file, into: &report) { object in
+                try device.candidates.removeAll(object: object)
+                try device.fileRecords.forgetDeleted(object: object)
+            }
         }
     }
 

@@ -29,7 +29,27 @@ enum Schema {
         { database in try database.execute(gcTables) },
         // 7: the tombstones of rows peers never held, which stay on this device (snapshots too).
         { database in try database.execute("ALTER TABLE coven_tombstones ADD COLUMN private INTEGER NOT NULL DEFAULT 0") },
+        // 8: the images of deleted file records, which a winning row naming one brings back.
+        { database in try database.execute(deletedFilesTable) },
     ]
+
+    /// Version 8: the last image of each file record deleted here or by an applied change,
+    /// kept while its bytes may exist (gc drops it with them): a later write of a row naming
+    /// the record, which wins over the delete, brings the record back with it
+    /// (Files/FileRecords.swift).
+    static let deletedFilesTable = """
+    CREATE TABLE coven_deleted_files (
+        id TEXT PRIMARY KEY,
+        audience TEXT NOT NULL,
+        namespace TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        hash TEXT,
+        coordinates TEXT NOT NULL CHECK (json_valid(coordinates)),
+        _updated_at TEXT NOT NULL,
+        object TEXT GENERATED ALWAYS AS (json_extract(coordinates, '$.object')) VIRTUAL
+    ) STRICT;
+    CREATE INDEX coven_deleted_files_object ON coven_deleted_files (object);
+    """
 
     /// Version 6: what gc keeps (GC/).
     static let gcTables = """

@@ -65,7 +65,17 @@ struct ChangeApplier {
             try database.execute("PRAGMA defer_foreign_keys = ON")
             var touched: [String: Set<String>] = [:]
             var deletedFiles: Set<String> = []
+            // The records this change deleted (whether its delete won here or not), or wrote
+            // while deleted here: each stays only while a row names it.
+            var ended: [String: (device: String, seq: Int64?, stamp: String)] = [:]
             for entry in change.entries {
+                if entry.table == "coven_files" {
+                    if entry.kind != .upsert {
+                        ended[entry.id] = (change.device, Int64(change.seq), entry.stamp)
+                    } else if let tombstone = try sync.tombstone(table: "coven_files", id: entry.id), let writer = HybridClock.device(of: tombstone) {
+                        ended[entry.id] = (writer, try sync.seq(device: writer, holding: tombstone), tombstone)
+                    }
+                }
                 if try applyEntry(entry, change: change, path: path, report: &report) {
                     touched[entry.table, default: []].insert(entry.id)
                     if entry.table == "coven_files", entry.kind != .upsert { deletedFiles.insert(entry.id) }
@@ -73,6 +83,9 @@ struct ChangeApplier {
             }
             try takeOutRowsNamingMissingFiles(touched: touched, deletedFiles: deletedFiles, report: &report)
             report.restored += try TakenOutRows(device: device, graph: graph).restore()
+            for (id, end) in ended.sorted(by: { $0.key < $1.key }) {
+                if let object = try records.deleteUnnamed(id, ended: end) { report.uncache.insert(object) }
+            }
             let frontier = change.frontier.mapValues { Int64($0) }
             try sync.log(device: change.device, seq: Int64(change.seq), maxStamp: change.entries.map(\.stamp).max() ?? "", frontier: frontier)
             try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier, heldObjects: change.heldObjects)

@@ -55,4 +55,32 @@ final class FileRecordRuleTests: DeviceTestCase {
         }
         XCTAssertEqual(try String(contentsOfFile: work + "/CR/c.flac", encoding: .utf8), "the one song")
     }
+
+    // MARK: D
+
+    /// Item D: b deletes a track whose file a still uploads; a's upload finishes before a
+    /// hears of the delete, and its switch to stored arrives later than the delete. The record
+    /// does not come back (no row names it) on any device, and the stored bytes go at gc once
+    /// every device has the delete.
+    func testASwitchOfARecordDeletedMeanwhileDoesNotBringItBackAndItsBytesGo() throws {
+        let devices = try makeDevices(3)
+        let a = devices[0], b = devices[1], c = devices[2]
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
+        let song = try stageApp(a, try file("song.flac", "a song's bytes"))
+        let track = try a.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_staged('\(song.id)'))").files[0]
+        _ = try a.sync()
+        _ = try b.sync()
+        try b.write(sql: "DELETE FROM tracks")
+        _ = try b.sync()
+        let object = try StoredFiles.store(a, file: track)
+        try syncAll(devices, rounds: 3)
+        for device in devices {
+            XCTAssertNil(try device.fileRecord(track), "no record on \(device.deviceName)")
+            XCTAssertEqual(try count(device, "SELECT count(*) FROM tracks"), 0)
+        }
+        XCTAssertTrue(try a.connectStorage().head(object) != nil)
+        let report = try a.collectGarbage()
+        XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
+        XCTAssertNil(try a.connectStorage().head(object))
+    }
 }
