@@ -87,7 +87,7 @@ final class FileRecords {
         }
     }
 
-    // MARK: Deleted records (DESIGN.md "A write naming a deleted file record")
+    // MARK: Deleted records (docs/coven-sync.md, "A write naming a deleted file record")
 
     /// Whether the image of deleted record `id` is kept here.
     func hasDeletedImage(_ id: String) throws -> Bool {

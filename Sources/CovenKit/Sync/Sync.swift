@@ -142,7 +142,8 @@ extension Device {
         return try database.transaction {
             try recordWrite { write in
                 for column in manifest.table(lost.table)?.files ?? [] {
-                    if let file = lost.values[column.column]?.textValue, try fileRecord(file) == nil {
+                    // A record deleted meanwhile comes back with the row while its image is kept.
+                    if let file = lost.values[column.column]?.textValue, try fileRecord(file) == nil, try !fileRecords.bringBack(file) {
                         throw CovenError(.fileUnknown, "lost value \(id) names file '\(file)', which this device no longer has", details: ["lost": String(id), "file": file])
                     }
                 }

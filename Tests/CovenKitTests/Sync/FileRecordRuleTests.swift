@@ -83,4 +83,147 @@ final class FileRecordRuleTests: DeviceTestCase {
         XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
         XCTAssertNil(try a.connectStorage().head(object))
     }
+
+    // MARK: 8 and E
+
+    /// Item 8: b deletes a track (its record goes with it); c, later, retitles it. The later
+    /// edit wins, as on a table with no file column: the track is on every device with c's
+    /// title, its record comes back with it, nothing is taken out, the file reads, and gc
+    /// keeps its bytes.
+    func testALaterEditOfARowWhoseFileRecordWasDeletedWinsWithItsFile() throws {
+        let (a, b, c, track) = try storedTrack()
+        let row = try XCTUnwrap(try a.database.scalar("SELECT id FROM tracks").textValue)
+        try b.write(sql: "DELETE FROM tracks")
+        try c.write(sql: "UPDATE tracks SET title = 'later'")
+        _ = try b.sync()
+        _ = try c.sync()
+        try syncAll([a, b, c])
+        for device in [a, b, c] {
+            XCTAssertEqual(try device.database.scalar("SELECT title FROM tracks WHERE id = ?1", [row]).textValue, "later", device.deviceName)
+            XCTAssertNotNil(try device.fileRecord(track), device.deviceName)
+            XCTAssertFalse(try device.lostValues().contains { $0.why == "file_deleted" }, device.deviceName)
+            var bytes: [UInt8] = []
+            try device.readFile(track) { bytes.append(contentsOf: $0) }
+            XCTAssertEqual(bytes, Array("the one song".utf8))
+        }
+        XCTAssertTrue(try b.collectGarbage().deleted.isEmpty, "a record names the bytes again")
+        XCTAssertTrue(try a.collectGarbage().deleted.isEmpty)
+    }
+
+    /// albums whose cover is a file column, tracks cascading on albums.
+    static let coverManifest = """
+        {
+          "namespaces": [ { "name": "covers", "kind": "app" } ],
+          "tables": [
+            { "name": "albums", "identity": "uuid", "files": [ { "column": "cover" } ] },
+            { "name": "tracks", "identity": "uuid" }
+          ],
+          "migrations": [
+            "CREATE TABLE albums (id TEXT PRIMARY KEY, title TEXT, cover TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE tracks (id TEXT PRIMARY KEY, album_id TEXT NOT NULL REFERENCES albums(id) ON DELETE CASCADE, title TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT"
+          ]
+        }
+        """
+
+    private func coverDevices() throws -> [Device] {
+        let first = try makeDevice(Self.coverManifest, name: "a")
+        return [first, try join("b", from: first), try join("c", from: first)]
+    }
+
+    /// a sets a new stored cover on album X; returns its file id.
+    @discardableResult
+    private func setCover(_ device: Device, _ text: String) throws -> String {
+        let staged = try stageApp(device, text: text)
+        let file = try device.write(sql: "UPDATE albums SET cover = coven_put_staged('\(staged.id)') WHERE id = '\(Self.album)'").files[0]
+        try StoredFiles.store(device, file: file)
+        return file
+    }
+
+    private func assertSame(_ devices: [Device], file: StaticString = #filePath, line: UInt = #line) throws {
+        let rows = try devices.map { device in
+            try ["albums", "tracks", "coven_files"].map { table in
+                try device.database.query("SELECT * FROM \(table) ORDER BY id").map { $0.values.map { "\($0)" }.joined(separator: "|") }
+            }
+        }
+        for (device, image) in zip(devices, rows) where image != rows[0] {
+            XCTFail("\(device.deviceName) differs from \(devices[0].deviceName): \(image) vs \(rows[0])", file: file, line: line)
+        }
+    }
+
+    /// Item E as the issue tells it: b clears album X's cover (its record S1 goes); c, later,
+    /// retitles X (its image still names S1); a sets a new cover S3 on X. X's children never
+    /// vanish: X and its track T are on every device, with a's cover, and nothing is taken out.
+    func testARowNamingADeletedRecordKeepsItsChildrenOnEveryDevice() throws {
+        let devices = try coverDevices()
+        let a = devices[0], b = devices[1], c = devices[2]
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
+        let s1 = try setCover(a, "cover one")
+        try a.write(sql: "INSERT INTO tracks (id, album_id, title) VALUES (coven_uuid7(), '\(Self.album)', 't')")
+        try syncAll(devices, rounds: 1)
+        try b.write(sql: "UPDATE albums SET cover = NULL")
+        XCTAssertNil(try b.fileRecord(s1))
+        try c.write(sql: "UPDATE albums SET title = 'retitled'")
+        _ = try c.sync()
+        _ = try a.sync()
+        let s3 = try setCover(a, "cover three")
+        _ = try a.sync()
+        _ = try b.sync()
+        try syncAll(devices, rounds: 3)
+        for device in devices {
+            XCTAssertEqual(try device.database.scalar("SELECT cover FROM albums").textValue, s3, device.deviceName)
+            XCTAssertEqual(try count(device, "SELECT count(*) FROM tracks"), 1, device.deviceName)
+            XCTAssertFalse(try device.lostValues().contains { $0.why != "concurrent" }, device.deviceName)
+        }
+        try assertSame(devices)
+    }
+
+    /// Item E, where the record's image is gone (gc freed its bytes): the row naming it is
+    /// taken out, and its children with it, each listed (no cascade removes them unrecorded),
+    /// so they come back with their parent.
+    func testARowTakenOutForAFreedRecordTakesItsChildrenOutListed() throws {
+        let devices = try coverDevices()
+        let a = devices[0], b = devices[1]
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
+        let s1 = try setCover(a, "cover one")
+        try a.write(sql: "INSERT INTO tracks (id, album_id, title) VALUES (coven_uuid7(), '\(Self.album)', 't')")
+        try syncAll([a, b], rounds: 1)
+        try b.write(sql: "UPDATE albums SET cover = NULL")
+        try a.write(sql: "UPDATE albums SET title = 'retitled'")
+        _ = try a.sync()
+        try b.database.execute("DELETE FROM coven_deleted_files")
+        _ = try b.sync()
+        XCTAssertNil(try b.fileRecord(s1))
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM albums"), 0)
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM tracks"), 0)
+        XCTAssertEqual(Set(try b.lostValues().filter { $0.restoredAt == nil && $0.why != "concurrent" }.map { "\($0.table) \($0.why)" }),
+                       ["albums file_deleted", "tracks parent_deleted"])
+    }
+
+    /// A lost value naming a file record deleted since (the winning write replaced the cover)
+    /// is restored with its record while the record's image is kept: the row and the record
+    /// are back on both devices, and the file reads.
+    func testALostValueNamingARecordDeletedSinceIsRestoredWithIt() throws {
+        let devices = try coverDevices()
+        let a = devices[0], b = devices[1]
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
+        let s1 = try setCover(a, "cover one")
+        try syncAll([a, b], rounds: 1)
+        try b.write(sql: "UPDATE albums SET title = 'from b'")
+        let s2 = try setCover(a, "cover two")
+        _ = try a.sync()
+        _ = try b.sync()
+        XCTAssertNil(try b.fileRecord(s1))
+        let lost = try XCTUnwrap(try b.lostValues().first { $0.table == "albums" && $0.why == "concurrent" })
+        try b.restoreLost(lost.id)
+        try syncAll([a, b])
+        for device in [a, b] {
+            XCTAssertEqual(try device.database.scalar("SELECT title FROM albums").textValue, "from b")
+            XCTAssertEqual(try device.database.scalar("SELECT cover FROM albums").textValue, s1)
+            var bytes: [UInt8] = []
+            try device.readFile(s1) { bytes.append(contentsOf: $0) }
+            XCTAssertEqual(bytes, Array("cover one".utf8))
+        }
+        XCTAssertNotEqual(s1, s2)
+        try assertSame([a, b])
+    }
 }
