@@ -141,7 +141,7 @@ final class FileRecordRuleTests: DeviceTestCase {
 
     private func assertSame(_ devices: [Device], file: StaticString = #filePath, line: UInt = #line) throws {
         let rows = try devices.map { device in
-            try ["albums", "tracks", "coven_files"].map { table in
+            try (device.manifest.tables.map(\.name) + ["coven_files"]).map { table in
                 try device.database.query("SELECT * FROM \(table) ORDER BY id").map { $0.values.map { "\($0)" }.joined(separator: "|") }
             }
         }
@@ -225,5 +225,60 @@ final class FileRecordRuleTests: DeviceTestCase {
         }
         XCTAssertNotEqual(s1, s2)
         try assertSame([a, b])
+    }
+
+    // MARK: C
+
+    /// albums whose cover is a bound file column.
+    static let boundCoverManifest = """
+        {
+          "namespaces": [ { "name": "covers", "kind": "app" } ],
+          "tables": [
+            { "name": "albums", "identity": "uuid", "files": [ { "column": "cover", "bound": true, "bound_limit": 64 } ] }
+          ],
+          "migrations": [
+            "CREATE TABLE albums (id TEXT PRIMARY KEY, title TEXT, cover TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT"
+          ]
+        }
+        """
+
+    /// Runs every device's upload worker once (what a device cannot store yet stays queued).
+    private func uploadAll(_ devices: [Device]) throws {
+        for device in devices {
+            let connector = StorageConnector(location: device.storage, environment: device.storageEnvironment)
+            _ = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]),
+                                     connect: { try connector.connect() })
+        }
+    }
+
+    private func setBoundCover(_ device: Device, _ text: String) throws {
+        let staged = try stageApp(device, text: text)
+        try device.write(sql: "UPDATE albums SET cover = coven_put_staged('\(staged.id)') WHERE id = '\(Self.album)'")
+    }
+
+    /// Item C: a lost-value restore while a bound cover write is held: after uploads and syncs
+    /// everywhere, the devices agree on the album.
+    func testALostValueRestoreWhileABoundWriteIsHeldConverges() throws {
+        let first = try makeDevice(Self.boundCoverManifest, name: "a")
+        let a = first, b = try join("b", from: first), c = try join("c", from: first)
+        let devices = [a, b, c]
+        try b.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
+        _ = try b.sync()
+        _ = try a.sync()
+        _ = try c.sync()
+        try setBoundCover(c, "c's cover")
+        try setBoundCover(b, "b's cover")
+        try a.write(sql: "UPDATE albums SET title = 'from a'")
+        try uploadAll([b])
+        _ = try b.sync()
+        _ = try a.sync()
+        try setBoundCover(b, "b's other cover")
+        let lost = try XCTUnwrap(try a.lostValues().first { $0.table == "albums" && $0.restoredAt == nil && $0.why == "concurrent" })
+        try a.restoreLost(lost.id)
+        for _ in 0..<3 {
+            try uploadAll(devices)
+            try syncAll(devices, rounds: 1)
+        }
+        try assertSame(devices)
     }
 }
