@@ -89,11 +89,6 @@ final class FileRecords {
 
     // MARK: Deleted records (docs/coven-sync.md, "A write naming a deleted file record")
 
-    /// Whether the image of deleted record `id` is kept here.
-    func hasDeletedImage(_ id: String) throws -> Bool {
-        try database.scalar("SELECT count(*) FROM coven_deleted_files WHERE id = ?1", [id]).intValue ?? 0 > 0
-    }
-
     /// Brings deleted record `id` back as it was when deleted (a row naming it won over its
     /// delete); false when no image of it is kept (gc freed its bytes) or it is here.
     func bringBack(_ id: String) throws -> Bool {
@@ -337,13 +332,20 @@ extension Device {
 }
 
 extension FileRecords {
-    /// Copies the records meeting `condition` into `schema`'s `coven_files` (a snapshot);
-    /// returns how many.
+    /// Copies the records meeting `condition` into `schema`'s `coven_files` (a snapshot), and
+    /// the images of deleted records whose delete peers were told of (a device joining from
+    /// the snapshot brings one back as every other device does); returns how many records.
     func copyForSnapshot(into schema: String, condition: String) throws -> Int64 {
         try database.execute("""
             INSERT INTO \(schema).coven_files (id, audience, namespace, size, hash, coordinates, _updated_at)
             SELECT id, audience, namespace, size, hash, coordinates, _updated_at FROM main.coven_files WHERE \(condition)
             """)
-        return try database.scalar("SELECT changes()").intValue ?? 0
+        let copied = try database.scalar("SELECT changes()").intValue ?? 0
+        try database.execute("""
+            INSERT INTO \(schema).coven_deleted_files (id, audience, namespace, size, hash, coordinates, _updated_at)
+            SELECT d.id, d.audience, d.namespace, d.size, d.hash, d.coordinates, d._updated_at FROM main.coven_deleted_files AS d
+            WHERE EXISTS (SELECT 1 FROM main.coven_tombstones AS t WHERE t.tbl = 'coven_files' AND t.id = d.id AND t.private = 0)
+            """)
+        return copied
     }
 }

@@ -142,8 +142,7 @@ extension Device {
         return try database.transaction {
             try recordWrite { write in
                 for column in manifest.table(lost.table)?.files ?? [] {
-                    // A record deleted meanwhile comes back with the row while its image is kept.
-                    if let file = lost.values[column.column]?.textValue, try fileRecord(file) == nil, try !fileRecords.bringBack(file) {
+                    if let file = lost.values[column.column]?.textValue, try fileRecord(file) == nil {
                         throw CovenError(.fileUnknown, "lost value \(id) names file '\(file)', which this device no longer has", details: ["lost": String(id), "file": file])
                     }
                 }

@@ -35,11 +35,6 @@ struct TakenOutRows {
                 guard let table = lost.string("tbl"), let id = lost.string("row_id"), seen.insert(table + "\u{0}" + id).inserted,
                       let entry = try RowEntryCodec.decode(lost.bytes("entry") ?? []).first, entry.kind == .upsert,
                       try canComeBack(entry) else { continue }
-                // A file record it names that was deleted meanwhile comes back with it.
-                let records = device.fileRecords
-                for column in device.manifest.table(table)?.files ?? [] {
-                    if let file = entry.value(column.column)?.textValue { _ = try records.bringBack(file) }
-                }
                 let statement = try database.cached(RowEntry.upsertSQL(table: table, columns: entry.columns))
                 try statement.bind(entry.values)
                 try statement.runToEnd()
@@ -52,8 +47,7 @@ struct TakenOutRows {
     }
 
     /// Whether the row is not here, no write of it came since, every parent it names is here
-    /// and every file record it names too (or its image, kept since its delete: the record
-    /// comes back with the row).
+    /// and every file record it names too.
     private func canComeBack(_ entry: RowEntry) throws -> Bool {
         let quoted = RowCapture.quote(entry.table)
         if try database.scalar("SELECT count(*) FROM main.\(quoted) WHERE id = ?1", [entry.id]).intValue ?? 0 > 0 { return false }
@@ -67,7 +61,7 @@ struct TakenOutRows {
         }
         for column in device.manifest.table(entry.table)?.files ?? [] {
             guard let file = entry.value(column.column)?.textValue else { continue }
-            if try device.fileRecord(file) == nil, try !device.fileRecords.hasDeletedImage(file) { return false }
+            if try device.fileRecord(file) == nil { return false }
         }
         return true
     }
