@@ -270,4 +270,37 @@ final class FileRecordRuleTests: DeviceTestCase {
         }
         try assertSame(devices)
     }
+
+    /// A winning write held by a bound upload names a record deleted elsewhere: its device
+    /// applies the delete (the record comes back there) and publishes its frontier while the
+    /// write is held, so gc on the deleter must still keep the bytes (the device says it holds
+    /// them) until the write arrives and names the record everywhere.
+    func testAHeldWinningWriteKeepsTheBytesOfTheRecordItNames() throws {
+        let first = try makeDevice(Self.boundCoverManifest, name: "a")
+        let a = first, b = try join("b", from: first), c = try join("c", from: first)
+        let other = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f41"
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x'), ('\(other)', 'y')")
+        let cover = try stageApp(a, text: "cover one")
+        let s1 = try a.write(sql: "UPDATE albums SET cover = coven_put_staged('\(cover.id)') WHERE id = '\(Self.album)'").files[0]
+        let object = try StoredFiles.store(a, file: s1)
+        try syncAll([a, b, c], rounds: 1)
+        try b.write(sql: "UPDATE albums SET cover = NULL WHERE id = '\(Self.album)'")
+        let held = try stageApp(c, text: "held cover")
+        try c.write(sql: "UPDATE albums SET cover = coven_put_staged('\(held.id)') WHERE id = '\(other)'")
+        try c.write(sql: "UPDATE albums SET title = 'later' WHERE id = '\(Self.album)'")
+        _ = try b.sync()
+        XCTAssertTrue(try c.sync().pushed.held > 0, "c's writes wait for the bound upload")
+        _ = try a.sync()
+        _ = try b.sync()
+        _ = try b.collectGarbage()
+        XCTAssertTrue(try b.connectStorage().head(object) != nil, "the bytes the held write names stay")
+        try uploadAll([c])
+        try syncAll([a, b, c])
+        for device in [a, b, c] {
+            XCTAssertEqual(try device.database.scalar("SELECT cover FROM albums WHERE id = ?1", [Self.album]).textValue, s1, device.deviceName)
+            var bytes: [UInt8] = []
+            try device.readFile(s1) { bytes.append(contentsOf: $0) }
+            XCTAssertEqual(bytes, Array("cover one".utf8))
+        }
+    }
 }
