@@ -68,18 +68,72 @@ final class FileRecords {
         }
     }
 
-    /// Deletes a record no row names any more, and its pin. A delete by this device's write
+    /// Deletes a record no row names any more, and its pin, keeping its image (see
+    /// ``bringBack(_:)``). A delete by this device's write
     /// `stamp` of a stored record, or one that leaves no stored record naming the object, makes
     /// the object a gc candidate of the write (see ``setCoordinates(_:_:hash:stamp:)``).
     func delete(_ id: String, stamp: String?) throws {
         let row = try database.query("SELECT object, place FROM coven_files WHERE id = ?1", [id]).first
         let object = row?.string("object")
         let wasStored = row?.string("place") == Coordinates.Place.stored.rawValue
+        try database.run("""
+            INSERT OR REPLACE INTO coven_deleted_files (id, audience, namespace, size, hash, coordinates, _updated_at)
+            SELECT id, audience, namespace, size, hash, coordinates, _updated_at FROM coven_files WHERE id = ?1
+            """, [id])
         try database.run("DELETE FROM coven_files WHERE id = ?1", [id])
         try database.run("DELETE FROM coven_pins WHERE file = ?1", [id])
         if let stamp, let object, try wasStored || !isStored(object: object) {
             try device.candidates.add(object: object, stamp: stamp, why: .deleted, file: id)
         }
+    }
+
+    // MARK: Deleted records (docs/coven-sync.md, "A write naming a deleted file record")
+
+    /// Brings deleted record `id` back as it was when deleted (a row naming it won over its
+    /// delete); false when no image of it is kept (gc freed its bytes) or it is here.
+    func bringBack(_ id: String) throws -> Bool {
+        try database.run("""
+            INSERT INTO coven_files (id, audience, namespace, size, hash, coordinates, _updated_at)
+            SELECT id, audience, namespace, size, hash, coordinates, _updated_at FROM coven_deleted_files WHERE id = ?1
+            ON CONFLICT (id) DO NOTHING
+            """, [id])
+        return database.changes > 0
+    }
+
+    /// Drops the images of deleted records naming `object` (gc deleted its bytes).
+    func forgetDeleted(object: String) throws {
+        try database.run("DELETE FROM coven_deleted_files WHERE object = ?1", [object])
+    }
+
+    /// Deletes record `id`, which a change deleted or wrote after its delete here, once no row
+    /// names it: a record lives while a row names it, so a write of the record alone (an
+    /// upload's switch to stored, a make-device-only) never brings it back. Its tombstone
+    /// takes the newer of the two stamps; its object becomes a gc candidate of `ended` (the
+    /// delete that ended it: its device, change and stamp); its upload here is retired.
+    ///
+    /// - Returns: the object whose cached bytes go after the commit, if the record went.
+    func deleteUnnamed(_ id: String, ended: (device: String, seq: Int64?, stamp: String)) throws -> String? {
+        guard let record = try device.fileRecord(id),
+              let stamp = try database.scalar("SELECT _updated_at FROM coven_files WHERE id = ?1", [id]).textValue else { return nil }
+        for table in device.manifest.tables {
+            for column in table.files {
+                let named = try database.scalar("SELECT count(*) FROM main.\(RowCapture.quote(table.name)) WHERE \(RowCapture.quote(column.column)) = ?1", [id])
+                if (named.intValue ?? 0) > 0 { return nil }
+            }
+        }
+        try delete(id, stamp: nil)
+        try SyncState(database: database).setTombstone(table: "coven_files", id: id, stamp: max(stamp, ended.stamp))
+        let object = record.coordinates.object
+        if ended.device == device.deviceID {
+            try device.candidates.add(object: object, stamp: ended.stamp, why: .deleted, file: id)
+        } else if let seq = ended.seq {
+            try device.candidates.addElsewhere(object: object, device: ended.device, seq: seq, stamp: ended.stamp, file: id)
+        }
+        try device.setSetting(Device.frontierDueSetting, "1")
+        if try ids(object: object).isEmpty, try device.uploadQueue.contains(object) {
+            try device.retireUpload(object: object)
+        }
+        return object
     }
 
     /// Whether a record here names `object` as stored.
@@ -278,13 +332,20 @@ extension Device {
 }
 
 extension FileRecords {
-    /// Copies the records meeting `condition` into `schema`'s `coven_files` (a snapshot);
-    /// returns how many.
+    /// Copies the records meeting `condition` into `schema`'s `coven_files` (a snapshot), and
+    /// the images of deleted records whose delete peers were told of (a device joining from
+    /// the snapshot brings one back as every other device does); returns how many records.
     func copyForSnapshot(into schema: String, condition: String) throws -> Int64 {
         try database.execute("""
             INSERT INTO \(schema).coven_files (id, audience, namespace, size, hash, coordinates, _updated_at)
             SELECT id, audience, namespace, size, hash, coordinates, _updated_at FROM main.coven_files WHERE \(condition)
             """)
-        return try database.scalar("SELECT changes()").intValue ?? 0
+        let copied = try database.scalar("SELECT changes()").intValue ?? 0
+        try database.execute("""
+            INSERT INTO \(schema).coven_deleted_files (id, audience, namespace, size, hash, coordinates, _updated_at)
+            SELECT d.id, d.audience, d.namespace, d.size, d.hash, d.coordinates, d._updated_at FROM main.coven_deleted_files AS d
+            WHERE EXISTS (SELECT 1 FROM main.coven_tombstones AS t WHERE t.tbl = 'coven_files' AND t.id = d.id AND t.private = 0)
+            """)
+        return copied
     }
 }

@@ -321,7 +321,10 @@ struct Collector {
                 }
                 deletable.append(object)
             }
-            try delete(deletable, kind: .file, into: &report) { object in try candidates.removeAll(object: object) }
+            try delete(deletable, kind: .file, into: &report) { object in
+                try candidates.removeAll(object: object)
+                try device.fileRecords.forgetDeleted(object: object)
+            }
         }
     }
 
@@ -502,7 +505,10 @@ struct Collector {
                 }
                 deletable.append(object)
             }
-            try delete(deletable, kind: .file, into: &report) { object in try device.candidates.removeAll(object: object) }
+            try delete(deletable, kind: .file, into: &report) { object in
+                try device.candidates.removeAll(object: object)
+                try device.fileRecords.forgetDeleted(object: object)
+            }
         }
     }
 

@@ -32,7 +32,27 @@ enum Schema {
         // 8: how many writes a frozen change holds (`status` counts them as not yet published;
         // NULL for a change frozen before).
         { database in try database.execute("ALTER TABLE coven_push ADD COLUMN writes INTEGER") },
+        // 9: the images of deleted file records, which a winning row naming one brings back.
+        { database in try database.execute(deletedFilesTable) },
     ]
+
+    /// Version 9: the last image of each file record deleted here or by an applied change,
+    /// kept while its bytes may exist (gc drops it with them): a later write of a row naming
+    /// the record, which wins over the delete, brings the record back with it
+    /// (Files/FileRecords.swift).
+    static let deletedFilesTable = """
+    CREATE TABLE coven_deleted_files (
+        id TEXT PRIMARY KEY,
+        audience TEXT NOT NULL,
+        namespace TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        hash TEXT,
+        coordinates TEXT NOT NULL CHECK (json_valid(coordinates)),
+        _updated_at TEXT NOT NULL,
+        object TEXT GENERATED ALWAYS AS (json_extract(coordinates, '$.object')) VIRTUAL
+    ) STRICT;
+    CREATE INDEX coven_deleted_files_object ON coven_deleted_files (object);
+    """
 
     /// Version 6: what gc keeps (GC/).
     static let gcTables = """

@@ -71,7 +71,17 @@ struct ChangeApplier {
             try database.execute("PRAGMA defer_foreign_keys = ON")
             var touched: [String: Set<String>] = [:]
             var deletedFiles: Set<String> = []
+            // The records this change deleted (whether its delete won here or not), or wrote
+            // while deleted here: each stays only while a row names it.
+            var ended: [String: (device: String, seq: Int64?, stamp: String)] = [:]
             for entry in change.entries {
+                if entry.table == "coven_files" {
+                    if entry.kind != .upsert {
+                        ended[entry.id] = (change.device, Int64(change.seq), entry.stamp)
+                    } else if let tombstone = try sync.tombstone(table: "coven_files", id: entry.id), let writer = HybridClock.device(of: tombstone) {
+                        ended[entry.id] = (writer, try sync.seq(device: writer, holding: tombstone), tombstone)
+                    }
+                }
                 if try applyEntry(entry, change: change, path: path, report: &report) {
                     touched[entry.table, default: []].insert(entry.id)
                     if entry.table == "coven_files", entry.kind != .upsert { deletedFiles.insert(entry.id) }
@@ -79,6 +89,9 @@ struct ChangeApplier {
             }
             try takeOutRowsNamingMissingFiles(touched: touched, deletedFiles: deletedFiles, report: &report)
             report.restored += try TakenOutRows(device: device, graph: graph).restore()
+            for (id, end) in ended.sorted(by: { $0.key < $1.key }) {
+                if let object = try records.deleteUnnamed(id, ended: end) { report.uncache.insert(object) }
+            }
             let frontier = change.frontier.mapValues { Int64($0) }
             try sync.log(device: change.device, seq: Int64(change.seq), maxStamp: change.entries.map(\.stamp).max() ?? "", frontier: frontier)
             try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier, heldObjects: change.heldObjects)
@@ -217,8 +230,10 @@ struct ChangeApplier {
     // MARK: Take-outs
 
     /// Rows this change wrote naming a file record this device does not have, and rows naming
-    /// a record this change deleted, are taken out: deleted here, kept as unrestorable lost
-    /// values.
+    /// a record this change deleted, won over that record's delete (docs/coven-sync.md, "A write
+    /// naming a deleted file record"): the record comes back from the image its delete kept. Only
+    /// when no image is kept (gc freed its bytes, or the record never was here) is the row
+    /// taken out: deleted here with its children, kept as an unrestorable lost value.
     private mutating func takeOutRowsNamingMissingFiles(touched: [String: Set<String>], deletedFiles: Set<String>, report: inout ApplyReport) throws {
         let deleted = String(decoding: try JSONSerialization.data(withJSONObject: deletedFiles.sorted()), as: UTF8.self)
         for table in device.manifest.tables where !table.files.isEmpty {
@@ -231,6 +246,18 @@ struct ChangeApplier {
             let quoted = RowCapture.quote(table.name)
             let rows = try database.query("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(quoted) WHERE \(missing)", [ids, deleted])
             for row in rows {
+                guard let id = row["id"].textValue,
+                      try database.scalar("SELECT count(*) FROM main.\(quoted) WHERE id = ?1", [id]).intValue ?? 0 > 0 else { continue }
+                // The row here won over the record's delete: the record comes back with it
+                // while its image is kept (its bytes may exist); otherwise the row is taken out,
+                // its children first (no cascade removes them unrecorded).
+                var back = true
+                for column in table.files {
+                    guard let file = row[column.column].textValue, try device.fileRecord(file) == nil else { continue }
+                    if try !records.bringBack(file) { back = false }
+                }
+                if back { continue }
+                try takeOutChildren(of: table.name, id: id, report: &report)
                 try takeOut(table: table.name, row: row, names: names, why: .fileDeleted, report: &report)
             }
         }

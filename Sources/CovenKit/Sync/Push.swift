@@ -161,15 +161,25 @@ extension Device {
     /// a gc elsewhere keeps them (DESIGN.md "Deleting stored bytes").
     ///
     /// With gates, also the objects of stored records peers do not hold (records only private
-    /// rows name, kept back by the gate).
+    /// rows name, kept back by the gate). Also those of stored records that rows of this
+    /// device not published yet name (held by a bound upload): a record deleted elsewhere that
+    /// such a row brought back here comes back everywhere when the row arrives.
     func heldObjects(publishedUpTo stamp: String?, gated: Bool) throws -> [String] {
         let floor = try stamp ?? database.scalar("SELECT max(max_stamp) FROM coven_sync_log WHERE device = ?1", [deviceID]).textValue ?? ""
         let privateRecords = gated ? """
              OR NOT EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = 'coven_files' AND p.id = f.id AND p.retracted = 0)
             """ : ""
+        // A record another device wrote, named by a row of this device not published yet (a
+        // write held by a bound upload): it may have been deleted elsewhere and brought back
+        // here by that row, which wins when it arrives.
+        let namedByHeldRows = manifest.tables.flatMap { table in
+            table.files.map { column in
+                " OR f.id IN (SELECT \(RowCapture.quote(column.column)) FROM main.\(RowCapture.quote(table.name)) WHERE _updated_at > ?1 AND _updated_at LIKE '%-' || ?2)"
+            }
+        }.joined()
         return try database.query("""
             SELECT DISTINCT object FROM coven_files f
-            WHERE place = \(Coordinates.Place.stored.sql) AND ((_updated_at > ?1 AND _updated_at LIKE '%-' || ?2)\(privateRecords))
+            WHERE place = \(Coordinates.Place.stored.sql) AND ((_updated_at > ?1 AND _updated_at LIKE '%-' || ?2)\(privateRecords)\(namedByHeldRows))
             ORDER BY object
             """, [floor, deviceID]).compactMap { $0.string("object") }
     }

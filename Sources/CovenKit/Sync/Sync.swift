@@ -205,7 +205,7 @@ extension Device {
     ///
     /// - Throws: `.notFound` for an unknown id; `.invalidState` for a take-out or a value
     ///   already restored; `.fileUnknown` when it names a file record this device no longer
-    ///   has.
+    ///   has; `.bytesAbsent` for an image of a file record naming bytes nobody holds.
     @discardableResult
     public func restoreLost(_ id: Int64) throws -> String {
         let lock = try self.lock(wait: true)
@@ -220,6 +220,7 @@ extension Device {
         guard lost.restoredAt == nil else {
             throw CovenError(.invalidState, "lost value \(id) was restored at \(lost.restoredAt ?? "")", details: ["lost": String(id)])
         }
+        try refuseRecordNamingBytesNobodyHolds(lost)
         return try database.transaction {
             try recordWrite { write in
                 for column in manifest.table(lost.table)?.files ?? [] {
@@ -239,6 +240,29 @@ extension Device {
 }
 
 extension Device {
+    /// A lost image of a file record may come back only while the bytes it names are held: a
+    /// stored object (gc keeps what a lost value names), or a copy on this device only that
+    /// this device still records and finds. An image naming another device's copy, or a copy
+    /// here that is gone (the losing side of two make-device-only switches: its copy went when
+    /// the winner's arrived), would leave a record naming bytes nobody holds, and its arrival
+    /// would remove the winner's copy: it is refused.
+    ///
+    /// - Throws: `.bytesAbsent`, naming the file.
+    func refuseRecordNamingBytesNobodyHolds(_ lost: LostValue) throws {
+        guard lost.table == "coven_files", let json = lost.values["coordinates"]?.textValue,
+              let coordinates = try? Coordinates(json: json), coordinates.at == .device else { return }
+        let file = lost.rowID
+        guard coordinates.device == deviceID else {
+            throw CovenError(.bytesAbsent, "lost value \(lost.id) says file '\(file)' is on device '\(coordinates.device ?? "")' only, whose copy went when this value lost",
+                             hint: "restore the file from the device that holds it", details: ["lost": String(lost.id), "file": file, "device": coordinates.device ?? ""])
+        }
+        let recorded = try database.scalar("SELECT count(*) FROM coven_local WHERE object = ?1", [coordinates.object]).intValue ?? 0 > 0
+        guard recorded, localSourceProblem(coordinates.object) == nil else {
+            throw CovenError(.bytesAbsent, "lost value \(lost.id) says file '\(file)' is on this device only, whose copy is gone",
+                             hint: "the file's bytes are where its record says now ('coven ls' shows it)", details: ["lost": String(lost.id), "file": file, "device": deviceID])
+        }
+    }
+
     /// Refuses to go on when this device was removed from the store for good (as the last
     /// listing of `devices/` said).
     ///

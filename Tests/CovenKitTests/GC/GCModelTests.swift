@@ -4,8 +4,8 @@ import Foundation
 import XCTest
 
 /// Randomized gc: three devices doing random stages, writes, deletes, coven_existing_file,
-/// make-device-only, moves and their cancels, uploads, syncs, snapshots, gc and a device
-/// removal. After every gc, every object a live device's stored record, lost value or upload
+/// make-device-only (two devices at once too), lost-value restores (of a losing switch too),
+/// moves and their cancels, uploads, syncs, snapshots, gc and a device removal. After every gc, every object a live device's stored record, lost value or upload
 /// queue, or one of the newest two snapshots, names still exists; at the
 /// end, once every device synced twice and ran gc (twice, with --gone-devices), nothing
 /// unreferenced is left under files/. `COVEN_SEED=N` replays one run, `COVEN_RUNS=N` sets how
@@ -86,7 +86,7 @@ final class GCModelTests: XCTestCase {
         for step in 0..<steps {
             let device = live[random.below(live.count)]
             let key = "k\(random.below(4))"
-            let action = random.below(12)
+            let action = random.below(13)
             trace("step \(step) on \(device.deviceName): action \(action) key \(key)")
             do {
                 switch action {
@@ -141,6 +141,12 @@ final class GCModelTests: XCTestCase {
                     let report = try device.collectGarbage(goneDevices: random.below(3) == 0)
                     deleted += report.deleted.filter { $0.kind == .file }.count
                     if let failure = try check("after gc on \(device.deviceName) at step \(step)") { return (failure, deleted) }
+                case 12:
+                    // A lost value restored: a losing make-device-only switch whose copy is gone
+                    // is refused (bytes_absent), a value naming a record deleted since brings it
+                    // back while its image is kept.
+                    let lost = try device.lostValues().filter { $0.restorable && $0.restoredAt == nil }
+                    if !lost.isEmpty { try device.restoreLost(lost[random.below(lost.count)].id) }
                 default:
                     // One device removed for good, by another.
                     if live.count == 3, random.below(3) == 0 {
@@ -159,7 +165,7 @@ final class GCModelTests: XCTestCase {
                         trace("  candidate \(row.string("object") ?? "") of \(row.string("device") ?? "") seq \(row.int("seq").map(String.init) ?? "nil") \(row.string("why") ?? "")")
                     }
                 }
-            } catch let error as CovenError where [.fileInMove, .invalidState, .fileUnknown, .notThisDevice, .deviceOnly].contains(error.code) {
+            } catch let error as CovenError where [.fileInMove, .invalidState, .fileUnknown, .notThisDevice, .deviceOnly, .bytesAbsent].contains(error.code) {
                 // A refusal of the random step: nothing changed.
                 trace("  refused: \(error.code.rawValue)")
             }

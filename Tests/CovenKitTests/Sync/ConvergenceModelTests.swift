@@ -19,21 +19,26 @@ struct SeededRandom {
 /// Randomized convergence: three devices doing random inserts, updates, deletes (cascading
 /// and orphaning), stages, syncs and the removal of a device (also right after a delete it
 /// published and the remover applied) in random order, with damage (change objects deleted or
-/// damaged in storage, databases put back from a backup), then syncing until quiet, must hold
-/// the same rows of every synced table and of coven_files, but the devices that name the
+/// damaged in storage, databases put back from a backup), and in half the runs, between them
+/// (drawn from a second stream of the seed), the moves that found issue 19's file-record bugs:
+/// tracks with a person's original uploaded later (deletes during uploads), bound covers held
+/// until stored and cleared (file records deleted under rows with children), uploads,
+/// make-device-only of stored tracks (two devices at once too) and lost-value restores (of a
+/// losing switch, during held bound writes); then uploading and syncing until quiet, they must
+/// hold the same rows of every synced table and of coven_files, but the devices that name the
 /// damage that stops them. The seed of a failing run is printed;
 /// `COVEN_SEED=N` replays one run, `COVEN_RUNS=N` sets how many.
 final class ConvergenceModelTests: XCTestCase {
     static let manifest = """
         {
-          "namespaces": [ { "name": "covers", "kind": "app" } ],
+          "namespaces": [ { "name": "covers", "kind": "app" }, { "name": "music", "kind": "user" } ],
           "tables": [
-            { "name": "albums", "identity": "uuid" },
+            { "name": "albums", "identity": "uuid", "files": [ { "column": "cover", "bound": true, "bound_limit": 64 } ] },
             { "name": "tracks", "identity": "uuid", "files": [ { "column": "file" } ] },
             { "name": "settings", "identity": "shared-key" }
           ],
           "migrations": [
-            "CREATE TABLE albums (id TEXT PRIMARY KEY, title TEXT, year INTEGER, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE albums (id TEXT PRIMARY KEY, title TEXT, year INTEGER, cover TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
             "CREATE TABLE tracks (id TEXT PRIMARY KEY, album_id TEXT NOT NULL REFERENCES albums(id) ON DELETE CASCADE, title TEXT, file TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
             "CREATE TABLE settings (id TEXT PRIMARY KEY, value TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT"
           ]
@@ -47,6 +52,11 @@ final class ConvergenceModelTests: XCTestCase {
     /// One run; the description of what diverged, or nil.
     func run(seed: UInt64, work: String) throws -> String? {
         var random = SeededRandom(state: seed)
+        var extra = SeededRandom(state: seed ^ 0x5EED_F11E_0000_0019)
+        // Half the runs add the file moves and remove no device (what of a removed device's
+        // changes a device applied but published no frontier over is issue 19's item B, a
+        // question of its own); the other half are the runs this model always made.
+        let fileRun = extra.below(2) == 0
         var devices = try SeededRuns.devices(3, in: work, manifest: Self.manifest)
         // A small pool of ids, so edits collide.
         let albums = (0..<4).map { String(format: "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d%04x", $0) }
@@ -58,6 +68,7 @@ final class ConvergenceModelTests: XCTestCase {
                 try damage.move(&random, devices: &devices)
                 continue
             }
+            if fileRun, extra.below(2) == 0 { try fileMove(devices, random: &extra, work: work, damage: &damage) }
             let device = devices[random.below(devices.count)]
             let album = albums[random.below(albums.count)]
             let track = tracks[random.below(tracks.count)]
@@ -77,7 +88,7 @@ final class ConvergenceModelTests: XCTestCase {
                 try Data("bytes \(value)".utf8).write(to: URL(fileURLWithPath: path))
                 let fd = open(path, O_RDONLY)
                 defer { close(fd) }
-                let staged = try device.stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: .deviceOnly)
+                let staged = try device.stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: extra.below(2) == 0 ? .deviceOnly : .cloud)
                 do {
                     try device.write(sql: "UPDATE tracks SET file = coven_put_staged('\(staged.id)') WHERE id = (SELECT id FROM tracks ORDER BY id LIMIT 1)")
                 } catch let error as CovenError where error.code == .fileUnreferenced {
@@ -85,7 +96,7 @@ final class ConvergenceModelTests: XCTestCase {
                 }
                 continue
             default:
-                if devices.count == 3, random.below(8) == 0 {
+                if devices.count == 3, random.below(8) == 0, !fileRun {
                     // d2 removed for good by another device: what of it some device applied,
                     // every device applies.
                     let gone = devices.remove(at: 2)
@@ -107,10 +118,13 @@ final class ConvergenceModelTests: XCTestCase {
             }
             try device.write(sql: sql)
         }
-        // Everyone syncs until nothing moves (damage takes a round to be reported, one to be
-        // published again and one to be applied).
+        // Everyone uploads and syncs until nothing moves (damage takes a round to be reported,
+        // one to be published again and one to be applied).
         for _ in 0..<(damage.moves.isEmpty ? 4 : 6) {
-            for device in devices { try damage.sync(device) }
+            for device in devices {
+                if try device.database.scalar("SELECT count(*) FROM coven_upload_queue").intValue ?? 0 > 0 { try upload(device) }
+                try damage.sync(device)
+            }
         }
         // Every live device holds the same rows, but those that name the damage that stops
         // them: a change lost for good with its device, a gap or damage still there, an own
@@ -206,6 +220,78 @@ final class ConvergenceModelTests: XCTestCase {
                 named.insert(device.deviceID)
             }
         }
+    }
+
+    /// One of the moves that found issue 19's bugs, on one of `devices` (a refusal changes
+    /// nothing).
+    func fileMove(_ devices: [Device], random: inout SeededRandom, work: String, damage: inout Damage) throws {
+        let device = devices[random.below(devices.count)]
+        // An album this device holds, when it holds one.
+        let held = try device.database.query("SELECT id FROM albums ORDER BY id").compactMap { $0.string("id") }
+        let pick = random.below(4)
+        let album = held.isEmpty ? String(format: "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d%04x", pick) : held[pick % held.count]
+        let value = "w\(random.below(1000))"
+        switch random.below(8) {
+        case 0, 1:
+            // A track with a person's original, for the cloud: uploaded later, a delete may
+            // come first.
+            let path = work + "/t-\(random.next())"
+            try Data("track \(value)".utf8).write(to: URL(fileURLWithPath: path))
+            let staged = try device.prepareUserFile(path: path, namespace: "music", place: .cloud)
+            let track = String(format: "0193a9b2-4c1e-7d3a-9f20-5b8e1c2e%04x", random.below(6))
+            do {
+                try device.write(sql: """
+                    INSERT INTO tracks (id, album_id, title, file) SELECT '\(track)', '\(album)', '\(value)', coven_put_user_file('\(staged.id)')
+                    WHERE EXISTS (SELECT 1 FROM albums WHERE id = '\(album)') AND NOT EXISTS (SELECT 1 FROM tracks WHERE id = '\(track)')
+                    """)
+            } catch let error as CovenError where error.code == .fileUnreferenced {}
+        case 2, 3:
+            // A bound cover (its write and every later one held until it is stored), or the
+            // cover cleared (its file record goes while the album keeps its tracks).
+            if random.below(3) == 0 {
+                try device.write(sql: "UPDATE albums SET cover = NULL WHERE id = '\(album)'")
+                return
+            }
+            let path = work + "/c-\(random.next())"
+            try Data("cover \(value)".utf8).write(to: URL(fileURLWithPath: path))
+            let fd = Foundation.open(path, O_RDONLY)
+            defer { Foundation.close(fd) }
+            let staged = try device.stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: .cloud)
+            do {
+                try device.write(sql: "UPDATE albums SET cover = coven_put_staged('\(staged.id)') WHERE id = '\(album)'")
+            } catch let error as CovenError where error.code == .fileUnreferenced {}
+        case 4:
+            // This device's upload worker, once, and a sync: switches to stored, and the bound
+            // writes they release.
+            try upload(device)
+            try damage.sync(device)
+        case 5:
+            // A lost value restored after a sync: a losing make-device-only switch whose copy
+            // is gone is refused; a value naming a file record deleted since brings it back.
+            try damage.sync(device)
+            let lost = try device.lostValues().filter { $0.restorable && $0.restoredAt == nil }
+            guard !lost.isEmpty else { return }
+            do {
+                try device.restoreLost(lost[random.below(lost.count)].id)
+            } catch let error as CovenError where [.fileUnknown, .bytesAbsent].contains(error.code) {}
+        case 6:
+            // A stored track made device-only here, and as often on another device at once.
+            let pair = random.below(2) == 0 ? [device, devices[random.below(devices.count)]] : [device]
+            for device in pair {
+                guard let file = try device.database.scalar("""
+                    SELECT id FROM coven_files WHERE place = 'stored' AND namespace = 'music' ORDER BY id LIMIT 1
+                    """).textValue else { continue }
+                let folder = work + "/\(device.deviceName)-kept"
+                try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+                _ = try device.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["f-\(random.next())"], input: "argument 1")])
+            }
+        default:
+            try damage.sync(device)
+        }
+    }
+
+    func upload(_ device: Device) throws {
+        _ = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))
     }
 
     func dump(_ device: Device) throws -> [String] {
