@@ -16,21 +16,9 @@ final class JoinKillCLITests: XCTestCase {
         try server.makeBucket(bucket)
         let proxy = try FaultProxy(upstream: server.endpoint)
         defer { proxy.stop() }
-        let work = try TestPaths.temporaryDirectory("join-kill")
-        defer { try? FileManager.default.removeItem(atPath: work) }
-        let binary = try Repository.covenBinary()
-        var environment = GoldenEnvironment.make(work: work, binary: binary)
-        for (key, value) in server.environment { environment[key] = value }
-        environment["COVEN_SYNC_CHANGE_BYTES"] = "1" // one write per change
-        for folder in ["home", "tmp"] { try FileManager.default.createDirectory(atPath: work + "/" + folder, withIntermediateDirectories: true) }
-        func coven(_ arguments: [String], db: String) throws -> ProcessResult {
-            try Processes.run(binary, ["--db", work + "/" + db + "/device.db"] + arguments, environment: environment, directory: work)
-        }
-        try Data("""
-            { "namespaces": [ { "name": "files", "kind": "app" } ],
-              "tables": [ { "name": "notes", "identity": "uuid" } ],
-              "migrations": [ "CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
-            """.utf8).write(to: URL(fileURLWithPath: work + "/coven.json"))
+        let folder = try NotesFolder("join-kill", environment: ["COVEN_SYNC_CHANGE_BYTES": "1"].merging(server.environment) { $1 })
+        let work = folder.work, binary = folder.binary, environment = folder.environment
+        func coven(_ arguments: [String], db: String) throws -> ProcessResult { try folder.coven(arguments, db: db) }
         let storage = "s3://\(bucket)/store?endpoint=\(proxy.endpoint)&path_style=true"
         XCTAssertEqual(try coven(["init", "--storage", storage, "--manifest", "coven.json", "--name", "a"], db: "a").status, 0)
         func write(_ count: Int) throws {

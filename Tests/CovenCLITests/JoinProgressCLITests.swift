@@ -8,20 +8,9 @@ import XCTest
 final class JoinProgressCLITests: XCTestCase {
     func testAJoinShowsItsProgressOnATerminal() throws {
         guard let script = Processes.which("script", path: "/usr/bin:/bin") else { throw XCTSkip("needs script(1) for a terminal") }
-        let work = try TestPaths.temporaryDirectory("join-progress")
-        defer { try? FileManager.default.removeItem(atPath: work) }
-        let binary = try Repository.covenBinary()
-        var environment = GoldenEnvironment.make(work: work, binary: binary)
-        environment["COVEN_SYNC_CHANGE_BYTES"] = "1" // one write per change
-        for folder in ["home", "tmp"] { try FileManager.default.createDirectory(atPath: work + "/" + folder, withIntermediateDirectories: true) }
-        func coven(_ arguments: [String], db: String) throws -> ProcessResult {
-            try Processes.run(binary, ["--db", work + "/" + db + "/device.db"] + arguments, environment: environment, directory: work)
-        }
-        try Data("""
-            { "namespaces": [ { "name": "files", "kind": "app" } ],
-              "tables": [ { "name": "notes", "identity": "uuid" } ],
-              "migrations": [ "CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
-            """.utf8).write(to: URL(fileURLWithPath: work + "/coven.json"))
+        let folder = try NotesFolder("join-progress", environment: ["COVEN_SYNC_CHANGE_BYTES": "1"])
+        let work = folder.work, binary = folder.binary, environment = folder.environment
+        func coven(_ arguments: [String], db: String) throws -> ProcessResult { try folder.coven(arguments, db: db) }
         let storage = "file://" + work + "/store"
         XCTAssertEqual(try coven(["init", "--storage", storage, "--manifest", "coven.json", "--name", "a"], db: "a").status, 0)
         for index in 0..<3 {

@@ -8,19 +8,9 @@ import XCTest
 /// `interrupted`, as docs/exit-codes.md promises, not a storage failure; no byte written.
 final class StorageSignalCLITests: XCTestCase {
     func testASignalDuringAHungStorageReadIsInterrupted() throws {
-        let work = try TestPaths.temporaryDirectory("storage-signal")
-        defer { try? FileManager.default.removeItem(atPath: work) }
-        let binary = try Repository.covenBinary()
-        let environment = GoldenEnvironment.make(work: work, binary: binary)
-        for folder in ["home", "tmp"] { try FileManager.default.createDirectory(atPath: work + "/" + folder, withIntermediateDirectories: true) }
-        func coven(_ arguments: [String], db: String) throws -> ProcessResult {
-            try Processes.run(binary, ["--db", work + "/" + db + "/device.db"] + arguments, environment: environment, directory: work)
-        }
-        try Data("""
-            { "namespaces": [ { "name": "files", "kind": "app" } ],
-              "tables": [ { "name": "notes", "identity": "uuid", "files": [ { "column": "file" } ] } ],
-              "migrations": [ "CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
-            """.utf8).write(to: URL(fileURLWithPath: work + "/coven.json"))
+        let folder = try NotesFolder("storage-signal", files: true)
+        let work = folder.work, binary = folder.binary, environment = folder.environment
+        func coven(_ arguments: [String], db: String) throws -> ProcessResult { try folder.coven(arguments, db: db) }
         let storage = "file://" + work + "/store"
         XCTAssertEqual(try coven(["init", "--storage", storage, "--manifest", "coven.json", "--name", "a"], db: "a").status, 0)
         try Data(try coven(["key", "export"], db: "a").stdoutText.utf8).write(to: URL(fileURLWithPath: work + "/key.txt"))
@@ -35,8 +25,8 @@ final class StorageSignalCLITests: XCTestCase {
         XCTAssertEqual(try coven(["sync"], db: "a").status, 0)
         XCTAssertEqual(try coven(["sync"], db: "b").status, 0)
         let file = try coven(["sql", "SELECT file FROM notes"], db: "b").stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
-        let folder = work + "/store/files/" + (try FileManager.default.contentsOfDirectory(atPath: work + "/store/files").first ?? "")
-        let object = folder + "/" + (try FileManager.default.contentsOfDirectory(atPath: folder).first { !$0.hasPrefix(".") } ?? "")
+        let objects = work + "/store/files/" + (try FileManager.default.contentsOfDirectory(atPath: work + "/store/files").first ?? "")
+        let object = objects + "/" + (try FileManager.default.contentsOfDirectory(atPath: objects).first { !$0.hasPrefix(".") } ?? "")
         try FileManager.default.removeItem(atPath: object)
         XCTAssertEqual(mkfifo(object, 0o644), 0)
 

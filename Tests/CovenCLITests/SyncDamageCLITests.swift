@@ -8,32 +8,21 @@ import XCTest
 /// key. Each is noticed at the next sync, said on stderr naming the device and the object, in
 /// `--json` and `status`, with the documented exit status, and recovered from.
 final class SyncDamageCLITests: XCTestCase {
-    var work = ""
-    var binary = ""
-    var environment: [String: String] = [:]
+    var folder: NotesFolder!
+    var work: String { folder.work }
 
     override func setUpWithError() throws {
-        work = try TestPaths.temporaryDirectory("sync-damage")
-        binary = try Repository.covenBinary()
-        environment = GoldenEnvironment.make(work: work, binary: binary)
-        for folder in ["home", "tmp"] { try FileManager.default.createDirectory(atPath: work + "/" + folder, withIntermediateDirectories: true) }
-        try Data("""
-            { "namespaces": [ { "name": "files", "kind": "app" } ],
-              "tables": [ { "name": "notes", "identity": "uuid" } ],
-              "migrations": [ "CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
-            """.utf8).write(to: URL(fileURLWithPath: work + "/coven.json"))
+        folder = try NotesFolder("sync-damage")
         XCTAssertEqual(try coven(["init", "--storage", "file://\(work)/store", "--manifest", "coven.json", "--name", "a"], db: "a").status, 0)
         try Data(try coven(["key", "export"], db: "a").stdoutText.utf8).write(to: URL(fileURLWithPath: work + "/key.txt"))
     }
 
     override func tearDownWithError() throws {
-        try? FileManager.default.removeItem(atPath: work)
+        folder = nil
     }
 
     @discardableResult
-    func coven(_ arguments: [String], db: String) throws -> ProcessResult {
-        try Processes.run(binary, ["--db", work + "/" + db + "/device.db"] + arguments, environment: environment, directory: work)
-    }
+    func coven(_ arguments: [String], db: String) throws -> ProcessResult { try folder.coven(arguments, db: db) }
 
     func join(_ name: String) throws -> ProcessResult {
         try coven(["join", "file://\(work)/store", "--key-file", "key.txt", "--name", name], db: name)
@@ -127,7 +116,7 @@ final class SyncDamageCLITests: XCTestCase {
         XCTAssertEqual(try coven(["write", "INSERT INTO notes VALUES (coven_uuid7(), 'before', coven_stamp())"], db: "a").status, 0)
         XCTAssertEqual(try coven(["sync"], db: "a").status, 0)
         // The backup: the database and its folder, as cp takes them.
-        XCTAssertEqual(try Processes.run("/bin/cp", ["-a", work + "/a", work + "/backup"], environment: environment, directory: work).status, 0)
+        XCTAssertEqual(try Processes.run("/bin/cp", ["-a", work + "/a", work + "/backup"], environment: folder.environment, directory: work).status, 0)
         XCTAssertEqual(try coven(["write", "INSERT INTO notes VALUES (coven_uuid7(), 'after', coven_stamp())"], db: "a").status, 0)
         XCTAssertEqual(try coven(["sync"], db: "a").status, 0)
         try FileManager.default.removeItem(atPath: work + "/a")

@@ -10,14 +10,15 @@ public enum HybridClock {
     /// write's transaction so the stamp and the write commit together).
     static func next(device: Device, now: Date = Date()) throws -> String {
         let wall = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
-        var millis = wall
-        var counter: Int64 = 0
-        if let last = try device.setting("hlc"), let (lastMillis, lastCounter) = parse(last) {
-            if lastMillis >= wall {
-                millis = lastMillis
-                counter = lastCounter + 1
-            }
+        if let last = try device.setting("hlc"), let (lastMillis, lastCounter) = parse(last), lastMillis >= wall {
+            return try keep(millis: lastMillis, counter: lastCounter + 1, device: device)
         }
+        return try keep(millis: wall, counter: 0, device: device)
+    }
+
+    /// The stamp of `millis` and `counter` on this device, recorded as its last.
+    private static func keep(millis: Int64, counter: Int64, device: Device) throws -> String {
+        var millis = millis, counter = counter
         // The counter is four hex digits, so that stamps compare as text: past 0xffff (a wall
         // clock set back for long), the stamp moves on to the next millisecond instead.
         if counter > 0xffff {
@@ -53,17 +54,9 @@ public enum HybridClock {
     /// that changes a row stamped `floor` (or inserts one deleted at `floor`) is stamped after
     /// it, whatever the wall clock says (causality: an edit made after seeing a row beats it).
     static func after(_ floor: String, device: Device) throws -> String {
-        let last = try device.setting("hlc") ?? ""
-        let base = max(floor, last)
-        guard var (millis, counter) = parse(base) else { return try next(device: device) }
-        counter += 1
-        if counter > 0xffff {
-            millis += 1
-            counter = 0
-        }
-        let stamp = Timestamp.iso8601(Date(timeIntervalSince1970: Double(millis) / 1000)) + "-" + String(format: "%04x", counter) + "-" + device.deviceID
-        try device.setSetting("hlc", stamp)
-        return stamp
+        let base = max(floor, try device.setting("hlc") ?? "")
+        guard let (millis, counter) = parse(base) else { return try next(device: device) }
+        return try keep(millis: millis, counter: counter + 1, device: device)
     }
 
     /// The setting holding how far `device`'s last change applied here was stamped ahead of

@@ -67,10 +67,11 @@ struct SyncState {
             """, [entry.table, entry.id, RowEntryCodec.encode([entry]), entry.stamp, device, winnerStamp, Timestamp.iso8601(Date()), why.rawValue])
     }
 
-    /// Marks every take-out of `table`/`id` for a missing parent restored (the row is back).
+    /// Marks every take-out of `table`/`id` for a missing parent or file record restored (the
+    /// row is back).
     func markTakenOutRestored(table: String, id: String) throws {
         try database.run("""
-            UPDATE coven_lost_values SET restored_at = ?3 WHERE tbl = ?1 AND row_id = ?2 AND why = 'parent_deleted' AND restored_at IS NULL
+            UPDATE coven_lost_values SET restored_at = ?3 WHERE tbl = ?1 AND row_id = ?2 AND why IN ('parent_deleted', 'file_deleted') AND restored_at IS NULL
             """, [table, id, Timestamp.iso8601(Date())])
     }
 

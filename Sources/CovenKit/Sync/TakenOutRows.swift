@@ -4,7 +4,9 @@ import Foundation
 /// come back once every parent they name is here again, because a later write kept it (a
 /// concurrent edit that won over the delete, applied by a pull, or this device's own write of
 /// the same id): the newest taken-out image of each, unless a write of the row itself (a row
-/// here, or a tombstone) came since. So a device holds such a row exactly when it holds its
+/// here, or a tombstone) came since. So do rows taken out for a file record this device did
+/// not hold, once the record arrives (a change published again after damage holds a row whose
+/// record's newest image travels in a later change). So a device holds such a row exactly when it holds its
 /// parents, in whatever order the changes came, as on the devices where it never left. A row
 /// that comes back may bring back its own children in turn.
 ///
@@ -18,7 +20,7 @@ struct TakenOutRows {
     /// Whether any row taken out for its parent waits to come back (a cheap look before
     /// reading the schema's foreign keys).
     static func waiting(in database: Database) throws -> Bool {
-        try database.scalar("SELECT EXISTS (SELECT 1 FROM coven_lost_values WHERE why = 'parent_deleted' AND restored_at IS NULL)").intValue == 1
+        try database.scalar("SELECT EXISTS (SELECT 1 FROM coven_lost_values WHERE why IN ('parent_deleted', 'file_deleted') AND restored_at IS NULL)").intValue == 1
     }
 
     /// Brings back what can come back; returns how many rows did.
@@ -30,7 +32,7 @@ struct TakenOutRows {
             var seen: Set<String> = []
             for lost in try database.query("""
                 SELECT tbl, row_id, entry FROM coven_lost_values
-                WHERE why = 'parent_deleted' AND restored_at IS NULL ORDER BY stamp DESC, id DESC
+                WHERE why IN ('parent_deleted', 'file_deleted') AND restored_at IS NULL ORDER BY stamp DESC, id DESC
                 """) {
                 guard let table = lost.string("tbl"), let id = lost.string("row_id"), seen.insert(table + "\u{0}" + id).inserted,
                       let entry = try RowEntryCodec.decode(lost.bytes("entry") ?? []).first, entry.kind == .upsert,

@@ -146,7 +146,8 @@ final class ConvergenceModelTests: XCTestCase {
         for (position, other) in dumps.enumerated().dropFirst() where other != dumps[0] {
             let diff = zip(dumps[0], other).first { $0 != $1 }
             return "device d\(compared[position].0) differs from d\(compared[0].0) (\(dumps[0].count) vs \(other.count) rows), first difference: "
-                + "\(String(describing: diff)); damage: \(damage.moves)"
+                + "\(String(describing: diff)); damage: \(damage.moves); lost values there: "
+                + "\(try compared[position].1.lostValues().map { "\($0.why) \($0.table)/\($0.rowID)" })"
         }
         // No lost value is the row's value now.
         for (index, device) in devices.enumerated() {

@@ -142,6 +142,31 @@ class SyncDamageTests: DeviceTestCase {
         XCTAssertEqual(try settings(b), try settings(a))
     }
 
+    /// A change published again holds each row as it is now: a row whose file record was
+    /// written again later (an upload's switch to stored) arrives before its record, which
+    /// travels in the later change; the row comes back with the record, as everywhere else.
+    func testARowOfAChangePublishedAgainComesBackWithItsRecordFromALaterChange() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        let cover = try stageApp(a, try file("cover.jpg", "cover bytes"))
+        try a.write(sql: "INSERT INTO settings (id, value, file) VALUES ('k', 'v', coven_put_staged('\(cover.id)'))")
+        _ = try a.sync()
+        let connector = StorageConnector(location: a.storage, environment: a.storageEnvironment)
+        _ = try UploadWorker.run(paths: a.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]), connect: { try connector.connect() })
+        XCTAssertEqual(try a.sync().pushed.published, [2], "the switch to stored")
+        try flip(change(a, 1))
+        XCTAssertEqual(try b.sync().pulled.damaged[a.deviceID]?.seq, 1)
+        XCTAssertEqual(try a.sync().pushed.republished, [1])
+        _ = try b.sync()
+        XCTAssertEqual(try b.database.scalar("SELECT value FROM settings WHERE id = 'k'").textValue, "v")
+        XCTAssertEqual(try dumpFiles(b), try dumpFiles(a))
+        XCTAssertTrue(try b.lostValues().allSatisfy { $0.restoredAt != nil }, "a row taken out on the way is back")
+    }
+
+    func dumpFiles(_ device: Device) throws -> [String] {
+        try device.database.query("SELECT id || ' ' || place || ' ' || _updated_at AS v FROM coven_files ORDER BY id").compactMap { $0.string("v") }
+    }
+
     /// A read that failed once (a bad transfer) is read again before it counts as damage; a
     /// report of a change that storage holds intact is removed without publishing anything.
     func testAReportOfAnIntactChangeIsDroppedWithoutPublishing() throws {
@@ -263,6 +288,9 @@ final class SyncDamageS3Tests: SyncDamageTests {
     override func testAMissingChangeBelowOneStorageHoldsIsAGap() throws { try super.testAMissingChangeBelowOneStorageHoldsIsAGap() }
     override func testARestoredDatabaseMissingItsOwnLaterChangeIsStopped() throws { try super.testARestoredDatabaseMissingItsOwnLaterChangeIsStopped() }
     override func testALostLatestChangeIsPublishedAgainByItsPublisher() throws { try super.testALostLatestChangeIsPublishedAgainByItsPublisher() }
+    override func testARowOfAChangePublishedAgainComesBackWithItsRecordFromALaterChange() throws {
+        try super.testARowOfAChangePublishedAgainComesBackWithItsRecordFromALaterChange()
+    }
     override func testADamagedChangeIsPublishedAgainByItsPublisherAndTheOthersGoOn() throws { try super.testADamagedChangeIsPublishedAgainByItsPublisherAndTheOthersGoOn() }
     override func testAReportOfAnIntactChangeIsDroppedWithoutPublishing() throws { try super.testAReportOfAnIntactChangeIsDroppedWithoutPublishing() }
     override func testADamagedChangeOfAGoneDeviceIsNamedAndGonePast() throws { try super.testADamagedChangeOfAGoneDeviceIsNamedAndGonePast() }
