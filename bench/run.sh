@@ -8,6 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The reference tools the benchmarks compare with (restic, git-annex, rclone, hyperfine).
+scripts/setup-test-deps.sh --bench
+
 if ! command -v hyperfine >/dev/null 2>&1; then
     echo "bench: hyperfine is not installed (scripts/setup-test-deps.sh installs it)" >&2
     exit 1

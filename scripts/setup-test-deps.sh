@@ -5,6 +5,8 @@
 # does nothing, not even `apt-get update`.
 #
 # With --build, only what building coven needs (the -dev packages): `make demo` uses that.
+# With --bench, also the reference tools only `make bench` compares with (restic, git-annex):
+# they are large, so `make test` does not install them.
 set -euo pipefail
 
 # package:probe — a probe is a command on PATH, or a file that shows the package is there.
@@ -38,8 +40,10 @@ present() {
 
 if [[ ${1-} == --build ]]; then
     wanted=("${wanted[@]:0:4}")
+elif [[ ${1-} == --bench ]]; then
+    wanted+=(restic:restic git-annex:git-annex)
 elif [[ $# -gt 0 ]]; then
-    echo "usage: scripts/setup-test-deps.sh [--build]" >&2
+    echo "usage: scripts/setup-test-deps.sh [--build | --bench]" >&2
     exit 2
 fi
 
