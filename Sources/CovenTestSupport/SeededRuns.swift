@@ -45,7 +45,7 @@ extension SeededRuns {
         var devices = [first]
         for index in 1..<count {
             devices.append(try Device.join(paths: DevicePaths(database: work + "/d\(index)/device.db"), storage: first.storage,
-                                           storeKey: try first.storeKeyBytes(), name: "d\(index)"))
+                                           storeKey: try first.keys.storeKeyBytes(), name: "d\(index)"))
         }
         return devices
     }

@@ -104,13 +104,14 @@ extension Device {
     /// the caller's lock.
     func collectGarbage(provider: StorageProvider, dryRun: Bool, goneDevices: Bool, stop: Stop,
                         confirmed: ((_ deleted: GCReport.Deleted, _ gone: Bool) -> Void)? = nil) throws -> GCReport {
-        let key = try storeKey()
+        // A missing or damaged store key stops gc before anything else.
+        _ = try keys.storeKey()
         var report = GCReport()
         report.dryRun = dryRun
         // One listing of devices/ serves the whole pass.
         report.pulled = try sync(provider: provider, push: !dryRun, pull: true, stop: stop).pulled.changes
         try stop.check("gc")
-        var collector = Collector(device: self, provider: provider, storeKey: key, dryRun: dryRun, confirmed: confirmed)
+        var collector = Collector(device: self, provider: provider, keys: keys, dryRun: dryRun, confirmed: confirmed)
         try collector.prepare()
         try collector.collectFiles(into: &report)
         try collector.collectLeftovers(into: &report, age: Collector.leftoverAge)
@@ -125,7 +126,7 @@ extension Device {
 struct Collector {
     let device: Device
     let provider: StorageProvider
-    let storeKey: FileKey
+    let keys: Keyring
     let dryRun: Bool
     /// Told of each delete once confirmed.
     let confirmed: ((_ deleted: GCReport.Deleted, _ gone: Bool) -> Void)?
@@ -145,11 +146,11 @@ struct Collector {
     /// The object lists of retained snapshots, read when a candidate needs one.
     private let snapshotObjects = SnapshotObjects()
 
-    init(device: Device, provider: StorageProvider, storeKey: FileKey, dryRun: Bool,
+    init(device: Device, provider: StorageProvider, keys: Keyring, dryRun: Bool,
          confirmed: ((_ deleted: GCReport.Deleted, _ gone: Bool) -> Void)? = nil) {
         self.device = device
         self.provider = provider
-        self.storeKey = storeKey
+        self.keys = keys
         self.dryRun = dryRun
         self.confirmed = confirmed
     }
@@ -195,7 +196,7 @@ struct Collector {
         for info in try provider.list(prefix: "snapshots/") {
             guard let (owner, seq) = Snapshot.parse(info.key) else { continue }
             do {
-                let manifest = try Device.peekManifest(provider: provider, info: info, storeKey: storeKey)
+                let manifest = try Device.peekManifest(provider: provider, info: info, keys: keys)
                 var coverage = manifest.frontier
                 coverage[owner] = max(coverage[owner] ?? 0, seq)
                 let snapshot = SnapshotInfo(key: info.key, size: info.size, device: owner, seq: seq, coverage: coverage, newestStamp: manifest.createdAt)
@@ -234,7 +235,7 @@ struct Collector {
         for snapshot in retained where seq == 0 || (snapshot.coverage?[writer] ?? 0) < seq {
             guard snapshot.coverage != nil else { return (.snapshot, [], snapshot.key) }
             do {
-                if try snapshotObjects.of(snapshot, provider: provider, storeKey: storeKey).contains(object) {
+                if try snapshotObjects.of(snapshot, provider: provider, keys: keys).contains(object) {
                     return (.snapshot, [], snapshot.key)
                 }
             } catch let error as CovenError {
@@ -551,11 +552,11 @@ struct Collector {
 final class SnapshotObjects {
     private var lists: [String: Result<Set<String>, CovenError>] = [:]
 
-    func of(_ snapshot: SnapshotInfo, provider: StorageProvider, storeKey: FileKey) throws -> Set<String> {
+    func of(_ snapshot: SnapshotInfo, provider: StorageProvider, keys: Keyring) throws -> Set<String> {
         if let known = lists[snapshot.key] { return try known.get() }
         let result: Result<Set<String>, CovenError>
         do {
-            result = .success(try Device.snapshotObjects(provider: provider, info: ObjectInfo(key: snapshot.key, size: snapshot.size), storeKey: storeKey))
+            result = .success(try Device.snapshotObjects(provider: provider, info: ObjectInfo(key: snapshot.key, size: snapshot.size), keys: keys))
         } catch let error as CovenError {
             result = .failure(error)
         } catch {

@@ -32,7 +32,7 @@ extension Device {
     /// and finally for none (the device then pulls every change).
     ///
     /// - Throws: `.storage` when storage fails (not a snapshot's fault); `.noRoom`/`.io`.
-    static func restoreSnapshot(provider: StorageProvider, storeKey: FileKey, storeID: String, manifest: Manifest,
+    static func restoreSnapshot(provider: StorageProvider, keys: Keyring, storeID: String, manifest: Manifest,
                                 into path: String, temporary: String) throws -> SnapshotJoin {
         var result = SnapshotJoin()
         let local = (count: manifest.migrations.count, migrations: manifest.migrations)
@@ -45,7 +45,7 @@ extension Device {
             guard let name = Snapshot.parse(info.key) else { continue }
             let peeked: SnapshotManifest
             do {
-                peeked = try peekManifest(provider: provider, info: info, storeKey: storeKey)
+                peeked = try peekManifest(provider: provider, info: info, keys: keys)
             } catch let error as CovenError {
                 try skip(info.key, error)
                 continue
@@ -75,7 +75,7 @@ extension Device {
         candidates.sort { ($0.manifest.coverage, $0.manifest.createdAt, $0.info.key) > ($1.manifest.coverage, $1.manifest.createdAt, $1.info.key) }
         for candidate in candidates {
             do {
-                try unpackSnapshot(provider: provider, key: candidate.info.key, expected: candidate.manifest, storeKey: storeKey, into: path, temporary: temporary)
+                try unpackSnapshot(provider: provider, key: candidate.info.key, expected: candidate.manifest, keys: keys, into: path, temporary: temporary)
                 result.key = candidate.info.key
                 result.manifest = candidate.manifest
                 return result
@@ -90,15 +90,15 @@ extension Device {
     /// The manifest of a snapshot, read from its first sealed chunk alone (one ranged GET):
     /// each chunk is authenticated on its own, so the manifest is genuine even if the rest of
     /// the object is damaged.
-    static func peekManifest(provider: StorageProvider, info: ObjectInfo, storeKey: FileKey) throws -> SnapshotManifest {
-        let archive = try openRanged(provider: provider, info: info, storeKey: storeKey, firstChunkOnly: true)
+    static func peekManifest(provider: StorageProvider, info: ObjectInfo, keys: Keyring) throws -> SnapshotManifest {
+        let archive = try openRanged(provider: provider, info: info, keys: keys, firstChunkOnly: true)
         return try readManifest(archive, key: info.key)
     }
 
     /// The stored objects a snapshot names (its `objects` entry, right after the manifest),
     /// read by ranged GETs of a few sealed chunks at a time, stopping where the list ends.
-    static func snapshotObjects(provider: StorageProvider, info: ObjectInfo, storeKey: FileKey) throws -> Set<String> {
-        let archive = try openRanged(provider: provider, info: info, storeKey: storeKey)
+    static func snapshotObjects(provider: StorageProvider, info: ObjectInfo, keys: Keyring) throws -> Set<String> {
+        let archive = try openRanged(provider: provider, info: info, keys: keys)
         _ = try readManifest(archive, key: info.key)
         guard let entry = try archive.nextEntry(), entry.name == Snapshot.objectsEntry else {
             throw CovenError(.decoding, "snapshot '\(info.key)' has no object list", details: ["object": info.key])
@@ -136,11 +136,11 @@ extension Device {
     /// GETs made as the reader goes: the first covers the header and first chunk, each later
     /// one four chunks. With `firstChunkOnly`, the archive ends after the first chunk (the
     /// manifest is within it: one GET).
-    private static func openRanged(provider: StorageProvider, info: ObjectInfo, storeKey: FileKey, firstChunkOnly: Bool = false) throws -> ArchiveReader {
+    private static func openRanged(provider: StorageProvider, info: ObjectInfo, keys: Keyring, firstChunkOnly: Bool = false) throws -> ArchiveReader {
         var bytes: [UInt8] = []
         var at = 0
         var fetched: Int64 = 0
-        let sealed = try StoreSealer.StreamReader(storeKey: storeKey, boundTo: info.key, sealedSize: info.size) { buffer in
+        let sealed = try keys.opener(boundTo: info.key, sealedSize: info.size) { buffer in
             if at == bytes.count, fetched < info.size {
                 let step = fetched == 0 ? Int64(StoreSealer.headerSize + ChunkRun.sealedChunkSize) : Int64(4 * ChunkRun.sealedChunkSize)
                 let upTo = min(info.size, fetched + step)
@@ -166,7 +166,7 @@ extension Device {
 
     /// Downloads the snapshot at `key` into a temporary file, then opens it chunk by chunk,
     /// unpacking its database at `path`; every chunk is authenticated, through the last.
-    private static func unpackSnapshot(provider: StorageProvider, key: String, expected: SnapshotManifest, storeKey: FileKey,
+    private static func unpackSnapshot(provider: StorageProvider, key: String, expected: SnapshotManifest, keys: Keyring,
                                        into path: String, temporary: String) throws {
         let download = temporary + "/snapshot-" + Identifier.objectName() + ".sealed"
         let fd = Glibc.open(download, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
@@ -178,7 +178,7 @@ extension Device {
         try provider.get(key, range: nil) { try AtomicFile.writeAll(fd, $0, path: download) }
         var info = stat()
         guard fstat(fd, &info) == 0, lseek(fd, 0, SEEK_SET) == 0 else { throw CovenError.posix("read", path: download) }
-        let sealed = try StoreSealer.StreamReader(storeKey: storeKey, boundTo: key, sealedSize: Int64(info.st_size)) { buffer in
+        let sealed = try keys.opener(boundTo: key, sealedSize: Int64(info.st_size)) { buffer in
             while true {
                 let count = read(fd, buffer.baseAddress, buffer.count)
                 if count < 0, errno == EINTR { continue }

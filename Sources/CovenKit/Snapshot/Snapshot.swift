@@ -147,16 +147,16 @@ extension Device {
     /// whole in memory.
     ///
     /// - Throws: `.invalidState` when writes are still unpublished after the push (held by
-    ///   bound uploads): a snapshot holds only published writes; as ``push(provider:storeKey:stop:)``;
+    ///   bound uploads): a snapshot holds only published writes; as ``push(provider:keys:stop:)``;
     ///   `.noRoom`/`.io` for the temporary files; `.storage`.
     public func snapshot(stop: Stop = Stop()) throws -> SnapshotReport {
         let lock = try self.lock(wait: true)
         defer { _ = lock }
         let provider = try connectStorage()
-        let key = try storeKey()
-        try refreshDevices(provider: provider, storeKey: key)
-        try ensureSigningKey(provider: provider, storeKey: key)
-        let pushed = try push(provider: provider, storeKey: key, stop: stop)
+        _ = try keys.storeKey()
+        try refreshDevices(provider: provider, keys: keys)
+        try ensureSigningKey(provider: provider)
+        let pushed = try push(provider: provider, keys: keys, stop: stop)
         try stop.check("the snapshot")
 
         // tmp/snapshot-<pid>-<name>.*: a kill leaves them to the next open's sweep.
@@ -167,7 +167,7 @@ extension Device {
         var snapshotManifest = try fillSnapshotDatabase(databasePath)
         try stop.check("the snapshot")
         let objectKey = Snapshot.path(device: deviceID, seq: snapshotManifest.seq)
-        let size = try Self.packSnapshot(database: databasePath, manifest: &snapshotManifest, into: sealedPath, key: objectKey, storeKey: key, stop: stop)
+        let size = try Self.packSnapshot(database: databasePath, manifest: &snapshotManifest, into: sealedPath, key: objectKey, keys: keys, stop: stop)
         try Self.upload(sealedPath, size: size, to: objectKey, provider: provider, stop: stop)
         return SnapshotReport(pushed: pushed, key: objectKey, bytes: size, manifest: snapshotManifest)
     }
@@ -235,7 +235,7 @@ extension Device {
     /// Packs the snapshot database with its manifest and object list as tar + zstd, sealed
     /// under the store key bound to `key`, into the file at `path`; returns its size.
     private static func packSnapshot(database path: String, manifest: inout SnapshotManifest, into sealedPath: String, key: String,
-                                     storeKey: FileKey, stop: Stop) throws -> Int64 {
+                                     keys: Keyring, stop: Stop) throws -> Int64 {
         // The stored objects the snapshot names, one storage key a line: counted first (the
         // tar header needs the size), then written.
         let snapshotDatabase = try Database(path: path, readOnly: true)
@@ -252,7 +252,7 @@ extension Device {
         let fd = Glibc.open(sealedPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw CovenError.posix("create", path: sealedPath) }
         defer { close(fd) }
-        let sealer = try StoreSealer.StreamWriter(storeKey: storeKey, boundTo: key) { bytes in
+        let sealer = try keys.sealer(boundTo: key) { bytes in
             try AtomicFile.writeAll(fd, bytes, path: sealedPath)
         }
         let archive = try ArchiveWriter { bytes in try sealer.write(bytes) }

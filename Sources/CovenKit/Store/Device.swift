@@ -27,10 +27,9 @@ public final class Device {
     public let readOnly: Bool
     /// Where storage settings (`AWS_*`) are read by sync: the process environment unless set.
     public var storageEnvironment: [String: String]?
-    /// The signing key, once read (``signingKey()``).
-    private var loadedSigningKey: DeviceSigningKey?
-    /// The other devices' public keys, screened once per connection, by their hex.
-    var screenedKeys: [String: DevicePublicKey] = [:]
+    /// The keys this device holds (the store key, its signing key, the other devices' public
+    /// keys), read when first needed: the one owner of key material.
+    public private(set) lazy var keys = Keyring(paths: paths, database: database, deviceID: deviceID)
     /// For a device `join` made now: the snapshot it started from and those it passed over.
     public internal(set) var joinedFrom: SnapshotJoin?
 
@@ -206,7 +205,7 @@ public final class Device {
         defer { for suffix in ["", "-wal", "-shm"] { unlink(building(paths) + suffix) } }
         let signingKey = try DeviceSigningKey()
         let storeKey = FileKey()
-        let keyCheck = try storeKey.withUnsafeBytes { try storeKeyCheck(Array($0)) }
+        let keyCheck = try storeKey.withUnsafeBytes { try Keyring.storeKeyCheck(Array($0)) }
         try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest,
                           joinedAt: now, publicKey: signingKey.publicKey, storeKeyCheck: keyCheck)
 
@@ -227,12 +226,13 @@ public final class Device {
         stored.append("store.json")
         try signingKey.write(to: paths.signingKey)
         let entry = registryEntryKey(deviceID)
-        let sealed = try DeviceEntry(device: deviceID, name: deviceName, joinedAt: now, publicKey: signingKey.publicKey).seal(storeKey: storeKey)
+        let keys = Keyring(storeKey: storeKey, signingKey: signingKey)
+        let sealed = try DeviceEntry(device: deviceID, name: deviceName, joinedAt: now, publicKey: signingKey.publicKey).seal(keys: keys)
         guard try provider.putIfAbsent(entry, data: sealed) else {
             throw CovenError(.alreadyExists, "the device registry of '\(storage)' already has an entry '\(entry)'")
         }
         stored.append(entry)
-        try publishManifest(manifest, provider: provider, storeKey: storeKey, replace: false)
+        try publishManifest(manifest, provider: provider, keys: keys, replace: false)
         stored.append(manifestKey)
         guard rename(building(paths), paths.database) == 0 else {
             throw CovenError.posix("rename database into", path: paths.database)
@@ -279,7 +279,7 @@ public final class Device {
                 for (key, value) in [
                     ("store_id", storeID), ("device_id", deviceID), ("device_name", deviceName),
                     ("storage", storage.description), ("manifest", manifestJSON), ("created_at", now),
-                    ("format", String(storeFormat)), (storeKeyCheckSetting, storeKeyCheck),
+                    ("format", String(storeFormat)), (Keyring.storeKeyCheckSetting, storeKeyCheck),
                 ] {
                     try settings.add(key, value)
                 }
@@ -301,8 +301,8 @@ public final class Device {
     public static let manifestKey = "manifest"
 
     /// Stores the manifest sealed at ``manifestKey`` (put-if-absent at init).
-    static func publishManifest(_ manifest: Manifest, provider: StorageProvider, storeKey: FileKey, replace: Bool) throws {
-        let sealed = try StoreSealer.seal(Array(try manifest.canonicalJSON().utf8), storeKey: storeKey)
+    static func publishManifest(_ manifest: Manifest, provider: StorageProvider, keys: Keyring, replace: Bool) throws {
+        let sealed = try keys.seal(Array(try manifest.canonicalJSON().utf8))
         if replace {
             try provider.put(manifestKey, data: sealed)
         } else {
@@ -316,44 +316,6 @@ public final class Device {
 
     /// The storage key of a device's registry entry: `devices/<device>` (DESIGN "Storage layout").
     public static func registryEntryKey(_ device: String) -> String { "devices/" + device }
-
-    /// This device's signing key, read from `<db>.d/device.key` once per connection and checked
-    /// against the public key the store has registered for this device: a key that does not
-    /// match would sign changes every other device refuses.
-    ///
-    /// - Throws: `.io` when the file is missing, readable by others, not a key, or not the
-    ///   key this device registered (damaged or replaced); nothing is signed then.
-    public func signingKey() throws -> DeviceSigningKey {
-        if let loadedSigningKey { return loadedSigningKey }
-        let key: DeviceSigningKey
-        do {
-            key = try DeviceSigningKey(contentsOf: paths.signingKey)
-        } catch var error as CovenError where error.code == .io || error.code == .integrity {
-            let missing = access(paths.signingKey, F_OK) != 0
-            error = CovenError(.io, missing ? "the device signing key '\(paths.signingKey)' is missing" : error.message,
-                               hint: Self.lostSigningKeyHint(paths.signingKey), details: ["path": paths.signingKey])
-            throw error
-        }
-        if let registered = try registeredPublicKey(), registered != key.publicKey.hex {
-            throw CovenError(.io, "the device signing key '\(paths.signingKey)' is not the key this device registered (damaged or replaced)",
-                             hint: Self.lostSigningKeyHint(paths.signingKey), details: ["path": paths.signingKey])
-        }
-        loadedSigningKey = key
-        return key
-    }
-
-    /// The public key the store has registered for this device (nil for a device made before
-    /// signing keys that has not published one yet).
-    func registeredPublicKey() throws -> String? {
-        try database.scalar("SELECT public_key FROM coven_device_registry WHERE device = ?1", [deviceID]).textValue
-    }
-
-    /// What a person does about a lost or damaged device key: nothing this device signs with
-    /// another key would be accepted by the others.
-    static func lostSigningKeyHint(_ path: String) -> String {
-        "put the device's own key back at '\(path)' (from a backup of this device); otherwise this device can no longer publish: "
-            + "make a new device with 'coven join' and retire this one with 'coven device remove' on another device"
-    }
 
     /// Creates a store at `storage` and this device, connecting to the storage itself: a
     /// `file://` directory is made when missing, and removed again (when still empty) if the
@@ -455,46 +417,6 @@ public final class Device {
     /// Takes the device lock, which every mutating command holds while it runs.
     public func lock(wait: Bool) throws -> DeviceLock {
         try DeviceLock(path: paths.lock, wait: wait)
-    }
-
-    /// The store key, read from `<db>.d/store.key`, and checked against the check the
-    /// device recorded when it was made (a device made before checks were kept has none).
-    ///
-    /// - Throws: `.io` when the file is missing or not 32 bytes; `.integrity` when its bytes
-    ///   are not the key the device was made with (a damaged or replaced file).
-    public func storeKeyBytes() throws -> [UInt8] {
-        guard let data = FileManager.default.contents(atPath: paths.storeKey), data.count == 32 else {
-            throw CovenError(.io, "cannot read the store key '\(paths.storeKey)'")
-        }
-        let bytes = [UInt8](data)
-        if let check = try setting(Self.storeKeyCheckSetting), check != (try Self.storeKeyCheck(bytes)) {
-            throw CovenError(.integrity, "the store key '\(paths.storeKey)' is damaged: it is not the key this device was made with",
-                             hint: "put the key back from another device of the store: there 'coven key export' prints it; write its last 64 hex digits here as 32 bytes (xxd -r -p)",
-                             details: ["path": paths.storeKey])
-        }
-        return bytes
-    }
-
-    /// The setting holding ``storeKeyCheck(_:)`` of the device's store key.
-    static let storeKeyCheckSetting = "store_key_check"
-
-    /// A check of a store key that reveals nothing of it: HMAC-SHA256 under the key of a fixed
-    /// label, in hex.
-    static func storeKeyCheck(_ key: [UInt8]) throws -> String {
-        let mac = try key.withUnsafeBytes { try HMACSHA256(key: $0) }
-        Array("coven store key check v1".utf8).withUnsafeBytes { mac.update($0) }
-        var output = [UInt8](repeating: 0, count: HMACSHA256.outputSize)
-        try output.withUnsafeMutableBytes { try mac.finish(into: $0.baseAddress!) }
-        return output.hex
-    }
-
-    /// The store key in secure memory, read from `<db>.d/store.key`.
-    ///
-    /// - Throws: `.io` when the file is missing or not 32 bytes.
-    public func storeKey() throws -> FileKey {
-        var bytes = try storeKeyBytes()
-        defer { for index in bytes.indices { bytes[index] = 0 } }
-        return try FileKey(bytes: bytes)
     }
 
     /// Applies the manifest's new migrations and records it; refuses a changed old migration.

@@ -35,7 +35,7 @@ public struct StorageURL {
             throw CovenError(.missing, "the store at '\(location)' has no manifest", details: ["object": Device.manifestKey])
         }
         do {
-            _ = try StoreSealer.open(sealed, storeKey: try device.storeKey())
+            _ = try device.keys.open(sealed)
         } catch let error as CovenError where error.code == .integrity {
             throw CovenError(.integrity, "this device's store key does not open the store at '\(location)'", hint: "is it a copy of another store with the same id?",
                              cause: error.description, details: ["object": Device.manifestKey])

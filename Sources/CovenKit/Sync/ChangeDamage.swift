@@ -22,13 +22,13 @@ struct ChangeDamage {
 
     /// Leaves word of damaged (or missing) change `seq` of `publisher` for it (once: a report
     /// already there stays as it is).
-    func report(_ path: String, device publisher: String, seq: Int64, error: CovenError, provider: StorageProvider, storeKey: FileKey) throws {
+    func report(_ path: String, device publisher: String, seq: Int64, error: CovenError, provider: StorageProvider, keys: Keyring) throws {
         let key = Self.reportKey(device: publisher, seq: seq)
         let plaintext = try JSONSerialization.data(withJSONObject: [
             "coven_change_damage": 1, "device": publisher, "seq": seq, "object": path, "reported_by": device.deviceID,
             "reported_at": Timestamp.iso8601(Date()), "cause": error.message,
         ] as [String: Any], options: [.sortedKeys])
-        _ = try provider.putIfAbsent(key, data: try StoreSealer.seal([UInt8](plaintext), storeKey: storeKey, boundTo: key))
+        _ = try provider.putIfAbsent(key, data: try keys.seal([UInt8](plaintext), boundTo: key))
     }
 
     /// Records what stops this device's pull now (nothing clears it).
@@ -77,18 +77,18 @@ struct ChangeDamage {
     ///
     /// - Returns: the seqs published again, and those this device can no longer rebuild (its
     ///   record of them is gone: a database restored from before them).
-    func republish(provider: StorageProvider, storeKey: FileKey) throws -> (republished: [Int64], unrecoverable: [Int64]) {
+    func republish(provider: StorageProvider, keys: Keyring) throws -> (republished: [Int64], unrecoverable: [Int64]) {
         let due = try dueSeqs()
         guard !due.isEmpty else { return ([], []) }
-        let signingKey = try device.signingKey()
-        let publicKey = signingKey.publicKey
+        // Without its own key this device cannot sign what it publishes again: said first.
+        _ = try keys.signingKey()
         var republished: [Int64] = []
         var unrecoverable: [Int64] = []
         let sync = SyncState(database: database)
         for seq in due.sorted() {
             let path = ChangeObject.path(device: device.deviceID, seq: UInt64(seq))
             let intact = try provider.getObject(path).map { sealed in
-                (try? ChangeObject.open(sealed, path: path, storeKey: storeKey, publicKey: publicKey, storeID: device.storeID)) != nil
+                (try? keys.open(change: sealed, path: path, publisher: device.deviceID, storeID: device.storeID)) != nil
             } ?? false
             if !intact {
                 guard let high = try database.scalar("SELECT max_stamp FROM coven_sync_log WHERE device = ?1 AND seq = ?2", [device.deviceID, seq]).textValue else {
@@ -101,7 +101,7 @@ struct ChangeDamage {
                                           schema: .init(migrations: schema.count, digest: schema.digest),
                                           frontier: try sync.frontier(device: device.deviceID, seq: seq).mapValues { UInt64($0) },
                                           heldObjects: [], entries: try entries(stampedAfter: low, upTo: high))
-                try provider.put(path, data: try change.seal(storeKey: storeKey, signingKey: signingKey))
+                try provider.put(path, data: try keys.seal(change))
                 republished.append(seq)
             }
             try provider.delete(Self.reportKey(device: device.deviceID, seq: seq))

@@ -137,6 +137,11 @@ public struct DeviceEntry: Sendable, Equatable {
         try StoreSealer.seal(try encoded(), storeKey: storeKey, boundTo: path)
     }
 
+    /// The entry sealed under the keyring's store key, bound to its path.
+    func seal(keys: Keyring) throws -> [UInt8] {
+        try keys.seal(try encoded(), boundTo: path)
+    }
+
     /// Seals with a given salt: for known-answer vectors only.
     func seal(storeKey: FileKey, salt: [UInt8]) throws -> [UInt8] {
         try StoreSealer.seal(try encoded(), storeKey: storeKey, salt: salt, boundTo: path)
@@ -148,8 +153,17 @@ public struct DeviceEntry: Sendable, Equatable {
     ///   authentication (another key, another path, tampered), its public key is refused, or it
     ///   names another device than its path; `.decoding` or `.updateRequired` as ``decode(_:)``.
     public static func open(_ bytes: [UInt8], path: String, storeKey: FileKey) throws -> DeviceEntry {
+        try open(bytes, path: path) { try StoreSealer.open($0, storeKey: storeKey, boundTo: path) }
+    }
+
+    /// Opens the entry stored at `path` with the keyring's store key, as ``open(_:path:storeKey:)``.
+    static func open(_ bytes: [UInt8], path: String, keys: Keyring) throws -> DeviceEntry {
+        try open(bytes, path: path) { try keys.open($0, boundTo: path) }
+    }
+
+    private static func open(_ bytes: [UInt8], path: String, opening: ([UInt8]) throws -> [UInt8]) throws -> DeviceEntry {
         do {
-            let entry = try decode(try StoreSealer.open(bytes, storeKey: storeKey, boundTo: path))
+            let entry = try decode(try opening(bytes))
             guard entry.path == path else {
                 throw CovenError(
                     .integrity, "a device entry names another device than its path", cause: "it says '\(entry.device)'",

@@ -25,7 +25,7 @@ extension Device {
         guard keyBytes.count == 32 else {
             throw CovenError(.usage, "a store key is 32 bytes (64 hex digits, as 'coven key export' prints it), not \(keyBytes.count)")
         }
-        let storeKey = try FileKey(bytes: keyBytes)
+        let keys = Keyring(storeKey: try FileKey(bytes: keyBytes))
         try refuseMissingFolder(storage)
         let provider = try StorageConnector(location: storage, environment: environment).connect()
         let storeID = try readStoreID(provider: provider, storage: storage)
@@ -35,7 +35,7 @@ extension Device {
         }
         let manifestText: [UInt8]
         do {
-            manifestText = try StoreSealer.open(sealedManifest, storeKey: storeKey)
+            manifestText = try keys.open(sealedManifest)
         } catch let error as CovenError where error.code == .integrity {
             throw CovenError(.integrity, "this key does not open the store at '\(storage)'", hint: "pass the key 'coven key export' prints on one of its devices",
                              cause: error.description, details: ["object": manifestKey])
@@ -51,7 +51,7 @@ extension Device {
             break
         }
         // The device an unfinished join here announced is marked gone below: its name is free.
-        let taken = try liveDeviceNames(provider: provider, storeKey: storeKey).filter { $0.value != unfinished }
+        let taken = try liveDeviceNames(provider: provider, keys: keys).filter { $0.value != unfinished }
         if let name, let holder = taken[name] {
             throw CovenError(.exists, "device '\(holder)' of the store at '\(storage)' is already called '\(name)'",
                              hint: "pick another --name, or remove that device first ('coven device remove \(holder)' on another device)",
@@ -72,7 +72,7 @@ extension Device {
         if let previous = unfinished, previous != deviceID,
            try provider.head(registryEntryKey(previous)) != nil, try provider.head(registryEntryKey(previous) + goneSuffix) == nil {
             let mark = GoneMark(device: previous, goneAt: Timestamp.iso8601(Date()), removedBy: deviceID)
-            _ = try provider.putIfAbsent(registryEntryKey(previous) + goneSuffix, data: try mark.seal(storeKey: storeKey))
+            _ = try provider.putIfAbsent(registryEntryKey(previous) + goneSuffix, data: try mark.seal(keys: keys))
         }
         let deviceName = name ?? uniqueName(ProcessInfo.processInfo.hostName, taken: Set(taken.keys))
         let now = Timestamp.iso8601(Date())
@@ -80,14 +80,14 @@ extension Device {
         let signingKey = try DeviceSigningKey()
         // The newest snapshot this device can read becomes its database; the pull that follows
         // brings the rest.
-        let snapshot = try restoreSnapshot(provider: provider, storeKey: storeKey, storeID: storeID, manifest: manifest,
+        let snapshot = try restoreSnapshot(provider: provider, keys: keys, storeID: storeID, manifest: manifest,
                                            into: building(paths), temporary: paths.temporary)
         try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest,
-                          joinedAt: now, publicKey: signingKey.publicKey, storeKeyCheck: try storeKeyCheck(keyBytes), fromSnapshot: snapshot.manifest)
+                          joinedAt: now, publicKey: signingKey.publicKey, storeKeyCheck: try Keyring.storeKeyCheck(keyBytes), fromSnapshot: snapshot.manifest)
         try AtomicFile.write(paths.storeKey, bytes: keyBytes, mode: 0o600)
         try signingKey.write(to: paths.signingKey)
         let entry = registryEntryKey(deviceID)
-        let sealedEntry = try DeviceEntry(device: deviceID, name: deviceName, joinedAt: now, publicKey: signingKey.publicKey).seal(storeKey: storeKey)
+        let sealedEntry = try DeviceEntry(device: deviceID, name: deviceName, joinedAt: now, publicKey: signingKey.publicKey).seal(keys: keys)
         guard try provider.putIfAbsent(entry, data: sealedEntry) else {
             throw CovenError(.alreadyExists, "the device registry of '\(storage)' already has an entry '\(entry)'")
         }
@@ -101,7 +101,7 @@ extension Device {
         let device = try open(paths: paths)
         device.storageEnvironment = environment
         device.joinedFrom = snapshot
-        try device.refreshDevices(provider: provider, storeKey: storeKey)
+        try device.refreshDevices(provider: provider, keys: device.keys)
         return device
     }
 
@@ -159,7 +159,7 @@ extension Device {
     private static func resumeJoin(paths: DevicePaths, storage: StorageLocation, storeID: String, storeKey keyBytes: [UInt8],
                                    environment: [String: String]?) throws -> Device {
         let device = try open(paths: paths)
-        guard device.storeID == storeID, try device.storeKeyBytes() == keyBytes else {
+        guard device.storeID == storeID, try device.keys.storeKeyBytes() == keyBytes else {
             throw CovenError(.alreadyExists, "a coven device ('\(device.deviceName)', \(device.deviceID)) of store \(device.storeID) already exists at '\(paths.database)'",
                              hint: "it is not of the store at '\(storage)': pass another --db to join that one", details: ["path": paths.database, "device": device.deviceID])
         }
@@ -214,13 +214,13 @@ extension Device {
 
     /// The names of the store's devices not gone for good, each with its device's id, read
     /// from `devices/` (one listing, one read per entry).
-    static func liveDeviceNames(provider: StorageProvider, storeKey: FileKey) throws -> [String: String] {
+    static func liveDeviceNames(provider: StorageProvider, keys: Keyring) throws -> [String: String] {
         let listed = try provider.list(prefix: "devices/").map { String($0.key.dropFirst("devices/".count)) }
         let gone = Set(listed.filter { $0.hasSuffix(goneSuffix) }.map { String($0.dropLast(goneSuffix.count)) })
         var names: [String: String] = [:]
         for id in listed where Identifier.isCanonicalUUID(id) && !gone.contains(id) {
             guard let sealed = try provider.getObject(registryEntryKey(id)) else { continue }
-            let entry = try DeviceEntry.open(sealed, path: registryEntryKey(id), storeKey: storeKey)
+            let entry = try DeviceEntry.open(sealed, path: registryEntryKey(id), keys: keys)
             names[entry.name] = entry.device
         }
         return names

@@ -16,7 +16,7 @@ struct OwnHistory {
     ///   listing).
     /// - Throws: `.deviceConflict` when an own change past the published seq is missing or
     ///   fails its checks (this database cannot go on after it; naming the object); `.storage`.
-    func catchUp(provider: StorageProvider, storeKey: FileKey) throws -> [Int64] {
+    func catchUp(provider: StorageProvider, keys: Keyring) throws -> [Int64] {
         let published = try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [device.deviceID]).intValue ?? 0
         let prefix = "changes/\(device.deviceID)/"
         var seqs: [Int64] = []
@@ -38,7 +38,7 @@ struct OwnHistory {
             }
         }
         guard !seqs.isEmpty else { return [] }
-        let publicKey = try device.signingKey().publicKey
+        _ = try keys.signingKey()
         var applier = ChangeApplier(device: device)
         var applied: [Int64] = []
         var expected = published + 1
@@ -52,7 +52,7 @@ struct OwnHistory {
             }
             let change: ChangeObject
             do {
-                change = try ChangeObject.open(bytes, path: path, storeKey: storeKey, publicKey: publicKey, storeID: device.storeID)
+                change = try keys.open(change: bytes, path: path, publisher: device.deviceID, storeID: device.storeID)
             } catch let error as CovenError where error.code == .integrity || error.code == .decoding {
                 throw CovenError(.deviceConflict, "this device's own change '\(path)', which its database does not hold, fails its checks: \(error.message)",
                                  hint: hint, cause: error.description, details: ["object": path, "device": device.deviceID, "reason": "own_change_lost"])

@@ -67,11 +67,11 @@ extension Device {
     /// - Throws: `.deviceGone` when this device was removed; `.updateRequired` for a change of
     ///   a newer schema; `.decoding` / `.invalidId` for a well-signed change this device must
     ///   not apply (naming the object; nothing of it is applied); `.storage`.
-    public func pull(provider: StorageProvider, storeKey: FileKey, stop: Stop = Stop(), learned: [String]? = nil,
+    public func pull(provider: StorageProvider, keys: Keyring, stop: Stop = Stop(), learned: [String]? = nil,
                      progress: ((SyncProgress) -> Void)? = nil) throws -> PullReport {
         var report = PullReport()
         // `learned`: the caller listed devices/ already (sync does, before its push).
-        report.newDevices = try learned ?? refreshDevices(provider: provider, storeKey: storeKey)
+        report.newDevices = try learned ?? refreshDevices(provider: provider, keys: keys)
         var applier = ChangeApplier(device: self)
         var uncache: Set<String> = []
         defer { dropCachedBytes(of: uncache) }
@@ -81,8 +81,6 @@ extension Device {
         // here says its writer applied: a change missing below that is a gap.
         var missingAt: [String: Int64] = [:]
         var claimed: [String: Int64] = [:]
-        // Each device's key, screened once per pull.
-        var keys: [String: DevicePublicKey] = [:]
         while moved {
             moved = false
             for row in try database.query("SELECT device, applied_seq, gone FROM coven_device_registry WHERE device <> ?1 ORDER BY device", [deviceID]) {
@@ -127,8 +125,7 @@ extension Device {
                         break
                     }
                     listed.seqs.removeFirst()
-                    let key = try keys[other] ?? { let key = try publicKey(of: other); keys[other] = key; return key }()
-                    switch try readChange(path, key: key, storeKey: storeKey, provider: provider) {
+                    switch try readChange(path, publisher: other, keys: keys, provider: provider) {
                     case .missing:
                         missingAt[other] = next
                         finished.insert(other)
@@ -139,7 +136,7 @@ extension Device {
                             continue
                         }
                         report.damaged[other] = DamagedChange(seq: next, object: path, message: error.message)
-                        try ChangeDamage(device: self).report(path, device: other, seq: next, error: error, provider: provider, storeKey: storeKey)
+                        try ChangeDamage(device: self).report(path, device: other, seq: next, error: error, provider: provider, keys: keys)
                         finished.insert(other)
                     case .opened(let change):
                         for (device, seq) in change.frontier { claimed[device] = max(claimed[device] ?? 0, Int64(seq)) }
@@ -174,7 +171,7 @@ extension Device {
         for (other, seq) in report.gaps {
             let path = ChangeObject.path(device: other, seq: UInt64(seq))
             try ChangeDamage(device: self).report(path, device: other, seq: seq, error: CovenError(.missing, "change '\(path)' is missing from storage"),
-                                                  provider: provider, storeKey: storeKey)
+                                                  provider: provider, keys: keys)
         }
         try ChangeDamage(device: self).remember(gaps: report.gaps, damaged: report.damaged)
         return report
@@ -196,12 +193,14 @@ extension Device {
         case opened(ChangeObject)
     }
 
-    private func readChange(_ path: String, key: DevicePublicKey, storeKey: FileKey, provider: StorageProvider) throws -> ReadChange {
+    private func readChange(_ path: String, publisher: String, keys: Keyring, provider: StorageProvider) throws -> ReadChange {
+        // A publisher without a usable key stops the pull: that is not damage to report.
+        _ = try keys.publicKey(of: publisher)
         var failure: CovenError?
         for _ in 0..<2 {
             guard let sealed = try provider.getObject(path) else { return .missing }
             do {
-                return .opened(try ChangeObject.open(sealed, path: path, storeKey: storeKey, publicKey: key, storeID: storeID))
+                return .opened(try keys.open(change: sealed, path: path, publisher: publisher, storeID: storeID))
             } catch var error as CovenError where error.code == .integrity || error.code == .decoding {
                 // Sync's errors name the object they are about.
                 error.details["object"] = path
@@ -222,21 +221,6 @@ extension Device {
             try sync.setApplied(device: device, seq: seq, frontier: frontier)
         }
         report.lostForGood.append(LostChange(device: device, seq: seq, object: ChangeObject.path(device: device, seq: UInt64(seq)), why: why))
-    }
-
-    /// The registered public key of `device`, which signs its changes.
-    ///
-    /// - Throws: `.integrity` when the device has none registered (its entry predates signing
-    ///   keys and it has not published one since).
-    func publicKey(of device: String) throws -> DevicePublicKey {
-        guard let hex = try database.scalar("SELECT public_key FROM coven_device_registry WHERE device = ?1", [device]).textValue else {
-            throw CovenError(.integrity, "device \(device) has no registered public key, so its changes cannot be checked",
-                             hint: "run 'coven sync' on that device with this coven, which registers its key", details: ["device": device])
-        }
-        if let known = screenedKeys[hex] { return known }
-        let key = try DevicePublicKey(hex: hex)
-        screenedKeys[hex] = key
-        return key
     }
 
     /// The first device of `frontier` (but this one and the writer) whose changes up to the
@@ -296,7 +280,7 @@ extension Device {
     /// - Throws: `.deviceGone` when this device was removed; `.integrity` for an entry that
     ///   fails authentication (a wrong store key, or tampering).
     @discardableResult
-    func refreshDevices(provider: StorageProvider, storeKey: FileKey) throws -> [String] {
+    func refreshDevices(provider: StorageProvider, keys: Keyring) throws -> [String] {
         // Devices with a key registered here need no second look; one without (an entry of a
         // release before signing keys) is read again.
         let known = Set(try database.query("SELECT device FROM coven_device_registry WHERE public_key IS NOT NULL OR device = ?1", [deviceID]).compactMap { $0.string("device") })
@@ -308,7 +292,7 @@ extension Device {
                 let device = String(name.dropLast(Self.goneSuffix.count))
                 guard !gone.contains(device) else { continue }
                 guard let sealed = try provider.getObject(info.key) else { continue }
-                let mark = try GoneMark.open(sealed, key: info.key, storeKey: storeKey)
+                let mark = try GoneMark.open(sealed, key: info.key, keys: keys)
                 guard mark.device == device else {
                     throw CovenError(.integrity, "removal mark '\(info.key)' names device '\(mark.device)'", details: ["object": info.key])
                 }
@@ -333,7 +317,7 @@ extension Device {
             guard let sealed = try provider.getObject(info.key) else { continue }
             let entry: DeviceEntry
             do {
-                entry = try DeviceEntry.open(sealed, path: info.key, storeKey: storeKey)
+                entry = try DeviceEntry.open(sealed, path: info.key, keys: keys)
             } catch var error as CovenError where error.code == .integrity {
                 error.details["object"] = info.key
                 error.hint = error.hint ?? "is this the store's key?"
@@ -362,17 +346,17 @@ struct GoneMark {
     var goneAt: String
     var removedBy: String
 
-    func seal(storeKey: FileKey) throws -> [UInt8] {
+    func seal(keys: Keyring) throws -> [UInt8] {
         let plaintext = try JSONSerialization.data(withJSONObject: [
             "coven_device_gone": 1, "device": device, "gone_at": goneAt, "removed_by": removedBy,
         ], options: [.sortedKeys])
-        return try StoreSealer.seal([UInt8](plaintext), storeKey: storeKey, boundTo: Device.registryEntryKey(device) + Device.goneSuffix)
+        return try keys.seal([UInt8](plaintext), boundTo: Device.registryEntryKey(device) + Device.goneSuffix)
     }
 
-    static func open(_ sealed: [UInt8], key: String, storeKey: FileKey) throws -> GoneMark {
+    static func open(_ sealed: [UInt8], key: String, keys: Keyring) throws -> GoneMark {
         let plaintext: [UInt8]
         do {
-            plaintext = try StoreSealer.open(sealed, storeKey: storeKey, boundTo: key)
+            plaintext = try keys.open(sealed, boundTo: key)
         } catch var error as CovenError {
             error.details["object"] = key
             if error.code == .integrity { error.message = "removal mark '\(key)' fails authentication" }

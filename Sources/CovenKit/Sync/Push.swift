@@ -45,10 +45,10 @@ extension Device {
     /// asked whether it holds changes of this device past what this database published (a
     /// restored backup: ``OwnHistory``), and changes reported damaged are published again
     /// (``ChangeDamage``).
-    public func push(provider: StorageProvider, storeKey: FileKey, stop: Stop = Stop(), checkHistory: Bool = true,
+    public func push(provider: StorageProvider, keys: Keyring, stop: Stop = Stop(), checkHistory: Bool = true,
                      progress: ((SyncProgress) -> Void)? = nil) throws -> PushReport {
         var report = PushReport()
-        let signingKey = try self.signingKey()
+        let signingKey = try keys.signingKey()
         var checked = !checkHistory
         // The file records of each change frozen now; a change frozen by an earlier run is
         // opened to count them.
@@ -63,8 +63,7 @@ extension Device {
                 report.entries += entries
                 var counted = fileEntries[seq]
                 if counted == nil, let bytes = frozen.bytes("object"),
-                   let change = try? ChangeObject.open(bytes, path: ChangeObject.path(device: deviceID, seq: UInt64(seq)), storeKey: storeKey,
-                                                       publicKey: signingKey.publicKey) {
+                   let change = try? keys.open(change: bytes, path: ChangeObject.path(device: deviceID, seq: UInt64(seq)), publisher: deviceID) {
                     counted = Self.fileRecordCount(change.entries)
                 }
                 report.rows += entries - (counted?.entries ?? 0)
@@ -74,10 +73,10 @@ extension Device {
             }
             if !checked {
                 checked = true
-                report.caughtUp = try OwnHistory(device: self).catchUp(provider: provider, storeKey: storeKey)
-                (report.republished, report.unrecoverable) = try ChangeDamage(device: self).republish(provider: provider, storeKey: storeKey)
+                report.caughtUp = try OwnHistory(device: self).catchUp(provider: provider, keys: keys)
+                (report.republished, report.unrecoverable) = try ChangeDamage(device: self).republish(provider: provider, keys: keys)
             }
-            guard try freezeNextChange(storeKey: storeKey, signingKey: signingKey, fileEntries: &fileEntries) else { break }
+            guard try freezeNextChange(keys: keys, fileEntries: &fileEntries) else { break }
         }
         report.held = try Outbox(database: database).waiting(isStored: isUploaded).held
         return report
@@ -89,7 +88,7 @@ extension Device {
     }
 
     /// Freezes the next batch of outbox writes as change `seq`: false when nothing is ready.
-    private func freezeNextChange(storeKey: FileKey, signingKey: DeviceSigningKey, fileEntries: inout [Int64: (entries: Int, records: Int)]) throws -> Bool {
+    private func freezeNextChange(keys: Keyring, fileEntries: inout [Int64: (entries: Int, records: Int)]) throws -> Bool {
         try database.transaction {
             let outbox = Outbox(database: database)
             var batch: [Outbox.Pending] = []
@@ -134,7 +133,7 @@ extension Device {
                                       frontier: frontier.mapValues { UInt64($0) },
                                       heldObjects: try heldObjects(publishedUpTo: lastStamp, gated: gate.graph.gatedTables.contains("coven_files")), entries: entries)
             try setSetting(Self.frontierDueSetting, nil)
-            let sealed = try change.seal(storeKey: storeKey, signingKey: signingKey)
+            let sealed = try keys.seal(change)
             try database.run("""
                 INSERT INTO coven_push (seq, object, max_stamp, frontier, entries, frozen_at, writes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                 """, [seq, sealed, entries.map(\.stamp).max() ?? "", Frontier.json(frontier), entries.count, Timestamp.iso8601(Date()),

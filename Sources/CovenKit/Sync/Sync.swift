@@ -71,15 +71,16 @@ extension Device {
     /// ``sync(push:pull:wait:stop:progress:)`` through `provider`, under the caller's lock.
     func sync(provider: StorageProvider, push: Bool = true, pull: Bool = true, stop: Stop = Stop(),
               progress: ((SyncProgress) -> Void)? = nil) throws -> SyncReport {
-        let key = try storeKey()
+        // A missing or damaged store key stops a sync before anything else.
+        _ = try keys.storeKey()
         var report = SyncReport()
         // A device removed for good publishes nothing more.
-        let learned = try refreshDevices(provider: provider, storeKey: key)
-        if push { try ensureSigningKey(provider: provider, storeKey: key) }
-        if push { report.pushed = try self.push(provider: provider, storeKey: key, stop: stop, progress: progress) }
-        if pull { report.pulled = try self.pull(provider: provider, storeKey: key, stop: stop, learned: learned, progress: progress) }
+        let learned = try refreshDevices(provider: provider, keys: keys)
+        if push { try ensureSigningKey(provider: provider) }
+        if push { report.pushed = try self.push(provider: provider, keys: keys, stop: stop, progress: progress) }
+        if pull { report.pulled = try self.pull(provider: provider, keys: keys, stop: stop, learned: learned, progress: progress) }
         if push && pull {
-            let again = try self.push(provider: provider, storeKey: key, stop: stop, checkHistory: false, progress: progress)
+            let again = try self.push(provider: provider, keys: keys, stop: stop, checkHistory: false, progress: progress)
             report.pushed.published += again.published
             report.pushed.entries += again.entries
             report.pushed.rows += again.rows
@@ -116,8 +117,8 @@ extension Device {
         let lock = try self.lock(wait: true)
         defer { _ = lock }
         let provider = try connectStorage()
-        let key = try storeKey()
-        try refreshDevices(provider: provider, storeKey: key)
+        _ = try keys.storeKey()
+        try refreshDevices(provider: provider, keys: keys)
         let id: String
         if try database.queryOne("SELECT device FROM coven_device_registry WHERE device = ?1", [device]) != nil {
             id = device
@@ -144,7 +145,7 @@ extension Device {
         let dropped = try droppedChanges(of: id, provider: provider)
         let now = Timestamp.iso8601(Date())
         let mark = GoneMark(device: id, goneAt: now, removedBy: deviceID)
-        _ = try provider.putIfAbsent(Self.registryEntryKey(id) + Self.goneSuffix, data: try mark.seal(storeKey: key))
+        _ = try provider.putIfAbsent(Self.registryEntryKey(id) + Self.goneSuffix, data: try mark.seal(keys: keys))
         try database.transaction {
             try SyncState(database: database).setGone(id, at: now)
             // The others apply of a gone device only what some device's published frontier
@@ -286,17 +287,17 @@ extension Device {
     /// registers its public half, replacing the device's own entry in `devices/`.
     ///
     /// - Throws: `.io` when the key file is missing although this device registered a key:
-    ///   a new key would sign changes every other device refuses (``signingKey()``).
-    func ensureSigningKey(provider: StorageProvider, storeKey: FileKey) throws {
-        guard access(paths.signingKey, F_OK) != 0 else { return }
-        if try registeredPublicKey() != nil { _ = try signingKey() }
+    ///   a new key would sign changes every other device refuses (``Keyring/signingKey()``).
+    func ensureSigningKey(provider: StorageProvider) throws {
+        guard !keys.hasSigningKeyFile else { return }
+        if try keys.registeredPublicKey() != nil { _ = try keys.signingKey() }
         let key = try DeviceSigningKey()
         let joinedAt = try database.scalar("SELECT joined_at FROM coven_device_registry WHERE device = ?1", [deviceID]).textValue ?? Timestamp.iso8601(Date())
         let entry = DeviceEntry(device: deviceID, name: deviceName, joinedAt: joinedAt, publicKey: key.publicKey)
         // Registered before it is kept: a crash between the two makes a new key next time,
         // replacing the entry again; no change was signed by the lost one.
-        try provider.put(entry.path, data: try entry.seal(storeKey: storeKey))
-        try key.write(to: paths.signingKey)
+        try provider.put(entry.path, data: try entry.seal(keys: keys))
+        try keys.adopt(signingKey: key)
         try database.transaction {
             try SyncState(database: database).learnDevice(deviceID, name: deviceName, joinedAt: joinedAt, publicKey: key.publicKey.hex)
         }
@@ -306,6 +307,6 @@ extension Device {
     /// join next: `coven migrate` calls it after migrating.
     public func publishManifest() throws {
         let provider = try connectStorage()
-        try Device.publishManifest(manifest, provider: provider, storeKey: try storeKey(), replace: true)
+        try Device.publishManifest(manifest, provider: provider, keys: keys, replace: true)
     }
 }

@@ -16,7 +16,7 @@ struct KeyCommand: Command {
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let device = try context.openDeviceReadOnly()
-        let key = try device.storeKeyBytes()
+        let key = try device.keys.storeKeyBytes()
         let text = "coven-store-key-v1:\(device.storeID):\(key.hex)"
         if context.json {
             try context.printJSON(["store": device.storeID, "key": text])

@@ -60,16 +60,16 @@ final class GCModelTests: XCTestCase {
         var deleted = 0
         var originals: [String] = []
         func stored() throws -> Set<String> { Set(try provider.list(prefix: "files/").map(\.key)) }
-        let storeKey = try first.storeKey()
+        let keys = first.keys
         func check(_ when: String) throws -> String? {
             let present = try stored()
             // The newest two snapshots are retained: a device joining from one reads its files.
             // Ordered as a join picks them: coverage, then age.
             let snapshots = try provider.list(prefix: "snapshots/").map { info in
-                (info, try Device.peekManifest(provider: provider, info: info, storeKey: storeKey))
+                (info, try Device.peekManifest(provider: provider, info: info, keys: keys))
             }.sorted { ($0.1.coverage, $0.1.createdAt, $0.0.key) > ($1.1.coverage, $1.1.createdAt, $1.0.key) }.map(\.0)
             for info in snapshots.prefix(2) {
-                let gone = try Device.snapshotObjects(provider: provider, info: info, storeKey: storeKey).subtracting(present)
+                let gone = try Device.snapshotObjects(provider: provider, info: info, keys: keys).subtracting(present)
                 if !gone.isEmpty { return "\(when): objects snapshot \(info.key) names are gone: \(gone.sorted())" }
             }
             let missing = try named(live).subtracting(present)
@@ -181,7 +181,7 @@ final class GCModelTests: XCTestCase {
                 let report = try device.collectGarbage(goneDevices: true)
                 trace("final gc on \(device.deviceName): deleted \(report.deleted.map(\.key)) kept \(report.kept.map { "\($0.key) \($0.reason)" })")
                 for info in try provider.list(prefix: "snapshots/") {
-                    let manifest = try Device.peekManifest(provider: provider, info: info, storeKey: storeKey)
+                    let manifest = try Device.peekManifest(provider: provider, info: info, keys: keys)
                     trace("  snapshot \(info.key) coverage \(manifest.coverage) at \(manifest.createdAt) frontier \(manifest.frontier)")
                 }
                 deleted += report.deleted.filter { $0.kind == .file }.count
@@ -193,7 +193,7 @@ final class GCModelTests: XCTestCase {
         }
         var referenced = try named(live, anyPlace: true)
         for info in try provider.list(prefix: "snapshots/") {
-            referenced.formUnion(try Device.snapshotObjects(provider: provider, info: info, storeKey: storeKey))
+            referenced.formUnion(try Device.snapshotObjects(provider: provider, info: info, keys: keys))
         }
         let leaked = try stored().subtracting(referenced)
         if tracing {

@@ -19,9 +19,9 @@ final class DeviceCreateTests: DeviceTestCase {
         XCTAssertEqual(other.deviceName, ProcessInfo.processInfo.hostName)
         XCTAssertEqual(device.storage, .file(directory: storeFolder))
 
-        let key = try device.storeKeyBytes()
+        let key = try device.keys.storeKeyBytes()
         XCTAssertEqual(key.count, 32)
-        XCTAssertNotEqual(key, try other.storeKeyBytes())
+        XCTAssertNotEqual(key, try other.keys.storeKeyBytes())
         XCTAssertNotEqual(key, [UInt8](repeating: 0, count: 32))
         func mode(_ path: String) throws -> Int {
             (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) ?? -1
@@ -56,17 +56,17 @@ final class DeviceCreateTests: DeviceTestCase {
         XCTAssertEqual(Array(sealed.prefix(6)), Array("COVENS".utf8))
         // Sealed bound to its path, carrying the device's signing key's public half.
         let path = "devices/" + device.deviceID
-        let plaintext = try StoreSealer.open([UInt8](sealed), storeKey: try device.storeKey(), boundTo: path)
+        let plaintext = try StoreSealer.open([UInt8](sealed), storeKey: try device.keys.storeKey(), boundTo: path)
         let entry = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(plaintext)) as? [String: Any])
         XCTAssertEqual(entry["device"] as? String, device.deviceID)
         XCTAssertEqual(entry["name"] as? String, "laptop")
         XCTAssertEqual(entry["coven_device"] as? Int, 1)
         XCTAssertNotNil(entry["joined_at"] as? String)
-        let decoded = try DeviceEntry.open([UInt8](sealed), path: path, storeKey: try device.storeKey())
-        XCTAssertEqual(decoded.publicKey, try device.signingKey().publicKey)
+        let decoded = try DeviceEntry.open([UInt8](sealed), path: path, keys: device.keys)
+        XCTAssertEqual(decoded.publicKey, try device.keys.signingKey().publicKey)
         // Under another key, or at another path, it does not open.
         assertCovenError(.integrity) { try StoreSealer.open([UInt8](sealed), storeKey: FileKey(), boundTo: path) }
-        assertCovenError(.integrity) { try StoreSealer.open([UInt8](sealed), storeKey: try device.storeKey(), boundTo: "devices/other") }
+        assertCovenError(.integrity) { try StoreSealer.open([UInt8](sealed), storeKey: try device.keys.storeKey(), boundTo: "devices/other") }
         // Nothing else is in the store yet.
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/devices"), [device.deviceID])
         XCTAssertEqual(try device.database.query("SELECT device, name FROM coven_device_registry").map { $0.string("device") }, [device.deviceID])

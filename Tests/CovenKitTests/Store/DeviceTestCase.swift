@@ -91,7 +91,7 @@ class DeviceTestCase: XCTestCase {
 
     /// Another device of the store `device` is in, in the case's folder under `name`.
     func join(_ name: String, from device: Device) throws -> Device {
-        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, storeKey: try device.storeKeyBytes(), name: name,
+        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, storeKey: try device.keys.storeKeyBytes(), name: name,
                         environment: s3?.environment)
     }
 

@@ -13,7 +13,7 @@ final class DeviceNameTests: DeviceTestCase {
         var names: [String] = []
         for index in 1...2 {
             let joined = try Device.join(paths: DevicePaths(database: work + "/j\(index)/device.db"), storage: first.storage,
-                                         storeKey: try first.storeKeyBytes(), name: nil)
+                                         storeKey: try first.keys.storeKeyBytes(), name: nil)
             names.append(joined.deviceName)
         }
         XCTAssertEqual(names, ["\(host)-2", "\(host)-3"])
@@ -21,7 +21,7 @@ final class DeviceNameTests: DeviceTestCase {
         let removed = try first.removeDevice("\(host)-2")
         XCTAssertEqual(try first.devices().first { $0.id == removed.id }?.name, "\(host)-2")
         let again = try Device.join(paths: DevicePaths(database: work + "/j3/device.db"), storage: first.storage,
-                                    storeKey: try first.storeKeyBytes(), name: nil)
+                                    storeKey: try first.keys.storeKeyBytes(), name: nil)
         XCTAssertEqual(again.deviceName, "\(host)-2")
     }
 

@@ -21,7 +21,7 @@ final class GateModelTests: XCTestCase {
         let owner = try Device.create(paths: DevicePaths(database: work + "/a/device.db"), storage: .file(directory: work + "/store"),
                                       manifest: try Manifest(json: Data(GateTests.gateManifest.utf8)), name: "a")
         let peer = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: owner.storage,
-                                   storeKey: try owner.storeKeyBytes(), name: "b")
+                                   storeKey: try owner.keys.storeKeyBytes(), name: "b")
         func id(_ prefix: Int, _ n: Int) -> String { String(format: "0193a9b2-4c1e-7d3a-9f20-5b8e1c%02x%04x", prefix, n) }
         let workspaces = (0..<3).map { id(1, $0) }
         let lists = (0..<4).map { id(2, $0) }
@@ -83,7 +83,7 @@ final class GateModelTests: XCTestCase {
         let key = try DevicePublicKey(hex: owner.database.scalar("SELECT public_key FROM coven_device_registry WHERE device = ?1", [owner.deviceID]).textValue ?? "")
         for name in (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? [] {
             let change = try ChangeObject.open(Array(try Data(contentsOf: URL(fileURLWithPath: folder + "/" + name))),
-                                               path: "changes/\(owner.deviceID)/\(name)", storeKey: try owner.storeKey(), publicKey: key)
+                                               path: "changes/\(owner.deviceID)/\(name)", storeKey: try owner.keys.storeKey(), publicKey: key)
             for entry in change.entries where entry.kind == .upsert && !everKept.contains(entry.id) && entry.table != "coven_files" {
                 return "change \(name) published \(entry.table) \(entry.id), which was never kept"
             }

@@ -55,7 +55,7 @@ final class GateTests: DeviceTestCase {
         return try names.flatMap { name -> [RowEntry] in
             let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: folder + "/" + name)))
             let path = "changes/\(device.deviceID)/\(name)"
-            return try ChangeObject.open(bytes, path: path, storeKey: try device.storeKey(), publicKey: key).entries
+            return try ChangeObject.open(bytes, path: path, storeKey: try device.keys.storeKey(), publicKey: key).entries
         }
     }
 

@@ -177,7 +177,7 @@ final class SyncTests: DeviceTestCase {
         // a freezes change 1 and fails before storage takes it.
         let failing = CrashingStorage(try StorageConnector(location: a.storage).connect())
         failing.failBeforePut = true
-        XCTAssertThrowsError(try a.push(provider: failing, storeKey: try a.storeKey()))
+        XCTAssertThrowsError(try a.push(provider: failing, keys: a.keys))
         let copy = try Device.open(paths: copyPaths)
         try copy.write(sql: "INSERT INTO settings (id, value) VALUES ('k2', 'copy')")
         _ = try copy.sync()
@@ -195,7 +195,7 @@ final class SyncTests: DeviceTestCase {
         let c = try join("c", from: a)
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k2', '2')")
-        _ = try a.push(provider: try StorageConnector(location: a.storage).connect(), storeKey: try a.storeKey())
+        _ = try a.push(provider: try StorageConnector(location: a.storage).connect(), keys: a.keys)
         try c.write(sql: "INSERT INTO settings (id, value) VALUES ('c', '3')")
         _ = try c.sync()
         let path = storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: 1)
@@ -380,11 +380,11 @@ final class SyncCrashTests: DeviceTestCase {
     /// its own bytes there (no conflict), publishes nothing twice and goes on.
     func testACrashAfterAPutPublishesNothingTwice() throws {
         let a = try makeDevice(name: "a")
-        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.storeKeyBytes(), name: "b")
+        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "b")
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
         let storage = CrashingStorage(try StorageConnector(location: a.storage).connect())
         storage.failAfterPut = true
-        XCTAssertThrowsError(try a.push(provider: storage, storeKey: try a.storeKey()))
+        XCTAssertThrowsError(try a.push(provider: storage, keys: a.keys))
         XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM coven_push").intValue, 1, "still frozen")
         // status counts the frozen change's write as not yet published.
         XCTAssertEqual(try a.status().sync.waiting, 1)
@@ -393,7 +393,7 @@ final class SyncCrashTests: DeviceTestCase {
         XCTAssertEqual(try a.status().sync.waiting, 2)
         XCTAssertEqual(try a.status().sync.frozenWrites, 1)
         storage.failAfterPut = false
-        let report = try a.push(provider: storage, storeKey: try a.storeKey())
+        let report = try a.push(provider: storage, keys: a.keys)
         XCTAssertEqual(report.published, [1, 2])
         XCTAssertEqual(try a.status().sync.waiting, 0)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/changes/" + a.deviceID).count, 2)
@@ -405,18 +405,18 @@ final class SyncCrashTests: DeviceTestCase {
     /// nothing twice.
     func testACrashDuringAPullAppliesNothingTwice() throws {
         let a = try makeDevice(name: "a")
-        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.storeKeyBytes(), name: "b")
+        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "b")
         for index in 0..<3 {
             try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(index)', '\(index)')")
             _ = try a.sync()
         }
         let storage = CrashingStorage(try StorageConnector(location: b.storage).connect())
         storage.failOnGet = 2
-        XCTAssertThrowsError(try b.pull(provider: storage, storeKey: try b.storeKey()))
+        XCTAssertThrowsError(try b.pull(provider: storage, keys: b.keys))
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 1)
         XCTAssertEqual(try b.devices().first { $0.id == a.deviceID }?.seq, 1)
         storage.failOnGet = nil
-        let rest = try b.pull(provider: storage, storeKey: try b.storeKey())
+        let rest = try b.pull(provider: storage, keys: b.keys)
         XCTAssertEqual(rest.applied[a.deviceID], [2, 3])
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 3)
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM coven_sync_log WHERE device = ?1", [a.deviceID]).intValue, 3)
@@ -426,8 +426,8 @@ final class SyncCrashTests: DeviceTestCase {
     /// never skipping to the next.
     func testAGapStopsThatDevicesPull() throws {
         let a = try makeDevice(name: "a")
-        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.storeKeyBytes(), name: "b")
-        let c = try Device.join(paths: DevicePaths(database: work + "/c/device.db"), storage: a.storage, storeKey: try a.storeKeyBytes(), name: "c")
+        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "b")
+        let c = try Device.join(paths: DevicePaths(database: work + "/c/device.db"), storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "c")
         for index in 0..<3 {
             try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(index)', '\(index)')")
             _ = try a.sync()
@@ -455,7 +455,7 @@ final class SyncRefusalTests: DeviceTestCase {
         let change = ChangeObject(storeID: writer.storeID, device: writer.deviceID, seq: seq,
                                   schema: .init(migrations: migrations ?? schema.count, digest: schema.digest), entries: entries)
         let provider = try StorageConnector(location: writer.storage).connect()
-        XCTAssertTrue(try provider.putIfAbsent(change.path, data: try change.seal(storeKey: try writer.storeKey(), signingKey: try writer.signingKey())))
+        XCTAssertTrue(try provider.putIfAbsent(change.path, data: try change.seal(storeKey: try writer.keys.storeKey(), signingKey: try writer.keys.signingKey())))
     }
 
     func setting(_ id: String, _ columns: [String: SQLValue], stamp: String = "2030-01-01T00:00:00.000Z-0000-x") -> RowEntry {
@@ -466,7 +466,7 @@ final class SyncRefusalTests: DeviceTestCase {
 
     func testRefusedChangesNameTheObjectAndApplyNothing() throws {
         let a = try makeDevice(name: "a")
-        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.storeKeyBytes(), name: "b")
+        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "b")
         func expect(_ code: ErrorCode, line: UInt = #line) {
             XCTAssertThrowsError(try b.sync(), line: line) { error in
                 XCTAssertEqual((error as? CovenError)?.code, code, "\(error)", line: line)
@@ -509,7 +509,7 @@ final class SyncRequestTests: DeviceTestCase {
         var devices = [a]
         for index in 1..<10 {
             devices.append(try Device.join(paths: DevicePaths(database: work + "/d\(index)/device.db"), storage: a.storage,
-                                           storeKey: try a.storeKeyBytes(), name: "d\(index)"))
+                                           storeKey: try a.keys.storeKeyBytes(), name: "d\(index)"))
         }
         for device in devices {
             try device.write(sql: "INSERT INTO settings (id, value) VALUES ('\(device.deviceName)', 'x')")

@@ -1,0 +1,206 @@
+import Foundation
+
+/// The keys a device holds, and the one owner of key material in the engine (DESIGN.md
+/// "Members and circles"): the store audience's key (today's store key, its first
+/// generation), this device's signing key, and the other devices' public keys, screened once.
+///
+/// Everything that seals, opens, signs or checks an object of the store asks the keyring:
+/// sync, join, snapshots and gc hold a `Keyring`, never a key. Only the format types
+/// (``StoreSealer``, ``ChangeObject``, ``DeviceEntry``), whose known-answer vectors take keys,
+/// are handed one, by the keyring.
+///
+/// Not Sendable: like its ``Device``, it is confined to the task that opened it.
+public final class Keyring {
+    /// Where the key files are; nil for a keyring of a device not made yet (``init(storeKey:signingKey:)``).
+    private let paths: DevicePaths?
+    /// The device's database (its registry and settings); nil as `paths`.
+    private let database: Database?
+    /// The device, whose registered key the signing key must be.
+    private let deviceID: String?
+    private var loadedStoreKey: FileKey?
+    private var loadedSigningKey: DeviceSigningKey?
+    /// The other devices' public keys, screened once, by their hex.
+    private var screened: [String: DevicePublicKey] = [:]
+
+    /// The keyring of an open device: its keys are read from `<db>.d/` when first needed.
+    init(paths: DevicePaths, database: Database, deviceID: String) {
+        self.paths = paths
+        self.database = database
+        self.deviceID = deviceID
+    }
+
+    /// The keyring of a device being made (`init`, `join`): the store key it was given, and
+    /// its new signing key when it has one.
+    init(storeKey: FileKey, signingKey: DeviceSigningKey? = nil) {
+        paths = nil
+        database = nil
+        deviceID = nil
+        loadedStoreKey = storeKey
+        loadedSigningKey = signingKey
+    }
+
+    // MARK: The store key
+
+    /// The setting holding ``storeKeyCheck(_:)`` of the device's store key.
+    static let storeKeyCheckSetting = "store_key_check"
+
+    /// The store key's bytes, read from `<db>.d/store.key`, and checked against the check the
+    /// device recorded when it was made (a device made before checks were kept has none): what
+    /// `coven key export` prints and `coven join --key-file` takes.
+    ///
+    /// - Throws: `.io` when the file is missing or not 32 bytes; `.integrity` when its bytes
+    ///   are not the key the device was made with (a damaged or replaced file).
+    public func storeKeyBytes() throws -> [UInt8] {
+        guard let paths, let database else {
+            guard let loadedStoreKey else { throw CovenError(.internal, "a keyring without a store key") }
+            return loadedStoreKey.withUnsafeBytes { Array($0) }
+        }
+        guard let data = FileManager.default.contents(atPath: paths.storeKey), data.count == 32 else {
+            throw CovenError(.io, "cannot read the store key '\(paths.storeKey)'", details: ["path": paths.storeKey])
+        }
+        let bytes = [UInt8](data)
+        let check = try DeviceSettings(database: database).value(Self.storeKeyCheckSetting)
+        if let check, check != (try Self.storeKeyCheck(bytes)) {
+            throw CovenError(.integrity, "the store key '\(paths.storeKey)' is damaged: it is not the key this device was made with",
+                             hint: "put the key back from another device of the store: there 'coven key export' prints it; write its last 64 hex digits here as 32 bytes (xxd -r -p)",
+                             details: ["path": paths.storeKey])
+        }
+        return bytes
+    }
+
+    /// A check of a store key that reveals nothing of it: HMAC-SHA256 under the key of a fixed
+    /// label, in hex.
+    static func storeKeyCheck(_ key: [UInt8]) throws -> String {
+        let mac = try key.withUnsafeBytes { try HMACSHA256(key: $0) }
+        Array("coven store key check v1".utf8).withUnsafeBytes { mac.update($0) }
+        var output = [UInt8](repeating: 0, count: HMACSHA256.outputSize)
+        try output.withUnsafeMutableBytes { try mac.finish(into: $0.baseAddress!) }
+        return output.hex
+    }
+
+    /// The store key in secure memory, read and checked once.
+    func storeKey() throws -> FileKey {
+        if let loadedStoreKey { return loadedStoreKey }
+        var bytes = try storeKeyBytes()
+        defer { for index in bytes.indices { bytes[index] = 0 } }
+        let key = try FileKey(bytes: bytes)
+        loadedStoreKey = key
+        return key
+    }
+
+    // MARK: Sealing for the store audience
+
+    /// `plaintext` sealed under the store key, bound to `path` (a store object, docs/format.md 5).
+    func seal(_ plaintext: [UInt8], boundTo path: String = "") throws -> [UInt8] {
+        try StoreSealer.seal(plaintext, storeKey: try storeKey(), boundTo: path)
+    }
+
+    /// The plaintext of a store object bound to `path`.
+    ///
+    /// - Throws: `.integrity` when it fails authentication (another key, another path, tampering).
+    func open(_ sealed: [UInt8], boundTo path: String = "") throws -> [UInt8] {
+        try StoreSealer.open(sealed, storeKey: try storeKey(), boundTo: path)
+    }
+
+    /// A streaming sealer of a store object bound to `path` (snapshots).
+    func sealer(boundTo path: String, sink: @escaping (UnsafeRawBufferPointer) throws -> Void) throws -> StoreSealer.StreamWriter {
+        try StoreSealer.StreamWriter(storeKey: try storeKey(), boundTo: path, sink: sink)
+    }
+
+    /// A streaming reader of a store object of `sealedSize` bytes bound to `path`.
+    func opener(boundTo path: String, sealedSize: Int64, read: @escaping (UnsafeMutableRawBufferPointer) throws -> Int) throws -> StoreSealer.StreamReader {
+        try StoreSealer.StreamReader(storeKey: try storeKey(), boundTo: path, sealedSize: sealedSize, read: read)
+    }
+
+    // MARK: Changes
+
+    /// A change sealed under the store key and signed by this device: the bytes to publish.
+    func seal(_ change: ChangeObject) throws -> [UInt8] {
+        try change.seal(storeKey: try storeKey(), signingKey: try signingKey())
+    }
+
+    /// A published change of `publisher` (this device's own included), checked against its
+    /// registered key, authenticated and decoded.
+    ///
+    /// - Throws: as ``ChangeObject/open(_:path:storeKey:publicKey:storeID:)``; `.integrity`
+    ///   when the publisher has no registered key.
+    func open(change bytes: [UInt8], path: String, publisher: String, storeID: String? = nil) throws -> ChangeObject {
+        let key = publisher == deviceID ? try signingKey().publicKey : try publicKey(of: publisher)
+        return try ChangeObject.open(bytes, path: path, storeKey: try storeKey(), publicKey: key, storeID: storeID)
+    }
+
+    // MARK: This device's signing key
+
+    /// This device's signing key, read from `<db>.d/device.key` once and checked against the
+    /// public key the store has registered for this device: a key that does not match would
+    /// sign changes every other device refuses.
+    ///
+    /// - Throws: `.io` when the file is missing, readable by others, not a key, or not the
+    ///   key this device registered (damaged or replaced); nothing is signed then.
+    public func signingKey() throws -> DeviceSigningKey {
+        if let loadedSigningKey { return loadedSigningKey }
+        guard let paths else { throw CovenError(.internal, "a keyring without a signing key") }
+        let key: DeviceSigningKey
+        do {
+            key = try DeviceSigningKey(contentsOf: paths.signingKey)
+        } catch var error as CovenError where error.code == .io || error.code == .integrity {
+            let missing = access(paths.signingKey, F_OK) != 0
+            error = CovenError(.io, missing ? "the device signing key '\(paths.signingKey)' is missing" : error.message,
+                               hint: Self.lostSigningKeyHint(paths.signingKey), details: ["path": paths.signingKey])
+            throw error
+        }
+        if let registered = try registeredPublicKey(), registered != key.publicKey.hex {
+            throw CovenError(.io, "the device signing key '\(paths.signingKey)' is not the key this device registered (damaged or replaced)",
+                             hint: Self.lostSigningKeyHint(paths.signingKey), details: ["path": paths.signingKey])
+        }
+        loadedSigningKey = key
+        return key
+    }
+
+    /// Whether this device has a signing key file (a device made before signing keys has none
+    /// until its first push makes one).
+    var hasSigningKeyFile: Bool {
+        guard let paths else { return loadedSigningKey != nil }
+        return access(paths.signingKey, F_OK) == 0
+    }
+
+    /// Keeps `key` as this device's new signing key (a device made before signing keys): its
+    /// file is written 0600, and it signs from now on.
+    func adopt(signingKey key: DeviceSigningKey) throws {
+        guard let paths else { throw CovenError(.internal, "a keyring without a device") }
+        try key.write(to: paths.signingKey)
+        loadedSigningKey = key
+    }
+
+    /// The public key the store has registered for this device (nil for a device made before
+    /// signing keys that has not published one yet).
+    func registeredPublicKey() throws -> String? {
+        guard let database, let deviceID else { return loadedSigningKey?.publicKey.hex }
+        return try database.scalar("SELECT public_key FROM coven_device_registry WHERE device = ?1", [deviceID]).textValue
+    }
+
+    /// What a person does about a lost or damaged device key: nothing this device signs with
+    /// another key would be accepted by the others.
+    static func lostSigningKeyHint(_ path: String) -> String {
+        "put the device's own key back at '\(path)' (from a backup of this device); otherwise this device can no longer publish: "
+            + "make a new device with 'coven join' and retire this one with 'coven device remove' on another device"
+    }
+
+    // MARK: The other devices' keys
+
+    /// The registered public key of `device`, which signs its changes, screened once.
+    ///
+    /// - Throws: `.integrity` when the device has none registered (its entry predates signing
+    ///   keys and it has not published one since), or the key fails the screen.
+    func publicKey(of device: String) throws -> DevicePublicKey {
+        guard let database else { throw CovenError(.internal, "a keyring without a device registry") }
+        guard let hex = try database.scalar("SELECT public_key FROM coven_device_registry WHERE device = ?1", [device]).textValue else {
+            throw CovenError(.integrity, "device \(device) has no registered public key, so its changes cannot be checked",
+                             hint: "run 'coven sync' on that device with this coven, which registers its key", details: ["device": device])
+        }
+        if let known = screened[hex] { return known }
+        let key = try DevicePublicKey(hex: hex)
+        screened[hex] = key
+        return key
+    }
+}
