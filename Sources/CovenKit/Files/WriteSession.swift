@@ -307,9 +307,12 @@ final class WriteSession {
         let putIDs = Set(intents.map(\.fileID))
         var audiences: [String: String] = [:]
         let graph = try device.schemaGraph()
+        let rowAudiences = RowAudiences(graph: graph, database: database)
         try changes.forEachBatch(oldFiles: true) { batch in
-            // The file columns of the batch's rows the write left, read once per table.
+            // The file columns of the batch's rows the write left, and their audiences, read
+            // once per table.
             var now: [String: [String: Row]] = [:]
+            var audienceOf: [String: [String: String]] = [:]
             var idsByTable: [String: [String]] = [:]
             for change in batch where change.operation != .delete {
                 guard let table = manifest.table(change.table), !table.files.isEmpty else { continue }
@@ -321,9 +324,10 @@ final class WriteSession {
                 for row in try database.query("SELECT \(columns) FROM \(RowCapture.quote(name)) WHERE id IN (SELECT value FROM json_each(?1))", [RecordedChanges.json(ids: ids)]) {
                     if let id = row["id"].textValue { now[name, default: [:]][id] = row }
                 }
+                audienceOf[name] = try rowAudiences.audiences(table: name, ids: ids)
             }
             for change in batch {
-                try validate(change, now: now, graph: graph, putIDs: putIDs, references: &references, audiences: &audiences)
+                try validate(change, now: now, audienceOf: audienceOf, graph: graph, putIDs: putIDs, references: &references, audiences: &audiences)
             }
         }
         // Every file put in this write must be named by a row it wrote.
@@ -336,8 +340,10 @@ final class WriteSession {
     /// Checks one change of ``validate(_:)``: its id, its place under a remote root and the
     /// file references it set or dropped, gathered in `references`.
     ///
-    /// - Parameter now: the file columns of the changed rows the write left, by table and id.
-    private func validate(_ change: RecordedChange, now: [String: [String: Row]], graph: SchemaGraph, putIDs: Set<String>,
+    /// - Parameters:
+    ///   - now: the file columns of the changed rows the write left, by table and id.
+    ///   - audienceOf: their audiences (``RowAudiences``), by table and id.
+    private func validate(_ change: RecordedChange, now: [String: [String: Row]], audienceOf: [String: [String: String]], graph: SchemaGraph, putIDs: Set<String>,
                           references: inout References, audiences: inout [String: String]) throws {
         guard let table = manifest.table(change.table) else { return }
         let rowID = change.id
@@ -368,7 +374,7 @@ final class WriteSession {
                     throw CovenError(.fileUnknown, "column '\(table.name).\(column.column)' must hold a file id as text", details: ["table": table.name, "column": column.column, "id": rowID])
                 }
                 references.named.insert(fileID)
-                let audience = try rowAudience(table: table, id: rowID)
+                let audience = audienceOf[table.name]?[rowID] ?? RowAudiences.store
                 try checkReference(fileID, table: table, column: column, rowID: rowID, audience: audience, isPut: putIDs.contains(fileID), audiences: &audiences)
             }
         }
@@ -390,21 +396,6 @@ final class WriteSession {
                              hint: "files of a remote root's rows are in the cloud: stage it with --place cloud, or move it to the cloud first",
                              details: ["table": table.name, "column": column.column, "id": rowID, "file": fileID, "remote_root": root])
         }
-    }
-
-    /// The audience of a row: its audience column, its parent's through audience_from, or the store.
-    func rowAudience(table: Manifest.SyncedTable, id: String, depth: Int = 0) throws -> String {
-        guard depth < 32 else { return "store" }
-        if let column = table.audienceColumn {
-            return try database.scalar("SELECT \"\(column)\" FROM \"\(table.name)\" WHERE id = ?1", [id]).textValue ?? "store"
-        }
-        if let column = table.audienceFrom {
-            guard let parentID = try database.scalar("SELECT \"\(column)\" FROM \"\(table.name)\" WHERE id = ?1", [id]).textValue,
-                  let target = try database.scalar("SELECT \"table\" FROM pragma_foreign_key_list(?1) WHERE \"from\" = ?2", [table.name, column]).textValue,
-                  let parent = manifest.table(target) else { return "store" }
-            return try rowAudience(table: parent, id: parentID, depth: depth + 1)
-        }
-        return "store"
     }
 
     func checkReference(_ fileID: String, table: Manifest.SyncedTable, column: Manifest.FileColumn, rowID: String, audience: String, isPut: Bool, audiences: inout [String: String]) throws {

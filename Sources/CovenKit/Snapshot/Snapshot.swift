@@ -132,10 +132,12 @@ public enum Snapshot {
 
 extension Device {
     /// The rows of `table` a snapshot keeps: an SQL condition over `main.<table>`, the same
-    /// kept predicate the push filter uses (Store/SchemaGraph.swift), so a snapshot holds exactly
-    /// the rows this device's changes would have given a peer, and no private one.
+    /// kept rule the push filter uses (``RowAudiences``), so a snapshot holds exactly the rows
+    /// this device's changes would have given a peer, and no private one.
     func snapshotCondition(table: String) throws -> String {
-        try keptCondition(table: table)
+        let audiences = try RowAudiences(device: self)
+        try audiences.checkKeptTable(table)
+        return audiences.keptCondition(table: table, alias: RowCapture.quote(table))
     }
 
     /// Publishes a bootstrap snapshot (DESIGN.md "Snapshots"): pushes first, then, in one read

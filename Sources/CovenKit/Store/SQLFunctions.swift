@@ -46,26 +46,20 @@ enum SQLFunctions {
     }
 }
 
-/// The kept predicates `coven_kept()` evaluates, built once per connection on first use.
+/// `coven_kept()`'s answers, from the kept rule of ``RowAudiences`` built once per connection on
+/// first use.
 private final class KeptLookup {
     unowned let device: Device
-    private var conditions: [String: String] = [:]
+    private var audiences: RowAudiences?
 
     init(device: Device) { self.device = device }
 
     func isKept(table: String, id: String) throws -> Bool? {
-        let condition: String
-        if let known = conditions[table] {
-            condition = known
-        } else {
-            guard table == "coven_files" || device.manifest.table(table) != nil else {
-                throw CovenError(.usage, "coven_kept(): '\(table)' is not a synced table", hint: "the manifest's tables and coven_files have a kept rule")
-            }
-            condition = try device.keptCondition(table: table, alias: "coven_row")
-            conditions[table] = condition
+        guard table == "coven_files" || device.manifest.table(table) != nil else {
+            throw CovenError(.usage, "coven_kept(): '\(table)' is not a synced table", hint: "the manifest's tables and coven_files have a kept rule")
         }
-        let statement = try device.database.prepare("SELECT (\(condition)) FROM main.\(RowCapture.quote(table)) coven_row WHERE coven_row.id = ?1")
-        try statement.bind([id])
-        return try statement.next().map { ($0[0].intValue ?? 0) != 0 }
+        let audiences = try audiences ?? RowAudiences(device: device)
+        self.audiences = audiences
+        return try audiences.isKept(table: table, id: id)
     }
 }

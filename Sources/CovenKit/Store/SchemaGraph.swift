@@ -278,35 +278,4 @@ extension Device {
     func schemaGraph() throws -> SchemaGraph {
         try SchemaGraph(manifest: manifest, database: database)
     }
-
-    /// The kept predicate of a synced table (or `coven_files`): SQL over `alias` that is true for
-    /// a row that may leave this device (DESIGN.md "Gates"). The push filter and the snapshot
-    /// cleanup both use it, so a device that joins from a snapshot and one that applies changes
-    /// hold the same rows.
-    ///
-    /// ```swift
-    /// let kept = try device.keptCondition(table: "todos")
-    /// try database.run("DELETE FROM todos WHERE NOT (\(kept))")   // the snapshot cleanup
-    /// ```
-    ///
-    /// - Parameters:
-    ///   - table: a synced table of the manifest, or `coven_files`.
-    ///   - alias: the name the row has in the query (the table's name by default, quoted).
-    /// - Returns: `1` for a table whose rows are always kept (under no gated root, or under a
-    ///   remote root).
-    /// - Throws: `.notFound` for a table that is not synced; a database error reading the keys.
-    public func keptCondition(table: String, alias: String? = nil) throws -> String {
-        guard table == "coven_files" || manifest.table(table) != nil else {
-            throw CovenError(.notFound, "'\(table)' is not a synced table", hint: "the manifest's tables and coven_files have a kept rule")
-        }
-        return try schemaGraph().keptCondition(table: table, alias: alias ?? RowCapture.quote(table))
-    }
-
-    /// Whether the row `id` of `table` is kept now (would leave this device at the next push);
-    /// nil when there is no such row.
-    public func isKept(table: String, id: String) throws -> Bool? {
-        let condition = try keptCondition(table: table, alias: "coven_row")
-        return try database.queryOne("SELECT (\(condition)) AS kept FROM main.\(RowCapture.quote(table)) coven_row WHERE coven_row.id = ?1", [id])
-            .map { ($0.int("kept") ?? 0) != 0 }
-    }
 }

@@ -4,7 +4,7 @@ import Foundation
 /// batch of outbox writes may leave this device, run when the batch is frozen into a change.
 ///
 /// The outbox records every write whole; the filter judges each entry of a gated table (and each
-/// file record) by the **kept** predicate of ``SchemaGraph`` evaluated now, against what peers
+/// file record) by the **kept** rule (``RowAudiences``) evaluated now, a table at a time, against what peers
 /// hold (``PublishedRows``):
 ///
 /// - an upsert of a row kept now and held by peers goes as it is;
@@ -26,7 +26,7 @@ struct GateFilter {
     }
 
     let device: Device
-    let graph: SchemaGraph
+    let audiences: RowAudiences
     private var published: PublishedRows { PublishedRows(database: device.database) }
     private var database: Database { device.database }
     private var kept: [String: String] = [:]
@@ -36,8 +36,8 @@ struct GateFilter {
 
     init(device: Device) throws {
         self.device = device
-        graph = try device.schemaGraph()
-        for table in graph.gatedTables { kept[table] = graph.keptCondition(table: table, alias: "coven_row") }
+        audiences = try RowAudiences(device: device)
+        for table in audiences.gatedTables { kept[table] = audiences.keptCondition(table: table, alias: "coven_row") }
     }
 
     /// Whether any table can hold rows back (otherwise the filter passes everything).
@@ -49,6 +49,14 @@ struct GateFilter {
         guard isActive else { return entries }
         var output: [RowEntry] = []
         var touched: Set<String> = []
+        // Whether each upserted row is kept now, asked a table at a time (a row absent was
+        // deleted since: its delete follows).
+        var upserted: [String: Set<String>] = [:]
+        for entry in entries where entry.kind == .upsert && kept[entry.table] != nil { upserted[entry.table, default: []].insert(entry.id) }
+        var keptNow: [RowKey: Bool] = [:]
+        for (table, ids) in upserted {
+            for (id, isKept) in try audiences.kept(table: table, ids: ids) { keptNow[RowKey(table: table, id: id)] = isKept }
+        }
         for entry in entries {
             touched.insert(entry.table)
             guard kept[entry.table] != nil else {
@@ -70,7 +78,7 @@ struct GateFilter {
             }
             guard !decided.contains(key) else { continue }
             // A row deleted since: its delete follows.
-            guard let isKept = try keptNow(key) else { continue }
+            guard let isKept = keptNow[key] else { continue }
             switch (isKept, state) {
             case (true, .held):
                 output.append(entry)
@@ -83,7 +91,7 @@ struct GateFilter {
                 continue
             }
         }
-        for table in graph.gatedTables where !graph.dependencies(of: table).isDisjoint(with: touched) {
+        for table in audiences.gatedTables where !audiences.dependencies(of: table).isDisjoint(with: touched) {
             guard let condition = kept[table] else { continue }
             for id in try published.keptNotHeld(table: table, kept: condition) {
                 let key = RowKey(table: table, id: id)
@@ -100,15 +108,6 @@ struct GateFilter {
     }
 
     // MARK: - Rows
-
-    /// Whether the row is kept now; nil when it is not here.
-    private mutating func keptNow(_ key: RowKey) throws -> Bool? {
-        guard let condition = kept[key.table] else { return true }
-        let statement = try database.cached("SELECT (\(condition)) FROM main.\(RowCapture.quote(key.table)) coven_row WHERE coven_row.id = ?1")
-        try statement.bind([key.id])
-        defer { statement.reset() }
-        return try statement.next().map { ($0[0].intValue ?? 0) != 0 }
-    }
 
     /// One stamp for every re-emit and retract of this change: newer than anything here.
     private mutating func stamp() throws -> String {

@@ -34,7 +34,7 @@ final class GateModelTests: XCTestCase {
         var everKept: Set<String> = []
         func noteKept() throws {
             for table in Self.tables {
-                let kept = try owner.keptCondition(table: table, alias: "r")
+                let kept = try RowAudiences(device: owner).keptCondition(table: table, alias: "r")
                 for row in try owner.database.query("SELECT id FROM \(table) r WHERE \(kept)") { everKept.insert(row["id"].textValue ?? "") }
             }
         }
@@ -72,7 +72,7 @@ final class GateModelTests: XCTestCase {
             _ = try peer.sync()
         }
         for table in Self.tables {
-            let kept = try owner.keptCondition(table: table, alias: "r")
+            let kept = try RowAudiences(device: owner).keptCondition(table: table, alias: "r")
             let expected = try dump(owner, "SELECT * FROM \(table) r WHERE \(kept) ORDER BY id")
             let held = try dump(peer, "SELECT * FROM \(table) ORDER BY id")
             if expected != held {

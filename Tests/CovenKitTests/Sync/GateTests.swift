@@ -78,17 +78,17 @@ final class GateTests: DeviceTestCase {
         XCTAssertEqual(graph.roleOf("albums"), .remoteRoot)
         XCTAssertEqual(graph.roleOf("photos"), .underRemoteRoot)
         XCTAssertEqual(graph.roleOf("notes"), .free)
-        XCTAssertEqual(try a.keptCondition(table: "notes"), "1")
-        XCTAssertEqual(try a.keptCondition(table: "albums"), "1")
-        XCTAssertEqual(try a.keptCondition(table: "lists"), "(\"lists\".\"shared\" IS NOT NULL AND CAST(\"lists\".\"shared\" AS INTEGER) <> 0)")
-        XCTAssertTrue(try a.keptCondition(table: "todos").hasPrefix("EXISTS (SELECT 1 FROM main.\"lists\""))
+        XCTAssertEqual(try RowAudiences(device: a).keptCondition(table: "notes", alias: "\"notes\""), "1")
+        XCTAssertEqual(try RowAudiences(device: a).keptCondition(table: "albums", alias: "\"albums\""), "1")
+        XCTAssertEqual(try RowAudiences(device: a).keptCondition(table: "lists", alias: "\"lists\""), "(\"lists\".\"shared\" IS NOT NULL AND CAST(\"lists\".\"shared\" AS INTEGER) <> 0)")
+        XCTAssertTrue(try RowAudiences(device: a).keptCondition(table: "todos", alias: "\"todos\"").hasPrefix("EXISTS (SELECT 1 FROM main.\"lists\""))
         // todo_labels inherits the list's gate through todos, and still keeps labels alive;
         // workspace_settings inherits the workspace's rule, so it does not keep it alive.
         guard case .inherits(let edges) = graph.roleOf("todo_labels") else { return XCTFail("todo_labels inherits") }
         XCTAssertEqual(edges.map(\.parent), ["todos"])
         guard case .inheritsAncestor = graph.roleOf("workspace_settings") else { return XCTFail("workspace_settings inherits the ancestor") }
-        XCTAssertTrue(try a.keptCondition(table: "labels").contains("\"todo_labels\""))
-        XCTAssertFalse(try a.keptCondition(table: "workspaces").contains("\"workspace_settings\""))
+        XCTAssertTrue(try RowAudiences(device: a).keptCondition(table: "labels", alias: "\"labels\"").contains("\"todo_labels\""))
+        XCTAssertFalse(try RowAudiences(device: a).keptCondition(table: "workspaces", alias: "\"workspaces\"").contains("\"workspace_settings\""))
         XCTAssertEqual(graph.remoteRoot(of: "photos"), "albums")
         XCTAssertNil(graph.remoteRoot(of: "todos"))
 
@@ -103,7 +103,7 @@ final class GateTests: DeviceTestCase {
             INSERT INTO labels (id, name) VALUES ('\(label)', 'urgent'), ('\(otherLabel)', 'someday');
             INSERT INTO todo_labels (id, todo_id, label_id) VALUES ('\(link)', '\(todo1)', '\(label)'), ('\(otherLink)', '\(todo2)', '\(otherLabel)');
             """)
-        func kept(_ table: String, _ id: String) throws -> Bool? { try a.isKept(table: table, id: id) }
+        func kept(_ table: String, _ id: String) throws -> Bool? { try RowAudiences(device: a).isKept(table: table, id: id) }
         XCTAssertEqual(try kept("workspaces", workspace), true, "kept through the nested workspace's shared list")
         XCTAssertEqual(try kept("workspaces", nested), true)
         XCTAssertEqual(try kept("workspace_settings", settingsRow), true)

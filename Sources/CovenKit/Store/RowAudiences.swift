@@ -1,0 +1,120 @@
+import Foundation
+
+/// Who a row is for: the one owner of a row's **audience** (the store, or a circle: its
+/// `audience_column`, or its parent's through `audience_from`) and of the **kept** rule of gates
+/// (whether a row may leave this device at all; ``SchemaGraph`` builds the predicate). The write
+/// checks, the push's gate filter, the snapshot cleanup and `coven_kept()` all ask it, and it
+/// answers in sets: one query per table, whatever the number of rows.
+///
+/// ```swift
+/// let audiences = try RowAudiences(device: device)
+/// let byRow = try audiences.audiences(table: "albums", ids: ids)   // [id: "store" or a circle id]
+/// let kept = try audiences.kept(table: "todos", ids: ids)          // [id: true / false]
+/// ```
+struct RowAudiences {
+    /// The audience of every row no column places elsewhere.
+    static let store = "store"
+
+    let graph: SchemaGraph
+    let database: Database
+    var manifest: Manifest { graph.manifest }
+
+    init(graph: SchemaGraph, database: Database) {
+        self.graph = graph
+        self.database = database
+    }
+
+    /// The audiences of `device`'s synced tables (foreign keys read now).
+    init(device: Device) throws {
+        try self.init(graph: device.schemaGraph(), database: device.database)
+    }
+
+    // MARK: Audiences
+
+    /// The audience of a row of `table` as SQL over `alias`: its audience column, its parent's
+    /// (through `audience_from`, up to any depth), or `'store'`.
+    func audienceExpression(table: String, alias: String) -> String {
+        var next = 0
+        func expression(_ name: String, _ a: String, depth: Int) -> String {
+            guard depth < 32, let table = manifest.table(name) else { return "'store'" }
+            if let column = table.audienceColumn {
+                return "COALESCE(\(a).\(RowCapture.quote(column)), 'store')"
+            }
+            if let column = table.audienceFrom,
+               let edge = graph.parents[name]?.first(where: { $0.column == column }) {
+                next += 1
+                let p = "coven_a\(next)"
+                let inner = expression(edge.parent, p, depth: depth + 1)
+                return "COALESCE((SELECT \(inner) FROM main.\(RowCapture.quote(edge.parent)) \(p) WHERE \(p).\(RowCapture.quote(edge.parentColumn)) = \(a).\(RowCapture.quote(column))), 'store')"
+            }
+            return "'store'"
+        }
+        return expression(table, alias, depth: 0)
+    }
+
+    /// Whether rows of `table` can be of an audience other than the store.
+    func placesAudience(_ table: String) -> Bool {
+        audienceExpression(table: table, alias: "a") != "'store'"
+    }
+
+    /// The audience of each row `ids` of `table` that is here (one query).
+    func audiences(table: String, ids: some Collection<String>) throws -> [String: String] {
+        guard !ids.isEmpty else { return [:] }
+        guard placesAudience(table) else {
+            // Every row is the store's: only which are here is asked.
+            return Dictionary(try present(table: table, ids: ids).map { ($0, Self.store) }, uniquingKeysWith: { first, _ in first })
+        }
+        var result: [String: String] = [:]
+        let sql = "SELECT r.id AS id, \(audienceExpression(table: table, alias: "r")) AS audience FROM main.\(RowCapture.quote(table)) r WHERE r.id IN (SELECT value FROM json_each(?1))"
+        for row in try database.query(sql, [RecordedChanges.json(ids: Array(ids))]) {
+            if let id = row.string("id") { result[id] = row.string("audience") ?? Self.store }
+        }
+        return result
+    }
+
+    private func present(table: String, ids: some Collection<String>) throws -> [String] {
+        try database.query("SELECT id FROM main.\(RowCapture.quote(table)) WHERE id IN (SELECT value FROM json_each(?1))",
+                           [RecordedChanges.json(ids: Array(ids))]).compactMap { $0.string("id") }
+    }
+
+    // MARK: The kept rule
+
+    /// The tables whose rows can be kept back (`coven_files` last, if it can).
+    var gatedTables: [String] { graph.gatedTables }
+
+    /// The kept predicate of `table` as SQL over `alias` (``SchemaGraph/keptCondition(table:alias:)``).
+    func keptCondition(table: String, alias: String) -> String {
+        graph.keptCondition(table: table, alias: alias)
+    }
+
+    /// The tables the kept predicate of `table` reads (itself included).
+    func dependencies(of table: String) -> Set<String> {
+        graph.dependencies(of: table)
+    }
+
+    /// Whether each row `ids` of `table` that is here is kept now (one query).
+    func kept(table: String, ids: some Collection<String>) throws -> [String: Bool] {
+        guard !ids.isEmpty else { return [:] }
+        let condition = keptCondition(table: table, alias: "coven_row")
+        var result: [String: Bool] = [:]
+        let sql = "SELECT coven_row.id AS id, (\(condition)) AS kept FROM main.\(RowCapture.quote(table)) coven_row WHERE coven_row.id IN (SELECT value FROM json_each(?1))"
+        for row in try database.query(sql, [RecordedChanges.json(ids: Array(ids))]) {
+            if let id = row.string("id") { result[id] = (row.int("kept") ?? 0) != 0 }
+        }
+        return result
+    }
+
+    /// Whether the row `id` of `table` is kept now; nil when there is no such row.
+    func isKept(table: String, id: String) throws -> Bool? {
+        try kept(table: table, ids: [id])[id]
+    }
+
+    /// `table` when it is a synced table of the manifest or `coven_files`.
+    ///
+    /// - Throws: `.notFound` otherwise.
+    func checkKeptTable(_ table: String) throws {
+        guard table == "coven_files" || manifest.table(table) != nil else {
+            throw CovenError(.notFound, "'\(table)' is not a synced table", hint: "the manifest's tables and coven_files have a kept rule")
+        }
+    }
+}
