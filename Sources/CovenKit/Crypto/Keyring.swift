@@ -114,6 +114,13 @@ public final class Keyring {
 
     // MARK: Changes
 
+    /// The audience whose key seals the entries of rows of `audience` in a change: its own once
+    /// this device holds a key of it (circles), the store's until then, which every device of
+    /// the store reads, as before circles.
+    func sectionAudience(for audience: String) -> String {
+        RowAudiences.store
+    }
+
     /// A change sealed under the store key and signed by this device: the bytes to publish.
     func seal(_ change: ChangeObject) throws -> [UInt8] {
         try change.seal(storeKey: try storeKey(), signingKey: try signingKey())

@@ -34,7 +34,32 @@ enum Schema {
         { database in try database.execute("ALTER TABLE coven_push ADD COLUMN writes INTEGER") },
         // 9: the images of deleted file records, which a winning row naming one brings back.
         { database in try database.execute(deletedFilesTable) },
+        // 10: lost values of entries an authorizer refused (`not_authorized`, `not_owner`).
+        { database in try database.execute(lostReasonsWidened) },
     ]
+
+    /// Version 10: `coven_lost_values` takes two more reasons, the entries a receiver refused
+    /// (Sync/Authorizer.swift). SQLite cannot change a CHECK: the table is made again, its rows,
+    /// ids and next id kept (an id `coven lost drop` forgot is never given again).
+    static let lostReasonsWidened = """
+    CREATE TABLE coven_lost_values_10 (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        tbl TEXT NOT NULL,
+        row_id TEXT NOT NULL,
+        entry BLOB NOT NULL,
+        stamp TEXT NOT NULL,
+        device TEXT NOT NULL,
+        winner_stamp TEXT,
+        lost_at TEXT NOT NULL,
+        why TEXT NOT NULL CHECK (why IN ('concurrent', 'parent_deleted', 'file_deleted', 'not_authorized', 'not_owner')),
+        restored_at TEXT
+    ) STRICT;
+    INSERT INTO coven_lost_values_10 SELECT * FROM coven_lost_values;
+    DELETE FROM sqlite_sequence WHERE name = 'coven_lost_values_10';
+    INSERT INTO sqlite_sequence (name, seq) SELECT 'coven_lost_values_10', seq FROM sqlite_sequence WHERE name = 'coven_lost_values';
+    DROP TABLE coven_lost_values;
+    ALTER TABLE coven_lost_values_10 RENAME TO coven_lost_values;
+    """
 
     /// Version 9: the last image of each file record deleted here or by an applied change,
     /// kept while its bytes may exist (gc drops it with them): a later write of a row naming

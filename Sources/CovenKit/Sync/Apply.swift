@@ -9,6 +9,8 @@ struct ApplyReport {
     var appliedFileRecords: Set<String> = []
     var skipped = 0
     var lost = 0
+    /// Entries the authorizer refused: kept as lost values, never applied.
+    var refused = 0
     var takenOut = 0
     /// Rows taken out earlier that came back with their parent.
     var restored = 0
@@ -48,9 +50,12 @@ struct ChangeApplier {
 
     /// The file records' owner for this applier: it keeps the copies to remove after a commit.
     private let records: FileRecords
+    /// Whether the change's signer may write each entry.
+    private var authorizer: any ChangeAuthorizer
 
-    init(device: Device) {
+    init(device: Device, authorizer: any ChangeAuthorizer = AcceptEveryEntry()) {
         self.device = device
+        self.authorizer = authorizer
         records = FileRecords(device: device)
     }
 
@@ -74,17 +79,24 @@ struct ChangeApplier {
             // The records this change deleted (whether its delete won here or not), or wrote
             // while deleted here: each stays only while a row names it.
             var ended: [String: (device: String, seq: Int64?, stamp: String)] = [:]
-            for entry in change.entries {
-                if entry.table == "coven_files" {
-                    if entry.kind != .upsert {
-                        ended[entry.id] = (change.device, Int64(change.seq), entry.stamp)
-                    } else if let tombstone = try sync.tombstone(table: "coven_files", id: entry.id), let writer = HybridClock.device(of: tombstone) {
-                        ended[entry.id] = (writer, try sync.seq(device: writer, holding: tombstone), tombstone)
+            for section in change.sections {
+                for entry in section.entries {
+                    if case .refused(let why) = try authorizer.authorize(entry, section: section, change: change) {
+                        try sync.addLost(entry, device: change.device, winnerStamp: nil, why: why)
+                        report.refused += 1
+                        continue
                     }
-                }
-                if try applyEntry(entry, change: change, path: path, report: &report) {
-                    touched[entry.table, default: []].insert(entry.id)
-                    if entry.table == "coven_files", entry.kind != .upsert { deletedFiles.insert(entry.id) }
+                    if entry.table == "coven_files" {
+                        if entry.kind != .upsert {
+                            ended[entry.id] = (change.device, Int64(change.seq), entry.stamp)
+                        } else if let tombstone = try sync.tombstone(table: "coven_files", id: entry.id), let writer = HybridClock.device(of: tombstone) {
+                            ended[entry.id] = (writer, try sync.seq(device: writer, holding: tombstone), tombstone)
+                        }
+                    }
+                    if try applyEntry(entry, change: change, path: path, report: &report) {
+                        touched[entry.table, default: []].insert(entry.id)
+                        if entry.table == "coven_files", entry.kind != .upsert { deletedFiles.insert(entry.id) }
+                    }
                 }
             }
             try takeOutRowsNamingMissingFiles(touched: touched, deletedFiles: deletedFiles, report: &report)

@@ -100,7 +100,8 @@ struct ChangeDamage {
                 let change = ChangeObject(storeID: device.storeID, device: device.deviceID, seq: UInt64(seq),
                                           schema: .init(migrations: schema.count, digest: schema.digest),
                                           frontier: try sync.frontier(device: device.deviceID, seq: seq).mapValues { UInt64($0) },
-                                          heldObjects: [], entries: try entries(stampedAfter: low, upTo: high))
+                                          heldObjects: [],
+                                          sections: try ChangeSections(audiences: RowAudiences(device: device), keys: keys).build(try entries(stampedAfter: low, upTo: high)))
                 try provider.put(path, data: try keys.seal(change))
                 republished.append(seq)
             }

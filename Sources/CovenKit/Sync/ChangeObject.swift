@@ -2,6 +2,21 @@ import Foundation
 
 // MARK: - Published changes
 
+/// The entries of one audience in a change (DESIGN.md "Change objects v2"): the store's, or a
+/// circle's, sealed under that audience's key. A change of format 1 has one section, the
+/// store's.
+public struct ChangeSection: Sendable, Equatable {
+    /// The audience the entries are for: `store`, or a circle's id.
+    public var audience: String
+    /// Its entries, in commit order.
+    public var entries: [RowEntry]
+
+    public init(audience: String, entries: [RowEntry]) {
+        self.audience = audience
+        self.entries = entries
+    }
+}
+
 /// One published change, `<store>/changes/<device>/<seq>`: a batch of a device's recorded writes
 /// in commit order, with what a puller needs to apply it (DESIGN.md, "Change objects";
 /// docs/format.md, section 9).
@@ -47,13 +62,27 @@ public struct ChangeObject: Sendable, Equatable {
     /// Stored objects that this device's unpublished records name (usually none): gc elsewhere
     /// leaves them alone.
     public var heldObjects: [String]
-    /// The recorded writes, in commit order.
-    public var entries: [RowEntry]
+    /// The recorded writes, one section per audience (the store's first), each in commit
+    /// order; no section is empty.
+    public var sections: [ChangeSection]
 
-    /// A change of `device`, number `seq`, holding `entries` in commit order.
+    /// Every entry of every section, section by section.
+    public var entries: [RowEntry] { sections.count == 1 ? sections[0].entries : sections.flatMap(\.entries) }
+
+    /// A change of `device`, number `seq`, holding `entries` in commit order, all of the store
+    /// audience.
     public init(
         storeID: String, device: String, seq: UInt64, schema: SchemaVersion, frontier: [String: UInt64] = [:],
         heldObjects: [String] = [], entries: [RowEntry]
+    ) {
+        self.init(storeID: storeID, device: device, seq: seq, schema: schema, frontier: frontier, heldObjects: heldObjects,
+                  sections: entries.isEmpty ? [] : [ChangeSection(audience: RowAudiences.store, entries: entries)])
+    }
+
+    /// A change of `device`, number `seq`, holding `sections`.
+    public init(
+        storeID: String, device: String, seq: UInt64, schema: SchemaVersion, frontier: [String: UInt64] = [:],
+        heldObjects: [String] = [], sections: [ChangeSection]
     ) {
         self.storeID = storeID
         self.device = device
@@ -61,7 +90,7 @@ public struct ChangeObject: Sendable, Equatable {
         self.schema = schema
         self.frontier = frontier
         self.heldObjects = heldObjects
-        self.entries = entries
+        self.sections = sections.filter { !$0.entries.isEmpty }
     }
 
     // MARK: Paths
@@ -121,6 +150,11 @@ public struct ChangeObject: Sendable, Equatable {
             throw CovenError(
                 .internal, "cannot publish an invalid change", cause: "seq \(seq) of '\(device)'",
                 details: ["path": path])
+        }
+        // Format 1 has one section, the store's: other audiences need format 2.
+        guard sections.allSatisfy({ $0.audience == RowAudiences.store }) else {
+            throw CovenError(.internal, "format 1 of a change holds the store audience only",
+                             cause: "sections of \(sections.map(\.audience).joined(separator: ", "))", details: ["path": path])
         }
         let plaintext = encoded()
         guard plaintext.count <= Self.maximumPlaintextSize else {

@@ -12,6 +12,9 @@ public struct PullReport: Sendable, Equatable {
     public var fileRecords = 0
     public var skipped = 0
     public var lost = 0
+    /// Entries whose writer was not allowed to write them: kept as lost values (`not_authorized`,
+    /// `not_owner`), never applied.
+    public var refused = 0
     public var takenOut = 0
     /// Devices whose next change is missing although another device has applied it: a gap in
     /// storage, where that device's pull stops.
@@ -151,6 +154,7 @@ extension Device {
                         report.fileRecords += applied.appliedFileRecords.count
                         report.skipped += applied.skipped
                         report.lost += applied.lost
+                        report.refused += applied.refused
                         report.takenOut += applied.takenOut
                         if let ahead = applied.clockAhead { report.clockAhead[other] = ahead } else { report.clockAhead[other] = nil }
                         uncache.formUnion(applied.uncache)

@@ -131,7 +131,8 @@ extension Device {
             let change = ChangeObject(storeID: storeID, device: deviceID, seq: UInt64(seq),
                                       schema: .init(migrations: schema.count, digest: schema.digest),
                                       frontier: frontier.mapValues { UInt64($0) },
-                                      heldObjects: try heldObjects(publishedUpTo: lastStamp, gated: gate.audiences.gatedTables.contains("coven_files")), entries: entries)
+                                      heldObjects: try heldObjects(publishedUpTo: lastStamp, gated: gate.audiences.gatedTables.contains("coven_files")),
+                                      sections: try ChangeSections(audiences: gate.audiences, keys: keys).build(entries))
             try setSetting(Self.frontierDueSetting, nil)
             let sealed = try keys.seal(change)
             try database.run("""

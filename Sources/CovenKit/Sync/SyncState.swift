@@ -57,7 +57,13 @@ struct SyncState {
 
     // MARK: Lost values
 
-    enum LostReason: String { case concurrent, parentDeleted = "parent_deleted", fileDeleted = "file_deleted" }
+    enum LostReason: String {
+        case concurrent, parentDeleted = "parent_deleted", fileDeleted = "file_deleted"
+        /// An entry its writer was not allowed to write (``ChangeAuthorizer``): never applied.
+        case notAuthorized = "not_authorized"
+        /// A change of a row of an owner_only table by someone other than its owner.
+        case notOwner = "not_owner"
+    }
 
     /// Keeps the losing side of an edit (or a row taken out).
     func addLost(_ entry: RowEntry, device: String, winnerStamp: String?, why: LostReason) throws {

@@ -12,7 +12,9 @@ struct LostCommand: Command {
     elsewhere, or naming a deleted file record) is listed too, and cannot be restored; one taken \
     out for its parent comes back by itself (marked restored) when a later write elsewhere keeps \
     that parent, as on the devices where it never left. One line \
-    per value, newest first: id, table, row id, why (concurrent, parent_deleted, file_deleted), \
+    per value, newest first: id, table, row id, why (concurrent, parent_deleted, file_deleted, or \
+    not_authorized and not_owner: an entry of another device's change that its writer was not \
+    allowed to write, refused and never applied, which cannot be restored), \
     its stamp, and 'restored' once restored (with -z six fields, each ended by NUL, the last empty until restored). 'restore ID' writes the lost values back as a new \
     write of this device, published at the next sync; prints the write's stamp.
 

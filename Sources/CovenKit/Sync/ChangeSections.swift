@@ -1,0 +1,53 @@
+import Foundation
+
+/// Lays out the entries of a change being published in **sections, one per audience**
+/// (DESIGN.md "Change objects v2"): each entry goes to the section of the audience that reads
+/// its row, as ``RowAudiences`` says (asked a table at a time), sealed under the key the
+/// ``Keyring`` holds for it. Commit order is kept within each section; the store's section
+/// comes first.
+///
+/// The audience of an upsert is its row's now (a file record's is its `audience` column); a
+/// delete or a retract goes with the row's audience in the same change when it has one there,
+/// the store's otherwise.
+struct ChangeSections {
+    let audiences: RowAudiences
+    let keys: Keyring
+
+    func build(_ entries: [RowEntry]) throws -> [ChangeSection] {
+        var idsByTable: [String: Set<String>] = [:]
+        for entry in entries where entry.kind == .upsert && entry.table != "coven_files" {
+            idsByTable[entry.table, default: []].insert(entry.id)
+        }
+        var audienceOf: [String: [String: String]] = [:]
+        for (table, ids) in idsByTable where audiences.placesAudience(table) {
+            audienceOf[table] = try audiences.audiences(table: table, ids: ids)
+        }
+        var order: [String] = [RowAudiences.store]
+        var byAudience: [String: [RowEntry]] = [:]
+        var lastAudience: [String: String] = [:]
+        for entry in entries {
+            let key = entry.table + "\u{0}" + entry.id
+            let audience: String
+            if entry.kind == .upsert {
+                if entry.table == "coven_files" {
+                    audience = entry.values[entry.columns.firstIndex(of: "audience") ?? entry.values.endIndex, default: .null].textValue ?? RowAudiences.store
+                } else {
+                    audience = audienceOf[entry.table]?[entry.id] ?? RowAudiences.store
+                }
+                lastAudience[key] = audience
+            } else {
+                audience = lastAudience[key] ?? RowAudiences.store
+            }
+            let section = keys.sectionAudience(for: audience)
+            if byAudience[section] == nil, section != RowAudiences.store { order.append(section) }
+            byAudience[section, default: []].append(entry)
+        }
+        return order.compactMap { audience in byAudience[audience].map { ChangeSection(audience: audience, entries: $0) } }
+    }
+}
+
+private extension Array where Element == SQLValue {
+    subscript(index: Int, default fallback: SQLValue) -> SQLValue {
+        indices.contains(index) ? self[index] : fallback
+    }
+}
