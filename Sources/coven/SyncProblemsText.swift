@@ -13,7 +13,7 @@ struct SyncProblemsText {
     init(device: Device, context: CommandContext) {
         self.device = device
         self.context = context
-        for info in (try? device.devices()) ?? [] { names[info.id] = info.name }
+        for info in (try? StoreSync(device).devices()) ?? [] { names[info.id] = info.name }
     }
 
     /// `name (id)`, or the id alone for a device this one has no name for.

@@ -129,7 +129,7 @@ final class FileRecords {
         } else if let seq = ended.seq {
             try device.candidates.addElsewhere(object: object, device: ended.device, seq: seq, stamp: ended.stamp, file: id)
         }
-        try device.setSetting(Device.frontierDueSetting, "1")
+        try device.setSetting(StoreSync.frontierDueSetting, "1")
         if try ids(object: object).isEmpty, try device.uploadQueue.contains(object) {
             try device.retireUpload(object: object)
         }
@@ -188,7 +188,7 @@ final class FileRecords {
         if let before, before.coordinates.at == .stored {
             try device.candidates.addElsewhere(object: before.coordinates.object, device: writer, seq: seq, stamp: entry.stamp, file: entry.id)
             // gc on the writer waits until this device publishes a frontier over the switch.
-            try device.setSetting(Device.frontierDueSetting, "1")
+            try device.setSetting(StoreSync.frontierDueSetting, "1")
         }
         guard coordinates.device != device.deviceID else { return nil }
         _ = try unpin(entry.id)
@@ -262,7 +262,7 @@ final class FileRecords {
         // gc on the writer waits until this device publishes a frontier over the delete (also
         // when the record was gone here already: two devices deleting it at once each wait
         // for the other).
-        try device.setSetting(Device.frontierDueSetting, "1")
+        try device.setSetting(StoreSync.frontierDueSetting, "1")
         // The last record of an object this device still uploads (a move, or an upload not
         // sent yet): the upload is retired, as a local delete retires it.
         if let object = record?.coordinates.object, try ids(object: object).isEmpty, try device.uploadQueue.contains(object) {

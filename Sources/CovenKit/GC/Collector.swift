@@ -109,7 +109,7 @@ extension Device {
         var report = GCReport()
         report.dryRun = dryRun
         // One listing of devices/ serves the whole pass.
-        report.pulled = try sync(provider: provider, push: !dryRun, pull: true, stop: stop).pulled.changes
+        report.pulled = try StoreSync(self).sync(provider: provider, push: !dryRun, pull: true, stop: stop).pulled.changes
         try stop.check("gc")
         var collector = Collector(device: self, provider: provider, keys: keys, dryRun: dryRun, confirmed: confirmed)
         try collector.prepare()
@@ -472,7 +472,7 @@ struct Collector {
         for goneDevice in gone.sorted() {
             try stop.check("gc")
             // Its published changes no device applied: every device dropped them with it.
-            try delete(try device.droppedChanges(of: goneDevice, provider: provider), kind: .change, into: &report) { _ in }
+            try delete(try StoreSync(device).droppedChanges(of: goneDevice, provider: provider), kind: .change, into: &report) { _ in }
             let folder = "files/\(goneDevice)/"
             // What other devices applied of it, this device must have applied too (pull no longer
             // reads a gone device's changes): else a record naming its bytes may be missing here.

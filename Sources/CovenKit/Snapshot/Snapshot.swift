@@ -156,9 +156,9 @@ extension Device {
         defer { _ = lock }
         let provider = try connectStorage()
         _ = try keys.storeKey()
-        try refreshDevices(provider: provider, keys: keys)
-        try ensureSigningKey(provider: provider)
-        let pushed = try push(provider: provider, keys: keys, stop: stop)
+        try StoreSync(self).refreshDevices(provider: provider, keys: keys)
+        try StoreSync(self).ensureSigningKey(provider: provider)
+        let pushed = try StoreSync(self).push(provider: provider, keys: keys, stop: stop)
         try stop.check("the snapshot")
 
         // tmp/snapshot-<pid>-<name>.*: a kill leaves them to the next open's sweep.
@@ -213,7 +213,7 @@ extension Device {
             let seq = try database.scalar("SELECT applied_seq FROM main.coven_device_registry WHERE device = ?1", [deviceID]).intValue ?? 0
             let version = schemaVersion
             let result = SnapshotManifest(
-                store: storeID, device: deviceID, seq: seq, frontier: try ownFrontier(), covenSchema: Schema.version,
+                store: storeID, device: deviceID, seq: seq, frontier: try StoreSync(self).ownFrontier(), covenSchema: Schema.version,
                 migrations: version.count, migrationsDigest: version.digest, hlc: try setting("hlc") ?? "",
                 createdAt: Timestamp.iso8601(Date()), rows: rows, objects: 0)
             try database.execute("COMMIT")

@@ -274,7 +274,7 @@ public final class Device {
                 if let snapshot, snapshot.seq > 0 || snapshot.frontier.contains(where: { $0.value > 0 }) {
                     // What the snapshot holds is applied here: the first sync publishes that
                     // frontier, which gc on the others waits for, even before this device writes.
-                    try settings.add(frontierDueSetting, "1")
+                    try settings.add(StoreSync.frontierDueSetting, "1")
                 }
                 for (key, value) in [
                     ("store_id", storeID), ("device_id", deviceID), ("device_name", deviceName),
@@ -316,6 +316,19 @@ public final class Device {
 
     /// The storage key of a device's registry entry: `devices/<device>` (DESIGN "Storage layout").
     public static func registryEntryKey(_ device: String) -> String { "devices/" + device }
+
+    /// `devices/<id>.gone`: the mark of a device removed for good.
+    static let goneSuffix = ".gone"
+
+    /// The schema this device writes under: its migration count and their digest.
+    var schemaVersion: (count: Int, digest: String) {
+        (manifest.migrations.count, SHA256.digest(Array(manifest.migrations.joined(separator: "\u{0}").utf8)).hex)
+    }
+
+    /// Whether a bound reference's upload is done (its object no longer waits in the queue).
+    func isUploaded(_ object: String) throws -> Bool {
+        try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE object = ?1 AND state <> \(UploadState.retired.sql)", [object]).intValue ?? 0 == 0
+    }
 
     /// Creates a store at `storage` and this device, connecting to the storage itself: a
     /// `file://` directory is made when missing, and removed again (when still empty) if the

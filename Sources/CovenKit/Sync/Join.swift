@@ -101,7 +101,7 @@ extension Device {
         let device = try open(paths: paths)
         device.storageEnvironment = environment
         device.joinedFrom = snapshot
-        try device.refreshDevices(provider: provider, keys: device.keys)
+        try StoreSync(device).refreshDevices(provider: provider, keys: device.keys)
         return device
     }
 

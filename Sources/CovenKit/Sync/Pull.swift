@@ -54,7 +54,7 @@ public struct LostChange: Sendable, Equatable {
     public var why: Why
 }
 
-extension Device {
+extension StoreSync {
     /// Applies the other devices' published changes (DESIGN.md "Pull"): for every known device
     /// but this one, lists `changes/<d>/` after the applied seq and GETs what follows in order,
     /// applying a change only once everything its frontier names is applied here. Of a device
@@ -75,7 +75,7 @@ extension Device {
         var report = PullReport()
         // `learned`: the caller listed devices/ already (sync does, before its push).
         report.newDevices = try learned ?? refreshDevices(provider: provider, keys: keys)
-        var applier = ChangeApplier(device: self)
+        var applier = ChangeApplier(device: device)
         var uncache: Set<String> = []
         defer { dropCachedBytes(of: uncache) }
         var moved = true
@@ -139,7 +139,7 @@ extension Device {
                             continue
                         }
                         report.damaged[other] = DamagedChange(seq: next, object: path, message: error.message)
-                        try ChangeDamage(device: self).report(path, device: other, seq: next, error: error, provider: provider, keys: keys)
+                        try ChangeDamage(device: device).report(path, device: other, seq: next, error: error, provider: provider, keys: keys)
                         finished.insert(other)
                     case .opened(let change):
                         for (device, seq) in change.frontier { claimed[device] = max(claimed[device] ?? 0, Int64(seq)) }
@@ -174,10 +174,10 @@ extension Device {
         // A gap is reported to its publisher as damage is: it publishes the change again.
         for (other, seq) in report.gaps {
             let path = ChangeObject.path(device: other, seq: UInt64(seq))
-            try ChangeDamage(device: self).report(path, device: other, seq: seq, error: CovenError(.missing, "change '\(path)' is missing from storage"),
+            try ChangeDamage(device: device).report(path, device: other, seq: seq, error: CovenError(.missing, "change '\(path)' is missing from storage"),
                                                   provider: provider, keys: keys)
         }
-        try ChangeDamage(device: self).remember(gaps: report.gaps, damaged: report.damaged)
+        try ChangeDamage(device: device).remember(gaps: report.gaps, damaged: report.damaged)
         return report
     }
 
@@ -271,8 +271,8 @@ extension Device {
             let stillStored = (try? database.scalar("""
                 SELECT count(*) FROM coven_files WHERE object = ?1 AND place = \(Coordinates.Place.stored.sql)
                 """, [object]).intValue) ?? 0
-            guard stillStored == 0, let row = try? cacheRow(object) else { continue }
-            _ = try? removeCacheEntry(row)
+            guard stillStored == 0, let row = try? device.cacheRow(object) else { continue }
+            _ = try? device.removeCacheEntry(row)
         }
     }
 
@@ -292,8 +292,8 @@ extension Device {
         var learned: [String] = []
         for info in try provider.list(prefix: "devices/") {
             let name = String(info.key.dropFirst("devices/".count))
-            if name.hasSuffix(Self.goneSuffix) {
-                let device = String(name.dropLast(Self.goneSuffix.count))
+            if name.hasSuffix(Device.goneSuffix) {
+                let device = String(name.dropLast(Device.goneSuffix.count))
                 guard !gone.contains(device) else { continue }
                 guard let sealed = try provider.getObject(info.key) else { continue }
                 let mark = try GoneMark.open(sealed, key: info.key, keys: keys)
@@ -313,7 +313,7 @@ extension Device {
             if let mark = name.range(of: ChangeDamage.damagedInfix) {
                 // A report of a damaged change: this device's to publish again.
                 if name[..<mark.lowerBound] == deviceID, let seq = Int64(name[mark.upperBound...]), seq > 0 {
-                    try ChangeDamage(device: self).noteReport(seq: seq)
+                    try ChangeDamage(device: device).noteReport(seq: seq)
                 }
                 continue
             }
@@ -339,8 +339,6 @@ extension Device {
         return learned
     }
 
-    /// `devices/<id>.gone`: the mark of a device removed for good.
-    static let goneSuffix = ".gone"
 }
 
 /// `devices/<id>.gone`, sealed under the store key bound to its path: the mark of a device

@@ -21,16 +21,11 @@ public struct PushReport: Sendable, Equatable {
     public var unrecoverable: [Int64] = []
 }
 
-extension Device {
+extension StoreSync {
     /// The most entry bytes one change holds before the next begins: 4 MiB, or
     /// `COVEN_SYNC_CHANGE_BYTES` (tests make small changes with it).
     static var changeBytes: Int {
         ProcessInfo.processInfo.environment["COVEN_SYNC_CHANGE_BYTES"].flatMap(Int.init).map { max(1, $0) } ?? 4 << 20
-    }
-
-    /// The schema this device writes under: its migration count and their digest.
-    var schemaVersion: (count: Int, digest: String) {
-        (manifest.migrations.count, SHA256.digest(Array(manifest.migrations.joined(separator: "\u{0}").utf8)).hex)
     }
 
     /// Publishes this device's recorded writes (DESIGN.md "Push"): oldest first, stopping
@@ -73,18 +68,13 @@ extension Device {
             }
             if !checked {
                 checked = true
-                report.caughtUp = try OwnHistory(device: self).catchUp(provider: provider, keys: keys)
-                (report.republished, report.unrecoverable) = try ChangeDamage(device: self).republish(provider: provider, keys: keys)
+                report.caughtUp = try OwnHistory(device: device).catchUp(provider: provider, keys: keys)
+                (report.republished, report.unrecoverable) = try ChangeDamage(device: device).republish(provider: provider, keys: keys)
             }
             guard try freezeNextChange(keys: keys, fileEntries: &fileEntries) else { break }
         }
         report.held = try Outbox(database: database).waiting(isStored: isUploaded).held
         return report
-    }
-
-    /// Whether a bound reference's upload is done (its object no longer waits in the queue).
-    func isUploaded(_ object: String) throws -> Bool {
-        try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE object = ?1 AND state <> \(UploadState.retired.sql)", [object]).intValue ?? 0 == 0
     }
 
     /// Freezes the next batch of outbox writes as change `seq`: false when nothing is ready.
@@ -110,7 +100,7 @@ extension Device {
             for pending in batch { recorded.append(contentsOf: try RowEntryCodec.decode(pending.entries)) }
             // The gate: private rows stay, rows that became kept go whole, rows that stopped
             // being kept are retracted (Sync/GateFilter.swift).
-            var gate = try GateFilter(device: self)
+            var gate = try GateFilter(device: device)
             var deferred: Set<GateFilter.RowKey> = []
             if held, gate.isActive {
                 for seq in try outbox.seqs(after: batch.last?.seq ?? 0) {

@@ -58,7 +58,7 @@ public struct LostValue: Sendable, Equatable {
     public var restorable: Bool { why == "concurrent" }
 }
 
-extension Device {
+extension StoreSync {
     /// Publishes this device's writes and applies the other devices' (`push`, `pull`, or push,
     /// pull, push), under the device lock.
     public func sync(push: Bool = true, pull: Bool = true, wait: Bool = true, stop: Stop = Stop(),
@@ -145,7 +145,7 @@ extension Device {
         let dropped = try droppedChanges(of: id, provider: provider)
         let now = Timestamp.iso8601(Date())
         let mark = GoneMark(device: id, goneAt: now, removedBy: deviceID)
-        _ = try provider.putIfAbsent(Self.registryEntryKey(id) + Self.goneSuffix, data: try mark.seal(keys: keys))
+        _ = try provider.putIfAbsent(Device.registryEntryKey(id) + Device.goneSuffix, data: try mark.seal(keys: keys))
         try database.transaction {
             try SyncState(database: database).setGone(id, at: now)
             // The others apply of a gone device only what some device's published frontier
@@ -223,9 +223,9 @@ extension Device {
         }
         try refuseRecordNamingBytesNobodyHolds(lost)
         return try database.transaction {
-            try recordWrite { write in
+            try device.recordWrite { write in
                 for column in manifest.table(lost.table)?.files ?? [] {
-                    if let file = lost.values[column.column]?.textValue, try fileRecord(file) == nil {
+                    if let file = lost.values[column.column]?.textValue, try device.fileRecord(file) == nil {
                         throw CovenError(.fileUnknown, "lost value \(id) names file '\(file)', which this device no longer has", details: ["lost": String(id), "file": file])
                     }
                 }
@@ -240,7 +240,7 @@ extension Device {
     }
 }
 
-extension Device {
+extension StoreSync {
     /// A lost image of a file record may come back only while the bytes it names are held: a
     /// stored object (gc keeps what a lost value names), or a copy on this device only that
     /// this device still records and finds. An image naming another device's copy, or a copy
@@ -258,7 +258,7 @@ extension Device {
                              hint: "restore the file from the device that holds it", details: ["lost": String(lost.id), "file": file, "device": coordinates.device ?? ""])
         }
         let recorded = try database.scalar("SELECT count(*) FROM coven_local WHERE object = ?1", [coordinates.object]).intValue ?? 0 > 0
-        guard recorded, localSourceProblem(coordinates.object) == nil else {
+        guard recorded, device.localSourceProblem(coordinates.object) == nil else {
             throw CovenError(.bytesAbsent, "lost value \(lost.id) says file '\(file)' is on this device only, whose copy is gone",
                              hint: "the file's bytes are where its record says now ('coven ls' shows it)", details: ["lost": String(lost.id), "file": file, "device": deviceID])
         }

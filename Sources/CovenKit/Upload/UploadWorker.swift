@@ -62,7 +62,7 @@ public enum UploadWorker {
     ) throws -> UploadRunSummary {
         let device = try Job.openDevice(paths)
         // A device removed from the store for good (as its last sync learned) uploads nothing.
-        try device.refuseIfGone()
+        try StoreSync(device).refuseIfGone()
         try device.setNetworkMetered(settings.networkMetered ?? false)
         try device.requeueStorageFailures()
         let connector = StorageConnector(location: device.storage, options: storageOptions)

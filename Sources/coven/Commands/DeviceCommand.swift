@@ -33,7 +33,7 @@ struct DeviceCommand: Command {
         guard invocation.arguments.count == 2 else { throw CovenError(.usage, "missing the DEVICE to remove") }
         let device = try context.openDevice()
         let name = invocation.arguments[1]
-        let removal = try device.removeDevice(name)
+        let removal = try StoreSync(device).removeDevice(name)
         if context.json {
             try context.printJSON(["removed": removal.id, "dropped_changes": removal.droppedChanges])
         } else {

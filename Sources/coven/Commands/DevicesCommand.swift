@@ -19,7 +19,7 @@ struct DevicesCommand: Command {
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let device = try context.openDeviceReadOnly()
-        let devices = try device.devices()
+        let devices = try StoreSync(device).devices()
         if context.json {
             try context.printJSON(devices.map { info -> [String: Any] in
                 ["id": info.id, "name": info.name, "joined_at": info.joinedAt, "seq": info.seq, "frontier": info.frontier,

@@ -83,7 +83,7 @@ struct GcCommand: Command {
         for aborted in report.abortedUploads { context.report("\(report.dryRun ? "would abort" : "aborted") the upload of \(aborted)") }
         // People read devices by name where it is unique ('coven devices' lists both); --json
         // keeps the ids.
-        let known = try device.devices()
+        let known = try StoreSync(device).devices()
         var names: [String: String] = [:]
         for entry in known where !entry.name.isEmpty && known.filter({ $0.name == entry.name }).count == 1 { names[entry.id] = DeviceNameText.escape(entry.name) }
         func named(_ text: String) -> String {

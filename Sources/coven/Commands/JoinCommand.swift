@@ -60,7 +60,7 @@ struct JoinCommand: Command {
         // The pull may replay a long history: a line of progress on a terminal, as sync shows.
         let line = StatusLine(context)
         var applied = 0, rows = 0
-        let report = try device.sync(push: false, pull: true, stop: Stop.process) { step in
+        let report = try StoreSync(device).sync(push: false, pull: true, stop: Stop.process) { step in
             guard case .applied(_, _, let entries) = step else { return }
             applied += 1
             rows += entries

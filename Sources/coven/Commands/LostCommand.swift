@@ -46,12 +46,12 @@ struct LostCommand: Command {
                 throw CovenError(.usage, "restore takes the numeric ID 'coven lost' lists")
             }
             let device = try context.openDevice()
-            let stamp = try device.restoreLost(id)
+            let stamp = try StoreSync(device).restoreLost(id)
             if context.json { try context.printJSON(["restored": id, "stamp": stamp]) } else { context.line(stamp) }
             return 0
         }
         let device = try context.openDeviceReadOnly()
-        let values = try device.lostValues()
+        let values = try StoreSync(device).lostValues()
         if context.json {
             try context.printJSON(values.map { lost -> [String: Any] in
                 var values: [String: Any] = [:]
@@ -85,15 +85,15 @@ struct LostCommand: Command {
             guard let time = parseTime(text) else {
                 throw CovenError(.usage, "option '--before' takes an ISO 8601 date or time (2026-11-01, 2026-11-01T12:00:00Z), not '\(text)'")
             }
-            dropped = try device.dropLost(before: time)
+            dropped = try StoreSync(device).dropLost(before: time)
         } else if invocation.has("all") {
-            dropped = try device.dropLost(before: nil)
+            dropped = try StoreSync(device).dropLost(before: nil)
         } else {
             let numbers = try ids.map { text -> Int64 in
                 guard let id = Int64(text) else { throw CovenError(.usage, "drop takes the numeric IDs 'coven lost' lists, not '\(text)'") }
                 return id
             }
-            dropped = try device.dropLost(numbers)
+            dropped = try StoreSync(device).dropLost(numbers)
         }
         if context.json { try context.printJSON(["dropped": dropped]) } else { for id in dropped { context.line(String(id)) } }
         return 0

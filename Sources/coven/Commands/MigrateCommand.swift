@@ -27,7 +27,7 @@ struct MigrateCommand: Command {
         let applied = try device.migrate(to: manifest)
         // The store's copy, which 'coven join' starts new devices with.
         do {
-            try device.publishManifest()
+            try StoreSync(device).publishManifest()
         } catch var error as CovenError {
             error.message = "migrated this device, but the store's manifest was not updated: " + error.message
             error.hint = "run 'coven migrate' again with the same manifest once storage answers"

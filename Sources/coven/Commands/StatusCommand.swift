@@ -21,7 +21,7 @@ struct StatusCommand: Command {
         if context.json {
             var object = json(status)
             var about = object["device"] as? [String: Any] ?? [:]
-            about["removed_at"] = try device.removedAt() ?? NSNull()
+            about["removed_at"] = try StoreSync(device).removedAt() ?? NSNull()
             object["device"] = about
             try context.printJSON(object)
             return 0
@@ -44,7 +44,7 @@ struct StatusCommand: Command {
         if s.sync.lostValues > 0 { sync += ", \(s.sync.lostValues.counted("lost value"))" }
         sync += "; \(s.sync.devices.counted("other device"))" + (s.sync.goneDevices > 0 ? " (\(s.sync.goneDevices) gone)" : "")
         lines.append(sync)
-        if let removed = try device.removedAt() {
+        if let removed = try StoreSync(device).removedAt() {
             lines.append("removed  this device was removed from the store at \(removed): nothing written here will be published; make a new device with 'coven join'")
         }
         for problem in s.sync.problems {

@@ -34,7 +34,7 @@ struct SyncCommand: Command {
         let device = try context.openDevice()
         let line = StatusLine(context)
         var published = 0, applied = 0
-        let report = try device.sync(push: !pullOnly, pull: !pushOnly, wait: !context.noWait, stop: Stop.process) { step in
+        let report = try StoreSync(device).sync(push: !pullOnly, pull: !pushOnly, wait: !context.noWait, stop: Stop.process) { step in
             switch step {
             case .published: published += 1
             case .applied: applied += 1

@@ -25,7 +25,7 @@ struct WriteCommand: Command {
         let (sql, parameters) = try SQLInput.read(invocation, context)
         let device = try context.openDevice()
         let result = try device.write(sql: sql, parameters: parameters, wait: !context.noWait)
-        if let removed = try device.removedAt() {
+        if let removed = try StoreSync(device).removedAt() {
             context.note("warning: this device was removed from the store at \(removed): this write stays here and will never be published")
             context.note("hint: make a new device with 'coven join'")
         }

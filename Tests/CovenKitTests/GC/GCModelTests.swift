@@ -41,7 +41,7 @@ final class GCModelTests: XCTestCase {
         for device in devices {
             for row in try device.database.query("SELECT object FROM coven_files" + (anyPlace ? "" : " WHERE place = 'stored'")) { names.insert(row.string("object") ?? "") }
             for row in try device.database.query("SELECT object FROM coven_upload_queue") { names.insert(row.string("object") ?? "") }
-            for lost in try device.lostValues() where lost.restorable && lost.restoredAt == nil {
+            for lost in try StoreSync(device).lostValues() where lost.restorable && lost.restoredAt == nil {
                 if let file = lost.values["file"]?.textValue, let record = try device.fileRecord(file) { names.insert(record.coordinates.object) }
                 for row in try device.database.query("SELECT object FROM coven_gc_candidates WHERE EXISTS (SELECT 1 FROM json_each(files) WHERE value = ?1)", [lost.values["file"]?.textValue ?? ""]) {
                     names.insert(row.string("object") ?? "")
@@ -126,7 +126,7 @@ final class GCModelTests: XCTestCase {
                         if random.below(2) == 0 { try device.cancelMove(move) }
                     }
                 case 7:
-                    _ = try device.sync()
+                    _ = try StoreSync(device).sync()
                 case 8:
                     // A stored file of a row made device-only here (a copy in a folder of this
                     // device), or a snapshot.
@@ -145,16 +145,16 @@ final class GCModelTests: XCTestCase {
                     // A lost value restored: a losing make-device-only switch whose copy is gone
                     // is refused (bytes_absent), a value naming a record deleted since brings it
                     // back while its image is kept.
-                    let lost = try device.lostValues().filter { $0.restorable && $0.restoredAt == nil }
-                    if !lost.isEmpty { try device.restoreLost(lost[random.below(lost.count)].id) }
+                    let lost = try StoreSync(device).lostValues().filter { $0.restorable && $0.restoredAt == nil }
+                    if !lost.isEmpty { try StoreSync(device).restoreLost(lost[random.below(lost.count)].id) }
                 default:
                     // One device removed for good, by another.
                     if live.count == 3, random.below(3) == 0 {
                         let gone = live.remove(at: 2)
                         trace("  \(live[0].deviceName) removes \(gone.deviceName)")
-                        try live[0].removeDevice(gone.deviceID)
+                        try StoreSync(live[0]).removeDevice(gone.deviceID)
                     } else {
-                        _ = try device.sync()
+                        _ = try StoreSync(device).sync()
                     }
                 }
                 if tracing {
@@ -176,7 +176,7 @@ final class GCModelTests: XCTestCase {
             for device in live where try device.database.scalar("SELECT count(*) FROM coven_upload_queue").intValue ?? 0 > 0 {
                 _ = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))
             }
-            for _ in 0..<2 { for device in live { _ = try device.sync() } }
+            for _ in 0..<2 { for device in live { _ = try StoreSync(device).sync() } }
             for device in live {
                 let report = try device.collectGarbage(goneDevices: true)
                 trace("final gc on \(device.deviceName): deleted \(report.deleted.map(\.key)) kept \(report.kept.map { "\($0.key) \($0.reason)" })")

@@ -9,9 +9,9 @@ final class GCReportTests: GCTestCase {
         let a = try makeDevice(name: "a")
         let (_, first) = try storedSetting(a, id: "s1", "bytes of s1")
         let (_, second) = try storedSetting(a, id: "s2", "bytes of s2")
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
         try a.write(sql: "DELETE FROM settings")
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
         try a.connectStorage().delete(first)
         var told: [(key: String, gone: Bool, stillCandidate: Bool)] = []
         let report = try a.collectGarbage { deleted, gone in

@@ -14,8 +14,8 @@ class GCS3Tests: DeviceTestCase {
         let devices = try makeDevices(2)
         let (a, c) = (devices[0], devices[1])
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', 'v')")
-        _ = try a.sync()
-        _ = try c.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(c).sync()
         let provider = try StorageConnector(location: a.storage, environment: a.storageEnvironment).connect()
         let folder = "files/\(c.deviceID)/"
         let keys = (0..<2_500).map { folder + String(format: "orphan-%05d", $0) }
@@ -28,7 +28,7 @@ class GCS3Tests: DeviceTestCase {
         let unfinished = folder + "unfinished"
         let uploadID = try provider.createMultipart(unfinished, totalSize: 10, partSize: 10)
         XCTAssertEqual(try provider.uploadsInProgress(prefix: folder).map { [$0.key, $0.uploadID] }, [[unfinished, uploadID]])
-        try a.removeDevice(c.deviceID)
+        try StoreSync(a).removeDevice(c.deviceID)
         let dry = try a.collectGarbage(dryRun: true, goneDevices: true)
         XCTAssertEqual(dry.deleted.count, keys.count)
         XCTAssertEqual(try provider.list(prefix: folder).count, keys.count, "a dry run deletes nothing")

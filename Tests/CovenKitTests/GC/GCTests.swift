@@ -32,15 +32,15 @@ class GCTests: GCTestCase {
         let a = try makeDevice(name: "a")
         let b = try join("b", from: a)
         let (_, object) = try storedSetting(a, id: "s1", "bytes of s1")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
         let first = try a.collectGarbage()
         XCTAssertEqual(reasons(first, object), [.deviceBehind])
         XCTAssertEqual(first.kept.first?.devices, [b.deviceID])
         XCTAssertTrue(try stored(a, object))
         // b has nothing to publish, but applied the delete: its sync publishes its frontier.
-        let idle = try b.sync()
+        let idle = try StoreSync(b).sync()
         XCTAssertEqual(idle.pushed.published.count, 1)
         XCTAssertEqual(idle.pushed.entries, 0)
         let dry = try a.collectGarbage(dryRun: true)
@@ -52,8 +52,8 @@ class GCTests: GCTestCase {
         let third = try a.collectGarbage()
         XCTAssertTrue(third.deleted.isEmpty && third.kept.isEmpty, "the candidate is settled")
         // Neither b's empty change nor a's next sync asks for another frontier: no ping-pong.
-        _ = try a.sync()
-        XCTAssertTrue(try b.sync().pushed.published.isEmpty)
+        _ = try StoreSync(a).sync()
+        XCTAssertTrue(try StoreSync(b).sync().pushed.published.isEmpty)
     }
 
     /// A quiet pass (nothing to delete, 200 stored files, another device) lists no files: one
@@ -67,8 +67,8 @@ class GCTests: GCTestCase {
             try a.write(sql: staged.enumerated().map { "INSERT INTO settings (id, value, file) VALUES ('s\(n)-\($0.offset)', 'v', coven_put_staged('\($0.element)'));" }.joined())
         }
         _ = try StoredFiles.store(a, file: try XCTUnwrap(try a.database.scalar("SELECT id FROM coven_files LIMIT 1").textValue))
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         _ = try a.collectGarbage()
         let counting = CrashingStorage(try a.connectStorage())
         let lock = try a.lock(wait: true)
@@ -86,7 +86,7 @@ class GCTests: GCTestCase {
         let a = try makeDevice(name: "a")
         let (_, stored) = try storedSetting(a, id: "s1", "bytes")
         try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
         let count = 2 * Collector.candidatePage + 10
         let folder = "files/\(a.deviceID)/"
         try a.database.transaction {
@@ -110,7 +110,7 @@ class GCTests: GCTestCase {
     func testAnUnpublishedDeleteKeepsTheBytes() throws {
         let a = try makeDevice(name: "a")
         let (_, object) = try storedSetting(a, id: "s1", "bytes")
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
         try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
         let dry = try a.collectGarbage(dryRun: true)
         XCTAssertEqual(reasons(dry, object), [.unpublished])
@@ -124,13 +124,13 @@ class GCTests: GCTestCase {
         let a = try makeDevice(name: "a")
         let b = try join("b", from: a)
         let (file, object) = try storedSetting(a, id: "s1", "shared bytes")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
         // b, not having seen the delete, names the object again.
         try b.write(sql: "INSERT INTO settings (id, value, file) VALUES ('s2', 'again', coven_existing_file('\(file)'))")
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         let report = try a.collectGarbage()
         XCTAssertTrue(report.deleted.isEmpty)
         XCTAssertEqual(report.renamed, 1)
@@ -142,7 +142,7 @@ class GCTests: GCTestCase {
         // When b deletes that last record, b's gc deletes the bytes once a has seen it.
         try b.write(sql: "DELETE FROM settings WHERE id = 's2'")
         XCTAssertEqual(reasons(try b.collectGarbage(), object), [.deviceBehind])
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
         XCTAssertEqual(try b.collectGarbage().deleted.map(\.key), [object])
     }
 
@@ -155,16 +155,16 @@ class GCTests: GCTestCase {
         let x = try join("x", from: a)
         let y = try join("y", from: a)
         let (file, object) = try storedSetting(a, id: "s1", "bytes two records name")
-        _ = try a.sync()
-        _ = try x.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(x).sync()
         try x.write(sql: "INSERT INTO settings (id, value, file) VALUES ('s2', 'v', coven_existing_file('\(file)'))")
-        for device in [x, a, y] { _ = try device.sync() }
+        for device in [x, a, y] { _ = try StoreSync(device).sync() }
         try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
         try x.write(sql: "DELETE FROM settings WHERE id = 's2'")
-        _ = try x.sync()
-        _ = try y.sync()  // y's frontier covers x's delete, not a's
-        _ = try a.sync()
-        _ = try x.sync()
+        _ = try StoreSync(x).sync()
+        _ = try StoreSync(y).sync()  // y's frontier covers x's delete, not a's
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(x).sync()
         // y, not having seen a's delete, names the object again through s1's record.
         try y.write(sql: "INSERT INTO settings (id, value, file) VALUES ('s3', 'v', coven_existing_file('\(file)'))")
         for device in [x, a] {
@@ -174,7 +174,7 @@ class GCTests: GCTestCase {
             XCTAssertEqual(report.kept.first?.devices, [y.deviceID])
         }
         XCTAssertTrue(try stored(a, object))
-        _ = try y.sync()
+        _ = try StoreSync(y).sync()
         var bytes: [UInt8] = []
         let named = try XCTUnwrap(try y.database.scalar("SELECT file FROM settings WHERE id = 's3'").textValue)
         try y.readFile(named) { bytes.append(contentsOf: $0) }
@@ -188,15 +188,15 @@ class GCTests: GCTestCase {
         let b = try join("b", from: a)
         let (file, object) = try storedSetting(a, id: "s1", "held bytes")
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         // b's cover waits for its upload, and every later write of b with it.
         let cover = try stageApp(b, text: "cover")
         try b.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_staged('\(cover.id)'))")
         try b.write(sql: "INSERT INTO settings (id, value, file) VALUES ('s2', 'held', coven_existing_file('\(file)'))")
         try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
-        _ = try a.sync()
-        let synced = try b.sync()
+        _ = try StoreSync(a).sync()
+        let synced = try StoreSync(b).sync()
         XCTAssertEqual(synced.pushed.held, 2)
         XCTAssertEqual(synced.pushed.entries, 0, "only b's frontier went out, with its held objects")
         let report = try a.collectGarbage()
@@ -222,19 +222,19 @@ class GCTests: GCTestCase {
             """)
         let file = try XCTUnwrap(try a.database.scalar("SELECT file FROM todos").textValue)
         let object = try StoredFiles.store(a, file: file)
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         try b.write(sql: """
             INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(privateList)', '\(workspace)', 'diary', 0);
             INSERT INTO todos (id, list_id, title, file) VALUES ('\(secret)', '\(privateList)', 'secret', coven_existing_file('\(file)'));
             """)
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         try a.write(sql: "DELETE FROM todos WHERE id = '\(todo)'")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         // b publishes a later write of a shared row: its private record is still held.
         try b.write(sql: "INSERT INTO notes (id, body) VALUES ('\(G.id(60))', 'later')")
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_files"), 0, "a never saw b's private record")
         let report = try a.collectGarbage()
         XCTAssertEqual(reasons(report, object), [.heldByDevice])
@@ -242,8 +242,8 @@ class GCTests: GCTestCase {
         XCTAssertTrue(try stored(a, object))
         // b shares the list: its record goes to a, which now names the object itself.
         try b.write(sql: "UPDATE lists SET shared = 1 WHERE id = '\(privateList)'")
-        _ = try b.sync()
-        _ = try a.sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
         XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_files"), 1)
         XCTAssertTrue(try a.collectGarbage().deleted.isEmpty)
         var bytes: [UInt8] = []
@@ -257,14 +257,14 @@ class GCTests: GCTestCase {
         let a = try makeDevice(name: "a")
         let b = try join("b", from: a)
         let (_, object) = try storedSetting(a, id: "s1", "lost bytes")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         try b.write(sql: "UPDATE settings SET value = 'from b' WHERE id = 's1'")
         try a.write(sql: "UPDATE settings SET file = NULL WHERE id = 's1'")  // later: wins, releases the file
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         let report = try a.collectGarbage()
-        XCTAssertEqual(try a.lostValues().count, 1)
+        XCTAssertEqual(try StoreSync(a).lostValues().count, 1)
         XCTAssertEqual(reasons(report, object), [.lostValue])
         XCTAssertTrue(try stored(a, object))
     }
@@ -275,19 +275,19 @@ class GCTests: GCTestCase {
         let a = try makeDevice(name: "a")
         let b = try join("b", from: a)
         let (_, object) = try storedSetting(a, id: "s1", "lost bytes")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         try b.write(sql: "UPDATE settings SET value = 'from b' WHERE id = 's1'")
         try a.write(sql: "UPDATE settings SET file = NULL WHERE id = 's1'")
-        _ = try a.sync()
-        _ = try b.sync()
-        _ = try a.sync()
-        let lost = try XCTUnwrap(try a.lostValues().first)
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
+        let lost = try XCTUnwrap(try StoreSync(a).lostValues().first)
         XCTAssertEqual(reasons(try a.collectGarbage(), object), [.lostValue])
-        XCTAssertThrowsError(try a.dropLost([lost.id, 99])) { XCTAssertEqual(($0 as? CovenError)?.code, .notFound) }
-        XCTAssertEqual(try a.lostValues().count, 1, "a refused drop forgets nothing")
-        XCTAssertEqual(try a.dropLost([lost.id]), [lost.id])
-        XCTAssertTrue(try a.lostValues().isEmpty)
+        XCTAssertThrowsError(try StoreSync(a).dropLost([lost.id, 99])) { XCTAssertEqual(($0 as? CovenError)?.code, .notFound) }
+        XCTAssertEqual(try StoreSync(a).lostValues().count, 1, "a refused drop forgets nothing")
+        XCTAssertEqual(try StoreSync(a).dropLost([lost.id]), [lost.id])
+        XCTAssertTrue(try StoreSync(a).lostValues().isEmpty)
         XCTAssertEqual(try a.collectGarbage().deleted.map(\.key), [object])
         XCTAssertFalse(try stored(a, object))
     }
@@ -299,18 +299,18 @@ class GCTests: GCTestCase {
         let b = try join("b", from: a)
         let c = try join("c", from: a)
         let (_, object) = try storedSetting(a, id: "s1", "bytes")
-        _ = try a.sync()
-        _ = try b.sync()
-        _ = try c.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(c).sync()
         try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         let held = try a.collectGarbage()
         XCTAssertEqual(reasons(held, object), [.deviceBehind])
         XCTAssertEqual(held.kept.first?.devices, [c.deviceID])
-        try a.removeDevice(c.deviceID)
+        try StoreSync(a).removeDevice(c.deviceID)
         XCTAssertEqual(try a.collectGarbage().deleted.map(\.key), [object])
-        XCTAssertThrowsError(try c.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceGone) }
+        XCTAssertThrowsError(try StoreSync(c).sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceGone) }
     }
 
     /// A device that deleted a file's last record and was removed for good before it ran gc:
@@ -321,17 +321,17 @@ class GCTests: GCTestCase {
         let b = try join("b", from: a)
         let c = try join("c", from: a)
         let (_, object) = try storedSetting(a, id: "s1", "bytes c deletes")
-        for device in [a, b, c] { _ = try device.sync() }
+        for device in [a, b, c] { _ = try StoreSync(device).sync() }
         try c.write(sql: "DELETE FROM settings WHERE id = 's1'")
-        _ = try c.sync()
-        _ = try a.sync()
-        try a.removeDevice(c.deviceID)
+        _ = try StoreSync(c).sync()
+        _ = try StoreSync(a).sync()
+        try StoreSync(a).removeDevice(c.deviceID)
         let held = try a.collectGarbage()
         XCTAssertEqual(reasons(held, object), [.deviceBehind])
         XCTAssertEqual(held.kept.first?.devices, [b.deviceID])
         // b learns of the removal, and still applies c's delete that a applied (a's frontier
         // says so): both end with the same rows.
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try count(b, "SELECT count(*) FROM settings WHERE id = 's1'"), 0)
         let report = try a.collectGarbage()
         XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
@@ -365,15 +365,15 @@ class GCTests: GCTestCase {
         let desktop = try join("desktop", from: laptop)
         let phone = try join("phone", from: laptop)
         let (file, object) = try storedTrack(laptop, id: "t1", "a track")
-        for device in [laptop, desktop, phone] { _ = try device.sync() }
+        for device in [laptop, desktop, phone] { _ = try StoreSync(device).sync() }
         try makeDeviceOnly(desktop, file)
-        _ = try desktop.sync()
-        _ = try laptop.sync()
+        _ = try StoreSync(desktop).sync()
+        _ = try StoreSync(laptop).sync()
         let held = try laptop.collectGarbage()
         XCTAssertEqual(reasons(held, object), [.deviceBehind], "the phone has not applied the switch yet")
         XCTAssertEqual(held.kept.first?.devices, [phone.deviceID])
         XCTAssertTrue(try stored(laptop, object))
-        _ = try phone.sync()
+        _ = try StoreSync(phone).sync()
         let report = try laptop.collectGarbage()
         XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
         XCTAssertFalse(try stored(laptop, object))
@@ -390,11 +390,11 @@ class GCTests: GCTestCase {
         let laptop = try makeDevice(name: "laptop")
         let desktop = try join("desktop", from: laptop)
         let (file, object) = try storedTrack(laptop, id: "t1", "a track")
-        for device in [laptop, desktop] { _ = try device.sync() }
+        for device in [laptop, desktop] { _ = try StoreSync(device).sync() }
         try makeDeviceOnly(desktop, file)
-        _ = try desktop.sync()
-        _ = try laptop.sync()
-        try laptop.removeDevice(desktop.deviceID)
+        _ = try StoreSync(desktop).sync()
+        _ = try StoreSync(laptop).sync()
+        try StoreSync(laptop).removeDevice(desktop.deviceID)
         let report = try laptop.collectGarbage()
         XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
         XCTAssertFalse(try stored(laptop, object))
@@ -406,7 +406,7 @@ class GCTests: GCTestCase {
     func testLeftoverTemporaryFilesOfThisDevicesFolderGoOnceOld() throws {
         let a = try makeDevice(name: "a")
         let (_, object) = try storedSetting(a, id: "s1", "stored bytes")
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
         let folder = storeFolder + "/files/\(a.deviceID)"
         let old = folder + "/.coven-tmp-0123456789abcdef"
         let fresh = folder + "/.coven-tmp-fedcba9876543210"
@@ -439,14 +439,14 @@ class GCTests: GCTestCase {
         let a = try makeDevice(name: "a")
         let c = try join("c", from: a)
         let (_, named) = try storedSetting(c, id: "kept", "named by a record")
-        _ = try c.sync()
-        _ = try a.sync()
+        _ = try StoreSync(c).sync()
+        _ = try StoreSync(a).sync()
         let provider = try a.connectStorage()
         let orphan = "files/\(c.deviceID)/orphan"
         try provider.put(orphan, data: Array("nothing names this".utf8))
         let unfinished = "files/\(c.deviceID)/unfinished"
         _ = try provider.createMultipart(unfinished, totalSize: 10, partSize: 10)
-        try a.removeDevice(c.deviceID)
+        try StoreSync(a).removeDevice(c.deviceID)
         let plain = try a.collectGarbage()
         XCTAssertTrue(plain.deleted.isEmpty, "without --gone-devices nothing is listed")
         let report = try a.collectGarbage(goneDevices: true)
@@ -466,11 +466,11 @@ class GCTests: GCTestCase {
         let b = try join("b", from: a)
         let c = try join("c", from: a)
         let (_, named) = try storedSetting(c, id: "kept", "named")
-        _ = try c.sync()
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(c).sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         try a.connectStorage().put("files/\(c.deviceID)/stray", data: [1, 2, 3])
-        try a.removeDevice(c.deviceID)
+        try StoreSync(a).removeDevice(c.deviceID)
         let stray = "files/\(c.deviceID)/stray"
         let fromA = try a.collectGarbage(dryRun: true, goneDevices: true)
         let fromB = try b.collectGarbage(goneDevices: true)
@@ -490,14 +490,14 @@ class GCTests: GCTestCase {
     func testChangeObjectsNeedASnapshotAndSnapshotsPastTheNewestTwoGo() throws {
         let a = try makeDevice(name: "a")
         let b = try join("b", from: a)
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         for n in 1...3 {
             try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(n)', 'v')")
-            _ = try a.sync()
+            _ = try StoreSync(a).sync()
         }
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         try b.write(sql: "INSERT INTO settings (id, value) VALUES ('b1', 'v')")
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         let provider = try a.connectStorage()
         XCTAssertTrue(try a.collectGarbage().deleted.isEmpty, "no snapshot: every change stays")
         // Snapshots of a at its seqs 3, 4 and 5 (each a new write published first).
@@ -506,7 +506,7 @@ class GCTests: GCTestCase {
             try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(n)', 'v')")
             keys.append(try a.snapshot().key)
         }
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         let report = try a.collectGarbage()
         // b has published a frontier over a's first three changes only (it published nothing
         // since); the newest snapshot covers those and b's one change, which is b's latest

@@ -32,17 +32,17 @@ final class SnapshotTests: DeviceTestCase {
         let song = try stageApp(a, try file("song.flac", "a song's bytes"), namespace: "covers")
         let track = try a.write(sql: "INSERT INTO tracks (id, album_id, title, file) VALUES ('\(track1)', '\(Self.album)', 'Come Together', coven_put_staged('\(song.id)'))").files[0]
         try StoredFiles.store(a, file: track)
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         let other = try stageApp(b, try file("other.flac", "bytes on b only"), namespace: "covers")
         try b.write(sql: "INSERT INTO tracks (id, album_id, title, file) VALUES ('\(track2)', '\(album2)', 'Get Back', coven_put_staged('\(other.id)'))")
         try b.write(sql: "UPDATE albums SET title = 'from b' WHERE id = '\(Self.album)'")
         try a.write(sql: "UPDATE albums SET title = 'from a' WHERE id = '\(Self.album)'")
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('volume', '7')")
         try a.write(sql: "DELETE FROM settings WHERE id = 'volume'")
-        _ = try b.sync()
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         return (a, b, full)
     }
 
@@ -51,41 +51,41 @@ final class SnapshotTests: DeviceTestCase {
         let report = try a.snapshot()
         XCTAssertEqual(report.key, Snapshot.path(device: a.deviceID, seq: report.manifest.seq))
         XCTAssertTrue(report.key.hasSuffix(String(format: "-%016lld", report.manifest.seq)))
-        XCTAssertEqual(report.manifest.frontier[b.deviceID], try a.devices().first { $0.id == b.deviceID }?.seq)
+        XCTAssertEqual(report.manifest.frontier[b.deviceID], try StoreSync(a).devices().first { $0.id == b.deviceID }?.seq)
         XCTAssertEqual(report.manifest.objects, 1, "the stored object of track 1")
         // A write after the snapshot arrives by pull.
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f42', 'Help!')")
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
 
         let joined = try join("joined", from: a)
         XCTAssertEqual(joined.joinedFrom?.key, report.key)
         XCTAssertEqual(joined.joinedFrom?.skipped, [])
-        let pulled = try joined.sync()
+        let pulled = try StoreSync(joined).sync()
         XCTAssertEqual(pulled.pulled.applied[a.deviceID], [report.manifest.seq + 1], "only the change after the snapshot")
         XCTAssertNil(pulled.pulled.applied[b.deviceID])
-        _ = try full.sync()
+        _ = try StoreSync(full).sync()
         XCTAssertEqual(try dump(joined), try dump(full))
         XCTAssertEqual(try dump(joined), try dump(a))
-        XCTAssertEqual(try joined.devices().first { $0.id == a.deviceID }?.seq, try full.devices().first { $0.id == a.deviceID }?.seq)
+        XCTAssertEqual(try StoreSync(joined).devices().first { $0.id == a.deviceID }?.seq, try StoreSync(full).devices().first { $0.id == a.deviceID }?.seq)
         XCTAssertEqual(try count(joined, "SELECT count(*) FROM coven_tombstones WHERE tbl = 'settings'"), 1)
 
         // Concurrent edits between the snapshot-joined device and the full one: LWW and a lost
         // value on each, as between any two devices.
         try full.write(sql: "UPDATE albums SET title = 'from full' WHERE id = '\(album2)'")
         try joined.write(sql: "UPDATE albums SET title = 'from joined' WHERE id = '\(album2)'") // later: wins
-        _ = try full.sync()
-        _ = try joined.sync()
-        _ = try full.sync()
-        for device in [a, b] { _ = try device.sync() }
+        _ = try StoreSync(full).sync()
+        _ = try StoreSync(joined).sync()
+        _ = try StoreSync(full).sync()
+        for device in [a, b] { _ = try StoreSync(device).sync() }
         XCTAssertEqual(try dump(joined), try dump(full))
         XCTAssertEqual(try dump(a), try dump(full))
         XCTAssertEqual(try joined.database.scalar("SELECT title FROM albums WHERE id = '\(album2)'").textValue, "from joined")
         for device in [joined, full] {
-            XCTAssertEqual(try device.lostValues().filter { $0.rowID == album2 }.map { $0.values["title"] }, [.text("from full")])
+            XCTAssertEqual(try StoreSync(device).lostValues().filter { $0.rowID == album2 }.map { $0.values["title"] }, [.text("from full")])
         }
         // A write of the joined device older than a delete it never saw still loses: the
         // tombstone came with the snapshot.
-        XCTAssertTrue(try joined.sync().quiet)
+        XCTAssertTrue(try StoreSync(joined).sync().quiet)
     }
 
     /// Snapshot whose bytes were altered, cut at a chunk boundary or mid-chunk: refused as
@@ -102,7 +102,7 @@ final class SnapshotTests: DeviceTestCase {
         let newer = try a.snapshot()
         XCTAssertNotEqual(older.key, newer.key)
         XCTAssertGreaterThan(newer.bytes, Int64(StoreSealer.headerSize + 2 * ChunkRun.sealedChunkSize))
-        _ = try full.sync()
+        _ = try StoreSync(full).sync()
         let newerPath = storeFolder + "/" + newer.key
         let olderPath = storeFolder + "/" + older.key
 
@@ -114,7 +114,7 @@ final class SnapshotTests: DeviceTestCase {
         XCTAssertEqual(first.joinedFrom?.key, older.key)
         XCTAssertEqual(first.joinedFrom?.skipped.map(\.key), [newer.key])
         XCTAssertEqual(first.joinedFrom?.skipped.map(\.reason), ["integrity"])
-        _ = try first.sync()
+        _ = try StoreSync(first).sync()
         XCTAssertEqual(try dump(first), try dump(full))
 
         // The newer cut after two whole chunks (its first chunk still opens), the older cut
@@ -128,7 +128,7 @@ final class SnapshotTests: DeviceTestCase {
         XCTAssertEqual(Set(second.joinedFrom?.skipped.map(\.key) ?? []), [newer.key, older.key])
         XCTAssertEqual(Set(second.joinedFrom?.skipped.map(\.reason) ?? []), ["integrity"])
         XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/second/device.db.init"))
-        let pulled = try second.sync()
+        let pulled = try StoreSync(second).sync()
         XCTAssertEqual(pulled.pulled.applied[a.deviceID]?.count, 2, "both changes, from seq 1")
         XCTAssertEqual(try dump(second), try dump(full))
     }
@@ -150,7 +150,7 @@ final class SnapshotTests: DeviceTestCase {
         XCTAssertEqual(joined.joinedFrom?.skipped.map(\.reason), ["newer_schema"])
         XCTAssertEqual(try joined.database.scalar("SELECT title FROM albums").textValue, "Abbey Road")
         // The change after it needs the newer manifest too, as any change does.
-        XCTAssertThrowsError(try joined.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .updateRequired) }
+        XCTAssertThrowsError(try StoreSync(joined).sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .updateRequired) }
     }
 
     /// Writes a bound upload still holds are not in any change yet: no snapshot until they are.

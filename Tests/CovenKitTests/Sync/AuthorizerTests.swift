@@ -22,24 +22,24 @@ final class AuthorizerTests: DeviceTestCase {
             INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'Abbey Road');
             INSERT INTO tracks (id, album_id, title) VALUES ('\(track)', '\(Self.album)', 'Come Together');
             """)
-        let pushed = try a.sync(pull: false).pushed.published
+        let pushed = try StoreSync(a).sync(pull: false).pushed.published
         XCTAssertEqual(pushed, [1])
         let path = ChangeObject.path(device: a.deviceID, seq: 1)
         let provider = try StorageConnector(location: b.storage).connect()
-        try b.sync(push: false, pull: false)
+        try StoreSync(b).sync(push: false, pull: false)
         let change = try b.keys.open(change: try XCTUnwrap(try provider.getObject(path)), path: path, publisher: a.deviceID)
         var applier = ChangeApplier(device: b, authorizer: RefuseTable(table: "tracks"))
         let report = try applier.apply(change, path: path)
         XCTAssertEqual(report.refused, 1)
         XCTAssertEqual(try b.database.scalar("SELECT title FROM albums WHERE id = ?1", [Self.album]).textValue, "Abbey Road")
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM tracks").intValue, 0, "a refused entry is not applied")
-        let lost = try XCTUnwrap(try b.lostValues().first)
+        let lost = try XCTUnwrap(try StoreSync(b).lostValues().first)
         XCTAssertEqual(lost.why, "not_authorized")
         XCTAssertEqual(lost.rowID, track)
         XCTAssertEqual(lost.device, a.deviceID)
         XCTAssertEqual(lost.values["title"], .text("Come Together"))
         XCTAssertFalse(lost.restorable)
-        assertCovenError(.invalidState) { try b.restoreLost(lost.id) }
+        assertCovenError(.invalidState) { try StoreSync(b).restoreLost(lost.id) }
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM tracks").intValue, 0)
     }
 

@@ -26,11 +26,11 @@ final class ClockSkewTests: DeviceTestCase {
         let b = try join("b", from: fast)
         try runFast(fast)
         try fast.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'from the future'), ('\(album2)', 'doomed')")
-        _ = try fast.sync()
-        let pulled = try b.sync()
+        _ = try StoreSync(fast).sync()
+        let pulled = try StoreSync(b).sync()
         XCTAssertGreaterThan(pulled.pulled.clockAhead[fast.deviceID] ?? 0, 9 * 365 * 86400 * 1000)
-        XCTAssertGreaterThan(try b.devices().first { $0.id == fast.deviceID }?.clockAhead ?? 0, 9 * 365 * 86400 * 1000)
-        XCTAssertNil(try b.devices().first { $0.thisDevice }?.clockAhead)
+        XCTAssertGreaterThan(try StoreSync(b).devices().first { $0.id == fast.deviceID }?.clockAhead ?? 0, 9 * 365 * 86400 * 1000)
+        XCTAssertNil(try StoreSync(b).devices().first { $0.thisDevice }?.clockAhead)
 
         // b's own writes stay in its own time.
         try b.write(sql: "INSERT INTO settings (id, value) VALUES ('k', 'now')")
@@ -42,19 +42,19 @@ final class ClockSkewTests: DeviceTestCase {
         let edited = try XCTUnwrap(b.database.scalar("SELECT _updated_at FROM albums WHERE id = ?1", [Self.album]).textValue)
         XCTAssertGreaterThan(year(edited), thisYear + 8, "stamped after the row it edits")
         XCTAssertTrue(edited.hasSuffix(b.deviceID))
-        _ = try b.sync()
-        _ = try fast.sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(fast).sync()
         XCTAssertEqual(try fast.database.scalar("SELECT title FROM albums WHERE id = ?1", [Self.album]).textValue, "edited on b")
         XCTAssertEqual(try fast.database.scalar("SELECT count(*) FROM albums WHERE id = ?1", [album2]).intValue, 0)
-        XCTAssertEqual(try fast.lostValues().filter { $0.why == "concurrent" }.count, 0, "b had seen those rows: no conflict")
+        XCTAssertEqual(try StoreSync(fast).lostValues().filter { $0.why == "concurrent" }.count, 0, "b had seen those rows: no conflict")
 
         // An insert over a row the fast device deleted beats the delete too.
         try fast.write(sql: "DELETE FROM albums WHERE id = '\(Self.album)'")
-        _ = try fast.sync()
-        _ = try b.sync()
+        _ = try StoreSync(fast).sync()
+        _ = try StoreSync(b).sync()
         try b.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'back')")
-        _ = try b.sync()
-        _ = try fast.sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(fast).sync()
         XCTAssertEqual(try fast.database.scalar("SELECT title FROM albums WHERE id = ?1", [Self.album]).textValue, "back")
     }
 
@@ -64,8 +64,8 @@ final class ClockSkewTests: DeviceTestCase {
         let ahead = Date().addingTimeInterval(60)
         try a.database.transaction { try a.setSetting("hlc", Timestamp.iso8601(ahead) + "-0000-" + a.deviceID) }
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', 'v')")
-        _ = try a.sync()
-        let pulled = try b.sync()
+        _ = try StoreSync(a).sync()
+        let pulled = try StoreSync(b).sync()
         XCTAssertTrue(pulled.pulled.clockAhead.isEmpty)
         XCTAssertGreaterThanOrEqual(try XCTUnwrap(b.setting("hlc")), try XCTUnwrap(a.database.scalar("SELECT _updated_at FROM settings").textValue))
     }

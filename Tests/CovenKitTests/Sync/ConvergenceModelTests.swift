@@ -108,9 +108,9 @@ final class ConvergenceModelTests: XCTestCase {
                         for device in devices + [gone] { try damage.sync(device) }
                         try gone.write(sql: "DELETE FROM albums WHERE id = (SELECT id FROM albums ORDER BY id LIMIT 1)")
                         try damage.sync(gone)
-                        _ = try remover.sync(push: false)
+                        _ = try StoreSync(remover).sync(push: false)
                     }
-                    try remover.removeDevice(gone.deviceID)
+                    try StoreSync(remover).removeDevice(gone.deviceID)
                     continue
                 }
                 try damage.sync(device)
@@ -147,11 +147,11 @@ final class ConvergenceModelTests: XCTestCase {
             let diff = zip(dumps[0], other).first { $0 != $1 }
             return "device d\(compared[position].0) differs from d\(compared[0].0) (\(dumps[0].count) vs \(other.count) rows), first difference: "
                 + "\(String(describing: diff)); damage: \(damage.moves); lost values there: "
-                + "\(try compared[position].1.lostValues().map { "\($0.why) \($0.table)/\($0.rowID)" })"
+                + "\(try StoreSync(compared[position].1).lostValues().map { "\($0.why) \($0.table)/\($0.rowID)" })"
         }
         // No lost value is the row's value now.
         for (index, device) in devices.enumerated() {
-            for lost in try device.lostValues() where lost.why == "concurrent" {
+            for lost in try StoreSync(device).lostValues() where lost.why == "concurrent" {
                 let current = try device.database.scalar("SELECT _updated_at FROM \(lost.table) WHERE id = ?1", [lost.rowID]).textValue
                 if current == lost.stamp { return "d\(index) keeps its current row \(lost.table)/\(lost.rowID) as a lost value" }
             }
@@ -214,7 +214,7 @@ final class ConvergenceModelTests: XCTestCase {
         /// A sync that may be stopped by damage it names.
         mutating func sync(_ device: Device) throws {
             do {
-                let report = try device.sync()
+                let report = try StoreSync(device).sync()
                 if !report.pulled.lostForGood.isEmpty { named.insert(device.deviceID) }
                 if !report.pushed.unrecoverable.isEmpty { unrecoverable.insert(device.deviceID) }
             } catch let error as CovenError where error.code == .deviceConflict && error.details["reason"] == "own_change_lost" {
@@ -270,10 +270,10 @@ final class ConvergenceModelTests: XCTestCase {
             // A lost value restored after a sync: a losing make-device-only switch whose copy
             // is gone is refused; a value naming a file record deleted since brings it back.
             try damage.sync(device)
-            let lost = try device.lostValues().filter { $0.restorable && $0.restoredAt == nil }
+            let lost = try StoreSync(device).lostValues().filter { $0.restorable && $0.restoredAt == nil }
             guard !lost.isEmpty else { return }
             do {
-                try device.restoreLost(lost[random.below(lost.count)].id)
+                try StoreSync(device).restoreLost(lost[random.below(lost.count)].id)
             } catch let error as CovenError where [.fileUnknown, .bytesAbsent].contains(error.code) {}
         case 6:
             // A stored track made device-only here, and as often on another device at once.

@@ -18,8 +18,8 @@ final class DeviceNameTests: DeviceTestCase {
         }
         XCTAssertEqual(names, ["\(host)-2", "\(host)-3"])
         // A gone device's name is free again.
-        let removed = try first.removeDevice("\(host)-2")
-        XCTAssertEqual(try first.devices().first { $0.id == removed.id }?.name, "\(host)-2")
+        let removed = try StoreSync(first).removeDevice("\(host)-2")
+        XCTAssertEqual(try StoreSync(first).devices().first { $0.id == removed.id }?.name, "\(host)-2")
         let again = try Device.join(paths: DevicePaths(database: work + "/j3/device.db"), storage: first.storage,
                                     storeKey: try first.keys.storeKeyBytes(), name: nil)
         XCTAssertEqual(again.deviceName, "\(host)-2")

@@ -15,7 +15,7 @@ final class FileRecordRuleTests: DeviceTestCase {
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
         let track = try a.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_user_file('\(song.id)'))").files[0]
         try StoredFiles.store(a, file: track)
-        for device in devices { _ = try device.sync() }
+        for device in devices { _ = try StoreSync(device).sync() }
         return (a, b, c, track)
     }
 
@@ -26,7 +26,7 @@ final class FileRecordRuleTests: DeviceTestCase {
     }
 
     private func syncAll(_ devices: [Device], rounds: Int = 2) throws {
-        for _ in 0..<rounds { for device in devices { _ = try device.sync() } }
+        for _ in 0..<rounds { for device in devices { _ = try StoreSync(device).sync() } }
     }
 
     // MARK: A
@@ -38,15 +38,15 @@ final class FileRecordRuleTests: DeviceTestCase {
         let (a, b, c, track) = try storedTrack()
         try makeDeviceOnly(b, track, folder: "BR", as: "b.flac")
         try makeDeviceOnly(c, track, folder: "CR", as: "c.flac")
-        _ = try b.sync()
-        _ = try c.sync()
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(c).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/BR/b.flac"), "the loser's copy goes")
         for device in [b, c] {
-            let lost = try XCTUnwrap(try device.lostValues().first { $0.table == "coven_files" && $0.rowID == track })
-            let error = assertCovenError(.bytesAbsent) { try device.restoreLost(lost.id) }
+            let lost = try XCTUnwrap(try StoreSync(device).lostValues().first { $0.table == "coven_files" && $0.rowID == track })
+            let error = assertCovenError(.bytesAbsent) { try StoreSync(device).restoreLost(lost.id) }
             XCTAssertEqual(error?.details["file"], track)
-            XCTAssertNil(try device.lostValues().first { $0.id == lost.id }?.restoredAt, "nothing changed")
+            XCTAssertNil(try StoreSync(device).lostValues().first { $0.id == lost.id }?.restoredAt, "nothing changed")
             XCTAssertEqual(try device.fileRecord(track)?.coordinates.device, c.deviceID)
         }
         try syncAll([a, b, c])
@@ -68,10 +68,10 @@ final class FileRecordRuleTests: DeviceTestCase {
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
         let song = try stageApp(a, try file("song.flac", "a song's bytes"))
         let track = try a.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_staged('\(song.id)'))").files[0]
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         try b.write(sql: "DELETE FROM tracks")
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         let object = try StoredFiles.store(a, file: track)
         try syncAll(devices, rounds: 3)
         for device in devices {
@@ -95,13 +95,13 @@ final class FileRecordRuleTests: DeviceTestCase {
         let row = try XCTUnwrap(try a.database.scalar("SELECT id FROM tracks").textValue)
         try b.write(sql: "DELETE FROM tracks")
         try c.write(sql: "UPDATE tracks SET title = 'later'")
-        _ = try b.sync()
-        _ = try c.sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(c).sync()
         try syncAll([a, b, c])
         for device in [a, b, c] {
             XCTAssertEqual(try device.database.scalar("SELECT title FROM tracks WHERE id = ?1", [row]).textValue, "later", device.deviceName)
             XCTAssertNotNil(try device.fileRecord(track), device.deviceName)
-            XCTAssertFalse(try device.lostValues().contains { $0.why == "file_deleted" }, device.deviceName)
+            XCTAssertFalse(try StoreSync(device).lostValues().contains { $0.why == "file_deleted" }, device.deviceName)
             var bytes: [UInt8] = []
             try device.readFile(track) { bytes.append(contentsOf: $0) }
             XCTAssertEqual(bytes, Array("the one song".utf8))
@@ -116,7 +116,7 @@ final class FileRecordRuleTests: DeviceTestCase {
         let (a, b, c, track) = try storedTrack()
         try b.write(sql: "DELETE FROM tracks")
         try c.write(sql: "UPDATE tracks SET title = 'later'")
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         _ = try b.snapshot()
         let d = try join("d", from: a)
         XCTAssertEqual(try count(d, "SELECT count(*) FROM tracks"), 0)
@@ -180,16 +180,16 @@ final class FileRecordRuleTests: DeviceTestCase {
         try b.write(sql: "UPDATE albums SET cover = NULL")
         XCTAssertNil(try b.fileRecord(s1))
         try c.write(sql: "UPDATE albums SET title = 'retitled'")
-        _ = try c.sync()
-        _ = try a.sync()
+        _ = try StoreSync(c).sync()
+        _ = try StoreSync(a).sync()
         let s3 = try setCover(a, "cover three")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         try syncAll(devices, rounds: 3)
         for device in devices {
             XCTAssertEqual(try device.database.scalar("SELECT cover FROM albums").textValue, s3, device.deviceName)
             XCTAssertEqual(try count(device, "SELECT count(*) FROM tracks"), 1, device.deviceName)
-            XCTAssertFalse(try device.lostValues().contains { $0.why != "concurrent" }, device.deviceName)
+            XCTAssertFalse(try StoreSync(device).lostValues().contains { $0.why != "concurrent" }, device.deviceName)
         }
         try assertSame(devices)
     }
@@ -206,13 +206,13 @@ final class FileRecordRuleTests: DeviceTestCase {
         try syncAll([a, b], rounds: 1)
         try b.write(sql: "UPDATE albums SET cover = NULL")
         try a.write(sql: "UPDATE albums SET title = 'retitled'")
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
         try b.database.execute("DELETE FROM coven_deleted_files")
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         XCTAssertNil(try b.fileRecord(s1))
         XCTAssertEqual(try count(b, "SELECT count(*) FROM albums"), 0)
         XCTAssertEqual(try count(b, "SELECT count(*) FROM tracks"), 0)
-        XCTAssertEqual(Set(try b.lostValues().filter { $0.restoredAt == nil && $0.why != "concurrent" }.map { "\($0.table) \($0.why)" }),
+        XCTAssertEqual(Set(try StoreSync(b).lostValues().filter { $0.restoredAt == nil && $0.why != "concurrent" }.map { "\($0.table) \($0.why)" }),
                        ["albums file_deleted", "tracks parent_deleted"])
     }
 
@@ -252,18 +252,18 @@ final class FileRecordRuleTests: DeviceTestCase {
         let a = first, b = try join("b", from: first), c = try join("c", from: first)
         let devices = [a, b, c]
         try b.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
-        _ = try b.sync()
-        _ = try a.sync()
-        _ = try c.sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(c).sync()
         try setBoundCover(c, "c's cover")
         try setBoundCover(b, "b's cover")
         try a.write(sql: "UPDATE albums SET title = 'from a'")
         try uploadAll([b])
-        _ = try b.sync()
-        _ = try a.sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
         try setBoundCover(b, "b's other cover")
-        let lost = try XCTUnwrap(try a.lostValues().first { $0.table == "albums" && $0.restoredAt == nil && $0.why == "concurrent" })
-        try a.restoreLost(lost.id)
+        let lost = try XCTUnwrap(try StoreSync(a).lostValues().first { $0.table == "albums" && $0.restoredAt == nil && $0.why == "concurrent" })
+        try StoreSync(a).restoreLost(lost.id)
         for _ in 0..<3 {
             try uploadAll(devices)
             try syncAll(devices, rounds: 1)
@@ -288,10 +288,10 @@ final class FileRecordRuleTests: DeviceTestCase {
         let held = try stageApp(c, text: "held cover")
         try c.write(sql: "UPDATE albums SET cover = coven_put_staged('\(held.id)') WHERE id = '\(other)'")
         try c.write(sql: "UPDATE albums SET title = 'later' WHERE id = '\(Self.album)'")
-        _ = try b.sync()
-        XCTAssertTrue(try c.sync().pushed.held > 0, "c's writes wait for the bound upload")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
+        XCTAssertTrue(try StoreSync(c).sync().pushed.held > 0, "c's writes wait for the bound upload")
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         _ = try b.collectGarbage()
         XCTAssertTrue(try b.connectStorage().head(object) != nil, "the bytes the held write names stay")
         try uploadAll([c])

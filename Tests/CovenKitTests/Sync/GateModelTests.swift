@@ -59,8 +59,8 @@ final class GateModelTests: XCTestCase {
                 continue
             default:
                 try noteKept()
-                _ = try owner.sync()
-                if random.below(2) == 0 { _ = try peer.sync() }
+                _ = try StoreSync(owner).sync()
+                if random.below(2) == 0 { _ = try StoreSync(peer).sync() }
                 continue
             }
             // Moving a todo under a list that is gone breaks its key: the write is refused.
@@ -68,8 +68,8 @@ final class GateModelTests: XCTestCase {
         }
         for _ in 0..<3 {
             try noteKept()
-            _ = try owner.sync()
-            _ = try peer.sync()
+            _ = try StoreSync(owner).sync()
+            _ = try StoreSync(peer).sync()
         }
         for table in Self.tables {
             let kept = try RowAudiences(device: owner).keptCondition(table: table, alias: "r")

@@ -139,8 +139,8 @@ final class GateTests: DeviceTestCase {
             INSERT INTO todo_labels (id, todo_id, label_id) VALUES ('\(link)', '\(todo1)', '\(label)');
             """)
         try writeNeverShared(a)
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         // Nothing is shared: not even the workspace (it would arrive empty).
         for table in ["workspaces", "lists", "todos", "labels", "todo_labels"] {
             XCTAssertEqual(try ids(b, table), [], table)
@@ -148,9 +148,9 @@ final class GateTests: DeviceTestCase {
 
         // false → true: the whole component arrives in one change, complete.
         try a.write(sql: "UPDATE lists SET shared = 1 WHERE id = '\(privateList)'")
-        let shared = try a.sync()
+        let shared = try StoreSync(a).sync()
         XCTAssertEqual(shared.pushed.published.count, 1)
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try ids(b, "workspaces"), [workspace])
         XCTAssertEqual(try ids(b, "lists"), [privateList])
         XCTAssertEqual(try ids(b, "todos"), [todo1, todo2])
@@ -160,29 +160,29 @@ final class GateTests: DeviceTestCase {
 
         // Edits of shared rows travel both ways as before.
         try b.write(sql: "UPDATE todos SET title = 'ring, gold' WHERE id = '\(todo1)'")
-        _ = try b.sync()
-        _ = try a.sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
         XCTAssertEqual(try a.database.scalar("SELECT title FROM todos WHERE id = ?1", [todo1]).textValue, "ring, gold")
 
         // true → false: peers lose the component, the owner keeps it.
         try a.write(sql: "UPDATE lists SET shared = 0 WHERE id = '\(privateList)'")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         for table in ["workspaces", "lists", "todos", "labels", "todo_labels"] {
             XCTAssertEqual(try ids(b, table), [], "\(table) left b")
         }
         XCTAssertEqual(try ids(a, "todos"), [todo1, todo2, secret])
         XCTAssertEqual(try ids(a, "workspaces"), [workspace])
-        XCTAssertEqual(try b.lostValues().count, 0, "a retract is not a lost value")
+        XCTAssertEqual(try StoreSync(b).lostValues().count, 0, "a retract is not a lost value")
         XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_tombstones WHERE tbl = 'lists' AND id = ?1", [privateList]), 1)
         // Edits of a private row stay here.
         try a.write(sql: "UPDATE todos SET title = 'ring, silver' WHERE id = '\(todo1)'")
-        XCTAssertEqual(try a.sync().pushed.published, [], "a private edit publishes nothing")
+        XCTAssertEqual(try StoreSync(a).sync().pushed.published, [], "a private edit publishes nothing")
 
         // Shared again: stamped afresh, so b's tombstones do not beat it.
         try a.write(sql: "UPDATE lists SET shared = 1 WHERE id = '\(privateList)'")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try ids(b, "todos"), [todo1, todo2])
         XCTAssertEqual(try ids(b, "workspaces"), [workspace])
         XCTAssertEqual(try ids(b, "todo_labels"), [link])
@@ -192,21 +192,21 @@ final class GateTests: DeviceTestCase {
 
         // A row moved under a private parent is retracted; moved back, it returns.
         try a.write(sql: "UPDATE todos SET list_id = '\(neverShared)' WHERE id = '\(todo2)'")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try ids(b, "todos"), [todo1])
         try a.write(sql: "UPDATE todos SET list_id = '\(privateList)' WHERE id = '\(todo2)'")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try ids(b, "todos"), [todo1, todo2])
 
         // A deleted shared row is deleted on peers; one never shared sends nothing.
         try a.write(sql: "DELETE FROM todos WHERE id = '\(todo2)'")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try ids(b, "todos"), [todo1])
         try a.write(sql: "DELETE FROM todo_labels WHERE id = '\(otherLink)'")
-        XCTAssertEqual(try a.sync().pushed.published, [], "a tombstone of a row never published is not sent")
+        XCTAssertEqual(try StoreSync(a).sync().pushed.published, [], "a tombstone of a row never published is not sent")
 
         // The private rows never appeared in any change object.
         let entries = try publishedEntries(a)
@@ -230,21 +230,21 @@ final class GateTests: DeviceTestCase {
             INSERT INTO todos (id, list_id, title) VALUES ('\(todo1)', '\(privateList)', 'ring'), ('\(todo2)', '\(privateList)', 'book');
             """)
         try writeNeverShared(a)
-        _ = try a.sync()
-        _ = try b.sync()
-        _ = try c.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(c).sync()
         XCTAssertEqual(try ids(c, "todos"), [todo1, todo2])
         try a.write(sql: "UPDATE lists SET shared = 0 WHERE id = '\(privateList)'")
-        let unshare = try XCTUnwrap(try a.sync().pushed.published.last)
-        _ = try b.sync()
+        let unshare = try XCTUnwrap(try StoreSync(a).sync().pushed.published.last)
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try ids(b, "todos"), [])
         let path = storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: UInt64(unshare))
         var bytes = try XCTUnwrap(FileManager.default.contents(atPath: path))
         bytes[bytes.count / 2] ^= 1
         try bytes.write(to: URL(fileURLWithPath: path))
-        XCTAssertEqual(try c.sync().pulled.damaged[a.deviceID]?.seq, unshare)
-        XCTAssertEqual(try a.sync().pushed.republished, [unshare])
-        _ = try c.sync()
+        XCTAssertEqual(try StoreSync(c).sync().pulled.damaged[a.deviceID]?.seq, unshare)
+        XCTAssertEqual(try StoreSync(a).sync().pushed.republished, [unshare])
+        _ = try StoreSync(c).sync()
         for table in ["workspaces", "lists", "todos"] {
             XCTAssertEqual(try ids(c, table), try ids(b, table), table)
             XCTAssertEqual(try ids(c, table), [], table)
@@ -265,20 +265,20 @@ final class GateTests: DeviceTestCase {
             INSERT INTO labels (id, name) VALUES ('\(label)', 'urgent');
             INSERT INTO todo_labels (id, todo_id, label_id) VALUES ('\(link)', '\(todo1)', '\(label)'), ('\(otherLink)', '\(todo3)', '\(label)');
             """)
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try ids(b, "todos"), [todo1, todo3])
         try a.write(sql: "UPDATE lists SET shared = 0 WHERE id = '\(privateList)'")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try ids(b, "lists"), [sharedList])
         XCTAssertEqual(try ids(b, "workspaces"), [workspace], "kept by the sibling")
         XCTAssertEqual(try ids(b, "labels"), [label], "still worn by a shared todo")
         XCTAssertEqual(try ids(b, "todo_labels"), [otherLink])
         // The last shared list goes: the now-childless workspace and the label go too.
         try a.write(sql: "UPDATE lists SET shared = 0 WHERE id = '\(sharedList)'")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         for table in ["workspaces", "lists", "todos", "labels", "todo_labels"] {
             XCTAssertEqual(try ids(b, table), [], "\(table) left b")
         }
@@ -297,18 +297,18 @@ final class GateTests: DeviceTestCase {
             """)
         let privateRecord = try XCTUnwrap(a.database.scalar("SELECT file FROM todos WHERE id = ?1", [todo1]).textValue)
         let sharedRecord = try XCTUnwrap(a.database.scalar("SELECT file FROM todos WHERE id = ?1", [todo3]).textValue)
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try ids(b, "coven_files"), [sharedRecord])
         XCTAssertFalse(try publishedEntries(a).contains { $0.id == privateRecord })
         XCTAssertEqual(try a.database.scalar("SELECT coven_kept('coven_files', ?1)", [privateRecord]).intValue, 0)
         try a.write(sql: "UPDATE lists SET shared = 1 WHERE id = '\(privateList)'")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try ids(b, "coven_files"), [privateRecord, sharedRecord])
         try a.write(sql: "UPDATE lists SET shared = 0 WHERE id = '\(privateList)'")
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try ids(b, "coven_files"), [sharedRecord])
         XCTAssertEqual(try ids(a, "coven_files"), [privateRecord, sharedRecord])
     }
@@ -324,8 +324,8 @@ final class GateTests: DeviceTestCase {
             INSERT INTO albums (id, title) VALUES ('\(album)', 'summer');
             INSERT INTO photos (id, album_id, file) VALUES ('\(photo)', '\(album)', coven_put_staged('\(cloud.id)'));
             """)
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try ids(b, "albums"), [album])
         XCTAssertEqual(try ids(b, "photos"), [photo])
         XCTAssertEqual(try ids(b, "coven_files").count, 1)
@@ -387,8 +387,8 @@ final class GateSnapshotTests: DeviceTestCase {
         let a = try makeDevice(G.gateManifest, name: "a")
         let peer = try join("peer", from: a)
         try writeSharedAndPrivateLists(a)
-        _ = try a.sync()
-        _ = try peer.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(peer).sync()
         let report = try a.snapshot()
         XCTAssertFalse(report.key.isEmpty)
         let joined = try join("joined", from: a)
@@ -403,7 +403,7 @@ final class GateSnapshotTests: DeviceTestCase {
     func testASnapshotCarriesNoTombstoneOfAPrivateRow() throws {
         let a = try makeDevice(G.gateManifest, name: "a")
         try writeSharedAndPrivateLists(a)
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
         try a.write(sql: "DELETE FROM todos WHERE id IN ('\(G.id(23))', '\(G.id(20))')")
         _ = try a.snapshot()
         XCTAssertEqual(try a.database.scalar("SELECT private FROM coven_tombstones WHERE id = ?1", [G.id(23)]).intValue, 1, "kept here, marked private")

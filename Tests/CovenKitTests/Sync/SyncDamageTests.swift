@@ -50,7 +50,7 @@ class SyncDamageTests: DeviceTestCase {
     func threeChanges(_ a: Device) throws {
         for index in 0..<3 {
             try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(index)', '\(index)')")
-            _ = try a.sync()
+            _ = try StoreSync(a).sync()
         }
     }
 
@@ -61,21 +61,21 @@ class SyncDamageTests: DeviceTestCase {
         let b = try join("b", from: a)
         try threeChanges(a)
         try remove(change(a, 2))
-        let report = try b.sync()
+        let report = try StoreSync(b).sync()
         XCTAssertEqual(report.pulled.applied[a.deviceID], [1])
         XCTAssertEqual(report.pulled.gaps[a.deviceID], 2, "change 3 is in storage, 2 is not")
         XCTAssertFalse(report.quiet)
         XCTAssertEqual(try ChangeDamage(device: b).problems().map { "\($0.kind.rawValue) \($0.seq)" }, ["gap 2"])
         // A device that joins later says so too.
         let c = try join("c", from: a)
-        XCTAssertEqual(try c.sync().pulled.gaps[a.deviceID], 2)
-        XCTAssertEqual(try b.sync().pulled.gaps[a.deviceID], 2, "it stays until the change is back")
+        XCTAssertEqual(try StoreSync(c).sync().pulled.gaps[a.deviceID], 2)
+        XCTAssertEqual(try StoreSync(b).sync().pulled.gaps[a.deviceID], 2, "it stays until the change is back")
         XCTAssertTrue(try exists(ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
         // The publisher, told, publishes it again from what it holds; the others go on.
-        XCTAssertEqual(try a.sync().pushed.republished, [2])
-        XCTAssertEqual(try b.sync().pulled.applied[a.deviceID], [2, 3])
+        XCTAssertEqual(try StoreSync(a).sync().pushed.republished, [2])
+        XCTAssertEqual(try StoreSync(b).sync().pulled.applied[a.deviceID], [2, 3])
         XCTAssertEqual(try ChangeDamage(device: b).problems(), [])
-        _ = try c.sync()
+        _ = try StoreSync(c).sync()
         XCTAssertEqual(try settings(b), try settings(a))
         XCTAssertEqual(try settings(c), try settings(a))
     }
@@ -89,7 +89,7 @@ class SyncDamageTests: DeviceTestCase {
         try remove(change(a, 2))
         let restored = try open(backup, like: a)
         try restored.write(sql: "INSERT INTO settings (id, value) VALUES ('new', 'x')")
-        XCTAssertThrowsError(try restored.sync()) { error in
+        XCTAssertThrowsError(try StoreSync(restored).sync()) { error in
             XCTAssertEqual((error as? CovenError)?.code, .deviceConflict, "\(error)")
             XCTAssertEqual((error as? CovenError)?.details["object"], ChangeObject.path(device: a.deviceID, seq: 2))
         }
@@ -103,9 +103,9 @@ class SyncDamageTests: DeviceTestCase {
         let b = try join("b", from: a)
         try threeChanges(a)
         try remove(change(a, 3))
-        XCTAssertTrue(try b.sync().pulled.gaps.isEmpty, "b cannot tell")
-        XCTAssertEqual(try a.sync().pushed.republished, [3])
-        XCTAssertEqual(try b.sync().pulled.applied[a.deviceID], [3])
+        XCTAssertTrue(try StoreSync(b).sync().pulled.gaps.isEmpty, "b cannot tell")
+        XCTAssertEqual(try StoreSync(a).sync().pushed.republished, [3])
+        XCTAssertEqual(try StoreSync(b).sync().pulled.applied[a.deviceID], [3])
         XCTAssertEqual(try settings(b), try settings(a))
     }
 
@@ -119,24 +119,24 @@ class SyncDamageTests: DeviceTestCase {
         try a.write(sql: "UPDATE settings SET value = 'later' WHERE id = 'k0'")
         try flip(change(a, 2))
 
-        let first = try b.sync()
+        let first = try StoreSync(b).sync()
         XCTAssertEqual(first.pulled.applied[a.deviceID], [1])
         XCTAssertEqual(first.pulled.damaged[a.deviceID]?.seq, 2)
         XCTAssertEqual(first.pulled.damaged[a.deviceID]?.object, ChangeObject.path(device: a.deviceID, seq: 2))
         XCTAssertTrue(try exists(ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
         XCTAssertEqual(try ChangeDamage(device: b).problems().map { "\($0.kind.rawValue) \($0.seq)" }, ["damaged 2"])
         // c meets it too, and goes on with the others.
-        XCTAssertEqual(try c.sync().pulled.damaged[a.deviceID]?.seq, 2)
+        XCTAssertEqual(try StoreSync(c).sync().pulled.damaged[a.deviceID]?.seq, 2)
 
         // The publisher learns of it at its next sync and publishes it again.
-        let republished = try a.sync()
+        let republished = try StoreSync(a).sync()
         XCTAssertEqual(republished.pushed.republished, [2])
         XCTAssertFalse(try exists(ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
-        let again = try b.sync()
+        let again = try StoreSync(b).sync()
         XCTAssertEqual(again.pulled.applied[a.deviceID], [2, 3, 4])
         XCTAssertTrue(again.pulled.damaged.isEmpty)
         XCTAssertEqual(try ChangeDamage(device: b).problems(), [])
-        _ = try c.sync()
+        _ = try StoreSync(c).sync()
         XCTAssertEqual(try settings(b), ["k0=later", "k1=1", "k2=2"])
         XCTAssertEqual(try settings(c), try settings(a))
         XCTAssertEqual(try settings(b), try settings(a))
@@ -150,17 +150,17 @@ class SyncDamageTests: DeviceTestCase {
         let b = try join("b", from: a)
         let cover = try stageApp(a, try file("cover.jpg", "cover bytes"))
         try a.write(sql: "INSERT INTO settings (id, value, file) VALUES ('k', 'v', coven_put_staged('\(cover.id)'))")
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
         let connector = StorageConnector(location: a.storage, environment: a.storageEnvironment)
         _ = try UploadWorker.run(paths: a.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]), connect: { try connector.connect() })
-        XCTAssertEqual(try a.sync().pushed.published, [2], "the switch to stored")
+        XCTAssertEqual(try StoreSync(a).sync().pushed.published, [2], "the switch to stored")
         try flip(change(a, 1))
-        XCTAssertEqual(try b.sync().pulled.damaged[a.deviceID]?.seq, 1)
-        XCTAssertEqual(try a.sync().pushed.republished, [1])
-        _ = try b.sync()
+        XCTAssertEqual(try StoreSync(b).sync().pulled.damaged[a.deviceID]?.seq, 1)
+        XCTAssertEqual(try StoreSync(a).sync().pushed.republished, [1])
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try b.database.scalar("SELECT value FROM settings WHERE id = 'k'").textValue, "v")
         XCTAssertEqual(try dumpFiles(b), try dumpFiles(a))
-        XCTAssertTrue(try b.lostValues().allSatisfy { $0.restoredAt != nil }, "a row taken out on the way is back")
+        XCTAssertTrue(try StoreSync(b).lostValues().allSatisfy { $0.restoredAt != nil }, "a row taken out on the way is back")
     }
 
     func dumpFiles(_ device: Device) throws -> [String] {
@@ -175,12 +175,12 @@ class SyncDamageTests: DeviceTestCase {
         try threeChanges(a)
         let good = try bytes(change(a, 2))
         try flip(change(a, 2), at: 10)
-        XCTAssertEqual(try b.sync().pulled.damaged[a.deviceID]?.seq, 2)
+        XCTAssertEqual(try StoreSync(b).sync().pulled.damaged[a.deviceID]?.seq, 2)
         try replace(change(a, 2), with: good)
-        XCTAssertEqual(try a.sync().pushed.republished, [])
+        XCTAssertEqual(try StoreSync(a).sync().pushed.republished, [])
         XCTAssertEqual(try bytes(change(a, 2)), good)
         XCTAssertFalse(try exists(ChangeDamage.reportKey(device: a.deviceID, seq: 2)))
-        XCTAssertEqual(try b.sync().pulled.applied[a.deviceID], [2, 3])
+        XCTAssertEqual(try StoreSync(b).sync().pulled.applied[a.deviceID], [2, 3])
     }
 
     /// A damaged change of a device gone for good is named as lost for good and gone past, so
@@ -190,13 +190,13 @@ class SyncDamageTests: DeviceTestCase {
         let b = try join("b", from: a)
         let c = try join("c", from: a)
         try threeChanges(a)
-        _ = try c.sync() // c applied a's three changes; its next change's frontier says so
+        _ = try StoreSync(c).sync() // c applied a's three changes; its next change's frontier says so
         try c.write(sql: "INSERT INTO settings (id, value) VALUES ('c', 'c')")
-        _ = try c.sync()
+        _ = try StoreSync(c).sync()
         try flip(change(a, 2))
-        XCTAssertEqual(try b.sync().pulled.damaged[a.deviceID]?.seq, 2)
-        try c.removeDevice(a.deviceID)
-        let report = try b.sync()
+        XCTAssertEqual(try StoreSync(b).sync().pulled.damaged[a.deviceID]?.seq, 2)
+        try StoreSync(c).removeDevice(a.deviceID)
+        let report = try StoreSync(b).sync()
         XCTAssertEqual(report.pulled.lostForGood.map { "\($0.seq) \($0.why.rawValue)" }, ["2 damaged"])
         XCTAssertEqual(report.pulled.applied[a.deviceID], [3])
         XCTAssertTrue(report.pulled.damaged.isEmpty)
@@ -211,23 +211,23 @@ class SyncDamageTests: DeviceTestCase {
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('before', '1')")
         // The backup: a's database and folder as they are now (its write not yet published).
         let backup = try backup(a, to: "backup")
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('after', '2')")
         try a.write(sql: "UPDATE settings SET value = 'changed' WHERE id = 'before'")
-        _ = try a.sync()
-        XCTAssertEqual(try a.devices().first { $0.thisDevice }?.seq, 2)
+        _ = try StoreSync(a).sync()
+        XCTAssertEqual(try StoreSync(a).devices().first { $0.thisDevice }?.seq, 2)
 
         // The disk dies; the backup comes back in its place.
         let restored = try open(backup, like: a)
-        let report = try restored.sync()
+        let report = try StoreSync(restored).sync()
         XCTAssertEqual(report.pushed.caughtUp, [1, 2], "its own published changes, applied before anything new is published")
         XCTAssertEqual(report.pushed.published, [], "the write of the backup's outbox is in change 1 already")
         XCTAssertEqual(try settings(restored), ["after=2", "before=changed"])
         try restored.write(sql: "INSERT INTO settings (id, value) VALUES ('new', '3')")
-        XCTAssertEqual(try restored.sync().pushed.published, [3])
-        _ = try b.sync()
+        XCTAssertEqual(try StoreSync(restored).sync().pushed.published, [3])
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try settings(b), ["after=2", "before=changed", "new=3"])
-        XCTAssertTrue(try restored.sync().quiet)
+        XCTAssertTrue(try StoreSync(restored).sync().quiet)
     }
 
     // MARK: Item 4: a lost or damaged device key is refused, never replaced silently
@@ -237,7 +237,7 @@ class SyncDamageTests: DeviceTestCase {
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
         try FileManager.default.removeItem(atPath: a.paths.signingKey)
         let reopened = try open(a.paths, like: a)
-        XCTAssertThrowsError(try reopened.sync()) { error in
+        XCTAssertThrowsError(try StoreSync(reopened).sync()) { error in
             XCTAssertEqual((error as? CovenError)?.code, .io, "\(error)")
             XCTAssertTrue((error as? CovenError)?.message.contains("is missing") ?? false, "\(error)")
             XCTAssertNotNil((error as? CovenError)?.hint)
@@ -253,14 +253,14 @@ class SyncDamageTests: DeviceTestCase {
         key[3] ^= 0x40
         try key.write(to: URL(fileURLWithPath: a.paths.signingKey))
         let reopened = try open(a.paths, like: a)
-        XCTAssertThrowsError(try reopened.sync()) { error in
+        XCTAssertThrowsError(try StoreSync(reopened).sync()) { error in
             XCTAssertEqual((error as? CovenError)?.code, .io, "\(error)")
             XCTAssertTrue((error as? CovenError)?.message.contains("not the key this device registered") ?? false, "\(error)")
         }
         XCTAssertFalse(try exists(change(a, 1)))
         // A key file of the wrong size is io too, not integrity.
         try Data([1, 2, 3]).write(to: URL(fileURLWithPath: a.paths.signingKey))
-        XCTAssertThrowsError(try open(a.paths, like: a).sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .io, "\($0)") }
+        XCTAssertThrowsError(try StoreSync(open(a.paths, like: a)).sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .io, "\($0)") }
     }
 
     // MARK: Item 6: a device joined from a snapshot publishes its frontier at its first sync
@@ -268,15 +268,15 @@ class SyncDamageTests: DeviceTestCase {
     func testADeviceJoinedFromASnapshotPublishesItsFrontierAtItsFirstSync() throws {
         let a = try makeDevice(name: "a")
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
         _ = try a.snapshot()
         let b = try join("b", from: a)
-        XCTAssertEqual(try b.devices().first { $0.id == a.deviceID }?.seq, 1, "from the snapshot")
-        let report = try b.sync()
+        XCTAssertEqual(try StoreSync(b).devices().first { $0.id == a.deviceID }?.seq, 1, "from the snapshot")
+        let report = try StoreSync(b).sync()
         XCTAssertEqual(report.pushed.published, [1], "an empty change carrying its frontier")
-        _ = try a.sync()
-        XCTAssertEqual(try a.devices().first { $0.id == b.deviceID }?.frontier[a.deviceID], 1)
-        XCTAssertTrue(try b.sync().quiet)
+        _ = try StoreSync(a).sync()
+        XCTAssertEqual(try StoreSync(a).devices().first { $0.id == b.deviceID }?.frontier[a.deviceID], 1)
+        XCTAssertTrue(try StoreSync(b).sync().quiet)
     }
 }
 

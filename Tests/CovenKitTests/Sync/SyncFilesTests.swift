@@ -22,18 +22,18 @@ final class SyncFilesTests: DeviceTestCase {
         let cover = try stageApp(a, try file("cover.jpg", "tiny jpeg"))
         let written = try a.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_staged('\(cover.id)'))")
         try a.write(sql: "UPDATE albums SET title = 'later'")
-        let held = try a.sync()
+        let held = try StoreSync(a).sync()
         XCTAssertEqual(held.pushed.published, [1], "the album's first write goes; the cover's and the later write wait")
         XCTAssertEqual(held.pushed.held, 2)
         XCTAssertEqual(try a.status().sync.heldByUploads, 2)
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try b.database.scalar("SELECT title FROM albums").textValue, "x")
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM covers").intValue, 0)
 
         try StoredFiles.store(a, file: written.files[0])
-        let sent = try a.sync()
+        let sent = try StoreSync(a).sync()
         XCTAssertEqual(sent.pushed.published, [2], "one push sends the cover, its switch and the later write")
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try b.database.scalar("SELECT title FROM albums").textValue, "later")
         let record = try XCTUnwrap(try b.fileRecord(written.files[0]))
         XCTAssertEqual(record.coordinates.at, .stored)
@@ -48,16 +48,16 @@ final class SyncFilesTests: DeviceTestCase {
         let song = try stageApp(a, try file("song.flac", "a song's bytes"), namespace: "covers")
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
         let track = try a.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_staged('\(song.id)'))").files[0]
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertThrowsError(try read(b, track)) { error in
             XCTAssertEqual((error as? CovenError)?.code, .deviceOnly)
             XCTAssertEqual((error as? CovenError)?.details["device"], a.deviceID)
         }
         XCTAssertEqual(try b.status().files.deviceOnlyElsewhere, 1)
         try StoredFiles.store(a, file: track)
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try read(b, track), Array("a song's bytes".utf8))
         XCTAssertEqual(try b.status().files.stored, 1)
     }
@@ -71,8 +71,8 @@ final class SyncFilesTests: DeviceTestCase {
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
         let track = try a.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_user_file('\(song.id)'))").files[0]
         try StoredFiles.store(a, file: track)
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         try b.pin([track])
         XCTAssertEqual(try read(b, track), Array("bytes kept here and there".utf8))
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM coven_cache").intValue, 1)
@@ -80,8 +80,8 @@ final class SyncFilesTests: DeviceTestCase {
         let folder = work + "/picked"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         _ = try a.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: track, names: ["song.flac"], input: "argument 1")])
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM coven_pins").intValue, 0)
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM coven_cache").intValue, 0)
         XCTAssertThrowsError(try read(b, track)) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceOnly) }
@@ -102,8 +102,8 @@ final class SyncDeviceOnlyConflictTests: DeviceTestCase {
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
         let track = try a.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_user_file('\(song.id)'))").files[0]
         try StoredFiles.store(a, file: track)
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         for (device, name) in [(a, "picked-a"), (b, "picked-b")] {
             let folder = work + "/" + name
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
@@ -115,9 +115,9 @@ final class SyncDeviceOnlyConflictTests: DeviceTestCase {
     func testConcurrentMakeDeviceOnlyTheLaterWinsAndTheLosersCopyGoes() throws {
         let (a, b, track) = try bothMakeDeviceOnly(["Album", "song.flac"])
         XCTAssertTrue(FileManager.default.fileExists(atPath: work + "/picked-a/Album/song.flac"))
-        _ = try a.sync()
-        _ = try b.sync()
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
         // b's switch is later: the file is on b only, on both devices.
         for device in [a, b] {
             XCTAssertEqual(try device.fileRecord(track)?.coordinates.device, b.deviceID)
@@ -128,7 +128,7 @@ final class SyncDeviceOnlyConflictTests: DeviceTestCase {
         XCTAssertEqual(try String(contentsOfFile: work + "/picked-b/Album/song.flac", encoding: .utf8), "the one song")
         XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM coven_local").intValue, 0)
         for device in [a, b] {
-            XCTAssertTrue(try device.lostValues().contains { $0.table == "coven_files" && $0.rowID == track }, "the losing switch is a lost value")
+            XCTAssertTrue(try StoreSync(device).lostValues().contains { $0.table == "coven_files" && $0.rowID == track }, "the losing switch is a lost value")
         }
         XCTAssertEqual(try b.status().files.deviceOnlyHere, 1)
         XCTAssertEqual(try a.status().files.deviceOnlyElsewhere, 1)
@@ -138,9 +138,9 @@ final class SyncDeviceOnlyConflictTests: DeviceTestCase {
     func testALosingCopyThePersonChangedStays() throws {
         let (a, b, track) = try bothMakeDeviceOnly(["song.flac"])
         try Data("edited by the person".utf8).write(to: URL(fileURLWithPath: work + "/picked-a/song.flac"))
-        _ = try a.sync()
-        _ = try b.sync()
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
         XCTAssertEqual(try String(contentsOfFile: work + "/picked-a/song.flac", encoding: .utf8), "edited by the person")
         XCTAssertEqual(try a.fileRecord(track)?.coordinates.device, b.deviceID)
     }

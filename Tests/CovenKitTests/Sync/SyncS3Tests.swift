@@ -19,21 +19,21 @@ class SyncS3Tests: DeviceTestCase {
         let devices = try makeDevices(3)
         let (a, b, c) = (devices[0], devices[1], devices[2])
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(DeviceTestCase.album)', 'first')")
-        _ = try a.sync()
-        _ = try b.sync()
-        _ = try c.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(c).sync()
         XCTAssertEqual(try c.database.scalar("SELECT title FROM albums").textValue, "first")
         try b.write(sql: "UPDATE albums SET title = 'from b'")
         try c.write(sql: "UPDATE albums SET title = 'from c'")
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', 'a')")
-        for _ in 0..<2 { for device in devices { _ = try device.sync() } }
+        for _ in 0..<2 { for device in devices { _ = try StoreSync(device).sync() } }
         let dumps = try devices.map(dump)
         XCTAssertEqual(dumps[0], dumps[1])
         XCTAssertEqual(dumps[0], dumps[2])
         XCTAssertEqual(try a.database.scalar("SELECT title FROM albums").textValue, "from c")
-        for device in devices { XCTAssertEqual(try device.lostValues().map { $0.values["title"] }, [.text("from b")]) }
+        for device in devices { XCTAssertEqual(try StoreSync(device).lostValues().map { $0.values["title"] }, [.text("from b")]) }
         // A quiet sync asks for one object per other device and lists devices/ once.
-        XCTAssertTrue(try a.sync().quiet)
+        XCTAssertTrue(try StoreSync(a).sync().quiet)
 
         // Put-if-absent holds on S3 too: a second copy of b that froze a change of its own
         // at the seq b publishes is stopped.
@@ -46,11 +46,11 @@ class SyncS3Tests: DeviceTestCase {
         try twin.write(sql: "INSERT INTO settings (id, value) VALUES ('twin', '1')")
         let failing = CrashingStorage(try twin.connectStorage())
         failing.failBeforePut = true
-        XCTAssertThrowsError(try twin.push(provider: failing, keys: twin.keys))
+        XCTAssertThrowsError(try StoreSync(twin).push(provider: failing, keys: twin.keys))
         try b.write(sql: "INSERT INTO settings (id, value) VALUES ('b', '1')")
-        _ = try b.sync()
-        XCTAssertThrowsError(try twin.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceConflict) }
-        _ = try a.sync()
+        _ = try StoreSync(b).sync()
+        XCTAssertThrowsError(try StoreSync(twin).sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceConflict) }
+        _ = try StoreSync(a).sync()
         XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM settings WHERE id = 'twin'").intValue, 0)
     }
 }

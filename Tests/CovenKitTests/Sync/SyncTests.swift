@@ -21,19 +21,19 @@ final class SyncTests: DeviceTestCase {
         let a = try makeDevice(name: "a")
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'Abbey Road')")
         let b = try join("b", from: a)
-        XCTAssertEqual(try b.devices().map(\.name), ["b", "a"])
-        let first = try a.sync()
+        XCTAssertEqual(try StoreSync(b).devices().map(\.name), ["b", "a"])
+        let first = try StoreSync(a).sync()
         XCTAssertEqual(first.pushed.published, [1])
-        let pulled = try b.sync()
+        let pulled = try StoreSync(b).sync()
         XCTAssertEqual(pulled.pulled.applied[a.deviceID], [1])
         XCTAssertEqual(try b.database.scalar("SELECT title FROM albums").textValue, "Abbey Road")
         try b.write(sql: "INSERT INTO tracks (id, album_id, title) VALUES ('\(track1)', '\(Self.album)', 'Come Together')")
-        _ = try b.sync()
-        _ = try a.sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
         XCTAssertEqual(try dump(a), try dump(b))
-        XCTAssertTrue(try a.sync().quiet)
-        XCTAssertTrue(try b.sync().quiet)
-        XCTAssertEqual(try a.devices().first { $0.id == b.deviceID }?.seq, 1)
+        XCTAssertTrue(try StoreSync(a).sync().quiet)
+        XCTAssertTrue(try StoreSync(b).sync().quiet)
+        XCTAssertEqual(try StoreSync(a).devices().first { $0.id == b.deviceID }?.seq, 1)
     }
 
     /// Concurrent edits of one row, both orders, and of different columns: last writer wins
@@ -42,33 +42,33 @@ final class SyncTests: DeviceTestCase {
         let a = try makeDevice(name: "a")
         try a.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'Abbey Road', 'store')")
         let b = try join("b", from: a)
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         try a.write(sql: "UPDATE albums SET title = 'from a'")
         try b.write(sql: "UPDATE albums SET title = 'from b'") // later: wins
-        _ = try a.sync()
-        _ = try b.sync()
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
         XCTAssertEqual(try dump(a), try dump(b))
         XCTAssertEqual(try a.database.scalar("SELECT title FROM albums").textValue, "from b")
         for device in [a, b] {
-            let lost = try device.lostValues()
+            let lost = try StoreSync(device).lostValues()
             XCTAssertEqual(lost.count, 1, "each device that saw both sides keeps the loser")
             XCTAssertEqual(lost.first?.values["title"], .text("from a"))
             XCTAssertEqual(lost.first?.why, "concurrent")
         }
         // A later edit that saw the other is no conflict.
         try a.write(sql: "UPDATE albums SET title = 'seen'")
-        _ = try a.sync()
-        _ = try b.sync()
-        XCTAssertEqual(try b.lostValues().count, 1)
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
+        XCTAssertEqual(try StoreSync(b).lostValues().count, 1)
         XCTAssertEqual(try b.database.scalar("SELECT title FROM albums").textValue, "seen")
         // Restoring the lost value is a new write that travels.
-        let lost = try XCTUnwrap(try a.lostValues().first)
-        try a.restoreLost(lost.id)
-        XCTAssertThrowsError(try a.restoreLost(lost.id)) { XCTAssertEqual(($0 as? CovenError)?.code, .invalidState) }
-        _ = try a.sync()
-        _ = try b.sync()
+        let lost = try XCTUnwrap(try StoreSync(a).lostValues().first)
+        try StoreSync(a).restoreLost(lost.id)
+        XCTAssertThrowsError(try StoreSync(a).restoreLost(lost.id)) { XCTAssertEqual(($0 as? CovenError)?.code, .invalidState) }
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try b.database.scalar("SELECT title FROM albums").textValue, "from a")
     }
 
@@ -78,29 +78,29 @@ final class SyncTests: DeviceTestCase {
         let a = try makeDevice(name: "a")
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x'); INSERT INTO tracks (id, album_id, title) VALUES ('\(track1)', '\(Self.album)', 't1')")
         let b = try join("b", from: a)
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         try b.write(sql: "UPDATE tracks SET title = 'edited'")
         try a.write(sql: "DELETE FROM tracks") // later: the delete wins
-        _ = try b.sync()
-        _ = try a.sync()
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM tracks").intValue, 0)
         XCTAssertEqual(try dump(a), try dump(b))
         // b inserts a track under the album a deletes.
         try b.write(sql: "INSERT INTO tracks (id, album_id, title) VALUES ('\(track2)', '\(Self.album)', 'orphan')")
         try a.write(sql: "DELETE FROM albums")
-        _ = try a.sync()
-        _ = try b.sync()
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
         XCTAssertEqual(try dump(a), try dump(b))
         XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM tracks").intValue, 0)
-        XCTAssertTrue(try a.lostValues().contains { $0.why == "parent_deleted" && $0.rowID == track2 && !$0.restorable })
+        XCTAssertTrue(try StoreSync(a).lostValues().contains { $0.why == "parent_deleted" && $0.rowID == track2 && !$0.restorable })
         // It may still come back: a drop refuses it and --all leaves it.
-        let takenOut = try XCTUnwrap(try a.lostValues().first { $0.why == "parent_deleted" && $0.rowID == track2 })
-        XCTAssertThrowsError(try a.dropLost([takenOut.id])) { XCTAssertEqual(($0 as? CovenError)?.code, .invalidState) }
-        XCTAssertFalse(try a.dropLost(before: nil).contains(takenOut.id))
-        XCTAssertTrue(try a.lostValues().contains { $0.id == takenOut.id })
+        let takenOut = try XCTUnwrap(try StoreSync(a).lostValues().first { $0.why == "parent_deleted" && $0.rowID == track2 })
+        XCTAssertThrowsError(try StoreSync(a).dropLost([takenOut.id])) { XCTAssertEqual(($0 as? CovenError)?.code, .invalidState) }
+        XCTAssertFalse(try StoreSync(a).dropLost(before: nil).contains(takenOut.id))
+        XCTAssertTrue(try StoreSync(a).lostValues().contains { $0.id == takenOut.id })
     }
 
     /// Three devices with an album; b adds a track to it (unpublished) while c deletes the
@@ -110,10 +110,10 @@ final class SyncTests: DeviceTestCase {
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
         let b = try join("b", from: a)
         let c = try join("c", from: a)
-        for device in [a, b, c] { _ = try device.sync() }
+        for device in [a, b, c] { _ = try StoreSync(device).sync() }
         try b.write(sql: "INSERT INTO tracks (id, album_id, title) VALUES ('\(track1)', '\(Self.album)', 'new on b')")
         try c.write(sql: "DELETE FROM albums")
-        _ = try c.sync()
+        _ = try StoreSync(c).sync()
         return (a, b, c)
     }
 
@@ -124,13 +124,13 @@ final class SyncTests: DeviceTestCase {
         let (a, b, c) = try trackUnderADeletedAlbum()
         try a.write(sql: "UPDATE albums SET title = 'kept by a'")  // later than c's delete: wins
         // a applies c's delete (it loses there) before it publishes: b applies c's change first.
-        _ = try a.sync(push: false)
-        _ = try a.sync()
+        _ = try StoreSync(a).sync(push: false)
+        _ = try StoreSync(a).sync()
         // b: c's delete takes the track out, a's edit brings the album and then the track back.
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try b.database.scalar("SELECT title FROM tracks").textValue, "new on b")
-        XCTAssertTrue(try b.lostValues().contains { $0.why == "parent_deleted" && $0.rowID == track1 && $0.restoredAt != nil })
-        for _ in 0..<2 { for device in [c, a, b] { _ = try device.sync() } }
+        XCTAssertTrue(try StoreSync(b).lostValues().contains { $0.why == "parent_deleted" && $0.rowID == track1 && $0.restoredAt != nil })
+        for _ in 0..<2 { for device in [c, a, b] { _ = try StoreSync(device).sync() } }
         XCTAssertEqual(try dump(a), try dump(b))
         XCTAssertEqual(try dump(a), try dump(c))
         XCTAssertEqual(try c.database.scalar("SELECT title FROM albums").textValue, "kept by a")
@@ -141,12 +141,12 @@ final class SyncTests: DeviceTestCase {
     /// the track comes back in that write, and travels with it.
     func testATakenOutRowComesBackWithALocalWriteOfItsParent() throws {
         let (a, b, c) = try trackUnderADeletedAlbum()
-        _ = try b.sync()
-        _ = try a.sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
         XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM tracks").intValue, 0, "taken out")
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'again')")
         XCTAssertEqual(try a.database.scalar("SELECT title FROM tracks").textValue, "new on b", "back with the album")
-        for _ in 0..<2 { for device in [a, b, c] { _ = try device.sync() } }
+        for _ in 0..<2 { for device in [a, b, c] { _ = try StoreSync(device).sync() } }
         XCTAssertEqual(try dump(a), try dump(b))
         XCTAssertEqual(try dump(a), try dump(c))
         XCTAssertEqual(try c.database.scalar("SELECT count(*) FROM tracks").intValue, 1)
@@ -158,9 +158,9 @@ final class SyncTests: DeviceTestCase {
         let b = try join("b", from: a)
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('theme', 'dark')")
         try b.write(sql: "INSERT INTO settings (id, value) VALUES ('theme', 'light')")
-        _ = try a.sync()
-        _ = try b.sync()
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
         XCTAssertEqual(try dump(a), try dump(b))
         XCTAssertEqual(try a.database.scalar("SELECT value FROM settings").textValue, "light")
     }
@@ -177,14 +177,14 @@ final class SyncTests: DeviceTestCase {
         // a freezes change 1 and fails before storage takes it.
         let failing = CrashingStorage(try StorageConnector(location: a.storage).connect())
         failing.failBeforePut = true
-        XCTAssertThrowsError(try a.push(provider: failing, keys: a.keys))
+        XCTAssertThrowsError(try StoreSync(a).push(provider: failing, keys: a.keys))
         let copy = try Device.open(paths: copyPaths)
         try copy.write(sql: "INSERT INTO settings (id, value) VALUES ('k2', 'copy')")
-        _ = try copy.sync()
+        _ = try StoreSync(copy).sync()
         let object = try XCTUnwrap(FileManager.default.contents(atPath: storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: 1)))
-        XCTAssertThrowsError(try a.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceConflict) }
+        XCTAssertThrowsError(try StoreSync(a).sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceConflict) }
         XCTAssertEqual(FileManager.default.contents(atPath: storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: 1)), object, "never overwritten")
-        XCTAssertThrowsError(try a.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceConflict) }
+        XCTAssertThrowsError(try StoreSync(a).sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceConflict) }
     }
 
     /// A tampered, truncated or swapped change is refused as damage, naming the object, and
@@ -195,14 +195,14 @@ final class SyncTests: DeviceTestCase {
         let c = try join("c", from: a)
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k2', '2')")
-        _ = try a.push(provider: try StorageConnector(location: a.storage).connect(), keys: a.keys)
+        _ = try StoreSync(a).push(provider: try StorageConnector(location: a.storage).connect(), keys: a.keys)
         try c.write(sql: "INSERT INTO settings (id, value) VALUES ('c', '3')")
-        _ = try c.sync()
+        _ = try StoreSync(c).sync()
         let path = storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: 1)
         let good = try XCTUnwrap(FileManager.default.contents(atPath: path))
         // Each is damage: named, reported to a, a's stream stops there and c's goes on.
         func expectDamage(line: UInt = #line) {
-            let report = try? b.sync()
+            let report = try? StoreSync(b).sync()
             XCTAssertEqual(report?.pulled.damaged[a.deviceID]?.object, ChangeObject.path(device: a.deviceID, seq: 1), line: line)
             XCTAssertTrue(report?.pulled.damaged[a.deviceID]?.message.contains(ChangeObject.path(device: a.deviceID, seq: 1)) ?? false, line: line)
             XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings WHERE id = 'k'").intValue, 0, line: line)
@@ -220,7 +220,7 @@ final class SyncTests: DeviceTestCase {
         try FileManager.default.copyItem(atPath: storeFolder + "/" + ChangeObject.path(device: c.deviceID, seq: 1), toPath: path)
         expectDamage()
         try Data(good).write(to: URL(fileURLWithPath: path))
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 3)
     }
 
@@ -228,16 +228,16 @@ final class SyncTests: DeviceTestCase {
     func testARemovedDeviceIsRefused() throws {
         let a = try makeDevice(name: "a")
         let b = try join("b", from: a)
-        try a.removeDevice("b")
-        XCTAssertTrue(try a.devices().first { $0.name == "b" }?.gone ?? false)
-        XCTAssertThrowsError(try b.sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceGone) }
+        try StoreSync(a).removeDevice("b")
+        XCTAssertTrue(try StoreSync(a).devices().first { $0.name == "b" }?.gone ?? false)
+        XCTAssertThrowsError(try StoreSync(b).sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceGone) }
         // Its uploads stop too.
         let cover = try stageApp(b, try file("cover.jpg", "bytes"))
         try b.write(sql: "INSERT INTO settings (id, file) VALUES ('k', coven_put_staged('\(cover.id)'))")
         XCTAssertThrowsError(try UploadWorker.run(paths: b.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))) {
             XCTAssertEqual(($0 as? CovenError)?.code, .deviceGone)
         }
-        XCTAssertThrowsError(try a.removeDevice("a")) { XCTAssertEqual(($0 as? CovenError)?.code, .invalidState) }
+        XCTAssertThrowsError(try StoreSync(a).removeDevice("a")) { XCTAssertEqual(($0 as? CovenError)?.code, .invalidState) }
     }
 
     /// Issue 19 B: b inserts an album, every device applies it; c deletes it and syncs; a pulls
@@ -249,14 +249,14 @@ final class SyncTests: DeviceTestCase {
         let b = try join("b", from: a)
         let c = try join("c", from: a)
         try b.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'X')")
-        for device in [b, a, c, a] { _ = try device.sync() }
+        for device in [b, a, c, a] { _ = try StoreSync(device).sync() }
         try c.write(sql: "DELETE FROM albums")
-        _ = try c.sync()
-        _ = try a.sync(push: false)
-        try a.removeDevice("c")
+        _ = try StoreSync(c).sync()
+        _ = try StoreSync(a).sync(push: false)
+        try StoreSync(a).removeDevice("c")
         for _ in 0..<3 {
-            _ = try a.sync()
-            _ = try b.sync()
+            _ = try StoreSync(a).sync()
+            _ = try StoreSync(b).sync()
         }
         XCTAssertEqual(try count(a, "SELECT count(*) FROM albums"), 0)
         XCTAssertEqual(try count(b, "SELECT count(*) FROM albums"), 0, "b applies c's delete, which a applied before removing c")
@@ -291,7 +291,7 @@ final class SyncTests: DeviceTestCase {
                 """)
             try device.database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             let written = try XCTUnwrap(try FileManager.default.attributesOfItem(atPath: device.paths.database)[.size] as? Int)
-            _ = try device.sync(pull: false)
+            _ = try StoreSync(device).sync(pull: false)
             let pageSize = try device.database.scalar("PRAGMA page_size").intValue ?? 0
             let free = (try device.database.scalar("PRAGMA freelist_count").intValue ?? 0) * pageSize
             let synced = try XCTUnwrap(try FileManager.default.attributesOfItem(atPath: device.paths.database)[.size] as? Int)
@@ -308,7 +308,7 @@ final class SyncTests: DeviceTestCase {
     func testAJoinStoppedAfterItAnnouncedItselfStartsCleanAndMarksThatDeviceGone() throws {
         let a = try makeDevice(name: "a")
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'Abbey Road')")
-        _ = try a.sync()
+        _ = try StoreSync(a).sync()
         let paths = DevicePaths(database: work + "/b/device.db")
         let first = try join("b", from: a)
         let announced = first.deviceID
@@ -318,10 +318,10 @@ final class SyncTests: DeviceTestCase {
         let again = try join("b", from: a)
         XCTAssertNotEqual(again.deviceID, announced)
         XCTAssertFalse(FileManager.default.fileExists(atPath: paths.database + ".init"))
-        _ = try again.sync()
+        _ = try StoreSync(again).sync()
         XCTAssertEqual(try again.database.scalar("SELECT count(*) FROM albums").intValue, 1)
-        _ = try a.sync()
-        let devices = try a.devices()
+        _ = try StoreSync(a).sync()
+        let devices = try StoreSync(a).devices()
         XCTAssertEqual(devices.first { $0.id == announced }?.gone, true)
         XCTAssertEqual(devices.first { $0.id == again.deviceID }?.gone, false)
     }
@@ -384,7 +384,7 @@ final class SyncCrashTests: DeviceTestCase {
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
         let storage = CrashingStorage(try StorageConnector(location: a.storage).connect())
         storage.failAfterPut = true
-        XCTAssertThrowsError(try a.push(provider: storage, keys: a.keys))
+        XCTAssertThrowsError(try StoreSync(a).push(provider: storage, keys: a.keys))
         XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM coven_push").intValue, 1, "still frozen")
         // status counts the frozen change's write as not yet published.
         XCTAssertEqual(try a.status().sync.waiting, 1)
@@ -393,11 +393,11 @@ final class SyncCrashTests: DeviceTestCase {
         XCTAssertEqual(try a.status().sync.waiting, 2)
         XCTAssertEqual(try a.status().sync.frozenWrites, 1)
         storage.failAfterPut = false
-        let report = try a.push(provider: storage, keys: a.keys)
+        let report = try StoreSync(a).push(provider: storage, keys: a.keys)
         XCTAssertEqual(report.published, [1, 2])
         XCTAssertEqual(try a.status().sync.waiting, 0)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/changes/" + a.deviceID).count, 2)
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 2)
     }
 
@@ -408,15 +408,15 @@ final class SyncCrashTests: DeviceTestCase {
         let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "b")
         for index in 0..<3 {
             try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(index)', '\(index)')")
-            _ = try a.sync()
+            _ = try StoreSync(a).sync()
         }
         let storage = CrashingStorage(try StorageConnector(location: b.storage).connect())
         storage.failOnGet = 2
-        XCTAssertThrowsError(try b.pull(provider: storage, keys: b.keys))
+        XCTAssertThrowsError(try StoreSync(b).pull(provider: storage, keys: b.keys))
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 1)
-        XCTAssertEqual(try b.devices().first { $0.id == a.deviceID }?.seq, 1)
+        XCTAssertEqual(try StoreSync(b).devices().first { $0.id == a.deviceID }?.seq, 1)
         storage.failOnGet = nil
-        let rest = try b.pull(provider: storage, keys: b.keys)
+        let rest = try StoreSync(b).pull(provider: storage, keys: b.keys)
         XCTAssertEqual(rest.applied[a.deviceID], [2, 3])
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 3)
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM coven_sync_log WHERE device = ?1", [a.deviceID]).intValue, 3)
@@ -430,13 +430,13 @@ final class SyncCrashTests: DeviceTestCase {
         let c = try Device.join(paths: DevicePaths(database: work + "/c/device.db"), storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "c")
         for index in 0..<3 {
             try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(index)', '\(index)')")
-            _ = try a.sync()
+            _ = try StoreSync(a).sync()
         }
-        _ = try c.sync() // c applies a's three changes and publishes that
+        _ = try StoreSync(c).sync() // c applies a's three changes and publishes that
         try c.write(sql: "INSERT INTO settings (id, value) VALUES ('c', 'c')")
-        _ = try c.sync()
+        _ = try StoreSync(c).sync()
         try FileManager.default.removeItem(atPath: storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: 2))
-        let report = try b.sync()
+        let report = try StoreSync(b).sync()
         XCTAssertEqual(report.pulled.applied[a.deviceID], [1])
         XCTAssertEqual(report.pulled.gaps[a.deviceID], 2)
         XCTAssertEqual(report.pulled.waiting[c.deviceID], 3, "c's change needs a's third, which waits behind the gap")
@@ -450,7 +450,7 @@ final class SyncCrashTests: DeviceTestCase {
 final class SyncRefusalTests: DeviceTestCase {
     /// Publishes `entries` as device `writer`'s next change, signed with its own key.
     func publish(_ writer: Device, _ entries: [RowEntry], migrations: Int? = nil) throws {
-        let seq = UInt64((try writer.devices().first { $0.thisDevice }?.seq ?? 0) + 1)
+        let seq = UInt64((try StoreSync(writer).devices().first { $0.thisDevice }?.seq ?? 0) + 1)
         let schema = writer.schemaVersion
         let change = ChangeObject(storeID: writer.storeID, device: writer.deviceID, seq: seq,
                                   schema: .init(migrations: migrations ?? schema.count, digest: schema.digest), entries: entries)
@@ -468,7 +468,7 @@ final class SyncRefusalTests: DeviceTestCase {
         let a = try makeDevice(name: "a")
         let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "b")
         func expect(_ code: ErrorCode, line: UInt = #line) {
-            XCTAssertThrowsError(try b.sync(), line: line) { error in
+            XCTAssertThrowsError(try StoreSync(b).sync(), line: line) { error in
                 XCTAssertEqual((error as? CovenError)?.code, code, "\(error)", line: line)
                 XCTAssertEqual((error as? CovenError)?.details["object"], ChangeObject.path(device: a.deviceID, seq: 1), line: line)
             }
@@ -495,7 +495,7 @@ final class SyncRefusalTests: DeviceTestCase {
         try b.database.execute("INSERT INTO settings (id, value, file, _updated_at) VALUES ('k', 'old', NULL, '2000')")
         try publish(a, [RowEntry(kind: .upsert, table: "settings", id: "k", stamp: "2030", columns: ["id", "_updated_at"], values: [.text("k"), .text("2030")])],
                     migrations: 3)
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try b.database.scalar("SELECT value || '/' || _updated_at FROM settings").textValue, "old/2030")
     }
 }
@@ -514,9 +514,9 @@ final class SyncRequestTests: DeviceTestCase {
         for device in devices {
             try device.write(sql: "INSERT INTO settings (id, value) VALUES ('\(device.deviceName)', 'x')")
         }
-        for _ in 0..<2 { for device in devices { _ = try device.sync() } }
+        for _ in 0..<2 { for device in devices { _ = try StoreSync(device).sync() } }
         let counting = CrashingStorage(try StorageConnector(location: a.storage).connect())
-        let report = try devices[3].sync(provider: counting)
+        let report = try StoreSync(devices[3]).sync(provider: counting)
         XCTAssertTrue(report.quiet)
         XCTAssertEqual(counting.requests.filter { $0.hasPrefix("LIST ") }.sorted(),
                        (["LIST devices/"] + devices.map { "LIST changes/\($0.deviceID)/" }).sorted())
