@@ -123,3 +123,24 @@ enum HKDF {
         return try FileKey(bytes: UnsafeRawBufferPointer(start: okm, count: FileKey.byteCount))
     }
 }
+
+extension HKDF {
+    /// HKDF-SHA256 of byte arrays, `count` bytes out (at most 8160): for the small derived
+    /// values of member keys and key stanzas.
+    static func derive(ikm: [UInt8], salt: [UInt8], info: [UInt8], count: Int = 32) throws -> [UInt8] {
+        var prk = [UInt8](repeating: 0, count: HMACSHA256.outputSize)
+        defer { for index in prk.indices { prk[index] = 0 } }
+        try ikm.withUnsafeBytes { ikm in
+            try salt.withUnsafeBytes { salt in
+                try prk.withUnsafeMutableBytes { try extract(ikm: ikm, salt: salt, into: $0.baseAddress!) }
+            }
+        }
+        var out = [UInt8](repeating: 0, count: count)
+        try prk.withUnsafeBytes { prk in
+            try info.withUnsafeBytes { info in
+                try out.withUnsafeMutableBytes { try expand(prk: prk, info: info, into: $0) }
+            }
+        }
+        return out
+    }
+}
