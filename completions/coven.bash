@@ -5,7 +5,7 @@
 
 # The command words.
 _coven_commands() {
-    echo 'init' 'migrate' 'key' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'join' 'snapshot' 'devices' 'device' 'storage' 'lost' 'completions' 'help'
+    echo 'init' 'migrate' 'key' 'member' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'join' 'snapshot' 'devices' 'device' 'storage' 'lost' 'completions' 'help'
 }
 
 # The option words of COMMAND ('' is coven itself, before any command).
@@ -15,6 +15,7 @@ _coven_options() {
         'init') echo '--storage' '--manifest' '--name' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'migrate') echo '--manifest' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'key') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'member') echo '--output' '-o' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'stage') echo '--user' '--namespace' '-n' '--place' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'write') echo '--param' '-p' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'sql') echo '--param' '-p' '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
@@ -64,6 +65,10 @@ _coven_option_value() {
         'migrate')
             case $2 in
                 --manifest) echo 'file'; return 0 ;;
+            esac ;;
+        'member')
+            case $2 in
+                --output|-o) echo 'file'; return 0 ;;
             esac ;;
         'stage')
             case $2 in
@@ -116,6 +121,10 @@ _coven_argument() {
         'key')
             case $2 in
                 0) echo 'choice export' ;;
+            esac ;;
+        'member')
+            case $2 in
+                0) echo 'choice keygen' ;;
             esac ;;
         'stage')
             case $2 in
@@ -194,7 +203,7 @@ _coven_argument() {
             esac ;;
         'help')
             case $2 in
-                0) echo 'choice init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device storage lost completions' ;;
+                0) echo 'choice init migrate key member stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device storage lost completions' ;;
             esac ;;
     esac
 }

@@ -20,6 +20,11 @@ function __coven_takes_value --argument-names command option
                 case '--manifest'
                     return 0
             end
+        case 'member'
+            switch $option
+                case '--output' '-o'
+                    return 0
+            end
         case 'stage'
             switch $option
                 case '--user' '--namespace' '-n' '--place'
@@ -157,6 +162,7 @@ complete -c coven -f
 complete -c coven -n __coven_needs_command -a 'init' -d 'create a store at a storage URL and this device, its first'
 complete -c coven -n __coven_needs_command -a 'migrate' -d 'apply the new migrations of a manifest and record it'
 complete -c coven -n __coven_needs_command -a 'key' -d 'print the store key for joining another device'
+complete -c coven -n __coven_needs_command -a 'member' -d 'make a member\'s keys (a person with keys of their own)'
 complete -c coven -n __coven_needs_command -a 'stage' -d 'stage app bytes or prepare a person\'s original for a write'
 complete -c coven -n __coven_needs_command -a 'write' -d 'run one transaction of app SQL that may put files in rows'
 complete -c coven -n __coven_needs_command -a 'sql' -d 'run read-only SQL over the app tables and coven\'s views'
@@ -206,6 +212,10 @@ complete -c coven -n '__coven_using migrate' -l 'manifest' -r -F -d 'the manifes
 
 # coven key
 complete -c coven -n '__coven_at_argument key 0' -a 'export'
+
+# coven member
+complete -c coven -n '__coven_using member' -s 'o' -l 'output' -r -F -d 'write the identity file to FILE (mode 0600; never overwritten)'
+complete -c coven -n '__coven_at_argument member 0' -a 'keygen'
 
 # coven stage
 complete -c coven -n '__coven_using stage' -l 'user' -r -F -d 'prepare the person\'s original at PATH instead of copying bytes'
@@ -302,4 +312,4 @@ complete -c coven -n '__coven_at_argument lost 0' -a 'restore drop'
 complete -c coven -n '__coven_at_argument completions 0' -a 'bash zsh fish'
 
 # coven help
-complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device storage lost completions'
+complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key member stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device storage lost completions'

@@ -9,6 +9,7 @@ enum CommandRegistry {
         InitCommand.self,
         MigrateCommand.self,
         KeyCommand.self,
+        MemberCommand.self,
         StageCommand.self,
         WriteCommand.self,
         SQLCommand.self,
