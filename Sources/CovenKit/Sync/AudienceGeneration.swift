@@ -180,17 +180,34 @@ struct AudienceGeneration: Equatable {
     ///   member.
     static func open(_ bytes: [UInt8], path: String, store: String, identity: MemberIdentity,
                      signerKey: (String) throws -> DevicePublicKey) throws -> Opened? {
+        try open(bytes, path: path, store: store, signerKey: signerKey) { stanzas, context in
+            stanzas.lazy.compactMap { try? $0.unwrap(secret: identity.agreementSecret, aad: context) }.first
+        }.flatMap { opened in
+            guard opened.generation.roster.contains(where: { $0.recipient == identity.recipient }) else {
+                throw CovenError(.integrity, "key generation '\(path)' opens for a member its roster does not hold", details: ["object": path, "reason": "sealed"])
+            }
+            return opened
+        }
+    }
+
+    /// Checks a published generation and opens it with its key, known already (from the next
+    /// generation, which holds it: how a newcomer reads history).
+    ///
+    /// - Throws: as ``open(_:path:store:identity:signerKey:)``.
+    static func open(_ bytes: [UInt8], path: String, store: String, key: [UInt8],
+                     signerKey: (String) throws -> DevicePublicKey) throws -> Opened {
+        guard let opened = try open(bytes, path: path, store: store, signerKey: signerKey, findKey: { _, _ in key }) else {
+            throw CovenError(.internal, "a key generation opened with its key gave nothing")
+        }
+        return opened
+    }
+
+    private static func open(_ bytes: [UInt8], path: String, store: String, signerKey: (String) throws -> DevicePublicKey,
+                             findKey: ([KeyStanza], [UInt8]) throws -> [UInt8]?) throws -> Opened? {
         let (signer, stanzas, sealed) = try verify(bytes, path: path, store: store, signerKey: signerKey)
         guard let (audience, generation) = parsePath(path) else { throw CovenError(.internal, "'\(path)' is not a key generation's path") }
         let context = KeyStanza.audienceContext(store: store, audience: audience, generation: generation)
-        var key: [UInt8]?
-        for stanza in stanzas {
-            if let opened = try? stanza.unwrap(secret: identity.agreementSecret, aad: context) {
-                key = opened
-                break
-            }
-        }
-        guard let key else { return nil }
+        guard let key = try findKey(stanzas, context) else { return nil }
         func refuse(_ why: String) -> CovenError {
             CovenError(.integrity, "key generation '\(path)' \(why)", details: ["object": path, "reason": "sealed"])
         }
@@ -217,7 +234,7 @@ struct AudienceGeneration: Equatable {
         } catch {
             throw refuse("holds a damaged roster")
         }
-        guard roster.count == stanzas.count, roster.contains(where: { $0.recipient == identity.recipient }),
+        guard roster.count == stanzas.count,
               (generation == 1) == previousHash.isEmpty, (generation == 1) == previousKey.isEmpty,
               previousHash.isEmpty || previousHash.count == 32, previousKey.isEmpty || previousKey.count == 32 else {
             throw refuse("holds a roster that does not match its stanzas")
