@@ -34,6 +34,8 @@ enum Schema {
         { database in try database.execute("ALTER TABLE coven_push ADD COLUMN writes INTEGER") },
         // 9: the images of deleted file records, which a winning row naming one brings back.
         { database in try database.execute(deletedFilesTable) },
+        // 10: fsck: when each stored object, change and snapshot was last verified (Fsck/FsckLedger.swift).
+        { database in try database.execute(FsckLedger.table) },
     ]
 
     /// Version 9: the last image of each file record deleted here or by an applied change,
