@@ -31,6 +31,7 @@ enum CommandRegistry {
         MakeDeviceOnlyCommand.self,
         SyncCommand.self,
         GcCommand.self,
+        FsckCommand.self,
         JoinCommand.self,
         SnapshotCommand.self,
         DevicesCommand.self,

@@ -377,7 +377,7 @@ public final class Fsck {
                 return records.last
             }
             func listedMissing(_ item: StoredItem) {
-                listedBad.insert(item.object)
+                noteListedBad(item, result: .missing)
                 add(FsckProblem(subject: .object, kind: .missing, key: item.object,
                                 message: "storage holds nothing at '\(item.object)', which file '\(item.file)' names", files: []))
             }
@@ -395,7 +395,7 @@ public final class Fsck {
                         records.removeLast()
                         let expected = ObjectLayout.encryptedSize(plaintextSize: record.size)
                         if info.size != expected {
-                            listedBad.insert(record.object)
+                            noteListedBad(record, result: .size)
                             add(FsckProblem(subject: .object, kind: .size, key: record.object,
                                             message: "the stored object '\(record.object)' is \(info.size.counted("byte")), not \(expected) as file '\(record.file)' gives",
                                             files: []))
@@ -415,6 +415,17 @@ public final class Fsck {
                 listedMissing(record)
                 records.removeLast()
             }
+            try ledger.record(pending)
+            pending.removeAll()
+        }
+    }
+
+    /// An object the listing found missing or misshapen: not read again; a full run records it
+    /// verified now, with that result.
+    private func noteListedBad(_ item: StoredItem, result: FsckProblem.Kind) {
+        listedBad.insert(item.object)
+        if !options.fast {
+            pending.append(.init(key: item.object, kind: "object", at: Date().timeIntervalSince1970, bytes: item.size, result: result.rawValue))
         }
     }
 
