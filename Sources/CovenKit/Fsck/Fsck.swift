@@ -142,8 +142,8 @@ public final class Fsck {
     let options: FsckOptions
     let stop: Stop
     let progress: ((FsckProgress) -> Void)?
-    private var report: FsckReport
-    private var ledger: FsckLedger { FsckLedger(database: device.database) }
+    var report: FsckReport
+    var ledger: FsckLedger { FsckLedger(database: device.database) }
     private let started = Date()
     private var deadline: Date? { options.timeLimit.map { started.addingTimeInterval($0) } }
     /// Objects found missing or misshapen by the listing pass (not read again).
@@ -151,7 +151,7 @@ public final class Fsck {
     /// Objects snapshots name.
     private var snapshotNamed: Set<String> = []
     /// Verifications waiting for their batch's commit.
-    private var pending: [FsckLedger.Entry] = []
+    var pending: [FsckLedger.Entry] = []
 
     /// Objects read at once by one batch; their times are committed together.
     static let batchSize = 64
@@ -182,12 +182,17 @@ public final class Fsck {
         try checkListings(provider: provider)
         if !options.fast {
             try verifyObjects(given: given)
+            try checkLocalBytes()
         }
         if options.repair {
+            try repairObjects(provider: provider)
             try repairChanges(provider: provider, storeKey: storeKey)
         }
         try findLostFiles()
         try summarize()
+        // In a stable order: by subject, then kind, then key; lost files by the rows naming them.
+        report.problems.sort { ($0.subject.rawValue, $0.kind.rawValue, $0.key) < ($1.subject.rawValue, $1.kind.rawValue, $1.key) }
+        report.lost.sort { ($0.rows.first ?? "", $0.file) < ($1.rows.first ?? "", $1.file) }
         return report
     }
 
@@ -338,7 +343,7 @@ public final class Fsck {
         var keyHex: String
     }
 
-    private static let itemColumns = """
+    static let itemColumns = """
         f.object AS object, min(f.id) AS file, min(f.size) AS size, min(f.hash) AS hash, min(f.coordinates) AS coordinates
         """
 

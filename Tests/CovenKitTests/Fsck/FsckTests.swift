@@ -5,7 +5,7 @@ import XCTest
 
 /// `coven fsck` on file://: stored objects flipped, cut, deleted and swapped; coverage across
 /// runs; `--fast` makes listings only; a stopped run goes on where it stopped.
-class FsckTests: DeviceTestCase {
+class FsckTestCase: DeviceTestCase {
     /// Stores `count` files of distinct sizes; returns (file id, object key) pairs.
     func storeFiles(_ device: Device, count: Int, size: Int = 70_000, step: Int = 1000) throws -> [(file: String, object: String)] {
         var files: [String] = []
@@ -34,6 +34,9 @@ class FsckTests: DeviceTestCase {
         return try Fsck(device: device, options: options, stop: stop).run(provider: provider)
     }
 
+}
+
+class FsckTests: FsckTestCase {
     func testACleanStoreIsVerifiedWhole() throws {
         let device = try makeDevice()
         let stored = try storeFiles(device, count: 3)
