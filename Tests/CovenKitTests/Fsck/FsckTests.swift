@@ -171,3 +171,30 @@ final class FsckS3Tests: FsckTests {
     override func testFastMakesOnlyListings() throws { try super.testFastMakesOnlyListings() }
     override func testAStoppedRunResumesWhereItStopped() throws { try super.testAStoppedRunResumesWhereItStopped() }
 }
+
+/// file://'s paged listing of a folder (what `fsck --fast` pages through) gives the whole
+/// listing's objects in key order, a page at a time, temporaries left out.
+final class FileStoragePagingTests: XCTestCase {
+    func testPagesOfAFolderAreTheWholeListingCut() throws {
+        let folder = try TestPaths.temporaryDirectory("paging")
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let storage = try StorageConnector(location: .file(directory: folder)).connect()
+        for n in (0..<25).shuffled() { try storage.put(String(format: "files/dev/obj-%03d", n), data: [UInt8](repeating: 1, count: n)) }
+        try storage.put("files/other/obj", data: [1])
+        FileManager.default.createFile(atPath: folder + "/files/dev/.coven-tmp-x", contents: Data([1]))
+        var pages: [[ObjectInfo]] = []
+        var after = "files/dev/"
+        while true {
+            let page = try storage.list(prefix: "files/dev/", after: after, limit: 10)
+            pages.append(page)
+            guard page.count == 10, let last = page.last else { break }
+            after = last.key
+        }
+        XCTAssertEqual(pages.map(\.count), [10, 10, 5])
+        XCTAssertEqual(pages.flatMap { $0 }, try storage.list(prefix: "files/dev/"))
+        XCTAssertEqual(try storage.list(prefix: "files/dev/obj-02", after: "files/dev/obj-020", limit: 3).map(\.key), ["files/dev/obj-021", "files/dev/obj-022", "files/dev/obj-023"])
+        // A folder of folders: the whole listing, cut.
+        XCTAssertEqual(try storage.list(prefix: "files/", after: "files/dev/obj-023", limit: 5).map(\.key), ["files/dev/obj-024", "files/other/obj"])
+        XCTAssertEqual(try storage.list(prefix: "files/none/", after: "", limit: 5), [])
+    }
+}
