@@ -54,6 +54,9 @@ public struct FsckProblem: Sendable, Equatable {
         case hash
         /// An original changed since it was staged.
         case changed
+        /// One of this device's own changes authenticates but is not what it recorded
+        /// publishing (another frontier, or writes newer than the change).
+        case differs
     }
 
     public var subject: Subject
@@ -291,7 +294,12 @@ public final class Fsck {
                     guard let bytes = try provider.getObject(path) else {
                         throw CovenError(.missing, "gone while checked", details: ["key": path])
                     }
-                    _ = try ChangeObject.open(bytes, path: path, storeKey: storeKey, publicKey: publicKey, storeID: device.storeID)
+                    let change = try ChangeObject.open(bytes, path: path, storeKey: storeKey, publicKey: publicKey, storeID: device.storeID)
+                    if other == device.deviceID, let why = try ownDifference(change, seq: seq) {
+                        result = "differs"
+                        add(FsckProblem(subject: .change, kind: .differs, key: path,
+                                        message: "this device's change \(seq) is not what it recorded publishing: \(why)", files: []))
+                    }
                 } catch let error as CovenError where [.integrity, .decoding, .missing, .updateRequired].contains(error.code) {
                     result = error.code == .missing ? "missing" : "damaged"
                     add(FsckProblem(subject: .change, kind: error.code == .missing ? .missing : .damaged, key: path,
@@ -308,6 +316,22 @@ public final class Fsck {
             try ledger.record(pending)
             pending.removeAll()
         }
+    }
+
+    /// How one of this device's own changes differs from what `coven_sync_log` recorded of its
+    /// publishing (the frontier it carried, its newest stamp), or nil when it does not (or
+    /// nothing was recorded: a database older than the change, which sync catches up with).
+    private func ownDifference(_ change: ChangeObject, seq: Int64) throws -> String? {
+        guard let row = try device.database.queryOne("SELECT max_stamp, frontier FROM coven_sync_log WHERE device = ?1 AND seq = ?2",
+                                                     [device.deviceID, seq]) else { return nil }
+        let recorded = Frontier.parse(row.string("frontier") ?? "{}").filter { $0.value > 0 }
+        let carried = change.frontier.mapValues { Int64($0) }.filter { $0.value > 0 }
+        if recorded != carried { return "it carries another frontier" }
+        let newest = row.string("max_stamp") ?? ""
+        if let late = change.entries.first(where: { $0.stamp > newest }) {
+            return "it holds a write stamped \(late.stamp), after the newest recorded (\(newest))"
+        }
+        return nil
     }
 
     /// Publishes this device's damaged or missing changes again, through ``ChangeDamage``.

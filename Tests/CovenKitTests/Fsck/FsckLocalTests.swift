@@ -153,4 +153,23 @@ final class FsckLocalTests: FsckTestCase {
         XCTAssertEqual(Set(mended.problems.filter(\.mended).map(\.key)), [path(2), path(3), path(4), path(5)])
         XCTAssertEqual(try fsck(b).problems.map(\.key), [snapshotKey])
     }
+
+    /// One of this device's changes sealed and signed as its own but not what it recorded
+    /// publishing (another frontier) is found by this device; others cannot tell.
+    func testAnOwnChangeThatDiffersFromWhatWasRecordedIsFound() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        for n in 0..<2 {
+            try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(n)', 'v')")
+            _ = try a.sync()
+        }
+        XCTAssertEqual(try fsck(a).problems, [])
+        let path = ChangeObject.path(device: a.deviceID, seq: 2)
+        let signingKey = try a.signingKey()
+        var change = try ChangeObject.open(try read(a, path), path: path, storeKey: try a.storeKey(), publicKey: signingKey.publicKey)
+        change.frontier[b.deviceID] = 7
+        try provider(a).put(path, data: try change.seal(storeKey: try a.storeKey(), signingKey: signingKey))
+        XCTAssertEqual(try fsck(a).problems.map { "\($0.kind.rawValue) \($0.key)" }, ["differs \(path)"])
+        XCTAssertEqual(try fsck(b).problems, [])
+    }
 }
