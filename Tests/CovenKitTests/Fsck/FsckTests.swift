@@ -135,6 +135,20 @@ class FsckTests: FsckTestCase {
         XCTAssertNotNil(try fsck(device) { $0.maxObjects = 0 }.oldestVerified)
     }
 
+    /// A run whose time is up takes no more objects and says how many are left.
+    func testATimeLimitStopsTakingObjects() throws {
+        let device = try makeDevice()
+        _ = try storeFiles(device, count: 3)
+        let report = try fsck(device) { $0.timeLimit = 1e-9 }
+        XCTAssertEqual(report.objectsChecked, 0)
+        XCTAssertFalse(report.complete)
+        XCTAssertEqual(report.remaining, 3)
+        XCTAssertEqual(report.neverVerified, 3)
+        XCTAssertNil(report.oldestVerified)
+        XCTAssertEqual(report.recentShare, 0)
+        XCTAssertEqual(try fsck(device) { $0.timeLimit = 3600 }.objectsChecked, 3)
+    }
+
     /// A run stopped part way keeps what it verified (committed batch by batch); the next takes
     /// the rest first.
     func testAStoppedRunResumesWhereItStopped() throws {
