@@ -160,6 +160,8 @@ public final class Fsck {
     static let batchSize = 64
     /// Listing page size.
     static let pageSize = 1000
+    /// Objects taken from the database at once, least recently verified first.
+    static let queuePage = 4096
 
     public init(device: Device, options: FsckOptions, stop: Stop = Stop(), progress: ((FsckProgress) -> Void)? = nil) {
         self.device = device
@@ -481,22 +483,29 @@ public final class Fsck {
         let pool = FsckPool(connector: StorageConnector(location: device.storage, environment: device.storageEnvironment),
                             jobs: given == nil ? max(1, options.jobs) : 1, given: given.map(FsckProviderBox.init))
         var skipped: Set<String> = listedBad
+        var queue: [StoredItem] = []
         while true {
             try checkStop()
             if pastDeadline {
                 report.complete = false
                 break
             }
-            let rows = try device.database.query("""
-                SELECT \(Self.itemColumns) FROM coven_files AS f
-                LEFT JOIN coven_fsck_verified AS v ON v.key = f.object
-                WHERE f.place = 'stored' AND coalesce(v.verified_at, 0) < ?1
-                GROUP BY f.object ORDER BY coalesce(min(v.verified_at), 0), f.object LIMIT ?2
-                """, [runStart, Self.batchSize + skipped.count])
+            if queue.isEmpty {
+                // The least recently verified first, a page at a time (one sort of the records
+                // per page, not per batch).
+                let rows = try device.database.query("""
+                    SELECT \(Self.itemColumns) FROM coven_files AS f
+                    LEFT JOIN coven_fsck_verified AS v ON v.key = f.object
+                    WHERE f.place = 'stored' AND coalesce(v.verified_at, 0) < ?1
+                    GROUP BY f.object ORDER BY coalesce(min(v.verified_at), 0), f.object LIMIT ?2
+                    """, [runStart, Self.queuePage + skipped.count])
+                queue = rows.compactMap(Self.item).filter { !skipped.contains($0.object) }.reversed()
+            }
             let room = options.maxObjects.map { $0 - report.objectsChecked } ?? Self.batchSize
-            let items = rows.compactMap(Self.item).filter { !skipped.contains($0.object) }.prefix(min(Self.batchSize, room))
+            let items = Array(queue.suffix(min(Self.batchSize, max(0, room))).reversed())
+            queue.removeLast(items.count)
             guard !items.isEmpty else { break }
-            let outcomes = try pool.verify(Array(items), deadline: deadline, stop: stop)
+            let outcomes = try pool.verify(items, deadline: deadline, stop: stop)
             let now = Date().timeIntervalSince1970
             for (item, outcome) in zip(items, outcomes) {
                 guard let outcome else { continue }  // not reached (time limit, stop)
