@@ -18,6 +18,10 @@ public struct FsckOptions: Sendable {
     public var jobs = 4
     /// The most objects one run verifies (tests of coverage across runs, without a clock).
     var maxObjects: Int?
+    /// A repaired object up to this size is stored with one PUT, a larger one by a multipart
+    /// upload of ``repairPartSize`` parts (tests make both small).
+    var repairSingleLimit: Int64 = 16 << 20
+    var repairPartSize = 8 << 20
 
     public init() {}
 }

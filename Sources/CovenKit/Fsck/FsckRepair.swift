@@ -61,7 +61,8 @@ extension Fsck {
             plain.deallocate()
             sealed.deallocate()
         }
-        let writer = try SealedObjectWriter(key: item.object, total: total, provider: provider)
+        let writer = try SealedObjectWriter(key: item.object, total: total, provider: provider,
+                                            singleLimit: options.repairSingleLimit, partSize: options.repairPartSize)
         do {
             try sealer.header.withUnsafeBytes { try writer.write($0) }
             let count = ObjectLayout.chunkCount(plaintextSize: size)
@@ -105,19 +106,20 @@ final class SealedObjectWriter {
     private var uploadID: String?
     private var parts: [UploadedPart] = []
     private var sent: Int64 = 0
+    /// The part size of a multipart upload.
+    private let partSize: Int
 
-    /// Objects up to this size are sent with one PUT.
-    static let singleLimit: Int64 = 16 << 20
-    /// The part size of larger ones.
-    static let partSize = 8 << 20
-
-    init(key: String, total: Int64, provider: StorageProvider) throws {
+    /// - Parameters:
+    ///   - singleLimit: objects up to this size are sent with one PUT (16 MiB).
+    ///   - partSize: the part size of larger ones (8 MiB; S3 takes 5 MiB at least).
+    init(key: String, total: Int64, provider: StorageProvider, singleLimit: Int64 = 16 << 20, partSize: Int = 8 << 20) throws {
         self.key = key
         self.total = total
         self.provider = provider
-        if total > Self.singleLimit {
-            buffer.reserveCapacity(Self.partSize)
-            uploadID = try provider.createMultipart(key, totalSize: total, partSize: Int64(Self.partSize))
+        self.partSize = partSize
+        if total > singleLimit {
+            buffer.reserveCapacity(partSize)
+            uploadID = try provider.createMultipart(key, totalSize: total, partSize: Int64(partSize))
         } else {
             buffer.reserveCapacity(Int(total))
         }
@@ -126,10 +128,10 @@ final class SealedObjectWriter {
     func write(_ bytes: UnsafeRawBufferPointer) throws {
         var rest = bytes
         while !rest.isEmpty {
-            let room = uploadID == nil ? rest.count : min(rest.count, Self.partSize - buffer.count)
+            let room = uploadID == nil ? rest.count : min(rest.count, partSize - buffer.count)
             buffer.append(contentsOf: UnsafeRawBufferPointer(rebasing: rest[0..<room]))
             rest = UnsafeRawBufferPointer(rebasing: rest[room...])
-            if uploadID != nil, buffer.count == Self.partSize { try sendPart() }
+            if uploadID != nil, buffer.count == partSize { try sendPart() }
         }
     }
 

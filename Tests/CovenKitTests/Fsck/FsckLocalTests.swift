@@ -4,7 +4,7 @@ import Foundation
 import XCTest
 
 /// `coven fsck` of this device's bytes and of published changes and snapshots, and `--repair`.
-final class FsckLocalTests: FsckTestCase {
+class FsckLocalTests: FsckTestCase {
     /// A track on this device only, from the person's original at `name`; returns the file id.
     func deviceOnlyTrack(_ device: Device, _ name: String, _ bytes: [UInt8]) throws -> String {
         let path = try file(name, bytes)
@@ -171,5 +171,36 @@ final class FsckLocalTests: FsckTestCase {
         try provider(a).put(path, data: try change.seal(storeKey: try a.storeKey(), signingKey: signingKey))
         XCTAssertEqual(try fsck(a).problems.map { "\($0.kind.rawValue) \($0.key)" }, ["differs \(path)"])
         XCTAssertEqual(try fsck(b).problems, [])
+    }
+}
+
+/// Changes, snapshots and repairs on S3 (moto).
+final class FsckLocalS3Tests: FsckLocalTests {
+    override class var s3Server: S3TestServer.Kind? { .moto }
+
+    override func testRepairSealsObjectsAgainFromLocalSources() throws { try super.testRepairSealsObjectsAgainFromLocalSources() }
+    override func testDamagedChangesAndSnapshotsAreFoundAndOwnChangesRepublished() throws {
+        try super.testDamagedChangesAndSnapshotsAreFoundAndOwnChangesRepublished()
+    }
+}
+
+/// A repair's multipart upload, on file:// (whose parts may be of any size).
+final class FsckMultipartRepairTests: FsckTestCase {
+    /// An object past the single-request limit of a repair (16 MiB; 1 MiB here) is sent again
+    /// as a multipart upload (of 1 MiB parts here), completed only once whole: byte for byte as before.
+    func testALargeObjectIsMendedByAMultipartUpload() throws {
+        let device = try makeDevice()
+        let stored = try storeFiles(device, count: 1, size: (3 << 20) + 5)[0]
+        let before = try read(device, stored.object)
+        _ = try device.holdFile(stored.file)
+        try provider(device).delete(stored.object)
+        let report = try fsck(device) {
+            $0.repair = true
+            $0.repairSingleLimit = 1 << 20
+            $0.repairPartSize = 1 << 20
+        }
+        XCTAssertEqual(report.problems.map(\.mendedFrom), ["cache"])
+        XCTAssertTrue(report.allMended)
+        XCTAssertTrue(try read(device, stored.object) == before, "byte for byte")
     }
 }
