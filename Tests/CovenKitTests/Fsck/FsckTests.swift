@@ -135,6 +135,21 @@ class FsckTests: FsckTestCase {
         XCTAssertNotNil(try fsck(device) { $0.maxObjects = 0 }.oldestVerified)
     }
 
+    /// An object nothing names is reported, not deleted; one a deleted record's image still
+    /// names (gc's candidate) is not reported.
+    func testUnnamedObjectsAreReportedNotDeleted() throws {
+        let device = try makeDevice()
+        let stored = try storeFiles(device, count: 2)
+        let stray = "files/\(device.deviceID)/strayobject"
+        try provider(device).put(stray, data: [1, 2, 3])
+        try device.write(sql: "DELETE FROM settings WHERE file = '\(stored[1].file)'")
+        let report = try fsck(device)
+        XCTAssertEqual(report.unnamed, [stray])
+        XCTAssertEqual(report.problems, [])
+        XCTAssertEqual(try read(device, stray), [1, 2, 3], "reported, not deleted")
+        XCTAssertEqual(try fsck(device) { $0.fast = true }.unnamed, [], "a fast run reads no snapshot, so it names none")
+    }
+
     /// A run whose time is up takes no more objects and says how many are left.
     func testATimeLimitStopsTakingObjects() throws {
         let device = try makeDevice()
