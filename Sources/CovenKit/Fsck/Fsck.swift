@@ -394,6 +394,15 @@ public final class Fsck {
         for row in try device.database.query("SELECT device FROM coven_device_registry") {
             if let other = row.string("device") { prefixes.insert("files/\(other)/") }
         }
+        // Objects snapshots name that no listing shows (not already missing for a record).
+        var snapshotUnseen = snapshotNamed
+        defer {
+            for key in snapshotUnseen.sorted() where !listedBad.contains(key) && prefixes.contains(where: { key.hasPrefix($0) }) {
+                add(FsckProblem(subject: .snapshot, kind: .missing, key: key,
+                                message: "a snapshot names the object '\(key)', which storage does not hold (a device joining from it gets a record whose bytes are gone)",
+                                files: []))
+            }
+        }
         for prefix in prefixes.sorted() {
             // Every key with the prefix sorts before the prefix with its '/' made '0'.
             let upper = String(prefix.dropLast()) + "0"
@@ -422,6 +431,7 @@ public final class Fsck {
                 let page = try provider.list(prefix: prefix, after: after, limit: Self.pageSize)
                 report.listings += 1
                 for info in page {
+                    snapshotUnseen.remove(info.key)
                     while let record = try nextRecord(), record.object.utf8.lexicographicallyPrecedes(info.key.utf8) {
                         listedMissing(record)
                         records.removeLast()

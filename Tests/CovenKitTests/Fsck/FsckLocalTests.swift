@@ -154,6 +154,19 @@ class FsckLocalTests: FsckTestCase {
         XCTAssertEqual(try fsck(b).problems.map(\.key), [snapshotKey])
     }
 
+    /// An object a snapshot names that storage no longer holds is reported, also when no
+    /// record of this device names it any more.
+    func testAnObjectASnapshotNamesThatIsGoneIsReported() throws {
+        let device = try makeDevice()
+        let stored = try storeFiles(device, count: 1)[0]
+        _ = try device.sync()
+        _ = try device.snapshot()
+        try device.write(sql: "DELETE FROM settings WHERE file = '\(stored.file)'")
+        XCTAssertEqual(try fsck(device).problems, [])
+        try provider(device).delete(stored.object)
+        XCTAssertEqual(try fsck(device).problems.map { "\($0.subject.rawValue) \($0.kind.rawValue) \($0.key)" }, ["snapshot missing \(stored.object)"])
+    }
+
     /// One of this device's changes sealed and signed as its own but not what it recorded
     /// publishing (another frontier) is found by this device; others cannot tell.
     func testAnOwnChangeThatDiffersFromWhatWasRecordedIsFound() throws {
