@@ -159,6 +159,7 @@ public final class Fsck {
     private var snapshotNamed: Set<String> = []
     /// Verifications waiting for their batch's commit.
     var pending: [FsckLedger.Entry] = []
+    private var dueCache: Double?
 
     /// Objects read at once by one batch; their times are committed together.
     static let batchSize = 64
@@ -251,6 +252,28 @@ public final class Fsck {
     /// This device's own changes found damaged or missing, for the repair.
     private var ownDamaged: [Int64] = []
 
+    /// Under a time limit: when the least recently verified stored object was verified (0 when
+    /// one never was); changes verified since are not read again this run.
+    private var changesDueBefore: Double? {
+        guard options.timeLimit != nil || options.maxObjects != nil else { return nil }
+        if let dueCache { return dueCache }
+        let oldest = (try? device.database.scalar("""
+            SELECT min(coalesce(v.verified_at, 0)) FROM coven_files AS f
+            LEFT JOIN coven_fsck_verified AS v ON v.key = f.object WHERE f.place = 'stored'
+            """)).flatMap(Self.seconds) ?? 0
+        dueCache = oldest
+        return oldest
+    }
+
+    /// A time of `coven_fsck_verified` (REAL), or nil for NULL.
+    static func seconds(_ value: SQLValue) -> Double? {
+        switch value {
+        case .real(let seconds): return seconds
+        case .integer(let seconds): return Double(seconds)
+        default: return nil
+        }
+    }
+
     private func checkChanges(provider: StorageProvider, storeKey: FileKey) throws {
         tell("changes")
         let devices = try device.database.query("SELECT device, applied_seq, gone FROM coven_device_registry ORDER BY device")
@@ -295,6 +318,12 @@ public final class Fsck {
                 try checkStop()
                 if pastDeadline { report.complete = false; break }
                 let path = ChangeObject.path(device: other, seq: UInt64(seq))
+                // Under a time limit, a change is read when it was verified no later than the
+                // least recently verified stored object: the stalest first, whatever the kind,
+                // so neither starves the other.
+                if let due = changesDueBefore,
+                   let at = Self.seconds(try device.database.scalar("SELECT verified_at FROM coven_fsck_verified WHERE key = ?1", [path])),
+                   at > due { continue }
                 var result = "ok"
                 do {
                     guard let bytes = try provider.getObject(path) else {

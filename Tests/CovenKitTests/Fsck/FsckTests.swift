@@ -164,6 +164,25 @@ class FsckTests: FsckTestCase {
         XCTAssertEqual(try fsck(device) { $0.timeLimit = 3600 }.objectsChecked, 3)
     }
 
+    /// Under a limit, changes are read again only once they are as stale as the stalest stored
+    /// object: neither kind starves the other.
+    func testChangesAndObjectsTakeTurnsByAge() throws {
+        let device = try makeDevice()
+        _ = try storeFiles(device, count: 4)
+        _ = try device.sync()
+        try device.write(sql: "INSERT INTO settings (id, value) VALUES ('k', 'v')")
+        _ = try device.sync()
+        let changes = try provider(device).list(prefix: "changes/\(device.deviceID)/").count
+        XCTAssertGreaterThanOrEqual(changes, 2)
+        var read: [Int] = []
+        for _ in 0..<3 {
+            read.append(try fsck(device) { $0.maxObjects = 2 }.changesChecked)
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+        XCTAssertEqual(read, [changes, 0, changes], "never verified, then fresher than an object never verified, then due again")
+        XCTAssertEqual(try fsck(device).changesChecked, changes, "a run without a limit reads every change")
+    }
+
     /// A run stopped part way keeps what it verified (committed batch by batch); the next takes
     /// the rest first.
     func testAStoppedRunResumesWhereItStopped() throws {
