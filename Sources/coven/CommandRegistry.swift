@@ -32,6 +32,7 @@ enum CommandRegistry {
         MakeDeviceOnlyCommand.self,
         SyncCommand.self,
         GcCommand.self,
+        FsckCommand.self,
         JoinCommand.self,
         SnapshotCommand.self,
         DevicesCommand.self,

@@ -398,6 +398,95 @@ public final class FileStorage: StorageProvider {
         return objects
     }
 
+    /// One page of a folder of files (`files/<device>/`, `changes/<device>/`): the folder's names
+    /// are read and sorted once, and only the page's are looked up; the next page of the same
+    /// listing (asked after the last key of a full page, within a minute) goes on in those
+    /// names, so paging through a folder of 100,000 objects reads and sorts it once, not once a
+    /// page. A folder holding folders is listed whole and cut (the protocol's default).
+    public func list(prefix: String, after startAfter: String, limit: Int) throws -> [ObjectInfo] {
+        try checkRoot()
+        guard let slash = prefix.lastIndex(of: "/"), limit > 0 else {
+            return Array(try list(prefix: prefix).lazy.filter { startAfter.utf8.lexicographicallyPrecedes($0.key.utf8) }.prefix(limit))
+        }
+        let relative = String(prefix[...slash])
+        guard !relative.split(separator: "/").contains(where: { $0 == "." || $0 == ".." }) else { return [] }
+        let keys: [String]
+        if let paging, paging.prefix == prefix, paging.next == startAfter, Date().timeIntervalSince(paging.read) < 60 {
+            keys = paging.keys
+        } else {
+            guard let names = try flatFolderKeys(relative: relative, prefix: prefix) else {
+                paging = nil
+                return Array(try list(prefix: prefix).lazy.filter { startAfter.utf8.lexicographicallyPrecedes($0.key.utf8) }.prefix(limit))
+            }
+            keys = names.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+            paging = Paging(prefix: prefix, keys: keys, next: "", read: Date())
+        }
+        // The first key after startAfter.
+        var low = 0, high = keys.count
+        while low < high {
+            let middle = (low + high) / 2
+            if startAfter.utf8.lexicographicallyPrecedes(keys[middle].utf8) { high = middle } else { low = middle + 1 }
+        }
+        var page: [ObjectInfo] = []
+        var index = low
+        while index < keys.count, page.count < limit {
+            let key = keys[index]
+            index += 1
+            var info = stat()
+            guard stat(directory + "/" + key, &info) == 0 else {
+                let code = errno
+                if code == ENOENT { continue }  // deleted while listing
+                throw failure("list", key: key, path: directory + "/" + key, errno: code)
+            }
+            if info.st_mode & S_IFMT == S_IFREG { page.append(ObjectInfo(key: key, size: Int64(info.st_size))) }
+        }
+        if page.count == limit, let last = page.last {
+            paging?.next = last.key
+        } else {
+            paging = nil
+        }
+        return page
+    }
+
+    /// A listing being paged through (``list(prefix:after:limit:)``).
+    private struct Paging {
+        var prefix: String
+        var keys: [String]
+        /// The key the next page is asked after.
+        var next: String
+        var read: Date
+    }
+    private var paging: Paging?
+
+    /// The keys starting with `prefix` of the files in the folder `relative` (ending in `/`),
+    /// temporaries left out; nil when the folder holds anything but files.
+    private func flatFolderKeys(relative: String, prefix: String) throws -> [String]? {
+        let folder = directory + "/" + relative.dropLast()
+        guard let stream = opendir(folder) else {
+            let code = errno
+            if code == ENOENT || code == ENOTDIR { return [] }
+            throw failure("list", key: nil, path: folder, errno: code)
+        }
+        defer { closedir(stream) }
+        var keys: [String] = []
+        while true {
+            errno = 0
+            guard let entry = readdir(stream) else {
+                if errno != 0 { throw failure("list", key: nil, path: folder, errno: errno) }
+                break
+            }
+            let type = entry.pointee.d_type
+            let name = withUnsafePointer(to: &entry.pointee.d_name) { pointer in
+                pointer.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name == "." || name == ".." || name.hasPrefix(Self.temporaryPrefix) { continue }
+            guard type == UInt8(DT_REG) else { return nil }
+            let key = relative + name
+            if key.hasPrefix(prefix) { keys.append(key) }
+        }
+        return keys
+    }
+
     /// Adds the files below `relative` (a folder key ending in `/`, or empty for the root)
     /// whose keys start with `prefix`.
     private func walk(relative: String, prefix: String, into objects: inout [ObjectInfo]) throws {

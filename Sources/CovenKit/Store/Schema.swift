@@ -36,6 +36,8 @@ enum Schema {
         { database in try database.execute(deletedFilesTable) },
         // 10: lost values of entries an authorizer refused (`not_authorized`, `not_owner`).
         { database in try database.execute(lostReasonsWidened) },
+        // 11: fsck: when each stored object, change and snapshot was last verified (Fsck/FsckLedger.swift).
+        { database in try database.execute(FsckLedger.table) },
     ]
 
     /// Version 10: `coven_lost_values` takes two more reasons, the entries a receiver refused

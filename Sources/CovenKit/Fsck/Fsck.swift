@@ -1,0 +1,727 @@
+import CLinux
+import Dispatch
+import Foundation
+
+// MARK: - What a run is asked and what it finds
+
+/// What `coven fsck` is asked to do.
+public struct FsckOptions: Sendable {
+    /// Presence and size only, from listings: no object body is read.
+    public var fast = false
+    /// Mend what can be mended (stored objects from a local source, this device's changes).
+    public var repair = false
+    /// Seconds the run may take; the objects verified longest ago go first. Nil: no limit.
+    public var timeLimit: Double?
+    /// The window of the summary's share of bytes verified lately, in days.
+    public var recentDays = 30
+    /// Objects verified at once (each with its own storage connection).
+    public var jobs = 4
+    /// The most objects one run verifies (tests of coverage across runs, without a clock).
+    var maxObjects: Int?
+    /// A repaired object up to this size is stored with one PUT, a larger one by a multipart
+    /// upload of ``repairPartSize`` parts (tests make both small).
+    var repairSingleLimit: Int64 = 16 << 20
+    var repairPartSize = 8 << 20
+
+    public init() {}
+}
+
+/// One thing found wrong.
+public struct FsckProblem: Sendable, Equatable {
+    /// What the problem is in.
+    public enum Subject: String, Sendable {
+        /// A stored file object a record of this device names.
+        case object
+        /// A published change.
+        case change
+        /// A snapshot.
+        case snapshot
+        /// A cache entry of this device (a fetched file or a partial).
+        case cache
+        /// coven's own copy of app bytes on this device (device-only, or waiting for upload).
+        case copy
+        /// A staged copy, not yet in a row.
+        case staged
+        /// A person's original on this device.
+        case original
+    }
+
+    /// What is wrong.
+    public enum Kind: String, Sendable {
+        /// Storage (or the disk) holds nothing where something should be.
+        case missing
+        /// The object's size is not the size its record gives.
+        case size
+        /// Bytes fail authentication (a chunk, a signature, a tag).
+        case damaged
+        /// Every chunk authenticates but the whole is not the file the record names.
+        case hash
+        /// An original changed since it was staged.
+        case changed
+        /// One of this device's own changes authenticates but is not what it recorded
+        /// publishing (another frontier, or writes newer than the change).
+        case differs
+    }
+
+    public var subject: Subject
+    public var kind: Kind
+    /// The storage key, or the local path for an original or copy.
+    public var key: String
+    /// Why, for people.
+    public var message: String
+    /// The file ids concerned.
+    public var files: [String]
+    /// Whether this run mended it (and checked it again).
+    public var mended = false
+    /// What it was mended from (`original`, `copy`, `cache`, `republished`, `dropped`).
+    public var mendedFrom: String?
+}
+
+/// A file whose bytes are gone for good (no intact stored object, no local source), with the
+/// rows that name it, so a person can act.
+public struct FsckLostFile: Sendable, Equatable {
+    public var file: String
+    public var object: String
+    /// `table/id` of each row referencing the file.
+    public var rows: [String]
+}
+
+/// Progress of a run, reported after each batch.
+public struct FsckProgress: Sendable {
+    /// `snapshots`, `changes`, `listing`, `objects`, `local`, `repair`.
+    public var phase: String
+    public var objectsChecked: Int
+    public var bytesChecked: Int64
+    public var problems: Int
+}
+
+/// What a run did and found.
+public struct FsckReport: Sendable {
+    public var fast: Bool
+    public var objectsChecked = 0
+    /// Plaintext bytes of the objects verified (full) or sized (fast).
+    public var bytesChecked: Int64 = 0
+    public var changesChecked = 0
+    public var snapshotsChecked = 0
+    public var localChecked = 0
+    /// Storage listings made (the only requests of `--fast` but for none).
+    public var listings = 0
+    public var problems: [FsckProblem] = []
+    /// Objects in storage that nothing this device knows names (reported only; gc deletes).
+    public var unnamed: [String] = []
+    public var lost: [FsckLostFile] = []
+    /// False when the time limit ended the run before every object was verified.
+    public var complete = true
+    /// Stored objects not verified by this run because of the time limit.
+    public var remaining = 0
+    /// When the least recently verified stored object was verified (nil: one never was, or
+    /// there is none).
+    public var oldestVerified: Date?
+    /// Stored objects never verified.
+    public var neverVerified = 0
+    public var recentDays = 30
+    /// The share (0…1) of the stored bytes verified intact in the last ``recentDays`` days.
+    public var recentShare = 1.0
+    public var storedObjects = 0
+    public var storedBytes: Int64 = 0
+
+    /// Whether anything was found wrong.
+    public var damageFound: Bool { !problems.isEmpty }
+    /// Whether everything found was mended.
+    public var allMended: Bool { !problems.isEmpty && problems.allSatisfy(\.mended) }
+}
+
+// MARK: - The verifier
+
+/// `coven fsck`: proves the store is whole, a little every night, and mends what can be mended.
+///
+/// Checks the stored objects this device's file records name (``FsckOptions/fast``: presence and
+/// size from listings a page at a time; full: every chunk authenticated through the one
+/// ``ObjectReader`` and the whole plaintext's hash equal to the record's, several objects at once,
+/// each streamed), the change objects of every device (present with no gap, signed, sealed for
+/// their path) and snapshots (readable up to their object lists), and this device's own bytes
+/// (cache entries against their tags, copies and staged copies against their hashes, originals
+/// against their recorded identity and hash: reported, never touched). Each verification's time
+/// is kept in `coven_fsck_verified` (``FsckLedger``), committed batch by batch, so a time limit
+/// takes the least recently verified first and a killed run loses nothing.
+public final class Fsck {
+    let device: Device
+    let options: FsckOptions
+    let stop: Stop
+    let progress: ((FsckProgress) -> Void)?
+    var report: FsckReport
+    var ledger: FsckLedger { FsckLedger(database: device.database) }
+    private let started = Date()
+    private var deadline: Date? { options.timeLimit.map { started.addingTimeInterval($0) } }
+    /// Objects found missing or misshapen by the listing pass (not read again).
+    private var listedBad: Set<String> = []
+    /// Objects snapshots name.
+    private var snapshotNamed: Set<String> = []
+    /// Verifications waiting for their batch's commit.
+    var pending: [FsckLedger.Entry] = []
+    private var dueCache: Double?
+
+    /// Objects read at once by one batch; their times are committed together.
+    static let batchSize = 64
+    /// Listing page size.
+    static let pageSize = 1000
+    /// Objects taken from the database at once, least recently verified first.
+    static let queuePage = 4096
+
+    public init(device: Device, options: FsckOptions, stop: Stop = Stop(), progress: ((FsckProgress) -> Void)? = nil) {
+        self.device = device
+        self.options = options
+        self.stop = stop
+        self.progress = progress
+        report = FsckReport(fast: options.fast)
+        report.recentDays = options.recentDays
+    }
+
+    /// Runs every check this device can make, then the repairs asked, then the summary.
+    ///
+    /// - Throws: `.storage` when storage cannot be reached (what was verified stays recorded);
+    ///   `.interrupted` when `stop` was asked (likewise: the next run goes on from there).
+    public func run(provider given: StorageProvider? = nil) throws -> FsckReport {
+        let provider = try given ?? device.connectStorage()
+        let storeKey = try device.storeKey()
+        try ledger.forgetUnnamedObjects()
+        if !options.fast {
+            try checkSnapshots(provider: provider, storeKey: storeKey)
+        }
+        try checkChanges(provider: provider, storeKey: storeKey)
+        try checkListings(provider: provider)
+        if !options.fast {
+            try verifyObjects(given: given)
+            try checkLocalBytes()
+        }
+        if options.repair {
+            try repairObjects(provider: provider)
+            try repairChanges(provider: provider, storeKey: storeKey)
+        }
+        try findLostFiles()
+        try summarize()
+        // In a stable order: by subject, then kind, then key; lost files by the rows naming them.
+        report.problems.sort { ($0.subject.rawValue, $0.kind.rawValue, $0.key) < ($1.subject.rawValue, $1.kind.rawValue, $1.key) }
+        report.lost.sort { ($0.rows.first ?? "", $0.file) < ($1.rows.first ?? "", $1.file) }
+        return report
+    }
+
+    func tell(_ phase: String) {
+        progress?(FsckProgress(phase: phase, objectsChecked: report.objectsChecked, bytesChecked: report.bytesChecked, problems: report.problems.count))
+    }
+
+    var pastDeadline: Bool { deadline.map { Date() >= $0 } ?? false }
+
+    /// Throws `.interrupted` after committing what is done.
+    func checkStop() throws {
+        guard let reason = stop.reason else { return }
+        try ledger.record(pending)
+        pending.removeAll()
+        throw CovenError(.interrupted, "fsck stopped: \(reason)", hint: "run 'coven fsck' again: it goes on with what it has not verified yet")
+    }
+
+    func add(_ problem: FsckProblem) {
+        report.problems.append(problem)
+    }
+
+    // MARK: Snapshots
+
+    private func checkSnapshots(provider: StorageProvider, storeKey: FileKey) throws {
+        tell("snapshots")
+        report.listings += 1
+        for info in try provider.list(prefix: "snapshots/") {
+            try checkStop()
+            guard Snapshot.parse(info.key) != nil else { continue }
+            do {
+                let objects = try Device.snapshotObjects(provider: provider, info: info, storeKey: storeKey)
+                snapshotNamed.formUnion(objects)
+                pending.append(.init(key: info.key, kind: "snapshot", at: Date().timeIntervalSince1970, bytes: info.size, result: "ok"))
+            } catch let error as CovenError where [.integrity, .decoding, .missing, .updateRequired].contains(error.code) {
+                add(FsckProblem(subject: .snapshot, kind: error.code == .missing ? .missing : .damaged, key: info.key,
+                                message: "snapshot '\(info.key)' cannot be read: \(error.message)", files: []))
+                pending.append(.init(key: info.key, kind: "snapshot", at: Date().timeIntervalSince1970, bytes: info.size, result: "damaged"))
+            }
+            report.snapshotsChecked += 1
+        }
+        try ledger.record(pending)
+        pending.removeAll()
+    }
+
+    // MARK: Changes
+
+    /// This device's own changes found damaged or missing, for the repair.
+    private var ownDamaged: [Int64] = []
+
+    /// Under a time limit: when the least recently verified stored object was verified (0 when
+    /// one never was); changes verified since are not read again this run.
+    private var changesDueBefore: Double? {
+        guard options.timeLimit != nil || options.maxObjects != nil else { return nil }
+        if let dueCache { return dueCache }
+        let oldest = (try? device.database.scalar("""
+            SELECT min(coalesce(v.verified_at, 0)) FROM coven_files AS f
+            LEFT JOIN coven_fsck_verified AS v ON v.key = f.object WHERE f.place = 'stored'
+            """)).flatMap(Self.seconds) ?? 0
+        dueCache = oldest
+        return oldest
+    }
+
+    /// A time of `coven_fsck_verified` (REAL), or nil for NULL.
+    static func seconds(_ value: SQLValue) -> Double? {
+        switch value {
+        case .real(let seconds): return seconds
+        case .integer(let seconds): return Double(seconds)
+        default: return nil
+        }
+    }
+
+    private func checkChanges(provider: StorageProvider, storeKey: FileKey) throws {
+        tell("changes")
+        let devices = try device.database.query("SELECT device, applied_seq, gone FROM coven_device_registry ORDER BY device")
+        for row in devices {
+            guard let other = row.string("device") else { continue }
+            let applied = row.int("applied_seq") ?? 0
+            let gone = row.int("gone") == 1
+            let prefix = "changes/\(other)/"
+            var seqs: [Int64] = []
+            var after = prefix
+            while true {
+                let page = try provider.list(prefix: prefix, after: after, limit: Self.pageSize)
+                report.listings += 1
+                seqs += page.compactMap { ChangeObject.parsePath($0.key).flatMap { $0.device == other ? Int64($0.seq) : nil } }
+                guard page.count == Self.pageSize, let last = page.last else { break }
+                after = last.key
+            }
+            seqs.sort()
+            var missing: [Int64] = []
+            for (low, high) in zip(seqs, seqs.dropFirst()) where high > low + 1 {
+                missing += Array((low + 1)..<high)
+            }
+            // gc keeps the latest change of every live device: storage holds up to what was
+            // applied (published, for this device) here.
+            if !gone, applied > (seqs.last ?? 0) {
+                missing += Array(((seqs.last ?? 0) + 1)...applied)
+            }
+            for seq in missing {
+                let path = ChangeObject.path(device: other, seq: UInt64(seq))
+                add(FsckProblem(subject: .change, kind: .missing, key: path,
+                                message: "change \(seq) of device \(other) is missing from storage", files: []))
+                if other == device.deviceID { ownDamaged.append(seq) }
+            }
+            guard !options.fast else { continue }
+            let publicKey: DevicePublicKey
+            do {
+                publicKey = try other == device.deviceID ? device.signingKey().publicKey : device.publicKey(of: other)
+            } catch let error as CovenError where error.code == .integrity {
+                continue  // a device that never registered a key published nothing this device can check
+            }
+            for seq in seqs {
+                try checkStop()
+                if pastDeadline { report.complete = false; break }
+                let path = ChangeObject.path(device: other, seq: UInt64(seq))
+                // Under a time limit, a change is read when it was verified no later than the
+                // least recently verified stored object: the stalest first, whatever the kind,
+                // so neither starves the other.
+                if let due = changesDueBefore,
+                   let at = Self.seconds(try device.database.scalar("SELECT verified_at FROM coven_fsck_verified WHERE key = ?1", [path])),
+                   at > due { continue }
+                var result = "ok"
+                do {
+                    guard let bytes = try provider.getObject(path) else {
+                        throw CovenError(.missing, "gone while checked", details: ["key": path])
+                    }
+                    let change = try ChangeObject.open(bytes, path: path, storeKey: storeKey, publicKey: publicKey, storeID: device.storeID)
+                    if other == device.deviceID, let why = try ownDifference(change, seq: seq) {
+                        result = "differs"
+                        add(FsckProblem(subject: .change, kind: .differs, key: path,
+                                        message: "this device's change \(seq) is not what it recorded publishing: \(why)", files: []))
+                    }
+                } catch let error as CovenError where [.integrity, .decoding, .missing, .updateRequired].contains(error.code) {
+                    result = error.code == .missing ? "missing" : "damaged"
+                    add(FsckProblem(subject: .change, kind: error.code == .missing ? .missing : .damaged, key: path,
+                                    message: "change \(seq) of device \(other) fails its checks: \(error.message)", files: []))
+                    if other == device.deviceID { ownDamaged.append(seq) }
+                }
+                report.changesChecked += 1
+                pending.append(.init(key: path, kind: "change", at: Date().timeIntervalSince1970, bytes: 0, result: result))
+                if pending.count >= Self.batchSize {
+                    try ledger.record(pending)
+                    pending.removeAll()
+                }
+            }
+            try ledger.record(pending)
+            pending.removeAll()
+        }
+    }
+
+    /// How one of this device's own changes differs from what `coven_sync_log` recorded of its
+    /// publishing (the frontier it carried, its newest stamp), or nil when it does not (or
+    /// nothing was recorded: a database older than the change, which sync catches up with).
+    private func ownDifference(_ change: ChangeObject, seq: Int64) throws -> String? {
+        guard let row = try device.database.queryOne("SELECT max_stamp, frontier FROM coven_sync_log WHERE device = ?1 AND seq = ?2",
+                                                     [device.deviceID, seq]) else { return nil }
+        let recorded = Frontier.parse(row.string("frontier") ?? "{}").filter { $0.value > 0 }
+        let carried = change.frontier.mapValues { Int64($0) }.filter { $0.value > 0 }
+        if recorded != carried { return "it carries another frontier" }
+        let newest = row.string("max_stamp") ?? ""
+        if let late = change.entries.first(where: { $0.stamp > newest }) {
+            return "it holds a write stamped \(late.stamp), after the newest recorded (\(newest))"
+        }
+        return nil
+    }
+
+    /// Publishes this device's damaged or missing changes again, through ``ChangeDamage``.
+    private func repairChanges(provider: StorageProvider, storeKey: FileKey) throws {
+        guard !ownDamaged.isEmpty else { return }
+        tell("repair")
+        let damage = ChangeDamage(device: device)
+        for seq in ownDamaged { try damage.noteReport(seq: seq) }
+        let (republished, _) = try damage.republish(provider: provider, storeKey: storeKey)
+        let publicKey = try device.signingKey().publicKey
+        for seq in republished {
+            let path = ChangeObject.path(device: device.deviceID, seq: UInt64(seq))
+            // Checked again before it counts as mended.
+            guard let bytes = try provider.getObject(path),
+                  (try? ChangeObject.open(bytes, path: path, storeKey: storeKey, publicKey: publicKey, storeID: device.storeID)) != nil
+            else { continue }
+            for index in report.problems.indices where report.problems[index].subject == .change && report.problems[index].key == path {
+                report.problems[index].mended = true
+                report.problems[index].mendedFrom = "republished"
+            }
+            try ledger.record([.init(key: path, kind: "change", at: Date().timeIntervalSince1970, bytes: 0, result: "ok")])
+        }
+    }
+
+    // MARK: Listings
+
+    /// One stored object as this device's records name it.
+    struct StoredItem: Sendable {
+        var object: String
+        var file: String
+        var size: Int64
+        var hash: String?
+        var keyHex: String
+    }
+
+    static let itemColumns = """
+        f.object AS object, min(f.id) AS file, min(f.size) AS size, min(f.hash) AS hash, min(f.coordinates) AS coordinates
+        """
+
+    static func item(_ row: Row) -> StoredItem? {
+        guard let object = row.string("object"), let file = row.string("file"), let size = row.int("size"),
+              let coordinates = row.string("coordinates").flatMap({ try? Coordinates(json: $0) }) else { return nil }
+        return StoredItem(object: object, file: file, size: size, hash: row.string("hash"), keyHex: coordinates.key)
+    }
+
+    /// Lists each device's folder of stored objects a page at a time beside this device's
+    /// records of them, in key order: an object missing or of another size than its record
+    /// gives is a problem; an object nothing names is reported.
+    private func checkListings(provider: StorageProvider) throws {
+        tell("listing")
+        var prefixes = Set(try device.database.query("""
+            SELECT DISTINCT substr(object, 1, 6 + instr(substr(object, 7), '/')) AS prefix FROM coven_files WHERE place = 'stored'
+            """).compactMap { $0.string("prefix") }.filter { $0.hasPrefix("files/") && $0.hasSuffix("/") })
+        for row in try device.database.query("SELECT device FROM coven_device_registry") {
+            if let other = row.string("device") { prefixes.insert("files/\(other)/") }
+        }
+        // Objects snapshots name that no listing shows (not already missing for a record).
+        var snapshotUnseen = snapshotNamed
+        defer {
+            for key in snapshotUnseen.sorted() where !listedBad.contains(key) && prefixes.contains(where: { key.hasPrefix($0) }) {
+                add(FsckProblem(subject: .snapshot, kind: .missing, key: key,
+                                message: "a snapshot names the object '\(key)', which storage does not hold (a device joining from it gets a record whose bytes are gone)",
+                                files: []))
+            }
+        }
+        for prefix in prefixes.sorted() {
+            // Every key with the prefix sorts before the prefix with its '/' made '0'.
+            let upper = String(prefix.dropLast()) + "0"
+            var records: [StoredItem] = []
+            var recordAfter = prefix
+            var recordsDone = false
+            func nextRecord() throws -> StoredItem? {
+                if records.isEmpty && !recordsDone {
+                    records = try device.database.query("""
+                        SELECT \(Self.itemColumns) FROM coven_files AS f
+                        WHERE f.place = 'stored' AND f.object > ?1 AND f.object < ?2 GROUP BY f.object ORDER BY f.object LIMIT ?3
+                        """, [recordAfter, upper, Self.pageSize]).compactMap(Self.item).reversed()
+                    if records.isEmpty { recordsDone = true }
+                    if let last = records.first { recordAfter = last.object }
+                }
+                return records.last
+            }
+            func listedMissing(_ item: StoredItem) {
+                noteListedBad(item, result: .missing)
+                add(FsckProblem(subject: .object, kind: .missing, key: item.object,
+                                message: "storage holds nothing at '\(item.object)', which file '\(item.file)' names", files: []))
+            }
+            var after = prefix
+            while true {
+                try checkStop()
+                let page = try provider.list(prefix: prefix, after: after, limit: Self.pageSize)
+                report.listings += 1
+                for info in page {
+                    snapshotUnseen.remove(info.key)
+                    while let record = try nextRecord(), record.object.utf8.lexicographicallyPrecedes(info.key.utf8) {
+                        listedMissing(record)
+                        records.removeLast()
+                    }
+                    if let record = try nextRecord(), record.object == info.key {
+                        records.removeLast()
+                        let expected = ObjectLayout.encryptedSize(plaintextSize: record.size)
+                        if info.size != expected {
+                            noteListedBad(record, result: .size)
+                            add(FsckProblem(subject: .object, kind: .size, key: record.object,
+                                            message: "the stored object '\(record.object)' is \(info.size.counted("byte")), not \(expected) as file '\(record.file)' gives",
+                                            files: []))
+                        } else if options.fast {
+                            report.objectsChecked += 1
+                            report.bytesChecked += record.size
+                        }
+                    } else if !options.fast, try !isNamed(info.key) {
+                        report.unnamed.append(info.key)
+                    }
+                }
+                guard page.count == Self.pageSize, let last = page.last else { break }
+                after = last.key
+                tell("listing")
+            }
+            while let record = try nextRecord() {
+                listedMissing(record)
+                records.removeLast()
+            }
+            try ledger.record(pending)
+            pending.removeAll()
+        }
+    }
+
+    /// An object the listing found missing or misshapen: not read again; a full run records it
+    /// verified now, with that result.
+    private func noteListedBad(_ item: StoredItem, result: FsckProblem.Kind) {
+        listedBad.insert(item.object)
+        if !options.fast {
+            pending.append(.init(key: item.object, kind: "object", at: Date().timeIntervalSince1970, bytes: item.size, result: result.rawValue))
+        }
+    }
+
+    /// Whether anything this device knows names `object`: a file record (stored or not yet), a
+    /// deleted record's image, a gc candidate, an upload, a snapshot.
+    private func isNamed(_ object: String) throws -> Bool {
+        if snapshotNamed.contains(object) { return true }
+        return try device.database.scalar("""
+            SELECT EXISTS (SELECT 1 FROM coven_files WHERE object = ?1)
+                OR EXISTS (SELECT 1 FROM coven_deleted_files WHERE object = ?1)
+                OR EXISTS (SELECT 1 FROM coven_gc_candidates WHERE object = ?1)
+                OR EXISTS (SELECT 1 FROM coven_upload_queue WHERE object = ?1)
+            """, [object]).intValue == 1
+    }
+
+    // MARK: Full verification
+
+    /// Verifies stored objects, those verified longest ago (or never) first, a batch at a time
+    /// in parallel, each batch's times committed together, until all are done, the time limit
+    /// passes or a stop is asked.
+    private func verifyObjects(given: StorageProvider?) throws {
+        tell("objects")
+        let runStart = started.timeIntervalSince1970
+        let pool = FsckPool(connector: StorageConnector(location: device.storage, environment: device.storageEnvironment),
+                            jobs: given == nil ? max(1, options.jobs) : 1, given: given.map(FsckProviderBox.init))
+        var skipped: Set<String> = listedBad
+        var queue: [StoredItem] = []
+        while true {
+            try checkStop()
+            if pastDeadline {
+                report.complete = false
+                break
+            }
+            if queue.isEmpty {
+                // The least recently verified first, a page at a time (one sort of the records
+                // per page, not per batch).
+                let rows = try device.database.query("""
+                    SELECT \(Self.itemColumns) FROM coven_files AS f
+                    LEFT JOIN coven_fsck_verified AS v ON v.key = f.object
+                    WHERE f.place = 'stored' AND coalesce(v.verified_at, 0) < ?1
+                    GROUP BY f.object ORDER BY coalesce(min(v.verified_at), 0), f.object LIMIT ?2
+                    """, [runStart, Self.queuePage + skipped.count])
+                queue = rows.compactMap(Self.item).filter { !skipped.contains($0.object) }.reversed()
+            }
+            let room = options.maxObjects.map { $0 - report.objectsChecked } ?? Self.batchSize
+            let items = Array(queue.suffix(min(Self.batchSize, max(0, room))).reversed())
+            queue.removeLast(items.count)
+            guard !items.isEmpty else { break }
+            let outcomes = try pool.verify(items, deadline: deadline, stop: stop)
+            let now = Date().timeIntervalSince1970
+            for (item, outcome) in zip(items, outcomes) {
+                guard let outcome else { continue }  // not reached (time limit, stop)
+                report.objectsChecked += 1
+                switch outcome {
+                case .intact:
+                    report.bytesChecked += item.size
+                    pending.append(.init(key: item.object, kind: "object", at: now, bytes: item.size, result: "ok"))
+                case .problem(let kind, let message):
+                    skipped.insert(item.object)
+                    add(FsckProblem(subject: .object, kind: kind, key: item.object, message: message, files: []))
+                    pending.append(.init(key: item.object, kind: "object", at: now, bytes: item.size, result: kind.rawValue))
+                }
+            }
+            try ledger.record(pending)
+            pending.removeAll()
+            tell("objects")
+            if outcomes.contains(where: { $0 == nil }) {
+                try checkStop()
+                report.complete = false
+                break
+            }
+        }
+    }
+
+    // MARK: Summary
+
+    private func summarize() throws {
+        let recentSince = Date().timeIntervalSince1970 - Double(options.recentDays) * 86400
+        guard let row = try device.database.queryOne("""
+            SELECT count(*) AS objects, coalesce(sum(size), 0) AS bytes,
+                   sum(verified_at IS NULL) AS never, min(verified_at) AS oldest,
+                   coalesce(sum(CASE WHEN verified_at >= ?1 AND result = 'ok' THEN size ELSE 0 END), 0) AS recent
+            FROM (SELECT f.object, min(f.size) AS size, v.verified_at, v.result FROM coven_files AS f
+                  LEFT JOIN coven_fsck_verified AS v ON v.key = f.object WHERE f.place = 'stored' GROUP BY f.object)
+            """, [recentSince]) else { return }
+        report.storedObjects = Int(row.int("objects") ?? 0)
+        report.storedBytes = row.int("bytes") ?? 0
+        report.neverVerified = Int(row.int("never") ?? 0)
+        if report.neverVerified == 0, case .real(let oldest) = row["oldest"] {
+            report.oldestVerified = Date(timeIntervalSince1970: oldest)
+        }
+        let recent = row.int("recent") ?? 0
+        report.recentShare = report.storedBytes > 0 ? Double(recent) / Double(report.storedBytes)
+            : (report.storedObjects > 0 && report.neverVerified == 0 ? 1 : (report.storedObjects == 0 ? 1 : 0))
+        if !options.fast {
+            report.remaining = Int(try device.database.scalar("""
+                SELECT count(DISTINCT f.object) FROM coven_files AS f LEFT JOIN coven_fsck_verified AS v ON v.key = f.object
+                WHERE f.place = 'stored' AND coalesce(v.verified_at, 0) < ?1
+                """, [started.timeIntervalSince1970]).intValue ?? 0)
+            if report.remaining > 0 { report.complete = false }
+        }
+    }
+
+    /// Names the files whose stored object is damaged or missing and was not mended, and the
+    /// rows that reference them; fills in each problem's files.
+    private func findLostFiles() throws {
+        for index in report.problems.indices where report.problems[index].subject == .object {
+            let object = report.problems[index].key
+            let files = try device.database.query("SELECT id FROM coven_files WHERE object = ?1 ORDER BY id", [object]).compactMap { $0.string("id") }
+            report.problems[index].files = files
+            guard !report.problems[index].mended else { continue }
+            for file in files {
+                report.lost.append(FsckLostFile(file: file, object: object, rows: try rows(naming: file)))
+            }
+        }
+    }
+
+    /// `table/id` of every row of the app's tables whose file columns name `file`.
+    func rows(naming file: String) throws -> [String] {
+        var rows: [String] = []
+        for table in device.manifest.tables where !table.files.isEmpty {
+            for column in table.files {
+                let ids = try device.database.query(
+                    "SELECT id FROM main.\(RowCapture.quote(table.name)) WHERE \(RowCapture.quote(column.column)) = ?1 ORDER BY id", [file])
+                rows += ids.compactMap { $0.string("id") }.map { "\(table.name)/\($0)" }
+            }
+        }
+        return rows
+    }
+}
+
+// MARK: - Reading objects in parallel
+
+/// What one object's verification found.
+enum FsckOutcome: Equatable {
+    case intact
+    case problem(FsckProblem.Kind, String)
+}
+
+/// A provider handed to one worker thread (a test's counting wrapper, one at a time).
+final class FsckProviderBox: @unchecked Sendable {
+    let provider: StorageProvider
+    init(_ provider: StorageProvider) { self.provider = provider }
+}
+
+/// Verifies a batch of objects on `jobs` threads, each with its own storage connection kept
+/// from batch to batch. Memory: per thread one ``ObjectReader`` (128 KiB) and the provider's
+/// read buffer.
+final class FsckPool: @unchecked Sendable {
+    private let connector: StorageConnector
+    private let jobs: Int
+    private var providers: [FsckProviderBox?]
+    private let lock = NSLock()
+
+    init(connector: StorageConnector, jobs: Int, given: FsckProviderBox?) {
+        self.connector = connector
+        self.jobs = jobs
+        providers = [FsckProviderBox?](repeating: given, count: jobs)
+    }
+
+    /// Verifies `items`; an outcome is nil for an item not reached before `deadline` or a stop.
+    ///
+    /// - Throws: the first storage error that is not about one object (`.storage`), after the
+    ///   threads finished.
+    func verify(_ items: [Fsck.StoredItem], deadline: Date?, stop: Stop) throws -> [FsckOutcome?] {
+        lock.withLock {
+            outcomes = [FsckOutcome?](repeating: nil, count: items.count)
+            next = 0
+            failure = nil
+        }
+        DispatchQueue.concurrentPerform(iterations: min(jobs, items.count)) { worker in
+            while true {
+                let index: Int? = lock.withLock {
+                    guard failure == nil, next < items.count, !stop.isRequested, deadline.map({ Date() < $0 }) ?? true else { return nil }
+                    defer { next += 1 }
+                    return next
+                }
+                guard let index else { return }
+                do {
+                    let box = try lock.withLock { try providers[worker] ?? FsckProviderBox(connector.connect()) }
+                    lock.withLock { providers[worker] = box }
+                    let outcome = try Self.verify(items[index], provider: box.provider)
+                    lock.withLock { outcomes[index] = outcome }
+                } catch {
+                    lock.withLock { if failure == nil { failure = error } }
+                    return
+                }
+            }
+        }
+        return try lock.withLock {
+            if let failure { throw failure }
+            return outcomes
+        }
+    }
+
+    private var outcomes: [FsckOutcome?] = []
+    private var next = 0
+    private var failure: Error?
+
+    /// Reads one stored object whole through an ``ObjectReader`` (every chunk authenticated,
+    /// the size the record gives) and hashes its plaintext against the record's hash.
+    ///
+    /// - Throws: `.storage` (storage unreachable or failing), `.internal`.
+    static func verify(_ item: Fsck.StoredItem, provider: StorageProvider) throws -> FsckOutcome {
+        let reader = try ObjectReader(key: FileKey(hex: item.keyHex), plaintextSize: item.size)
+        let hasher = try SHA256()
+        do {
+            try provider.get(item.object, range: nil) { bytes in
+                try reader.feed(bytes) { hasher.update($0) }
+            }
+            try reader.finish { hasher.update($0) }
+        } catch let error as CovenError where error.code == .missing {
+            return .problem(.missing, "storage holds nothing at '\(item.object)', which file '\(item.file)' names")
+        } catch let error as CovenError where [.integrity, .decoding, .updateRequired].contains(error.code) {
+            return .problem(.damaged, "the stored object '\(item.object)' of file '\(item.file)' fails its check: \(error.message)")
+        }
+        if let expected = item.hash {
+            let digest = hasher.finish().hex
+            guard digest == expected else {
+                return .problem(.hash, "the stored object '\(item.object)' authenticates but is not file '\(item.file)': sha256 \(digest), recorded \(expected)")
+            }
+        }
+        return .intact
+    }
+}
