@@ -5,7 +5,7 @@
 
 # The command words.
 _coven_commands() {
-    echo 'init' 'migrate' 'key' 'member' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'join' 'snapshot' 'devices' 'device' 'storage' 'lost' 'completions' 'help'
+    echo 'init' 'migrate' 'key' 'member' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'fsck' 'join' 'snapshot' 'devices' 'device' 'storage' 'lost' 'completions' 'help'
 }
 
 # The option words of COMMAND ('' is coven itself, before any command).
@@ -38,6 +38,7 @@ _coven_options() {
         'make-device-only') echo '--folder' '--input-json' '--progress-json' '--parallel' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'sync') echo '--push' '--pull' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'gc') echo '--dry-run' '--gone-devices' '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'fsck') echo '--fast' '--repair' '--time-limit' '--days' '--progress-json' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'join') echo '--key-file' '--name' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'snapshot') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'devices') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
@@ -101,6 +102,11 @@ _coven_option_value() {
             case $2 in
                 --folder) echo 'directory'; return 0 ;;
                 --parallel) echo 'none'; return 0 ;;
+            esac ;;
+        'fsck')
+            case $2 in
+                --time-limit) echo 'none'; return 0 ;;
+                --days) echo 'none'; return 0 ;;
             esac ;;
         'join')
             case $2 in
@@ -203,7 +209,7 @@ _coven_argument() {
             esac ;;
         'help')
             case $2 in
-                0) echo 'choice init migrate key member stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device storage lost completions' ;;
+                0) echo 'choice init migrate key member stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions' ;;
             esac ;;
     esac
 }

@@ -60,6 +60,11 @@ function __coven_takes_value --argument-names command option
                 case '--folder' '--parallel'
                     return 0
             end
+        case 'fsck'
+            switch $option
+                case '--time-limit' '--days'
+                    return 0
+            end
         case 'join'
             switch $option
                 case '--key-file' '--name'
@@ -185,6 +190,7 @@ complete -c coven -n __coven_needs_command -a 'moves' -d 'list the moves under w
 complete -c coven -n __coven_needs_command -a 'make-device-only' -d 'bring files back into a folder, then switch them to this device only'
 complete -c coven -n __coven_needs_command -a 'sync' -d 'publish this device\'s writes and apply the other devices\''
 complete -c coven -n __coven_needs_command -a 'gc' -d 'delete the stored objects nothing can still point at'
+complete -c coven -n __coven_needs_command -a 'fsck' -d 'check that every stored byte can still be read, and mend what can be mended'
 complete -c coven -n __coven_needs_command -a 'join' -d 'make a new device of an existing store, then pull its rows'
 complete -c coven -n __coven_needs_command -a 'snapshot' -d 'publish a bootstrap snapshot that \'coven join\' starts new devices from'
 complete -c coven -n __coven_needs_command -a 'devices' -d 'list the store\'s devices, their published seq and frontier'
@@ -289,6 +295,13 @@ complete -c coven -n '__coven_using gc' -l 'dry-run' -d 'delete nothing; print w
 complete -c coven -n '__coven_using gc' -l 'gone-devices' -d 'also end the unfinished uploads of devices gone for good and delete what no record names in their folders'
 complete -c coven -n '__coven_using gc' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
 
+# coven fsck
+complete -c coven -n '__coven_using fsck' -l 'fast' -d 'check presence and size only, from listings: no object is read'
+complete -c coven -n '__coven_using fsck' -l 'repair' -d 'mend what can be mended from local sources; never touches an original'
+complete -c coven -n '__coven_using fsck' -l 'time-limit' -x -d 'stop after DURATION (90s, 30m, 1h, 1h30m): least recently verified first'
+complete -c coven -n '__coven_using fsck' -l 'days' -x -d 'the window of the summary\'s share of bytes verified (default 30)'
+complete -c coven -n '__coven_using fsck' -l 'progress-json' -d 'write progress as JSON lines on stderr'
+
 # coven join
 complete -c coven -n '__coven_using join' -l 'key-file' -r -F -d 'the file holding the store key (default: stdin)'
 complete -c coven -n '__coven_using join' -l 'name' -x -d 'this device\'s name (default: the host name)'
@@ -312,4 +325,4 @@ complete -c coven -n '__coven_at_argument lost 0' -a 'restore drop'
 complete -c coven -n '__coven_at_argument completions 0' -a 'bash zsh fish'
 
 # coven help
-complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key member stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc join snapshot devices device storage lost completions'
+complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key member stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions'

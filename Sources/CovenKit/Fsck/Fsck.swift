@@ -183,12 +183,13 @@ public final class Fsck {
     ///   `.interrupted` when `stop` was asked (likewise: the next run goes on from there).
     public func run(provider given: StorageProvider? = nil) throws -> FsckReport {
         let provider = try given ?? device.connectStorage()
-        let storeKey = try device.storeKey()
+        let keys = device.keys
+        _ = try keys.storeKey()
         try ledger.forgetUnnamedObjects()
         if !options.fast {
-            try checkSnapshots(provider: provider, storeKey: storeKey)
+            try checkSnapshots(provider: provider, keys: keys)
         }
-        try checkChanges(provider: provider, storeKey: storeKey)
+        try checkChanges(provider: provider, keys: keys)
         try checkListings(provider: provider)
         if !options.fast {
             try verifyObjects(given: given)
@@ -196,7 +197,7 @@ public final class Fsck {
         }
         if options.repair {
             try repairObjects(provider: provider)
-            try repairChanges(provider: provider, storeKey: storeKey)
+            try repairChanges(provider: provider, keys: keys)
         }
         try findLostFiles()
         try summarize()
@@ -226,14 +227,14 @@ public final class Fsck {
 
     // MARK: Snapshots
 
-    private func checkSnapshots(provider: StorageProvider, storeKey: FileKey) throws {
+    private func checkSnapshots(provider: StorageProvider, keys: Keyring) throws {
         tell("snapshots")
         report.listings += 1
         for info in try provider.list(prefix: "snapshots/") {
             try checkStop()
             guard Snapshot.parse(info.key) != nil else { continue }
             do {
-                let objects = try Device.snapshotObjects(provider: provider, info: info, storeKey: storeKey)
+                let objects = try Device.snapshotObjects(provider: provider, info: info, keys: keys)
                 snapshotNamed.formUnion(objects)
                 pending.append(.init(key: info.key, kind: "snapshot", at: Date().timeIntervalSince1970, bytes: info.size, result: "ok"))
             } catch let error as CovenError where [.integrity, .decoding, .missing, .updateRequired].contains(error.code) {
@@ -274,7 +275,7 @@ public final class Fsck {
         }
     }
 
-    private func checkChanges(provider: StorageProvider, storeKey: FileKey) throws {
+    private func checkChanges(provider: StorageProvider, keys: Keyring) throws {
         tell("changes")
         let devices = try device.database.query("SELECT device, applied_seq, gone FROM coven_device_registry ORDER BY device")
         for row in devices {
@@ -310,7 +311,7 @@ public final class Fsck {
             guard !options.fast else { continue }
             let publicKey: DevicePublicKey
             do {
-                publicKey = try other == device.deviceID ? device.signingKey().publicKey : device.publicKey(of: other)
+                publicKey = try other == device.deviceID ? device.keys.signingKey().publicKey : device.keys.publicKey(of: other)
             } catch let error as CovenError where error.code == .integrity {
                 continue  // a device that never registered a key published nothing this device can check
             }
@@ -329,7 +330,7 @@ public final class Fsck {
                     guard let bytes = try provider.getObject(path) else {
                         throw CovenError(.missing, "gone while checked", details: ["key": path])
                     }
-                    let change = try ChangeObject.open(bytes, path: path, storeKey: storeKey, publicKey: publicKey, storeID: device.storeID)
+                    let change = try ChangeObject.open(bytes, path: path, storeKey: try keys.storeKey(), publicKey: publicKey, storeID: device.storeID)
                     if other == device.deviceID, let why = try ownDifference(change, seq: seq) {
                         result = "differs"
                         add(FsckProblem(subject: .change, kind: .differs, key: path,
@@ -370,18 +371,18 @@ public final class Fsck {
     }
 
     /// Publishes this device's damaged or missing changes again, through ``ChangeDamage``.
-    private func repairChanges(provider: StorageProvider, storeKey: FileKey) throws {
+    private func repairChanges(provider: StorageProvider, keys: Keyring) throws {
         guard !ownDamaged.isEmpty else { return }
         tell("repair")
         let damage = ChangeDamage(device: device)
         for seq in ownDamaged { try damage.noteReport(seq: seq) }
-        let (republished, _) = try damage.republish(provider: provider, storeKey: storeKey)
-        let publicKey = try device.signingKey().publicKey
+        let (republished, _) = try damage.republish(provider: provider, keys: keys)
+        let publicKey = try device.keys.signingKey().publicKey
         for seq in republished {
             let path = ChangeObject.path(device: device.deviceID, seq: UInt64(seq))
             // Checked again before it counts as mended.
             guard let bytes = try provider.getObject(path),
-                  (try? ChangeObject.open(bytes, path: path, storeKey: storeKey, publicKey: publicKey, storeID: device.storeID)) != nil
+                  (try? ChangeObject.open(bytes, path: path, storeKey: try keys.storeKey(), publicKey: publicKey, storeID: device.storeID)) != nil
             else { continue }
             for index in report.problems.indices where report.problems[index].subject == .change && report.problems[index].key == path {
                 report.problems[index].mended = true

@@ -125,10 +125,10 @@ class FsckLocalTests: FsckTestCase {
         let b = try join("b", from: a)
         for n in 0..<5 {
             try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(n)', 'v')")
-            _ = try a.sync()
+            _ = try StoreSync(a).sync()
         }
         _ = try a.snapshot()
-        _ = try b.sync()
+        _ = try StoreSync(b).sync()
         XCTAssertEqual(try fsck(b).problems, [])
         XCTAssertGreaterThanOrEqual(try fsck(b).changesChecked, 5)
         let p = try provider(a)
@@ -159,7 +159,7 @@ class FsckLocalTests: FsckTestCase {
     func testAnObjectASnapshotNamesThatIsGoneIsReported() throws {
         let device = try makeDevice()
         let stored = try storeFiles(device, count: 1)[0]
-        _ = try device.sync()
+        _ = try StoreSync(device).sync()
         _ = try device.snapshot()
         try device.write(sql: "DELETE FROM settings WHERE file = '\(stored.file)'")
         XCTAssertEqual(try fsck(device).problems, [])
@@ -174,14 +174,14 @@ class FsckLocalTests: FsckTestCase {
         let b = try join("b", from: a)
         for n in 0..<2 {
             try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(n)', 'v')")
-            _ = try a.sync()
+            _ = try StoreSync(a).sync()
         }
         XCTAssertEqual(try fsck(a).problems, [])
         let path = ChangeObject.path(device: a.deviceID, seq: 2)
-        let signingKey = try a.signingKey()
-        var change = try ChangeObject.open(try read(a, path), path: path, storeKey: try a.storeKey(), publicKey: signingKey.publicKey)
+        let signingKey = try a.keys.signingKey()
+        var change = try ChangeObject.open(try read(a, path), path: path, storeKey: try a.keys.storeKey(), publicKey: signingKey.publicKey)
         change.frontier[b.deviceID] = 7
-        try provider(a).put(path, data: try change.seal(storeKey: try a.storeKey(), signingKey: signingKey))
+        try provider(a).put(path, data: try change.seal(storeKey: try a.keys.storeKey(), signingKey: signingKey))
         XCTAssertEqual(try fsck(a).problems.map { "\($0.kind.rawValue) \($0.key)" }, ["differs \(path)"])
         XCTAssertEqual(try fsck(b).problems, [])
     }

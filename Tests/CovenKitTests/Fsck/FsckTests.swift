@@ -169,9 +169,9 @@ class FsckTests: FsckTestCase {
     func testChangesAndObjectsTakeTurnsByAge() throws {
         let device = try makeDevice()
         _ = try storeFiles(device, count: 4)
-        _ = try device.sync()
+        _ = try StoreSync(device).sync()
         try device.write(sql: "INSERT INTO settings (id, value) VALUES ('k', 'v')")
-        _ = try device.sync()
+        _ = try StoreSync(device).sync()
         let changes = try provider(device).list(prefix: "changes/\(device.deviceID)/").count
         XCTAssertGreaterThanOrEqual(changes, 2)
         var read: [Int] = []
