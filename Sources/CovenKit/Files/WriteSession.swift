@@ -48,7 +48,86 @@ extension Device {
         let lock = try self.lock(wait: wait)
         defer { _ = lock }
         let session = WriteSession(device: self)
-        return try session.run(sql: sql, parameters: parameters)
+        return try session.run { execute in try execute(sql, parameters) }
+    }
+
+    /// Runs a script read a piece at a time as one write (`coven write -`): each statement runs
+    /// as soon as it is read whole, so no script is held in memory whatever its length. The
+    /// whole script is one transaction, checked and recorded as ``write(sql:parameters:wait:)``
+    /// does.
+    ///
+    /// - Parameter read: fills the buffer with the script's next bytes, returning the count (0
+    ///   at the end).
+    /// - Throws: what ``write(sql:parameters:wait:)`` throws; `.usage` for a script holding a
+    ///   NUL byte or no statement.
+    @discardableResult
+    public func writeScript(read: (UnsafeMutableRawBufferPointer) throws -> Int, parameters: [String: SQLValue] = [:], wait: Bool = true) throws -> WriteResult {
+        let lock = try self.lock(wait: wait)
+        defer { _ = lock }
+        let session = WriteSession(device: self)
+        return try session.run { execute in
+            var pending: [UInt8] = []
+            var offset = 0
+            var ran = false
+            var block = [UInt8](repeating: 0, count: 65536)
+            func runPending(force: Bool) throws {
+                // Run once the text read so far ends a statement (at a line's end).
+                pending.append(0)
+                defer { pending.removeLast() }
+                let complete = pending.withUnsafeBufferPointer { buffer in
+                    buffer.baseAddress!.withMemoryRebound(to: CChar.self, capacity: buffer.count) { sqlite3_complete($0) != 0 }
+                }
+                guard complete || force else { return }
+                let text = String(decoding: pending.dropLast(), as: UTF8.self)
+                if !text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty {
+                    try execute(text, parameters)
+                    ran = true
+                }
+                pending.removeAll(keepingCapacity: true)
+                pending.append(0)
+            }
+            while true {
+                let got = try block.withUnsafeMutableBytes { try read($0) }
+                if got == 0 { break }
+                for byte in block[0..<got] {
+                    if byte == 0 {
+                        throw CovenError(.usage, "the SQL on stdin holds a NUL byte (at byte \(offset))", hint: "SQL is text: pass the bytes with --param or as a blob literal")
+                    }
+                    offset += 1
+                    pending.append(byte)
+                    if byte == UInt8(ascii: "\n") { try runPending(force: false) }
+                }
+            }
+            try runPending(force: true)
+            guard ran else { throw CovenError(.usage, "the SQL is empty") }
+        }
+    }
+
+    /// Runs `sql` once per set of parameters `next` gives (`coven write --each`), all in one
+    /// write: one transaction, checked and recorded as ``write(sql:parameters:wait:)`` does,
+    /// the parameter sets read one at a time (never all in memory). A set that fails refuses
+    /// the whole write; its error names the set's line.
+    ///
+    /// - Parameter next: the next set of named parameters and the line it came from, nil at
+    ///   the end (it may throw for a line it cannot read, naming it).
+    /// - Throws: what ``write(sql:parameters:wait:)`` throws, the message led by the line
+    ///   (`line 12: …`) for what a set's run threw.
+    @discardableResult
+    public func writeEach(sql: String, wait: Bool = true, next: () throws -> (line: Int, parameters: [String: SQLValue])?) throws -> WriteResult {
+        let lock = try self.lock(wait: wait)
+        defer { _ = lock }
+        let session = WriteSession(device: self)
+        return try session.run { execute in
+            while let (line, parameters) = try next() {
+                do {
+                    try execute(sql, parameters)
+                } catch let error as CovenError {
+                    var details = error.details
+                    details["line"] = String(line)
+                    throw CovenError(error.code, "line \(line): \(error.message)", hint: error.hint, cause: error.cause, details: details, sqliteCode: error.sqliteCode)
+                }
+            }
+        }
     }
 }
 
@@ -70,7 +149,9 @@ final class WriteSession {
         self.device = device
     }
 
-    func run(sql: String, parameters: [String: SQLValue]) throws -> WriteResult {
+    /// Runs the write: `statements` calls the function it is given with each piece of SQL and
+    /// its parameters, in order, inside the write's one transaction.
+    func run(_ statements: (_ execute: (String, [String: SQLValue]) throws -> Void) throws -> Void) throws -> WriteResult {
         var rows: [Row] = []
         let result: WriteResult = try database.transaction {
             try device.recordWrite { recorded in
@@ -78,7 +159,9 @@ final class WriteSession {
                 try installFunctions()
                 database.setAuthorizer(WriteSession.appPolicy)
                 do {
-                    try database.executeScript(sql, parameters: parameters) { rows.append($0) }
+                    try statements { sql, parameters in
+                        try database.executeScript(sql, parameters: parameters) { rows.append($0) }
+                    }
                 } catch {
                     database.setAuthorizer(nil)
                     try? SQLFunctions.install(on: device)
