@@ -253,13 +253,15 @@ extension Device {
     ///   - next: the next path (a String that may carry non-UTF-8 bytes), nil at the end.
     ///   - report: each path's outcome, in input order, once recorded; it may throw to end the
     ///     run (stdout gone), what was recorded staying staged.
+    ///   - windowReported: called once a window's outcomes are all reported (to flush them).
     /// - Returns: how many paths were staged and how many failed.
     /// - Throws: `.undeclaredNamespace`, `.namespaceKind` before any path is read; `.busy`
     ///   (`wait` false), `.sql`, `.noRoom` when recording a window fails (its files are not
     ///   staged; those of earlier windows are); `.interrupted`; what `next` or `report` throw.
     public func stageBatch(kind: FileKind, namespace name: String, place: Place, wait: Bool = true, stop: Stop = Stop(),
                            workers: Int = BatchStaging.workers, next: () throws -> String?,
-                           report: (BatchStaging.Outcome) throws -> Void, afterRead: (@Sendable (String) -> Void)? = nil) throws -> BatchStaging.Summary {
+                           report: (BatchStaging.Outcome) throws -> Void, windowReported: () throws -> Void = {},
+                           afterRead: (@Sendable (String) -> Void)? = nil) throws -> BatchStaging.Summary {
         _ = try namespace(name, kind: kind)
         let early = wait ? nil : try self.lock(wait: false)
         defer { _ = early }
@@ -353,6 +355,7 @@ extension Device {
                 if case .success = outcome.result { summary.staged += 1 } else { summary.failed += 1 }
                 try report(outcome)
             }
+            try windowReported()
             if interrupted { break }
         }
         if let reason = stop.reason {
@@ -413,7 +416,7 @@ extension Device {
     }
 }
 
-/// The limits and results of ``Device/stageBatch(kind:namespace:place:wait:stop:workers:next:report:afterRead:)``.
+/// The limits and results of ``Device/stageBatch(kind:namespace:place:wait:stop:workers:next:report:windowReported:afterRead:)``.
 public enum BatchStaging {
     /// The most files taken (hashed in parallel, recorded in one transaction) at a time.
     public static let window = 256

@@ -166,6 +166,10 @@ struct StageCommand: Command {
                     context.err.write("coven: failed: \(error.code.rawValue): \(error.message)\(error.cause.map { ": " + $0 } ?? "")\n")
                 }
             }
+        }, windowReported: {
+            // Each window's lines go out as soon as it is recorded: the next command of a
+            // pipeline starts on them, and a kill leaves printed exactly what was staged.
+            try context.out.flushChecked()
         })
         try context.out.flushChecked()
         guard summary.failed == 0 else {
