@@ -124,7 +124,10 @@ extension Device {
                 } catch let error as CovenError {
                     var details = error.details
                     details["line"] = String(line)
-                    throw CovenError(error.code, "line \(line): \(error.message)", hint: error.hint, cause: error.cause, details: details, sqliteCode: error.sqliteCode)
+                    // A parameter the statement names and the line lacks: the line is what to fix.
+                    let hint = error.code == .usage && error.message.hasPrefix("no value for parameter")
+                        ? "give every line the key, or a default with --param NAME=VALUE" : error.hint
+                    throw CovenError(error.code, "line \(line): \(error.message)", hint: hint, cause: error.cause, details: details, sqliteCode: error.sqliteCode)
                 }
             }
         }
