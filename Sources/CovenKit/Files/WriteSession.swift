@@ -16,7 +16,9 @@ public struct WriteResult: Sendable {
 /// A file put in rows by the write's SQL, applied to coven's tables after the SQL has run.
 struct PutIntent {
     enum Source {
-        case staged(Row)
+        /// A staged file or prepared original, by its staged id: its row is read again when
+        /// the intent is applied, so a write of many files holds no row per file.
+        case staged(String)
         case existing(FileRecord)
     }
 
@@ -139,7 +141,18 @@ final class WriteSession {
     let device: Device
     var database: Database { device.database }
     var manifest: Manifest { device.manifest }
-    var intents: [PutIntent] = []
+    private(set) var intents: [PutIntent] = []
+    /// File id → its position in ``intents``.
+    private var intentIndex: [String: Int] = [:]
+
+    /// Adds the intent of a file put by this write.
+    func addIntent(_ intent: PutIntent) {
+        intentIndex[intent.fileID] = intents.count
+        intents.append(intent)
+    }
+
+    /// The intent that put file `fileID` in this write, if one did.
+    func intent(for fileID: String) -> PutIntent? { intentIndex[fileID].map { intents[$0] } }
     var stamp = ""
     var moveID: String?
     var usedStaged: Set<String> = []
@@ -195,7 +208,7 @@ final class WriteSession {
                 recorded.waitsFor = waitsFor
                 var staged: [String: String] = [:]
                 for intent in intents {
-                    if case .staged(let row) = intent.source, let id = row.string("id") { staged[id] = intent.fileID }
+                    if case .staged(let id) = intent.source { staged[id] = intent.fileID }
                 }
                 let usedMove = try moveID.flatMap { id in
                     try device.moveRecords.state(id) != nil ? id : nil
@@ -307,8 +320,8 @@ final class WriteSession {
         let place = requestedPlace ?? Place(rawValue: row.string("place") ?? "") ?? .cloud
         usedStaged.insert(id)
         let fileID = Identifier.uuid7()
-        intents.append(PutIntent(
-            fileID: fileID, source: .staged(row), namespace: namespace, kind: kind, place: place,
+        addIntent(PutIntent(
+            fileID: fileID, source: .staged(id), namespace: namespace, kind: kind, place: place,
             size: row.int("size") ?? 0, object: "files/\(device.deviceID)/\(Identifier.objectName())",
             key: SecureRandom.bytes(32).hex))
         return fileID
@@ -319,7 +332,7 @@ final class WriteSession {
         let record: FileRecord
         if let existing = try device.fileRecord(id) {
             record = existing
-        } else if let pending = intents.first(where: { $0.fileID == id }) {
+        } else if let pending = intent(for: id) {
             // A file put earlier in this same write.
             let coordinates = Coordinates(at: .device, device: device.deviceID, object: pending.object, key: pending.key)
             record = try FileRecord(row: Row(columns: ["id", "audience", "namespace", "size", "hash", "coordinates"],
@@ -332,7 +345,7 @@ final class WriteSession {
         }
         let kind = manifest.namespace(record.namespace)?.kind ?? .app
         let fileID = Identifier.uuid7()
-        intents.append(PutIntent(
+        addIntent(PutIntent(
             fileID: fileID, source: .existing(record), namespace: record.namespace, kind: kind,
             place: record.coordinates.at == .stored ? .cloud : .deviceOnly, size: record.size,
             object: record.coordinates.object, key: record.coordinates.key))
@@ -348,7 +361,10 @@ final class WriteSession {
             case .existing(let record):
                 try device.fileRecords.insert(id: intent.fileID, audience: record.audience, namespace: record.namespace, size: record.size,
                                               hash: record.hash, coordinates: record.coordinates, stamp: stamp)
-            case .staged(let row):
+            case .staged(let id):
+                guard let row = try device.stagedFiles.row(id) else {
+                    throw CovenError(.internal, "staged file '\(id)' went away during the write that puts it", details: ["staged": id])
+                }
                 let coordinates = Coordinates(at: .device, device: device.deviceID, object: intent.object, key: intent.key)
                 try device.fileRecords.insert(id: intent.fileID, audience: "store", namespace: intent.namespace, size: intent.size,
                                               hash: nil, coordinates: coordinates, stamp: stamp)
@@ -469,7 +485,7 @@ final class WriteSession {
         guard let row else { return }
         for column in table.files {
             guard let fileID = row[column.column].textValue, let record = try device.fileRecord(fileID), record.coordinates.at == .device else { continue }
-            if putIDs.contains(fileID), let intent = intents.first(where: { $0.fileID == fileID }), case .staged = intent.source, intent.place == .cloud { continue }
+            if putIDs.contains(fileID), let intent = intent(for: fileID), case .staged = intent.source, intent.place == .cloud { continue }
             // Already on its way to the cloud (an upload or a move queued).
             if try !device.isUploaded(record.coordinates.object) { continue }
             throw CovenError(.remoteRoot, "'\(table.name).\(column.column)' of row '\(rowID)' names file '\(fileID)', which is on one device only, but '\(table.name)' is under remote root '\(root)'",
@@ -520,7 +536,7 @@ final class WriteSession {
         }
         if record.coordinates.at == .stored { return }
         let object = record.coordinates.object
-        if isPut, let intent = intents.first(where: { $0.fileID == fileID }), case .staged = intent.source, intent.place == .cloud {
+        if isPut, let intent = intent(for: fileID), case .staged = intent.source, intent.place == .cloud {
             // Staged by this write for the cloud: its upload is bound, outside any move.
             try device.uploadQueue.bind(object)
             waitsFor.insert(object)
