@@ -175,7 +175,24 @@ final class WriteSession {
                 try installFunctions()
                 database.setAuthorizer(WriteSession.appPolicy)
                 do {
+                    // A statement run again and again (write --each) is prepared once, the
+                    // second time it comes.
+                    var last: String?
+                    var prepared: OpaquePointer?
+                    defer { sqlite3_finalize(prepared) }
                     try statements { sql, parameters in
+                        if let prepared, sql == last {
+                            try database.runPrepared(prepared, parameters: parameters) { rows.append($0) }
+                            return
+                        }
+                        if sql == last, prepared == nil, let single = try database.prepareSingle(sql) {
+                            prepared = single
+                            try database.runPrepared(single, parameters: parameters) { rows.append($0) }
+                            return
+                        }
+                        sqlite3_finalize(prepared)
+                        prepared = nil
+                        last = sql
                         try database.executeScript(sql, parameters: parameters) { rows.append($0) }
                     }
                 } catch {
