@@ -267,13 +267,14 @@ extension Device {
         defer { _ = early }
         var summary = BatchStaging.Summary()
         var ended = false
+        let folder = FileManager.default.currentDirectoryPath
         while !ended {
             // Take a window of paths.
             var window: [(index: Int, path: String, absolute: String)] = []
             var bytes: Int64 = 0
             while window.count < BatchStaging.window, bytes < BatchStaging.windowBytes {
                 guard !stop.isRequested, let path = try next() else { ended = true; break }
-                let absolute = Self.absolute(path)
+                let absolute = path.hasPrefix("/") ? path : folder + "/" + path
                 window.append((summary.read, path, absolute))
                 summary.read += 1
                 var info = stat()
