@@ -19,7 +19,8 @@ struct PutIntent {
         /// A staged file or prepared original, by its staged id: its row is read again when
         /// the intent is applied, so a write of many files holds no row per file.
         case staged(String)
-        case existing(FileRecord)
+        /// Boxed: a record is large, and a write of many files holds an intent per file.
+        indirect case existing(FileRecord)
     }
 
     var fileID: String
