@@ -296,7 +296,10 @@ extension Device {
                             let (identity, digests) = try Device.readOriginal(absolute, stop: stop, afterRead: afterRead)
                             slots.set(index, .original(identity, digests))
                         case .app:
-                            let file = try FileHandleFD(reading: absolute)
+                            // As `coven stage PATH`: a path that cannot be opened is an `io` failure.
+                            let descriptor = PathText.withCString(absolute) { Foundation.open($0, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
+                            guard descriptor >= 0 else { throw CovenError.posix("open", path: PathText.display(absolute)) }
+                            let file = FileHandleFD(descriptor: descriptor, path: absolute)
                             let info = try file.status()
                             guard (info.st_mode & S_IFMT) == S_IFREG else {
                                 throw CovenError(.io, "'\(PathText.display(absolute))' is not a regular file", details: ["path": PathText.display(absolute)])
