@@ -16,12 +16,12 @@ _coven_options() {
         'migrate') echo '--manifest' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'key') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'member') echo '--output' '-o' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
-        'stage') echo '--user' '--namespace' '-n' '--place' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
-        'write') echo '--param' '-p' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
-        'sql') echo '--param' '-p' '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'stage') echo '--user' '--files-from' '--null' '-z' '--namespace' '-n' '--place' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'write') echo '--param' '-p' '--each' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'sql') echo '--param' '-p' '--null-terminated' '-z' '--watch' '--until-empty' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'status') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'upload-worker') echo '--once' '--jobs' '-j' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
-        'uploads') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'uploads') echo '--null-terminated' '-z' '--watch' '--until-empty' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'pause') echo '--unmetered-only' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'resume') echo '--any-network' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'retry') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
@@ -74,12 +74,14 @@ _coven_option_value() {
         'stage')
             case $2 in
                 --user) echo 'file'; return 0 ;;
+                --files-from) echo 'file'; return 0 ;;
                 --namespace|-n) echo 'none'; return 0 ;;
                 --place) echo 'choice cloud device-only'; return 0 ;;
             esac ;;
         'write')
             case $2 in
                 --param|-p) echo 'none'; return 0 ;;
+                --each) echo 'file'; return 0 ;;
             esac ;;
         'sql')
             case $2 in

@@ -27,12 +27,12 @@ function __coven_takes_value --argument-names command option
             end
         case 'stage'
             switch $option
-                case '--user' '--namespace' '-n' '--place'
+                case '--user' '--files-from' '--namespace' '-n' '--place'
                     return 0
             end
         case 'write'
             switch $option
-                case '--param' '-p'
+                case '--param' '-p' '--each'
                     return 0
             end
         case 'sql'
@@ -224,17 +224,22 @@ complete -c coven -n '__coven_using member' -s 'o' -l 'output' -r -F -d 'write t
 complete -c coven -n '__coven_at_argument member 0' -a 'keygen'
 
 # coven stage
-complete -c coven -n '__coven_using stage' -l 'user' -r -F -d 'prepare the person\'s original at PATH instead of copying bytes'
+complete -c coven -n '__coven_using stage' -l 'user' -r -F -d 'prepare the person\'s original at PATH (with --files-from: the originals listed) instead of copying bytes'
+complete -c coven -n '__coven_using stage' -l 'files-from' -r -F -d 'stage every file listed in FILE (- for stdin), one path a line'
+complete -c coven -n '__coven_using stage' -s 'z' -l 'null' -d 'the paths of --files-from are NUL-separated, and each printed field is NUL-ended'
 complete -c coven -n '__coven_using stage' -s 'n' -l 'namespace' -x -d 'the declared namespace the file belongs to'
 complete -c coven -n '__coven_using stage' -l 'place' -x -a 'cloud device-only' -d 'cloud (uploaded, the default) or device-only'
 complete -c coven -n '__coven_at_argument stage 0' -F
 
 # coven write
 complete -c coven -n '__coven_using write' -s 'p' -l 'param' -x -d 'bind :NAME in the SQL to VALUE (text)'
+complete -c coven -n '__coven_using write' -l 'each' -r -F -d 'run the SQL once per JSON object of FILE (- for stdin), one a line, its keys bound as parameters'
 
 # coven sql
 complete -c coven -n '__coven_using sql' -s 'p' -l 'param' -x -d 'bind :NAME in the SQL to VALUE (text)'
 complete -c coven -n '__coven_using sql' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
+complete -c coven -n '__coven_using sql' -l 'watch' -d 'print the result again each time it changes, until a signal'
+complete -c coven -n '__coven_using sql' -l 'until-empty' -d 'with --watch: end once the result has no rows'
 
 # coven upload-worker
 complete -c coven -n '__coven_using upload-worker' -l 'once' -d 'drain the queue, then exit (for cron)'
@@ -242,6 +247,8 @@ complete -c coven -n '__coven_using upload-worker' -s 'j' -l 'jobs' -x -d 'uploa
 
 # coven uploads
 complete -c coven -n '__coven_using uploads' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
+complete -c coven -n '__coven_using uploads' -l 'watch' -d 'print the queue again each time it changes, until a signal'
+complete -c coven -n '__coven_using uploads' -l 'until-empty' -d 'with --watch: end once the queue is empty'
 
 # coven pause
 complete -c coven -n '__coven_using pause' -l 'unmetered-only' -d 'send trailing uploads only while the network is not metered'

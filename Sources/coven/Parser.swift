@@ -163,6 +163,9 @@ extension Parser {
                 try add(spec, "", to: &invocation)
             } else if let inline {
                 try add(spec, inline, to: &invocation)
+            } else if spec.value?.hasPrefix("[") == true, index >= words.count || words[index].hasPrefix("-") {
+                // An optional value (`--user [PATH]`): given alone, or before another option.
+                try add(spec, "", to: &invocation)
             } else {
                 guard index < words.count else { throw missingValue(spec, written: "--\(name)") }
                 try add(spec, words[index], to: &invocation)

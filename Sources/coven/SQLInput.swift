@@ -21,6 +21,11 @@ enum SQLInput {
         }
         sql = sql.trimmingCharacters(in: .whitespacesAndNewlines)
         guard !sql.isEmpty else { throw CovenError(.usage, "the SQL is empty") }
+        return (sql, try parameters(invocation))
+    }
+
+    /// The --param values, by name.
+    static func parameters(_ invocation: Invocation) throws -> [String: SQLValue] {
         var parameters: [String: SQLValue] = [:]
         for pair in invocation.values("param") {
             guard let equals = pair.firstIndex(of: "="), equals != pair.startIndex else {
@@ -30,6 +35,6 @@ enum SQLInput {
             if let first = name.first, ":@$".contains(first) { name.removeFirst() }
             parameters[name] = .text(String(pair[pair.index(after: equals)...]))
         }
-        return (sql, parameters)
+        return parameters
     }
 }

@@ -235,3 +235,23 @@ struct SplitMix64 {
         return z ^ (z >> 31)
     }
 }
+
+extension ParserTests {
+    /// The JSON lines `stage --files-from --json` writes by hand escape as Foundation does.
+    func testJSONStringEscapesAsTheSerializer() throws {
+        var samples = (0..<0x80).map { String(UnicodeScalar(UInt8($0))) }
+        samples += ["music/caf\\xE9.flac", "two\nlines", "quote \" and \\ back", "émoji 🎵 / slash", ""]
+        for sample in samples {
+            XCTAssertEqual(JSONText.string(sample), try JSONText.render(sample), sample.debugDescription)
+        }
+    }
+
+    /// `--user [PATH]`: an option whose value is optional takes none before another option.
+    func testOptionalValueIsLeftOutBeforeAnotherOption() throws {
+        let invocation = try Parser.parse(["--user", "--namespace", "music", "--files-from", "-"], options: StageCommand.options, arguments: StageCommand.arguments, command: "stage")
+        XCTAssertEqual(invocation.value("user"), "")
+        XCTAssertEqual(invocation.value("namespace"), "music")
+        let given = try Parser.parse(["--user", "song.flac", "--namespace", "music"], options: StageCommand.options, arguments: StageCommand.arguments, command: "stage")
+        XCTAssertEqual(given.value("user"), "song.flac")
+    }
+}

@@ -206,6 +206,22 @@ public final class Database {
         return statement
     }
 
+    /// Runs one statement as ``run(_:_:)`` does, kept prepared (``cached(_:)``): for a statement
+    /// run once per file of a write of many.
+    func runCached(_ sql: String, _ parameters: [SQLBindable] = []) throws {
+        let statement = try cached(sql)
+        try statement.bind(parameters)
+        try statement.runToEnd()
+    }
+
+    /// Runs a query as ``queryOne(_:_:)`` does, kept prepared (``cached(_:)``), and resets it.
+    func queryOneCached(_ sql: String, _ parameters: [SQLBindable] = []) throws -> Row? {
+        let statement = try cached(sql)
+        defer { statement.reset() }
+        try statement.bind(parameters)
+        return try statement.next()
+    }
+
     /// Runs SQL that may hold several statements and returns nothing.
     public func execute(_ sql: String) throws {
         var error: UnsafeMutablePointer<CChar>?
@@ -556,34 +572,74 @@ extension Database {
                     guard let statement else { continue } // whitespace or a comment
                     defer { sqlite3_finalize(statement) }
                     try vet?(statement)
-                    let text = String(cString: sqlite3_sql(statement))
-                    for index in 1...max(1, Int(sqlite3_bind_parameter_count(statement))) where sqlite3_bind_parameter_count(statement) > 0 {
-                        guard let rawName = sqlite3_bind_parameter_name(statement, Int32(index)) else {
-                            throw CovenError(.usage, "the SQL uses a nameless parameter '?'", hint: "name parameters (:name) and pass --param name=value")
-                        }
-                        let name = String(String(cString: rawName).dropFirst())
-                        guard let value = parameters[name] else {
-                            throw CovenError(.usage, "no value for parameter '\(String(cString: rawName))'", hint: "pass --param \(name)=VALUE")
-                        }
-                        let bound = Statement.bindRaw(statement, value, at: Int32(index))
-                        guard bound == SQLITE_OK else { throw sqliteError(bound, text) }
-                    }
-                    let columns = Int(sqlite3_column_count(statement))
-                    let names = (0..<columns).map { String(cString: sqlite3_column_name(statement, Int32($0))) }
-                    while true {
-                        let step = sqlite3_step(statement)
-                        if let error = takeFunctionError() { throw error }
-                        if step == SQLITE_DONE { break }
-                        guard step == SQLITE_ROW else { throw sqliteError(step, text) }
-                        var values: [SQLValue] = []
-                        values.reserveCapacity(columns)
-                        for column in 0..<Int32(columns) {
-                            values.append(SQLValue(raw: sqlite3_column_value(statement, column)))
-                        }
-                        try row(Row(columns: names, values: values))
-                    }
+                    try runPrepared(statement, parameters: parameters, row: row)
                 }
             }
+        }
+    }
+
+    /// A script of exactly one statement, prepared once to be run many times
+    /// (``runPrepared(_:parameters:row:)``, `coven write --each`); nil when the script holds
+    /// several statements (or none), which must run through ``executeScript(_:parameters:row:)``.
+    /// The caller finalizes it (`sqlite3_finalize`).
+    func prepareSingle(_ sql: String) throws -> OpaquePointer? {
+        var bytes = Array(sql.utf8)
+        bytes.append(0)
+        return try bytes.withUnsafeBufferPointer { buffer in
+            try buffer.baseAddress!.withMemoryRebound(to: CChar.self, capacity: buffer.count) { start -> OpaquePointer? in
+                var statement: OpaquePointer?
+                var tail: UnsafePointer<CChar>?
+                let code = sqlite3_prepare_v3(handle, start, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, &tail)
+                if let error = takeFunctionError() { sqlite3_finalize(statement); throw error }
+                guard code == SQLITE_OK else { throw sqliteError(code, sql) }
+                guard let statement else { return nil }
+                // Only whitespace and semicolons may follow (a comment makes it a script).
+                var rest = tail
+                while let current = rest, current.pointee != 0 {
+                    let byte = UInt8(bitPattern: current.pointee)
+                    guard byte == 0x20 || byte == 0x0A || byte == 0x09 || byte == 0x0D || byte == UInt8(ascii: ";") else {
+                        sqlite3_finalize(statement)
+                        return nil
+                    }
+                    rest = current + 1
+                }
+                return statement
+            }
+        }
+    }
+
+    /// Binds `parameters` by name to a prepared statement and steps it to its end, passing each
+    /// row to `row`; the statement is reset and its bindings cleared first, so it runs again.
+    func runPrepared(_ statement: OpaquePointer, parameters: [String: SQLValue], row: (Row) throws -> Void) throws {
+        sqlite3_reset(statement)
+        sqlite3_clear_bindings(statement)
+        defer { sqlite3_reset(statement) }
+        // The statement's text, for an error only.
+        func text() -> String { String(cString: sqlite3_sql(statement)) }
+        for index in 1...max(1, Int(sqlite3_bind_parameter_count(statement))) where sqlite3_bind_parameter_count(statement) > 0 {
+            guard let rawName = sqlite3_bind_parameter_name(statement, Int32(index)) else {
+                throw CovenError(.usage, "the SQL uses a nameless parameter '?'", hint: "name parameters (:name) and pass --param name=value")
+            }
+            let name = String(String(cString: rawName).dropFirst())
+            guard let value = parameters[name] else {
+                throw CovenError(.usage, "no value for parameter '\(String(cString: rawName))'", hint: "pass --param \(name)=VALUE")
+            }
+            let bound = Statement.bindRaw(statement, value, at: Int32(index))
+            guard bound == SQLITE_OK else { throw sqliteError(bound, text()) }
+        }
+        let columns = Int(sqlite3_column_count(statement))
+        let names = (0..<columns).map { String(cString: sqlite3_column_name(statement, Int32($0))) }
+        while true {
+            let step = sqlite3_step(statement)
+            if let error = takeFunctionError() { throw error }
+            if step == SQLITE_DONE { break }
+            guard step == SQLITE_ROW else { throw sqliteError(step, text()) }
+            var values: [SQLValue] = []
+            values.reserveCapacity(columns)
+            for column in 0..<Int32(columns) {
+                values.append(SQLValue(raw: sqlite3_column_value(statement, column)))
+            }
+            try row(Row(columns: names, values: values))
         }
     }
 

@@ -41,10 +41,21 @@ public enum Identifier {
     }
 
     static func format(_ bytes: [UInt8]) -> String {
-        let hex = bytes.hex
-        let chars = Array(hex)
-        return String(chars[0..<8]) + "-" + String(chars[8..<12]) + "-" + String(chars[12..<16]) + "-"
-            + String(chars[16..<20]) + "-" + String(chars[20..<32])
+        // Built as ASCII bytes: a write of many files makes several ids per file.
+        let digits = Array("0123456789abcdef".utf8)
+        return String(unsafeUninitializedCapacity: 36) { out in
+            var position = 0
+            for (index, byte) in bytes.prefix(16).enumerated() {
+                if index == 4 || index == 6 || index == 8 || index == 10 {
+                    out[position] = UInt8(ascii: "-")
+                    position += 1
+                }
+                out[position] = digits[Int(byte >> 4)]
+                out[position + 1] = digits[Int(byte & 0x0f)]
+                position += 2
+            }
+            return position
+        }
     }
 
     /// Whether `text` is a canonical lowercase hyphenated UUID of version 4 or 7 with the RFC

@@ -84,6 +84,16 @@ final class ContentHasher {
             chunkHashes.append(contentsOf: repeatElement(0, count: chunkCount * 32))
             let isLast = count < capacity
             let blockCount = count
+            if isLast && total == 0 && chunkCount == 1 {
+                // A file of one chunk: its chunk hash is its whole-file hash, computed once.
+                chunkHashes.withUnsafeMutableBytes { hashes in
+                    SHA256.hash(block, into: hashes.baseAddress! + start)
+                }
+                try write?(block)
+                total = Int64(count)
+                progress?(total)
+                return ContentDigests(size: total, content: Array(chunkHashes[start..<(start + 32)]), chunks: chunkHashes)
+            }
             if isLast && count <= Self.inlineLimit {
                 // One short last block (a small file's only one): hashing it on this thread is
                 // cheaper than handing it to two.

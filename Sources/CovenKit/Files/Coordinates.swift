@@ -93,7 +93,7 @@ public struct FileRecord: Sendable, Equatable {
 extension Device {
     /// The record of a file, or nil when this device has none.
     public func fileRecord(_ id: String) throws -> FileRecord? {
-        guard let row = try database.queryOne("SELECT * FROM coven_files WHERE id = ?1", [id]) else { return nil }
+        guard let row = try database.queryOneCached("SELECT * FROM coven_files WHERE id = ?1", [id]) else { return nil }
         return try FileRecord(row: row)
     }
 

@@ -34,7 +34,7 @@ final class FileRecords {
 
     /// A new record (a write putting a file).
     func insert(id: String, audience: String, namespace: String, size: Int64, hash: String?, coordinates: Coordinates, stamp: String) throws {
-        try database.run("""
+        try database.runCached("""
             INSERT INTO coven_files (id, audience, namespace, size, hash, coordinates, _updated_at)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
             """, [id, audience, namespace, size, hash, coordinates.json, stamp])
@@ -276,7 +276,7 @@ final class FileRecords {
     /// Records this device's bytes of an object (a write putting a staged file, or
     /// make-device-only's copy becoming the file's original here), replacing what was recorded.
     func recordLocal(_ bytes: LocalBytes) throws {
-        try database.run("""
+        try database.runCached("""
             INSERT INTO coven_local (object, kind, path, copy, size, modified_seconds, modified_nanos, change_stamp, content_hash, chunk_hashes)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
             ON CONFLICT (object) DO UPDATE SET kind = excluded.kind, path = excluded.path, copy = excluded.copy, size = excluded.size,

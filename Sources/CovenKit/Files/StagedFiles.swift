@@ -5,20 +5,21 @@ import Foundation
 /// preparing record them (Stager), the write that puts one forgets it (WriteSession), and
 /// ``Device/discardStaged(_:)`` takes one back; they call this, never its SQL.
 ///
-/// Every method runs inside the caller's transaction.
+/// Every method runs inside the caller's transaction; their statements stay prepared, as a
+/// batch staging or a write of many files runs them once per file.
 struct StagedFiles {
     let database: Database
 
     /// The row of staged file `id` (every column), or nil when no staged file has the id.
     func row(_ id: String) throws -> Row? {
-        try database.queryOne("SELECT * FROM coven_staged WHERE id = ?1", [id])
+        try database.queryOneCached("SELECT * FROM coven_staged WHERE id = ?1", [id])
     }
 
     /// Records a person's original prepared where it is: its path, how it looked when it was
     /// read (``OriginalIdentity``) and its hashes.
     func addOriginal(id: String, namespace: String, place: Place, path: [UInt8], identity: OriginalIdentity,
                      contentHash: [UInt8], chunkHashes: [UInt8]) throws {
-        try database.run("""
+        try database.runCached("""
             INSERT INTO coven_staged (id, kind, namespace, place, path, size, modified_seconds, modified_nanos, change_stamp, content_hash, chunk_hashes, created_at)
             VALUES (?1, 'user', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
             """, [id, namespace, place.rawValue, path, identity.size, identity.modifiedSeconds, identity.modifiedNanos, identity.changeStamp,
@@ -27,7 +28,7 @@ struct StagedFiles {
 
     /// Records staged app bytes, held in coven's copy `copy` (a path under the device folder).
     func addCopy(id: String, namespace: String, place: Place, copy: String, size: Int64, contentHash: [UInt8], chunkHashes: [UInt8]) throws {
-        try database.run("""
+        try database.runCached("""
             INSERT INTO coven_staged (id, kind, namespace, place, copy, size, content_hash, chunk_hashes, created_at)
             VALUES (?1, 'app', ?2, ?3, ?4, ?5, ?6, ?7, ?8)
             """, [id, namespace, place.rawValue, copy, size, contentHash, chunkHashes, Timestamp.iso8601(Date())])
@@ -35,7 +36,7 @@ struct StagedFiles {
 
     /// Forgets staged file `id`: a write put it, or its staging was taken back.
     func remove(_ id: String) throws {
-        try database.run("DELETE FROM coven_staged WHERE id = ?1", [id])
+        try database.runCached("DELETE FROM coven_staged WHERE id = ?1", [id])
     }
 }
 

@@ -62,6 +62,33 @@ extension Device {
         return namespace
     }
 
+    /// `path` made absolute against the working folder (a String that may carry non-UTF-8 bytes).
+    static func absolute(_ path: String) -> String {
+        path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+    }
+
+    /// Reads a person's original at `absolute` once, hashing it, and checks it did not change
+    /// while it was read: what preparing one (alone or in a batch) records.
+    ///
+    /// - Throws: `.userFileMissing`, `.userFileChanged`, `.io` (not a regular file, unreadable),
+    ///   `.interrupted`.
+    static func readOriginal(_ absolute: String, stop: Stop, progress: ((Int64) -> Void)? = nil, afterRead: ((String) -> Void)? = nil) throws -> (OriginalIdentity, ContentDigests) {
+        let file = try FileHandleFD(reading: absolute)
+        let before = try file.status()
+        guard (before.st_mode & S_IFMT) == S_IFREG else {
+            throw CovenError(.io, "'\(PathText.display(absolute))' is not a regular file", details: ["path": PathText.display(absolute)])
+        }
+        posix_fadvise(file.fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
+        let digests = try ContentHasher.run(file: file, sizeHint: Int64(before.st_size), stop: stop, progress: progress)
+        afterRead?(absolute)
+        let after = try file.status()
+        let identity = OriginalIdentity(before)
+        guard OriginalIdentity(after) == identity, digests.size == identity.size else {
+            throw CovenError(.userFileChanged, "'\(PathText.display(absolute))' changed while it was being read", hint: "stage it again once it is saved", details: ["path": PathText.display(absolute)])
+        }
+        return (identity, digests)
+    }
+
     // MARK: - Preparing a user's original
 
     /// Reads a person's original once: its size, exact modification time, whole-file SHA-256
@@ -83,19 +110,8 @@ extension Device {
         // Under --no-wait a busy device fails before any byte is read.
         let early = wait ? nil : try self.lock(wait: false)
         defer { _ = early }
-        let absolute = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
-        let file = try FileHandleFD(reading: absolute)
-        let before = try file.status()
-        guard (before.st_mode & S_IFMT) == S_IFREG else {
-            throw CovenError(.io, "'\(PathText.display(absolute))' is not a regular file", details: ["path": PathText.display(absolute)])
-        }
-        posix_fadvise(file.fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
-        let digests = try ContentHasher.run(file: file, sizeHint: Int64(before.st_size), stop: stop, progress: progress)
-        let after = try file.status()
-        let identity = OriginalIdentity(before)
-        guard OriginalIdentity(after) == identity, digests.size == identity.size else {
-            throw CovenError(.userFileChanged, "'\(PathText.display(absolute))' changed while it was being read", hint: "stage it again once it is saved", details: ["path": PathText.display(absolute)])
-        }
+        let absolute = Self.absolute(path)
+        let (identity, digests) = try Self.readOriginal(absolute, stop: stop, progress: progress)
         let id = Identifier.uuid7()
         let lock = try early ?? self.lock(wait: true)
         defer { _ = lock }
@@ -126,54 +142,232 @@ extension Device {
         _ = try namespace(name, kind: .app)
         let early = wait ? nil : try self.lock(wait: false)
         defer { _ = early }
-        let id = Identifier.uuid7()
-        let relative = "copies/" + id
-        let final = paths.folder + "/" + relative
-        // The bytes are written under tmp/ and linked into copies/ once whole; the temporary
-        // name goes only after the record commits, so a crash anywhere in between leaves it
-        // behind, stamped with this process's pid, and the next open finds its copy from it
-        // without listing copies/ (Device.sweepAfterCrash).
-        let temporary = paths.temporary + "/" + id + ".tmp." + String(getpid())
-        let out = Foundation.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard out >= 0 else { throw CovenError.posix("create", path: temporary) }
-        defer {
-            close(out)
-            unlink(temporary)
-        }
-        let duplicate = dup(descriptor)
-        guard duplicate >= 0 else { throw CovenError.posix("read", path: sourceName) }
-        let source = FileHandleFD(descriptor: duplicate, path: sourceName)
-        posix_fadvise(source.fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
-        var sourceInfo = stat()
-        let sizeHint: Int64? = fstat(source.fd, &sourceInfo) == 0 && (sourceInfo.st_mode & S_IFMT) == S_IFREG ? Int64(sourceInfo.st_size) : nil
-        var written: Int64 = 0
-        let digests = try ContentHasher.run(read: { try stop.check("stage"); return try source.read(into: $0) }, write: { block in
-            try AtomicFile.writeAll(out, block, path: temporary)
-            // Start writing back now, so the final fsync has little left to wait for.
-            _ = coven_start_writeback(out, Int64(written), Int64(block.count))
-            written += Int64(block.count)
-        }, sizeHint: sizeHint, progress: progress)
-        guard fsync(out) == 0 else { throw CovenError.posix("sync", path: temporary) }
+        let copy = try Self.copyAppBytes(from: descriptor, sourceName: sourceName, temporaryFolder: paths.temporary, stop: stop, progress: progress)
+        defer { unlink(copy.temporary) }
         try stop.check("stage")
         let lock = try early ?? self.lock(wait: true)
         defer { _ = lock }
-        // A link never replaces: the id is new, so anything already at `final` is a fault.
-        guard link(temporary, final) == 0 else { throw CovenError.posix("link into", path: final) }
-        // The copy holds exactly the bytes hashed: the proof that `coven get` and
-        // `coven file-status` need not read it again until it is written.
-        let stamp = FileStamp(path: final)
+        try recordCopies([copy], namespace: name, place: place)
+        return copy.staged(namespace: name, place: place)
+    }
+
+    /// App bytes copied under tmp/ and synced, not yet linked into copies/ nor recorded.
+    struct AppCopy {
+        var id: String
+        /// The synced temporary file, stamped with this process's pid; removed by the caller
+        /// once the record commits (or the staging failed).
+        var temporary: String
+        var digests: ContentDigests
+
+        var relative: String { "copies/" + id }
+
+        func staged(namespace: String, place: Place) -> StagedFile {
+            StagedFile(id: id, kind: .app, namespace: namespace, place: place.rawValue, size: digests.size, modifiedSeconds: nil, modifiedNanos: nil, contentHash: digests.content.hex)
+        }
+    }
+
+    /// Copies app bytes from `descriptor` into a temporary file under tmp/, hashing them as they
+    /// stream, and syncs it: the first half of staging them, which needs no lock (a batch runs
+    /// several at once, so their syncs overlap).
+    ///
+    /// The temporary name goes only after the record commits (``recordCopies(_:namespace:place:)``),
+    /// so a crash anywhere in between leaves it behind, stamped with this process's pid, and the
+    /// next open finds its copy from it without listing copies/ (Device.sweepAfterCrash).
+    /// On a throw the temporary file is already gone.
+    static func copyAppBytes(from descriptor: Int32, sourceName: String, temporaryFolder: String, stop: Stop, progress: ((Int64) -> Void)? = nil) throws -> AppCopy {
+        let id = Identifier.uuid7()
+        let temporary = temporaryFolder + "/" + id + ".tmp." + String(getpid())
+        let out = Foundation.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard out >= 0 else { throw CovenError.posix("create", path: temporary) }
+        defer { close(out) }
         do {
-            try AtomicFile.syncFolder(paths.copies)
-            try database.transaction {
-                if let stamp { try setSetting(Self.checkedKey("copy:" + relative), stamp.text) }
-                try stagedFiles.addCopy(id: id, namespace: name, place: place, copy: relative, size: digests.size,
-                                        contentHash: digests.content, chunkHashes: digests.chunks)
-            }
+            let duplicate = dup(descriptor)
+            guard duplicate >= 0 else { throw CovenError.posix("read", path: sourceName) }
+            let source = FileHandleFD(descriptor: duplicate, path: sourceName)
+            posix_fadvise(source.fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
+            var sourceInfo = stat()
+            let sizeHint: Int64? = fstat(source.fd, &sourceInfo) == 0 && (sourceInfo.st_mode & S_IFMT) == S_IFREG ? Int64(sourceInfo.st_size) : nil
+            var written: Int64 = 0
+            let digests = try ContentHasher.run(read: { try stop.check("stage"); return try source.read(into: $0) }, write: { block in
+                try AtomicFile.writeAll(out, block, path: temporary)
+                // Start writing back now, so the final fsync has little left to wait for.
+                _ = coven_start_writeback(out, Int64(written), Int64(block.count))
+                written += Int64(block.count)
+            }, sizeHint: sizeHint, progress: progress)
+            guard fsync(out) == 0 else { throw CovenError.posix("sync", path: temporary) }
+            return AppCopy(id: id, temporary: temporary, digests: digests)
         } catch {
-            unlink(final)
+            unlink(temporary)
             throw error
         }
-        return StagedFile(id: id, kind: .app, namespace: name, place: place.rawValue, size: digests.size, modifiedSeconds: nil, modifiedNanos: nil, contentHash: digests.content.hex)
+    }
+
+    /// Links synced copies into copies/, syncs the folder once and records them all in one
+    /// transaction: the second half of staging app bytes, under the device lock. On a throw
+    /// none is recorded and the links made are gone; the caller removes the temporary files.
+    func recordCopies(_ copies: [AppCopy], namespace name: String, place: Place) throws {
+        var linked: [String] = []
+        do {
+            var stamps: [String: FileStamp] = [:]
+            for copy in copies {
+                let final = paths.folder + "/" + copy.relative
+                // A link never replaces: the id is new, so anything already at `final` is a fault.
+                guard link(copy.temporary, final) == 0 else { throw CovenError.posix("link into", path: final) }
+                linked.append(final)
+                // The copy holds exactly the bytes hashed: the proof that `coven get` and
+                // `coven file-status` need not read it again until it is written.
+                stamps[copy.id] = FileStamp(path: final)
+            }
+            try AtomicFile.syncFolder(paths.copies)
+            try database.transaction {
+                for copy in copies {
+                    if let stamp = stamps[copy.id] { try setSetting(Self.checkedKey("copy:" + copy.relative), stamp.text) }
+                    try stagedFiles.addCopy(id: copy.id, namespace: name, place: place, copy: copy.relative, size: copy.digests.size,
+                                            contentHash: copy.digests.content, chunkHashes: copy.digests.chunks)
+                }
+            }
+        } catch {
+            linked.forEach { unlink($0) }
+            throw error
+        }
+    }
+
+    // MARK: - Staging many files in one run
+
+    /// Stages many files in one run (`coven stage --files-from`): app bytes copied (`kind`
+    /// `.app`) or people's originals prepared where they are (`.user`), read from `next` one
+    /// path at a time and reported to `report` one by one, in input order.
+    ///
+    /// The paths are taken a window at a time (at most ``BatchStaging/window`` files, or about
+    /// ``BatchStaging/windowBytes`` of them): the window's files are hashed (and copied, and
+    /// synced) in parallel on a few workers, then recorded under the device lock in one
+    /// transaction; only then are they reported. Memory is bounded by the window whatever the
+    /// count of paths.
+    ///
+    /// A path that fails (missing, unreadable, not a regular file, changed while read) is
+    /// reported as failed and the others go on. A stop asked (`stop`, a signal) ends the run
+    /// after the window in hand: the files of it read whole are recorded and reported, and the
+    /// call throws `.interrupted` saying how many paths were staged.
+    ///
+    /// - Parameters:
+    ///   - next: the next path (a String that may carry non-UTF-8 bytes), nil at the end.
+    ///   - report: each path's outcome, in input order, once recorded; it may throw to end the
+    ///     run (stdout gone), what was recorded staying staged.
+    ///   - windowReported: called once a window's outcomes are all reported (to flush them).
+    /// - Returns: how many paths were staged and how many failed.
+    /// - Throws: `.undeclaredNamespace`, `.namespaceKind` before any path is read; `.busy`
+    ///   (`wait` false), `.sql`, `.noRoom` when recording a window fails (its files are not
+    ///   staged; those of earlier windows are); `.interrupted`; what `next` or `report` throw.
+    public func stageBatch(kind: FileKind, namespace name: String, place: Place, wait: Bool = true, stop: Stop = Stop(),
+                           workers: Int = BatchStaging.workers, next: () throws -> String?,
+                           report: (BatchStaging.Outcome) throws -> Void, windowReported: () throws -> Void = {},
+                           afterRead: (@Sendable (String) -> Void)? = nil) throws -> BatchStaging.Summary {
+        _ = try namespace(name, kind: kind)
+        let early = wait ? nil : try self.lock(wait: false)
+        defer { _ = early }
+        var summary = BatchStaging.Summary()
+        var ended = false
+        let folder = FileManager.default.currentDirectoryPath
+        while !ended {
+            // Take a window of paths.
+            var window: [(index: Int, path: String, absolute: String)] = []
+            var bytes: Int64 = 0
+            while window.count < BatchStaging.window, bytes < BatchStaging.windowBytes {
+                guard !stop.isRequested, let path = try next() else { ended = true; break }
+                let absolute = path.hasPrefix("/") ? path : folder + "/" + path
+                window.append((summary.read, path, absolute))
+                summary.read += 1
+                var info = stat()
+                if PathText.withCString(absolute, { lstat($0, &info) }) == 0 { bytes += Int64(info.st_size) }
+            }
+            guard !window.isEmpty else { break }
+            // Hash (and copy) the window's files in parallel; each slot is written by one worker.
+            enum Done { case original(OriginalIdentity, ContentDigests), copy(AppCopy), failed(CovenError) }
+            let slots = BatchSlots<Done>(count: window.count)
+            let queue = BatchQueue(count: window.count)
+            let paths = window.map(\.absolute)
+            let temporaryFolder = self.paths.temporary
+            let work = { @Sendable in
+                while let index = queue.take() {
+                    let absolute = paths[index]
+                    do {
+                        switch kind {
+                        case .user:
+                            let (identity, digests) = try Device.readOriginal(absolute, stop: stop, afterRead: afterRead)
+                            slots.set(index, .original(identity, digests))
+                        case .app:
+                            // As `coven stage PATH`: a path that cannot be opened is an `io` failure.
+                            let descriptor = PathText.withCString(absolute) { Foundation.open($0, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
+                            guard descriptor >= 0 else { throw CovenError.posix("open", path: PathText.display(absolute)) }
+                            let file = FileHandleFD(descriptor: descriptor, path: absolute)
+                            let info = try file.status()
+                            guard (info.st_mode & S_IFMT) == S_IFREG else {
+                                throw CovenError(.io, "'\(PathText.display(absolute))' is not a regular file", details: ["path": PathText.display(absolute)])
+                            }
+                            _ = fcntl(file.fd, F_SETFL, fcntl(file.fd, F_GETFL) & ~O_NONBLOCK)
+                            slots.set(index, .copy(try Device.copyAppBytes(from: file.fd, sourceName: PathText.display(absolute), temporaryFolder: temporaryFolder, stop: stop)))
+                        }
+                    } catch let error as CovenError {
+                        slots.set(index, .failed(error))
+                    } catch {
+                        slots.set(index, .failed(CovenError(.io, "cannot stage '\(PathText.display(absolute))'", cause: "\(error)")))
+                    }
+                }
+            }
+            let threads = max(1, min(workers, window.count))
+            DispatchQueue.concurrentPerform(iterations: threads) { _ in work() }
+            let done = slots.values()
+            // A file a stop cut short is neither staged nor failed: it was not read whole.
+            let interrupted = stop.isRequested
+            var outcomes: [BatchStaging.Outcome] = []
+            var copies: [AppCopy] = []
+            var originals: [(id: String, absolute: String, identity: OriginalIdentity, digests: ContentDigests)] = []
+            for (slot, item) in zip(done, window) {
+                switch slot {
+                case .original(let identity, let digests):
+                    let id = Identifier.uuid7()
+                    originals.append((id, item.absolute, identity, digests))
+                    outcomes.append(.init(index: item.index, path: item.path, result: .success(StagedFile(
+                        id: id, kind: .user, namespace: name, place: place.rawValue, size: digests.size, modifiedSeconds: identity.modifiedSeconds,
+                        modifiedNanos: identity.modifiedNanos, contentHash: digests.content.hex))))
+                case .copy(let copy):
+                    copies.append(copy)
+                    outcomes.append(.init(index: item.index, path: item.path, result: .success(copy.staged(namespace: name, place: place))))
+                case .failed(let error):
+                    if interrupted, error.code == .interrupted { continue }
+                    outcomes.append(.init(index: item.index, path: item.path, result: .failure(error)))
+                case nil:
+                    continue
+                }
+            }
+            defer { copies.forEach { unlink($0.temporary) } }
+            // Record the window in one transaction (one commit, one sync of copies/).
+            do {
+                let lock = try early ?? self.lock(wait: true)
+                defer { _ = lock }
+                if !copies.isEmpty { try recordCopies(copies, namespace: name, place: place) }
+                if !originals.isEmpty {
+                    try database.transaction {
+                        for original in originals {
+                            try stagedFiles.addOriginal(id: original.id, namespace: name, place: place, path: PathText.osBytes(original.absolute), identity: original.identity,
+                                                        contentHash: original.digests.content, chunkHashes: original.digests.chunks)
+                        }
+                    }
+                }
+            }
+            for outcome in outcomes {
+                if case .success = outcome.result { summary.staged += 1 } else { summary.failed += 1 }
+                try report(outcome)
+            }
+            try windowReported()
+            if interrupted { break }
+        }
+        if let reason = stop.reason {
+            throw CovenError(.interrupted, "stage stopped: \(reason), after \(summary.staged.counted("file")) staged and \(summary.failed) failed of the \(summary.read) read",
+                             hint: "the staged files are kept and were printed; stage the paths after them again",
+                             details: ["staged": String(summary.staged), "failed": String(summary.failed), "read": String(summary.read)])
+        }
+        return summary
     }
 
     // MARK: - Taking a staging back
@@ -223,5 +417,76 @@ extension Device {
                 throw CovenError(.userFileChanged, "'\(display)' changed since it was staged", hint: "stage it again", details: ["path": display])
             }
         }
+    }
+}
+
+/// The limits and results of ``Device/stageBatch(kind:namespace:place:wait:stop:workers:next:report:windowReported:afterRead:)``.
+public enum BatchStaging {
+    /// The most files taken (hashed in parallel, recorded in one transaction) at a time.
+    public static let window = 256
+    /// A window is closed early once its files hold this many bytes, so a crash or a stop
+    /// loses little work on big files.
+    public static let windowBytes: Int64 = 256 << 20
+    /// The workers hashing a window's files: the cores, at most 4 (each big file's hashing
+    /// uses two lanes of its own).
+    public static let workers = max(1, min(4, ProcessInfo.processInfo.activeProcessorCount))
+
+    /// What became of one input path.
+    public struct Outcome: Sendable {
+        /// Its position in the input, from 0.
+        public var index: Int
+        /// The path as given.
+        public var path: String
+        /// The staged file, or why it was not staged.
+        public var result: Result<StagedFile, CovenError>
+    }
+
+    /// The counts of one run.
+    public struct Summary: Sendable, Equatable {
+        /// Paths read from the input.
+        public var read = 0
+        /// Paths staged.
+        public var staged = 0
+        /// Paths that failed.
+        public var failed = 0
+    }
+}
+
+/// One result slot per file of a window, each written by one worker.
+final class BatchSlots<Value>: @unchecked Sendable {
+    // @unchecked: every access is under `lock`.
+    private let lock = NSLock()
+    private var slots: [Value?]
+
+    init(count: Int) { slots = Array(repeating: nil, count: count) }
+
+    func set(_ index: Int, _ value: Value) {
+        lock.lock()
+        defer { lock.unlock() }
+        slots[index] = value
+    }
+
+    func values() -> [Value?] {
+        lock.lock()
+        defer { lock.unlock() }
+        return slots
+    }
+}
+
+/// The next index of a window for a worker to take.
+final class BatchQueue: @unchecked Sendable {
+    // @unchecked: `next` is used under `lock`.
+    private let lock = NSLock()
+    private var next = 0
+    private let count: Int
+
+    init(count: Int) { self.count = count }
+
+    func take() -> Int? {
+        lock.lock()
+        defer { lock.unlock() }
+        guard next < count else { return nil }
+        next += 1
+        return next - 1
     }
 }

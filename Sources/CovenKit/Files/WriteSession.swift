@@ -16,8 +16,11 @@ public struct WriteResult: Sendable {
 /// A file put in rows by the write's SQL, applied to coven's tables after the SQL has run.
 struct PutIntent {
     enum Source {
-        case staged(Row)
-        case existing(FileRecord)
+        /// A staged file or prepared original, by its staged id: its row is read again when
+        /// the intent is applied, so a write of many files holds no row per file.
+        case staged(String)
+        /// Boxed: a record is large, and a write of many files holds an intent per file.
+        indirect case existing(FileRecord)
     }
 
     var fileID: String
@@ -48,7 +51,89 @@ extension Device {
         let lock = try self.lock(wait: wait)
         defer { _ = lock }
         let session = WriteSession(device: self)
-        return try session.run(sql: sql, parameters: parameters)
+        return try session.run { execute in try execute(sql, parameters) }
+    }
+
+    /// Runs a script read a piece at a time as one write (`coven write -`): each statement runs
+    /// as soon as it is read whole, so no script is held in memory whatever its length. The
+    /// whole script is one transaction, checked and recorded as ``write(sql:parameters:wait:)``
+    /// does.
+    ///
+    /// - Parameter read: fills the buffer with the script's next bytes, returning the count (0
+    ///   at the end).
+    /// - Throws: what ``write(sql:parameters:wait:)`` throws; `.usage` for a script holding a
+    ///   NUL byte or no statement.
+    @discardableResult
+    public func writeScript(read: (UnsafeMutableRawBufferPointer) throws -> Int, parameters: [String: SQLValue] = [:], wait: Bool = true) throws -> WriteResult {
+        let lock = try self.lock(wait: wait)
+        defer { _ = lock }
+        let session = WriteSession(device: self)
+        return try session.run { execute in
+            var pending: [UInt8] = []
+            var offset = 0
+            var ran = false
+            var block = [UInt8](repeating: 0, count: 65536)
+            func runPending(force: Bool) throws {
+                // Run once the text read so far ends a statement (at a line's end).
+                pending.append(0)
+                defer { pending.removeLast() }
+                let complete = pending.withUnsafeBufferPointer { buffer in
+                    buffer.baseAddress!.withMemoryRebound(to: CChar.self, capacity: buffer.count) { sqlite3_complete($0) != 0 }
+                }
+                guard complete || force else { return }
+                let text = String(decoding: pending.dropLast(), as: UTF8.self)
+                if !text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty {
+                    try execute(text, parameters)
+                    ran = true
+                }
+                pending.removeAll(keepingCapacity: true)
+                pending.append(0)
+            }
+            while true {
+                let got = try block.withUnsafeMutableBytes { try read($0) }
+                if got == 0 { break }
+                for byte in block[0..<got] {
+                    if byte == 0 {
+                        throw CovenError(.usage, "the SQL on stdin holds a NUL byte (at byte \(offset))", hint: "SQL is text: pass the bytes with --param or as a blob literal")
+                    }
+                    offset += 1
+                    pending.append(byte)
+                    if byte == UInt8(ascii: "\n") { try runPending(force: false) }
+                }
+            }
+            try runPending(force: true)
+            guard ran else { throw CovenError(.usage, "the SQL is empty") }
+        }
+    }
+
+    /// Runs `sql` once per set of parameters `next` gives (`coven write --each`), all in one
+    /// write: one transaction, checked and recorded as ``write(sql:parameters:wait:)`` does,
+    /// the parameter sets read one at a time (never all in memory). A set that fails refuses
+    /// the whole write; its error names the set's line.
+    ///
+    /// - Parameter next: the next set of named parameters and the line it came from, nil at
+    ///   the end (it may throw for a line it cannot read, naming it).
+    /// - Throws: what ``write(sql:parameters:wait:)`` throws, the message led by the line
+    ///   (`line 12: …`) for what a set's run threw.
+    @discardableResult
+    public func writeEach(sql: String, wait: Bool = true, next: () throws -> (line: Int, parameters: [String: SQLValue])?) throws -> WriteResult {
+        let lock = try self.lock(wait: wait)
+        defer { _ = lock }
+        let session = WriteSession(device: self)
+        return try session.run { execute in
+            while let (line, parameters) = try next() {
+                do {
+                    try execute(sql, parameters)
+                } catch let error as CovenError {
+                    var details = error.details
+                    details["line"] = String(line)
+                    // A parameter the statement names and the line lacks: the line is what to fix.
+                    let hint = error.code == .usage && error.message.hasPrefix("no value for parameter")
+                        ? "give every line the key, or a default with --param NAME=VALUE" : error.hint
+                    throw CovenError(error.code, "line \(line): \(error.message)", hint: hint, cause: error.cause, details: details, sqliteCode: error.sqliteCode)
+                }
+            }
+        }
     }
 }
 
@@ -57,7 +142,18 @@ final class WriteSession {
     let device: Device
     var database: Database { device.database }
     var manifest: Manifest { device.manifest }
-    var intents: [PutIntent] = []
+    private(set) var intents: [PutIntent] = []
+    /// File id → its position in ``intents``.
+    private var intentIndex: [String: Int] = [:]
+
+    /// Adds the intent of a file put by this write.
+    func addIntent(_ intent: PutIntent) {
+        intentIndex[intent.fileID] = intents.count
+        intents.append(intent)
+    }
+
+    /// The intent that put file `fileID` in this write, if one did.
+    func intent(for fileID: String) -> PutIntent? { intentIndex[fileID].map { intents[$0] } }
     var stamp = ""
     var moveID: String?
     var usedStaged: Set<String> = []
@@ -70,7 +166,9 @@ final class WriteSession {
         self.device = device
     }
 
-    func run(sql: String, parameters: [String: SQLValue]) throws -> WriteResult {
+    /// Runs the write: `statements` calls the function it is given with each piece of SQL and
+    /// its parameters, in order, inside the write's one transaction.
+    func run(_ statements: (_ execute: (String, [String: SQLValue]) throws -> Void) throws -> Void) throws -> WriteResult {
         var rows: [Row] = []
         let result: WriteResult = try database.transaction {
             try device.recordWrite { recorded in
@@ -78,7 +176,26 @@ final class WriteSession {
                 try installFunctions()
                 database.setAuthorizer(WriteSession.appPolicy)
                 do {
-                    try database.executeScript(sql, parameters: parameters) { rows.append($0) }
+                    // A statement run again and again (write --each) is prepared once, the
+                    // second time it comes.
+                    var last: String?
+                    var prepared: OpaquePointer?
+                    defer { sqlite3_finalize(prepared) }
+                    try statements { sql, parameters in
+                        if let prepared, sql == last {
+                            try database.runPrepared(prepared, parameters: parameters) { rows.append($0) }
+                            return
+                        }
+                        if sql == last, prepared == nil, let single = try database.prepareSingle(sql) {
+                            prepared = single
+                            try database.runPrepared(single, parameters: parameters) { rows.append($0) }
+                            return
+                        }
+                        sqlite3_finalize(prepared)
+                        prepared = nil
+                        last = sql
+                        try database.executeScript(sql, parameters: parameters) { rows.append($0) }
+                    }
                 } catch {
                     database.setAuthorizer(nil)
                     try? SQLFunctions.install(on: device)
@@ -109,7 +226,7 @@ final class WriteSession {
                 recorded.waitsFor = waitsFor
                 var staged: [String: String] = [:]
                 for intent in intents {
-                    if case .staged(let row) = intent.source, let id = row.string("id") { staged[id] = intent.fileID }
+                    if case .staged(let id) = intent.source { staged[id] = intent.fileID }
                 }
                 let usedMove = try moveID.flatMap { id in
                     try device.moveRecords.state(id) != nil ? id : nil
@@ -221,8 +338,8 @@ final class WriteSession {
         let place = requestedPlace ?? Place(rawValue: row.string("place") ?? "") ?? .cloud
         usedStaged.insert(id)
         let fileID = Identifier.uuid7()
-        intents.append(PutIntent(
-            fileID: fileID, source: .staged(row), namespace: namespace, kind: kind, place: place,
+        addIntent(PutIntent(
+            fileID: fileID, source: .staged(id), namespace: namespace, kind: kind, place: place,
             size: row.int("size") ?? 0, object: "files/\(device.deviceID)/\(Identifier.objectName())",
             key: SecureRandom.bytes(32).hex))
         return fileID
@@ -233,7 +350,7 @@ final class WriteSession {
         let record: FileRecord
         if let existing = try device.fileRecord(id) {
             record = existing
-        } else if let pending = intents.first(where: { $0.fileID == id }) {
+        } else if let pending = intent(for: id) {
             // A file put earlier in this same write.
             let coordinates = Coordinates(at: .device, device: device.deviceID, object: pending.object, key: pending.key)
             record = try FileRecord(row: Row(columns: ["id", "audience", "namespace", "size", "hash", "coordinates"],
@@ -246,7 +363,7 @@ final class WriteSession {
         }
         let kind = manifest.namespace(record.namespace)?.kind ?? .app
         let fileID = Identifier.uuid7()
-        intents.append(PutIntent(
+        addIntent(PutIntent(
             fileID: fileID, source: .existing(record), namespace: record.namespace, kind: kind,
             place: record.coordinates.at == .stored ? .cloud : .deviceOnly, size: record.size,
             object: record.coordinates.object, key: record.coordinates.key))
@@ -262,7 +379,10 @@ final class WriteSession {
             case .existing(let record):
                 try device.fileRecords.insert(id: intent.fileID, audience: record.audience, namespace: record.namespace, size: record.size,
                                               hash: record.hash, coordinates: record.coordinates, stamp: stamp)
-            case .staged(let row):
+            case .staged(let id):
+                guard let row = try device.stagedFiles.row(id) else {
+                    throw CovenError(.internal, "staged file '\(id)' went away during the write that puts it", details: ["staged": id])
+                }
                 let coordinates = Coordinates(at: .device, device: device.deviceID, object: intent.object, key: intent.key)
                 try device.fileRecords.insert(id: intent.fileID, audience: "store", namespace: intent.namespace, size: intent.size,
                                               hash: nil, coordinates: coordinates, stamp: stamp)
@@ -389,7 +509,7 @@ final class WriteSession {
         guard let row else { return }
         for column in table.files {
             guard let fileID = row[column.column].textValue, let record = try device.fileRecord(fileID), record.coordinates.at == .device else { continue }
-            if putIDs.contains(fileID), let intent = intents.first(where: { $0.fileID == fileID }), case .staged = intent.source, intent.place == .cloud { continue }
+            if putIDs.contains(fileID), let intent = intent(for: fileID), case .staged = intent.source, intent.place == .cloud { continue }
             // Already on its way to the cloud (an upload or a move queued).
             if try !device.isUploaded(record.coordinates.object) { continue }
             throw CovenError(.remoteRoot, "'\(table.name).\(column.column)' of row '\(rowID)' names file '\(fileID)', which is on one device only, but '\(table.name)' is under remote root '\(root)'",
@@ -425,7 +545,7 @@ final class WriteSession {
         }
         if record.coordinates.at == .stored { return }
         let object = record.coordinates.object
-        if isPut, let intent = intents.first(where: { $0.fileID == fileID }), case .staged = intent.source, intent.place == .cloud {
+        if isPut, let intent = intent(for: fileID), case .staged = intent.source, intent.place == .cloud {
             // Staged by this write for the cloud: its upload is bound, outside any move.
             try device.uploadQueue.bind(object)
             waitsFor.insert(object)

@@ -5,7 +5,7 @@ import Foundation
 struct SQLCommand: Command {
     static let name = "sql"
     static let abstract = "run read-only SQL over the app tables and coven's views"
-    static let synopsis = ["[SQL | -] [--param NAME=VALUE]... [-z]"]
+    static let synopsis = ["[SQL | -] [--param NAME=VALUE]... [-z]", "--watch SQL [--until-empty] [--param NAME=VALUE]... [-z]"]
     static let discussion = """
     Prints each row on a line, its values separated by tabs (NULL as nothing, a newline, tab \
     or backslash in a value as \\n, \\t, \\\\, a BLOB such as a path as its text with bytes \
@@ -19,20 +19,37 @@ struct SQLCommand: Command {
     coven_kept(table, id) (1 when the row would leave this device at the next sync, 0 when a \
     gate keeps it here). Never changes anything and never \
     waits for the device lock.
+
+    With --watch, prints the result once, then again each time it changes, woken by another \
+    process committing to the device (a file watch on the database and its log, confirmed by \
+    SQLite's data_version: never a busy poll): each result is followed by an empty line (-z: \
+    by one more NUL; --json: each result is one JSON array on a line of its own). It runs \
+    until a signal (exit 130) or, with --until-empty, until the query returns no rows (exit \
+    0): a script waits for the upload queue to drain with \
+    coven sql --watch --until-empty "SELECT * FROM coven_uploads".
     """
     static let options = [
         OptionSpec("param", short: "p", value: "NAME=VALUE", help: "bind :NAME in the SQL to VALUE (text)", repeatable: true),
         CommandContext.nulTerminatedOption,
+        OptionSpec("watch", help: "print the result again each time it changes, until a signal"),
+        OptionSpec("until-empty", help: "with --watch: end once the result has no rows"),
     ]
     static let arguments = [ArgumentSpec("SQL", help: "the query, or - for stdin", optional: true)]
     static let mutates = false
+    static let pollsStop = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let (sql, parameters) = try SQLInput.read(invocation, context)
         let device = try context.openDeviceReadOnly()
         let zero = invocation.has("null-terminated")
+        if invocation.has("watch") {
+            return try watch(context, device: device, untilEmpty: invocation.has("until-empty"), zero: zero) { rows in
+                try readOnly { try device.database.executeReadOnlyScript(sql, parameters: parameters) { rows.append($0) } }
+            }
+        }
+        if invocation.has("until-empty") { throw CovenError(.usage, "--until-empty goes with --watch") }
         var objects: [[String: Any]] = []
-        do {
+        try readOnly {
             try device.database.executeReadOnlyScript(sql, parameters: parameters) { row in
                 if context.json {
                     objects.append(jsonObject(row))
@@ -41,13 +58,54 @@ struct SQLCommand: Command {
                     try context.out.check()
                 }
             }
+        }
+        if context.json { try context.printJSON(objects) }
+        return 0
+    }
+
+    private static func readOnly(_ body: () throws -> Void) throws {
+        do {
+            try body()
         } catch let error as CovenError where error.code == .sql && (error.cause ?? error.message).contains("readonly") {
             // The connection is read-only (and query_only): SQLite says "attempt to write a
             // readonly database" for any write, temporary tables included.
             throw CovenError(.sql, "coven sql only reads", hint: "change rows with 'coven write'", cause: error.cause ?? error.message)
         }
-        if context.json { try context.printJSON(objects) }
-        return 0
+    }
+
+    /// `--watch`: prints the rows `query` gives, then again each time they change (another
+    /// process committed and the rows differ), until a signal or, with `untilEmpty`, no rows.
+    static func watch(_ context: CommandContext, device: Device, untilEmpty: Bool, zero: Bool, query: (inout [Row]) throws -> Void) throws -> Int32 {
+        let watch = try DatabaseWatch(device)
+        var last: String?
+        while true {
+            var rows: [Row] = []
+            try query(&rows)
+            let shown: String
+            if context.json {
+                shown = try JSONText.render(rows.map(jsonObject)) + "\n"
+            } else {
+                var text = ""
+                for row in rows {
+                    if zero {
+                        for field in row.values.map(SQLCommand.text) {
+                            guard !field.utf8.contains(0) else { throw CovenError(.usage, "a value holds a NUL byte, which -z cannot print", hint: "print it with --json") }
+                            text += field + "\0"
+                        }
+                    } else {
+                        text += row.values.map(escapedText).joined(separator: "\t") + "\n"
+                    }
+                }
+                shown = text + (zero ? "\0" : "\n")
+            }
+            if shown != last {
+                context.out.write(shown)
+                try context.out.flushChecked()
+                last = shown
+            }
+            if untilEmpty && rows.isEmpty { return 0 }
+            try watch.next(stop: Stop.process)
+        }
     }
 
     static func text(_ value: SQLValue) -> String {

@@ -8,6 +8,7 @@ struct StageCommand: Command {
     static let synopsis = [
         "(PATH | -) --namespace NS [--place cloud|device-only]",
         "--user PATH --namespace NS [--place cloud|device-only]",
+        "--files-from FILE|- [-z] [--user] --namespace NS [--place cloud|device-only]",
     ]
     static let discussion = """
     With PATH or - (stdin), copies app bytes into coven's own copy beside the device, streamed \
@@ -18,9 +19,22 @@ struct StageCommand: Command {
     coven_put_user_file(ID). PATH must be a regular file (a FIFO or a device is refused at \
     once; stream it through stdin instead). A signal stops the staging and removes its \
     temporary file (exit 130).
+
+    With --files-from, stages many files in one process: the paths are read from FILE or \
+    stdin, one a line (-z: NUL-separated, for names holding newlines), app bytes copied, or \
+    with --user people's originals prepared. Files are hashed in parallel a window at a time \
+    (256 files or 256 MiB) and each window is recorded in one transaction; memory stays \
+    bounded whatever the count. Prints one line per staged file, in input order: its id and \
+    its path, tab-separated (-z: each NUL-ended; --json: one JSON object a line with id and \
+    path, what 'coven write --each' binds as :id and :path). A path that fails (missing, \
+    unreadable, not a regular file, changed while read) is reported on stderr, on a line of \
+    its own, and the others are staged: the exit is then 10 (partial). A signal keeps what \
+    was staged, says how many paths were (exit 130).
     """
     static let options = [
-        OptionSpec("user", value: "PATH", help: "prepare the person's original at PATH instead of copying bytes", completion: .file),
+        OptionSpec("user", value: "[PATH]", help: "prepare the person's original at PATH (with --files-from: the originals listed) instead of copying bytes", completion: .file),
+        OptionSpec("files-from", value: "FILE", help: "stage every file listed in FILE (- for stdin), one path a line", completion: .file),
+        OptionSpec("null", short: "z", help: "the paths of --files-from are NUL-separated, and each printed field is NUL-ended"),
         OptionSpec("namespace", short: "n", value: "NS", help: "the declared namespace the file belongs to"),
         OptionSpec("place", value: "WHERE", help: "cloud (uploaded, the default) or device-only", choices: ["cloud", "device-only"]),
     ]
@@ -31,9 +45,14 @@ struct StageCommand: Command {
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         guard let namespace = invocation.value("namespace") else { throw CovenError(.usage, "missing --namespace NS") }
         let place = Place(rawValue: invocation.value("place") ?? "cloud") ?? .cloud
+        if let list = invocation.value("files-from") {
+            return try runBatch(list: list, namespace: namespace, place: place, invocation, context)
+        }
+        if invocation.has("null") { throw CovenError(.usage, "-z goes with --files-from") }
         let device = try context.openDevice()
         let staged: StagedFile
         if let user = invocation.value("user") {
+            guard !user.isEmpty else { throw CovenError(.usage, "--user needs a PATH (or --files-from FILE for many)") }
             guard invocation.arguments.isEmpty else {
                 throw CovenError(.usage, "give either --user PATH or PATH, not both")
             }
@@ -92,5 +111,128 @@ struct StageCommand: Command {
             throw error
         }
         return 0
+    }
+
+    // MARK: - Many files
+
+    static func runBatch(list: String, namespace: String, place: Place, _ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
+        if let user = invocation.value("user"), !user.isEmpty {
+            throw CovenError(.usage, "give --user without a PATH with --files-from: the paths come from the list")
+        }
+        guard invocation.arguments.isEmpty else { throw CovenError(.usage, "give either --files-from or PATH, not both") }
+        let kind: FileKind = invocation.has("user") ? .user : .app
+        let nul = invocation.has("null")
+        let descriptor: Int32
+        if list == "-" {
+            descriptor = 0
+        } else {
+            descriptor = PathText.withCString(list) { open($0, O_RDONLY | O_CLOEXEC) }
+            guard descriptor >= 0 else { throw CovenError.posix("open", path: PathText.display(list)) }
+        }
+        defer { if descriptor != 0 { close(descriptor) } }
+        let device = try context.openDevice()
+        let reader = PathListReader(descriptor: descriptor, name: list == "-" ? "stdin" : PathText.display(list), separator: nul ? 0 : UInt8(ascii: "\n"))
+        let summary = try device.stageBatch(kind: kind, namespace: namespace, place: place, wait: !context.noWait, stop: Stop.process, next: reader.next, report: { outcome in
+            let shown = PathText.display(outcome.path)
+            switch outcome.result {
+            case .success(let staged):
+                if context.json {
+                    // Written by hand, keys in the order JSONText sorts them: Foundation's
+                    // serializer costs more than staging a small file.
+                    var line = "{\"id\":" + JSONText.string(staged.id) + ",\"kind\":" + JSONText.string(staged.kind.rawValue)
+                    if let seconds = staged.modifiedSeconds, let nanos = staged.modifiedNanos {
+                        line += ",\"modified_nanos\":\(nanos),\"modified_seconds\":\(seconds)"
+                    }
+                    line += ",\"namespace\":" + JSONText.string(staged.namespace) + ",\"path\":" + JSONText.string(shown)
+                        + ",\"place\":" + JSONText.string(staged.place) + ",\"sha256\":\"" + staged.contentHash + "\",\"size\":\(staged.size)}\n"
+                    context.out.write(line)
+                } else {
+                    try context.record([staged.id, shown], nulTerminated: nul)
+                }
+                // A staged id that cannot be handed out could never be named: stop there (what
+                // was printed before stays staged; this one goes again).
+                do {
+                    try context.out.check()
+                } catch {
+                    try? device.discardStaged(staged.id)
+                    throw error
+                }
+            case .failure(let error):
+                if context.json {
+                    var object: [String: Any] = ["path": shown, "error": error.code.rawValue, "message": error.message]
+                    if let cause = error.cause { object["cause"] = cause }
+                    context.err.write(((try? JSONText.render(object)) ?? "{\"error\":\"internal\"}") + "\n")
+                } else {
+                    context.err.write("coven: failed: \(error.code.rawValue): \(error.message)\(error.cause.map { ": " + $0 } ?? "")\n")
+                }
+            }
+        }, windowReported: {
+            // Each window's lines go out as soon as it is recorded: the next command of a
+            // pipeline starts on them, and a kill leaves printed exactly what was staged.
+            try context.out.flushChecked()
+        })
+        try context.out.flushChecked()
+        guard summary.failed == 0 else {
+            let message = "\(summary.staged.counted("file")) staged, \(summary.failed) failed"
+            if context.json {
+                let object: [String: Any] = ["error": ErrorCode.partial.rawValue, "message": message, "staged": summary.staged, "failed": summary.failed,
+                                             "exit_code": Int(ExitCodes.partial)]
+                context.err.write(((try? JSONText.render(object)) ?? "{\"error\":\"partial\"}") + "\n")
+            } else {
+                context.err.write("coven: error: partial: \(message)\n")
+            }
+            return ExitCodes.partial
+        }
+        return 0
+    }
+}
+
+/// Reads the paths of `--files-from`, one at a time, a block at a time: never the whole list.
+final class PathListReader {
+    private let descriptor: Int32
+    private let name: String
+    private let separator: UInt8
+    private var buffer: [UInt8] = []
+    private var start = 0
+    private var atEnd = false
+
+    init(descriptor: Int32, name: String, separator: UInt8) {
+        self.descriptor = descriptor
+        self.name = name
+        self.separator = separator
+    }
+
+    /// The next non-empty path, nil at the end of the list.
+    func next() throws -> String? {
+        while true {
+            if let end = buffer[start...].firstIndex(of: separator) {
+                let bytes = Array(buffer[start..<end])
+                start = end + 1
+                if bytes.isEmpty { continue }
+                return try path(bytes)
+            }
+            if atEnd {
+                guard start < buffer.count else { return nil }
+                let bytes = Array(buffer[start...])
+                start = buffer.count
+                return try path(bytes)
+            }
+            buffer.removeSubrange(0..<start)
+            start = 0
+            var block = [UInt8](repeating: 0, count: 65536)
+            let got = block.withUnsafeMutableBytes { Foundation.read(descriptor, $0.baseAddress, $0.count) }
+            if got < 0 {
+                if errno == EINTR { try Stop.process.check("stage"); continue }
+                throw CovenError.posix("read", path: name)
+            }
+            if got == 0 { atEnd = true } else { buffer.append(contentsOf: block[0..<got]) }
+        }
+    }
+
+    private func path(_ bytes: [UInt8]) throws -> String {
+        if bytes.contains(0) {
+            throw CovenError(.usage, "a path of the list holds a NUL byte", hint: "separate NUL-separated paths with -z")
+        }
+        return PathText.string(fromOSBytes: bytes)
     }
 }

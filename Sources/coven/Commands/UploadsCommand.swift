@@ -5,7 +5,7 @@ import Foundation
 struct UploadsCommand: Command {
     static let name = "uploads"
     static let abstract = "list this device's upload queue, oldest first"
-    static let synopsis = ["[--json] [-z]"]
+    static let synopsis = ["[--json] [-z] [--watch [--until-empty]]"]
     static let discussion = """
     Prints one line per file with a queued upload, oldest first: the file id, what it waits \
     for, the bytes the provider confirmed, the encrypted size, the attempts made, the move \
@@ -15,14 +15,27 @@ struct UploadsCommand: Command {
     missing or changed, or coven's copy fails its check), move (stored, waiting for the other \
     files of its move), failed (attempts spent: see 'coven retry') and retire. With --json, one \
     array of objects. Reads only.
+
+    With --watch, prints the queue once, then again each time it changes, woken by another \
+    process committing to the device (never a busy poll), each listing followed by an empty \
+    line (-z: one more NUL; --json: one array a line), until a signal or, with --until-empty, \
+    until the queue is empty: another terminal watches an import go up, and a script waits \
+    for it with coven uploads --watch --until-empty.
     """
     static let options = [
         CommandContext.nulTerminatedOption,
+        OptionSpec("watch", help: "print the queue again each time it changes, until a signal"),
+        OptionSpec("until-empty", help: "with --watch: end once the queue is empty"),
     ]
     static let mutates = false
+    static let pollsStop = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let device = try context.openDeviceReadOnly()
+        if invocation.has("watch") {
+            return try watch(invocation, context, device: device)
+        }
+        if invocation.has("until-empty") { throw CovenError(.usage, "--until-empty goes with --watch") }
         let uploads = try device.uploads()
         if context.json {
             try context.printJSON(uploads.map(json))
@@ -46,5 +59,37 @@ struct UploadsCommand: Command {
             "bytes_confirmed": upload.bytesConfirmed, "bytes_total": upload.bytesTotal,
             "error": upload.error.map { $0 as Any } ?? NSNull(), "error_message": upload.errorMessage.map { $0 as Any } ?? NSNull(),
         ]
+    }
+
+    /// `--watch`: the listing again each time it changes, until a signal or an empty queue.
+    static func watch(_ invocation: Invocation, _ context: CommandContext, device: Device) throws -> Int32 {
+        let watch = try DatabaseWatch(device)
+        let zero = invocation.has("null-terminated")
+        let untilEmpty = invocation.has("until-empty")
+        var last: String?
+        while true {
+            let uploads = try device.uploads()
+            var shown: String
+            if context.json {
+                shown = try JSONText.render(uploads.map(json)) + "\n"
+            } else {
+                shown = ""
+                for upload in uploads {
+                    let message = upload.errorMessage ?? ""
+                    let fields = [upload.file, upload.waitingFor, String(upload.bytesConfirmed), String(upload.bytesTotal),
+                                  String(upload.attempts), upload.move ?? "", upload.error ?? "",
+                                  zero ? message : message.replacingOccurrences(of: "\t", with: " ").replacingOccurrences(of: "\n", with: " ")]
+                    shown += zero ? fields.map { $0 + "\0" }.joined() : fields.joined(separator: "\t") + "\n"
+                }
+                shown += zero ? "\0" : "\n"
+            }
+            if shown != last {
+                context.out.write(shown)
+                try context.out.flushChecked()
+                last = shown
+            }
+            if untilEmpty && uploads.isEmpty { return 0 }
+            try watch.next(stop: Stop.process)
+        }
     }
 }

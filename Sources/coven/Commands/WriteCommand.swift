@@ -5,7 +5,7 @@ import Foundation
 struct WriteCommand: Command {
     static let name = "write"
     static let abstract = "run one transaction of app SQL that may put files in rows"
-    static let synopsis = ["[SQL | -] [--param NAME=VALUE]..."]
+    static let synopsis = ["[SQL | -] [--param NAME=VALUE]...", "--each FILE|- SQL [--param NAME=VALUE]..."]
     static let discussion = """
     Runs the SQL (an argument, or stdin when it is - or absent) as one transaction, with coven's \
     SQL functions: coven_put_staged(STAGED), coven_put_user_file([NAMESPACE,] PREPARED [, PLACE]), \
@@ -13,18 +13,63 @@ struct WriteCommand: Command {
     reference is checked (file_unknown, file_unreferenced, file_write_once, bound_file_too_large, \
     namespace_kind, device_only), every synced row it changed is stamped, and the write is \
     recorded for publishing. A failed write changes nothing; staged files stay staged. Prints \
-    the ids of the files it made, one a line.
+    the ids of the files it made, one a line. A script on stdin runs a statement at a time as \
+    it is read (still one transaction), so its length costs no memory.
+
+    With --each, the SQL runs once per JSON object of FILE (or stdin), one object a line (what \
+    'coven stage --files-from --json' prints), its keys bound as named parameters (:id, \
+    :path, ...): text, numbers and null as they are, true and false as 1 and 0, arrays and \
+    objects as JSON text. The lines are read one at a time and all run in one transaction: a \
+    line that is not a JSON object, or whose run fails, refuses the whole write, and the \
+    error names the line (its number in the `line` field under --json).
     """
     static let options = [
         OptionSpec("param", short: "p", value: "NAME=VALUE", help: "bind :NAME in the SQL to VALUE (text)", repeatable: true),
+        OptionSpec("each", value: "FILE", help: "run the SQL once per JSON object of FILE (- for stdin), one a line, its keys bound as parameters", completion: .file),
     ]
     static let arguments = [ArgumentSpec("SQL", help: "the SQL to run, or - for stdin", optional: true)]
     static let mutates = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
-        let (sql, parameters) = try SQLInput.read(invocation, context)
-        let device = try context.openDevice()
-        let result = try device.write(sql: sql, parameters: parameters, wait: !context.noWait)
+        let result: WriteResult
+        let device: Device
+        if let each = invocation.value("each") {
+            guard let argument = invocation.arguments.first, argument != "-" else {
+                throw CovenError(.usage, "--each takes the SQL as an argument", hint: "the lines of --each are its parameters; give the statement after them")
+            }
+            let (sql, parameters) = try SQLInput.read(invocation, context)
+            _ = argument
+            let descriptor: Int32
+            if each == "-" {
+                descriptor = 0
+            } else {
+                descriptor = PathText.withCString(each) { open($0, O_RDONLY | O_CLOEXEC) }
+                guard descriptor >= 0 else { throw CovenError.posix("open", path: PathText.display(each)) }
+            }
+            defer { if descriptor != 0 { close(descriptor) } }
+            device = try context.openDevice()
+            let lines = JSONLineReader(descriptor: descriptor, name: each == "-" ? "stdin" : PathText.display(each), base: parameters)
+            result = try device.writeEach(sql: sql, wait: !context.noWait, next: lines.next)
+        } else if invocation.arguments.first ?? "-" == "-" {
+            // A script on stdin runs a statement at a time as it is read.
+            guard invocation.arguments.first == "-" || !context.stdinIsTerminal else {
+                throw CovenError(.usage, "missing SQL", hint: "pass it as an argument, or - to read it from stdin")
+            }
+            let parameters = try SQLInput.parameters(invocation)
+            device = try context.openDevice()
+            result = try device.writeScript(read: { buffer in
+                while true {
+                    let got = Foundation.read(0, buffer.baseAddress, buffer.count)
+                    if got >= 0 { return got }
+                    if errno == EINTR { try Stop.process.check("write"); continue }
+                    throw CovenError.posix("read", path: "stdin")
+                }
+            }, parameters: parameters, wait: !context.noWait)
+        } else {
+            let (sql, parameters) = try SQLInput.read(invocation, context)
+            device = try context.openDevice()
+            result = try device.write(sql: sql, parameters: parameters, wait: !context.noWait)
+        }
         if let removed = try StoreSync(device).removedAt() {
             context.note("warning: this device was removed from the store at \(removed): this write stays here and will never be published")
             context.note("hint: make a new device with 'coven join'")
@@ -40,5 +85,83 @@ struct WriteCommand: Command {
             result.files.forEach(context.line)
         }
         return 0
+    }
+}
+
+/// Reads the JSON objects of `write --each`, one a line, a block at a time: never the whole input.
+final class JSONLineReader {
+    private let descriptor: Int32
+    private let name: String
+    private let base: [String: SQLValue]
+    private var buffer: [UInt8] = []
+    private var start = 0
+    private var atEnd = false
+    private var line = 0
+
+    init(descriptor: Int32, name: String, base: [String: SQLValue]) {
+        self.descriptor = descriptor
+        self.name = name
+        self.base = base
+    }
+
+    /// The next object's keys as parameters (over the --param ones), with its line; nil at the end.
+    func next() throws -> (line: Int, parameters: [String: SQLValue])? {
+        while let bytes = try nextLine() {
+            line += 1
+            if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { continue }
+            let object: Any
+            do {
+                object = try JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed])
+            } catch {
+                throw CovenError(.usage, "line \(line) of \(name) is not JSON", hint: "give one JSON object a line, as 'coven stage --files-from --json' prints", details: ["line": String(line)])
+            }
+            guard let dictionary = object as? [String: Any] else {
+                throw CovenError(.usage, "line \(line) of \(name) is not a JSON object", hint: "give one JSON object a line, as 'coven stage --files-from --json' prints", details: ["line": String(line)])
+            }
+            var parameters = base
+            for (key, value) in dictionary { parameters[key] = Self.value(value) }
+            return (line, parameters)
+        }
+        return nil
+    }
+
+    static func value(_ value: Any) -> SQLValue {
+        switch value {
+        case is NSNull: return .null
+        case let text as String: return .text(text)
+        case let number as NSNumber:
+            let type = String(cString: number.objCType)
+            if type == "c" || type == "B" { return .integer(number.boolValue ? 1 : 0) }
+            if type == "d" || type == "f" { return .real(number.doubleValue) }
+            return .integer(number.int64Value)
+        default:
+            guard let data = try? JSONSerialization.data(withJSONObject: value, options: [.sortedKeys]) else { return .null }
+            return .text(String(decoding: data, as: UTF8.self))
+        }
+    }
+
+    private func nextLine() throws -> [UInt8]? {
+        while true {
+            if let end = buffer[start...].firstIndex(of: UInt8(ascii: "\n")) {
+                let bytes = Array(buffer[start..<end])
+                start = end + 1
+                return bytes
+            }
+            if atEnd {
+                guard start < buffer.count else { return nil }
+                let bytes = Array(buffer[start...])
+                start = buffer.count
+                return bytes
+            }
+            buffer.removeSubrange(0..<start)
+            start = 0
+            var block = [UInt8](repeating: 0, count: 65536)
+            let got = block.withUnsafeMutableBytes { Foundation.read(descriptor, $0.baseAddress, $0.count) }
+            if got < 0 {
+                if errno == EINTR { try Stop.process.check("write"); continue }
+                throw CovenError.posix("read", path: name)
+            }
+            if got == 0 { atEnd = true } else { buffer.append(contentsOf: block[0..<got]) }
+        }
     }
 }

@@ -321,4 +321,52 @@ final class StagerTests: AlbumDeviceTestCase {
         let nul = try coven(["sql", "-z", "SELECT namespace FROM coven_files ORDER BY namespace, size"])
         XCTAssertEqual(nul.stdout, "covers\0covers\0music\0")
     }
+
+    // MARK: - Many files in one run
+
+    func testBatchStagingReportsAFileChangedWhileReadOnItsLineAndStagesTheRest() throws {
+        let paths = try (0..<300).map { try file("batch-\($0).flac", [UInt8(truncatingIfNeeded: $0), 1, 2, 3]) }
+        let victim = paths[57]
+        var remaining = paths[...]
+        var outcomes: [BatchStaging.Outcome] = []
+        var windows = 0
+        // The 58th file changes between its read and the check after it.
+        let summary = try device.stageBatch(kind: .user, namespace: "music", place: .cloud, next: { remaining.popFirst() },
+                                            report: { outcomes.append($0) }, windowReported: { windows += 1 }, afterRead: { path in
+            guard path == victim, let handle = FileHandle(forWritingAtPath: path) else { return }
+            handle.seekToEndOfFile()
+            handle.write(Data([9]))
+            handle.closeFile()
+        })
+        XCTAssertEqual(summary, BatchStaging.Summary(read: 300, staged: 299, failed: 1))
+        XCTAssertEqual(windows, 2) // 256 files, then 44: each recorded in one transaction
+        XCTAssertEqual(outcomes.map(\.index), Array(0..<300))
+        XCTAssertEqual(outcomes.map(\.path), paths)
+        guard case .failure(let error) = outcomes[57].result else { return XCTFail("the changed file was staged") }
+        XCTAssertEqual(error.code, .userFileChanged)
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_staged"), 299)
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_staged WHERE path = ?1", [Array(victim.utf8)]), 0)
+        // Each staged id is the one recorded for its path.
+        for outcome in outcomes {
+            guard case .success(let staged) = outcome.result else { continue }
+            XCTAssertEqual(try device.database.queryOne("SELECT path FROM coven_staged WHERE id = ?1", [staged.id])?.bytes("path"), Array(outcome.path.utf8))
+        }
+    }
+
+    func testBatchStagingStopsAfterTheWindowInHandKeepingWhatWasStaged() throws {
+        let paths = try (0..<300).map { try file("stop-\($0).bin", [UInt8(truncatingIfNeeded: $0)]) }
+        var remaining = paths[...]
+        var reported = 0
+        let stop = Stop()
+        let error = assertCovenError(.interrupted) {
+            try device.stageBatch(kind: .app, namespace: "covers", place: .cloud, stop: stop, next: { remaining.popFirst() },
+                                  report: { _ in reported += 1 }, windowReported: { stop.request("asked by the test") })
+        }
+        XCTAssertEqual(reported, 256)
+        XCTAssertEqual(error?.message, "stage stopped: asked by the test, after 256 files staged and 0 failed of the 256 read")
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_staged"), 256)
+        // No temporary copy is left; every recorded copy is there.
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: paths.isEmpty ? "" : device.paths.temporary).filter { $0.contains(".tmp.") }, [])
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: device.paths.copies).count, 256)
+    }
 }

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Importing a library (issue 23, "Performance"), side by side in one run with the reference tools:
+#
+#   1. end to end, on file://: `coven stage --user --files-from - -z --json` of every file, one
+#      `coven write --each` putting each in a row, then `coven upload-worker --once`, against
+#      `restic backup`, `rclone copy` to a crypt remote over a local folder, and `git annex add`
+#      + `git annex copy --to` a directory remote, of the same files: 10,000 files of 4-64 KiB
+#      and 1,000 files of 1-8 MiB. Targets: coven within 2x of restic and of rclone, and at
+#      least 5x faster than git-annex. Each coven command's time and peak RSS are printed.
+#   2. peak RSS at 100,000: batch staging of 100,000 files, `write --each` of 100,000 lines and
+#      `write -` of a 100,000-statement script (target: 64 MiB each).
+#
+# Every tool writes under BENCH_TMP. Unless BENCH_TMP is on tmpfs, the page cache is written back
+# (`sync`) before each timed command, so one's writes are not paid by the next; the script says
+# which. Each timed command runs once (the sets are big); the source files are read once before,
+# so every tool reads them from the page cache.
+#
+# Environment: COVEN (release binary) and BENCH_TMP from bench/run.sh; BENCH_IMPORT_SMALL
+# (10000), BENCH_IMPORT_BIG (1000) and BENCH_IMPORT_MANY (100000) change the counts.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_start import
+
+for tool in restic rclone git git-annex python3 /usr/bin/time; do
+    command -v "$tool" >/dev/null || { echo "bench-import: $tool is not installed (scripts/setup-test-deps.sh --bench)" >&2; exit 1; }
+done
+small=${BENCH_IMPORT_SMALL:-10000}
+big=${BENCH_IMPORT_BIG:-1000}
+many=${BENCH_IMPORT_MANY:-100000}
+
+fs=$(stat -f -c %T "$T")
+if [[ $fs == tmpfs ]]; then
+    settle() { :; }
+    echo "writing to tmpfs ($T): no write-back between runs"
+else
+    settle() { sync; }
+    echo "writing to $fs ($T): sync before each timed command"
+fi
+
+cat > coven.json <<'EOF'
+{
+  "namespaces": [ { "name": "tracks", "kind": "user" } ],
+  "tables": [ { "name": "tracks", "identity": "uuid", "files": [ { "column": "file" } ] } ],
+  "migrations": [ "CREATE TABLE tracks (id TEXT PRIMARY KEY, title TEXT, file TEXT, _updated_at TEXT NOT NULL) STRICT" ]
+}
+EOF
+insert="INSERT INTO tracks (id, title, file, _updated_at) VALUES (coven_uuid7(), :path, coven_put_user_file('tracks', :id, 'cloud'), coven_stamp())"
+
+# timed NAME COMMAND...: runs it once under /usr/bin/time, after settle; keeps seconds and MiB.
+declare -A secs rss
+timed() {
+    local name=$1; shift
+    settle
+    /usr/bin/time -f '%e %M' -o "$T/time.txt" "$@"
+    read -r s k < "$T/time.txt"
+    secs[$name]=$s
+    rss[$name]=$(python3 -c "import sys; print(f'{int(sys.argv[1]) / 1024:.1f}')" "$k")
+}
+
+# make_files DIR COUNT MIN MAX: COUNT files of random bytes, sizes uniform in [MIN, MAX] bytes.
+make_files() {
+    python3 - "$@" <<'EOF'
+import os, random, sys
+folder, count, low, high = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rng = random.Random(23)
+for index in range(count):
+    sub = os.path.join(folder, f"album-{index // 100:04d}")
+    os.makedirs(sub, exist_ok=True)
+    with open(os.path.join(sub, f"track-{index:06d}.flac"), "wb") as out:
+        out.write(os.urandom(rng.randint(low, high)))
+EOF
+}
+
+status=0
+run_set() {
+    local label=$1 count=$2 low=$3 high=$4
+    local W=$T/$label
+    rm -rf "$W" && mkdir -p "$W"
+    echo
+    echo "-- $label: $count files of $((low / 1024))-$((high / 1024)) KiB"
+    make_files "$W/src" "$count" "$low" "$high"
+    local bytes
+    bytes=$(du -sb "$W/src" | cut -f1)
+    find "$W/src" -type f -exec cat {} + > /dev/null
+
+    # coven: batch stage, one write, one upload run.
+    "$COVEN" --quiet init --storage "file://$W/store" --manifest coven.json --db "$W/dev/device.db" > /dev/null
+    (cd "$W" && find src -type f -print0 > list0)
+    timed "$label/stage" bash -c "cd '$W' && '$COVEN' --db dev/device.db --json stage --user --namespace tracks --files-from list0 -z > staged.jsonl"
+    timed "$label/write" bash -c "cd '$W' && '$COVEN' --db dev/device.db write --each staged.jsonl \"$insert\" > /dev/null"
+    timed "$label/upload" bash -c "cd '$W' && '$COVEN' --db dev/device.db upload-worker --once"
+    local put queued
+    put=$("$COVEN" --db "$W/dev/device.db" sql "SELECT count(*) FROM tracks")
+    queued=$("$COVEN" --db "$W/dev/device.db" sql "SELECT count(*) FROM coven_uploads")
+    [[ $put == "$count" && $queued == 0 ]] || { echo "bench-import: coven put $put of $count, $queued still queued" >&2; status=1; }
+    rm -rf "$W/store" "$W/dev"
+
+    # restic backup of the same folder into a fresh repository.
+    export RESTIC_PASSWORD=coven-bench-password
+    restic init --repo "$W/restic" > /dev/null 2>&1
+    timed "$label/restic" bash -c "restic --repo '$W/restic' backup --quiet '$W/src' > /dev/null"
+    rm -rf "$W/restic"
+
+    # rclone copy to a crypt remote over a local folder.
+    export RCLONE_CONFIG_CRYPTL_TYPE=crypt RCLONE_CONFIG_CRYPTL_REMOTE="$W/rclone"
+    RCLONE_CONFIG_CRYPTL_PASSWORD=$(rclone obscure coven-bench-password)
+    export RCLONE_CONFIG_CRYPTL_PASSWORD
+    timed "$label/rclone" bash -c "rclone copy '$W/src' cryptl: 2>/dev/null"
+    rm -rf "$W/rclone"
+
+    # git annex add + copy --to a directory remote, in a repository holding links to the files
+    # (annex moves what it adds into .git/annex; the links leave src/ whole).
+    mkdir -p "$W/annex" "$W/annex-remote"
+    cp -al "$W/src" "$W/annex/src"
+    (
+        cd "$W/annex"
+        git init -q . && git config user.email bench@coven && git config user.name bench
+        git annex init -q bench > /dev/null 2>&1
+        git annex initremote -q dir type=directory directory="$W/annex-remote" encryption=none > /dev/null 2>&1
+    )
+    timed "$label/annex" bash -c "cd '$W/annex' && git annex add --quiet src > /dev/null 2>&1 && git annex copy --quiet --to dir src > /dev/null 2>&1"
+    rm -rf "$W/annex" "$W/annex-remote"
+
+    python3 - "$label" "$count" "$bytes" "${secs[$label/stage]}" "${secs[$label/write]}" "${secs[$label/upload]}" \
+        "${secs[$label/restic]}" "${secs[$label/rclone]}" "${secs[$label/annex]}" \
+        "${rss[$label/stage]}" "${rss[$label/write]}" "${rss[$label/upload]}" "${rss[$label/restic]}" "${rss[$label/rclone]}" <<'EOF' || status=1
+import sys
+label, count, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+stage, write, upload, restic, rclone, annex = map(float, sys.argv[4:10])
+r_stage, r_write, r_upload, r_restic, r_rclone = sys.argv[10:15]
+coven = stage + write + upload
+print(f"{label}: {count} files, {size / 1e6:.0f} MB")
+print(f"  coven   {coven:7.2f} s  (stage {stage:.2f} s {r_stage} MiB, write --each {write:.2f} s {r_write} MiB, upload-worker --once {upload:.2f} s {r_upload} MiB)")
+print(f"  restic  {restic:7.2f} s  ({r_restic} MiB)   coven/restic {coven / restic:.2f}x (target <= 2)")
+print(f"  rclone  {rclone:7.2f} s  ({r_rclone} MiB)   coven/rclone {coven / rclone:.2f}x (target <= 2)")
+print(f"  annex   {annex:7.2f} s             annex/coven {annex / coven:.2f}x (target >= 5)")
+print(f"  per file: stage {stage / count * 1e3:.2f} ms, write {write / count * 1e3:.3f} ms, upload {upload / count * 1e3:.2f} ms")
+failed = []
+if coven > 2 * restic: failed.append("restic")
+if coven > 2 * rclone: failed.append("rclone")
+if annex < 5 * coven: failed.append("git-annex")
+if failed:
+    print(f"bench-import: {label}: target missed against {', '.join(failed)}")
+    sys.exit(1)
+EOF
+    rm -rf "$W"
+}
+
+run_set small "$small" 4096 65536
+run_set big "$big" 1048576 8388608
+
+# -- 2. peak RSS at 100,000
+echo
+echo "-- peak RSS at $many files or statements"
+W=$T/many
+mkdir -p "$W"
+python3 - "$W/src" "$many" <<'EOF'
+import os, sys
+folder, count = sys.argv[1], int(sys.argv[2])
+for index in range(count):
+    sub = os.path.join(folder, f"{index // 1000:03d}")
+    if index % 1000 == 0: os.makedirs(sub, exist_ok=True)
+    with open(os.path.join(sub, f"{index:06d}"), "wb") as out:
+        out.write(index.to_bytes(4, "little"))
+EOF
+"$COVEN" --quiet init --storage "file://$W/store" --manifest coven.json --db "$W/dev/device.db" > /dev/null
+(cd "$W" && find src -type f -print0 > list0)
+timed many/stage bash -c "cd '$W' && '$COVEN' --db dev/device.db --json stage --user --namespace tracks --files-from list0 -z > staged.jsonl"
+timed many/write-each bash -c "cd '$W' && '$COVEN' --db dev/device.db write --each staged.jsonl \"$insert\" > /dev/null"
+python3 - "$W/script.sql" "$many" <<'EOF'
+import sys
+with open(sys.argv[1], "w") as out:
+    for index in range(int(sys.argv[2])):
+        out.write(f"INSERT INTO tracks (id, title, _updated_at) VALUES (coven_uuid7(), 'song {index}', coven_stamp());\n")
+EOF
+timed many/write-script bash -c "cd '$W' && '$COVEN' --db dev/device.db write - < script.sql > /dev/null"
+for name in stage write-each write-script; do
+    echo "  $name: ${secs[many/$name]} s, peak RSS ${rss[many/$name]} MiB (target 64 MiB)"
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 64 else 1)" "${rss[many/$name]}" || { echo "bench-import: $name peaks over 64 MiB at $many"; status=1; }
+done
+rm -rf "$W"
+exit $status
