@@ -37,6 +37,11 @@ public struct DeviceEntry: Sendable, Equatable {
     public var frontier: [String: UInt64]?
     /// The last seq it published, when known.
     public var lastSeq: UInt64?
+    /// The member the device belongs to, and the member key's signature over the device's key
+    /// (``certified(store:member:identity:)``): nil for a device of a store before members.
+    /// Entries of format 1 carry them as two more fields, which a coven before members ignores.
+    public var member: String?
+    public var memberSignature: [UInt8]?
 
     /// An entry for `device`; `frontier` and `lastSeq` are nil when unknown.
     public init(
@@ -66,6 +71,8 @@ public struct DeviceEntry: Sendable, Equatable {
         var gone: Bool
         var frontier: [String: UInt64]?
         var last_seq: UInt64?
+        var member: String?
+        var member_signature: String?
     }
 
     private struct Version: Decodable {
@@ -76,7 +83,7 @@ public struct DeviceEntry: Sendable, Equatable {
     public func encoded() throws -> [UInt8] {
         let wire = Wire(
             coven_device: Self.formatVersion, device: device, name: name, joined_at: joinedAt, public_key: publicKey.hex,
-            gone: gone, frontier: frontier, last_seq: lastSeq)
+            gone: gone, frontier: frontier, last_seq: lastSeq, member: member, member_signature: memberSignature?.hex)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         do {
@@ -117,9 +124,49 @@ public struct DeviceEntry: Sendable, Equatable {
             throw failure("an empty device id or join time", nil)
         }
         guard wire.frontier?[wire.device] == nil else { throw failure("a frontier naming the device itself", nil) }
-        return DeviceEntry(
+        guard (wire.member == nil) == (wire.member_signature == nil) else { throw failure("a member without its signature, or the reverse", nil) }
+        var signature: [UInt8]?
+        if let hex = wire.member_signature {
+            guard let bytes = [UInt8](hex: hex), bytes.count == DeviceSigningKey.signatureSize else { throw failure("a member signature that is not 64 bytes of hex", nil) }
+            signature = bytes
+        }
+        var entry = DeviceEntry(
             device: wire.device, name: wire.name, joinedAt: wire.joined_at, publicKey: try DevicePublicKey(hex: wire.public_key),
             gone: wire.gone, frontier: wire.frontier, lastSeq: wire.last_seq)
+        entry.member = wire.member
+        entry.memberSignature = signature
+        return entry
+    }
+
+    // MARK: The member's certification
+
+    /// What a member signs to vouch for one of its devices: the store, the member, the device
+    /// and its key.
+    static func certificationMessage(store: String, member: String, device: String, publicKey: DevicePublicKey) -> [UInt8] {
+        Array("coven device v1".utf8) + [0] + Array(store.utf8) + [0] + Array(member.utf8) + [0] + Array(device.utf8) + [0] + publicKey.bytes
+    }
+
+    /// This entry, vouched for by `member` of `store` with its identity.
+    func certified(store: String, member: String, identity: MemberIdentity) throws -> DeviceEntry {
+        var entry = self
+        entry.member = member
+        entry.memberSignature = try identity.signingKey.sign(Self.certificationMessage(store: store, member: member, device: device, publicKey: publicKey))
+        return entry
+    }
+
+    /// Checks that the member this entry names, whose recipient is `recipient`, vouched for it.
+    ///
+    /// - Throws: `.integrity` naming the entry when it names no member or the signature is not
+    ///   the member key's over this store, member, device and key (forged or moved).
+    func checkCertification(store: String, recipient: MemberRecipient) throws {
+        guard let member, let memberSignature else {
+            throw CovenError(.integrity, "device entry '\(path)' names no member", details: ["object": path, "reason": "no_member"])
+        }
+        do {
+            try recipient.signing.verify(memberSignature, for: Self.certificationMessage(store: store, member: member, device: device, publicKey: publicKey))
+        } catch {
+            throw CovenError(.integrity, "device entry '\(path)' is not vouched for by member '\(member)'", details: ["object": path, "reason": "member_signature"])
+        }
     }
 
     private static func failure(_ reason: String, _ error: (any Error)?) -> CovenError {
