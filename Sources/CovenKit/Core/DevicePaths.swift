@@ -20,6 +20,8 @@ public struct DevicePaths: Sendable {
     public var storeKey: String { folder + "/store.key" }
     /// This device's Ed25519 signing key (its seed, mode 0600), which signs its changes.
     public var signingKey: String { folder + "/device.key" }
+    /// The identity of the member this device belongs to (mode 0600; `coven member export`).
+    public var memberIdentity: String { folder + "/member.identity" }
     /// coven's own copies of app-provided files, by file id.
     public var copies: String { folder + "/copies" }
     /// Fetched file bytes, by file id.
