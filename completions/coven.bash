@@ -5,17 +5,18 @@
 
 # The command words.
 _coven_commands() {
-    echo 'init' 'migrate' 'key' 'member' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'fsck' 'join' 'snapshot' 'devices' 'device' 'storage' 'lost' 'completions' 'help'
+    echo 'init' 'migrate' 'key' 'member' 'members' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'fsck' 'join' 'snapshot' 'devices' 'device' 'storage' 'lost' 'completions' 'help'
 }
 
 # The option words of COMMAND ('' is coven itself, before any command).
 _coven_options() {
     case $1 in
         '') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' '--version' ;;
-        'init') echo '--storage' '--manifest' '--name' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'init') echo '--storage' '--manifest' '--name' '--member' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'migrate') echo '--manifest' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'key') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'member') echo '--output' '-o' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'members') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'stage') echo '--user' '--files-from' '--null' '-z' '--namespace' '-n' '--place' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'write') echo '--param' '-p' '--each' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'sql') echo '--param' '-p' '--null-terminated' '-z' '--watch' '--until-empty' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
@@ -62,6 +63,7 @@ _coven_option_value() {
                 --storage) echo 'none'; return 0 ;;
                 --manifest) echo 'file'; return 0 ;;
                 --name) echo 'none'; return 0 ;;
+                --member) echo 'none'; return 0 ;;
             esac ;;
         'migrate')
             case $2 in
@@ -132,7 +134,8 @@ _coven_argument() {
             esac ;;
         'member')
             case $2 in
-                0) echo 'choice keygen' ;;
+                0) echo 'choice keygen init export' ;;
+                1) echo 'none' ;;
             esac ;;
         'stage')
             case $2 in
@@ -211,7 +214,7 @@ _coven_argument() {
             esac ;;
         'help')
             case $2 in
-                0) echo 'choice init migrate key member stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions' ;;
+                0) echo 'choice init migrate key member members stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions' ;;
             esac ;;
     esac
 }

@@ -12,7 +12,7 @@ function __coven_takes_value --argument-names command option
     switch $command
         case 'init'
             switch $option
-                case '--storage' '--manifest' '--name'
+                case '--storage' '--manifest' '--name' '--member'
                     return 0
             end
         case 'migrate'
@@ -167,7 +167,8 @@ complete -c coven -f
 complete -c coven -n __coven_needs_command -a 'init' -d 'create a store at a storage URL and this device, its first'
 complete -c coven -n __coven_needs_command -a 'migrate' -d 'apply the new migrations of a manifest and record it'
 complete -c coven -n __coven_needs_command -a 'key' -d 'print the store key for joining another device'
-complete -c coven -n __coven_needs_command -a 'member' -d 'make a member\'s keys (a person with keys of their own)'
+complete -c coven -n __coven_needs_command -a 'member' -d 'make a member\'s keys, make a store\'s first member, export this device\'s member'
+complete -c coven -n __coven_needs_command -a 'members' -d 'list the store\'s members and their roles'
 complete -c coven -n __coven_needs_command -a 'stage' -d 'stage app bytes or prepare a person\'s original for a write'
 complete -c coven -n __coven_needs_command -a 'write' -d 'run one transaction of app SQL that may put files in rows'
 complete -c coven -n __coven_needs_command -a 'sql' -d 'run read-only SQL over the app tables and coven\'s views'
@@ -212,6 +213,7 @@ complete -c coven -n __coven_needs_command -l 'version' -d 'print coven\'s versi
 complete -c coven -n '__coven_using init' -l 'storage' -x -d 'where the store lives: file:///DIR or s3://BUCKET/PREFIX'
 complete -c coven -n '__coven_using init' -l 'manifest' -r -F -d 'the manifest declaring namespaces, synced tables and migrations'
 complete -c coven -n '__coven_using init' -l 'name' -x -d 'this device\'s name (default: the host name)'
+complete -c coven -n '__coven_using init' -l 'member' -x -d 'make NAME the store\'s first member, the owner, with keys of its own'
 
 # coven migrate
 complete -c coven -n '__coven_using migrate' -l 'manifest' -r -F -d 'the manifest to migrate to'
@@ -221,7 +223,10 @@ complete -c coven -n '__coven_at_argument key 0' -a 'export'
 
 # coven member
 complete -c coven -n '__coven_using member' -s 'o' -l 'output' -r -F -d 'write the identity file to FILE (mode 0600; never overwritten)'
-complete -c coven -n '__coven_at_argument member 0' -a 'keygen'
+complete -c coven -n '__coven_at_argument member 0' -a 'keygen init export'
+
+# coven members
+complete -c coven -n '__coven_using members' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
 
 # coven stage
 complete -c coven -n '__coven_using stage' -l 'user' -r -F -d 'prepare the person\'s original at PATH (with --files-from: the originals listed) instead of copying bytes'
@@ -332,4 +337,4 @@ complete -c coven -n '__coven_at_argument lost 0' -a 'restore drop'
 complete -c coven -n '__coven_at_argument completions 0' -a 'bash zsh fish'
 
 # coven help
-complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key member stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions'
+complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key member members stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions'

@@ -10,6 +10,7 @@ enum CommandRegistry {
         MigrateCommand.self,
         KeyCommand.self,
         MemberCommand.self,
+        MembersCommand.self,
         StageCommand.self,
         WriteCommand.self,
         SQLCommand.self,
