@@ -217,3 +217,10 @@ final class FsckMultipartRepairTests: FsckTestCase {
         XCTAssertTrue(try read(device, stored.object) == before, "byte for byte")
     }
 }
+
+/// Repair on SeaweedFS.
+final class FsckLocalSeaweedFSTests: FsckLocalTests {
+    override class var s3Server: S3TestServer.Kind? { .seaweedfs }
+
+    override func testRepairSealsObjectsAgainFromLocalSources() throws { try super.testRepairSealsObjectsAgainFromLocalSources() }
+}

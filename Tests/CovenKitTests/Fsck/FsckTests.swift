@@ -246,3 +246,11 @@ final class FileStoragePagingTests: XCTestCase {
         XCTAssertEqual(try storage.list(prefix: "files/none/", after: "", limit: 5), [])
     }
 }
+
+/// The same checks on SeaweedFS, a real distributed object store with an S3 gateway.
+final class FsckSeaweedFSTests: FsckTests {
+    override class var s3Server: S3TestServer.Kind? { .seaweedfs }
+
+    override func testDamagedStoredObjectsAreFoundAndNamed() throws { try super.testDamagedStoredObjectsAreFoundAndNamed() }
+    override func testFastMakesOnlyListings() throws { try super.testFastMakesOnlyListings() }
+}
