@@ -34,7 +34,18 @@ enum Schema {
         { database in try database.execute("ALTER TABLE coven_push ADD COLUMN writes INTEGER") },
         // 9: the images of deleted file records, which a winning row naming one brings back.
         { database in try database.execute(deletedFilesTable) },
+        // 10: the upload queue read in claim order without a sort, and a move's uploads found
+        // without a scan (a library of 100,000 files: Upload/).
+        { database in try database.execute(uploadQueueIndexes) },
     ]
+
+    /// Version 10: indexes of the upload queue. A claim reads the queue's unsent uploads in its
+    /// order a row at a time and stops once its batch is full; each stored upload of a move
+    /// counts the move's unsent ones.
+    static let uploadQueueIndexes = """
+    CREATE INDEX coven_upload_queue_claim ON coven_upload_queue (uploaded, bound DESC, position);
+    CREATE INDEX coven_upload_queue_move ON coven_upload_queue (move, uploaded);
+    """
 
     /// Version 9: the last image of each file record deleted here or by an applied change,
     /// kept while its bytes may exist (gc drops it with them): a later write of a row naming

@@ -132,7 +132,7 @@ extension Device {
             return
         }
         try uploadQueue.markUploaded(object)
-        guard try uploadQueue.unsent(move: move) == 0, moveState == nil || moveState == .moving else { return }
+        guard try !uploadQueue.hasUnsent(move: move), moveState == nil || moveState == .moving else { return }
         // Switched by the caller's one write, with the batch's other files.
         let already = Set(switching)
         switching += try uploadQueue.uploaded(move: move).filter { !already.contains($0) }
