@@ -157,9 +157,12 @@ extension Device {
             try run.work(device: self)
         } else {
             let paths = self.paths
+            let environment = storageEnvironment
             DispatchQueue.concurrentPerform(iterations: workers) { _ in
                 do {
-                    try run.work(device: try Device.open(paths: paths))
+                    let device = try Device.open(paths: paths)
+                    device.storageEnvironment = environment
+                    try run.work(device: device)
                 } catch {
                     run.fail(error)
                 }
