@@ -418,6 +418,12 @@ enum JSONText {
         /// A JSON string as Foundation writes it (slashes not escaped).
         static func writeString(_ string: String, into text: inout String) {
             text += "\""
+            // Most strings need no escape: appended whole.
+            guard string.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+                text += string
+                text += "\""
+                return
+            }
             for scalar in string.unicodeScalars {
                 switch scalar {
                 case "\"": text += "\\\""
