@@ -200,6 +200,7 @@ private final class Job {
     let events: @Sendable (UploadEvent) -> Void
     let worker = WorkerIdentity.current()
     private var providers: [any StorageProvider] = []
+    private var batchProviders: [any StorageProvider] = []
 
     init(paths: DevicePaths, connect: @escaping @Sendable () throws -> any StorageProvider, settings: UploadSettings, once: Bool, shared: RunState,
          stop: Stop, events: @escaping @Sendable (UploadEvent) -> Void) throws {
@@ -286,8 +287,22 @@ private final class Job {
     /// Encrypted bytes of a batch at most: what a kill may leave sent but unrecorded (the next
     /// run finds those stored and sends them no more).
     static let batchBytes: Int64 = 64 << 20
-    /// Objects up to this size batch (each lane holds one at a time); larger ones go alone.
+    /// Objects up to this size batch (each sender holds one at a time); larger ones go alone.
     static let batchObjectBytes: Int64 = 8 << 20
+    /// Senders of a batch per lane: small objects' requests and syncs overlap (on file://, a
+    /// small file's two syncs, not its bytes, are its cost).
+    static let batchSendersPerLane = 4
+    /// Sealed bytes a job's senders hold at once at most (one object is always let through):
+    /// with two jobs, the worker stays within 64 MiB whatever the sizes.
+    static let batchBytesInFlight: Int64 = 8 << 20
+
+    /// `count` providers for a batch's senders: the lanes' first, then more, made on first use.
+    private func batchSenders(_ count: Int) throws -> [any StorageProvider] {
+        var senders = try lanes()
+        while batchProviders.count < count - senders.count { batchProviders.append(try connect()) }
+        senders += batchProviders
+        return Array(senders.prefix(count))
+    }
 
     /// Sends a batch of whole objects: one transaction checks that each is still wanted and
     /// renews its lease; the lanes then seal and send them at once, each on its own provider,
@@ -312,37 +327,45 @@ private final class Job {
                 ends[index] = .failed(error.asCovenError)
             }
         }
-        let providers = try lanes().map { ProviderHandle($0) }
         let work = BatchWork(prepared.map { BatchItem(index: $0.index, object: claims[$0.index].object, resumed: claims[$0.index].resumed,
-                                                       source: $0.source, sealer: $0.sealer, total: $0.total) })
+                                                       source: $0.source, sealer: $0.sealer, total: $0.total) },
+                             budget: Self.batchBytesInFlight)
+        let providers = try batchSenders(min(Self.batchSendersPerLane * max(1, settings.lanes), max(1, work.count))).map { ProviderHandle($0) }
         let stop = self.stop
         let events = self.events
-        DispatchQueue.concurrentPerform(iterations: min(providers.count, max(1, work.count))) { lane in
-            let provider = providers[lane].provider
-            while let item = work.next() {
-                if stop.isRequested {
-                    ends[item.index] = .stopped(.interrupted)
-                    continue
-                }
-                do {
-                    // Sent before by a run a kill stopped: storage holds it whole already.
-                    if item.resumed, let info = try? provider.head(item.object), info.size == item.total {
-                        ends[item.index] = .stored
+        // Each sender on a thread of its own (blocking requests and syncs: not concurrentPerform,
+        // which runs as many at once as there are cores).
+        let group = DispatchGroup()
+        for (lane, handle) in providers.enumerated() {
+            DispatchQueue(label: "coven.upload.batch.\(lane)").async(group: group) {
+                let provider = handle.provider
+                while let item = work.next() {
+                    defer { work.done(item) }
+                    if stop.isRequested {
+                        ends[item.index] = .stopped(.interrupted)
                         continue
                     }
-                    let bytes = try UploadSender.sealWhole(source: item.source, sealer: item.sealer, total: item.total)
-                    try provider.put(item.object, data: bytes)
-                    ends[item.index] = .stored
-                    events(.progress(object: item.object, confirmed: item.total, total: item.total))
-                } catch let stopped as UploadStop {
-                    ends[item.index] = .stopped(stopped)
-                } catch let error as CovenError where error.code == .interrupted {
-                    ends[item.index] = .stopped(.interrupted)
-                } catch {
-                    ends[item.index] = .failed(error.asCovenError)
+                    do {
+                        // Sent before by a run a kill stopped: storage holds it whole already.
+                        if item.resumed, let info = try? provider.head(item.object), info.size == item.total {
+                            ends[item.index] = .stored
+                            continue
+                        }
+                        let bytes = try UploadSender.sealWhole(source: item.source, sealer: item.sealer, total: item.total)
+                        try provider.put(item.object, data: bytes)
+                        ends[item.index] = .stored
+                        events(.progress(object: item.object, confirmed: item.total, total: item.total))
+                    } catch let stopped as UploadStop {
+                        ends[item.index] = .stopped(stopped)
+                    } catch let error as CovenError where error.code == .interrupted {
+                        ends[item.index] = .stopped(.interrupted)
+                    } catch {
+                        ends[item.index] = .failed(error.asCovenError)
+                    }
                 }
             }
         }
+        group.wait()
         let attempts = claims.enumerated().map { ($0.element, ends[$0.offset]) }
         let results = try device.finishAttempts(attempts, worker: worker, settings: settings)
         for (index, claim) in claims.enumerated() {
@@ -435,19 +458,39 @@ private struct BatchItem: @unchecked Sendable {
     let total: Int64
 }
 
-/// The items of a batch, handed to the lanes in order. @unchecked: under `lock`.
+/// The items of a batch, handed to the senders in order, within a budget of sealed bytes held
+/// at once. @unchecked: under `condition`.
 private final class BatchWork: @unchecked Sendable {
-    private let lock = NSLock()
+    private let condition = NSCondition()
     private var items: [BatchItem]
     private var position = 0
-    init(_ items: [BatchItem]) { self.items = items }
+    private let budget: Int64
+    private var inFlight: Int64 = 0
+    init(_ items: [BatchItem], budget: Int64) {
+        self.items = items
+        self.budget = budget
+    }
     var count: Int { items.count }
+
+    /// The next item, once the budget has room for it (or nothing else is in flight).
     func next() -> BatchItem? {
-        lock.lock()
-        defer { lock.unlock() }
+        condition.lock()
+        defer { condition.unlock() }
         guard position < items.count else { return nil }
-        defer { position += 1 }
-        return items[position]
+        while position < items.count && inFlight > 0 && inFlight + items[position].total > budget { condition.wait() }
+        guard position < items.count else { return nil }
+        let item = items[position]
+        position += 1
+        inFlight += item.total
+        return item
+    }
+
+    /// An item's sender is done with it.
+    func done(_ item: BatchItem) {
+        condition.lock()
+        inFlight -= item.total
+        condition.broadcast()
+        condition.unlock()
     }
 }
 
