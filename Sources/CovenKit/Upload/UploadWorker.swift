@@ -240,6 +240,11 @@ private final class Job {
                 let objectBytes = min(Self.batchObjectBytes, settings.singleRequestLimit, try storage().singleRequestLimit)
                 claimed = try device.claimUploads(worker: worker, lease: settings.lease, excluded: shared.excluded,
                                                   limit: Self.batchLimit, objectBytes: objectBytes, batchBytes: Self.batchBytes)
+            } catch let error as CovenError where error.code == .busy {
+                // Another job's record held the database past the busy timeout (the one write
+                // switching a move of 100,000 files): claim again once it is done.
+                shared.end()
+                continue
             } catch {
                 shared.end()
                 throw error
