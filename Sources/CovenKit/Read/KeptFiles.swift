@@ -96,17 +96,19 @@ extension Device {
         // Each with its place and its cache entry's state, in the same pass: no query and no
         // JSON decoding per file but for those to fetch (a library of 100,000 kept files all held
         // is looked over in well under a second).
-        let rows = try database.query("""
+        // Read a row at a time: 100,000 rows held at once were most of the command's memory.
+        let rows = try database.prepare("""
             SELECT f.id, f.place AS at, f.device AS device, f.object AS object, c.complete AS cache_state
             FROM coven_files f
             LEFT JOIN coven_cache c ON c.object = f.object
             WHERE \(Self.keptFile)
             ORDER BY f.size, f.id
-            """, [try keptNamespaces()])
+            """)
+        try rows.bind([try keptNamespaces()])
         var seen: Set<String> = []
         var toFetch: [String] = []
         var held = 0
-        for row in rows {
+        while let row = try rows.next() {
             if row.string("at") == Coordinates.Place.device.rawValue {
                 if row.string("device") == deviceID { held += 1 }
                 continue
