@@ -342,23 +342,111 @@ enum JSONText {
     /// `text` as a JSON string, quoted and escaped as ``render(_:)`` writes it: for a line
     /// printed per item of a long run, where Foundation's serializer would cost the most.
     static func string(_ text: String) -> String {
-        var out = "\""
-        out.reserveCapacity(text.utf8.count + 2)
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case "\u{08}": out += "\\b"
-            case "\u{0C}": out += "\\f"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
+        var out = ""
+        Writer.writeString(text, into: &out)
+        return out
+    }
+
+    /// The text ``render(_:)`` gives, written by a writer of its own for the values commands
+    /// print (dictionaries, arrays, strings, integers, booleans, null; anything else through
+    /// Foundation), for long lists: Foundation's sorted keys compare every pair of keys through
+    /// a locale, ten seconds for 10,000 lost values. The key order is Foundation's, found once
+    /// per set of keys.
+    final class Writer {
+        private var orders: [[String]: [String]] = [:]
+
+        func render(_ value: Any) throws -> String {
+            var text = ""
+            try write(value, into: &text)
+            return text
+        }
+
+        func write(_ value: Any, into text: inout String) throws {
+            switch value {
+            case let string as String:
+                Self.writeString(string, into: &text)
+            case let dictionary as [String: Any]:
+                text += "{"
+                for (index, key) in try order(of: dictionary).enumerated() {
+                    if index > 0 { text += "," }
+                    Self.writeString(key, into: &text)
+                    text += ":"
+                    try write(dictionary[key] as Any, into: &text)
+                }
+                text += "}"
+            case let array as [Any]:
+                text += "["
+                for (index, element) in array.enumerated() {
+                    if index > 0 { text += "," }
+                    try write(element, into: &text)
+                }
+                text += "]"
+            case is NSNull:
+                text += "null"
+            case let flag as Bool:
+                text += flag ? "true" : "false"
+            case let number as Int:
+                text += String(number)
+            case let number as Int64:
+                text += String(number)
+            default:
+                text += try JSONText.render(value)
             }
         }
-        return out + "\""
+
+        /// The keys of `dictionary` in Foundation's sorted order: that of a dictionary of the
+        /// same keys rendered by Foundation, read back from its text.
+        private func order(of dictionary: [String: Any]) throws -> [String] {
+            let keys = dictionary.keys.sorted()
+            if let known = orders[keys] { return known }
+            let rendered = try JSONText.render(Dictionary(uniqueKeysWithValues: keys.map { ($0, 0) }))
+            var order: [String] = []
+            var utf8 = Substring(rendered).utf8.dropFirst()  // "{"
+            while utf8.first == UInt8(ascii: "\"") {
+                // A key's JSON string: up to the first quote not escaped.
+                var end = utf8.index(after: utf8.startIndex)
+                var escaped = false
+                while end < utf8.endIndex {
+                    let byte = utf8[end]
+                    if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") { break }
+                    end = utf8.index(after: end)
+                }
+                let token = Data(utf8[utf8.startIndex...end])
+                guard let key = try JSONSerialization.jsonObject(with: token, options: [.fragmentsAllowed]) as? String else {
+                    throw CovenError(.internal, "cannot read back a rendered JSON key")
+                }
+                order.append(key)
+                utf8 = utf8[utf8.index(after: end)...].drop { $0 != UInt8(ascii: ",") && $0 != UInt8(ascii: "}") }.dropFirst()
+            }
+            guard order.count == keys.count else { throw CovenError(.internal, "cannot read back the order of rendered JSON keys") }
+            orders[keys] = order
+            return order
+        }
+
+        /// A JSON string as Foundation writes it (slashes not escaped).
+        static func writeString(_ string: String, into text: inout String) {
+            text += "\""
+            // Most strings need no escape: appended whole.
+            guard string.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+                text += string
+                text += "\""
+                return
+            }
+            for scalar in string.unicodeScalars {
+                switch scalar {
+                case "\"": text += "\\\""
+                case "\\": text += "\\\\"
+                case "\u{8}": text += "\\b"
+                case "\u{c}": text += "\\f"
+                case "\n": text += "\\n"
+                case "\r": text += "\\r"
+                case "\t": text += "\\t"
+                case "\u{0}"..."\u{f}": text += "\\u000" + String(scalar.value, radix: 16)
+                case "\u{10}"..."\u{1f}": text += "\\u00" + String(scalar.value, radix: 16)
+                default: text.unicodeScalars.append(scalar)
+                }
+            }
+            text += "\""
+        }
     }
 }

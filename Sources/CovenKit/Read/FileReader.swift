@@ -318,6 +318,8 @@ final class StoredRead {
     /// This read checked the whole file against the record's hash.
     private var hashChecked = false
     private var report = ReadReport(source: .cache)
+    /// The connection's `synchronous` setting before this read relaxed it (2: FULL).
+    private var restoredSynchronous: Int64 = 2
     /// Whether this read relaxed the connection's `synchronous` setting.
     private var relaxed = false
 
@@ -368,6 +370,8 @@ final class StoredRead {
         // the process): every cached chunk is checked against its tag when read, so a lost
         // record or lost bytes only mean fetching the chunk again. So commits here need not
         // wait for the disk; `close()` restores the device's setting.
+        // (The setting it had is restored: a fetch-kept worker's connection runs relaxed throughout.)
+        restoredSynchronous = try db.scalar("PRAGMA synchronous").intValue ?? 2
         try db.execute("PRAGMA synchronous = NORMAL")
         relaxed = true
         if try device.cacheRow(object) == nil {
@@ -410,7 +414,7 @@ final class StoredRead {
     }
 
     func close() {
-        if relaxed { try? device.database.execute("PRAGMA synchronous = FULL") }
+        if relaxed { try? device.database.execute("PRAGMA synchronous = \(restoredSynchronous)") }
         relaxed = false
         if dataFD >= 0 { Foundation.close(dataFD) }
         if tagsFD >= 0 { Foundation.close(tagsFD) }

@@ -38,7 +38,18 @@ enum Schema {
         { database in try database.execute(lostReasonsWidened) },
         // 11: fsck: when each stored object, change and snapshot was last verified (Fsck/FsckLedger.swift).
         { database in try database.execute(FsckLedger.table) },
+        // 12: the upload queue read in claim order without a sort, and a move's uploads found
+        // without a scan (a library of 100,000 files: Upload/).
+        { database in try database.execute(uploadQueueIndexes) },
     ]
+
+    /// Version 12: indexes of the upload queue. A claim reads the queue's unsent uploads in its
+    /// order a row at a time and stops once its batch is full; each stored upload of a move
+    /// counts the move's unsent ones.
+    static let uploadQueueIndexes = """
+    CREATE INDEX coven_upload_queue_claim ON coven_upload_queue (uploaded, bound DESC, position);
+    CREATE INDEX coven_upload_queue_move ON coven_upload_queue (move, uploaded);
+    """
 
     /// Version 10: `coven_lost_values` takes two more reasons, the entries a receiver refused
     /// (Sync/Authorizer.swift). SQLite cannot change a CHECK: the table is made again, its rows,

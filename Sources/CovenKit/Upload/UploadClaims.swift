@@ -64,6 +64,9 @@ struct UploadClaim: Sendable {
     var bytesTotal: Int64
     var uploadID: String?
     var partSize: Int64?
+    /// Whether another worker held the upload before (a run a kill stopped): its object may
+    /// already be stored, unrecorded.
+    var resumed = false
 }
 
 /// Why nothing could be claimed, for a worker deciding whether to wait or stop.
@@ -88,11 +91,25 @@ extension Device {
     ///   - excluded: objects this run leaves alone (waiting for their source).
     /// - Returns: the claim, or why there is none.
     func claimUpload(worker: WorkerIdentity, lease: Double, excluded: Set<String>) throws -> Result<UploadClaim, ClaimWaitBox> {
+        try claimUploads(worker: worker, lease: lease, excluded: excluded, limit: 1, objectBytes: 0, batchBytes: 0).map { $0[0] }
+    }
+
+    /// Claims a batch: the oldest eligible upload (as ``claimUpload(worker:lease:excluded:)``)
+    /// and, when it is a whole object to send in one request, the next eligible ones of the
+    /// same kind (each of at most `objectBytes`), up to `limit` uploads and `batchBytes`
+    /// encrypted bytes in all, in one short
+    /// IMMEDIATE transaction: a worker pays one commit for the claims of many small files.
+    ///
+    /// The queue is read a row at a time (never all of it in memory) and only as far as the
+    /// batch needs.
+    ///
+    /// - Returns: the claims (at least one), or why there is none.
+    func claimUploads(worker: WorkerIdentity, lease: Double, excluded: Set<String>, limit: Int, objectBytes: Int64, batchBytes: Int64) throws -> Result<[UploadClaim], ClaimWaitBox> {
         try database.transaction {
             let now = Date().timeIntervalSince1970
             let paused = try setting("uploads_paused") == "1"
             let networkBlocked = try setting("unmetered_only") == "1" && setting("network_metered") == "1"
-            let rows = try database.query("""
+            let statement = try database.prepare("""
                 SELECT q.object, q.move, q.bound, q.state, q.attempts, q.next_attempt_at, q.upload_id, q.part_size,
                        q.bytes_total, q.worker, q.lease_until, m.state AS move_state
                 FROM coven_upload_queue q LEFT JOIN coven_move_state m ON m.id = q.move
@@ -101,7 +118,14 @@ extension Device {
                 """)
             let queue = uploadQueue
             var wait = ClaimWait(nextAttempt: nil, heldElsewhere: 0)
-            for row in rows {
+            var retiredNow: [String] = []
+            var claims: [UploadClaim] = []
+            var bytes: Int64 = 0
+            /// Whether a claim is a whole object sent in one request, which batches.
+            func batches(_ claim: UploadClaim) -> Bool {
+                claim.task == .send && claim.uploadID == nil && claim.bytesTotal <= objectBytes
+            }
+            while let row = try statement.next() {
                 guard let object = row.string("object"), !excluded.contains(object) else { continue }
                 let state = UploadState(rawValue: row.string("state") ?? "") ?? .queued
                 if state == .sending || row.string("worker") != nil {
@@ -117,11 +141,8 @@ extension Device {
                 var task = UploadClaim.Task.send
                 if state == .retired {
                     if row["upload_id"].isNull {
-                        // Nothing at the provider to abort: drop it now.
-                        try queue.remove(object)
-                        if try fileRecords.ids(object: object).isEmpty {
-                            try forgetLocalBytes(object: object)
-                        }
+                        // Nothing at the provider to abort: dropped below, once the queue is read.
+                        retiredNow.append(object)
                         continue
                     }
                     task = .retire
@@ -138,12 +159,40 @@ extension Device {
                 let bound = (row.int("bound") ?? 0) != 0
                 if task == .send && !bound && (paused || networkBlocked) { continue }
                 let attempts = (row.int("attempts") ?? 0) + (task == .send ? 1 : 0)
-                try queue.lease(object, worker: worker.text, until: now + lease, attempts: attempts)
-                return .success(UploadClaim(
+                let claim = UploadClaim(
                     task: task, object: object, move: row.string("move"), bound: bound, attempts: attempts,
-                    bytesTotal: row.int("bytes_total") ?? 0, uploadID: row.string("upload_id"), partSize: row.int("part_size")))
+                    bytesTotal: row.int("bytes_total") ?? 0, uploadID: row.string("upload_id"), partSize: row.int("part_size"),
+                    resumed: row.string("worker") != nil)
+                if let first = claims.first {
+                    // Only whole objects batch; the batch ends at the first that does not fit.
+                    guard batches(first), batches(claim), bytes + claim.bytesTotal <= batchBytes else { break }
+                }
+                claims.append(claim)
+                bytes += claim.bytesTotal
+                if claims.count >= limit || !batches(claim) { break }
             }
-            return .failure(ClaimWaitBox(wait))
+            statement.reset()
+            for object in retiredNow {
+                try queue.remove(object)
+                if try fileRecords.ids(object: object).isEmpty {
+                    try forgetLocalBytes(object: object)
+                }
+            }
+            guard !claims.isEmpty else { return .failure(ClaimWaitBox(wait)) }
+            for claim in claims {
+                try queue.lease(claim.object, worker: worker.text, until: now + lease, attempts: claim.attempts)
+            }
+            return .success(claims)
+        }
+    }
+
+    /// Renews `worker`'s leases on `objects` and says, for each, whether its upload is still
+    /// wanted, in one transaction.
+    ///
+    /// - Returns: per object, nil when the worker may go on; otherwise why it must stop.
+    func renewLeases(objects: [String], worker: WorkerIdentity, lease: Double) throws -> [UploadStop?] {
+        try database.transaction {
+            try objects.map { try renewLeaseInTransaction(object: $0, worker: worker, lease: lease) }
         }
     }
 
@@ -151,21 +200,23 @@ extension Device {
     ///
     /// - Returns: nil when the worker may go on; otherwise why it must stop.
     func renewLease(object: String, worker: WorkerIdentity, lease: Double) throws -> UploadStop? {
-        try database.transaction {
-            guard let row = try database.queryOne("""
-                SELECT q.state, q.worker, m.state AS move_state FROM coven_upload_queue q
-                LEFT JOIN coven_move_state m ON m.id = q.move WHERE q.object = ?1
-                """, [object]) else { return .gone }
-            guard row.string("worker") == worker.text else { return .leaseLost }
-            if row.string("state") == UploadState.retired.rawValue { return .retired }
-            switch row.string("move_state").flatMap(MoveState.init(rawValue:)) {
-            case .cancelled: return .cancelled
-            case .failed: return .moveFailed
-            case .moving, .done, nil: break
-            }
-            try uploadQueue.renew(object, until: Date().timeIntervalSince1970 + lease)
-            return nil
+        try database.transaction { try renewLeaseInTransaction(object: object, worker: worker, lease: lease) }
+    }
+
+    private func renewLeaseInTransaction(object: String, worker: WorkerIdentity, lease: Double) throws -> UploadStop? {
+        guard let row = try database.queryOne("""
+            SELECT q.state, q.worker, m.state AS move_state FROM coven_upload_queue q
+            LEFT JOIN coven_move_state m ON m.id = q.move WHERE q.object = ?1
+            """, [object]) else { return .gone }
+        guard row.string("worker") == worker.text else { return .leaseLost }
+        if row.string("state") == UploadState.retired.rawValue { return .retired }
+        switch row.string("move_state").flatMap(MoveState.init(rawValue:)) {
+        case .cancelled: return .cancelled
+        case .failed: return .moveFailed
+        case .moving, .done, nil: break
         }
+        try uploadQueue.renew(object, until: Date().timeIntervalSince1970 + lease)
+        return nil
     }
 }
 

@@ -37,55 +37,82 @@ extension Device {
     func finishAttempt(_ claim: UploadClaim, worker: WorkerIdentity, end: AttemptEnd, settings: UploadSettings)
         throws -> (outcome: UploadOutcome, orphan: String?, abort: String?)
     {
+        try finishAttempts([(claim, end)], worker: worker, settings: settings)[0]
+    }
+
+    /// Records the ends of `worker`'s attempts at a batch of claims as
+    /// ``finishAttempt(_:worker:end:settings:)`` does, all in one transaction (one commit, one
+    /// sync, for many small files), the files stored without a move switched by one write.
+    ///
+    /// - Returns: per attempt, in order: the outcome, an object to delete, a session to abort.
+    func finishAttempts(_ attempts: [(claim: UploadClaim, end: AttemptEnd)], worker: WorkerIdentity, settings: UploadSettings)
+        throws -> [(outcome: UploadOutcome, orphan: String?, abort: String?)]
+    {
         let lock = try self.lock(wait: true)
         defer { _ = lock }
-        let result: (UploadOutcome, String?, String?) = try database.transaction {
-            guard let row = try database.queryOne("""
-                SELECT q.*, m.state AS move_state FROM coven_upload_queue q LEFT JOIN coven_move_state m ON m.id = q.move
-                WHERE q.object = ?1
-                """, [claim.object]) else {
-                // Removed meanwhile (a cancel): whatever was stored is named by nothing.
-                if case .stored = end { return (.dropped, claim.object, nil) }
-                return (.dropped, nil, claim.uploadID)
+        let results: [(outcome: UploadOutcome, orphan: String?, abort: String?)] = try database.transaction {
+            var switching: [String] = []
+            var results: [(outcome: UploadOutcome, orphan: String?, abort: String?)] = []
+            for (claim, end) in attempts {
+                let (outcome, orphan, abort) = try finishInTransaction(claim, worker: worker, end: end, settings: settings, switching: &switching)
+                results.append((outcome, orphan, abort))
             }
-            guard row.string("worker") == worker.text else {
-                return (.dropped, nil, nil)  // another worker owns it now
+            if !switching.isEmpty {
+                try recordWrite { write in try switchToStored(switching, stamp: write.stamp) }
             }
-            let uploadID = row.string("upload_id")
-            let state = row.string("state").flatMap(UploadState.init(rawValue:))
-            let moveState = row.string("move_state").flatMap(MoveState.init(rawValue:))
-            if state == .retired || moveState == .cancelled {
-                let stored: Bool
-                if case .stored = end { stored = true } else { stored = false }
-                if uploadID != nil && !stored {
-                    // A provider session to abort first: the upload stays queued (retired or
-                    // cancelled) until a claim of its own aborts it.
-                    try uploadQueue.unlease(claim.object)
-                    return (.dropped, nil, nil)
-                }
-                try dropUpload(claim.object, forgetBytes: state == .retired)
-                if case .stored = end { return (.dropped, claim.object, nil) }
-                return (.dropped, nil, uploadID)
-            }
-            if moveState == .failed {
-                try uploadQueue.requeue(claim.object, clearingSession: true)
-                if case .stored = end { return (.dropped, claim.object, nil) }
-                return (.dropped, nil, uploadID)
-            }
-            switch end {
-            case .stored:
-                try storeCompleted(claim.object, move: row.string("move"), moveState: moveState)
-                return (.stored, nil, nil)
-            case .stopped(let stop):
-                if stop == .leaseLost || stop == .gone { return (.dropped, nil, nil) }
-                try uploadQueue.requeue(claim.object, clearingSession: false)
-                return (.dropped, nil, nil)
-            case .failed(let error):
-                return try recordFailure(claim, error: error, row: row, settings: settings)
-            }
+            return results
         }
         removeReleasedCopies()
-        return result
+        return results
+    }
+
+    /// One attempt's end, inside the caller's transaction; an object stored without a move
+    /// goes in `switching`, for the caller's one write.
+    private func finishInTransaction(_ claim: UploadClaim, worker: WorkerIdentity, end: AttemptEnd, settings: UploadSettings,
+                                     switching: inout [String]) throws -> (UploadOutcome, String?, String?) {
+        guard let row = try database.queryOne("""
+            SELECT q.*, m.state AS move_state FROM coven_upload_queue q LEFT JOIN coven_move_state m ON m.id = q.move
+            WHERE q.object = ?1
+            """, [claim.object]) else {
+            // Removed meanwhile (a cancel): whatever was stored is named by nothing.
+            if case .stored = end { return (.dropped, claim.object, nil) }
+            return (.dropped, nil, claim.uploadID)
+        }
+        guard row.string("worker") == worker.text else {
+            return (.dropped, nil, nil)  // another worker owns it now
+        }
+        let uploadID = row.string("upload_id")
+        let state = row.string("state").flatMap(UploadState.init(rawValue:))
+        let moveState = row.string("move_state").flatMap(MoveState.init(rawValue:))
+        if state == .retired || moveState == .cancelled {
+            let stored: Bool
+            if case .stored = end { stored = true } else { stored = false }
+            if uploadID != nil && !stored {
+                // A provider session to abort first: the upload stays queued (retired or
+                // cancelled) until a claim of its own aborts it.
+                try uploadQueue.unlease(claim.object)
+                return (.dropped, nil, nil)
+            }
+            try dropUpload(claim.object, forgetBytes: state == .retired)
+            if case .stored = end { return (.dropped, claim.object, nil) }
+            return (.dropped, nil, uploadID)
+        }
+        if moveState == .failed {
+            try uploadQueue.requeue(claim.object, clearingSession: true)
+            if case .stored = end { return (.dropped, claim.object, nil) }
+            return (.dropped, nil, uploadID)
+        }
+        switch end {
+        case .stored:
+            try storeCompleted(claim.object, move: row.string("move"), moveState: moveState, switching: &switching)
+            return (.stored, nil, nil)
+        case .stopped(let stop):
+            if stop == .leaseLost || stop == .gone { return (.dropped, nil, nil) }
+            try uploadQueue.requeue(claim.object, clearingSession: false)
+            return (.dropped, nil, nil)
+        case .failed(let error):
+            return try recordFailure(claim, error: error, row: row, settings: settings)
+        }
     }
 
     /// Removes an upload from the queue; its local bytes go too when no record names them.
@@ -96,17 +123,19 @@ extension Device {
         }
     }
 
-    /// Storage holds `object`: a bound upload switches its file now; a move's upload waits
-    /// until every file of the move is stored, then one write switches them all.
-    private func storeCompleted(_ object: String, move: String?, moveState: MoveState?) throws {
+    /// Storage holds `object`: a bound upload's file goes in `switching` now; a move's upload
+    /// waits until every file of the move is stored, then all of them go in `switching`, for
+    /// the caller's one write.
+    private func storeCompleted(_ object: String, move: String?, moveState: MoveState?, switching: inout [String]) throws {
         guard let move else {
-            try recordWrite { write in try switchToStored([object], stamp: write.stamp) }
+            switching.append(object)
             return
         }
         try uploadQueue.markUploaded(object)
-        guard try uploadQueue.unsent(move: move) == 0, moveState == nil || moveState == .moving else { return }
-        let objects = try uploadQueue.uploaded(move: move)
-        try recordWrite { write in try switchToStored(objects, stamp: write.stamp) }
+        guard try !uploadQueue.hasUnsent(move: move), moveState == nil || moveState == .moving else { return }
+        // Switched by the caller's one write, with the batch's other files.
+        let already = Set(switching)
+        switching += try uploadQueue.uploaded(move: move).filter { !already.contains($0) }
         try moveRecords.markDone(move)
     }
 

@@ -249,11 +249,13 @@ struct UploadQueue {
         try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE move = ?1", [move]).intValue ?? 0
     }
 
-    /// Uploads of `move` not stored yet and still wanted (not retired).
-    func unsent(move: String) throws -> Int64 {
+    /// Whether `move` has an upload storage does not hold yet and still wanted (not retired):
+    /// the first one found (by the
+    /// index on the move), not a count, so each of a move of 100,000 files asks in constant time.
+    func hasUnsent(move: String) throws -> Bool {
         try database.scalar(
-            "SELECT count(*) FROM coven_upload_queue WHERE move = ?1 AND uploaded = 0 AND state <> \(UploadState.retired.sql)", [move]
-        ).intValue ?? 0
+            "SELECT EXISTS (SELECT 1 FROM coven_upload_queue WHERE move = ?1 AND uploaded = 0 AND state <> \(UploadState.retired.sql))", [move]
+        ).intValue == 1
     }
 
     /// The objects of `move` that storage holds, in queue order.

@@ -209,6 +209,15 @@ final class UploadSender {
     // MARK: One request
 
     private func sendWhole(_ claim: UploadClaim, source: UploadSource, sealer: ObjectSealer, total: Int64) throws {
+        let object = try Self.sealWhole(source: source, sealer: sealer, total: total)
+        try stillWanted(claim.object)
+        try provider.put(claim.object, data: object)
+        progress(claim.object, total, total)
+    }
+
+    /// The whole sealed object of `source`, `total` bytes: read, checked against its recorded
+    /// chunk hashes and sealed a run of chunks at a time. Touches no database.
+    static func sealWhole(source: UploadSource, sealer: ObjectSealer, total: Int64) throws -> [UInt8] {
         var object = [UInt8](repeating: 0, count: Int(total))
         let chunkCount = ObjectLayout.chunkCount(plaintextSize: source.size)
         try object.withUnsafeMutableBytes { out in
@@ -221,9 +230,22 @@ final class UploadSender {
                 first = run.upperBound
             }
         }
-        try stillWanted(claim.object)
-        try provider.put(claim.object, data: object)
-        progress(claim.object, total, total)
+        return object
+    }
+
+    /// Prepares a claim of a batch on the job's thread (its key and its source, the database's
+    /// part): what a lane then seals and sends without the database.
+    ///
+    /// - Throws: ``UploadStop/retired`` when no record names the object; the failures of
+    ///   ``UploadSource/open(object:device:)``.
+    static func prepareWhole(_ claim: UploadClaim, device: Device) throws -> (source: UploadSource, sealer: ObjectSealer, total: Int64) {
+        guard let keyHex = try device.fileRecords.coordinates(object: claim.object)?.key else { throw UploadStop.retired }
+        let source = try UploadSource.open(object: claim.object, device: device)
+        let total = ObjectLayout.encryptedSize(plaintextSize: source.size)
+        guard total == claim.bytesTotal else {
+            throw CovenError(.internal, "the queued size of '\(claim.object)' disagrees with its local bytes", cause: "\(claim.bytesTotal) queued, \(total) from \(source.size.counted("byte"))")
+        }
+        return (source, try ObjectSealer(key: try FileKey(hex: keyHex)), total)
     }
 
     // MARK: Parts

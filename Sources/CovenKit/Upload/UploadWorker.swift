@@ -200,6 +200,7 @@ private final class Job {
     let events: @Sendable (UploadEvent) -> Void
     let worker = WorkerIdentity.current()
     private var providers: [any StorageProvider] = []
+    private var batchProviders: [any StorageProvider] = []
 
     init(paths: DevicePaths, connect: @escaping @Sendable () throws -> any StorageProvider, settings: UploadSettings, once: Bool, shared: RunState,
          stop: Stop, events: @escaping @Sendable (UploadEvent) -> Void) throws {
@@ -234,17 +235,28 @@ private final class Job {
         while !stop.isRequested && !shared.denied {
             let handledBefore = shared.handledCount
             shared.begin()
-            let claimed: Result<UploadClaim, ClaimWaitBox>
+            let claimed: Result<[UploadClaim], ClaimWaitBox>
             do {
-                claimed = try device.claimUpload(worker: worker, lease: settings.lease, excluded: shared.excluded)
+                let objectBytes = min(Self.batchObjectBytes, settings.singleRequestLimit, try storage().singleRequestLimit)
+                claimed = try device.claimUploads(worker: worker, lease: settings.lease, excluded: shared.excluded,
+                                                  limit: Self.batchLimit, objectBytes: objectBytes, batchBytes: Self.batchBytes)
+            } catch let error as CovenError where error.code == .busy {
+                // Another job's record held the database past the busy timeout (the one write
+                // switching a move of 100,000 files): claim again once it is done.
+                shared.end()
+                continue
             } catch {
                 shared.end()
                 throw error
             }
             switch claimed {
-            case .success(let claim):
+            case .success(let claims):
                 defer { shared.endHandled() }
-                try handle(claim)
+                if claims.count == 1 {
+                    try handle(claims[0])
+                } else {
+                    try handleBatch(claims)
+                }
             case .failure(let box):
                 shared.end()
                 let wait = box.wait
@@ -271,6 +283,105 @@ private final class Job {
             let left = time - Date().timeIntervalSince1970
             if left <= 0 { return }
             if shared.waitForHandled(since: count, timeout: min(left, 0.2)) { return }
+        }
+    }
+
+    /// Uploads claimed at once: one claim, one lease check and one record of their ends (a
+    /// commit each) for up to this many small files.
+    static let batchLimit = 64
+    /// Encrypted bytes of a batch at most: what a kill may leave sent but unrecorded (the next
+    /// run finds those stored and sends them no more).
+    static let batchBytes: Int64 = 64 << 20
+    /// Objects up to this size batch (each sender holds one at a time); larger ones go alone.
+    static let batchObjectBytes: Int64 = 8 << 20
+    /// Senders of a batch per lane: small objects' requests and syncs overlap (on file://, a
+    /// small file's two syncs, not its bytes, are its cost).
+    static let batchSendersPerLane = 4
+    /// Sealed bytes a job's senders hold at once at most (one object is always let through):
+    /// with two jobs, the worker stays within 64 MiB whatever the sizes.
+    static let batchBytesInFlight: Int64 = 8 << 20
+
+    /// `count` providers for a batch's senders: the lanes' first, then more, made on first use.
+    private func batchSenders(_ count: Int) throws -> [any StorageProvider] {
+        var senders = try lanes()
+        while batchProviders.count < count - senders.count { batchProviders.append(try connect()) }
+        senders += batchProviders
+        return Array(senders.prefix(count))
+    }
+
+    /// Sends a batch of whole objects: one transaction checks that each is still wanted and
+    /// renews its lease; the lanes then seal and send them at once, each on its own provider,
+    /// touching no database; one transaction records every end. A kill before that record
+    /// leaves the uploads leased by a dead process: the next run claims them, finds the ones
+    /// storage already holds whole (`head`) and records them without sending them again.
+    private func handleBatch(_ claims: [UploadClaim]) throws {
+        let stops = try device.renewLeases(objects: claims.map(\.object), worker: worker, lease: settings.lease)
+        let ends = BatchEnds(count: claims.count)
+        var prepared: [(index: Int, source: UploadSource, sealer: ObjectSealer, total: Int64)] = []
+        for (index, claim) in claims.enumerated() {
+            if let stop = stops[index] {
+                ends[index] = .stopped(stop)
+                continue
+            }
+            do {
+                let (source, sealer, total) = try UploadSender.prepareWhole(claim, device: device)
+                prepared.append((index, source, sealer, total))
+            } catch let stop as UploadStop {
+                ends[index] = .stopped(stop)
+            } catch {
+                ends[index] = .failed(error.asCovenError)
+            }
+        }
+        let work = BatchWork(prepared.map { BatchItem(index: $0.index, object: claims[$0.index].object, resumed: claims[$0.index].resumed,
+                                                       source: $0.source, sealer: $0.sealer, total: $0.total) },
+                             budget: Self.batchBytesInFlight)
+        let providers = try batchSenders(min(Self.batchSendersPerLane * max(1, settings.lanes), max(1, work.count))).map { ProviderHandle($0) }
+        let stop = self.stop
+        let events = self.events
+        // Each sender on a thread of its own (blocking requests and syncs: not concurrentPerform,
+        // which runs as many at once as there are cores).
+        let group = DispatchGroup()
+        for (lane, handle) in providers.enumerated() {
+            DispatchQueue(label: "coven.upload.batch.\(lane)").async(group: group) {
+                let provider = handle.provider
+                while let item = work.next() {
+                    defer { work.done(item) }
+                    if stop.isRequested {
+                        ends[item.index] = .stopped(.interrupted)
+                        continue
+                    }
+                    do {
+                        // Sent before by a run a kill stopped: storage holds it whole already.
+                        if item.resumed, let info = try? provider.head(item.object), info.size == item.total {
+                            ends[item.index] = .stored
+                            continue
+                        }
+                        let bytes = try UploadSender.sealWhole(source: item.source, sealer: item.sealer, total: item.total)
+                        try provider.put(item.object, data: bytes)
+                        ends[item.index] = .stored
+                        events(.progress(object: item.object, confirmed: item.total, total: item.total))
+                    } catch let stopped as UploadStop {
+                        ends[item.index] = .stopped(stopped)
+                    } catch let error as CovenError where error.code == .interrupted {
+                        ends[item.index] = .stopped(.interrupted)
+                    } catch {
+                        ends[item.index] = .failed(error.asCovenError)
+                    }
+                }
+            }
+        }
+        group.wait()
+        let attempts = claims.enumerated().map { ($0.element, ends[$0.offset]) }
+        let results = try device.finishAttempts(attempts, worker: worker, settings: settings)
+        for (index, claim) in claims.enumerated() {
+            let (outcome, orphan, abort) = results[index]
+            if let orphan { try? storage().delete(orphan) }
+            if let abort { try? storage().abortMultipart(claim.object, uploadID: abort) }
+            let files = try device.fileIDs(object: claim.object)
+            if case .waitingForSource = outcome, once { shared.exclude(claim.object) }
+            if case .failed(let error) = ends[index], error.code == .storage, error.storageFailure == .denied { shared.deny() }
+            shared.record(outcome, files: files)
+            events(.finished(object: claim.object, files: files, outcome: outcome))
         }
     }
 
@@ -340,6 +451,69 @@ private final class Job {
             shared.record(.willRetry(code: failure.code, message: failure.description), files: files)
         }
     }
+}
+
+/// One whole object of a batch, prepared on the job's thread for a lane.
+private struct BatchItem: @unchecked Sendable {
+    let index: Int
+    let object: String
+    let resumed: Bool
+    let source: UploadSource
+    let sealer: ObjectSealer
+    let total: Int64
+}
+
+/// The items of a batch, handed to the senders in order, within a budget of sealed bytes held
+/// at once. @unchecked: under `condition`.
+private final class BatchWork: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var items: [BatchItem]
+    private var position = 0
+    private let budget: Int64
+    private var inFlight: Int64 = 0
+    init(_ items: [BatchItem], budget: Int64) {
+        self.items = items
+        self.budget = budget
+    }
+    var count: Int { items.count }
+
+    /// The next item, once the budget has room for it (or nothing else is in flight).
+    func next() -> BatchItem? {
+        condition.lock()
+        defer { condition.unlock() }
+        guard position < items.count else { return nil }
+        while position < items.count && inFlight > 0 && inFlight + items[position].total > budget { condition.wait() }
+        guard position < items.count else { return nil }
+        let item = items[position]
+        position += 1
+        inFlight += item.total
+        return item
+    }
+
+    /// An item's sender is done with it.
+    func done(_ item: BatchItem) {
+        condition.lock()
+        inFlight -= item.total
+        condition.broadcast()
+        condition.unlock()
+    }
+}
+
+/// How each attempt of a batch ended, written by the lanes. @unchecked: under `lock`.
+private final class BatchEnds: @unchecked Sendable {
+    private let lock = NSLock()
+    private var ends: [AttemptEnd]
+    init(count: Int) { ends = Array(repeating: .stopped(.interrupted), count: count) }
+    subscript(index: Int) -> AttemptEnd {
+        get { lock.lock(); defer { lock.unlock() }; return ends[index] }
+        set { lock.lock(); ends[index] = newValue; lock.unlock() }
+    }
+}
+
+/// A lane's provider, used by that lane alone. @unchecked: one thread at a time.
+private final class ProviderHandle: @unchecked Sendable {
+    let provider: any StorageProvider
+    init(_ provider: any StorageProvider) { self.provider = provider }
 }
 
 extension Device {

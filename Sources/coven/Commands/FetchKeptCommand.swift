@@ -8,15 +8,15 @@ struct FetchKeptCommand: Command {
     static let synopsis = ["[--json]"]
     static let discussion = """
     Fetches each kept file (pinned, or in a namespace the manifest declares kept) that is not \
-    held whole, smallest first; a partial resumes with its missing chunks, and a file a read \
+    held whole, smallest first, four at once (their fetches, syncs and commits overlap); a partial resumes with its missing chunks, and a file a read \
     brought into the cache whole without syncing it is checked and synced (listed as fetched, \
     0 bytes). Waits out a server \
     that asks for a wait of a minute or less. Stops at the first file the disk has no room for, \
     once the cached files read longest ago that are not kept have given way (exit 7), once storage cannot be reached (exit 5), or once the server asks for a longer \
     wait (exit 5); passes over a file that fails otherwise, reports it and ends with exit 10. \
-    Ctrl-C stops it after the run of chunks in flight (exit 130; a second Ctrl-C ends it at \
-    once); the files already fetched stay, and the bytes of the one in \
-    flight stay as a partial. Prints a summary (under -q only the files that failed), or one JSON object with --json. Run it from cron \
+    Ctrl-C stops it after the runs of chunks in flight (exit 130; a second Ctrl-C ends it at \
+    once); the files already fetched stay, and the bytes of those in \
+    flight stay as partials. Prints a summary (under -q only the files that failed), or one JSON object with --json. Run it from cron \
     after each sync.
     """
     static let options: [OptionSpec] = []

@@ -53,13 +53,21 @@ struct LostCommand: Command {
         let device = try context.openDeviceReadOnly()
         let values = try StoreSync(device).lostValues()
         if context.json {
-            try context.printJSON(values.map { lost -> [String: Any] in
+            // The array a value at a time, as JSONText.render would print it whole.
+            let writer = JSONText.Writer()
+            context.out.write("[")
+            for (index, lost) in values.enumerated() {
                 var values: [String: Any] = [:]
                 for (column, value) in lost.values { values[column] = jsonValue(value) }
-                return ["id": lost.id, "table": lost.table, "row": lost.rowID, "values": values, "stamp": lost.stamp, "device": lost.device,
-                        "winner_stamp": lost.winnerStamp ?? NSNull(), "lost_at": lost.lostAt, "why": lost.why,
-                        "restorable": lost.restorable && lost.restoredAt == nil, "restored_at": lost.restoredAt ?? NSNull()]
-            })
+                let object: [String: Any] = [
+                    "id": lost.id, "table": lost.table, "row": lost.rowID, "values": values, "stamp": lost.stamp, "device": lost.device,
+                    "winner_stamp": lost.winnerStamp ?? NSNull(), "lost_at": lost.lostAt, "why": lost.why,
+                    "restorable": lost.restorable && lost.restoredAt == nil, "restored_at": lost.restoredAt ?? NSNull()]
+                var text = index > 0 ? "," : ""
+                try writer.write(object, into: &text)
+                context.out.write(text)
+            }
+            context.out.write("]\n")
         } else {
             let zero = invocation.has("null-terminated")
             for lost in values {

@@ -151,6 +151,33 @@ final class ReadS3Tests: ReadTestCase {
         XCTAssertEqual(result.fetched.map(\.file), [a, b])
     }
 
+    func testFetchKeptFetchesSeveralFilesAtOnce() throws {
+        var files: [String] = []
+        for index in 0..<6 { files.append(try storedFile(pattern(1000 + index), namespace: "keep")) }
+        // The first file's GET goes unanswered for 4 s: one fetch at a time would hold every
+        // other file behind it.
+        try proxy.inject(#"{"mode": "stall", "seconds": 4, "method": "GET", "path": "/files/", "before": true, "count": 1}"#)
+        let paths = device.paths
+        let done = DispatchSemaphore(value: 0)
+        let outcome = FetchOutcome()
+        Thread.detachNewThread {
+            outcome.set(Result { try Device.open(paths: paths).fetchKept() })
+            done.signal()
+        }
+        let deadline = Date().addingTimeInterval(3.5)
+        var complete: Int64 = 0
+        while Date() < deadline {
+            complete = try device.database.scalar("SELECT count(*) FROM coven_cache WHERE complete > 0").intValue ?? 0
+            if complete >= 5 { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        XCTAssertEqual(complete, 5, "the other files were fetched while the first one's request hung")
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
+        let result = try XCTUnwrap(outcome.value).get()
+        XCTAssertEqual(result.stop, .done)
+        XCTAssertEqual(result.fetched.map(\.file), files, "listed smallest first")
+    }
+
     func testFetchKeptStopsWhenTheServerAsksForALongerWait() throws {
         _ = try storedFile(pattern(10), namespace: "keep")
         _ = try storedFile(pattern(chunk), namespace: "keep")
@@ -187,4 +214,12 @@ final class ReadS3Tests: ReadTestCase {
         let result = try device.fetchKept()
         XCTAssertEqual(result.stop, .offline)
     }
+}
+
+/// The result of a fetch-kept run on another thread. @unchecked: under `lock`.
+private final class FetchOutcome: @unchecked Sendable {
+    private let lock = NSLock()
+    private var result: Result<FetchKeptResult, Error>?
+    func set(_ value: Result<FetchKeptResult, Error>) { lock.lock(); result = value; lock.unlock() }
+    var value: Result<FetchKeptResult, Error>? { lock.lock(); defer { lock.unlock() }; return result }
 }

@@ -1,0 +1,65 @@
+import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// `kill -9` of `coven fetch-kept` while it fetches several kept files at once: the files it
+/// held whole stay held and are not fetched again; the next run fetches only the rest.
+final class FetchKeptKillTests: XCTestCase {
+    func testKillWhileFetchingManyFilesThenRerunFetchesOnlyTheRest() throws {
+        if ProcessInfo.processInfo.environment["COVEN_SKIP_S3"] == "1" { throw XCTSkip("COVEN_SKIP_S3=1") }
+        let s3 = try ProxiedS3(bucketPrefix: "coven-fetch-kill")
+        defer { s3.stop() }
+        let (server, proxy) = (s3.server, s3.proxy)
+        let folder = try TestPaths.temporaryDirectory("fetch-kept-kill")
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let manifest = """
+        { "namespaces": [ { "name": "keep", "kind": "app", "kept": true } ],
+          "tables": [ { "name": "keep", "identity": "uuid", "files": [ { "column": "file" } ] } ],
+          "migrations": [ "CREATE TABLE keep (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
+        """
+        let location = s3.location()
+        let paths = DevicePaths(database: folder + "/device.db")
+        var objects: [String] = []
+        do {
+            let device = try Device.create(paths: paths, storage: location, manifest: try Manifest(json: Data(manifest.utf8)),
+                                           name: "kill", provider: try StorageConnector(location: location).connect())
+            var files: [String] = []
+            for index in 0..<12 {
+                files.append(try StoredFiles.stageApp(device, bytes: [UInt8](repeating: UInt8(index), count: 2000 + index), namespace: "keep", table: "keep"))
+            }
+            try StoredFiles.store(device, file: files[0])
+            objects = try files.map { try device.requireFile($0).coordinates.object }
+        }
+        func gets(_ object: String) -> Int {
+            let name = String(object.split(separator: "/").last ?? "")
+            return proxy.requests().filter { $0.hasPrefix("GET ") && $0.contains(name) }.count
+        }
+        // The fourth file's request goes unanswered: the others are fetched meanwhile.
+        let stalled = objects[3]
+        try proxy.inject(#"{"mode": "stall", "seconds": 60, "method": "GET", "path": "\#(String(stalled.split(separator: "/").last ?? ""))", "before": true, "count": 1}"#)
+        var environment = server.environment
+        environment["COVEN_DB"] = paths.database
+        environment["PATH"] = "/usr/bin:/bin"
+        let child = try Spawn.start(try Repository.covenBinary(), ["fetch-kept"], environment: environment,
+                                    stdout: folder + "/out.txt", stderr: folder + "/err.txt")
+        let reader = try Device.open(paths: paths, readOnly: true)
+        func complete() -> Int64 { (try? reader.database.scalar("SELECT count(*) FROM coven_cache WHERE complete > 0").intValue) ?? 0 }
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline && complete() < 11 { usleep(20_000) }
+        XCTAssertEqual(complete(), 11, "every file but the stalled one held")
+        XCTAssertEqual(kill(child.pid, SIGKILL), 0)
+        XCTAssertEqual(Spawn.wait(child, timeout: 10).status, 128 + SIGKILL)
+        for object in objects where object != stalled { XCTAssertEqual(gets(object), 1, object) }
+
+        try proxy.clear()
+        let rerun = try Processes.run(try Repository.covenBinary(), ["--json", "fetch-kept"], environment: environment, directory: folder)
+        XCTAssertEqual(rerun.status, 0, rerun.stderrText)
+        let json = try JSONSerialization.jsonObject(with: rerun.stdout) as? [String: Any]
+        XCTAssertEqual((json?["fetched"] as? [[String: Any]])?.count, 1)
+        XCTAssertEqual(json?["already_held"] as? Int, 11)
+        for object in objects { XCTAssertEqual(gets(object), object == stalled ? 2 : 1, "fetched again only if never held: \(object)") }
+        let after = try Device.open(paths: paths, readOnly: true)
+        XCTAssertEqual(try after.database.scalar("SELECT count(*) FROM coven_cache WHERE complete > 0").intValue, 12)
+    }
+}

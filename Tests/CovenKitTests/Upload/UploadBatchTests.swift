@@ -1,0 +1,80 @@
+@testable import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// The worker pays per batch, not per file: many small files are claimed, checked and recorded
+/// a batch at a time, sent on the lanes at once, and a kill between the sends and the record
+/// re-sends nothing storage already holds.
+final class UploadBatchTests: XCTestCase {
+    func testManyFilesAreRecordedStoredInAFewWrites() throws {
+        let fixture = try UploadFixture()
+        var files: [String] = []
+        for index in 0..<150 {
+            files.append(try fixture.addOriginal("m\(index)", UploadFixture.bytes(1000 + index * 37, seed: UInt8(index % 250 + 1))))
+        }
+        let before = try fixture.count("SELECT count(*) FROM coven_outbox")
+        let summary = try fixture.run(jobs: 2)
+        XCTAssertEqual(summary.stored, 150)
+        XCTAssertTrue(summary.complete)
+        // One write switches a batch of files to stored (per file, 150 writes).
+        let writes = try fixture.count("SELECT count(*) FROM coven_outbox") - before
+        XCTAssertGreaterThan(writes, 0)
+        XCTAssertLessThanOrEqual(writes, 8, "the switches to stored were recorded a batch at a time")
+        XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_upload_queue"), 0)
+        XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_files WHERE json_extract(coordinates, '$.at') = 'stored' AND hash IS NOT NULL"), 150)
+        for index in [0, 63, 64, 149] {
+            XCTAssertEqual(try fixture.storedPlaintext(files[index]), UploadFixture.bytes(1000 + index * 37, seed: UInt8(index % 250 + 1)))
+        }
+    }
+
+    func testObjectsStoredBeforeAKillAreRecordedWithoutBeingSentAgain() throws {
+        let fixture = try UploadFixture()
+        var files: [String] = []
+        for index in 0..<6 {
+            files.append(try fixture.addOriginal("k\(index)", UploadFixture.bytes(5000 + index, seed: UInt8(index + 40))))
+        }
+        // A worker a kill -9 stopped: it claimed the batch and stored three objects whole, but
+        // never recorded them.
+        let dead = WorkerIdentity(host: WorkerIdentity.hostName(), pid: 999_999, token: "dead")
+        let claims = try fixture.device.claimUploads(worker: dead, lease: 300, excluded: [], limit: 64, objectBytes: 1 << 20, batchBytes: 64 << 20).get()
+        XCTAssertEqual(claims.count, 6)
+        let provider = try fixture.provider()
+        var inodes: [String: ino_t] = [:]
+        guard case .file(let root) = fixture.location else { return XCTFail("a file:// store") }
+        for claim in claims.prefix(3) {
+            let (source, sealer, total) = try UploadSender.prepareWhole(claim, device: fixture.device)
+            try provider.put(claim.object, data: try UploadSender.sealWhole(source: source, sealer: sealer, total: total))
+            var info = stat()
+            XCTAssertEqual(stat(root + "/" + claim.object, &info), 0)
+            inodes[claim.object] = info.st_ino
+        }
+        let summary = try fixture.run(jobs: 1)
+        XCTAssertEqual(summary.stored, 6)
+        for (object, inode) in inodes {
+            var info = stat()
+            XCTAssertEqual(stat(root + "/" + object, &info), 0)
+            XCTAssertEqual(info.st_ino, inode, "'\(object)' was stored before the kill and not sent again")
+        }
+        for (index, file) in files.enumerated() {
+            XCTAssertEqual(try fixture.record(file).coordinates.at, .stored)
+            XCTAssertEqual(try fixture.storedPlaintext(file), UploadFixture.bytes(5000 + index, seed: UInt8(index + 40)))
+        }
+    }
+
+    func testABatchStopsAtALargeObjectWhichGoesAlone() throws {
+        let fixture = try UploadFixture()
+        _ = try fixture.addOriginal("s0", UploadFixture.bytes(2000, seed: 1))
+        _ = try fixture.addOriginal("s1", UploadFixture.bytes(2000, seed: 2))
+        _ = try fixture.addOriginal("big", UploadFixture.bytes(300_000, seed: 3))
+        _ = try fixture.addOriginal("s2", UploadFixture.bytes(2000, seed: 4))
+        let worker = WorkerIdentity.current()
+        let first = try fixture.device.claimUploads(worker: worker, lease: 60, excluded: [], limit: 64, objectBytes: 100_000, batchBytes: 1 << 20).get()
+        XCTAssertEqual(first.map(\.bytesTotal), [2000, 2000].map { ObjectLayout.encryptedSize(plaintextSize: $0) })
+        let second = try fixture.device.claimUploads(worker: worker, lease: 60, excluded: [], limit: 64, objectBytes: 100_000, batchBytes: 1 << 20).get()
+        XCTAssertEqual(second.map(\.bytesTotal), [ObjectLayout.encryptedSize(plaintextSize: 300_000)])
+        let third = try fixture.device.claimUploads(worker: worker, lease: 60, excluded: [], limit: 64, objectBytes: 100_000, batchBytes: 1 << 20).get()
+        XCTAssertEqual(third.count, 1)
+        XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_upload_queue WHERE state = 'sending'"), 4)
+    }
+}

@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# bench-wayback.sh: a library's upload and its way back, per batch, beside restic and rclone.
+#
+# Two sets on file:// (SMALL files of 4-64 KiB, default 10,000; LARGE files of 1-8 MiB,
+# default 1,000), each stored the real way (`coven stage --user` per file, one `coven write -`):
+#   up         coven upload-worker --once  vs  restic backup  vs  rclone copy to a crypt remote
+#   way back   coven fetch-kept (every file, into an empty cache) and coven make-device-only
+#              (every file, into a folder)  vs  restic restore  vs  rclone copy from the crypt remote
+# (target: the way back within 2x of restic and rclone). Then, on HUGE files (default 100,000
+# copies of one 4 KiB file, staged once and cloned in coven_staged: the staging of 100,000
+# files is bench-stage.sh's job), peak RSS (target <= 64 MiB) and time of: upload-worker,
+# status, sync (the first push of HUGE file records), join (of them), fetch-kept,
+# make-device-only of MDO (10,000), lost --json of LOST (10,000) lost values, gc with HUGE
+# candidates; and the import of MOTO (default 1,000) small files on moto: requests per file.
+#
+# Everything is on disk under BENCH_TMP, with `sync` before each timed command (coven syncs
+# each object it stores; restic and rclone do not). One run per figure (RUNS is not used:
+# the sets are large). Run by bench/run.sh (COVEN, BENCH_TMP); alone:
+# COVEN=$PWD/.build/release/coven BENCH_TMP=$(mktemp -d) bash bench/bench-wayback.sh
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_start wayback
+SMALL=${SMALL:-10000}
+LARGE=${LARGE:-1000}
+HUGE=${HUGE:-100000}
+MDO=${MDO:-10000}
+LOST=${LOST:-10000}
+MOTO=${MOTO:-1000}
+for tool in restic rclone python3 sqlite3 /usr/bin/time; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "bench-wayback: $tool is not installed (make bench installs it)" >&2; exit 1; }
+done
+export RESTIC_PASSWORD=coven-bench-password
+rclone_config=$T/rclone.conf
+
+cat > coven.json <<'JSON'
+{ "namespaces": [ { "name": "originals", "kind": "user", "budget": "64GiB", "kept": true } ],
+  "tables": [ { "name": "tracks", "identity": "uuid", "files": [ { "column": "file" } ] } ],
+  "migrations": [ "CREATE TABLE tracks (id TEXT PRIMARY KEY, title TEXT, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
+JSON
+
+# timed NAME CMD...: runs CMD after a sync, prints "NAME<TAB>seconds<TAB>peak MiB" into
+# $T/figures and keeps the seconds in $last.
+timed() {
+    local name=$1; shift
+    sync
+    local start end
+    start=$(now)
+    /usr/bin/time -v -o "$T/time.out" "$@" > "$T/out.txt" 2> "$T/err.txt" || {
+        echo "bench-wayback: $name failed:" >&2; tail -5 "$T/err.txt" >&2; tail -3 "$T/out.txt" >&2; return 1; }
+    end=$(now)
+    last=$(elapsed "$start" "$end")
+    printf '%s\t%s\t%s\n' "$name" "$last" "$(peak "$T/time.out")" | tee -a "$T/figures"
+}
+
+# files DIR COUNT MIN MAX: COUNT files of random bytes, MIN to MAX bytes each.
+files() {
+    mkdir -p "$1"
+    python3 - "$@" <<'PY'
+import os, random, sys
+folder, count, low, high = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+r = random.Random(23)
+for i in range(count):
+    with open(f"{folder}/track-{i:06d}.bin", "wb") as f:
+        f.write(os.urandom(r.randint(low, high)))
+PY
+}
+
+# device DIR STORE: a device at DIR/device.db on file://STORE.
+device() {
+    mkdir -p "$1"
+    COVEN_DB=$1/device.db "$COVEN" init --storage "file://$2" --manifest "$T/coven.json" >/dev/null 2>&1
+}
+
+# put_all DB < IDS: one write putting every staged id (one a line) in a tracks row; the file
+# ids on stdout.
+put_all() {
+    { echo -n "INSERT INTO tracks VALUES "
+      awk 'NR > 1 { printf "," } { printf "(coven_uuid7(), '"'"'track %d'"'"', coven_put_user_file('"'"'%s'"'"'), '"'"''"'"')", NR, $1 }'
+      echo ";"; } | COVEN_DB=$1 "$COVEN" write -
+}
+
+# ---------------------------------------------------------------- the two sets
+bench_set() {
+    local name=$1 count=$2 low=$3 high=$4
+    local S=$T/$name
+    mkdir -p "$S"
+    echo "== $name: $count files of $low-$high bytes"
+    files "$S/src" "$count" "$low" "$high"
+    echo "   $(du -sh "$S/src" | cut -f1) in all"
+    device "$S/dev" "$S/store"
+    local start
+    start=$(now)
+    for f in "$S"/src/*; do COVEN_DB=$S/dev/device.db "$COVEN" stage --user "$f" --namespace originals; done > "$S/ids"
+    put_all "$S/dev/device.db" < "$S/ids" > "$S/files"
+    echo "   staged (a process per file) and written in $(elapsed "$start" "$(now)" 1) s"
+    # up
+    timed "$name: coven upload-worker --once" env COVEN_DB="$S/dev/device.db" "$COVEN" upload-worker --once
+    local up=$last
+    timed "$name: restic backup" restic -r "$S/restic" --quiet backup "$S/src" --no-cache -o local.connections=2 2>/dev/null || {
+        restic -r "$S/restic" init --quiet >/dev/null
+        timed "$name: restic backup" restic -r "$S/restic" --quiet backup "$S/src" --no-cache
+    }
+    local restic_up=$last
+    cat > "$rclone_config" <<CONF
+[crypt-$name]
+type = crypt
+remote = $S/rclone
+password = $(rclone obscure coven-bench-password)
+password2 = $(rclone obscure coven-bench-salt)
+CONF
+    timed "$name: rclone copy to crypt" rclone --config "$rclone_config" copy "$S/src" "crypt-$name:"
+    local rclone_up=$last
+    echo "   up: coven $up s, restic $restic_up s, rclone crypt $rclone_up s; coven / restic $(ratio "$up" "$restic_up")x, coven / rclone $(ratio "$up" "$rclone_up")x"
+    cp -a "$S/dev" "$S/uploaded"
+    # way back
+    timed "$name: coven fetch-kept" env COVEN_DB="$S/dev/device.db" "$COVEN" fetch-kept
+    local fetch=$last
+    rm -rf "$S/dev" && cp -a "$S/uploaded" "$S/dev"
+    mkdir -p "$S/back"
+    paste "$S/files" <(cd "$S/src" && ls) > "$S/list"
+    timed "$name: coven make-device-only" env COVEN_DB="$S/dev/device.db" "$COVEN" make-device-only --folder "$S/back" < "$S/list"
+    local mdo=$last
+    cmp -s "$S/src/$(ls "$S/src" | tail -1)" "$S/back/$(ls "$S/src" | tail -1)" || { echo "bench-wayback: a copy differs" >&2; exit 1; }
+    timed "$name: restic restore" restic -r "$S/restic" --quiet restore latest --target "$S/restic-back" --no-cache
+    local restic_back=$last
+    timed "$name: rclone copy from crypt" rclone --config "$rclone_config" copy "crypt-$name:" "$S/rclone-back"
+    local rclone_back=$last
+    echo "   way back: fetch-kept $fetch s, make-device-only $mdo s, restic restore $restic_back s, rclone $rclone_back s"
+    echo "   fetch-kept / restic $(ratio "$fetch" "$restic_back")x, / rclone $(ratio "$fetch" "$rclone_back")x; make-device-only / restic $(ratio "$mdo" "$restic_back")x, / rclone $(ratio "$mdo" "$rclone_back")x (target <= 2)"
+    rm -rf "$S"
+}
+
+[[ $SMALL -gt 0 ]] && bench_set small "$SMALL" 4096 65536
+[[ $LARGE -gt 0 ]] && bench_set large "$LARGE" 1048576 8388608
+
+# ---------------------------------------------------------------- HUGE files: peak RSS
+# clones DB DIR COUNT: COUNT copies of one 4 KiB file in DIR (same size and modification time),
+# the first staged by coven, the others cloned from its coven_staged row; staged ids on stdout.
+clones() {
+    local db=$1 dir=$2 count=$3
+    mkdir -p "$dir"
+    head -c 4096 /dev/urandom > "$dir/c0"
+    local first
+    first=$(COVEN_DB=$db "$COVEN" stage --user "$dir/c0" --namespace originals)
+    python3 - "$db" "$dir" "$count" "$first" <<'PY'
+import os, sqlite3, sys, uuid
+db, folder, count, first = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+source = os.stat(f"{folder}/c0")
+with open(f"{folder}/c0", "rb") as f: data = f.read()
+c = sqlite3.connect(db)
+row = c.execute("SELECT kind, namespace, place, size, modified_seconds, modified_nanos, change_stamp, content_hash, chunk_hashes, created_at FROM coven_staged WHERE id = ?", (first,)).fetchone()
+ids = [first]
+rows = []
+for i in range(1, count):
+    path = f"{folder}/c{i}"
+    with open(path, "wb") as f: f.write(data)
+    os.utime(path, ns=(source.st_atime_ns, source.st_mtime_ns))
+    staged = str(uuid.uuid4())
+    ids.append(staged)
+    rows.append((staged, row[0], row[1], row[2], os.fsencode(os.path.abspath(path))) + row[3:])
+c.executemany("INSERT INTO coven_staged (id, kind, namespace, place, path, size, modified_seconds, modified_nanos, change_stamp, content_hash, chunk_hashes, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+c.commit()
+print("\n".join(ids))
+PY
+}
+
+if [[ $HUGE -gt 0 ]]; then
+    H=$T/huge
+    echo "== $HUGE files of 4 KiB (cloned staging)"
+    device "$H/a" "$H/store"
+    clones "$H/a/device.db" "$H/src" "$HUGE" > "$H/ids"
+    put_all "$H/a/device.db" < "$H/ids" > "$H/files"
+    A=(env COVEN_DB="$H/a/device.db" "$COVEN")
+    B=(env COVEN_DB="$H/b/device.db" "$COVEN")
+    timed "huge: upload-worker --once ($HUGE files)" "${A[@]}" upload-worker --once
+    timed "huge: status" "${A[@]}" status
+    timed "huge: sync (first push of $HUGE file records)" "${A[@]}" sync
+    "${A[@]}" key export > "$H/key"
+    mkdir -p "$H/b"
+    timed "huge: join ($HUGE file records)" "${B[@]}" join "file://$H/store" --key-file "$H/key" --name b
+    timed "huge: fetch-kept ($HUGE files)" "${A[@]}" fetch-kept
+    head -n "$MDO" "$H/files" | awk '{ printf "%s\tm%06d.bin\n", $1, NR }' > "$H/mdo"
+    mkdir -p "$H/back"
+    timed "huge: make-device-only ($MDO files)" "${A[@]}" make-device-only --folder "$H/back" < "$H/mdo"
+    # LOST lost values: both devices change the same rows without seeing each other's change.
+    "${A[@]}" write "UPDATE tracks SET title = 'a' WHERE id IN (SELECT id FROM tracks ORDER BY id LIMIT $LOST)" >/dev/null
+    "${B[@]}" write "UPDATE tracks SET title = 'b' WHERE id IN (SELECT id FROM tracks ORDER BY id LIMIT $LOST)" >/dev/null
+    "${A[@]}" sync >/dev/null
+    timed "huge: sync (pull of $LOST concurrent changes)" "${B[@]}" sync
+    lost=$("${B[@]}" sql "SELECT count(*) FROM coven_lost_values")
+    [[ $lost -eq 0 ]] && { "${A[@]}" sync >/dev/null; B=("${A[@]}"); lost=$("${B[@]}" sql "SELECT count(*) FROM coven_lost_values"); }
+    timed "huge: lost --json ($lost lost values)" "${B[@]}" lost --json
+    # gc: every record deleted; each device syncs so that its frontier includes the delete.
+    "${A[@]}" write "DELETE FROM tracks" >/dev/null
+    "${A[@]}" sync >/dev/null && env COVEN_DB="$H/b/device.db" "$COVEN" sync >/dev/null
+    candidates=$("${A[@]}" sql "SELECT count(*) FROM coven_gc_candidates" 2>/dev/null || echo "?")
+    timed "huge: gc ($candidates candidates)" "${A[@]}" gc
+    rm -rf "$H"
+fi
+
+# ---------------------------------------------------------------- the import on moto
+if [[ $MOTO -gt 0 ]] && start_moto wayback; then
+    M=$T/moto
+    echo "== $MOTO files of 4-64 KiB to moto"
+    files "$M/src" "$MOTO" 4096 65536
+    mkdir -p "$M/dev"
+    COVEN_DB=$M/dev/device.db "$COVEN" init --storage "s3://wayback/store?endpoint=$AWS_ENDPOINT_URL&path_style=true" --manifest "$T/coven.json" >/dev/null 2>&1
+    for f in "$M"/src/*; do COVEN_DB=$M/dev/device.db "$COVEN" stage --user "$f" --namespace originals; done > "$M/ids"
+    put_all "$M/dev/device.db" < "$M/ids" > "$M/files"
+    moto_requests() { grep -cE '"(GET|PUT|POST|HEAD|DELETE) ' "$T/s3.log" 2>/dev/null || true; }
+    moto_puts() { grep -cE '"PUT /wayback/store/files/' "$T/s3.log" 2>/dev/null || true; }
+    before=$(moto_requests)
+    puts_before=$(moto_puts)
+    timed "moto: upload-worker --once ($MOTO files)" env COVEN_DB="$M/dev/device.db" "$COVEN" upload-worker --once
+    requests=$(( $(moto_requests) - before ))
+    puts=$(( $(moto_puts) - puts_before ))
+    echo "   moto: $MOTO files in $last s: $requests requests ($puts object PUTs), $(ratio "$requests" "$MOTO") a file"
+fi
+echo
+column -t -s $'\t' "$T/figures"
