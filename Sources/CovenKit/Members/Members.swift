@@ -89,6 +89,12 @@ public struct Members {
         let provider = try device.connectStorage()
         let chain = try storeChain(provider: provider)
         guard try chain.generations().isEmpty else {
+            // A run of this device that published generation 1 and was killed before it
+            // recorded its member: finished now, with the same member.
+            if let (identity, memberID) = try interruptedEstablishment(chain: chain) {
+                try finishEstablishment(identity: identity, memberID: memberID, provider: provider)
+                return identity
+            }
             throw CovenError(.exists, "the store already has members", hint: "join this store as a member with 'coven join URL --identity FILE'",
                              details: ["object": AudienceGeneration.path(audience: RowAudiences.store, generation: 1)])
         }
@@ -107,12 +113,27 @@ public struct Members {
                                      signingKey: try device.keys.signingKey()) else {
             throw CovenError(.exists, "another device made the store's first member at the same time", hint: "join this store as a member with 'coven join URL --identity FILE'")
         }
+        try finishEstablishment(identity: identity, memberID: memberID, provider: provider)
+        return identity
+    }
+
+    /// This device's entry vouched for by its new member, then the member recorded here.
+    private func finishEstablishment(identity: MemberIdentity, memberID: String, provider: StorageProvider) throws {
         let joinedAt = try device.database.scalar("SELECT joined_at FROM coven_device_registry WHERE device = ?1", [device.deviceID]).textValue ?? Timestamp.iso8601(Date())
         let entry = try DeviceEntry(device: device.deviceID, name: device.deviceName, joinedAt: joinedAt, publicKey: try device.keys.signingKey().publicKey)
             .certified(store: device.storeID, member: memberID, identity: identity)
         try provider.put(entry.path, data: try entry.seal(keys: device.keys))
         try device.setSetting(Self.memberSetting, memberID)
-        return identity
+    }
+
+    /// The identity this device keeps and the owner's id, when generation 1 of the store is this
+    /// device's own work (signed by it, its identity the owner) and no member was recorded here.
+    private func interruptedEstablishment(chain: AudienceChain) throws -> (MemberIdentity, String)? {
+        guard FileManager.default.fileExists(atPath: device.paths.memberIdentity) else { return nil }
+        let identity = try MemberIdentity(contentsOf: device.paths.memberIdentity)
+        guard let state = try? chain.read(identity: identity), let first = state.opened.first, first.generation.signer == device.deviceID,
+              let owner = first.generation.roster.first(where: { $0.recipient == identity.recipient && $0.role == .owner }) else { return nil }
+        return (identity, owner.id)
     }
 
     /// The store audience's roster at the newest generation this device's member reads.

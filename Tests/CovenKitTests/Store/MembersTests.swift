@@ -42,4 +42,22 @@ final class MembersTests: DeviceTestCase {
         _ = try StoreSync(other).sync()
         XCTAssertEqual(try other.database.scalar("SELECT title FROM albums").textValue, "Abbey Road")
     }
+
+    /// Killed after generation 1 was published, before the member was recorded here: the next
+    /// run finishes with the same member; another device's identity does not take it over.
+    func testAnEstablishmentKilledAfterPublishingIsFinishedByTheNextRun() throws {
+        let device = try makeDevice(name: "laptop")
+        let identity = try Members(device).establish(name: "alice")
+        let id = try XCTUnwrap(try Members(device).memberID())
+        try device.setSetting(Members.memberSetting, nil)
+        let again = try Members(device).establish(name: "alice")
+        XCTAssertEqual(again.recipient, identity.recipient)
+        XCTAssertEqual(try Members(device).memberID(), id)
+        XCTAssertEqual(try Members(device).roster().members.map(\.id), [id])
+        // A device that holds another identity is refused.
+        let other = try join("desktop", from: device)
+        try MemberIdentity().write(to: other.paths.memberIdentity)
+        assertCovenError(.exists) { try Members(other).establish(name: "mallory") }
+        XCTAssertNil(try Members(other).memberID())
+    }
 }
