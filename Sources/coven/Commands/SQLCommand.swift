@@ -36,7 +36,6 @@ struct SQLCommand: Command {
     ]
     static let arguments = [ArgumentSpec("SQL", help: "the query, or - for stdin", optional: true)]
     static let mutates = false
-    static let pollsStop = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let (sql, parameters) = try SQLInput.read(invocation, context)

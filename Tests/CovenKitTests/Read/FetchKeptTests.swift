@@ -145,9 +145,11 @@ final class NoRoomTests: ReadTestCase {
         XCTAssertEqual(result.stopError?.code, .noRoom)
         XCTAssertEqual(result.fetched.map(\.file), [small])
         XCTAssertEqual(result.remaining, 2)
+        // Files fetch several at once: the others in flight when the disk ran out may have met
+        // it too (each is larger than the room left), or not have started.
         let reasons = Dictionary(uniqueKeysWithValues: try device.cacheSummary().notHeld.map { ($0.reason, $0.count) })
-        XCTAssertEqual(reasons["too_large_for_disk"], 1)
-        XCTAssertEqual(reasons["not_fetched"], 1)
+        XCTAssertGreaterThanOrEqual(reasons["too_large_for_disk"] ?? 0, 1)
+        XCTAssertEqual((reasons["too_large_for_disk"] ?? 0) + (reasons["not_fetched"] ?? 0), 2)
         _ = (large, larger)
     }
 
