@@ -199,15 +199,40 @@ final class CommandContext {
     /// - Throws: `.usage` under `-z` for a field holding a NUL byte, which NUL framing cannot
     ///   carry (`--json` can).
     func record(_ fields: [String], nulTerminated: Bool) throws {
-        guard nulTerminated else {
-            out.write(fields.joined(separator: "\t") + "\n")
-            return
-        }
+        out.write(try Self.recordText(fields, nulTerminated: nulTerminated))
+    }
+
+    /// The text ``record(_:nulTerminated:)`` prints, for a listing built whole (`--watch`).
+    static func recordText(_ fields: [String], nulTerminated: Bool) throws -> String {
+        guard nulTerminated else { return fields.joined(separator: "\t") + "\n" }
+        var text = ""
         for field in fields {
             guard !field.utf8.contains(0) else {
                 throw CovenError(.usage, "a value holds a NUL byte, which -z cannot print", hint: "print it with --json")
             }
-            out.write(field + "\0")
+            text += field + "\0"
+        }
+        return text
+    }
+
+    /// `--watch` of a listing: prints what `render` gives (its text, and whether the listing is
+    /// empty), then again each time it changes, woken by another process committing to the
+    /// device (``DatabaseWatch``: never a busy poll). Each listing is followed by an empty line
+    /// (under `-z` by one more NUL; `--json` text is one line already). Ends on a signal or,
+    /// with `untilEmpty`, once the listing is empty (0).
+    func watch(_ device: Device, untilEmpty: Bool, nulTerminated: Bool, render: () throws -> (text: String, empty: Bool)) throws -> Int32 {
+        let watch = try DatabaseWatch(device)
+        var last: String?
+        while true {
+            let (text, empty) = try render()
+            let shown = json ? text : text + (nulTerminated ? "\0" : "\n")
+            if shown != last {
+                out.write(shown)
+                try out.flushChecked()
+                last = shown
+            }
+            if untilEmpty && empty { return 0 }
+            try watch.next(stop: Stop.process)
         }
     }
 

@@ -10,12 +10,9 @@ import XCTest
 final class UploadBatchKillTests: XCTestCase {
     func testKillDuringABatchThenRerunSendsNoStoredObjectAgain() throws {
         if ProcessInfo.processInfo.environment["COVEN_SKIP_S3"] == "1" { throw XCTSkip("COVEN_SKIP_S3=1") }
-        let server = try S3TestServer.start(.moto)
-        defer { server.stop() }
-        let bucket = "coven-batch-" + UUID().uuidString.lowercased().prefix(8)
-        try server.makeBucket(bucket)
-        let proxy = try FaultProxy(upstream: server.endpoint)
-        defer { proxy.stop() }
+        let s3 = try ProxiedS3(bucketPrefix: "coven-batch")
+        defer { s3.stop() }
+        let (server, proxy, bucket) = (s3.server, s3.proxy, s3.bucket)
 
         let work = try TestPaths.temporaryDirectory("upload-batch-kill")
         defer { try? FileManager.default.removeItem(atPath: work) }

@@ -444,7 +444,8 @@ final class WriteSession {
                 for row in try database.query("SELECT \(columns) FROM \(RowCapture.quote(name)) WHERE id IN (SELECT value FROM json_each(?1))", [RecordedChanges.json(ids: ids)]) {
                     if let id = row["id"].textValue { now[name, default: [:]][id] = row }
                 }
-                audienceOf[name] = try rowAudiences.audiences(table: name, ids: ids)
+                // A table whose rows are all the store's needs no query.
+                if rowAudiences.placesAudience(name) { audienceOf[name] = try rowAudiences.audiences(table: name, ids: ids) }
             }
             for change in batch {
                 try validate(change, now: now, audienceOf: audienceOf, graph: graph, putIDs: putIDs, references: &references, audiences: &audiences)

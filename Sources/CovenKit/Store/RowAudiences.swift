@@ -60,21 +60,12 @@ struct RowAudiences {
     /// The audience of each row `ids` of `table` that is here (one query).
     func audiences(table: String, ids: some Collection<String>) throws -> [String: String] {
         guard !ids.isEmpty else { return [:] }
-        guard placesAudience(table) else {
-            // Every row is the store's: only which are here is asked.
-            return Dictionary(try present(table: table, ids: ids).map { ($0, Self.store) }, uniquingKeysWith: { first, _ in first })
-        }
         var result: [String: String] = [:]
         let sql = "SELECT r.id AS id, \(audienceExpression(table: table, alias: "r")) AS audience FROM main.\(RowCapture.quote(table)) r WHERE r.id IN (SELECT value FROM json_each(?1))"
         for row in try database.query(sql, [RecordedChanges.json(ids: Array(ids))]) {
             if let id = row.string("id") { result[id] = row.string("audience") ?? Self.store }
         }
         return result
-    }
-
-    private func present(table: String, ids: some Collection<String>) throws -> [String] {
-        try database.query("SELECT id FROM main.\(RowCapture.quote(table)) WHERE id IN (SELECT value FROM json_each(?1))",
-                           [RecordedChanges.json(ids: Array(ids))]).compactMap { $0.string("id") }
     }
 
     // MARK: The kept rule

@@ -30,7 +30,7 @@ struct ChangeSections {
             let audience: String
             if entry.kind == .upsert {
                 if entry.table == "coven_files" {
-                    audience = entry.values[entry.columns.firstIndex(of: "audience") ?? entry.values.endIndex, default: .null].textValue ?? RowAudiences.store
+                    audience = entry.columns.firstIndex(of: "audience").flatMap { entry.values[$0].textValue } ?? RowAudiences.store
                 } else {
                     audience = audienceOf[entry.table]?[entry.id] ?? RowAudiences.store
                 }
@@ -43,11 +43,5 @@ struct ChangeSections {
             byAudience[section, default: []].append(entry)
         }
         return order.compactMap { audience in byAudience[audience].map { ChangeSection(audience: audience, entries: $0) } }
-    }
-}
-
-private extension Array where Element == SQLValue {
-    subscript(index: Int, default fallback: SQLValue) -> SQLValue {
-        indices.contains(index) ? self[index] : fallback
     }
 }

@@ -72,38 +72,15 @@ struct SQLCommand: Command {
         }
     }
 
-    /// `--watch`: prints the rows `query` gives, then again each time they change (another
-    /// process committed and the rows differ), until a signal or, with `untilEmpty`, no rows.
+    /// `--watch`: prints the rows `query` gives as a run without it would, then again each time
+    /// they change, until a signal or, with `untilEmpty`, no rows.
     static func watch(_ context: CommandContext, device: Device, untilEmpty: Bool, zero: Bool, query: (inout [Row]) throws -> Void) throws -> Int32 {
-        let watch = try DatabaseWatch(device)
-        var last: String?
-        while true {
+        try context.watch(device, untilEmpty: untilEmpty, nulTerminated: zero) {
             var rows: [Row] = []
             try query(&rows)
-            let shown: String
-            if context.json {
-                shown = try JSONText.render(rows.map(jsonObject)) + "\n"
-            } else {
-                var text = ""
-                for row in rows {
-                    if zero {
-                        for field in row.values.map(SQLCommand.text) {
-                            guard !field.utf8.contains(0) else { throw CovenError(.usage, "a value holds a NUL byte, which -z cannot print", hint: "print it with --json") }
-                            text += field + "\0"
-                        }
-                    } else {
-                        text += row.values.map(escapedText).joined(separator: "\t") + "\n"
-                    }
-                }
-                shown = text + (zero ? "\0" : "\n")
-            }
-            if shown != last {
-                context.out.write(shown)
-                try context.out.flushChecked()
-                last = shown
-            }
-            if untilEmpty && rows.isEmpty { return 0 }
-            try watch.next(stop: Stop.process)
+            if context.json { return (try JSONText.render(rows.map(jsonObject)) + "\n", rows.isEmpty) }
+            let listing = try rows.map { try CommandContext.recordText(zero ? $0.values.map(text) : $0.values.map(escapedText), nulTerminated: zero) }.joined()
+            return (listing, rows.isEmpty)
         }
     }
 

@@ -189,44 +189,19 @@ struct StageCommand: Command {
 
 /// Reads the paths of `--files-from`, one at a time, a block at a time: never the whole list.
 final class PathListReader {
-    private let descriptor: Int32
-    private let name: String
-    private let separator: UInt8
-    private var buffer: [UInt8] = []
-    private var start = 0
-    private var atEnd = false
+    private let records: RecordReader
 
     init(descriptor: Int32, name: String, separator: UInt8) {
-        self.descriptor = descriptor
-        self.name = name
-        self.separator = separator
+        records = RecordReader(descriptor: descriptor, name: name, separator: separator, command: "stage")
     }
 
     /// The next non-empty path, nil at the end of the list.
     func next() throws -> String? {
-        while true {
-            if let end = buffer[start...].firstIndex(of: separator) {
-                let bytes = Array(buffer[start..<end])
-                start = end + 1
-                if bytes.isEmpty { continue }
-                return try path(bytes)
-            }
-            if atEnd {
-                guard start < buffer.count else { return nil }
-                let bytes = Array(buffer[start...])
-                start = buffer.count
-                return try path(bytes)
-            }
-            buffer.removeSubrange(0..<start)
-            start = 0
-            var block = [UInt8](repeating: 0, count: 65536)
-            let got = block.withUnsafeMutableBytes { Foundation.read(descriptor, $0.baseAddress, $0.count) }
-            if got < 0 {
-                if errno == EINTR { try Stop.process.check("stage"); continue }
-                throw CovenError.posix("read", path: name)
-            }
-            if got == 0 { atEnd = true } else { buffer.append(contentsOf: block[0..<got]) }
+        while let bytes = try records.next() {
+            if bytes.isEmpty { continue }
+            return try path(bytes)
         }
+        return nil
     }
 
     private func path(_ bytes: [UInt8]) throws -> String {

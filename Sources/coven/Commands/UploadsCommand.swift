@@ -42,14 +42,16 @@ struct UploadsCommand: Command {
             return 0
         }
         let zero = invocation.has("null-terminated")
-        for upload in uploads {
-            let message = upload.errorMessage ?? ""
-            let fields = [upload.file, upload.waitingFor, String(upload.bytesConfirmed), String(upload.bytesTotal),
-                          String(upload.attempts), upload.move ?? "", upload.error ?? "",
-                          zero ? message : message.replacingOccurrences(of: "\t", with: " ").replacingOccurrences(of: "\n", with: " ")]
-            try context.record(fields, nulTerminated: zero)
-        }
+        for upload in uploads { try context.record(fields(upload, zero: zero), nulTerminated: zero) }
         return 0
+    }
+
+    /// The fields of an upload's line (a tab or newline of its error message a space, but under -z).
+    static func fields(_ upload: QueuedUpload, zero: Bool) -> [String] {
+        let message = upload.errorMessage ?? ""
+        return [upload.file, upload.waitingFor, String(upload.bytesConfirmed), String(upload.bytesTotal),
+                String(upload.attempts), upload.move ?? "", upload.error ?? "",
+                zero ? message : message.replacingOccurrences(of: "\t", with: " ").replacingOccurrences(of: "\n", with: " ")]
     }
 
     static func json(_ upload: QueuedUpload) -> [String: Any] {
@@ -63,33 +65,11 @@ struct UploadsCommand: Command {
 
     /// `--watch`: the listing again each time it changes, until a signal or an empty queue.
     static func watch(_ invocation: Invocation, _ context: CommandContext, device: Device) throws -> Int32 {
-        let watch = try DatabaseWatch(device)
         let zero = invocation.has("null-terminated")
-        let untilEmpty = invocation.has("until-empty")
-        var last: String?
-        while true {
+        return try context.watch(device, untilEmpty: invocation.has("until-empty"), nulTerminated: zero) {
             let uploads = try device.uploads()
-            var shown: String
-            if context.json {
-                shown = try JSONText.render(uploads.map(json)) + "\n"
-            } else {
-                shown = ""
-                for upload in uploads {
-                    let message = upload.errorMessage ?? ""
-                    let fields = [upload.file, upload.waitingFor, String(upload.bytesConfirmed), String(upload.bytesTotal),
-                                  String(upload.attempts), upload.move ?? "", upload.error ?? "",
-                                  zero ? message : message.replacingOccurrences(of: "\t", with: " ").replacingOccurrences(of: "\n", with: " ")]
-                    shown += zero ? fields.map { $0 + "\0" }.joined() : fields.joined(separator: "\t") + "\n"
-                }
-                shown += zero ? "\0" : "\n"
-            }
-            if shown != last {
-                context.out.write(shown)
-                try context.out.flushChecked()
-                last = shown
-            }
-            if untilEmpty && uploads.isEmpty { return 0 }
-            try watch.next(stop: Stop.process)
+            if context.json { return (try JSONText.render(uploads.map(json)) + "\n", uploads.isEmpty) }
+            return (try uploads.map { try CommandContext.recordText(fields($0, zero: zero), nulTerminated: zero) }.joined(), uploads.isEmpty)
         }
     }
 }

@@ -90,23 +90,20 @@ struct WriteCommand: Command {
 
 /// Reads the JSON objects of `write --each`, one a line, a block at a time: never the whole input.
 final class JSONLineReader {
-    private let descriptor: Int32
     private let name: String
     private let base: [String: SQLValue]
-    private var buffer: [UInt8] = []
-    private var start = 0
-    private var atEnd = false
+    private let records: RecordReader
     private var line = 0
 
     init(descriptor: Int32, name: String, base: [String: SQLValue]) {
-        self.descriptor = descriptor
         self.name = name
         self.base = base
+        records = RecordReader(descriptor: descriptor, name: name, separator: UInt8(ascii: "\n"), command: "write")
     }
 
     /// The next object's keys as parameters (over the --param ones), with its line; nil at the end.
     func next() throws -> (line: Int, parameters: [String: SQLValue])? {
-        while let bytes = try nextLine() {
+        while let bytes = try records.next() {
             line += 1
             if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { continue }
             let object: Any
@@ -137,31 +134,6 @@ final class JSONLineReader {
         default:
             guard let data = try? JSONSerialization.data(withJSONObject: value, options: [.sortedKeys]) else { return .null }
             return .text(String(decoding: data, as: UTF8.self))
-        }
-    }
-
-    private func nextLine() throws -> [UInt8]? {
-        while true {
-            if let end = buffer[start...].firstIndex(of: UInt8(ascii: "\n")) {
-                let bytes = Array(buffer[start..<end])
-                start = end + 1
-                return bytes
-            }
-            if atEnd {
-                guard start < buffer.count else { return nil }
-                let bytes = Array(buffer[start...])
-                start = buffer.count
-                return bytes
-            }
-            buffer.removeSubrange(0..<start)
-            start = 0
-            var block = [UInt8](repeating: 0, count: 65536)
-            let got = block.withUnsafeMutableBytes { Foundation.read(descriptor, $0.baseAddress, $0.count) }
-            if got < 0 {
-                if errno == EINTR { try Stop.process.check("write"); continue }
-                throw CovenError.posix("read", path: name)
-            }
-            if got == 0 { atEnd = true } else { buffer.append(contentsOf: block[0..<got]) }
         }
     }
 }

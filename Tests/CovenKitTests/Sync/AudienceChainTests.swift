@@ -73,7 +73,7 @@ final class AudienceChainTests: XCTestCase {
         _ = try start()
         var losses = 0
         // Another admin publishes just before each attempt: every put is refused.
-        assertCoven(.busy) {
+        assertCovenError(.busy) {
             try chain.publishNext(identity: bob, signer: "bob-phone", signingKey: devices["bob-phone"]!, attempts: 3) { roster in
                 losses += 1
                 _ = try self.chain.publishNext(identity: self.alice, signer: "alice-laptop", signingKey: self.devices["alice-laptop"]!) { $0 }
@@ -92,38 +92,24 @@ final class AudienceChainTests: XCTestCase {
         let carols = try XCTUnwrap(try chain.read(identity: carol))
         XCTAssertEqual(carols.newest?.generation.generation, 2)
         XCTAssertEqual(carols.unreadable, [3])
-        assertCoven(.invalidState) { try chain.publishNext(identity: carol, signer: "carol-pc", signingKey: devices["carol-pc"]!) { $0 } }
+        assertCovenError(.invalidState) { try chain.publishNext(identity: carol, signer: "carol-pc", signingKey: devices["carol-pc"]!) { $0 } }
         XCTAssertNil(try? chain.read(identity: dave), "never on a roster")
         // Carol's device forges generation 4 (she holds key 2 only, so she cannot even name key 3).
         let forged = AudienceGeneration(store: store, audience: "store", generation: 4, signer: "carol-pc", roster: [member("m-carol", carol, .owner)],
                                         previousHash: AudienceGeneration.hash(try XCTUnwrap(try provider.getObject(AudienceGeneration.path(audience: "store", generation: 3)))))
         XCTAssertTrue(try provider.putIfAbsent(forged.path, data: try forged.seal(key: SecureRandom.bytes(32), previousKey: SecureRandom.bytes(32), signingKey: devices["carol-pc"]!)))
         // Carol reads her forgery, whose link to 3 is refused: the key it holds of 3 is not 3's.
-        let error = assertCoven(.integrity) { try chain.read(identity: carol) }
+        let error = assertCovenError(.integrity) { try chain.read(identity: carol) }
         XCTAssertEqual(error?.details["object"], "audiences/store/0000000000000004")
         XCTAssertEqual(error?.details["reason"], "previous_key")
         // Alice, who opens 3 and not 4, does not take 4 for her removal: it is signed by a device
         // of a member who was no admin at 3.
-        let seenByAlice = assertCoven(.integrity) { try chain.read(identity: alice) }
+        let seenByAlice = assertCovenError(.integrity) { try chain.read(identity: alice) }
         XCTAssertEqual(seenByAlice?.details["object"], "audiences/store/0000000000000004")
         XCTAssertEqual(seenByAlice?.details["reason"], "not_admin")
         try provider.delete(forged.path)
         // A missing generation below the newest is named.
         try provider.delete(AudienceGeneration.path(audience: "store", generation: 2))
-        XCTAssertEqual(assertCoven(.integrity) { try chain.read(identity: alice) }?.details["reason"], "missing")
-    }
-
-    @discardableResult
-    private func assertCoven<T>(_ code: ErrorCode, file: StaticString = #filePath, line: UInt = #line, _ body: () throws -> T) -> CovenError? {
-        do {
-            _ = try body()
-            XCTFail("expected \(code)", file: file, line: line)
-        } catch let error as CovenError {
-            XCTAssertEqual(error.code, code, "\(error)", file: file, line: line)
-            return error
-        } catch {
-            XCTFail("\(error)", file: file, line: line)
-        }
-        return nil
+        XCTAssertEqual(assertCovenError(.integrity) { try chain.read(identity: alice) }?.details["reason"], "missing")
     }
 }
