@@ -15,7 +15,7 @@ _coven_options() {
         'init') echo '--storage' '--manifest' '--name' '--member' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'migrate') echo '--manifest' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'key') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
-        'member') echo '--output' '-o' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'member') echo '--output' '-o' '--admin' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'members') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'stage') echo '--user' '--files-from' '--null' '-z' '--namespace' '-n' '--place' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'write') echo '--param' '-p' '--each' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
@@ -40,7 +40,7 @@ _coven_options() {
         'sync') echo '--push' '--pull' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'gc') echo '--dry-run' '--gone-devices' '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'fsck') echo '--fast' '--repair' '--time-limit' '--days' '--progress-json' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
-        'join') echo '--key-file' '--name' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'join') echo '--key-file' '--identity' '--name' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'snapshot') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'devices') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'device') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
@@ -115,6 +115,7 @@ _coven_option_value() {
         'join')
             case $2 in
                 --key-file) echo 'file'; return 0 ;;
+                --identity) echo 'file'; return 0 ;;
                 --name) echo 'none'; return 0 ;;
             esac ;;
         'lost')
@@ -134,8 +135,9 @@ _coven_argument() {
             esac ;;
         'member')
             case $2 in
-                0) echo 'choice keygen init export' ;;
+                0) echo 'choice keygen init add remove use export' ;;
                 1) echo 'none' ;;
+                2) echo 'none' ;;
             esac ;;
         'stage')
             case $2 in

@@ -67,7 +67,7 @@ function __coven_takes_value --argument-names command option
             end
         case 'join'
             switch $option
-                case '--key-file' '--name'
+                case '--key-file' '--identity' '--name'
                     return 0
             end
         case 'lost'
@@ -167,7 +167,7 @@ complete -c coven -f
 complete -c coven -n __coven_needs_command -a 'init' -d 'create a store at a storage URL and this device, its first'
 complete -c coven -n __coven_needs_command -a 'migrate' -d 'apply the new migrations of a manifest and record it'
 complete -c coven -n __coven_needs_command -a 'key' -d 'print the store key for joining another device'
-complete -c coven -n __coven_needs_command -a 'member' -d 'make a member\'s keys, make a store\'s first member, export this device\'s member'
+complete -c coven -n __coven_needs_command -a 'member' -d 'make a member\'s keys; add, remove and adopt the store\'s members'
 complete -c coven -n __coven_needs_command -a 'members' -d 'list the store\'s members and their roles'
 complete -c coven -n __coven_needs_command -a 'stage' -d 'stage app bytes or prepare a person\'s original for a write'
 complete -c coven -n __coven_needs_command -a 'write' -d 'run one transaction of app SQL that may put files in rows'
@@ -223,7 +223,8 @@ complete -c coven -n '__coven_at_argument key 0' -a 'export'
 
 # coven member
 complete -c coven -n '__coven_using member' -s 'o' -l 'output' -r -F -d 'write the identity file to FILE (mode 0600; never overwritten)'
-complete -c coven -n '__coven_at_argument member 0' -a 'keygen init export'
+complete -c coven -n '__coven_using member' -l 'admin' -d 'add the member as an admin (add)'
+complete -c coven -n '__coven_at_argument member 0' -a 'keygen init add remove use export'
 
 # coven members
 complete -c coven -n '__coven_using members' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
@@ -316,6 +317,7 @@ complete -c coven -n '__coven_using fsck' -l 'progress-json' -d 'write progress 
 
 # coven join
 complete -c coven -n '__coven_using join' -l 'key-file' -r -F -d 'the file holding the store key (default: stdin)'
+complete -c coven -n '__coven_using join' -l 'identity' -r -F -d 'join as the member whose identity FILE holds (a store of members)'
 complete -c coven -n '__coven_using join' -l 'name' -x -d 'this device\'s name (default: the host name)'
 
 # coven devices

@@ -25,7 +25,8 @@ enum ExitCodes {
         case .fileUnreferenced, .fileWriteOnce, .boundFileTooLarge, .namespaceKind, .undeclaredNamespace,
              .deviceOnly, .remoteRoot, .notThisDevice, .notDeviceOnlyHere, .fileInMove, .notInCloud, .rangeOutOfBounds,
              .notUnicode, .link, .exists, .clash, .empty, .manifest, .schema, .migration, .sql, .invalidId,
-             .alreadyExists, .invalidState, .userFileChanged, .fileUnavailable, .deviceConflict, .deviceGone:
+             .alreadyExists, .invalidState, .userFileChanged, .fileUnavailable, .deviceConflict, .deviceGone,
+             .notAdmin, .refused, .keyUnavailable:
             return refused
         case .storage, .noStorage:
             return storage

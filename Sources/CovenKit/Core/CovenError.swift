@@ -45,6 +45,14 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     case deviceConflict = "device_conflict"
     /// This device was removed from the store for good.
     case deviceGone = "device_gone"
+    // Members (DESIGN.md "Members and circles").
+    /// Only an admin of the store may do that (add, remove, change a role).
+    case notAdmin = "not_admin"
+    /// The request breaks a rule of the store's members: the owner removed by another admin,
+    /// the last admin leaving, a member added twice.
+    case refused = "refused"
+    /// What is asked for is sealed under a key generation this device does not hold.
+    case keyUnavailable = "key_unavailable"
     // coven's own.
     /// The command line is wrong: an unknown option, a missing argument, a bad value.
     case usage = "usage"

@@ -22,6 +22,8 @@ public struct DevicePaths: Sendable {
     public var signingKey: String { folder + "/device.key" }
     /// The identity of the member this device belongs to (mode 0600; `coven member export`).
     public var memberIdentity: String { folder + "/member.identity" }
+    /// The keys of the audiences' generations this device's member opened (mode 0600).
+    public var audienceKeys: String { folder + "/audience.keys" }
     /// coven's own copies of app-provided files, by file id.
     public var copies: String { folder + "/copies" }
     /// Fetched file bytes, by file id.

@@ -88,6 +88,99 @@ public final class Keyring {
         return key
     }
 
+    // MARK: Key generations
+
+    /// The audiences' generation keys learned, by audience and generation.
+    private var generationKeys: [String: [UInt64: FileKey]]?
+
+    /// The keys of `<db>.d/audience.keys`: one line per key, `<audience> <generation> <64 hex>`.
+    ///
+    /// - Throws: `.integrity` naming the file when a line is not one.
+    private func loadedGenerations() throws -> [String: [UInt64: FileKey]] {
+        if let generationKeys { return generationKeys }
+        var keys: [String: [UInt64: FileKey]] = [:]
+        if let paths, let data = FileManager.default.contents(atPath: paths.audienceKeys) {
+            for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
+                let parts = line.split(separator: " ")
+                guard parts.count == 3, let generation = UInt64(parts[1]), generation >= 1, let bytes = [UInt8](hex: String(parts[2])), bytes.count == 32 else {
+                    throw CovenError(.integrity, "the audience keys '\(paths.audienceKeys)' are damaged",
+                                     hint: "remove the file: the next sync reads the keys again with this device's member identity",
+                                     details: ["path": paths.audienceKeys])
+                }
+                keys[String(parts[0]), default: [:]][generation] = try FileKey(bytes: bytes)
+            }
+        }
+        generationKeys = keys
+        return keys
+    }
+
+    /// The newest generation of the store audience this device holds the key of; nil in a
+    /// store without members (its one key is the store key).
+    public func storeGeneration() throws -> UInt64? {
+        try loadedGenerations()[RowAudiences.store]?.keys.max()
+    }
+
+    /// The key of `generation` of `audience`, when this device holds it. Generation 1 of the
+    /// store is the store key.
+    func key(audience: String, generation: UInt64) throws -> FileKey? {
+        if let key = try loadedGenerations()[audience]?[generation] { return key }
+        if audience == RowAudiences.store, generation == 1, paths == nil || access(paths!.storeKey, F_OK) == 0 { return try storeKey() }
+        return nil
+    }
+
+    /// Keeps the generations of `audience` a member opened: their keys in
+    /// `<db>.d/audience.keys` (written whole, synced, renamed: 0600), then their rosters.
+    /// Generation 1 of the store is also the store key, which a device that joined by
+    /// identity keeps as `store.key`.
+    func learn(audience: String, _ opened: [AudienceGeneration.Opened]) throws {
+        guard let paths, let database else { throw CovenError(.internal, "a keyring without a device") }
+        var keys = try loadedGenerations()
+        var lines: [String] = []
+        var added = false
+        for generation in opened where keys[audience]?[generation.generation.generation] == nil {
+            keys[audience, default: [:]][generation.generation.generation] = try FileKey(bytes: generation.key)
+            added = true
+        }
+        if added {
+            if let data = FileManager.default.contents(atPath: paths.audienceKeys) {
+                lines = String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
+            }
+            let present = Set(lines.map { $0.split(separator: " ").prefix(2).joined(separator: " ") })
+            for generation in opened where !present.contains("\(audience) \(generation.generation.generation)") {
+                lines.append("\(audience) \(generation.generation.generation) \(generation.key.hex)")
+            }
+            try AtomicFile.write(paths.audienceKeys, bytes: Array((lines.joined(separator: "\n") + "\n").utf8), mode: 0o600)
+        }
+        if audience == RowAudiences.store, let first = opened.first(where: { $0.generation.generation == 1 }), access(paths.storeKey, F_OK) != 0 {
+            try AtomicFile.write(paths.storeKey, bytes: first.key, mode: 0o600)
+            try DeviceSettings(database: database).set(Self.storeKeyCheckSetting, try Self.storeKeyCheck(first.key))
+        }
+        generationKeys = keys
+        try database.transaction {
+            for generation in opened {
+                for (position, member) in generation.generation.roster.enumerated() {
+                    try database.run("""
+                        INSERT OR IGNORE INTO coven_audience_rosters (audience, generation, member, position, name, role, recipient, signer)
+                        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                        """, [audience, Int64(generation.generation.generation), member.id, Int64(position), member.name, member.role.rawValue,
+                               member.recipient.description, generation.generation.signer])
+                }
+            }
+        }
+    }
+
+    /// The roster of `generation` of `audience` as learned here (empty when not learned).
+    func roster(audience: String, generation: UInt64) throws -> [AudienceGeneration.Member] {
+        guard let database else { return [] }
+        return try database.query("""
+            SELECT member, name, role, recipient FROM coven_audience_rosters WHERE audience = ?1 AND generation = ?2 ORDER BY position
+            """, [audience, Int64(generation)]).compactMap { row in
+            guard let id = row.string("member"), let role = AudienceGeneration.Role(rawValue: row.string("role") ?? ""),
+                  let recipient = try? MemberRecipient(row.string("recipient") ?? "") else { return nil }
+            return AudienceGeneration.Member(id: id, name: row.string("name") ?? "", role: role, recipient: recipient)
+        }
+    }
+
     // MARK: Sealing for the store audience
 
     /// `plaintext` sealed under the store key, bound to `path` (a store object, docs/format.md 5).
@@ -121,9 +214,16 @@ public final class Keyring {
         RowAudiences.store
     }
 
-    /// A change sealed under the store key and signed by this device: the bytes to publish.
+    /// A change signed by this device: the bytes to publish. In a store of members, format 2
+    /// under the newest generation of the store audience's key this device holds; before
+    /// members, format 1 under the store key.
     func seal(_ change: ChangeObject) throws -> [UInt8] {
-        try change.seal(storeKey: try storeKey(), signingKey: try signingKey())
+        guard let generation = try storeGeneration(), let key = try key(audience: RowAudiences.store, generation: generation) else {
+            return try change.seal(storeKey: try storeKey(), signingKey: try signingKey())
+        }
+        return try change.sealSections(storeKey: (generation, key), keyOf: { audience in
+            throw CovenError(.internal, "this device holds no key of audience '\(audience)'", details: ["audience": audience])
+        }, signingKey: try signingKey())
     }
 
     /// A published change of `publisher` (this device's own included), checked against its
@@ -133,7 +233,8 @@ public final class Keyring {
     ///   when the publisher has no registered key.
     func open(change bytes: [UInt8], path: String, publisher: String, storeID: String? = nil) throws -> ChangeObject {
         let key = publisher == deviceID ? try signingKey().publicKey : try publicKey(of: publisher)
-        return try ChangeObject.open(bytes, path: path, storeKey: try storeKey(), publicKey: key, storeID: storeID)
+        return try ChangeObject.open(bytes, path: path, keyOf: { audience, generation in try self.key(audience: audience, generation: generation) },
+                                     publicKey: key, storeID: storeID)
     }
 
     // MARK: This device's signing key

@@ -13,6 +13,8 @@ public struct Members {
         public var recipient: String
         /// Whether this device belongs to it.
         public var isThisDevicesMember: Bool
+        /// Its devices not gone for good, as this device knows them.
+        public var devices: Int = 0
     }
 
     /// The roster of the store audience at its newest generation this member reads.
@@ -48,25 +50,27 @@ public struct Members {
 
     /// The chain of the store audience, checked with the device registry this device knows.
     func storeChain(provider: StorageProvider) throws -> AudienceChain {
-        let registry = try device.database.query("SELECT device, public_key FROM coven_device_registry")
+        let registry = try device.database.query("SELECT device, public_key, member, member_signature FROM coven_device_registry")
         var keys: [String: String] = [:]
-        for row in registry { if let id = row.string("device"), let key = row.string("public_key") { keys[id] = key } }
-        let members = try memberOfDevices()
-        return AudienceChain(provider: provider, store: device.storeID, audience: RowAudiences.store,
+        var vouched: [String: (member: String, signature: [UInt8])] = [:]
+        for row in registry {
+            guard let id = row.string("device"), let key = row.string("public_key") else { continue }
+            keys[id] = key
+            if let member = row.string("member"), let signature = row.string("member_signature").flatMap({ [UInt8](hex: $0) }) { vouched[id] = (member, signature) }
+        }
+        let store = device.storeID
+        return AudienceChain(provider: provider, store: store, audience: RowAudiences.store,
                              signerKey: { id in
                                  guard let hex = keys[id] else { throw CovenError(.notFound, "no device \(id)") }
                                  return try DevicePublicKey(hex: hex)
                              },
-                             memberOf: { members[$0] })
-    }
-
-    /// The member each device belongs to, as far as this device knows: its own, from its
-    /// settings. (Other devices' members come from their vouched entries, which the registry
-    /// learns when members add devices.)
-    func memberOfDevices() throws -> [String: String] {
-        var members: [String: String] = [:]
-        if let own = try memberID() { members[device.deviceID] = own }
-        return members
+                             memberOf: { device, roster in
+                                 guard let (member, signature) = vouched[device], let hex = keys[device], let key = try? DevicePublicKey(hex: hex),
+                                       let recipient = roster.first(where: { $0.id == member })?.recipient,
+                                       (try? recipient.signing.verify(signature, for: DeviceEntry.certificationMessage(store: store, member: member, device: device, publicKey: key))) != nil
+                                 else { return nil }
+                                 return member
+                             })
     }
 
     /// Makes this device's store one of members, with `name` its first member, the owner, whose
@@ -78,15 +82,15 @@ public struct Members {
     ///   this device belongs to a member); `.usage` for an empty name; `.storage`.
     @discardableResult
     public func establish(name: String) throws -> MemberIdentity {
-        guard !name.trimmingCharacters(in: .whitespaces).isEmpty, !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-            throw CovenError(.usage, "a member's name is a word, not '\(name)'")
-        }
+        try Self.checkName(name)
         let lock = try device.lock(wait: true)
         defer { _ = lock }
         guard try memberID() == nil else {
             throw CovenError(.exists, "this device already belongs to member '\(try memberID() ?? "")'", details: ["member": try memberID() ?? ""])
         }
         let provider = try device.connectStorage()
+        // Every device of the store becomes the owner's: know them all first.
+        try StoreSync(device).refreshDevices(provider: provider, keys: device.keys)
         let chain = try storeChain(provider: provider)
         guard try chain.generations().isEmpty else {
             // A run of this device that published generation 1 and was killed before it
@@ -117,13 +121,23 @@ public struct Members {
         return identity
     }
 
-    /// This device's entry vouched for by its new member, then the member recorded here.
-    private func finishEstablishment(identity: MemberIdentity, memberID: String, provider: StorageProvider) throws {
-        let joinedAt = try device.database.scalar("SELECT joined_at FROM coven_device_registry WHERE device = ?1", [device.deviceID]).textValue ?? Timestamp.iso8601(Date())
-        let entry = try DeviceEntry(device: device.deviceID, name: device.deviceName, joinedAt: joinedAt, publicKey: try device.keys.signingKey().publicKey)
-            .certified(store: device.storeID, member: memberID, identity: identity)
-        try provider.put(entry.path, data: try entry.seal(keys: device.keys))
+    /// This device's entry vouched for by its new member, and every other live device's (the
+    /// owner holds every device of a store made before members), then the member recorded
+    /// here with generation 1.
+    private func finishEstablishment(identity: MemberIdentity, memberID: String, provider: StorageProvider, onlyThisDevice: Bool = false) throws {
+        let rows = try device.database.query("SELECT device, name, joined_at, public_key FROM coven_device_registry WHERE gone = 0 AND public_key IS NOT NULL ORDER BY device <> ?1, device",
+                                             [device.deviceID])
+        for row in rows where !onlyThisDevice || row.string("device") == device.deviceID {
+            guard let id = row.string("device"), let hex = row.string("public_key") else { continue }
+            let publicKey = id == device.deviceID ? try device.keys.signingKey().publicKey : try DevicePublicKey(hex: hex)
+            let entry = try DeviceEntry(device: id, name: row.string("name") ?? "", joinedAt: row.string("joined_at") ?? Timestamp.iso8601(Date()), publicKey: publicKey)
+                .certified(store: device.storeID, member: memberID, identity: identity)
+            try provider.put(entry.path, data: try entry.seal(keys: device.keys))
+            try SyncState(database: device.database).learnDevice(id, name: entry.name, joinedAt: entry.joinedAt, publicKey: publicKey.hex,
+                                                                 member: memberID, memberSignature: entry.memberSignature)
+        }
         try device.setSetting(Self.memberSetting, memberID)
+        try refresh(provider: provider)
     }
 
     /// The identity this device keeps and the owner's id, when generation 1 of the store is this
@@ -136,19 +150,207 @@ public struct Members {
         return (identity, owner.id)
     }
 
-    /// The store audience's roster at the newest generation this device's member reads.
+    /// The store audience's roster at the newest generation this device's member reads, read
+    /// from storage first (every link checked).
     ///
     /// - Throws: `.invalidState` for a device of a store before members; `.integrity` for a
-    ///   forged or damaged chain (naming the object); `.storage`.
+    ///   forged or damaged chain (naming the object); `.deviceGone` when this device's member
+    ///   was removed; `.storage`.
     public func roster() throws -> Roster {
+        _ = try identity()
+        try refresh(provider: try device.connectStorage())
+        return try localRoster()
+    }
+
+    /// The roster of the newest generation this device holds, as learned.
+    func localRoster() throws -> Roster {
+        let own = try memberID()
+        guard let generation = try device.keys.storeGeneration() else { throw CovenError(.invalidState, "the store has no members yet") }
+        let devices = try device.database.query("SELECT member, count(*) AS n FROM coven_device_registry WHERE gone = 0 AND member IS NOT NULL GROUP BY member")
+        var counts: [String: Int] = [:]
+        for row in devices { if let member = row.string("member") { counts[member] = Int(row.int("n") ?? 0) } }
+        return Roster(generation: generation, members: try device.keys.roster(audience: RowAudiences.store, generation: generation).map {
+            Member(id: $0.id, name: $0.name, role: $0.role.rawValue, recipient: $0.recipient.description, isThisDevicesMember: $0.id == own,
+                   devices: counts[$0.id] ?? 0)
+        })
+    }
+
+    /// Reads generations of the store audience this device has not learned yet, with its
+    /// member's identity, and keeps their keys and rosters (``Keyring``). One listing when
+    /// there are none; nothing on a device that belongs to no member.
+    ///
+    /// - Returns: the newest generation held after.
+    /// - Throws: `.deviceGone` when this device's member is not on the newest roster (removed,
+    ///   or its keys replaced without this device); `.integrity` naming the object for a forged
+    ///   or broken chain; `.storage`.
+    @discardableResult
+    func refresh(provider: StorageProvider) throws -> UInt64? {
+        guard try memberID() != nil else { return try device.keys.storeGeneration() }
+        let known = try device.keys.storeGeneration() ?? 0
+        let prefix = "audiences/\(RowAudiences.store)/"
+        let after = known == 0 ? prefix : AudienceGeneration.path(audience: RowAudiences.store, generation: known)
+        guard try !provider.list(prefix: prefix, after: after, limit: 1).isEmpty else { return known == 0 ? nil : known }
+        let identity = try identity()
+        guard let state = try storeChain(provider: provider).read(identity: identity), let newest = state.newest else { return nil }
+        try device.keys.learn(audience: RowAudiences.store, state.opened)
+        if let removed = state.unreadable.first {
+            throw CovenError(.deviceGone, "this device's member is not on the store's roster since generation \(removed): it was removed, or its keys were replaced",
+                             hint: "this device no longer syncs; an admin of the store can add the member again, and a new device can join with 'coven join URL --identity FILE'",
+                             details: ["object": AudienceGeneration.path(audience: RowAudiences.store, generation: removed)])
+        }
+        return newest.generation.generation
+    }
+
+    /// What adding or removing a member did.
+    public struct RosterChange: Sendable, Equatable {
+        /// The member added or removed.
+        public var member: Member
+        /// The generation published.
+        public var generation: UInt64
+        /// Objects written: the generation, and each removed device's mark.
+        public var objectsWritten: Int
+        /// The removed member's devices, now gone for good.
+        public var devicesGone: [String] = []
+    }
+
+    /// Adds the person whose recipient is `recipient` to the store as `name`: a new generation
+    /// of the store's key, wrapped to every member and to them, signed by this device. Their
+    /// devices then join with `coven join URL --identity FILE`.
+    ///
+    /// - Throws: `.usage` for a malformed recipient or an empty name; `.notAdmin` when this
+    ///   device's member is not an admin; `.refused` when the recipient or the name is a
+    ///   member's already; `.busy` when other admins kept publishing first; `.storage`.
+    public func add(name: String, recipient text: String, admin: Bool) throws -> RosterChange {
+        try Self.checkName(name)
+        let recipient = try MemberRecipient(text)
+        let newID = Identifier.uuid4()
+        return try change { roster in
+            if let same = roster.first(where: { $0.recipient == recipient }) {
+                throw CovenError(.refused, "that recipient is member '\(same.name)' (\(same.id)) already", details: ["member": same.id])
+            }
+            if roster.contains(where: { $0.name == name }) {
+                throw CovenError(.refused, "a member is called '\(name)' already", hint: "give the new member another name", details: ["name": name])
+            }
+            let member = AudienceGeneration.Member(id: newID, name: name, role: admin ? .admin : .member, recipient: recipient)
+            return (roster + [member], member)
+        }
+    }
+
+    /// Removes `member` (a name or an id) from the store: a new generation of the store's key
+    /// without them, then their devices marked gone for good. Removal is forward only: they
+    /// keep what they read before, and their storage credentials must be revoked by a person.
+    ///
+    /// - Throws: `.notFound` for no such member; `.usage` for a name two members share;
+    ///   `.notAdmin` when this device's member is not an admin; `.refused` to remove the owner
+    ///   (another admin may not), this device's own member, or the last admin; `.storage`.
+    public func remove(_ member: String, provider: StorageProvider? = nil) throws -> RosterChange {
+        let own = try memberID()
+        var change = try self.change { roster in
+            let target = try Self.resolve(member, in: roster)
+            if target.id == own {
+                throw CovenError(.refused, "'\(member)' is this device's own member", hint: "another admin removes a member; to leave, ask one", details: ["member": target.id])
+            }
+            if target.role == .owner {
+                throw CovenError(.refused, "'\(member)' is the store's owner, whom no other admin may remove", details: ["member": target.id])
+            }
+            let rest = roster.filter { $0.id != target.id }
+            guard rest.contains(where: { $0.role.isAdmin }) else {
+                throw CovenError(.refused, "'\(member)' is the store's last admin", details: ["member": target.id])
+            }
+            return (rest, target)
+        }
+        let provider = try provider ?? device.connectStorage()
+        let sync = StoreSync(device)
+        for row in try device.database.query("SELECT device FROM coven_device_registry WHERE member = ?1 AND gone = 0 ORDER BY device", [change.member.id]) {
+            guard let id = row.string("device"), id != device.deviceID else { continue }
+            _ = try sync.markGone(id, provider: provider)
+            change.devicesGone.append(id)
+            change.objectsWritten += 1
+        }
+        return change
+    }
+
+    /// Publishes the next generation of the store's key with the roster `edit` makes of the
+    /// newest, under the device lock, after checking this device's member is an admin there
+    /// (again at each retry of a lost race).
+    private func change(_ edit: @escaping ([AudienceGeneration.Member]) throws -> ([AudienceGeneration.Member], AudienceGeneration.Member)) throws -> RosterChange {
+        let lock = try device.lock(wait: true)
+        defer { _ = lock }
         let identity = try identity()
         let own = try memberID()
-        guard let state = try storeChain(provider: try device.connectStorage()).read(identity: identity), let newest = state.newest else {
-            throw CovenError(.invalidState, "the store has no members yet")
+        let provider = try device.connectStorage()
+        try StoreSync(device).refreshDevices(provider: provider, keys: device.keys)
+        try refresh(provider: provider)
+        var subject: AudienceGeneration.Member?
+        let published = try storeChain(provider: provider).publishNext(identity: identity, signer: device.deviceID, signingKey: try device.keys.signingKey()) { roster in
+            guard let me = roster.first(where: { $0.id == own }), me.role.isAdmin else {
+                throw CovenError(.notAdmin, "this device's member is not an admin of the store", hint: "ask an admin of the store ('coven members' lists the roles)")
+            }
+            let (next, member) = try edit(roster)
+            subject = member
+            return next
         }
-        return Roster(generation: newest.generation.generation, members: newest.generation.roster.map {
-            Member(id: $0.id, name: $0.name, role: $0.role.rawValue, recipient: $0.recipient.description, isThisDevicesMember: $0.id == own)
-        })
+        try refresh(provider: provider)
+        guard let subject else { throw CovenError(.internal, "a roster change without its member") }
+        return RosterChange(member: Member(id: subject.id, name: subject.name, role: subject.role.rawValue, recipient: subject.recipient.description,
+                                           isThisDevicesMember: subject.id == own, devices: 0),
+                            generation: published.generation.generation, objectsWritten: 1)
+    }
+
+    /// The member of `roster` that `text` names: its id, or its name when one member has it.
+    static func resolve(_ text: String, in roster: [AudienceGeneration.Member]) throws -> AudienceGeneration.Member {
+        if let byID = roster.first(where: { $0.id == text }) { return byID }
+        let named = roster.filter { $0.name == text }
+        guard let first = named.first else {
+            throw CovenError(.notFound, "no member '\(text)' in this store", hint: "'coven members' lists them", details: ["member": text])
+        }
+        guard named.count == 1 else {
+            throw CovenError(.usage, "\(named.count) members are called '\(text)': \(named.map(\.id).joined(separator: ", "))",
+                             hint: "name the member by its id ('coven members' lists them)", details: ["member": text])
+        }
+        return first
+    }
+
+    static func checkName(_ name: String) throws {
+        guard !name.trimmingCharacters(in: .whitespaces).isEmpty, !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw CovenError(.usage, "a member's name is a word, not '\(name)'")
+        }
+    }
+
+    /// Makes this device one of the member's whose identity is at `path` (a device of a store
+    /// made before members, or of another member's): the identity is kept here, this device's
+    /// entry vouched for by it, and the store's keys read with it.
+    ///
+    /// - Throws: `.exists` when this device belongs to a member already; `.notFound` when the
+    ///   identity is on no roster of the store; `.usage` / `.io` for an unreadable identity.
+    public func adopt(identityAt path: String) throws -> Member {
+        let identity = try MemberIdentity(contentsOf: path)
+        let lock = try device.lock(wait: true)
+        defer { _ = lock }
+        if let current = try memberID() {
+            throw CovenError(.exists, "this device already belongs to member '\(current)'", details: ["member": current])
+        }
+        return try adopt(identity, provider: try device.connectStorage())
+    }
+
+    /// ``adopt(identityAt:)`` under the caller's lock (a join holds the device).
+    @discardableResult
+    func adopt(_ identity: MemberIdentity, provider: StorageProvider) throws -> Member {
+        try StoreSync(device).refreshDevices(provider: provider, keys: device.keys, rereadUnvouched: true)
+        guard let state = try storeChain(provider: provider).read(identity: identity), let newest = state.newest, state.unreadable.isEmpty,
+              let me = newest.generation.roster.first(where: { $0.recipient == identity.recipient }) else {
+            throw CovenError(.notFound, "that identity is not a member of this store's newest roster", hint: "ask an admin of the store to add it")
+        }
+        if FileManager.default.fileExists(atPath: device.paths.memberIdentity) {
+            // A run stopped after it kept the identity: the same one goes on, no other.
+            guard try MemberIdentity(contentsOf: device.paths.memberIdentity).recipient == identity.recipient else {
+                throw CovenError(.exists, "this device keeps another member's identity at '\(device.paths.memberIdentity)'", details: ["path": device.paths.memberIdentity])
+            }
+        } else {
+            try identity.write(to: device.paths.memberIdentity)
+        }
+        try finishEstablishment(identity: identity, memberID: me.id, provider: provider, onlyThisDevice: true)
+        return Member(id: me.id, name: me.name, role: me.role.rawValue, recipient: me.recipient.description, isThisDevicesMember: true, devices: 1)
     }
 
     /// Writes this device's member identity to `path` (mode 0600, never over a file), for

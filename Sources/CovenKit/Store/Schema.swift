@@ -41,7 +41,30 @@ enum Schema {
         // 12: the upload queue read in claim order without a sort, and a move's uploads found
         // without a scan (a library of 100,000 files: Upload/).
         { database in try database.execute(uploadQueueIndexes) },
+        // 13: members: the member each device belongs to, as its entry says, and the rosters
+        // of the store audience's key generations this device learned (Crypto/Keyring.swift).
+        { database in try database.execute(membersTables) },
     ]
+
+    /// Version 13: the member of every device, with the member key's signature over its key,
+    /// checked against the roster of a generation when its changes are applied; and the
+    /// rosters of the audiences' key generations, owned by the keyring, which learns them with
+    /// their keys.
+    static let membersTables = """
+    ALTER TABLE coven_device_registry ADD COLUMN member TEXT;
+    ALTER TABLE coven_device_registry ADD COLUMN member_signature TEXT;
+    CREATE TABLE coven_audience_rosters (
+        audience   TEXT NOT NULL,
+        generation INTEGER NOT NULL,
+        member     TEXT NOT NULL,
+        position   INTEGER NOT NULL,
+        name       TEXT NOT NULL,
+        role       TEXT NOT NULL CHECK (role IN ('owner', 'admin', 'member')),
+        recipient  TEXT NOT NULL,
+        signer     TEXT NOT NULL,
+        PRIMARY KEY (audience, generation, member)
+    ) STRICT, WITHOUT ROWID;
+    """
 
     /// Version 12: indexes of the upload queue. A claim reads the queue's unsent uploads in its
     /// order a row at a time and stops once its batch is full; each stored upload of a move

@@ -11,9 +11,10 @@ struct AudienceChain {
     let store: String
     let audience: String
     /// The registered key of a device, to check who signed a generation.
-    let signerKey: (String) throws -> DevicePublicKey
-    /// The member a device belongs to, to check that an admin's device signed.
-    let memberOf: (String) -> String?
+    let signerKey: (String) throws -> DevicePublicKey?
+    /// The member of a roster who vouched for a device (its entry certified by that member's
+    /// key), to check that an admin's device signed.
+    let memberOf: (String, [AudienceGeneration.Member]) -> String?
 
     /// What a member reads of the chain.
     struct State: Equatable {
@@ -107,7 +108,7 @@ struct AudienceChain {
             let path = AudienceGeneration.path(audience: audience, generation: number)
             let (signer, _, _) = try AudienceGeneration.verify(try bytes(number), path: path, store: store, signerKey: signerKey)
             if number == unreadable.first, let roster = opened.last?.generation.roster,
-               !roster.contains(where: { $0.id == memberOf(signer) && $0.role.isAdmin }) {
+               !roster.contains(where: { $0.id == memberOf(signer, roster) && $0.role.isAdmin }) {
                 throw CovenError(.integrity, "key generation '\(path)' is signed by device '\(signer)', whose member was not an admin at generation \(number - 1)",
                                  hint: "it was not published by an admin of this store: remove the object and tell the store's admins",
                                  details: ["object": path, "reason": "not_admin"])

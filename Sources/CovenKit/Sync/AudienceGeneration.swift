@@ -124,7 +124,7 @@ struct AudienceGeneration: Equatable {
     /// - Throws: `.integrity` naming the object when it is truncated, signed by another key or
     ///   for another path, or names another store, audience or generation than its path;
     ///   `.updateRequired` for a newer format.
-    static func verify(_ bytes: [UInt8], path: String, store: String, signerKey: (String) throws -> DevicePublicKey)
+    static func verify(_ bytes: [UInt8], path: String, store: String, signerKey: (String) throws -> DevicePublicKey?)
         throws -> (signer: String, stanzas: [KeyStanza], sealed: [UInt8])
     {
         func refuse(_ why: String, _ reason: String) -> CovenError {
@@ -162,12 +162,16 @@ struct AudienceGeneration: Equatable {
             throw refuse("names another audience or generation than its path", "misplaced")
         }
         guard parsed.store == store else { throw refuse("belongs to another store", "store") }
-        let key: DevicePublicKey
+        let key: DevicePublicKey?
         do { key = try signerKey(parsed.signer) } catch { throw refuse("is signed by device '\(parsed.signer)', which this store does not know", "signer") }
-        do {
-            try key.verify(Array(bytes[(bytes.count - signatureSize)...]), for: signedMessage(path: path, body: body))
-        } catch {
-            throw refuse("is not signed by the device it names", "signature")
+        // nil: a newcomer's first look, before it can read the device registry; it reads the
+        // chain again, checked, once it can.
+        if let key {
+            do {
+                try key.verify(Array(bytes[(bytes.count - signatureSize)...]), for: signedMessage(path: path, body: body))
+            } catch {
+                throw refuse("is not signed by the device it names", "signature")
+            }
         }
         return (parsed.signer, parsed.stanzas, parsed.sealed)
     }
@@ -179,7 +183,7 @@ struct AudienceGeneration: Equatable {
     ///   not open under the key a stanza gave or is malformed, or the roster does not hold this
     ///   member.
     static func open(_ bytes: [UInt8], path: String, store: String, identity: MemberIdentity,
-                     signerKey: (String) throws -> DevicePublicKey) throws -> Opened? {
+                     signerKey: (String) throws -> DevicePublicKey?) throws -> Opened? {
         try open(bytes, path: path, store: store, signerKey: signerKey) { stanzas, context in
             stanzas.lazy.compactMap { try? $0.unwrap(secret: identity.agreementSecret, aad: context) }.first
         }.flatMap { opened in
@@ -195,14 +199,14 @@ struct AudienceGeneration: Equatable {
     ///
     /// - Throws: as ``open(_:path:store:identity:signerKey:)``.
     static func open(_ bytes: [UInt8], path: String, store: String, key: [UInt8],
-                     signerKey: (String) throws -> DevicePublicKey) throws -> Opened {
+                     signerKey: (String) throws -> DevicePublicKey?) throws -> Opened {
         guard let opened = try open(bytes, path: path, store: store, signerKey: signerKey, findKey: { _, _ in key }) else {
             throw CovenError(.internal, "a key generation opened with its key gave nothing")
         }
         return opened
     }
 
-    private static func open(_ bytes: [UInt8], path: String, store: String, signerKey: (String) throws -> DevicePublicKey,
+    private static func open(_ bytes: [UInt8], path: String, store: String, signerKey: (String) throws -> DevicePublicKey?,
                              findKey: ([KeyStanza], [UInt8]) throws -> [UInt8]?) throws -> Opened? {
         let (signer, stanzas, sealed) = try verify(bytes, path: path, store: store, signerKey: signerKey)
         guard let (audience, generation) = parsePath(path) else { throw CovenError(.internal, "'\(path)' is not a key generation's path") }
@@ -254,17 +258,18 @@ struct AudienceGeneration: Equatable {
 
     /// Checks that `next` follows `previous` (whose published bytes are `previousBytes`) in one
     /// chain: the next number, the previous one's hash, and a signer whose member was an admin of
-    /// the previous roster (`memberOf` says whose device signed).
+    /// the previous roster (`memberOf` says which member of it vouched for the signing device).
     ///
     /// - Throws: `.integrity` naming `next`'s object: a forged generation.
-    static func checkLink(previous: AudienceGeneration, previousBytes: [UInt8], next: AudienceGeneration, memberOf: (String) -> String?) throws {
+    static func checkLink(previous: AudienceGeneration, previousBytes: [UInt8], next: AudienceGeneration,
+                          memberOf: (String, [Member]) -> String?) throws {
         func refuse(_ why: String, _ reason: String) -> CovenError {
             CovenError(.integrity, "key generation '\(next.path)' \(why)", hint: "it was not published by an admin of this store: remove the object and tell the store's admins",
                        details: ["object": next.path, "reason": reason])
         }
         guard next.audience == previous.audience, next.generation == previous.generation + 1 else { throw refuse("does not follow generation \(previous.generation)", "chain") }
         guard next.previousHash == hash(previousBytes) else { throw refuse("names another previous generation than '\(previous.path)'", "previous_hash") }
-        guard let member = memberOf(next.signer), previous.roster.contains(where: { $0.id == member && $0.role.isAdmin }) else {
+        guard let member = memberOf(next.signer, previous.roster), previous.roster.contains(where: { $0.id == member && $0.role.isAdmin }) else {
             throw refuse("is signed by device '\(next.signer)', whose member was not an admin at generation \(previous.generation)", "not_admin")
         }
     }

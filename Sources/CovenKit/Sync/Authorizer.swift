@@ -22,3 +22,44 @@ protocol ChangeAuthorizer {
 struct AcceptEveryEntry: ChangeAuthorizer {
     func authorize(_ entry: RowEntry, section: ChangeSection, change: ChangeObject) throws -> Authorization { .accepted }
 }
+
+/// In a store of members (DESIGN.md "Apply and authorization"): an entry is applied only when
+/// the change's signer belongs to a member on the roster of the store generation the change was
+/// sealed under, its device entry vouched for by that member's key. A change of a removed
+/// member's device sealed under a later generation, or of a device no member vouched for, is
+/// refused entry by entry (`not_authorized`). Before members (no generation learned), every
+/// entry is accepted, as ``AcceptEveryEntry`` does.
+struct MemberAuthorizer: ChangeAuthorizer {
+    let keys: Keyring
+    let database: Database
+    let store: String
+    /// The verdict for each device at each generation, found once.
+    private var verdicts: [String: Bool] = [:]
+
+    init(keys: Keyring, database: Database, store: String) {
+        self.keys = keys
+        self.database = database
+        self.store = store
+    }
+
+    mutating func authorize(_ entry: RowEntry, section: ChangeSection, change: ChangeObject) throws -> Authorization {
+        let key = "\(change.device) \(change.generation)"
+        if let known = verdicts[key] { return known ? .accepted : .refused(.notAuthorized) }
+        let verdict = try mayWrite(device: change.device, generation: change.generation)
+        verdicts[key] = verdict
+        return verdict ? .accepted : .refused(.notAuthorized)
+    }
+
+    private func mayWrite(device: String, generation: UInt64) throws -> Bool {
+        guard try keys.storeGeneration() != nil else { return true }
+        guard let row = try database.queryOne("SELECT public_key, member, member_signature, gone FROM coven_device_registry WHERE device = ?1", [device]) else { return false }
+        guard let member = row.string("member"), let signature = row.string("member_signature").flatMap({ [UInt8](hex: $0) }),
+              let hex = row.string("public_key"), let publicKey = try? DevicePublicKey(hex: hex) else {
+            // A device no member vouched for: only the past of a device gone for good before
+            // the store had members (what some frontier says was applied) is taken.
+            return generation == 1 && row.int("gone") == 1
+        }
+        guard let recipient = try keys.roster(audience: RowAudiences.store, generation: generation).first(where: { $0.id == member })?.recipient else { return false }
+        return (try? recipient.signing.verify(signature, for: DeviceEntry.certificationMessage(store: store, member: member, device: device, publicKey: publicKey))) != nil
+    }
+}

@@ -17,6 +17,17 @@ public struct ChangeSection: Sendable, Equatable {
     }
 }
 
+/// An audience and the generation of its key: what seals a section.
+public struct SectionKey: Sendable, Equatable, Hashable {
+    public var audience: String
+    public var generation: UInt64
+
+    public init(audience: String, generation: UInt64) {
+        self.audience = audience
+        self.generation = generation
+    }
+}
+
 /// One published change, `<store>/changes/<device>/<seq>`: a batch of a device's recorded writes
 /// in commit order, with what a puller needs to apply it (DESIGN.md, "Change objects";
 /// docs/format.md, section 9).
@@ -65,6 +76,11 @@ public struct ChangeObject: Sendable, Equatable {
     /// The recorded writes, one section per audience (the store's first), each in commit
     /// order; no section is empty.
     public var sections: [ChangeSection]
+    /// The generation of the store audience's key the change was sealed under (format 2); 1
+    /// for a change of format 1, sealed under the store key, generation 1.
+    public var generation: UInt64 = 1
+    /// Sections this device could not open (an audience it is not in): audience and generation.
+    public var unreadSections: [SectionKey] = []
 
     /// Every entry of every section, section by section.
     public var entries: [RowEntry] { sections.count == 1 ? sections[0].entries : sections.flatMap(\.entries) }
@@ -255,7 +271,15 @@ extension ChangeObject {
     /// The plaintext: version, identity, schema, frontier, held objects, then the entries with
     /// their table and column names once each (docs/format.md, section 9.1).
     public func encoded() -> [UInt8] {
-        var out: [UInt8] = [Self.formatVersion]
+        var out = encodedHead(version: Self.formatVersion)
+        Self.encodeEntries(entries, into: &out)
+        return out
+    }
+
+    /// Version, identity, schema, frontier and held objects: format 1's first part, and format
+    /// 2's envelope.
+    func encodedHead(version: UInt8) -> [UInt8] {
+        var out: [UInt8] = [version]
         RowEntryCodec.writeString(storeID, into: &out)
         RowEntryCodec.writeString(device, into: &out)
         RowEntryCodec.writeVarint(seq, into: &out)
@@ -268,7 +292,12 @@ extension ChangeObject {
         }
         RowEntryCodec.writeVarint(UInt64(heldObjects.count), into: &out)
         for object in heldObjects { RowEntryCodec.writeString(object, into: &out) }
+        return out
+    }
 
+    /// `entries` with their table and column names once each: format 1's second part, and a
+    /// section's plaintext in format 2.
+    static func encodeEntries(_ entries: [RowEntry], into out: inout [UInt8]) {
         // Tables and column lists (shapes), numbered in order of first use.
         var tables: [String] = []
         var tableIndex: [String: Int] = [:]
@@ -315,7 +344,6 @@ extension ChangeObject {
             guard entry.kind == .upsert else { continue }
             for value in entry.values { Self.writeValue(value, of: entry, into: &out) }
         }
-        return out
     }
 
     private struct ShapeKey: Hashable {
@@ -351,14 +379,21 @@ extension ChangeObject {
     ///   itself or one device twice).
     public static func decode(_ bytes: [UInt8]) throws -> ChangeObject {
         var reader = ByteReader(bytes)
+        var change = try decodeHead(&reader, version: formatVersion)
+        change.sections = [ChangeSection(audience: RowAudiences.store, entries: try decodeEntries(&reader))].filter { !$0.entries.isEmpty }
+        return change
+    }
+
+    /// A change's first part (``encodedHead(version:)``) of format `expected`, with no entries.
+    static func decodeHead(_ reader: inout ByteReader, version expected: UInt8) throws -> ChangeObject {
         let version = try reader.byte()
-        if version > formatVersion {
+        if version > expected {
             throw CovenError(
                 .updateRequired, "a published change uses a newer format than this coven supports",
                 hint: "update coven to read it", cause: "change format version \(version)",
                 details: ["version": String(version)])
         }
-        guard version == formatVersion else { throw failure("format version \(version)") }
+        guard version == expected else { throw failure("format version \(version)") }
         let storeID = try reader.string()
         let device = try reader.string()
         let seq = try reader.varint()
@@ -375,7 +410,13 @@ extension ChangeObject {
         }
         var held: [String] = []
         for _ in 0..<(try count(&reader)) { held.append(try reader.string()) }
+        return ChangeObject(
+            storeID: storeID, device: device, seq: seq, schema: SchemaVersion(migrations: Int(migrations), digest: digest),
+            frontier: frontier, heldObjects: held, sections: [])
+    }
 
+    /// Entries written by ``encodeEntries(_:into:)``, to the end of `reader`.
+    static func decodeEntries(_ reader: inout ByteReader) throws -> [RowEntry] {
         var tables: [String] = []
         for _ in 0..<(try count(&reader)) { tables.append(try reader.string()) }
         var shapes: [(table: String, columns: [String])] = []
@@ -407,9 +448,7 @@ extension ChangeObject {
             entries.append(RowEntry(kind: kind, table: shape.table, id: id, stamp: stamp, columns: shape.columns, values: values))
         }
         guard reader.isAtEnd else { throw failure("trailing bytes") }
-        return ChangeObject(
-            storeID: storeID, device: device, seq: seq, schema: SchemaVersion(migrations: Int(migrations), digest: digest),
-            frontier: frontier, heldObjects: held, entries: entries)
+        return entries
     }
 
     /// A count that cannot exceed the bytes left (each item takes at least one).
@@ -438,7 +477,7 @@ extension ChangeObject {
         }
     }
 
-    private static func failure(_ reason: String) -> CovenError {
+    static func failure(_ reason: String) -> CovenError {
         CovenError(.decoding, "cannot decode a published change", cause: reason)
     }
 }

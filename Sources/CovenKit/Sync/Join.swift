@@ -20,6 +20,13 @@ extension Device {
     /// is marked gone (it never published anything).
     public static func join(paths: DevicePaths, storage: StorageLocation, storeKey keyBytes: [UInt8], name: String?,
                             environment: [String: String]? = nil) throws -> Device {
+        try join(paths: paths, storage: storage, storeKey: keyBytes, name: name, environment: environment, asMember: false)
+    }
+
+    /// `asMember`: the join by identity, which vouches for the device next; a join by key of a
+    /// store of members is refused, as its device would belong to no member.
+    static func join(paths: DevicePaths, storage: StorageLocation, storeKey keyBytes: [UInt8], name: String?,
+                     environment: [String: String]?, asMember: Bool) throws -> Device {
         if let name { try checkDeviceName(name) }
         let target = try joinTarget(paths)
         guard keyBytes.count == 32 else {
@@ -29,6 +36,10 @@ extension Device {
         try refuseMissingFolder(storage)
         let provider = try StorageConnector(location: storage, environment: environment).connect()
         let storeID = try readStoreID(provider: provider, storage: storage)
+        if !asMember, try !provider.list(prefix: "audiences/\(RowAudiences.store)/", after: "audiences/\(RowAudiences.store)/", limit: 1).isEmpty {
+            throw CovenError(.usage, "the store at '\(storage)' has members: a new device joins as one of them",
+                             hint: "join with the member's identity: 'coven join URL --identity FILE' ('coven member export' writes it on one of the member's devices)")
+        }
         guard let sealedManifest = try provider.getObject(manifestKey) else {
             throw CovenError(.missing, "the store at '\(storage)' has no manifest", hint: "run 'coven migrate --manifest FILE' on one of its devices to publish it",
                              details: ["object": manifestKey])
@@ -102,6 +113,36 @@ extension Device {
         device.storageEnvironment = environment
         device.joinedFrom = snapshot
         try StoreSync(device).refreshDevices(provider: provider, keys: device.keys)
+        return device
+    }
+
+    /// Makes a new device of the store at `storage` for the member whose identity is
+    /// `identity` (`coven join URL --identity FILE`): the store's keys come from its chain of
+    /// key generations, opened with the identity (no store key is passed around); the device is
+    /// made as ``join(paths:storage:storeKey:name:environment:)`` makes one, then its entry is
+    /// vouched for by the member and every link of the chain checked against the registry.
+    ///
+    /// - Throws: `.notFound` when the store has no members or the identity is not on its
+    ///   newest roster; `.integrity` naming the object for a forged or broken chain; as the
+    ///   join by key otherwise.
+    public static func join(paths: DevicePaths, storage: StorageLocation, identity: MemberIdentity, name: String?,
+                            environment: [String: String]? = nil) throws -> Device {
+        if let name { try checkDeviceName(name) }
+        try refuseMissingFolder(storage)
+        let provider = try StorageConnector(location: storage, environment: environment).connect()
+        let storeID = try readStoreID(provider: provider, storage: storage)
+        // A first look at the chain, before the registry can be read: the keys only. The
+        // device checks every link and signature once it is made (``Members/adopt``).
+        let firstLook = AudienceChain(provider: provider, store: storeID, audience: RowAudiences.store, signerKey: { _ in nil },
+                                      memberOf: { _, roster in roster.first(where: { $0.role.isAdmin })?.id })
+        guard let state = try firstLook.read(identity: identity), let first = state.opened.first else {
+            throw CovenError(.notFound, "the store at '\(storage)' has no members", hint: "join it with the store key: 'coven join URL --key-file FILE'")
+        }
+        guard state.unreadable.isEmpty else {
+            throw CovenError(.notFound, "this identity is not on the newest roster of the store at '\(storage)'", hint: "ask an admin of the store to add it ('coven member add')")
+        }
+        let device = try join(paths: paths, storage: storage, storeKey: first.key, name: name, environment: environment, asMember: true)
+        try Members(device).adopt(identity, provider: provider)
         return device
     }
 

@@ -32,6 +32,9 @@ public struct PullReport: Sendable, Equatable {
     public var waiting: [String: Int64] = [:]
     /// Devices learned of now.
     public var newDevices: [String] = []
+    /// Devices whose next change is sealed under a generation of the store's key this device
+    /// does not hold: their stream waits there (the key may come with the next sync).
+    public var keyUnavailable: [String: Int64] = [:]
 
     public var changes: Int { applied.values.reduce(0) { $0 + $1.count } }
 }
@@ -75,7 +78,7 @@ extension StoreSync {
         var report = PullReport()
         // `learned`: the caller listed devices/ already (sync does, before its push).
         report.newDevices = try learned ?? refreshDevices(provider: provider, keys: keys)
-        var applier = ChangeApplier(device: device)
+        var applier = ChangeApplier(device: device, authorizer: MemberAuthorizer(keys: keys, database: database, store: storeID))
         var uncache: Set<String> = []
         defer { dropCachedBytes(of: uncache) }
         var moved = true
@@ -131,6 +134,9 @@ extension StoreSync {
                     switch try readChange(path, publisher: other, keys: keys, provider: provider) {
                     case .missing:
                         missingAt[other] = next
+                        finished.insert(other)
+                    case .keyUnavailable:
+                        report.keyUnavailable[other] = next
                         finished.insert(other)
                     case .damaged(let error):
                         if row.int("gone") == 1 {
@@ -193,6 +199,7 @@ extension StoreSync {
     /// a bad transfer is not taken for damage), or the change.
     private enum ReadChange {
         case missing
+        case keyUnavailable
         case damaged(CovenError)
         case opened(ChangeObject)
     }
@@ -205,6 +212,8 @@ extension StoreSync {
             guard let sealed = try provider.getObject(path) else { return .missing }
             do {
                 return .opened(try keys.open(change: sealed, path: path, publisher: publisher, storeID: storeID))
+            } catch let error as CovenError where error.code == .keyUnavailable {
+                return .keyUnavailable
             } catch var error as CovenError where error.code == .integrity || error.code == .decoding {
                 // Sync's errors name the object they are about.
                 error.details["object"] = path
@@ -284,11 +293,17 @@ extension StoreSync {
     /// - Throws: `.deviceGone` when this device was removed; `.integrity` for an entry that
     ///   fails authentication (a wrong store key, or tampering).
     @discardableResult
-    func refreshDevices(provider: StorageProvider, keys: Keyring) throws -> [String] {
+    func refreshDevices(provider: StorageProvider, keys: Keyring, rereadUnvouched: Bool = false) throws -> [String] {
         // Devices with a key registered here need no second look; one without (an entry of a
         // release before signing keys) is read again.
-        let known = Set(try database.query("SELECT device FROM coven_device_registry WHERE public_key IS NOT NULL OR device = ?1", [deviceID]).compactMap { $0.string("device") })
+        // In a store of members, an entry that names no member yet is read again too: its
+        // device may have become a member's since.
+        let members: Int64 = try rereadUnvouched || keys.storeGeneration() != nil ? 1 : 0
+        let known = Set(try database.query("""
+            SELECT device FROM coven_device_registry WHERE (public_key IS NOT NULL AND (member IS NOT NULL OR ?2 = 0)) OR device = ?1
+            """, [deviceID, members]).compactMap { $0.string("device") })
         let gone = Set(try database.query("SELECT device FROM coven_device_registry WHERE gone = 1").compactMap { $0.string("device") })
+        let alreadyRegistered = Set(try database.query("SELECT device FROM coven_device_registry").compactMap { $0.string("device") })
         var learned: [String] = []
         for info in try provider.list(prefix: "devices/") {
             let name = String(info.key.dropFirst("devices/".count))
@@ -331,9 +346,10 @@ extension StoreSync {
                 throw CovenError(.integrity, "device entry '\(info.key)' names device '\(entry.device)'", details: ["object": info.key])
             }
             try database.transaction {
-                try SyncState(database: database).learnDevice(entry.device, name: entry.name, joinedAt: entry.joinedAt, publicKey: entry.publicKey.hex)
+                try SyncState(database: database).learnDevice(entry.device, name: entry.name, joinedAt: entry.joinedAt, publicKey: entry.publicKey.hex,
+                                                              member: entry.member, memberSignature: entry.memberSignature)
             }
-            learned.append(name)
+            if !alreadyRegistered.contains(name) { learned.append(name) }
         }
         try refuseIfGone()
         return learned

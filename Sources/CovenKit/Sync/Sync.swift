@@ -76,6 +76,9 @@ extension StoreSync {
         var report = SyncReport()
         // A device removed for good publishes nothing more.
         let learned = try refreshDevices(provider: provider, keys: keys)
+        // New generations of the store's key (a member added or removed), read with this
+        // device's member identity: one listing when there are none.
+        try Members(device).refresh(provider: provider)
         if push { try ensureSigningKey(provider: provider) }
         if push { report.pushed = try self.push(provider: provider, keys: keys, stop: stop, progress: progress) }
         if pull { report.pulled = try self.pull(provider: provider, keys: keys, stop: stop, learned: learned, progress: progress) }
@@ -139,8 +142,15 @@ extension StoreSync {
         guard id != deviceID else {
             throw CovenError(.invalidState, "'\(device)' is this device", hint: "remove a device from another one", details: ["device": id])
         }
+        return try markGone(id, provider: provider)
+    }
+
+    /// Publishes `devices/<id>.gone` for a device of the registry and records it gone here
+    /// (``removeDevice(_:)``, and `coven member remove` for each device of the member), under
+    /// the caller's lock.
+    func markGone(_ id: String, provider: StorageProvider) throws -> DeviceRemoval {
         guard let row = try database.queryOne("SELECT * FROM coven_device_registry WHERE device = ?1", [id]) else {
-            throw CovenError(.notFound, "no device '\(device)' in this store", hint: "'coven devices' lists them", details: ["device": device])
+            throw CovenError(.notFound, "no device '\(id)' in this store", hint: "'coven devices' lists them", details: ["device": id])
         }
         let dropped = try droppedChanges(of: id, provider: provider)
         let now = Timestamp.iso8601(Date())

@@ -108,11 +108,16 @@ struct SyncState {
     // MARK: Devices
 
     /// Records a device of the store this device learned of (its registry entry).
-    func learnDevice(_ device: String, name: String, joinedAt: String, publicKey: String?) throws {
+    /// `member` and `memberSignature`: the member its entry names and that member's signature
+    /// over its key, checked against a roster where it matters (``Keyring``); a device's member
+    /// never changes once known.
+    func learnDevice(_ device: String, name: String, joinedAt: String, publicKey: String?, member: String? = nil, memberSignature: [UInt8]? = nil) throws {
         try database.run("""
-            INSERT INTO coven_device_registry (device, name, joined_at, public_key) VALUES (?1, ?2, ?3, ?4)
-            ON CONFLICT (device) DO UPDATE SET name = excluded.name, public_key = coalesce(coven_device_registry.public_key, excluded.public_key)
-            """, [device, name, joinedAt, publicKey])
+            INSERT INTO coven_device_registry (device, name, joined_at, public_key, member, member_signature) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+            ON CONFLICT (device) DO UPDATE SET name = excluded.name, public_key = coalesce(coven_device_registry.public_key, excluded.public_key),
+                member = coalesce(coven_device_registry.member, excluded.member),
+                member_signature = CASE WHEN coven_device_registry.member IS NULL THEN excluded.member_signature ELSE coven_device_registry.member_signature END
+            """, [device, name, joinedAt, publicKey, member.map(SQLValue.text) ?? .null, memberSignature.map { SQLValue.text($0.hex) } ?? .null])
     }
 
     /// Records that change `seq` of `device` is applied here, with the frontier it carried.

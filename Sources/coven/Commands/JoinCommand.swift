@@ -5,7 +5,7 @@ import Foundation
 struct JoinCommand: Command {
     static let name = "join"
     static let abstract = "make a new device of an existing store, then pull its rows"
-    static let synopsis = ["URL [--key-file FILE] [--name NAME]"]
+    static let synopsis = ["URL [--key-file FILE | --identity FILE] [--name NAME]"]
     static let discussion = """
     Reads the store key (the line 'coven key export' prints on one of the store's devices) from \
     --key-file, or from stdin when it is not a terminal; checks it against the store's sealed \
@@ -16,6 +16,12 @@ struct JoinCommand: Command {
     under devices/; then pulls the changes the snapshot does not hold, showing how many it \
     applied on a line of stderr while that is a terminal. A name that a device of the store not gone for good holds is refused ('exists', naming that device); without --name the device takes the host name, or the host name with -2, -3, … when that is taken; a name holding a control character (a tab, a newline) is refused ('usage'). Prints the new device's id, or one JSON object with --json.
 
+    In a store of members, a device joins as one of them: --identity FILE names the member's \
+    identity ('coven member keygen' or 'coven member export' wrote it). The store's keys then \
+    come from its chain of key generations, opened with the identity, every link checked; the \
+    new device's entry is vouched for by the member. No store key is needed, and a join by key \
+    of such a store is refused ('usage'). An identity on no roster of the store is 'not_found'.
+
     Run again after a kill or a failure, join goes on: when the device at --db is of this store \
     (its pull was stopped) it finishes the pull; what a join stopped before the device was made \
     left (<db>.d/ and <db>.init) is removed and the join starts clean. A device of another store \
@@ -23,6 +29,7 @@ struct JoinCommand: Command {
     """
     static let options = [
         OptionSpec("key-file", value: "FILE", help: "the file holding the store key (default: stdin)", completion: .file),
+        OptionSpec("identity", value: "FILE", help: "join as the member whose identity FILE holds (a store of members)", completion: .file),
         OptionSpec("name", value: "NAME", help: "this device's name (default: the host name)"),
     ]
     static let arguments = [ArgumentSpec("URL", help: "the store's storage URL: file:///DIR or s3://BUCKET/PREFIX")]
@@ -35,6 +42,25 @@ struct JoinCommand: Command {
             throw CovenError(.usage, "--name takes a name, not an empty word", hint: "leave --name out to use the host name")
         }
         let storage = try StorageLocation(parsing: url)
+        let device: Device
+        var keyStore: String?
+        if let identityPath = invocation.value("identity") {
+            if invocation.value("key-file") != nil { throw CovenError(.usage, "--identity and --key-file: pass one") }
+            let identity = try MemberIdentity(contentsOf: identityPath)
+            device = try Device.join(paths: DevicePaths(database: context.databasePath), storage: storage, identity: identity, name: invocation.value("name"))
+        } else {
+            let key = try readKey(invocation, context)
+            keyStore = key.store
+            device = try Device.join(paths: DevicePaths(database: context.databasePath), storage: storage, storeKey: key.bytes, name: invocation.value("name"))
+        }
+        if let store = keyStore, store != device.storeID {
+            context.note("warning: the key names store \(store), but the store at \(storage) is \(device.storeID)")
+        }
+        return try pull(device, storage: storage, context)
+    }
+
+    /// The store key from --key-file or stdin.
+    private static func readKey(_ invocation: Invocation, _ context: CommandContext) throws -> (bytes: [UInt8], store: String?) {
         let text: String
         if let path = invocation.value("key-file") {
             var isFolder: ObjCBool = false
@@ -53,10 +79,11 @@ struct JoinCommand: Command {
             text = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
         }
         let key = try parseKey(text)
-        let device = try Device.join(paths: DevicePaths(database: context.databasePath), storage: storage, storeKey: key.bytes, name: invocation.value("name"))
-        if let store = key.store, store != device.storeID {
-            context.note("warning: the key names store \(store), but the store at \(storage) is \(device.storeID)")
-        }
+        return (key.bytes, key.store)
+    }
+
+    /// Pulls what the device's snapshot does not hold, and prints the report.
+    private static func pull(_ device: Device, storage: StorageLocation, _ context: CommandContext) throws -> Int32 {
         // The pull may replay a long history: a line of progress on a terminal, as sync shows.
         let line = StatusLine(context)
         var applied = 0, rows = 0

@@ -4,8 +4,8 @@ import Foundation
 /// `coven member`: a person's keys of their own, and this store's members.
 struct MemberCommand: Command {
     static let name = "member"
-    static let abstract = "make a member's keys, make a store's first member, export this device's member"
-    static let synopsis = ["keygen [-o FILE]", "init NAME", "export [-o FILE]"]
+    static let abstract = "make a member's keys; add, remove and adopt the store's members"
+    static let synopsis = ["keygen [-o FILE]", "init NAME", "add NAME RECIPIENT [--admin]", "remove MEMBER", "use FILE", "export [-o FILE]"]
     static let discussion = """
     A member is a person with keys of their own (DESIGN.md "Members and circles"). 'keygen' \
     makes a new member secret, from which coven derives the member's X25519 key (which receives \
@@ -24,22 +24,47 @@ struct MemberCommand: Command {
     when the store has members already. Prints the member's id and, on stderr, its recipient; \
     --json: {"member", "name", "recipient"}.
 
+    'add NAME RECIPIENT' (an admin's device only: 'not_admin' otherwise) adds the person whose \
+    recipient is RECIPIENT (the coven1… line their 'coven member keygen' printed) as NAME, a \
+    member, or an admin with --admin: a new generation of the store's key is published, wrapped \
+    to every member and to them; their devices then join with 'coven join URL --identity FILE'. \
+    A recipient or a name that is a member's already is 'refused'; a malformed recipient is \
+    'usage'. Prints the new member's id; --json: {"member", "name", "role", "generation", \
+    "objects_written"}.
+
+    'remove MEMBER' (its name or its id; a name two members share is 'usage') publishes a new \
+    generation of the store's key without them and marks their devices gone for good: those \
+    devices are refused when they sync ('device_gone'), their uploads end, and nothing \
+    published after can be read with the keys they hold. Removal is forward only: what they \
+    read before stays theirs, and their storage credentials must be revoked by a person. Only \
+    an admin removes ('not_admin'); the owner is removed by no other admin, the last admin \
+    cannot go, and a member is removed from another member's device ('refused'). --json: \
+    {"member", "name", "generation", "devices_gone", "objects_written"}.
+
+    'use FILE' makes this device one of the member's whose identity FILE holds (a device of a \
+    store made before members, which the owner's first device did not make; or a device to hand \
+    to another member): the identity is kept here, this device's entry vouched for by it, and \
+    the store's keys read with it. 'not_found' when the identity is on no roster of the store.
+
     'export' writes the identity of this device's member, for joining the member's other \
     devices: with -o FILE to FILE (0600, never over a file), without it on stdout. \
     'invalid_state' on a device that belongs to no member.
     """
     static let options: [OptionSpec] = [
         OptionSpec("output", short: "o", value: "FILE", help: "write the identity file to FILE (mode 0600; never overwritten)", completion: .file),
+        OptionSpec("admin", help: "add the member as an admin (add)"),
     ]
     static let arguments = [
-        ArgumentSpec("ACTION", help: "what to do", choices: ["keygen", "init", "export"]),
-        ArgumentSpec("NAME", help: "the first member's name (init)", optional: true),
+        ArgumentSpec("ACTION", help: "what to do", choices: ["keygen", "init", "add", "remove", "use", "export"]),
+        ArgumentSpec("ARGUMENT", help: "a member's name (init, add), a member (remove), an identity file (use)", optional: true),
+        ArgumentSpec("RECIPIENT", help: "the new member's recipient, coven1… (add)", optional: true),
     ]
     static let mutates = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let action = invocation.arguments.first ?? ""
         let rest = Array(invocation.arguments.dropFirst())
+        if invocation.has("admin"), action != "add" { throw CovenError(.usage, "--admin is for add") }
         switch action {
         case "keygen":
             guard rest.isEmpty else {
@@ -59,14 +84,54 @@ struct MemberCommand: Command {
                 context.line(id)
                 context.note("member '\(name)' (owner) of store \(device.storeID): recipient \(identity.recipient)")
             }
+        case "add":
+            guard rest.count == 2 else { throw CovenError(.usage, "'add' takes NAME and RECIPIENT", hint: "coven member add bob coven1…") }
+            try refuseOutput(invocation)
+            let device = try context.openDevice()
+            let change = try Members(device).add(name: rest[0], recipient: rest[1], admin: invocation.has("admin"))
+            if context.json {
+                try context.printJSON(["member": change.member.id, "name": change.member.name, "role": change.member.role,
+                                       "generation": change.generation, "objects_written": change.objectsWritten])
+            } else {
+                context.line(change.member.id)
+                context.note("added '\(change.member.name)' (\(change.member.role)) at generation \(change.generation) of the store's key; their devices join with 'coven join URL --identity FILE'")
+            }
+        case "remove":
+            guard rest.count == 1 else { throw CovenError(.usage, "'remove' takes one MEMBER, its name or its id") }
+            try refuseOutput(invocation)
+            let device = try context.openDevice()
+            let change = try Members(device).remove(rest[0])
+            if context.json {
+                try context.printJSON(["member": change.member.id, "name": change.member.name, "generation": change.generation,
+                                       "devices_gone": change.devicesGone, "objects_written": change.objectsWritten])
+            } else {
+                context.line(change.member.id)
+                context.note("removed '\(change.member.name)' at generation \(change.generation) of the store's key; \(change.devicesGone.count.counted("device")) of theirs gone for good")
+                context.note("hint: they keep what they read before, and can still reach the storage: revoke their storage credentials yourself")
+            }
+        case "use":
+            guard rest.count == 1 else { throw CovenError(.usage, "'use' takes the identity FILE") }
+            try refuseOutput(invocation)
+            let device = try context.openDevice()
+            let member = try Members(device).adopt(identityAt: rest[0])
+            if context.json {
+                try context.printJSON(["member": member.id, "name": member.name, "role": member.role, "recipient": member.recipient])
+            } else {
+                context.line(member.id)
+                context.note("this device belongs to member '\(member.name)' (\(member.role))")
+            }
         case "export":
             guard rest.isEmpty else { throw CovenError(.usage, "'export' takes no argument, not '\(rest[0])'") }
             let device = try context.openDeviceReadOnly()
             try write(try Members(device).identity(), invocation, context, recipientOnStdout: false)
         default:
-            throw CovenError(.usage, "ACTION takes 'keygen', 'init' or 'export', not '\(action)'")
+            throw CovenError(.usage, "ACTION takes 'keygen', 'init', 'add', 'remove', 'use' or 'export', not '\(action)'")
         }
         return 0
+    }
+
+    private static func refuseOutput(_ invocation: Invocation) throws {
+        if invocation.value("output") != nil { throw CovenError(.usage, "-o is for keygen and export") }
     }
 
     /// Writes `identity` to -o FILE (printing its recipient when `recipientOnStdout`), or the

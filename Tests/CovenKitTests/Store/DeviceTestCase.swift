@@ -95,6 +95,12 @@ class DeviceTestCase: XCTestCase {
                         environment: s3?.environment)
     }
 
+    /// A device of the store `device` is in, for the member whose identity is `identity`.
+    func join(_ name: String, from device: Device, identity: MemberIdentity) throws -> Device {
+        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, identity: identity, name: name,
+                        environment: s3?.environment)
+    }
+
     /// Writes `bytes` to `name` under the case's folder and returns its path.
     @discardableResult
     func file(_ name: String, _ bytes: [UInt8]) throws -> String {

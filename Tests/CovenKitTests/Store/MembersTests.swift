@@ -4,6 +4,8 @@ import XCTest
 
 /// A store becomes one of members: its first member, the owner, whose keys this device keeps.
 final class MembersTests: DeviceTestCase {
+    static let otherAlbum = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f41"
+
     func testTheFirstMemberOwnsTheStoreAndReadsItsRoster() throws {
         let device = try makeDevice(name: "laptop")
         let members = Members(device)
@@ -14,7 +16,7 @@ final class MembersTests: DeviceTestCase {
         XCTAssertEqual((try FileManager.default.attributesOfItem(atPath: device.paths.memberIdentity)[.posixPermissions] as? NSNumber)?.intValue, 0o600)
         let roster = try members.roster()
         XCTAssertEqual(roster.generation, 1)
-        XCTAssertEqual(roster.members, [Members.Member(id: id, name: "alice", role: "owner", recipient: identity.recipient.description, isThisDevicesMember: true)])
+        XCTAssertEqual(roster.members, [Members.Member(id: id, name: "alice", role: "owner", recipient: identity.recipient.description, isThisDevicesMember: true, devices: 1)])
         // Generation 1 is the store key: every device that holds it reads it.
         let provider = try StorageConnector(location: device.storage).connect()
         let path = AudienceGeneration.path(audience: "store", generation: 1)
@@ -30,11 +32,13 @@ final class MembersTests: DeviceTestCase {
         try members.export(to: exported)
         XCTAssertEqual(try MemberIdentity(contentsOf: exported).recipient, identity.recipient)
         assertCovenError(.exists) { try members.export(to: exported) }
-        // A second establish, here or on another device of the store, is refused.
+        // A second establish is refused; a new device joins as a member, not with the key.
         assertCovenError(.exists) { try members.establish(name: "alice") }
-        let other = try join("desktop", from: device)
-        XCTAssertEqual(assertCovenError(.exists) { try Members(other).establish(name: "mallory") }?.details["object"], path)
-        XCTAssertFalse(FileManager.default.fileExists(atPath: other.paths.memberIdentity) && (try? Members(other).memberID()) != nil)
+        assertCovenError(.usage) { try join("keyed", from: device) }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/keyed/device.db"))
+        let other = try join("desktop", from: device, identity: identity)
+        XCTAssertEqual(try Members(other).memberID(), id)
+        assertCovenError(.exists) { try Members(other).establish(name: "mallory") }
         assertCovenError(.usage) { try Members(other).establish(name: " ") }
         // Sync goes on as before.
         try device.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'Abbey Road')")
@@ -54,10 +58,103 @@ final class MembersTests: DeviceTestCase {
         XCTAssertEqual(again.recipient, identity.recipient)
         XCTAssertEqual(try Members(device).memberID(), id)
         XCTAssertEqual(try Members(device).roster().members.map(\.id), [id])
-        // A device that holds another identity is refused.
-        let other = try join("desktop", from: device)
-        try MemberIdentity().write(to: other.paths.memberIdentity)
-        assertCovenError(.exists) { try Members(other).establish(name: "mallory") }
-        XCTAssertNil(try Members(other).memberID())
+        // A device of the store (made before members) that holds another identity is refused.
+        try device.setSetting(Members.memberSetting, nil)
+        try FileManager.default.removeItem(atPath: device.paths.memberIdentity)
+        try MemberIdentity().write(to: device.paths.memberIdentity)
+        assertCovenError(.exists) { try Members(device).establish(name: "mallory") }
+        XCTAssertNil(try Members(device).memberID())
+    }
+
+    /// A store made before members, with two devices: the first's establishment vouches for
+    /// both (the owner holds every existing device); the second reads new generations once it
+    /// adopts the owner's identity, and its changes are the owner's all along.
+    func testAStoreMadeBeforeMembersMigratesWithEveryDeviceTheOwners() throws {
+        let first = try makeDevice(name: "laptop")
+        let second = try join("desktop", from: first)
+        try second.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'before')")
+        _ = try StoreSync(second).sync()
+        let owner = try Members(first).establish(name: "alice")
+        let bob = try MemberIdentity()
+        _ = try Members(first).add(name: "bob", recipient: bob.recipient.description, admin: false)
+        // The second device still writes (format 1, under generation 1, as the owner's), and
+        // the first applies it; it cannot read generation 2 until it takes the identity.
+        try second.write(sql: "UPDATE albums SET title = 'still the owner''s' WHERE id = '\(Self.album)'")
+        _ = try StoreSync(second).sync()
+        _ = try StoreSync(first).sync()
+        XCTAssertEqual(try first.database.scalar("SELECT title FROM albums").textValue, "still the owner's")
+        try first.write(sql: "UPDATE albums SET title = 'generation 2' WHERE id = '\(Self.album)'")
+        _ = try StoreSync(first).sync()
+        let waiting = try StoreSync(second).sync()
+        XCTAssertEqual(waiting.pulled.keyUnavailable[first.deviceID], 1)
+        let exported = work + "/alice.identity"
+        try Members(first).export(to: exported)
+        XCTAssertEqual(try Members(second).adopt(identityAt: exported).recipient, owner.recipient.description)
+        _ = try StoreSync(second).sync()
+        XCTAssertEqual(try second.database.scalar("SELECT title FROM albums").textValue, "generation 2")
+        XCTAssertEqual(try Members(second).roster().members.map(\.name), ["alice", "bob"])
+        assertCovenError(.exists) { try Members(second).adopt(identityAt: exported) }
+    }
+
+    /// Two members with two devices each: add, join by identity, write and read both ways;
+    /// the rules of who may change the roster; then removal: the removed member's devices are
+    /// refused and cannot open what is published after, with every key they held.
+    func testMembersAddJoinWriteAndRemove() throws {
+        let laptop = try makeDevice(name: "laptop")
+        let alice = try Members(laptop).establish(name: "alice")
+        let bob = try MemberIdentity()
+        let added = try Members(laptop).add(name: "bob", recipient: bob.recipient.description, admin: false)
+        XCTAssertEqual(added.generation, 2)
+        XCTAssertEqual(added.member.role, "member")
+        let phone = try join("phone", from: laptop, identity: alice)
+        let bobLaptop = try join("bob-laptop", from: laptop, identity: bob)
+        let bobPhone = try join("bob-phone", from: laptop, identity: bob)
+        XCTAssertEqual(try Members(bobPhone).memberID(), added.member.id)
+        // Bad input changes nothing.
+        assertCovenError(.usage) { try Members(laptop).add(name: "carol", recipient: "coven1notarecipient", admin: false) }
+        assertCovenError(.refused) { try Members(laptop).add(name: "bobby", recipient: bob.recipient.description, admin: false) }
+        assertCovenError(.refused) { try Members(laptop).add(name: "bob", recipient: try MemberIdentity().recipient.description, admin: false) }
+        assertCovenError(.notAdmin) { try Members(bobLaptop).add(name: "carol", recipient: try MemberIdentity().recipient.description, admin: false) }
+        assertCovenError(.notAdmin) { try Members(bobLaptop).remove("alice") }
+        assertCovenError(.notFound) { try Members(laptop).remove("nobody") }
+        assertCovenError(.refused) { try Members(laptop).remove("alice") }
+        XCTAssertEqual(try Members(laptop).roster().generation, 2)
+        // Both ways, every device.
+        try laptop.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'alice''s')")
+        try bobPhone.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.otherAlbum)', 'bob''s')")
+        for device in [laptop, bobPhone, phone, bobLaptop, laptop] { _ = try StoreSync(device).sync() }
+        for device in [laptop, phone, bobLaptop, bobPhone] {
+            XCTAssertEqual(try device.database.query("SELECT title FROM albums ORDER BY title").compactMap { $0.string("title") }, ["alice's", "bob's"])
+        }
+        // Carol, an admin, may remove bob; not the owner.
+        let carol = try MemberIdentity()
+        _ = try Members(laptop).add(name: "carol", recipient: carol.recipient.description, admin: true)
+        let carolDevice = try join("carol", from: laptop, identity: carol)
+        _ = try StoreSync(bobLaptop).sync()
+        assertCovenError(.refused) { try Members(carolDevice).remove("alice") }
+        let keysBefore = try XCTUnwrap(FileManager.default.contents(atPath: bobLaptop.paths.audienceKeys))
+        let removed = try Members(carolDevice).remove("bob")
+        XCTAssertEqual(removed.generation, 4)
+        XCTAssertEqual(Set(removed.devicesGone), [bobLaptop.deviceID, bobPhone.deviceID])
+        XCTAssertEqual(removed.objectsWritten, 3)
+        // What alice writes now reaches everyone but bob.
+        try laptop.write(sql: "UPDATE albums SET title = 'after' WHERE id = '\(Self.album)'")
+        _ = try StoreSync(laptop).sync()
+        assertCovenError(.deviceGone) { try StoreSync(bobLaptop).sync() }
+        _ = try StoreSync(phone).sync()
+        XCTAssertEqual(try phone.database.scalar("SELECT title FROM albums WHERE id = '\(Self.album)'").textValue, "after")
+        XCTAssertEqual(try bobLaptop.database.scalar("SELECT title FROM albums WHERE id = '\(Self.album)'").textValue, "alice's")
+        // Bob's device, with every key it ever held, cannot open alice's change after removal.
+        XCTAssertEqual(FileManager.default.contents(atPath: bobLaptop.paths.audienceKeys), keysBefore)
+        let provider = try StorageConnector(location: laptop.storage).connect()
+        let path = try XCTUnwrap(try provider.list(prefix: "changes/\(laptop.deviceID)/").map(\.key).max())
+        let bytes = try XCTUnwrap(try provider.getObject(path))
+        XCTAssertEqual(ChangeObject.storeGeneration(of: bytes), 4)
+        let bobKeys = Keyring(paths: bobLaptop.paths, database: bobLaptop.database, deviceID: bobLaptop.deviceID)
+        assertCovenError(.keyUnavailable) { _ = try bobKeys.open(change: bytes, path: path, publisher: laptop.deviceID) }
+        for generation in 1...3 {
+            let key = try XCTUnwrap(try bobKeys.key(audience: "store", generation: UInt64(generation)))
+            XCTAssertThrowsError(try ChangeObject.open(bytes, path: path, keyOf: { _, _ in key }, publicKey: try laptop.keys.signingKey().publicKey))
+        }
     }
 }

@@ -31,7 +31,7 @@ final class AudienceChainTests: XCTestCase {
                           guard let key = self.devices[device] else { throw CovenError(.notFound, "no device \(device)") }
                           return key.publicKey
                       },
-                      memberOf: { self.members[$0] })
+                      memberOf: { device, _ in self.members[device] })
     }
 
     private func member(_ id: String, _ identity: MemberIdentity, _ role: AudienceGeneration.Role = .member) -> AudienceGeneration.Member {

@@ -21,7 +21,7 @@ final class AudienceGenerationTests: XCTestCase {
         }
     }
 
-    private func memberOf(_ device: String) -> String? { ["laptop": aliceID, "phone": bobID][device] }
+    private func memberOf(_ device: String, _ roster: [AudienceGeneration.Member]) -> String? { ["laptop": aliceID, "phone": bobID][device] }
 
     private func generation(_ number: UInt64, signer: String = "laptop", roster: [AudienceGeneration.Member], previous: [UInt8] = []) -> AudienceGeneration {
         AudienceGeneration(store: store, audience: "store", generation: number, signer: signer, roster: roster, previousHash: previous)
