@@ -183,22 +183,56 @@ public struct Members {
     /// - Throws: `.deviceGone` when this device's member is not on the newest roster (removed,
     ///   or its keys replaced without this device); `.integrity` naming the object for a forged
     ///   or broken chain; `.storage`.
+    ///
+    /// - Parameter retire: check the live devices against the newest roster even when no
+    ///   generation is new (devices learned of now, or a roster change run again).
     @discardableResult
-    func refresh(provider: StorageProvider) throws -> UInt64? {
+    func refresh(provider: StorageProvider, retire: Bool = false) throws -> UInt64? {
         guard try memberID() != nil else { return try device.keys.storeGeneration() }
         let known = try device.keys.storeGeneration() ?? 0
         let prefix = "audiences/\(RowAudiences.store)/"
         let after = known == 0 ? prefix : AudienceGeneration.path(audience: RowAudiences.store, generation: known)
-        guard try !provider.list(prefix: prefix, after: after, limit: 1).isEmpty else { return known == 0 ? nil : known }
+        guard try !provider.list(prefix: prefix, after: after, limit: 1).isEmpty else {
+            if retire, known > 0 { try retireDevicesOffRoster(try device.keys.roster(audience: RowAudiences.store, generation: known), provider: provider) }
+            return known == 0 ? nil : known
+        }
         let identity = try identity()
         guard let state = try storeChain(provider: provider).read(identity: identity), let newest = state.newest else { return nil }
         try device.keys.learn(audience: RowAudiences.store, state.opened)
+        if state.unreadable.isEmpty, let newest = state.newest {
+            try retireDevicesOffRoster(newest.generation.roster, provider: provider)
+        }
         if let removed = state.unreadable.first {
             throw CovenError(.deviceGone, "this device's member is not on the store's roster since generation \(removed): it was removed, or its keys were replaced",
                              hint: "this device no longer syncs; an admin of the store can add the member again, and a new device can join with 'coven join URL --identity FILE'",
                              details: ["object": AudienceGeneration.path(audience: RowAudiences.store, generation: removed)])
         }
         return newest.generation.generation
+    }
+
+    /// Marks gone for good every live device whose member is not on `roster` (removed), or
+    /// whose entry that member's key on it did not vouch for (its keys were replaced without
+    /// this device): published as removal marks, put-if-absent, so whichever device learns the
+    /// generation first finishes a removal that was stopped half-way.
+    ///
+    /// - Returns: the devices marked gone now.
+    @discardableResult
+    func retireDevicesOffRoster(_ roster: [AudienceGeneration.Member], provider: StorageProvider) throws -> [String] {
+        let store = device.storeID
+        var retired: [String] = []
+        let rows = try device.database.query("SELECT device, public_key, member, member_signature FROM coven_device_registry WHERE gone = 0 AND member IS NOT NULL ORDER BY device")
+        for row in rows {
+            guard let id = row.string("device"), id != device.deviceID, let member = row.string("member") else { continue }
+            if let recipient = roster.first(where: { $0.id == member })?.recipient,
+               let signature = row.string("member_signature").flatMap({ [UInt8](hex: $0) }),
+               let key = row.string("public_key").flatMap({ try? DevicePublicKey(hex: $0) }),
+               (try? recipient.signing.verify(signature, for: DeviceEntry.certificationMessage(store: store, member: member, device: id, publicKey: key))) != nil {
+                continue
+            }
+            _ = try StoreSync(device).markGone(id, provider: provider)
+            retired.append(id)
+        }
+        return retired
     }
 
     /// What adding or removing a member did.
@@ -225,6 +259,10 @@ public struct Members {
         let recipient = try MemberRecipient(text)
         let newID = Identifier.uuid4()
         return try change { roster in
+            if let same = roster.first(where: { $0.recipient == recipient }), same.name == name, same.role == (admin ? .admin : .member) {
+                // Run again after it published (killed before it said so): done already.
+                return (nil, same)
+            }
             if let same = roster.first(where: { $0.recipient == recipient }) {
                 throw CovenError(.refused, "that recipient is member '\(same.name)' (\(same.id)) already", details: ["member": same.id])
             }
@@ -232,7 +270,7 @@ public struct Members {
                 throw CovenError(.refused, "a member is called '\(name)' already", hint: "give the new member another name", details: ["name": name])
             }
             let member = AudienceGeneration.Member(id: newID, name: name, role: admin ? .admin : .member, recipient: recipient)
-            return (roster + [member], member)
+            return (roster + [member] as [AudienceGeneration.Member]?, member)
         }
     }
 
@@ -243,10 +281,19 @@ public struct Members {
     /// - Throws: `.notFound` for no such member; `.usage` for a name two members share;
     ///   `.notAdmin` when this device's member is not an admin; `.refused` to remove the owner
     ///   (another admin may not), this device's own member, or the last admin; `.storage`.
-    public func remove(_ member: String, provider: StorageProvider? = nil) throws -> RosterChange {
+    public func remove(_ member: String) throws -> RosterChange {
         let own = try memberID()
-        var change = try self.change { roster in
-            let target = try Self.resolve(member, in: roster)
+        let earlier = try device.database.query("SELECT DISTINCT member FROM coven_audience_rosters WHERE audience = ?1", [RowAudiences.store]).compactMap { $0.string("member") }
+        return try self.change { roster in
+            let target: AudienceGeneration.Member
+            do {
+                target = try Self.resolve(member, in: roster)
+            } catch let error as CovenError where error.code == .notFound {
+                // Removed already (a run killed after it published): its devices were marked
+                // gone as the generation was learned. Done.
+                guard let past = try self.pastMember(member), !earlier.isEmpty else { throw error }
+                return (nil, past)
+            }
             if target.id == own {
                 throw CovenError(.refused, "'\(member)' is this device's own member", hint: "another admin removes a member; to leave, ask one", details: ["member": target.id])
             }
@@ -257,44 +304,63 @@ public struct Members {
             guard rest.contains(where: { $0.role.isAdmin }) else {
                 throw CovenError(.refused, "'\(member)' is the store's last admin", details: ["member": target.id])
             }
-            return (rest, target)
+            return (rest as [AudienceGeneration.Member]?, target)
         }
-        let provider = try provider ?? device.connectStorage()
-        let sync = StoreSync(device)
-        for row in try device.database.query("SELECT device FROM coven_device_registry WHERE member = ?1 AND gone = 0 ORDER BY device", [change.member.id]) {
-            guard let id = row.string("device"), id != device.deviceID else { continue }
-            _ = try sync.markGone(id, provider: provider)
-            change.devicesGone.append(id)
-            change.objectsWritten += 1
-        }
-        return change
+    }
+
+    /// A member of an earlier roster of the store that `text` names (id or name), no longer on
+    /// the newest.
+    private func pastMember(_ text: String) throws -> AudienceGeneration.Member? {
+        let rows = try device.database.query("""
+            SELECT member, name, role, recipient FROM coven_audience_rosters WHERE audience = ?1 AND (member = ?2 OR name = ?2)
+            ORDER BY generation DESC LIMIT 1
+            """, [RowAudiences.store, text])
+        guard let row = rows.first, let id = row.string("member"), let role = AudienceGeneration.Role(rawValue: row.string("role") ?? ""),
+              let recipient = try? MemberRecipient(row.string("recipient") ?? "") else { return nil }
+        return AudienceGeneration.Member(id: id, name: row.string("name") ?? "", role: role, recipient: recipient)
     }
 
     /// Publishes the next generation of the store's key with the roster `edit` makes of the
     /// newest, under the device lock, after checking this device's member is an admin there
     /// (again at each retry of a lost race).
-    private func change(_ edit: @escaping ([AudienceGeneration.Member]) throws -> ([AudienceGeneration.Member], AudienceGeneration.Member)) throws -> RosterChange {
+    private func change(_ edit: @escaping ([AudienceGeneration.Member]) throws -> ([AudienceGeneration.Member]?, AudienceGeneration.Member)) throws -> RosterChange {
         let lock = try device.lock(wait: true)
         defer { _ = lock }
         let identity = try identity()
         let own = try memberID()
         let provider = try device.connectStorage()
+        let gone = { () throws -> Set<String> in Set(try self.device.database.query("SELECT device FROM coven_device_registry WHERE gone = 1").compactMap { $0.string("device") }) }
+        let before = try gone()
         try StoreSync(device).refreshDevices(provider: provider, keys: device.keys)
-        try refresh(provider: provider)
+        // A removal stopped after its generation was learned here finishes now.
+        try refresh(provider: provider, retire: true)
         var subject: AudienceGeneration.Member?
+        // Nothing to publish (a rerun of what was done): say so from the roster held.
+        if let generation = try device.keys.storeGeneration() {
+            let current = try device.keys.roster(audience: RowAudiences.store, generation: generation)
+            if let me = current.first(where: { $0.id == own }), me.role.isAdmin, case (nil, let member) = try edit(current) {
+                let retired = try gone().subtracting(before).sorted()
+                return RosterChange(member: Member(id: member.id, name: member.name, role: member.role.rawValue, recipient: member.recipient.description,
+                                                   isThisDevicesMember: member.id == own, devices: 0),
+                                    generation: generation, objectsWritten: retired.count, devicesGone: retired)
+            }
+        }
         let published = try storeChain(provider: provider).publishNext(identity: identity, signer: device.deviceID, signingKey: try device.keys.signingKey()) { roster in
             guard let me = roster.first(where: { $0.id == own }), me.role.isAdmin else {
                 throw CovenError(.notAdmin, "this device's member is not an admin of the store", hint: "ask an admin of the store ('coven members' lists the roles)")
             }
             let (next, member) = try edit(roster)
             subject = member
-            return next
+            // Another admin did the same in a race this device lost: the roster is theirs, kept.
+            return next ?? roster
         }
+        // Learning the generation marks the devices of a member no longer on it gone.
         try refresh(provider: provider)
+        let retired = try gone().subtracting(before).sorted()
         guard let subject else { throw CovenError(.internal, "a roster change without its member") }
         return RosterChange(member: Member(id: subject.id, name: subject.name, role: subject.role.rawValue, recipient: subject.recipient.description,
                                            isThisDevicesMember: subject.id == own, devices: 0),
-                            generation: published.generation.generation, objectsWritten: 1)
+                            generation: published.generation.generation, objectsWritten: 1 + retired.count, devicesGone: retired)
     }
 
     /// The member of `roster` that `text` names: its id, or its name when one member has it.
