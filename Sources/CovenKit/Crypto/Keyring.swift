@@ -31,12 +31,13 @@ public final class Keyring {
 
     /// The keyring of a device being made (`init`, `join`): the store key it was given, and
     /// its new signing key when it has one.
-    init(storeKey: FileKey, signingKey: DeviceSigningKey? = nil) {
+    init(storeKey: FileKey, signingKey: DeviceSigningKey? = nil, generations: [UInt64: FileKey] = [:]) {
         paths = nil
         database = nil
         deviceID = nil
         loadedStoreKey = storeKey
         loadedSigningKey = signingKey
+        if !generations.isEmpty { generationKeys = [RowAudiences.store: generations] }
     }
 
     // MARK: The store key
@@ -195,15 +196,63 @@ public final class Keyring {
         try StoreSealer.open(sealed, storeKey: try storeKey(), boundTo: path)
     }
 
-    /// A streaming sealer of a store object bound to `path` (snapshots).
+    /// A streaming sealer of a store object bound to `path` (snapshots), under the newest
+    /// generation of the store audience's key this device holds (the store key before
+    /// members): a member removed before it cannot read it.
     func sealer(boundTo path: String, sink: @escaping (UnsafeRawBufferPointer) throws -> Void) throws -> StoreSealer.StreamWriter {
-        try StoreSealer.StreamWriter(storeKey: try storeKey(), boundTo: path, sink: sink)
+        try StoreSealer.StreamWriter(storeKey: try storeKeysNewestFirst()[0], boundTo: path, sink: sink)
     }
 
-    /// A streaming reader of a store object of `sealedSize` bytes bound to `path`.
-    func opener(boundTo path: String, sealedSize: Int64, read: @escaping (UnsafeMutableRawBufferPointer) throws -> Int) throws -> StoreSealer.StreamReader {
-        try StoreSealer.StreamReader(storeKey: try storeKey(), boundTo: path, sealedSize: sealedSize, read: read)
+    /// A streaming reader of a store object of `sealedSize` bytes bound to `path`, under `key`
+    /// (``key(opening:sealedSize:firstBytes:)``).
+    func opener(boundTo path: String, sealedSize: Int64, key: FileKey,
+                read: @escaping (UnsafeMutableRawBufferPointer) throws -> Int) throws -> StoreSealer.StreamReader {
+        try StoreSealer.StreamReader(storeKey: key, boundTo: path, sealedSize: sealedSize, read: read)
     }
+
+    /// The store audience's keys this device holds, newest generation first; the store key
+    /// alone before members.
+    func storeKeysNewestFirst() throws -> [FileKey] {
+        let generations = try loadedGenerations()[RowAudiences.store] ?? [:]
+        var keys = generations.keys.sorted(by: >).compactMap { generations[$0] }
+        if generations[1] == nil, paths == nil || access(paths!.storeKey, F_OK) == 0 { keys.append(try storeKey()) }
+        guard !keys.isEmpty else { throw CovenError(.keyUnavailable, "this device holds no key of the store") }
+        return keys
+    }
+
+    /// Which key opens the store object at `path` (a snapshot, sealed under the newest
+    /// generation its maker held): each held, newest first, tried on its first chunk, which
+    /// `firstBytes` reads (its header and first sealed chunk). Found once per object.
+    ///
+    /// - Throws: `.integrity` when none authenticates it (damage, or a generation this device
+    ///   does not hold: its member was removed before it was made).
+    func key(opening path: String, sealedSize: Int64, firstBytes: () throws -> [UInt8]) throws -> FileKey {
+        if let known = openingKeys[path] { return known }
+        let keys = try storeKeysNewestFirst()
+        guard keys.count > 1 else { return keys[0] }
+        let first = try firstBytes()
+        var failure: (any Error)?
+        for key in keys {
+            var at = 0
+            do {
+                let reader = try StoreSealer.StreamReader(storeKey: key, boundTo: path, sealedSize: sealedSize) { buffer in
+                    let count = min(buffer.count, first.count - at)
+                    if count > 0 { first.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[at..<(at + count)])) } }
+                    at += count
+                    return count
+                }
+                _ = try reader.nextChunk()
+                openingKeys[path] = key
+                return key
+            } catch {
+                failure = failure ?? error
+            }
+        }
+        throw failure ?? CovenError(.integrity, "'\(path)' opens under no key this device holds", details: ["object": path])
+    }
+
+    /// The key found for each object by ``key(opening:sealedSize:firstBytes:)``.
+    private var openingKeys: [String: FileKey] = [:]
 
     // MARK: Changes
 

@@ -140,7 +140,13 @@ extension Device {
         var bytes: [UInt8] = []
         var at = 0
         var fetched: Int64 = 0
-        let sealed = try keys.opener(boundTo: info.key, sealedSize: info.size) { buffer in
+        let firstSize = min(info.size, Int64(StoreSealer.headerSize + ChunkRun.sealedChunkSize))
+        let key = try keys.key(opening: info.key, sealedSize: info.size) {
+            var first: [UInt8] = []
+            try provider.get(info.key, range: 0..<firstSize) { first.append(contentsOf: $0) }
+            return first
+        }
+        let sealed = try keys.opener(boundTo: info.key, sealedSize: info.size, key: key) { buffer in
             if at == bytes.count, fetched < info.size {
                 let step = fetched == 0 ? Int64(StoreSealer.headerSize + ChunkRun.sealedChunkSize) : Int64(4 * ChunkRun.sealedChunkSize)
                 let upTo = min(info.size, fetched + step)
@@ -178,7 +184,13 @@ extension Device {
         try provider.get(key, range: nil) { try AtomicFile.writeAll(fd, $0, path: download) }
         var info = stat()
         guard fstat(fd, &info) == 0, lseek(fd, 0, SEEK_SET) == 0 else { throw CovenError.posix("read", path: download) }
-        let sealed = try keys.opener(boundTo: key, sealedSize: Int64(info.st_size)) { buffer in
+        let firstSize = Int(min(Int64(info.st_size), Int64(StoreSealer.headerSize + ChunkRun.sealedChunkSize)))
+        let opening = try keys.key(opening: key, sealedSize: Int64(info.st_size)) {
+            var first = [UInt8](repeating: 0, count: firstSize)
+            guard pread(fd, &first, firstSize, 0) == firstSize else { throw CovenError.posix("read", path: download) }
+            return first
+        }
+        let sealed = try keys.opener(boundTo: key, sealedSize: Int64(info.st_size), key: opening) { buffer in
             while true {
                 let count = read(fd, buffer.baseAddress, buffer.count)
                 if count < 0, errno == EINTR { continue }

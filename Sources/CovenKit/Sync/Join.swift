@@ -26,13 +26,14 @@ extension Device {
     /// `asMember`: the join by identity, which vouches for the device next; a join by key of a
     /// store of members is refused, as its device would belong to no member.
     static func join(paths: DevicePaths, storage: StorageLocation, storeKey keyBytes: [UInt8], name: String?,
-                     environment: [String: String]?, asMember: Bool) throws -> Device {
+                     environment: [String: String]?, asMember: Bool, generations: [UInt64: FileKey] = [:]) throws -> Device {
         if let name { try checkDeviceName(name) }
         let target = try joinTarget(paths)
         guard keyBytes.count == 32 else {
             throw CovenError(.usage, "a store key is 32 bytes (64 hex digits, as 'coven key export' prints it), not \(keyBytes.count)")
         }
-        let keys = Keyring(storeKey: try FileKey(bytes: keyBytes))
+        // A member's device reads snapshots made under later generations of the store's key.
+        let keys = Keyring(storeKey: try FileKey(bytes: keyBytes), generations: generations)
         try refuseMissingFolder(storage)
         let provider = try StorageConnector(location: storage, environment: environment).connect()
         let storeID = try readStoreID(provider: provider, storage: storage)
@@ -141,7 +142,10 @@ extension Device {
         guard state.unreadable.isEmpty else {
             throw CovenError(.notFound, "this identity is not on the newest roster of the store at '\(storage)'", hint: "ask an admin of the store to add it ('coven member add')")
         }
-        let device = try join(paths: paths, storage: storage, storeKey: first.key, name: name, environment: environment, asMember: true)
+        var generations: [UInt64: FileKey] = [:]
+        for opened in state.opened { generations[opened.generation.generation] = try FileKey(bytes: opened.key) }
+        let device = try join(paths: paths, storage: storage, storeKey: first.key, name: name, environment: environment, asMember: true,
+                              generations: generations)
         try Members(device).adopt(identity, provider: provider)
         return device
     }

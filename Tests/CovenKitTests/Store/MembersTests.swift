@@ -156,5 +156,15 @@ final class MembersTests: DeviceTestCase {
             let key = try XCTUnwrap(try bobKeys.key(audience: "store", generation: UInt64(generation)))
             XCTAssertThrowsError(try ChangeObject.open(bytes, path: path, keyOf: { _, _ in key }, publicKey: try laptop.keys.signingKey().publicKey))
         }
+        // Nor a snapshot made after: it is sealed under generation 4, which alice's other
+        // device reads and a device joining later starts from.
+        let snapshot = try laptop.snapshot()
+        let info = try XCTUnwrap(try provider.list(prefix: "snapshots/").first { $0.key == snapshot.key })
+        assertCovenError(.integrity) { _ = try Device.peekManifest(provider: provider, info: info, keys: bobKeys) }
+        XCTAssertEqual(try Device.peekManifest(provider: provider, info: info, keys: phone.keys), snapshot.manifest)
+        let tablet = try join("tablet", from: laptop, identity: alice)
+        XCTAssertEqual(tablet.joinedFrom?.key, snapshot.key)
+        _ = try StoreSync(tablet).sync()
+        XCTAssertEqual(try tablet.database.scalar("SELECT title FROM albums WHERE id = '\(Self.album)'").textValue, "after")
     }
 }
