@@ -94,7 +94,11 @@ struct MemberCommand: Command {
                                        "generation": change.generation, "objects_written": change.objectsWritten])
             } else {
                 context.line(change.member.id)
-                context.note("added '\(change.member.name)' (\(change.member.role)) at generation \(change.generation) of the store's key; their devices join with 'coven join URL --identity FILE'")
+                if change.objectsWritten == 0 {
+                    context.note("'\(change.member.name)' is on the roster of generation \(change.generation) of the store's key: added already")
+                } else {
+                    context.note("added '\(change.member.name)' (\(change.member.role)) at generation \(change.generation) of the store's key; their devices join with 'coven join URL --identity FILE'")
+                }
             }
         case "remove":
             guard rest.count == 1 else { throw CovenError(.usage, "'remove' takes one MEMBER, its name or its id") }
@@ -106,8 +110,12 @@ struct MemberCommand: Command {
                                        "devices_gone": change.devicesGone, "objects_written": change.objectsWritten])
             } else {
                 context.line(change.member.id)
-                context.note("removed '\(change.member.name)' at generation \(change.generation) of the store's key; \(change.devicesGone.count.counted("device")) of theirs gone for good")
-                context.note("hint: they keep what they read before, and can still reach the storage: revoke their storage credentials yourself")
+                if change.objectsWritten == 0 {
+                    context.note("'\(change.member.name)' is not on the roster of generation \(change.generation) of the store's key: removed already")
+                } else {
+                    context.note("removed '\(change.member.name)' at generation \(change.generation) of the store's key; \(change.devicesGone.count.counted("device")) of theirs gone for good")
+                    context.note("hint: they keep what they read before, and can still reach the storage: revoke their storage credentials yourself")
+                }
             }
         case "use":
             guard rest.count == 1 else { throw CovenError(.usage, "'use' takes the identity FILE") }

@@ -12,7 +12,8 @@ struct MembersCommand: Command {
     role (owner, admin or member), 'this' for the member this device belongs to or '-', its name \
     (a control character or backslash escaped as \\t, \\n, \\\\ or \\xNN), and its recipient \
     (coven1…). With -z, five fields a member, each ended by NUL, the name as it is. With --json: \
-    {"generation": N, "members": [{"id", "name", "role", "recipient", "this_device"}, …]}. \
+    {"generation": N, "members": [{"id", "name", "role", "recipient", "this_device", \
+    "devices"}, …]}, devices counting the member's devices not gone for good that this device knows. \
     'invalid_state' on a device that belongs to no member (a store made before members: \
     'coven member init NAME' makes its first); 'integrity' naming the object for a forged or \
     damaged generation.
@@ -25,7 +26,8 @@ struct MembersCommand: Command {
         let roster = try Members(device).roster()
         if context.json {
             try context.printJSON(["generation": roster.generation, "members": roster.members.map { member -> [String: Any] in
-                ["id": member.id, "name": member.name, "role": member.role, "recipient": member.recipient, "this_device": member.isThisDevicesMember]
+                ["id": member.id, "name": member.name, "role": member.role, "recipient": member.recipient, "this_device": member.isThisDevicesMember,
+                 "devices": member.devices]
             }])
         } else {
             let zero = invocation.has("null-terminated")
