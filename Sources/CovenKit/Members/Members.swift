@@ -223,10 +223,19 @@ public struct Members {
         let rows = try device.database.query("SELECT device, public_key, member, member_signature FROM coven_device_registry WHERE gone = 0 AND member IS NOT NULL ORDER BY device")
         for row in rows {
             guard let id = row.string("device"), id != device.deviceID, let member = row.string("member") else { continue }
-            if let recipient = roster.first(where: { $0.id == member })?.recipient,
-               let signature = row.string("member_signature").flatMap({ [UInt8](hex: $0) }),
-               let key = row.string("public_key").flatMap({ try? DevicePublicKey(hex: $0) }),
-               (try? recipient.signing.verify(signature, for: DeviceEntry.certificationMessage(store: store, member: member, device: id, publicKey: key))) != nil {
+            guard let key = row.string("public_key").flatMap({ try? DevicePublicKey(hex: $0) }) else { continue }
+            let recipient = roster.first(where: { $0.id == member })?.recipient
+            func vouched(_ signature: [UInt8]?) -> Bool {
+                guard let recipient, let signature else { return false }
+                return (try? recipient.signing.verify(signature, for: DeviceEntry.certificationMessage(store: store, member: member, device: id, publicKey: key))) != nil
+            }
+            if vouched(row.string("member_signature").flatMap({ [UInt8](hex: $0) })) { continue }
+            // The member's keys changed: its device's entry, vouched for again by the new key,
+            // is read once more.
+            if recipient != nil, let sealed = try provider.getObject(Device.registryEntryKey(id)),
+               let entry = try? DeviceEntry.open(sealed, path: Device.registryEntryKey(id), keys: device.keys),
+               entry.device == id, entry.member == member, entry.publicKey == key, vouched(entry.memberSignature), let signature = entry.memberSignature {
+                try SyncState(database: device.database).setMemberSignature(id, member: member, signature: signature)
                 continue
             }
             _ = try StoreSync(device).markGone(id, provider: provider)
@@ -361,6 +370,70 @@ public struct Members {
         return RosterChange(member: Member(id: subject.id, name: subject.name, role: subject.role.rawValue, recipient: subject.recipient.description,
                                            isThisDevicesMember: subject.id == own, devices: 0),
                             generation: published.generation.generation, objectsWritten: 1 + retired.count, devicesGone: retired)
+    }
+
+    /// Replaces this device's member's keys (their identity was exposed, say): a new identity,
+    /// kept aside first, then a new generation of the store's key whose roster holds the new
+    /// recipient, this device's entry vouched for by the new key, and the new identity put in
+    /// place. The member's other devices, vouched for by the old key, are gone for good: they
+    /// join again with the new identity. Run again after a kill, it goes on with the same new
+    /// identity.
+    ///
+    /// - Returns: the new identity and the generation published.
+    public func rekey() throws -> (identity: MemberIdentity, change: RosterChange) {
+        let lock = try device.lock(wait: true)
+        defer { _ = lock }
+        // identity() refuses a device that belongs to no member.
+        let current = try identity()
+        guard let own = try memberID() else { throw CovenError(.internal, "a member identity without its member") }
+        let provider = try device.connectStorage()
+        let gone = { () throws -> Set<String> in Set(try self.device.database.query("SELECT device FROM coven_device_registry WHERE gone = 1").compactMap { $0.string("device") }) }
+        let before = try gone()
+        try StoreSync(device).refreshDevices(provider: provider, keys: device.keys)
+        let nextPath = device.paths.memberIdentity + ".next"
+        let next: MemberIdentity
+        if FileManager.default.fileExists(atPath: nextPath) {
+            next = try MemberIdentity(contentsOf: nextPath)
+        } else {
+            next = try MemberIdentity()
+            try next.write(to: nextPath)
+        }
+        let chain = try storeChain(provider: provider)
+        var generation: UInt64
+        var member: AudienceGeneration.Member
+        if let state = try? chain.read(identity: next), let newest = state.newest, state.unreadable.isEmpty,
+           let me = newest.generation.roster.first(where: { $0.id == own && $0.recipient == next.recipient }) {
+            // Published by a run that was stopped after.
+            generation = newest.generation.generation
+            member = me
+        } else {
+            try refresh(provider: provider)
+            var replaced: AudienceGeneration.Member?
+            let published = try chain.publishNext(identity: current, signer: device.deviceID, signingKey: try device.keys.signingKey()) { roster in
+                guard let me = roster.first(where: { $0.id == own }) else {
+                    throw CovenError(.deviceGone, "this device's member is not on the store's roster", hint: "an admin of the store can add the member again")
+                }
+                replaced = AudienceGeneration.Member(id: me.id, name: me.name, role: me.role, recipient: next.recipient)
+                return roster.map { $0.id == own ? replaced! : $0 }
+            }
+            generation = published.generation.generation
+            guard let replaced else { throw CovenError(.internal, "a rekey without its member") }
+            member = replaced
+        }
+        // This device vouched for by the new key, then the new identity in place.
+        let publicKey = try device.keys.signingKey().publicKey
+        let joinedAt = try device.database.scalar("SELECT joined_at FROM coven_device_registry WHERE device = ?1", [device.deviceID]).textValue ?? Timestamp.iso8601(Date())
+        let entry = try DeviceEntry(device: device.deviceID, name: device.deviceName, joinedAt: joinedAt, publicKey: publicKey)
+            .certified(store: device.storeID, member: own, identity: next)
+        try provider.put(entry.path, data: try entry.seal(keys: device.keys))
+        try SyncState(database: device.database).setMemberSignature(device.deviceID, member: own, signature: entry.memberSignature ?? [])
+        guard rename(nextPath, device.paths.memberIdentity) == 0 else { throw CovenError.posix("rename into", path: device.paths.memberIdentity) }
+        try AtomicFile.syncFolder(device.paths.folder)
+        try refresh(provider: provider, retire: true)
+        let retired = try gone().subtracting(before).sorted()
+        return (next, RosterChange(member: Member(id: member.id, name: member.name, role: member.role.rawValue, recipient: next.recipient.description,
+                                                  isThisDevicesMember: true, devices: 1),
+                                   generation: generation, objectsWritten: 2 + retired.count, devicesGone: retired))
     }
 
     /// The member of `roster` that `text` names: its id, or its name when one member has it.

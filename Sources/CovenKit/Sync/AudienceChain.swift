@@ -97,7 +97,8 @@ struct AudienceChain {
                                  hint: "it was not published by an admin of this store: remove the object and tell the store's admins",
                                  cause: error.description, details: ["object": current.generation.path, "reason": "previous_key"])
             }
-            try AudienceGeneration.checkLink(previous: previous.generation, previousBytes: try bytes(number), next: current.generation, memberOf: memberOf)
+            try AudienceGeneration.checkLink(previous: previous.generation, previousBytes: try bytes(number), next: current.generation, memberOf: memberOf,
+                                             signerKey: try? signerKey(current.generation.signer))
             opened.insert(previous, at: 0)
             current = previous
         }
@@ -139,8 +140,14 @@ struct AudienceChain {
             }
             let roster = try change(newest.generation.roster)
             let number = newest.generation.generation + 1
-            let next = AudienceGeneration(store: store, audience: audience, generation: number, signer: signer, roster: roster,
+            var next = AudienceGeneration(store: store, audience: audience, generation: number, signer: signer, roster: roster,
                                           previousHash: AudienceGeneration.hash(state.newestBytes))
+            // The signer's member vouches for it in the generation, with the key the newest
+            // roster holds of it.
+            if let member = newest.generation.roster.first(where: { $0.recipient == identity.recipient }) {
+                next.signerVouch = AudienceGeneration.Vouch(member: member.id, signature: try identity.signingKey.sign(
+                    DeviceEntry.certificationMessage(store: store, member: member.id, device: signer, publicKey: signingKey.publicKey)))
+            }
             let key = SecureRandom.bytes(32)
             if try provider.putIfAbsent(next.path, data: try next.seal(key: key, previousKey: newest.key, signingKey: signingKey)) {
                 return AudienceGeneration.Opened(generation: next, key: key, previousKey: newest.key)

@@ -46,6 +46,16 @@ struct AudienceGeneration: Equatable {
     var roster: [Member]
     /// SHA-256 of the previous generation's published bytes (empty for generation 1).
     var previousHash: [UInt8]
+    /// The signer's member and that member's signature over the signer device's key, by the
+    /// member's key on the previous roster: who vouched for the signer when it signed, kept in
+    /// the generation because a member's key changes (`coven member rekey`) and its devices'
+    /// entries with it. Absent from generations written before it was kept.
+    var signerVouch: Vouch?
+
+    struct Vouch: Equatable {
+        var member: String
+        var signature: [UInt8]
+    }
 
     /// `audiences/<audience>/<gen, 16 digits>`.
     static func path(audience: String, generation: UInt64) -> String {
@@ -93,6 +103,10 @@ struct AudienceGeneration: Equatable {
             RowEntryCodec.writeString(member.name, into: &inner)
             RowEntryCodec.writeString(member.role.rawValue, into: &inner)
             RowEntryCodec.writeString(member.recipient.description, into: &inner)
+        }
+        if let signerVouch {
+            RowEntryCodec.writeString(signerVouch.member, into: &inner)
+            Self.writeBytes(signerVouch.signature, into: &inner)
         }
         let sealed = try StoreSealer.seal(inner, storeKey: try FileKey(bytes: key), boundTo: path)
         Self.writeBytes(sealed, into: &out)
@@ -221,6 +235,7 @@ struct AudienceGeneration: Equatable {
         var roster: [Member] = []
         let previousHash: [UInt8]
         let previousKey: [UInt8]
+        var vouch: Vouch?
         do {
             previousHash = try Self.readBytes(&reader)
             previousKey = try Self.readBytes(&reader)
@@ -231,6 +246,10 @@ struct AudienceGeneration: Equatable {
                 let name = try reader.string()
                 guard let role = Role(rawValue: try reader.string()) else { throw refuse("names an unknown role") }
                 roster.append(Member(id: id, name: name, role: role, recipient: try MemberRecipient(try reader.string())))
+            }
+            if !reader.isAtEnd {
+                vouch = Vouch(member: try reader.string(), signature: try Self.readBytes(&reader))
+                guard vouch?.signature.count == DeviceSigningKey.signatureSize else { throw refuse("holds a damaged vouch for its signer") }
             }
             guard reader.isAtEnd else { throw refuse("holds trailing bytes") }
         } catch let error as CovenError where error.details["object"] == path {
@@ -244,7 +263,7 @@ struct AudienceGeneration: Equatable {
             throw refuse("holds a roster that does not match its stanzas")
         }
         return Opened(generation: AudienceGeneration(store: store, audience: audience, generation: generation, signer: signer, roster: roster,
-                                                     previousHash: previousHash),
+                                                     previousHash: previousHash, signerVouch: vouch),
                       key: key, previousKey: previousKey.isEmpty ? nil : previousKey)
     }
 
@@ -262,14 +281,22 @@ struct AudienceGeneration: Equatable {
     ///
     /// - Throws: `.integrity` naming `next`'s object: a forged generation.
     static func checkLink(previous: AudienceGeneration, previousBytes: [UInt8], next: AudienceGeneration,
-                          memberOf: (String, [Member]) -> String?) throws {
+                          memberOf: (String, [Member]) -> String?, signerKey: DevicePublicKey? = nil) throws {
         func refuse(_ why: String, _ reason: String) -> CovenError {
             CovenError(.integrity, "key generation '\(next.path)' \(why)", hint: "it was not published by an admin of this store: remove the object and tell the store's admins",
                        details: ["object": next.path, "reason": reason])
         }
         guard next.audience == previous.audience, next.generation == previous.generation + 1 else { throw refuse("does not follow generation \(previous.generation)", "chain") }
         guard next.previousHash == hash(previousBytes) else { throw refuse("names another previous generation than '\(previous.path)'", "previous_hash") }
-        guard let member = memberOf(next.signer, previous.roster), previous.roster.contains(where: { $0.id == member && $0.role.isAdmin }) else {
+        // The vouch the generation carries, by the member's key on the previous roster; else
+        // the signer's entry as this device knows it.
+        var vouched: String?
+        if let vouch = next.signerVouch, let signerKey, let recipient = previous.roster.first(where: { $0.id == vouch.member })?.recipient,
+           (try? recipient.signing.verify(vouch.signature, for: DeviceEntry.certificationMessage(store: next.store, member: vouch.member, device: next.signer,
+                                                                                                publicKey: signerKey))) != nil {
+            vouched = vouch.member
+        }
+        guard let member = vouched ?? memberOf(next.signer, previous.roster), previous.roster.contains(where: { $0.id == member && $0.role.isAdmin }) else {
             throw refuse("is signed by device '\(next.signer)', whose member was not an admin at generation \(previous.generation)", "not_admin")
         }
     }

@@ -120,6 +120,12 @@ struct SyncState {
             """, [device, name, joinedAt, publicKey, member.map(SQLValue.text) ?? .null, memberSignature.map { SQLValue.text($0.hex) } ?? .null])
     }
 
+    /// Records the new signature of `device`'s member over its key (its member's keys were
+    /// replaced, `coven member rekey`).
+    func setMemberSignature(_ device: String, member: String, signature: [UInt8]) throws {
+        try database.run("UPDATE coven_device_registry SET member_signature = ?3 WHERE device = ?1 AND member = ?2", [device, member, signature.hex])
+    }
+
     /// Records that change `seq` of `device` is applied here, with the frontier it carried.
     func setApplied(device: String, seq: Int64, frontier: [String: Int64], heldObjects: [String] = []) throws {
         let held = String(decoding: try JSONSerialization.data(withJSONObject: heldObjects, options: [.withoutEscapingSlashes]), as: UTF8.self)

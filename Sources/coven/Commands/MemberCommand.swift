@@ -5,7 +5,7 @@ import Foundation
 struct MemberCommand: Command {
     static let name = "member"
     static let abstract = "make a member's keys; add, remove and adopt the store's members"
-    static let synopsis = ["keygen [-o FILE]", "init NAME", "add NAME RECIPIENT [--admin]", "remove MEMBER", "use FILE", "export [-o FILE]"]
+    static let synopsis = ["keygen [-o FILE]", "init NAME", "add NAME RECIPIENT [--admin]", "remove MEMBER", "rekey", "use FILE", "export [-o FILE]"]
     static let discussion = """
     A member is a person with keys of their own (DESIGN.md "Members and circles"). 'keygen' \
     makes a new member secret, from which coven derives the member's X25519 key (which receives \
@@ -41,6 +41,13 @@ struct MemberCommand: Command {
     cannot go, and a member is removed from another member's device ('refused'). --json: \
     {"member", "name", "generation", "devices_gone", "objects_written"}.
 
+    'rekey' replaces the keys of this device's member (their identity was exposed, say): a new \
+    identity, then a new generation of the store's key whose roster holds its recipient. This \
+    device keeps the new identity; the member's other devices, vouched for by the old key, are \
+    gone for good (they join again with the new identity: 'coven member export' writes it). \
+    Prints the new recipient; --json: {"member", "recipient", "generation", "devices_gone", \
+    "objects_written"}. Run again after a kill, it goes on with the same new identity.
+
     'use FILE' makes this device one of the member's whose identity FILE holds (a device of a \
     store made before members, which the owner's first device did not make; or a device to hand \
     to another member): the identity is kept here, this device's entry vouched for by it, and \
@@ -55,7 +62,7 @@ struct MemberCommand: Command {
         OptionSpec("admin", help: "add the member as an admin (add)"),
     ]
     static let arguments = [
-        ArgumentSpec("ACTION", help: "what to do", choices: ["keygen", "init", "add", "remove", "use", "export"]),
+        ArgumentSpec("ACTION", help: "what to do", choices: ["keygen", "init", "add", "remove", "rekey", "use", "export"]),
         ArgumentSpec("ARGUMENT", help: "a member's name (init, add), a member (remove), an identity file (use)", optional: true),
         ArgumentSpec("RECIPIENT", help: "the new member's recipient, coven1… (add)", optional: true),
     ]
@@ -117,6 +124,19 @@ struct MemberCommand: Command {
                     context.note("hint: they keep what they read before, and can still reach the storage: revoke their storage credentials yourself")
                 }
             }
+        case "rekey":
+            guard rest.isEmpty else { throw CovenError(.usage, "'rekey' takes no argument, not '\(rest[0])'") }
+            try refuseOutput(invocation)
+            let device = try context.openDevice()
+            let (identity, change) = try Members(device).rekey()
+            if context.json {
+                try context.printJSON(["member": change.member.id, "recipient": identity.recipient.description, "generation": change.generation,
+                                       "devices_gone": change.devicesGone, "objects_written": change.objectsWritten])
+            } else {
+                context.line(identity.recipient.description)
+                context.note("new keys for member '\(change.member.name)' at generation \(change.generation) of the store's key; \(change.devicesGone.count.counted("other device")) of theirs gone for good")
+                context.note("hint: join the member's other devices again with the new identity ('coven member export -o FILE' writes it)")
+            }
         case "use":
             guard rest.count == 1 else { throw CovenError(.usage, "'use' takes the identity FILE") }
             try refuseOutput(invocation)
@@ -133,7 +153,7 @@ struct MemberCommand: Command {
             let device = try context.openDeviceReadOnly()
             try write(try Members(device).identity(), invocation, context, recipientOnStdout: false)
         default:
-            throw CovenError(.usage, "ACTION takes 'keygen', 'init', 'add', 'remove', 'use' or 'export', not '\(action)'")
+            throw CovenError(.usage, "ACTION takes 'keygen', 'init', 'add', 'remove', 'rekey', 'use' or 'export', not '\(action)'")
         }
         return 0
     }

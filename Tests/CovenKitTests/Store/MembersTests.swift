@@ -66,6 +66,39 @@ final class MembersTests: DeviceTestCase {
         XCTAssertNil(try Members(device).memberID())
     }
 
+    /// A member replaces its keys: its other device, vouched for by the old key, is gone for
+    /// good and cannot read what follows; the others read on; a rerun after a kill goes on with
+    /// the same new identity.
+    func testRekeyLeavesTheMembersOtherDevicesOut() throws {
+        let laptop = try makeDevice(name: "laptop")
+        let alice = try Members(laptop).establish(name: "alice")
+        let bob = try MemberIdentity()
+        _ = try Members(laptop).add(name: "bob", recipient: bob.recipient.description, admin: false)
+        let phone = try join("phone", from: laptop, identity: alice)
+        let bobLaptop = try join("bob-laptop", from: laptop, identity: bob)
+        // Killed after it kept the new identity aside: the rerun uses that one.
+        let aside = try MemberIdentity()
+        try aside.write(to: laptop.paths.memberIdentity + ".next")
+        let (identity, change) = try Members(laptop).rekey()
+        XCTAssertEqual(identity.recipient, aside.recipient)
+        XCTAssertNotEqual(identity.recipient, alice.recipient)
+        XCTAssertEqual(change.generation, 3)
+        XCTAssertEqual(change.devicesGone, [phone.deviceID])
+        XCTAssertEqual(try MemberIdentity(contentsOf: laptop.paths.memberIdentity).recipient, identity.recipient)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: laptop.paths.memberIdentity + ".next"))
+        XCTAssertEqual(try Members(laptop).roster().members.first { $0.name == "alice" }?.recipient, identity.recipient.description)
+        try laptop.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'after the rekey')")
+        _ = try StoreSync(laptop).sync()
+        _ = try StoreSync(bobLaptop).sync()
+        XCTAssertEqual(try bobLaptop.database.scalar("SELECT title FROM albums").textValue, "after the rekey")
+        assertCovenError(.deviceGone) { try StoreSync(phone).sync() }
+        // The old identity joins nothing any more; the new one does.
+        XCTAssertThrowsError(try join("old", from: laptop, identity: alice))
+        let tablet = try join("tablet", from: laptop, identity: identity)
+        _ = try StoreSync(tablet).sync()
+        XCTAssertEqual(try tablet.database.scalar("SELECT title FROM albums").textValue, "after the rekey")
+    }
+
     /// A store made before members, with two devices: the first's establishment vouches for
     /// both (the owner holds every existing device); the second reads new generations once it
     /// adopts the owner's identity, and its changes are the owner's all along.
