@@ -22,16 +22,61 @@ public enum SeededRuns {
             seeds = (0..<UInt64(count)).map { base + $0 }
         }
         let root = FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory()
-        for seed in seeds {
-            let work = root + "/coven-\(name)-\(seed)-\(UUID().uuidString.prefix(6))"
-            defer { try? FileManager.default.removeItem(atPath: work) }
-            do {
-                if let failure = try body(seed, work) { return "seed \(seed) (replay with COVEN_SEED=\(seed)): \(failure)" }
-            } catch {
-                return "seed \(seed) (replay with COVEN_SEED=\(seed)) threw: \(error)"
+        // Runs share nothing (each its own folder, store and devices), so they run on every
+        // core at once (`COVEN_MODEL_WORKERS=N` sets how many): the same seeds and checks in
+        // less time. The failure reported is that of the lowest failing seed run.
+        let workers = max(1, min(seeds.count, environment["COVEN_MODEL_WORKERS"].flatMap(Int.init) ?? ProcessInfo.processInfo.activeProcessorCount))
+        let state = RunState()
+        withoutActuallyEscaping(body) { body in
+            let shared = UncheckedBox(body)
+            DispatchQueue.concurrentPerform(iterations: workers) { _ in
+                while let index = state.take(below: seeds.count) {
+                    let seed = seeds[index]
+                    let work = root + "/coven-\(name)-\(seed)-\(UUID().uuidString.prefix(6))"
+                    defer { try? FileManager.default.removeItem(atPath: work) }
+                    do {
+                        if let failure = try shared.value(seed, work) { state.fail(index, "seed \(seed) (replay with COVEN_SEED=\(seed)): \(failure)") }
+                    } catch {
+                        state.fail(index, "seed \(seed) (replay with COVEN_SEED=\(seed)) threw: \(error)")
+                    }
+                }
             }
         }
-        return nil
+        return state.failure
+    }
+
+    /// The next run to make, and the first failure, shared by the workers.
+    private final class RunState: @unchecked Sendable {
+        private let lock = NSLock()
+        private var next = 0
+        private var failed: (index: Int, text: String)?
+
+        /// The index of the next run, or nil when all were taken or a run failed.
+        func take(below count: Int) -> Int? {
+            lock.lock()
+            defer { lock.unlock() }
+            guard failed == nil, next < count else { return nil }
+            next += 1
+            return next - 1
+        }
+
+        func fail(_ index: Int, _ text: String) {
+            lock.lock()
+            defer { lock.unlock() }
+            if failed.map({ index < $0.index }) ?? true { failed = (index, text) }
+        }
+
+        var failure: String? {
+            lock.lock()
+            defer { lock.unlock() }
+            return failed?.text
+        }
+    }
+
+    /// A run's body, handed to the workers: each call is one run with its own folder and state.
+    private struct UncheckedBox<T>: @unchecked Sendable {
+        let value: T
+        init(_ value: T) { self.value = value }
     }
 }
 

@@ -227,12 +227,38 @@ public struct DevicePublicKey: Sendable, Hashable, CustomStringConvertible {
     ///   of a point on the curve, a point of small order, or a point libgcrypt 1.10.1 cannot
     ///   handle (a coordinate below 2^192, which honest keys practically never have).
     public init(bytes: [UInt8]) throws {
-        if let refusal = Ed25519Screen.screenPublicKey(bytes) {
-            throw CovenError(
-                .integrity, "not a usable Ed25519 public key", cause: refusal.rawValue,
-                details: ["reason": refusal.rawValue])
+        // The screen is a few exponentiations in Swift: each key passes it once a process
+        // (every roster, registry row and generation names the same few keys again and again).
+        if !Self.screened.contains(bytes) {
+            if let refusal = Ed25519Screen.screenPublicKey(bytes) {
+                throw CovenError(
+                    .integrity, "not a usable Ed25519 public key", cause: refusal.rawValue,
+                    details: ["reason": refusal.rawValue])
+            }
+            Self.screened.insert(bytes)
         }
         self.bytes = bytes
+    }
+
+    /// The keys that passed the screen in this process (at most a few thousand kept).
+    private static let screened = ScreenedKeys()
+
+    private final class ScreenedKeys: @unchecked Sendable {
+        private let lock = NSLock()
+        private var keys: Set<[UInt8]> = []
+
+        func contains(_ key: [UInt8]) -> Bool {
+            lock.lock()
+            defer { lock.unlock() }
+            return keys.contains(key)
+        }
+
+        func insert(_ key: [UInt8]) {
+            lock.lock()
+            defer { lock.unlock() }
+            if keys.count >= 4096 { keys.removeAll() }
+            keys.insert(key)
+        }
     }
 
     /// A public key from its 64 hex digits, screened.

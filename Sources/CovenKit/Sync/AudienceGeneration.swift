@@ -296,8 +296,18 @@ struct AudienceGeneration: Equatable {
                                                                                                 publicKey: signerKey))) != nil {
             vouched = vouch.member
         }
-        guard let member = vouched ?? memberOf(next.signer, previous.roster), previous.roster.contains(where: { $0.id == member && $0.role.isAdmin }) else {
+        guard let member = vouched ?? memberOf(next.signer, previous.roster),
+              previous.roster.contains(where: { $0.id == member && $0.role.isAdmin }) || isRekey(of: member, from: previous.roster, to: next.roster) else {
             throw refuse("is signed by device '\(next.signer)', whose member was not an admin at generation \(previous.generation)", "not_admin")
+        }
+    }
+
+    /// Whether `next` is `previous` with only `member`'s recipient replaced: a member replacing
+    /// its own keys (`coven member rekey`), which needs no admin.
+    static func isRekey(of member: String, from previous: [Member], to next: [Member]) -> Bool {
+        guard previous.count == next.count else { return false }
+        return zip(previous, next).allSatisfy { old, new in
+            old.id == new.id && old.name == new.name && old.role == new.role && (old.recipient == new.recipient || old.id == member)
         }
     }
 }
