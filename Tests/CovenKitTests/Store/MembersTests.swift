@@ -1,9 +1,10 @@
 @testable import CovenKit
+import CovenTestSupport
 import Foundation
 import XCTest
 
 /// A store becomes one of members: its first member, the owner, whose keys this device keeps.
-final class MembersTests: DeviceTestCase {
+class MembersTests: DeviceTestCase {
     static let otherAlbum = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f41"
 
     func testTheFirstMemberOwnsTheStoreAndReadsItsRoster() throws {
@@ -18,7 +19,7 @@ final class MembersTests: DeviceTestCase {
         XCTAssertEqual(roster.generation, 1)
         XCTAssertEqual(roster.members, [Members.Member(id: id, name: "alice", role: "owner", recipient: identity.recipient.description, isThisDevicesMember: true, devices: 1)])
         // Generation 1 is the store key: every device that holds it reads it.
-        let provider = try StorageConnector(location: device.storage).connect()
+        let provider = try device.connectStorage()
         let path = AudienceGeneration.path(audience: "store", generation: 1)
         let opened = try AudienceGeneration.open(try XCTUnwrap(try provider.getObject(path)), path: path, store: device.storeID,
                                                  key: try device.keys.storeKeyBytes(), signerKey: { _ in try device.keys.signingKey().publicKey })
@@ -64,6 +65,32 @@ final class MembersTests: DeviceTestCase {
         try MemberIdentity().write(to: device.paths.memberIdentity)
         assertCovenError(.exists) { try Members(device).establish(name: "mallory") }
         XCTAssertNil(try Members(device).memberID())
+    }
+
+    /// Two admins add a member each at the same time, on two devices: one chain, both members
+    /// on its newest roster, every device reading the same.
+    func testTwoAdminsAddingAtOnceMakeOneChainWithBoth() throws {
+        let laptop = try makeDevice(name: "laptop")
+        _ = try Members(laptop).establish(name: "alice")
+        let carol = try MemberIdentity()
+        _ = try Members(laptop).add(name: "carol", recipient: carol.recipient.description, admin: true)
+        let carolDevice = try join("carol", from: laptop, identity: carol)
+        let dave = try MemberIdentity(), erin = try MemberIdentity()
+        let work: [(Device, String, MemberIdentity)] = [(laptop, "dave", dave), (carolDevice, "erin", erin)]
+        let box = UncheckedSendable(work)
+        let errors = UncheckedSendable(NSMutableArray())
+        DispatchQueue.concurrentPerform(iterations: 2) { index in
+            let (device, name, identity) = box.value[index]
+            do { _ = try Members(device).add(name: name, recipient: identity.recipient.description, admin: false) } catch { errors.value.add("\(error)") }
+        }
+        XCTAssertEqual(errors.value.count, 0, "\(errors.value)")
+        let provider = try laptop.connectStorage()
+        XCTAssertEqual(try provider.list(prefix: "audiences/store/").count, 4)
+        for device in [laptop, carolDevice] {
+            XCTAssertEqual(Set(try Members(device).roster().members.map(\.name)), ["alice", "carol", "dave", "erin"])
+        }
+        _ = try join("dave", from: laptop, identity: dave)
+        _ = try join("erin", from: laptop, identity: erin)
     }
 
     /// A member replaces its keys: its other device, vouched for by the old key, is gone for
@@ -179,7 +206,7 @@ final class MembersTests: DeviceTestCase {
         XCTAssertEqual(try bobLaptop.database.scalar("SELECT title FROM albums WHERE id = '\(Self.album)'").textValue, "alice's")
         // Bob's device, with every key it ever held, cannot open alice's change after removal.
         XCTAssertEqual(FileManager.default.contents(atPath: bobLaptop.paths.audienceKeys), keysBefore)
-        let provider = try StorageConnector(location: laptop.storage).connect()
+        let provider = try laptop.connectStorage()
         let path = try XCTUnwrap(try provider.list(prefix: "changes/\(laptop.deviceID)/").map(\.key).max())
         let bytes = try XCTUnwrap(try provider.getObject(path))
         XCTAssertEqual(ChangeObject.storeGeneration(of: bytes), 4)
@@ -200,4 +227,21 @@ final class MembersTests: DeviceTestCase {
         _ = try StoreSync(tablet).sync()
         XCTAssertEqual(try tablet.database.scalar("SELECT title FROM albums WHERE id = '\(Self.album)'").textValue, "after")
     }
+}
+
+/// The same on S3 (moto, with SigV4 checked).
+final class MembersS3Tests: MembersTests {
+    override class var s3Server: S3TestServer.Kind? { .moto }
+
+    // Test discovery lists a class's own methods: these run the inherited ones here.
+    override func testMembersAddJoinWriteAndRemove() throws { try super.testMembersAddJoinWriteAndRemove() }
+    override func testRekeyLeavesTheMembersOtherDevicesOut() throws { try super.testRekeyLeavesTheMembersOtherDevicesOut() }
+    override func testTwoAdminsAddingAtOnceMakeOneChainWithBoth() throws { try super.testTwoAdminsAddingAtOnceMakeOneChainWithBoth() }
+    override func testAStoreMadeBeforeMembersMigratesWithEveryDeviceTheOwners() throws { try super.testAStoreMadeBeforeMembersMigratesWithEveryDeviceTheOwners() }
+}
+
+/// A value handed to concurrent work that touches it from one thread at a time.
+struct UncheckedSendable<T>: @unchecked Sendable {
+    let value: T
+    init(_ value: T) { self.value = value }
 }
