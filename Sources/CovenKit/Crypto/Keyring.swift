@@ -222,12 +222,12 @@ public final class Keyring {
 
     /// Which key opens the store object at `path` (a snapshot, sealed under the newest
     /// generation its maker held): each held, newest first, tried on its first chunk, which
-    /// `firstBytes` reads (its header and first sealed chunk). Found once per object.
+    /// `firstBytes` reads (its header and first sealed chunk). Found anew for every read: an
+    /// object may be replaced under the same path.
     ///
     /// - Throws: `.integrity` when none authenticates it (damage, or a generation this device
     ///   does not hold: its member was removed before it was made).
     func key(opening path: String, sealedSize: Int64, firstBytes: () throws -> [UInt8]) throws -> FileKey {
-        if let known = openingKeys[path] { return known }
         let keys = try storeKeysNewestFirst()
         guard keys.count > 1 else { return keys[0] }
         let first = try firstBytes()
@@ -242,7 +242,6 @@ public final class Keyring {
                     return count
                 }
                 _ = try reader.nextChunk()
-                openingKeys[path] = key
                 return key
             } catch {
                 failure = failure ?? error
@@ -251,8 +250,6 @@ public final class Keyring {
         throw failure ?? CovenError(.integrity, "'\(path)' opens under no key this device holds", details: ["object": path])
     }
 
-    /// The key found for each object by ``key(opening:sealedSize:firstBytes:)``.
-    private var openingKeys: [String: FileKey] = [:]
 
     // MARK: Changes
 

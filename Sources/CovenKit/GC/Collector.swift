@@ -469,8 +469,16 @@ struct Collector {
     /// listing of its changes), abort its unfinished uploads, list its folder once and delete
     /// what nothing names.
     mutating func collectGoneDevices(into report: inout GCReport, stop: Stop) throws {
+        // Changes this device cannot read yet (sealed under a key generation it does not hold)
+        // may name a gone device's bytes, and the frontiers that would say so: keep them all.
+        let waiting = try StoreSync(device).keyUnavailable()
         for goneDevice in gone.sorted() {
             try stop.check("gc")
+            if !waiting.isEmpty {
+                report.kept.append(.init(key: "files/\(goneDevice)/", kind: .file, reason: .deviceBehind, devices: waiting.keys.sorted(),
+                                         detail: "this device cannot read their changes yet: sealed under a key generation it does not hold"))
+                continue
+            }
             // Its published changes no device applied: every device dropped them with it.
             try delete(try StoreSync(device).droppedChanges(of: goneDevice, provider: provider), kind: .change, into: &report) { _ in }
             let folder = "files/\(goneDevice)/"

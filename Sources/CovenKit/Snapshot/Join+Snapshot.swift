@@ -140,12 +140,15 @@ extension Device {
         var bytes: [UInt8] = []
         var at = 0
         var fetched: Int64 = 0
+        // The first GET (the header and first chunk) also tells which key opens it.
         let firstSize = min(info.size, Int64(StoreSealer.headerSize + ChunkRun.sealedChunkSize))
-        let key = try keys.key(opening: info.key, sealedSize: info.size) {
-            var first: [UInt8] = []
-            try provider.get(info.key, range: 0..<firstSize) { first.append(contentsOf: $0) }
-            return first
+        try provider.get(info.key, range: 0..<firstSize) { bytes.append(contentsOf: $0) }
+        guard bytes.count == Int(firstSize) else {
+            throw CovenError(.integrity, "snapshot '\(info.key)' is shorter than listed", details: ["object": info.key])
         }
+        fetched = firstSize
+        let first = bytes
+        let key = try keys.key(opening: info.key, sealedSize: info.size) { first }
         let sealed = try keys.opener(boundTo: info.key, sealedSize: info.size, key: key) { buffer in
             if at == bytes.count, fetched < info.size {
                 let step = fetched == 0 ? Int64(StoreSealer.headerSize + ChunkRun.sealedChunkSize) : Int64(4 * ChunkRun.sealedChunkSize)

@@ -184,7 +184,20 @@ extension StoreSync {
                                                   provider: provider, keys: keys)
         }
         try ChangeDamage(device: device).remember(gaps: report.gaps, damaged: report.damaged)
+        // Streams waiting for a key: this device is behind by what it cannot read, and gc
+        // holds back what those changes might name (``Collector``); status shows them.
+        try setSetting(Self.keyUnavailableSetting, report.keyUnavailable.isEmpty ? nil
+                       : Frontier.json(report.keyUnavailable))
         return report
+    }
+
+    /// The setting holding, for each device whose next change is sealed under a key generation
+    /// this device does not hold, that change's seq (as the last pull found), as JSON.
+    static let keyUnavailableSetting = "sync_key_unavailable"
+
+    /// What ``keyUnavailableSetting`` holds.
+    func keyUnavailable() throws -> [String: Int64] {
+        Frontier.parse(try setting(Self.keyUnavailableSetting) ?? "{}")
     }
 
     /// The seqs of `device`'s changes that storage holds after `seq`, a page at a time.
