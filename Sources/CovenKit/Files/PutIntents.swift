@@ -6,9 +6,10 @@ import Foundation
 /// `temp.coven_write_references`.
 ///
 /// The tables are `TEMP` (this connection only, nothing in the device's schema), cleared when a
-/// write begins (``begin()``); they change inside the write's transaction, so a write that
-/// rolls back leaves them as they were. After a write commits they still hold its puts, until
-/// the next write on the connection: ``Device/forEachFilePut(_:)`` reads them.
+/// write begins (``begin()``) and after one that fails or lists its files in its result; they
+/// change inside the write's transaction. After a write made with `listsFiles: false` commits
+/// they still hold its puts, until the next write on the connection:
+/// ``Device/forEachFilePut(_:)`` reads them.
 ///
 /// Written from coven's SQL functions while the app's SQL runs: the write's authorizer lets
 /// only statements prepared inside those functions write them (``WriteSession/Permit``).
@@ -175,9 +176,10 @@ struct PutIntents {
 
 extension Device {
     /// Calls `body` with the id of each file the last write on this device's connection put
-    /// and the staged id it came from (nil for ``coven_existing_file``), in the order its SQL
+    /// and the staged id it came from (nil for `coven_existing_file`), in the order its SQL
     /// made them, read a page at a time: the files of a write made with `listsFiles: false`
-    /// (``writeEach(sql:wait:listsFiles:next:)``), until the next write.
+    /// (``writeEach(sql:wait:listsFiles:next:)``), until the next write. Nothing after a write
+    /// that failed or listed its files in its result.
     ///
     /// - Throws: `.sql`.
     public func forEachFilePut(_ body: (_ file: String, _ staged: String?) throws -> Void) throws {

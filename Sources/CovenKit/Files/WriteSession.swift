@@ -176,8 +176,24 @@ final class WriteSession {
     /// - Parameter listsFiles: whether the result lists the files put; when false, they are
     ///   left in ``puts`` for ``Device/forEachFilePut(_:)``.
     func run(listsFiles: Bool = true, _ statements: (_ execute: (String, [String: SQLValue]) throws -> Void) throws -> Void) throws -> WriteResult {
+        // A write that fails leaves no puts listed (the rollback would bring back the last
+        // write's); one that lists its files in the result leaves none either.
+        let result: WriteResult
+        do {
+            result = try transaction(listsFiles: listsFiles, statements)
+        } catch {
+            try? puts.clear()
+            throw error
+        }
+        if listsFiles { try? puts.clear() }
+        device.removeReleasedCopies()
+        return result
+    }
+
+    /// The transaction of ``run(listsFiles:_:)``.
+    private func transaction(listsFiles: Bool, _ statements: (_ execute: (String, [String: SQLValue]) throws -> Void) throws -> Void) throws -> WriteResult {
         var rows: [Row] = []
-        let result: WriteResult = try database.transaction {
+        return try database.transaction {
             try device.recordWrite { recorded in
                 stamp = recorded.stamp
                 try puts.begin()
@@ -246,8 +262,6 @@ final class WriteSession {
                 return WriteResult(files: files, staged: staged, move: usedMove, rows: rows)
             }
         }
-        device.removeReleasedCopies()
-        return result
     }
 
     // MARK: - The app's SQL

@@ -345,9 +345,13 @@ final class WriteSessionTests: AlbumDeviceTestCase {
         }
         XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_upload_queue"), Int64(total))
 
-        // The next write begins afresh.
-        try device.write(sql: "UPDATE settings SET value = 'v' WHERE id = 's0'")
+        // A refused write after it lists nothing (not the files of the write before), nor does
+        // the next write.
+        assertCovenError(.notFound) { try device.writeEach(sql: sql, listsFiles: false, next: each(["no-such-staged-id"])) }
         var after = 0
+        try device.forEachFilePut { _, _ in after += 1 }
+        XCTAssertEqual(after, 0)
+        try device.write(sql: "UPDATE settings SET value = 'v' WHERE id = 's0'")
         try device.forEachFilePut { _, _ in after += 1 }
         XCTAssertEqual(after, 0)
         // Listing them in the result still works, in order.
@@ -361,6 +365,7 @@ final class WriteSessionTests: AlbumDeviceTestCase {
         XCTAssertEqual(listing.files.count, 3)
         XCTAssertEqual(Set(listing.staged.keys), Set(more))
         XCTAssertEqual(try device.database.query("SELECT file FROM settings WHERE id LIKE 'm%' ORDER BY id").compactMap { $0.string("file") }, listing.files)
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM temp.coven_write_puts"), 0, "listed in the result, not kept")
     }
 
     /// The write's own tables are coven's: the app's SQL may not write them, even while coven's
