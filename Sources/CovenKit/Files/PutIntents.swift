@@ -84,11 +84,6 @@ struct PutIntents {
         try database.queryOneCached("SELECT * FROM temp.coven_write_puts WHERE file = ?1", [fileID]).map(Self.intent)
     }
 
-    /// How many files the write put.
-    func count() throws -> Int64 {
-        try database.scalar("SELECT count(*) FROM temp.coven_write_puts").intValue ?? 0
-    }
-
     /// Calls `body` with the write's puts in the order it made them, a page at a time; `body`
     /// may change the database (not these tables).
     func forEachPage(_ body: ([PutIntent]) throws -> Void) throws {
@@ -171,19 +166,5 @@ struct PutIntents {
         try database.query("""
             SELECT file FROM temp.coven_write_references WHERE released = 1 AND named = 0 AND file > ?1 ORDER BY file LIMIT ?2
             """, [after, limit]).compactMap { $0.string("file") }
-    }
-}
-
-extension Device {
-    /// Calls `body` with the id of each file the last write on this device's connection put
-    /// and the staged id it came from (nil for `coven_existing_file`), in the order its SQL
-    /// made them, read a page at a time: the files of a write made with `listsFiles: false`
-    /// (``writeEach(sql:wait:listsFiles:next:)``), until the next write. Nothing after a write
-    /// that failed or listed its files in its result.
-    ///
-    /// - Throws: `.sql`.
-    public func forEachFilePut(_ body: (_ file: String, _ staged: String?) throws -> Void) throws {
-        guard try database.queryOne("SELECT 1 FROM temp.sqlite_master WHERE name = 'coven_write_puts'") != nil else { return }
-        try PutIntents(database: database).forEachFile(body)
     }
 }

@@ -107,6 +107,18 @@ extension Device {
         }
     }
 
+    /// Calls `body` with the id of each file the last write on this device's connection put
+    /// and the staged id it came from (nil for `coven_existing_file`), in the order its SQL
+    /// made them, read a page at a time: the files of a write made with `listsFiles: false`
+    /// (``writeEach(sql:wait:listsFiles:next:)``), until the next write. Nothing after a write
+    /// that failed or listed its files in its result.
+    ///
+    /// - Throws: `.sql`.
+    public func forEachFilePut(_ body: (_ file: String, _ staged: String?) throws -> Void) throws {
+        guard try database.queryOne("SELECT 1 FROM temp.sqlite_master WHERE name = 'coven_write_puts'") != nil else { return }
+        try PutIntents(database: database).forEachFile(body)
+    }
+
     /// Runs `sql` once per set of parameters `next` gives (`coven write --each`), all in one
     /// write: one transaction, checked and recorded as ``write(sql:parameters:wait:)`` does,
     /// the parameter sets read one at a time (never all in memory). A set that fails refuses
