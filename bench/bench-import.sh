@@ -7,8 +7,10 @@
 #      + `git annex copy --to` a directory remote, of the same files: 10,000 files of 4-64 KiB
 #      and 1,000 files of 1-8 MiB. Targets: coven within 2x of restic and of rclone, and at
 #      least 5x faster than git-annex. Each coven command's time and peak RSS are printed.
-#   2. peak RSS at 100,000: batch staging of 100,000 files, `write --each` of 100,000 lines and
-#      `write -` of a 100,000-statement script (target: 64 MiB each).
+#   2. peak RSS at 100,000: batch staging of 100,000 files, `write --each` of 100,000 lines,
+#      `upload-worker --once` of the 100,000 files it queued, `status` of them, a `write` deleting
+#      every row (100,000 files released), `gc` of the 100,000 candidates it made, and `write -` of
+#      a 100,000-statement script (target: 64 MiB each).
 #
 # Every tool writes under BENCH_TMP. Unless BENCH_TMP is on tmpfs, the page cache is written back
 # (`sync`) before each timed command, so one's writes are not paid by the next; the script says
@@ -167,6 +169,12 @@ EOF
 (cd "$W" && find src -type f -print0 > list0)
 timed many/stage bash -c "cd '$W' && '$COVEN' --db dev/device.db --json stage --user --namespace tracks --files-from list0 -z > staged.jsonl"
 timed many/write-each bash -c "cd '$W' && '$COVEN' --db dev/device.db write --each staged.jsonl \"$insert\" > /dev/null"
+timed many/upload bash -c "cd '$W' && '$COVEN' --db dev/device.db upload-worker --once"
+timed many/status bash -c "cd '$W' && '$COVEN' --db dev/device.db status > /dev/null"
+timed many/delete bash -c "cd '$W' && '$COVEN' --db dev/device.db write 'DELETE FROM tracks' > /dev/null"
+timed many/gc bash -c "cd '$W' && '$COVEN' --db dev/device.db gc > /dev/null"
+left=$("$COVEN" --db "$W/dev/device.db" sql "SELECT count(*) FROM coven_gc_candidates")
+[[ $left == 0 ]] || { echo "bench-import: gc left $left of $many candidates" >&2; status=1; }
 python3 - "$W/script.sql" "$many" <<'EOF'
 import sys
 with open(sys.argv[1], "w") as out:
@@ -174,7 +182,7 @@ with open(sys.argv[1], "w") as out:
         out.write(f"INSERT INTO tracks (id, title, _updated_at) VALUES (coven_uuid7(), 'song {index}', coven_stamp());\n")
 EOF
 timed many/write-script bash -c "cd '$W' && '$COVEN' --db dev/device.db write - < script.sql > /dev/null"
-for name in stage write-each write-script; do
+for name in stage write-each upload status delete gc write-script; do
     echo "  $name: ${secs[many/$name]} s, peak RSS ${rss[many/$name]} MiB (target 64 MiB)"
     python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 64 else 1)" "${rss[many/$name]}" || { echo "bench-import: $name peaks over 64 MiB at $many"; status=1; }
 done

@@ -140,6 +140,40 @@ final class BatchImportCLITests: XCTestCase {
         XCTAssertTrue(noID.stderrText.contains("line 1: no value for parameter ':id'"), noID.stderrText)
     }
 
+    /// write --each prints the files it put from the device a page at a time (never all
+    /// held): the same lines, and under --json the same document, as a write's result.
+    func testWriteEachPrintsTheFilesItPutAsAWriteDoes() throws {
+        let paths = try makeFiles(30)
+        try Data(paths.joined(separator: "\n").utf8).write(to: URL(fileURLWithPath: work + "/list"))
+        let staged = try coven(["stage", "--user", "--namespace", "tracks", "--files-from", "list", "--json"])
+        XCTAssertEqual(staged.status, 0, staged.stderrText)
+        let lines = staged.stdoutText.split(separator: "\n").map(String.init)
+        let ids = try lines.map { try XCTUnwrap((JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])?["id"] as? String) }
+        try Data((lines.prefix(20).joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: work + "/first.jsonl"))
+        try Data((lines.suffix(10).joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: work + "/rest.jsonl"))
+
+        let text = try coven(["write", "--each", "first.jsonl", Self.insert])
+        XCTAssertEqual(text.status, 0, text.stderrText)
+        let printed = text.stdoutText.split(separator: "\n").map(String.init)
+        XCTAssertEqual(printed.count, 20)
+        XCTAssertEqual(try sql("SELECT file FROM tracks ORDER BY rowid").split(separator: "\n").map(String.init), printed, "one a line, in the order put")
+
+        let json = try coven(["--json", "write", "--each", "rest.jsonl", Self.insert])
+        XCTAssertEqual(json.status, 0, json.stderrText)
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: json.stdout) as? [String: Any])
+        let files = try XCTUnwrap(object["files"] as? [String])
+        XCTAssertEqual(try sql("SELECT file FROM tracks ORDER BY rowid LIMIT -1 OFFSET 20").split(separator: "\n").map(String.init), files)
+        let map = try XCTUnwrap(object["staged"] as? [String: String])
+        XCTAssertEqual(Set(map.keys), Set(ids.suffix(10)))
+        // One line, the keys in the order a write's document has them, staged in the order put.
+        var expected = "{\"files\":[" + files.map { "\"\($0)\"" }.joined(separator: ",") + "],\"move\":\"\(object["move"] as? String ?? "")\",\"rows\":[],\"staged\":{"
+        let stagedOf = Dictionary(uniqueKeysWithValues: map.map { ($1, $0) })
+        expected += try files.map { "\"\(try XCTUnwrap(stagedOf[$0]))\":\"\($0)\"" }.joined(separator: ",") + "}}\n"
+        XCTAssertEqual(json.stdoutText, expected)
+        XCTAssertNotNil(object["move"] as? String, "the files go to the cloud in one move")
+        XCTAssertEqual((object["rows"] as? [Any])?.count, 0)
+    }
+
     func testWriteScriptFromStdinRunsAsOneTransaction() throws {
         var script = ""
         for index in 0..<500 {

@@ -14,13 +14,14 @@ public struct WriteResult: Sendable {
 }
 
 /// A file put in rows by the write's SQL, applied to coven's tables after the SQL has run.
+/// A write keeps them in a temporary table (``PutIntents``), not in memory.
 struct PutIntent {
     enum Source {
         /// A staged file or prepared original, by its staged id: its row is read again when
-        /// the intent is applied, so a write of many files holds no row per file.
+        /// the intent is applied.
         case staged(String)
-        /// Boxed: a record is large, and a write of many files holds an intent per file.
-        indirect case existing(FileRecord)
+        /// A new record over an existing file's bytes and key (`coven_existing_file`).
+        case existing(FileRecord)
     }
 
     var fileID: String
@@ -106,21 +107,42 @@ extension Device {
         }
     }
 
+    /// Calls `body` with the id of each file the last write on this device's connection put
+    /// and the staged id it came from (nil for `coven_existing_file`), in the order its SQL
+    /// made them, read a page at a time: the files of a write made with `listsFiles: false`
+    /// (``writeEach(sql:wait:listsFiles:next:)``), until the next write. Nothing after a write
+    /// that failed or listed its files in its result.
+    ///
+    /// - Throws: `.sql`.
+    public func forEachFilePut(_ body: (_ file: String, _ staged: String?) throws -> Void) throws {
+        guard try database.queryOne("SELECT 1 FROM temp.sqlite_master WHERE name = 'coven_write_puts'") != nil else { return }
+        try PutIntents(database: database).forEachFile(body)
+    }
+
     /// Runs `sql` once per set of parameters `next` gives (`coven write --each`), all in one
     /// write: one transaction, checked and recorded as ``write(sql:parameters:wait:)`` does,
     /// the parameter sets read one at a time (never all in memory). A set that fails refuses
     /// the whole write; its error names the set's line.
     ///
-    /// - Parameter next: the next set of named parameters and the line it came from, nil at
-    ///   the end (it may throw for a line it cannot read, naming it).
+    /// The write holds nothing per set in memory (the files it puts and the references it
+    /// checks are in temporary tables, ``PutIntents``) but what the SQL returns (``WriteResult/rows``)
+    /// and, unless `listsFiles` is false, the ids of the files it put.
+    ///
+    /// - Parameters:
+    ///   - listsFiles: whether the result lists the files put (``WriteResult/files``,
+    ///     ``WriteResult/staged``); when false they are left empty, for
+    ///     ``forEachFilePut(_:)`` to read a page at a time.
+    ///   - next: the next set of named parameters and the line it came from, nil at the end
+    ///     (it may throw for a line it cannot read, naming it).
     /// - Throws: what ``write(sql:parameters:wait:)`` throws, the message led by the line
     ///   (`line 12: …`) for what a set's run threw.
     @discardableResult
-    public func writeEach(sql: String, wait: Bool = true, next: () throws -> (line: Int, parameters: [String: SQLValue])?) throws -> WriteResult {
+    public func writeEach(sql: String, wait: Bool = true, listsFiles: Bool = true,
+                          next: () throws -> (line: Int, parameters: [String: SQLValue])?) throws -> WriteResult {
         let lock = try self.lock(wait: wait)
         defer { _ = lock }
         let session = WriteSession(device: self)
-        return try session.run { execute in
+        return try session.run(listsFiles: listsFiles) { execute in
             while let (line, parameters) = try next() {
                 do {
                     try execute(sql, parameters)
@@ -142,21 +164,15 @@ final class WriteSession {
     let device: Device
     var database: Database { device.database }
     var manifest: Manifest { device.manifest }
-    private(set) var intents: [PutIntent] = []
-    /// File id → its position in ``intents``.
-    private var intentIndex: [String: Int] = [:]
-
-    /// Adds the intent of a file put by this write.
-    func addIntent(_ intent: PutIntent) {
-        intentIndex[intent.fileID] = intents.count
-        intents.append(intent)
-    }
+    /// The files the write puts and the references it sets and drops.
+    var puts: PutIntents { PutIntents(database: database) }
+    /// Lets coven's SQL functions write ``puts`` while the app's SQL runs.
+    let permit = Permit()
 
     /// The intent that put file `fileID` in this write, if one did.
-    func intent(for fileID: String) -> PutIntent? { intentIndex[fileID].map { intents[$0] } }
+    func intent(for fileID: String) throws -> PutIntent? { try puts.intent(for: fileID) }
     var stamp = ""
     var moveID: String?
-    var usedStaged: Set<String> = []
     /// Bound references: objects whose upload this write's publication waits for.
     var waitsFor: Set<String> = []
     /// Moves and cancels the SQL asked for (Moves/Moves.swift).
@@ -168,13 +184,33 @@ final class WriteSession {
 
     /// Runs the write: `statements` calls the function it is given with each piece of SQL and
     /// its parameters, in order, inside the write's one transaction.
-    func run(_ statements: (_ execute: (String, [String: SQLValue]) throws -> Void) throws -> Void) throws -> WriteResult {
+    ///
+    /// - Parameter listsFiles: whether the result lists the files put; when false, they are
+    ///   left in ``puts`` for ``Device/forEachFilePut(_:)``.
+    func run(listsFiles: Bool = true, _ statements: (_ execute: (String, [String: SQLValue]) throws -> Void) throws -> Void) throws -> WriteResult {
+        // A write that fails leaves no puts listed (the rollback would bring back the last
+        // write's); one that lists its files in the result leaves none either.
+        let result: WriteResult
+        do {
+            result = try transaction(listsFiles: listsFiles, statements)
+        } catch {
+            try? puts.clear()
+            throw error
+        }
+        if listsFiles { try? puts.clear() }
+        device.removeReleasedCopies()
+        return result
+    }
+
+    /// The transaction of ``run(listsFiles:_:)``.
+    private func transaction(listsFiles: Bool, _ statements: (_ execute: (String, [String: SQLValue]) throws -> Void) throws -> Void) throws -> WriteResult {
         var rows: [Row] = []
-        let result: WriteResult = try database.transaction {
+        return try database.transaction {
             try device.recordWrite { recorded in
                 stamp = recorded.stamp
+                try puts.begin()
                 try installFunctions()
-                database.setAuthorizer(WriteSession.appPolicy)
+                database.setAuthorizer(WriteSession.appPolicy(permit))
                 do {
                     // A statement run again and again (write --each) is prepared once, the
                     // second time it comes.
@@ -217,32 +253,38 @@ final class WriteSession {
                 let appChanges = try recorded.changes()
                 try applyIntents()
                 try stampRows(appChanges)
-                let references = try validate(appChanges)
-                try releaseUnreferenced(candidates: references.released, stillNamed: references.named)
+                try validate(appChanges)
+                try releaseUnreferenced()
                 try applyMoveIntents()
                 if let moveID, try device.uploadQueue.count(move: moveID) > 0 {
                     try device.moveRecords.begin(moveID)
                 }
                 recorded.waitsFor = waitsFor
+                var files: [String] = []
                 var staged: [String: String] = [:]
-                for intent in intents {
-                    if case .staged(let id) = intent.source { staged[id] = intent.fileID }
+                if listsFiles {
+                    try puts.forEachFile { file, stagedID in
+                        files.append(file)
+                        if let stagedID { staged[stagedID] = file }
+                    }
                 }
                 let usedMove = try moveID.flatMap { id in
                     try device.moveRecords.state(id) != nil ? id : nil
                 }
-                return WriteResult(files: intents.map(\.fileID), staged: staged, move: usedMove, rows: rows)
+                return WriteResult(files: files, staged: staged, move: usedMove, rows: rows)
             }
         }
-        device.removeReleasedCopies()
-        return result
     }
 
     // MARK: - The app's SQL
 
     /// App SQL reads anything but changes only app tables: no coven table, no schema change
     /// (that is what migrations are for), no transaction control, no ATTACH.
-    static let appPolicy: AuthorizerPolicy = { action, first, second in
+    ///
+    /// Statements prepared while `permit` is open (inside coven's SQL functions, ``Permit``)
+    /// are coven's own and may write its temporary tables.
+    static func appPolicy(_ permit: Permit) -> AuthorizerPolicy {{ action, first, second in
+        if permit.isOpen { return true }
         func isCoven(_ name: String?) -> Bool {
             guard let name = name?.lowercased() else { return false }
             return name.hasPrefix("coven_") || name.hasPrefix("sqlite_")
@@ -265,6 +307,21 @@ final class WriteSession {
         default:
             return true
         }
+    }}
+
+    /// Lets the statements coven's SQL functions prepare while the app's SQL runs (to record
+    /// a put in ``puts``) past the write's authorizer: open only for the function's own work.
+    /// @unchecked: a write runs on one thread.
+    final class Permit: @unchecked Sendable {
+        private(set) var isOpen = false
+
+        /// Runs `body` with the permit open.
+        func open<T>(_ body: () throws -> T) rethrows -> T {
+            let was = isOpen
+            isOpen = true
+            defer { isOpen = was }
+            return try body()
+        }
     }
 
     /// Pragmas whose argument only says what to read.
@@ -281,7 +338,7 @@ final class WriteSession {
         }
         try database.createFunction("coven_put_staged", arguments: 1, deterministic: false) { [unowned self] args in
             guard let id = args[0].textValue else { throw CovenError(.usage, "coven_put_staged() takes a staged id") }
-            return .text(try self.putStaged(id, expectedKind: .app, namespace: nil, place: nil))
+            return .text(try self.permit.open { try self.putStaged(id, expectedKind: .app, namespace: nil, place: nil) })
         }
         try database.createFunction("coven_put_user_file", arguments: -1, deterministic: false) { [unowned self] args in
             let texts = args.map(\.textValue)
@@ -300,11 +357,11 @@ final class WriteSession {
                 }
                 parsedPlace = value
             }
-            return .text(try self.putStaged(prepared, expectedKind: .user, namespace: namespace, place: parsedPlace))
+            return .text(try self.permit.open { try self.putStaged(prepared, expectedKind: .user, namespace: namespace, place: parsedPlace) })
         }
         try database.createFunction("coven_existing_file", arguments: 1, deterministic: false) { [unowned self] args in
             guard let id = args[0].textValue else { throw CovenError(.usage, "coven_existing_file() takes a file id") }
-            return .text(try self.putExisting(id))
+            return .text(try self.permit.open { try self.putExisting(id) })
         }
         try installMoveFunctions()
     }
@@ -312,7 +369,7 @@ final class WriteSession {
     /// Puts a staged app file or a prepared original: checks it, allocates the file's id,
     /// storage name and key, and records the intent applied after the SQL.
     func putStaged(_ id: String, expectedKind: FileKind, namespace requested: String?, place requestedPlace: Place?) throws -> String {
-        guard !usedStaged.contains(id) else {
+        guard try !puts.contains(staged: id) else {
             throw CovenError(.notFound, "staged file '\(id)' is already put in this write", details: ["staged": id])
         }
         guard let row = try device.stagedFiles.row(id) else {
@@ -336,9 +393,8 @@ final class WriteSession {
             try device.checkOriginal(path: path, recorded: identity, contentHash: row.bytes("content_hash") ?? [])
         }
         let place = requestedPlace ?? Place(rawValue: row.string("place") ?? "") ?? .cloud
-        usedStaged.insert(id)
         let fileID = Identifier.uuid7()
-        addIntent(PutIntent(
+        try puts.add(PutIntent(
             fileID: fileID, source: .staged(id), namespace: namespace, kind: kind, place: place,
             size: row.int("size") ?? 0, object: "files/\(device.deviceID)/\(Identifier.objectName())",
             key: SecureRandom.bytes(32).hex))
@@ -350,7 +406,7 @@ final class WriteSession {
         let record: FileRecord
         if let existing = try device.fileRecord(id) {
             record = existing
-        } else if let pending = intent(for: id) {
+        } else if let pending = try intent(for: id) {
             // A file put earlier in this same write.
             let coordinates = Coordinates(at: .device, device: device.deviceID, object: pending.object, key: pending.key)
             record = try FileRecord(row: Row(columns: ["id", "audience", "namespace", "size", "hash", "coordinates"],
@@ -363,7 +419,7 @@ final class WriteSession {
         }
         let kind = manifest.namespace(record.namespace)?.kind ?? .app
         let fileID = Identifier.uuid7()
-        addIntent(PutIntent(
+        try puts.add(PutIntent(
             fileID: fileID, source: .existing(record), namespace: record.namespace, kind: kind,
             place: record.coordinates.at == .stored ? .cloud : .deviceOnly, size: record.size,
             object: record.coordinates.object, key: record.coordinates.key))
@@ -374,27 +430,30 @@ final class WriteSession {
 
     /// Makes the records, local bytes and uploads of the files the SQL put.
     func applyIntents() throws {
-        for intent in intents {
-            switch intent.source {
-            case .existing(let record):
-                try device.fileRecords.insert(id: intent.fileID, audience: record.audience, namespace: record.namespace, size: record.size,
-                                              hash: record.hash, coordinates: record.coordinates, stamp: stamp)
-            case .staged(let id):
-                guard let row = try device.stagedFiles.row(id) else {
-                    throw CovenError(.internal, "staged file '\(id)' went away during the write that puts it", details: ["staged": id])
-                }
-                let coordinates = Coordinates(at: .device, device: device.deviceID, object: intent.object, key: intent.key)
-                try device.fileRecords.insert(id: intent.fileID, audience: "store", namespace: intent.namespace, size: intent.size,
-                                              hash: nil, coordinates: coordinates, stamp: stamp)
-                try device.fileRecords.recordLocal(LocalBytes(
-                    object: intent.object, kind: intent.kind, path: row.bytes("path"), copy: row.string("copy"), size: intent.size,
-                    modifiedSeconds: row.int("modified_seconds"), modifiedNanos: row.int("modified_nanos"), changeStamp: row.string("change_stamp"),
-                    contentHash: row.bytes("content_hash") ?? [], chunkHashes: row.bytes("chunk_hashes") ?? []))
-                try device.stagedFiles.remove(row.string("id") ?? "")
-                if intent.place == .cloud {
-                    if moveID == nil { moveID = Identifier.uuid7() }
-                    try device.uploadQueue.enqueue(intent.object, move: moveID, bytesTotal: ObjectLayout.encryptedSize(plaintextSize: intent.size))
-                }
+        try puts.forEachPage { page in try page.forEach(apply) }
+    }
+
+    /// Applies one put of ``applyIntents()``.
+    private func apply(_ intent: PutIntent) throws {
+        switch intent.source {
+        case .existing(let record):
+            try device.fileRecords.insert(id: intent.fileID, audience: record.audience, namespace: record.namespace, size: record.size,
+                                          hash: record.hash, coordinates: record.coordinates, stamp: stamp)
+        case .staged(let id):
+            guard let row = try device.stagedFiles.row(id) else {
+                throw CovenError(.internal, "staged file '\(id)' went away during the write that puts it", details: ["staged": id])
+            }
+            let coordinates = Coordinates(at: .device, device: device.deviceID, object: intent.object, key: intent.key)
+            try device.fileRecords.insert(id: intent.fileID, audience: "store", namespace: intent.namespace, size: intent.size,
+                                          hash: nil, coordinates: coordinates, stamp: stamp)
+            try device.fileRecords.recordLocal(LocalBytes(
+                object: intent.object, kind: intent.kind, path: row.bytes("path"), copy: row.string("copy"), size: intent.size,
+                modifiedSeconds: row.int("modified_seconds"), modifiedNanos: row.int("modified_nanos"), changeStamp: row.string("change_stamp"),
+                contentHash: row.bytes("content_hash") ?? [], chunkHashes: row.bytes("chunk_hashes") ?? []))
+            try device.stagedFiles.remove(row.string("id") ?? "")
+            if intent.place == .cloud {
+                if moveID == nil { moveID = Identifier.uuid7() }
+                try device.uploadQueue.enqueue(intent.object, move: moveID, bytesTotal: ObjectLayout.encryptedSize(plaintextSize: intent.size))
             }
         }
     }
@@ -413,19 +472,9 @@ final class WriteSession {
         }
     }
 
-    struct References {
-        /// File ids the write's rows name now.
-        var named: Set<String> = []
-        /// File ids some row stopped naming.
-        var released: Set<String> = []
-    }
-
     /// Checks ids and every file reference the SQL set, per spec/files.md, a batch of changes
-    /// at a time.
-    func validate(_ changes: RecordedChanges) throws -> References {
-        var references = References()
-        let putIDs = Set(intents.map(\.fileID))
-        var audiences: [String: String] = [:]
+    /// at a time; the files rows name now and the ones they stopped naming go in ``puts``.
+    func validate(_ changes: RecordedChanges) throws {
         let graph = try device.schemaGraph()
         let rowAudiences = RowAudiences(graph: graph, database: database)
         try changes.forEachBatch(oldFiles: true) { batch in
@@ -448,28 +497,26 @@ final class WriteSession {
                 if rowAudiences.placesAudience(name) { audienceOf[name] = try rowAudiences.audiences(table: name, ids: ids) }
             }
             for change in batch {
-                try validate(change, now: now, audienceOf: audienceOf, graph: graph, putIDs: putIDs, references: &references, audiences: &audiences)
+                try validate(change, now: now, audienceOf: audienceOf, graph: graph)
             }
         }
         // Every file put in this write must be named by a row it wrote.
-        for intent in intents where !references.named.contains(intent.fileID) {
-            throw CovenError(.fileUnreferenced, "file '\(intent.fileID)' is put but no row references it", hint: "put its id in a file column in the same write", details: ["file": intent.fileID])
+        if let unnamed = try puts.firstUnnamed() {
+            throw CovenError(.fileUnreferenced, "file '\(unnamed)' is put but no row references it", hint: "put its id in a file column in the same write", details: ["file": unnamed])
         }
-        return references
     }
 
     /// Checks one change of ``validate(_:)``: its id, its place under a remote root and the
-    /// file references it set or dropped, gathered in `references`.
+    /// file references it set or dropped, recorded in ``puts``.
     ///
     /// - Parameters:
     ///   - now: the file columns of the changed rows the write left, by table and id.
     ///   - audienceOf: their audiences (``RowAudiences``), by table and id.
-    private func validate(_ change: RecordedChange, now: [String: [String: Row]], audienceOf: [String: [String: String]], graph: SchemaGraph, putIDs: Set<String>,
-                          references: inout References, audiences: inout [String: String]) throws {
+    private func validate(_ change: RecordedChange, now: [String: [String: Row]], audienceOf: [String: [String: String]], graph: SchemaGraph) throws {
         guard let table = manifest.table(change.table) else { return }
         let rowID = change.id
         if change.operation != .delete, let root = graph.remoteRoot(of: table.name) {
-            try refuseDeviceOnly(under: root, table: table, row: now[table.name]?[rowID], rowID: rowID, putIDs: putIDs)
+            try refuseDeviceOnly(under: root, table: table, row: now[table.name]?[rowID], rowID: rowID)
         }
         if change.operation == .insert, table.identity == .uuid, !Identifier.isCanonicalUUID(rowID) {
             throw CovenError(.invalidId, "table '\(table.name)' takes canonical lowercase UUIDv4 or v7 ids, not '\(rowID)'", hint: "use coven_uuid7()", details: ["table": table.name, "id": rowID])
@@ -478,7 +525,7 @@ final class WriteSession {
             let old = change.oldFiles[column.column]
             switch change.operation {
             case .delete:
-                if let id = old?.textValue { references.released.insert(id) }
+                if let id = old?.textValue { try puts.released(id) }
             case .insert, .update:
                 let value = now[table.name]?[rowID]?[column.column] ?? .null
                 if change.operation == .update {
@@ -487,16 +534,16 @@ final class WriteSession {
                         if column.writeOnce {
                             throw CovenError(.fileWriteOnce, "column '\(table.name).\(column.column)' is write-once and already names file '\(oldID)'", details: ["table": table.name, "column": column.column, "id": rowID, "file": oldID])
                         }
-                        references.released.insert(oldID)
+                        try puts.released(oldID)
                     }
                 }
                 guard !value.isNull else { continue }
                 guard case .text(let fileID) = value else {
                     throw CovenError(.fileUnknown, "column '\(table.name).\(column.column)' must hold a file id as text", details: ["table": table.name, "column": column.column, "id": rowID])
                 }
-                references.named.insert(fileID)
+                try puts.named(fileID)
                 let audience = audienceOf[table.name]?[rowID] ?? RowAudiences.store
-                try checkReference(fileID, table: table, column: column, rowID: rowID, audience: audience, isPut: putIDs.contains(fileID), audiences: &audiences)
+                try checkReference(fileID, table: table, column: column, rowID: rowID, audience: audience, put: try intent(for: fileID))
             }
         }
     }
@@ -506,11 +553,11 @@ final class WriteSession {
     /// moved under the root) is refused.
     ///
     /// - Throws: `.remoteRoot`, naming the root table.
-    func refuseDeviceOnly(under root: String, table: Manifest.SyncedTable, row: Row?, rowID: String, putIDs: Set<String>) throws {
+    func refuseDeviceOnly(under root: String, table: Manifest.SyncedTable, row: Row?, rowID: String) throws {
         guard let row else { return }
         for column in table.files {
             guard let fileID = row[column.column].textValue, let record = try device.fileRecord(fileID), record.coordinates.at == .device else { continue }
-            if putIDs.contains(fileID), let intent = intent(for: fileID), case .staged = intent.source, intent.place == .cloud { continue }
+            if let intent = try intent(for: fileID), case .staged = intent.source, intent.place == .cloud { continue }
             // Already on its way to the cloud (an upload or a move queued).
             if try !device.isUploaded(record.coordinates.object) { continue }
             throw CovenError(.remoteRoot, "'\(table.name).\(column.column)' of row '\(rowID)' names file '\(fileID)', which is on one device only, but '\(table.name)' is under remote root '\(root)'",
@@ -519,17 +566,18 @@ final class WriteSession {
         }
     }
 
-    func checkReference(_ fileID: String, table: Manifest.SyncedTable, column: Manifest.FileColumn, rowID: String, audience: String, isPut: Bool, audiences: inout [String: String]) throws {
+    ///
+    /// - Parameter put: the intent that put the file in this write, if one did.
+    func checkReference(_ fileID: String, table: Manifest.SyncedTable, column: Manifest.FileColumn, rowID: String, audience: String, put: PutIntent?) throws {
         let where_ = ["table": table.name, "column": column.column, "id": rowID, "file": fileID]
         guard let record = try device.fileRecord(fileID) else {
             throw CovenError(.fileUnknown, "'\(table.name).\(column.column)' names no file '\(fileID)'", details: where_)
         }
-        if isPut {
+        if put != nil {
             // A new file takes the audience of the first row naming it.
-            if let first = audiences[fileID], first != audience {
+            if try puts.nameAudience(fileID, audience) != audience {
                 throw CovenError(.fileUnknown, "file '\(fileID)' is named by rows of two audiences", details: where_)
             }
-            audiences[fileID] = audience
             if record.audience != audience {
                 try device.fileRecords.setAudience(fileID, audience)
             }
@@ -546,7 +594,7 @@ final class WriteSession {
         }
         if record.coordinates.at == .stored { return }
         let object = record.coordinates.object
-        if isPut, let intent = intent(for: fileID), case .staged = intent.source, intent.place == .cloud {
+        if let put, case .staged = put.source, put.place == .cloud {
             // Staged by this write for the cloud: its upload is bound, outside any move.
             try device.uploadQueue.bind(object)
             waitsFor.insert(object)
@@ -561,11 +609,22 @@ final class WriteSession {
 
     // MARK: - A file goes with its last reference
 
-    /// Deletes the records no row names any more, and retires their uploads.
-    func releaseUnreferenced(candidates: Set<String>, stillNamed: Set<String>) throws {
-        let candidates = candidates.subtracting(stillNamed)
-        guard !candidates.isEmpty else { return }
-        let json = String(decoding: try JSONSerialization.data(withJSONObject: candidates.sorted()), as: UTF8.self)
+    /// Deletes the records no row names any more, and retires their uploads: the files some
+    /// row stopped naming (``puts``), a page at a time, in id order.
+    func releaseUnreferenced() throws {
+        var after = ""
+        while true {
+            let candidates = try puts.releasedNotNamed(after: after, limit: PutIntents.pageSize)
+            guard let last = candidates.last else { return }
+            after = last
+            try release(candidates)
+            if candidates.count < PutIntents.pageSize { return }
+        }
+    }
+
+    /// Deletes the records of `candidates` (in id order) no row names, and retires their uploads.
+    private func release(_ candidates: [String]) throws {
+        let json = RecordedChanges.json(ids: candidates)
         var named: Set<String> = []
         for table in manifest.tables {
             for column in table.files {
@@ -574,7 +633,7 @@ final class WriteSession {
                 }
             }
         }
-        for fileID in candidates.subtracting(named).sorted() {
+        for fileID in candidates where !named.contains(fileID) {
             guard let record = try device.fileRecord(fileID) else { continue }
             try device.fileRecords.delete(fileID, stamp: stamp)
             let object = record.coordinates.object

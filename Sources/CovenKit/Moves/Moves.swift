@@ -160,7 +160,7 @@ extension WriteSession {
         var seen: [String: String] = [:] // object → the file that brought it
         for file in files {
             guard let record = try device.fileRecord(file) else {
-                if intents.contains(where: { $0.fileID == file }) {
+                if try puts.contains(file: file) {
                     throw CovenError(.usage, "file '\(file)' is put by this same write", hint: "put it with place 'cloud' instead of moving it", details: ["file": file])
                 }
                 throw CovenError(.fileAbsent, "no file '\(file)' on this device", details: ["file": file])

@@ -4,17 +4,25 @@ extension Device {
     /// Deletes coven's copies that a committed transaction released (recorded as
     /// `release:<copy>` in `coven_meta`), then forgets them. Runs after each such commit and at
     /// every open, so a crash in between only delays the deletion.
+    ///
+    /// Read a page at a time (a write releasing 100,000 copies holds none of their names at once).
     func removeReleasedCopies() {
-        guard !readOnly, let rows = try? database.query("SELECT key, value FROM coven_meta WHERE key LIKE 'release:%'") else { return }
-        for row in rows {
-            guard let copy = row.string("value"), let key = row.string("key") else { continue }
-            // Still named by local bytes or a staged file (a copy can be shared): keep it.
-            let used = (try? database.scalar("SELECT (SELECT count(*) FROM coven_local WHERE copy = ?1) + (SELECT count(*) FROM coven_staged WHERE copy = ?1)", [copy]).intValue) ?? 1
-            if used == 0, !copy.contains("..") {
-                let path = paths.folder + "/" + copy
-                if unlink(path) != 0 && errno != ENOENT { continue }
+        guard !readOnly else { return }
+        var after = "release:"
+        while let rows = try? database.query("SELECT key, value FROM coven_meta WHERE key LIKE 'release:%' AND key > ?1 ORDER BY key LIMIT 500", [after]),
+              let last = rows.last?.string("key") {
+            after = last
+            for row in rows {
+                guard let copy = row.string("value"), let key = row.string("key") else { continue }
+                // Still named by local bytes or a staged file (a copy can be shared): keep it.
+                let used = (try? database.scalar("SELECT (SELECT count(*) FROM coven_local WHERE copy = ?1) + (SELECT count(*) FROM coven_staged WHERE copy = ?1)", [copy]).intValue) ?? 1
+                if used == 0, !copy.contains("..") {
+                    let path = paths.folder + "/" + copy
+                    if unlink(path) != 0 && errno != ENOENT { continue }
+                }
+                try? settings.remove(key)
             }
-            try? settings.remove(key)
+            if rows.count < 500 { return }
         }
     }
 

@@ -3,7 +3,7 @@ import Foundation
 
 extension Migrations {
     /// A migration changes the app's tables only, with the same rule as a write
-    /// (``WriteSession/appPolicy``) but for schema changes, which are its job: it may create,
+    /// (``WriteSession/appPolicy(_:)``) but for schema changes, which are its job: it may create,
     /// alter and drop the app's tables, indexes, triggers and views and change their rows; it
     /// may not touch coven's tables (`coven_*`) or SQLite's own, set a pragma, control the
     /// transaction or attach a database.

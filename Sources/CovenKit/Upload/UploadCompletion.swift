@@ -42,7 +42,8 @@ extension Device {
 
     /// Records the ends of `worker`'s attempts at a batch of claims as
     /// ``finishAttempt(_:worker:end:settings:)`` does, all in one transaction (one commit, one
-    /// sync, for many small files), the files stored without a move switched by one write.
+    /// sync, for many small files), the files stored without a move, and those of the moves
+    /// the batch completes, switched by one write.
     ///
     /// - Returns: per attempt, in order: the outcome, an object to delete, a session to abort.
     func finishAttempts(_ attempts: [(claim: UploadClaim, end: AttemptEnd)], worker: WorkerIdentity, settings: UploadSettings)
@@ -51,14 +52,17 @@ extension Device {
         let lock = try self.lock(wait: true)
         defer { _ = lock }
         let results: [(outcome: UploadOutcome, orphan: String?, abort: String?)] = try database.transaction {
-            var switching: [String] = []
+            var switching = Switching()
             var results: [(outcome: UploadOutcome, orphan: String?, abort: String?)] = []
             for (claim, end) in attempts {
                 let (outcome, orphan, abort) = try finishInTransaction(claim, worker: worker, end: end, settings: settings, switching: &switching)
                 results.append((outcome, orphan, abort))
             }
             if !switching.isEmpty {
-                try recordWrite { write in try switchToStored(switching, stamp: write.stamp) }
+                try recordWrite { write in
+                    try switchToStored(switching.objects, stamp: write.stamp)
+                    for move in switching.moves { try switchMoveToStored(move, stamp: write.stamp, pageSize: settings.pageSize) }
+                }
             }
             return results
         }
@@ -66,10 +70,19 @@ extension Device {
         return results
     }
 
-    /// One attempt's end, inside the caller's transaction; an object stored without a move
-    /// goes in `switching`, for the caller's one write.
+    /// What a batch's one write switches to stored: objects stored outside a move (at most a
+    /// batch of them), and moves whose every object is stored, each switched a page of its
+    /// objects at a time (a move may hold 100,000 files: they are never all in memory).
+    struct Switching {
+        var objects: [String] = []
+        var moves: [String] = []
+        var isEmpty: Bool { objects.isEmpty && moves.isEmpty }
+    }
+
+    /// One attempt's end, inside the caller's transaction; an object stored without a move,
+    /// or the move it completes, goes in `switching`, for the caller's one write.
     private func finishInTransaction(_ claim: UploadClaim, worker: WorkerIdentity, end: AttemptEnd, settings: UploadSettings,
-                                     switching: inout [String]) throws -> (UploadOutcome, String?, String?) {
+                                     switching: inout Switching) throws -> (UploadOutcome, String?, String?) {
         guard let row = try database.queryOne("""
             SELECT q.*, m.state AS move_state FROM coven_upload_queue q LEFT JOIN coven_move_state m ON m.id = q.move
             WHERE q.object = ?1
@@ -124,19 +137,29 @@ extension Device {
     }
 
     /// Storage holds `object`: a bound upload's file goes in `switching` now; a move's upload
-    /// waits until every file of the move is stored, then all of them go in `switching`, for
+    /// waits until every file of the move is stored, then the move goes in `switching`, for
     /// the caller's one write.
-    private func storeCompleted(_ object: String, move: String?, moveState: MoveState?, switching: inout [String]) throws {
+    private func storeCompleted(_ object: String, move: String?, moveState: MoveState?, switching: inout Switching) throws {
         guard let move else {
-            switching.append(object)
+            switching.objects.append(object)
             return
         }
         try uploadQueue.markUploaded(object)
         guard try !uploadQueue.hasUnsent(move: move), moveState == nil || moveState == .moving else { return }
         // Switched by the caller's one write, with the batch's other files.
-        let already = Set(switching)
-        switching += try uploadQueue.uploaded(move: move).filter { !already.contains($0) }
+        if !switching.moves.contains(move) { switching.moves.append(move) }
         try moveRecords.markDone(move)
+    }
+
+    /// Switches the stored objects of `move` (``switchToStored(_:stamp:)``), a page at a time
+    /// in queue order: each page leaves the queue, so the next is read from its start.
+    private func switchMoveToStored(_ move: String, stamp: String, pageSize: Int) throws {
+        while true {
+            let page = try uploadQueue.uploaded(move: move, limit: pageSize)
+            guard !page.isEmpty else { return }
+            try switchToStored(page, stamp: stamp)
+            if page.count < pageSize { return }
+        }
     }
 
     /// Switches every record of this device naming `objects` to stored, with its content hash;

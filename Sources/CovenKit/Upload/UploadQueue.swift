@@ -68,6 +68,9 @@ public struct UploadSettings: Sendable {
     public var lanes: Int = 2
     /// Whether the network is metered (`COVEN_NETWORK_METERED=1`); nil when not declared.
     public var networkMetered: Bool?
+    /// Rows of the queue read at a time where many are walked (a move's files switched to
+    /// stored); tests make it small.
+    var pageSize = UploadQueue.pageSize
 
     /// Defaults overridden by the environment's `COVEN_UPLOAD_*` and `COVEN_NETWORK_METERED`.
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
@@ -258,9 +261,12 @@ struct UploadQueue {
         ).intValue == 1
     }
 
-    /// The objects of `move` that storage holds, in queue order.
-    func uploaded(move: String) throws -> [String] {
-        try database.query("SELECT object FROM coven_upload_queue WHERE move = ?1 AND uploaded = 1 ORDER BY position", [move])
+    /// Rows of the queue read at a time where a whole move's are walked.
+    static let pageSize = 500
+
+    /// The first `limit` objects of `move` that storage holds, in queue order.
+    func uploaded(move: String, limit: Int) throws -> [String] {
+        try database.query("SELECT object FROM coven_upload_queue WHERE move = ?1 AND uploaded = 1 ORDER BY position LIMIT ?2", [move, limit])
             .compactMap { $0.string("object") }
     }
 

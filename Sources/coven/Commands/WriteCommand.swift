@@ -49,7 +49,11 @@ struct WriteCommand: Command {
             defer { if descriptor != 0 { close(descriptor) } }
             device = try context.openDevice()
             let lines = JSONLineReader(descriptor: descriptor, name: each == "-" ? "stdin" : PathText.display(each), base: parameters)
-            result = try device.writeEach(sql: sql, wait: !context.noWait, next: lines.next)
+            // The files it put are printed from the write's table a page at a time, not held.
+            result = try device.writeEach(sql: sql, wait: !context.noWait, listsFiles: false, next: lines.next)
+            try warnIfRemoved(device, context)
+            try printStreamed(result, device, context)
+            return 0
         } else if invocation.arguments.first ?? "-" == "-" {
             // A script on stdin runs a statement at a time as it is read.
             guard invocation.arguments.first == "-" || !context.stdinIsTerminal else {
@@ -70,10 +74,7 @@ struct WriteCommand: Command {
             device = try context.openDevice()
             result = try device.write(sql: sql, parameters: parameters, wait: !context.noWait)
         }
-        if let removed = try StoreSync(device).removedAt() {
-            context.note("warning: this device was removed from the store at \(removed): this write stays here and will never be published")
-            context.note("hint: make a new device with 'coven join'")
-        }
+        try warnIfRemoved(device, context)
         if context.json {
             try context.printJSON([
                 "files": result.files,
@@ -85,6 +86,46 @@ struct WriteCommand: Command {
             result.files.forEach(context.line)
         }
         return 0
+    }
+
+    static func warnIfRemoved(_ device: Device, _ context: CommandContext) throws {
+        if let removed = try StoreSync(device).removedAt() {
+            context.note("warning: this device was removed from the store at \(removed): this write stays here and will never be published")
+            context.note("hint: make a new device with 'coven join'")
+        }
+    }
+
+    /// Prints what a write made with `listsFiles: false` made as ``run(_:_:)`` prints a
+    /// result, the files read from the device a page at a time: the same text, and the same
+    /// JSON but for the order of `staged`'s keys (the order the files were put, where a whole
+    /// document has them sorted).
+    static func printStreamed(_ result: WriteResult, _ device: Device, _ context: CommandContext) throws {
+        guard context.json else {
+            try device.forEachFilePut { file, _ in context.line(file) }
+            return
+        }
+        // {"files":[...],"move":...,"rows":[...],"staged":{...}}: the keys in render's order.
+        let writer = JSONText.Writer()
+        var text = "{\"files\":["
+        var first = true
+        try device.forEachFilePut { file, _ in
+            text += (first ? "" : ",") + JSONText.string(file)
+            first = false
+            if text.utf8.count >= 1 << 16 { context.out.write(text); text = "" }
+        }
+        text += "],\"move\":"
+        try writer.write(result.move.map { $0 as Any } ?? NSNull(), into: &text)
+        text += ",\"rows\":"
+        try writer.write(result.rows.map(SQLCommand.jsonObject), into: &text)
+        text += ",\"staged\":{"
+        first = true
+        try device.forEachFilePut { file, staged in
+            guard let staged else { return }
+            text += (first ? "" : ",") + JSONText.string(staged) + ":" + JSONText.string(file)
+            first = false
+            if text.utf8.count >= 1 << 16 { context.out.write(text); text = "" }
+        }
+        context.out.write(text + "}}\n")
     }
 }
 

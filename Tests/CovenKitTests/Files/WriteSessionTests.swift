@@ -309,6 +309,83 @@ final class WriteSessionTests: AlbumDeviceTestCase {
         assertCovenError(.deviceOnly) { try device.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', '\(file)')") }
     }
 
+    /// `write --each` of many files holds none of them in memory: its puts are rows of a
+    /// temporary table, read back a page at a time, checked across pages, and refused whole.
+    func testWriteEachKeepsItsFilesInTheDatabaseAndListsThemAPageAtATime() throws {
+        let total = PutIntents.pageSize + 101
+        let staged = try (0..<total).map { _ in try stageApp(device, text: "x").id }
+        func each(_ ids: [String]) -> () throws -> (line: Int, parameters: [String: SQLValue])? {
+            var index = 0
+            return {
+                guard index < ids.count else { return nil }
+                defer { index += 1 }
+                return (index + 1, ["id": .text("s\(index)"), "staged": .text(ids[index])])
+            }
+        }
+        let sql = "INSERT INTO settings (id, file) VALUES (:id, coven_put_staged(:staged))"
+        // A staged file put twice, the second time on a later page of the puts: refused whole.
+        let error = assertCovenError(.notFound) { try device.writeEach(sql: sql, listsFiles: false, next: each(staged + [staged[3]])) }
+        XCTAssertEqual(error?.details["line"], String(total + 1))
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM settings"), 0)
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_staged"), Int64(total))
+        var listed: [(file: String, staged: String?)] = []
+        try device.forEachFilePut { listed.append(($0, $1)) }
+        XCTAssertTrue(listed.isEmpty, "a refused write lists no file")
+
+        let result = try device.writeEach(sql: sql, listsFiles: false, next: each(staged))
+        XCTAssertEqual(result.files, [])
+        XCTAssertEqual(result.staged, [:])
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM temp.coven_write_puts"), Int64(total), "the puts are rows, not memory")
+        try device.forEachFilePut { listed.append(($0, $1)) }
+        XCTAssertEqual(listed.map(\.staged), staged, "in the order the write put them")
+        let rows = Dictionary(uniqueKeysWithValues: try device.database.query("SELECT id, file FROM settings").map { ($0.string("id") ?? "", $0.string("file") ?? "") })
+        for (index, put) in listed.enumerated() {
+            XCTAssertEqual(rows["s\(index)"], put.file)
+            XCTAssertEqual(try device.fileRecord(put.file)?.size, 1)
+        }
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_upload_queue"), Int64(total))
+
+        // A refused write after it lists nothing (not the files of the write before), nor does
+        // the next write.
+        assertCovenError(.notFound) { try device.writeEach(sql: sql, listsFiles: false, next: each(["no-such-staged-id"])) }
+        var after = 0
+        try device.forEachFilePut { _, _ in after += 1 }
+        XCTAssertEqual(after, 0)
+        try device.write(sql: "UPDATE settings SET value = 'v' WHERE id = 's0'")
+        try device.forEachFilePut { _, _ in after += 1 }
+        XCTAssertEqual(after, 0)
+        // Listing them in the result still works, in order.
+        let more = try (0..<3).map { _ in try stageApp(device, text: "y").id }
+        var index = 0
+        let listing = try device.writeEach(sql: "INSERT INTO settings (id, file) VALUES (:id, coven_put_staged(:staged))") {
+            guard index < more.count else { return nil }
+            defer { index += 1 }
+            return (index + 1, ["id": .text("m\(index)"), "staged": .text(more[index])])
+        }
+        XCTAssertEqual(listing.files.count, 3)
+        XCTAssertEqual(Set(listing.staged.keys), Set(more))
+        XCTAssertEqual(try device.database.query("SELECT file FROM settings WHERE id LIKE 'm%' ORDER BY id").compactMap { $0.string("file") }, listing.files)
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM temp.coven_write_puts"), 0, "listed in the result, not kept")
+    }
+
+    /// The write's own tables are coven's: the app's SQL may not write them, even while coven's
+    /// functions, which do, run in the same statement.
+    func testTheAppsSQLMayNotWriteTheWritesOwnTables() throws {
+        let cover = try stageApp(device, text: "PNG").id
+        try device.write(sql: "SELECT 1")
+        for sql in [
+            "DELETE FROM temp.coven_write_puts",
+            "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', coven_put_staged('\(cover)')); DELETE FROM temp.coven_write_puts",
+            "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', coven_put_staged('\(cover)')); UPDATE temp.coven_write_references SET named = 1",
+            "INSERT INTO temp.coven_write_references (file, named) SELECT coven_put_staged('\(cover)'), 1",
+        ] {
+            let error = assertCovenError(.sql) { try device.write(sql: sql) }
+            XCTAssertTrue(error?.message.contains("a write changes only the app's rows") ?? false, "\(sql): \(error?.message ?? "")")
+        }
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_staged WHERE id = ?1", [cover]), 1)
+        XCTAssertEqual(try device.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', coven_put_staged('\(cover)'))").files.count, 1)
+    }
+
     func testParametersBindAndReturningRowsComeBack() throws {
         let result = try device.write(sql: "INSERT INTO settings (id, value) VALUES (:id, @value) RETURNING id, value",
                                       parameters: ["id": .text("theme"), "value": .text("dark")])

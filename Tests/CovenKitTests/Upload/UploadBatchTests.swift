@@ -28,6 +28,48 @@ final class UploadBatchTests: XCTestCase {
         }
     }
 
+    /// A move of many files is switched to stored a page of its queue at a time (never all of
+    /// its objects in memory): with pages far smaller than the move and than a batch, every
+    /// file is switched, once, in the one write of the batch that completes the move.
+    func testAMoveSwitchesAPageOfItsQueueAtATimeEachFileOnce() throws {
+        let fixture = try UploadFixture()
+        let count = 150
+        var prepared: [String] = []
+        for index in 0..<count {
+            let path = try fixture.original("p\(index)", UploadFixture.bytes(700 + index, seed: UInt8(index % 250 + 1)))
+            prepared.append(try fixture.device.prepareUserFile(path: path, namespace: "originals", place: .cloud).id)
+        }
+        var index = 0
+        try fixture.device.writeEach(sql: "INSERT INTO notes VALUES (coven_uuid7(), coven_put_user_file(:id), '')") {
+            guard index < prepared.count else { return nil }
+            defer { index += 1 }
+            return (index + 1, ["id": .text(prepared[index])])
+        }
+        let files = try fixture.device.database.query("SELECT file FROM notes ORDER BY rowid").compactMap { $0.string("file") }
+        XCTAssertEqual(files.count, count)
+        XCTAssertEqual(try fixture.count("SELECT count(DISTINCT move) FROM coven_upload_queue"), 1, "one move")
+        let before = try fixture.scalar("SELECT max(seq) FROM coven_outbox").intValue ?? 0
+
+        let summary = try fixture.run(jobs: 2, pageSize: 7)
+        XCTAssertEqual(summary.stored, count)
+        XCTAssertTrue(summary.complete)
+        XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_upload_queue"), 0)
+        XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_move_state WHERE state = 'done'"), 1)
+        // The switch is recorded once per file, all in one write (its pieces share a stamp).
+        var switched: [String] = []
+        var stamps: Set<String> = []
+        for row in try fixture.device.database.query("SELECT seq, hlc FROM coven_outbox WHERE seq > ?1 ORDER BY seq", [before]) {
+            stamps.insert(row.string("hlc") ?? "")
+            switched += try Outbox(database: fixture.device.database).entries(seq: row.int("seq") ?? 0).filter { $0.table == "coven_files" }.map(\.id)
+        }
+        XCTAssertEqual(switched.sorted(), files.sorted(), "each file switched once")
+        XCTAssertEqual(stamps.count, 1, "by one write")
+        for (index, file) in files.enumerated() where index % 37 == 0 || index == count - 1 {
+            XCTAssertEqual(try fixture.record(file).coordinates.at, .stored)
+            XCTAssertEqual(try fixture.storedPlaintext(file), UploadFixture.bytes(700 + index, seed: UInt8(index % 250 + 1)))
+        }
+    }
+
     func testObjectsStoredBeforeAKillAreRecordedWithoutBeingSentAgain() throws {
         let fixture = try UploadFixture()
         var files: [String] = []

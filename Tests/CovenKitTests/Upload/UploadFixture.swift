@@ -80,13 +80,16 @@ final class UploadFixture {
 
     /// Runs the worker in this process with quick retries.
     @discardableResult
-    func run(jobs: Int = 2, once: Bool = true, settings extra: [String: String] = [:], storageOptions: StorageOptions? = nil) throws -> UploadRunSummary {
+    func run(jobs: Int = 2, once: Bool = true, settings extra: [String: String] = [:], storageOptions: StorageOptions? = nil,
+             pageSize: Int? = nil) throws -> UploadRunSummary {
         var values = ["COVEN_UPLOAD_BACKOFF": "0.05", "COVEN_UPLOAD_BACKOFF_MAX": "0.2"]
         values.merge(extra) { _, new in new }
         let location = self.location
         let environment = self.environment
         let options = storageOptions ?? Self.quickOptions
-        return try UploadWorker.run(paths: paths, jobs: jobs, once: once, settings: UploadSettings(environment: values),
+        var settings = UploadSettings(environment: values)
+        if let pageSize { settings.pageSize = pageSize }
+        return try UploadWorker.run(paths: paths, jobs: jobs, once: once, settings: settings,
                                     storageOptions: options, connect: {
             switch location {
             case .file: return try StorageConnector(location: location, options: options).connect()

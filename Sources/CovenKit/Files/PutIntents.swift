@@ -1,0 +1,170 @@
+import Foundation
+
+/// The files a write puts (``PutIntent``) and the file references it sets and drops, kept in
+/// temporary tables of the connection rather than in memory, so that a write of 100,000 files
+/// (`coven write --each`) holds no state per file: the one owner of `temp.coven_write_puts` and
+/// `temp.coven_write_references`.
+///
+/// The tables are `TEMP` (this connection only, nothing in the device's schema), cleared when a
+/// write begins (``begin()``) and after one that fails or lists its files in its result; they
+/// change inside the write's transaction. After a write made with `listsFiles: false` commits
+/// they still hold its puts, until the next write on the connection:
+/// ``Device/forEachFilePut(_:)`` reads them.
+///
+/// Written from coven's SQL functions while the app's SQL runs: the write's authorizer lets
+/// only statements prepared inside those functions write them (``WriteSession/Permit``).
+struct PutIntents {
+    let database: Database
+
+    /// Rows read at a time.
+    static let pageSize = 500
+
+    /// Makes the tables unless there, and empties them: a write begins.
+    func begin() throws {
+        try database.execute("""
+            CREATE TEMP TABLE IF NOT EXISTS coven_write_puts (
+                seq INTEGER PRIMARY KEY,
+                file TEXT NOT NULL UNIQUE,
+                staged TEXT UNIQUE,
+                record_audience TEXT,
+                record_hash TEXT,
+                record_coordinates TEXT,
+                namespace TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                place TEXT NOT NULL,
+                size INTEGER NOT NULL,
+                object TEXT NOT NULL,
+                key TEXT NOT NULL,
+                audience TEXT
+            );
+            CREATE TEMP TABLE IF NOT EXISTS coven_write_references (
+                file TEXT PRIMARY KEY,
+                named INTEGER NOT NULL DEFAULT 0,
+                released INTEGER NOT NULL DEFAULT 0
+            ) WITHOUT ROWID;
+            DELETE FROM temp.coven_write_puts;
+            DELETE FROM temp.coven_write_references;
+            """)
+    }
+
+    /// Empties the tables (a write's files were read), keeping them for the next write.
+    func clear() throws {
+        try database.execute("DELETE FROM temp.coven_write_puts; DELETE FROM temp.coven_write_references")
+    }
+
+    // MARK: Puts
+
+    /// Records a file the write puts, after those already put.
+    func add(_ intent: PutIntent) throws {
+        var staged: String?
+        var record: FileRecord?
+        switch intent.source {
+        case .staged(let id): staged = id
+        case .existing(let existing): record = existing
+        }
+        try database.runCached("""
+            INSERT INTO temp.coven_write_puts (file, staged, record_audience, record_hash, record_coordinates, namespace, kind, place, size, object, key)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+            """, [intent.fileID, staged, record?.audience, record?.hash, record?.coordinates.json, intent.namespace,
+                  intent.kind.rawValue, intent.place.rawValue, intent.size, intent.object, intent.key])
+    }
+
+    /// Whether the write put the staged file `id` already.
+    func contains(staged id: String) throws -> Bool {
+        try database.queryOneCached("SELECT 1 FROM temp.coven_write_puts WHERE staged = ?1", [id]) != nil
+    }
+
+    /// Whether the write put the file `fileID`.
+    func contains(file fileID: String) throws -> Bool {
+        try database.queryOneCached("SELECT 1 FROM temp.coven_write_puts WHERE file = ?1", [fileID]) != nil
+    }
+
+    /// The intent that put file `fileID` in this write, if one did.
+    func intent(for fileID: String) throws -> PutIntent? {
+        try database.queryOneCached("SELECT * FROM temp.coven_write_puts WHERE file = ?1", [fileID]).map(Self.intent)
+    }
+
+    /// Calls `body` with the write's puts in the order it made them, a page at a time; `body`
+    /// may change the database (not these tables).
+    func forEachPage(_ body: ([PutIntent]) throws -> Void) throws {
+        var after: Int64 = 0
+        while true {
+            let rows = try database.query("SELECT * FROM temp.coven_write_puts WHERE seq > ?1 ORDER BY seq LIMIT ?2", [after, Self.pageSize])
+            guard let last = rows.last else { return }
+            after = last.int("seq") ?? after
+            try body(rows.map(Self.intent))
+            if rows.count < Self.pageSize { return }
+        }
+    }
+
+    /// Calls `body` with each put file's id and the staged id it came from (nil for a new
+    /// record over an existing file), in the order the write made them, a page at a time.
+    func forEachFile(_ body: (_ file: String, _ staged: String?) throws -> Void) throws {
+        var after: Int64 = 0
+        while true {
+            let rows = try database.query("SELECT seq, file, staged FROM temp.coven_write_puts WHERE seq > ?1 ORDER BY seq LIMIT ?2", [after, Self.pageSize])
+            guard let last = rows.last else { return }
+            after = last.int("seq") ?? after
+            for row in rows { try body(row.string("file") ?? "", row.string("staged")) }
+            if rows.count < Self.pageSize { return }
+        }
+    }
+
+    /// Records that a row of `audience` names the put file `fileID`: the first such row gives
+    /// it its audience.
+    ///
+    /// - Returns: the audience of the first row that named it (`audience` when this is it).
+    func nameAudience(_ fileID: String, _ audience: String) throws -> String {
+        try database.runCached("UPDATE temp.coven_write_puts SET audience = ?2 WHERE file = ?1 AND audience IS NULL", [fileID, audience])
+        return try database.queryOneCached("SELECT audience FROM temp.coven_write_puts WHERE file = ?1", [fileID])?.string("audience") ?? audience
+    }
+
+    private static func intent(_ row: Row) throws -> PutIntent {
+        let fileID = row.string("file") ?? ""
+        let source: PutIntent.Source
+        if let staged = row.string("staged") {
+            source = .staged(staged)
+        } else {
+            source = .existing(try FileRecord(row: Row(
+                columns: ["id", "audience", "namespace", "size", "hash", "coordinates"],
+                values: [.text(fileID), row["record_audience"], row["namespace"], row["size"], row["record_hash"], row["record_coordinates"]])))
+        }
+        return PutIntent(
+            fileID: fileID, source: source, namespace: row.string("namespace") ?? "",
+            kind: FileKind(rawValue: row.string("kind") ?? "") ?? .app, place: Place(rawValue: row.string("place") ?? "") ?? .cloud,
+            size: row.int("size") ?? 0, object: row.string("object") ?? "", key: row.string("key") ?? "")
+    }
+
+    // MARK: References
+
+    /// A row the write left names file `fileID`.
+    func named(_ fileID: String) throws {
+        try database.runCached("""
+            INSERT INTO temp.coven_write_references (file, named) VALUES (?1, 1) ON CONFLICT (file) DO UPDATE SET named = 1
+            """, [fileID])
+    }
+
+    /// A row stopped naming file `fileID` (deleted, or its column changed).
+    func released(_ fileID: String) throws {
+        try database.runCached("""
+            INSERT INTO temp.coven_write_references (file, released) VALUES (?1, 1) ON CONFLICT (file) DO UPDATE SET released = 1
+            """, [fileID])
+    }
+
+    /// The first file the write put (in its order) that no row it left names, if any.
+    func firstUnnamed() throws -> String? {
+        try database.queryOne("""
+            SELECT p.file FROM temp.coven_write_puts p
+            WHERE NOT EXISTS (SELECT 1 FROM temp.coven_write_references r WHERE r.file = p.file AND r.named = 1)
+            ORDER BY p.seq LIMIT 1
+            """)?.string("file")
+    }
+
+    /// Up to `limit` files some row stopped naming and no row the write touched names now,
+    /// in id order after `after`.
+    func releasedNotNamed(after: String, limit: Int) throws -> [String] {
+        try database.query("""
+            SELECT file FROM temp.coven_write_references WHERE released = 1 AND named = 0 AND file > ?1 ORDER BY file LIMIT ?2
+            """, [after, limit]).compactMap { $0.string("file") }
+    }
+}
