@@ -32,6 +32,7 @@ struct SyncProblemsText {
         [
             "clock_ahead_ms": pulled.clockAhead,
             "gaps": pulled.gaps,
+            "key_unavailable": pulled.keyUnavailable,
             "damaged": pulled.damaged.mapValues { ["seq": $0.seq, "object": $0.object, "message": $0.message] as [String: Any] },
             "lost_for_good": pulled.lostForGood.map { ["device": $0.device, "seq": $0.seq, "object": $0.object, "why": $0.why.rawValue] as [String: Any] },
         ]
@@ -73,6 +74,10 @@ struct SyncProblemsText {
         for (other, ahead) in pulled.clockAhead.sorted(by: { $0.key < $1.key }) {
             warn("device \(describe(other)) stamps its changes \(ClockText.duration(ahead)) ahead of this device's clock: its stamps do not move this device's clock "
                  + "past \(ClockText.duration(HybridClock.maximumAhead)) ahead (an edit of a row it wrote is still stamped after it); check that device's clock")
+        }
+        for (other, seq) in pulled.keyUnavailable.sorted(by: { $0.key < $1.key }) {
+            warn("change \(seq) of device \(describe(other)) is sealed under a generation of the store's key this device does not hold: its changes wait here; "
+                 + "a device of a member reads new generations at each sync (a device that belongs to no member takes its member's identity with 'coven member use FILE')")
         }
         for (other, seq) in pulled.waiting.sorted(by: { $0.key < $1.key }) {
             context.note("warning: device \(describe(other))'s next change waits for change \(seq) of a device not applied here yet")

@@ -58,6 +58,9 @@ public struct SyncSummary: Sendable {
     public var goneDevices: Int64 = 0
     /// What stopped the pull of another device's changes at the last sync: a gap or damage.
     public var problems: [SyncProblem] = []
+    /// Devices whose next change is sealed under a generation of the store's key this device
+    /// does not hold (as the last pull found): the seq it waits at.
+    public var keyUnavailable: [String: Int64] = [:]
 }
 
 /// The file cache: its budget, what it holds, and the kept files ("attachments") held or not.
@@ -141,6 +144,7 @@ extension Device {
         status.sync.lostValues = try count("SELECT count(*) FROM coven_lost_values WHERE restored_at IS NULL")
         status.sync.devices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1", [deviceID])
         status.sync.problems = try ChangeDamage(device: self).problems()
+        status.sync.keyUnavailable = try StoreSync(self).keyUnavailable()
         status.sync.goneDevices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1 AND gone = 1", [deviceID])
         return status
     }

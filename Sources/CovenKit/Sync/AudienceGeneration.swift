@@ -307,7 +307,7 @@ struct AudienceGeneration: Equatable {
     static func isRekey(of member: String, from previous: [Member], to next: [Member]) -> Bool {
         guard previous.count == next.count else { return false }
         return zip(previous, next).allSatisfy { old, new in
-            old.id == new.id && old.name == new.name && old.role == new.role && (old.recipient == new.recipient || old.id == member)
+            old.id == new.id && old.name == new.name && old.role == new.role && (old.id == member) == (old.recipient != new.recipient)
         }
     }
 }

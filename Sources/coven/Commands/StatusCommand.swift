@@ -78,6 +78,7 @@ struct StatusCommand: Command {
                 "last_push": s.sync.lastPush.map { $0 as Any } ?? NSNull(), "last_pull": s.sync.lastPull.map { $0 as Any } ?? NSNull(),
                 "waiting": s.sync.waiting, "held_by_uploads": s.sync.heldByUploads, "frozen": s.sync.frozen,
                 "lost_values": s.sync.lostValues, "devices": s.sync.devices, "gone_devices": s.sync.goneDevices,
+                "key_unavailable": s.sync.keyUnavailable,
                 "problems": s.sync.problems.map { problem -> [String: Any] in
                     var item: [String: Any] = ["device": problem.device, "seq": problem.seq, "kind": problem.kind.rawValue, "object": problem.object]
                     if let message = problem.message { item["message"] = message }

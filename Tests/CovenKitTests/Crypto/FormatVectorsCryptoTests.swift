@@ -45,7 +45,7 @@ final class FormatVectorsCryptoTests: XCTestCase {
         XCTAssertEqual(
             Set(try Self.vectors().keys),
             ["file-empty", "file-1", "file-65536", "file-65537", "store-fixed-salt", "hkdf-rfc5869-1",
-             "ed25519-rfc8032-1", "change-object", "device-entry"])
+             "ed25519-rfc8032-1", "change-object", "change-object-v2", "device-entry"])
     }
 
     func checkFileVector(_ name: String) throws {

@@ -58,6 +58,33 @@ final class AudienceGenerationTests: XCTestCase {
         XCTAssertNotNil(try AudienceGeneration.open(bytes3, path: third.path, store: store, identity: alice, signerKey: keyOf))
     }
 
+    /// A member who is no admin replaces its own keys: the link needs no admin, but only its
+    /// own recipient may change, and its device must be vouched for by its old key.
+    func testAMemberRekeysItselfAndNoOneElse() throws {
+        let key1 = SecureRandom.bytes(32)
+        let first = generation(1, roster: [owner, member])
+        let bytes1 = try first.seal(key: key1, previousKey: nil, signingKey: laptop)
+        let newBob = try MemberIdentity()
+        var rekey = generation(2, signer: "phone", roster: [owner, .init(id: bobID, name: "bob", role: .member, recipient: newBob.recipient)],
+                               previous: AudienceGeneration.hash(bytes1))
+        rekey.signerVouch = .init(member: bobID, signature: try bob.signingKey.sign(
+            DeviceEntry.certificationMessage(store: store, member: bobID, device: "phone", publicKey: phone.publicKey)))
+        let none: (String, [AudienceGeneration.Member]) -> String? = { _, _ in nil }
+        XCTAssertNoThrow(try AudienceGeneration.checkLink(previous: first, previousBytes: bytes1, next: rekey, memberOf: none, signerKey: phone.publicKey))
+        // Vouched for by the new key only: refused (anyone could name a key of theirs).
+        var selfVouched = rekey
+        selfVouched.signerVouch = .init(member: bobID, signature: try newBob.signingKey.sign(
+            DeviceEntry.certificationMessage(store: store, member: bobID, device: "phone", publicKey: phone.publicKey)))
+        XCTAssertThrowsError(try AudienceGeneration.checkLink(previous: first, previousBytes: bytes1, next: selfVouched, memberOf: none, signerKey: phone.publicKey))
+        // Replacing another member's key, or one's role, needs an admin.
+        var other = rekey
+        other.roster = [.init(id: aliceID, name: "alice", role: .owner, recipient: newBob.recipient), member]
+        XCTAssertThrowsError(try AudienceGeneration.checkLink(previous: first, previousBytes: bytes1, next: other, memberOf: none, signerKey: phone.publicKey))
+        var promoted = rekey
+        promoted.roster = [owner, .init(id: bobID, name: "bob", role: .admin, recipient: newBob.recipient)]
+        XCTAssertThrowsError(try AudienceGeneration.checkLink(previous: first, previousBytes: bytes1, next: promoted, memberOf: none, signerKey: phone.publicKey))
+    }
+
     func testForgedAndDamagedGenerationsAreRefusedNamingTheObject() throws {
         let key1 = SecureRandom.bytes(32)
         let first = generation(1, roster: [owner, member])
