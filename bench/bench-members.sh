@@ -48,28 +48,14 @@ for m in $(seq 0 9); do
     done
 done
 for round in 1 2; do for m in $(seq 0 9); do for d in 0 1 2; do c sync --db "$T/m$m-$d/device.db" >/dev/null; done; done; done
-hyperfine --style basic --runs 20 --warmup 2 --export-json quiet.json \
+hyperfine -N --style basic --runs 100 --warmup 5 --export-json quiet.json \
     --command-name "quiet sync, 10 devices, no members" "$COVEN sync --db $T/p1/device.db" \
     --command-name "quiet sync, 10 members x 3 devices, $generations generations" "$COVEN sync --db $T/m1-1/device.db"
 plain=$(median 0 quiet.json); members=$(median 1 quiet.json)
 
 echo
 echo "-- 2. push and pull of $rows rows in a store of members"
-python3 - "$rows" <<'PY'
-import sys, random
-n = int(sys.argv[1]); random.seed(7)
-words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
-with open("raw.sql", "w") as raw, open("coven.sql", "w") as cov:
-    raw.write("BEGIN;\n")
-    for i in range(n):
-        rid = "0193a9b2-%04x-7%03x-8%03x-%012x" % (i >> 16, i & 0xfff, (i >> 12) & 0xfff, i)
-        title = " ".join(random.choice(words) for _ in range(4))
-        body = " ".join(random.choice(words) for _ in range(22))[:150]
-        stamp = "2026-12-01T00:00:00.000Z-0000-00000000-0000-4000-8000-000000000000"
-        raw.write(f"INSERT INTO items VALUES ('{rid}', '{title}', '{body}', {i}, '{stamp}');\n")
-        cov.write(f"INSERT INTO items (id, title, body, n, _updated_at) VALUES ('{rid}', '{title}', '{body}', {i}, coven_stamp());\n")
-    raw.write("COMMIT;\n")
-PY
+item_rows "$rows"
 c init --storage "file://$T/rows" --manifest coven.json --name a --db "$T/a/device.db" --member alice >/dev/null
 "$COVEN" member export -o alice.identity --db "$T/a/device.db" >/dev/null
 c join "file://$T/rows" --identity alice.identity --name b --db "$T/b/device.db" >/dev/null

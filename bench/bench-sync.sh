@@ -22,22 +22,7 @@ bench_start sync
 items_manifest
 
 # The rows: canonical UUIDv7-shaped ids, about 200 bytes each.
-python3 - "$rows" <<'PY'
-import sys, random, uuid
-n = int(sys.argv[1]); random.seed(7)
-words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
-with open("rows.csv", "w") as csv, open("raw.sql", "w") as raw, open("coven.sql", "w") as cov:
-    raw.write("BEGIN;\n")
-    for i in range(n):
-        rid = "0193a9b2-%04x-7%03x-8%03x-%012x" % (i >> 16, i & 0xfff, (i >> 12) & 0xfff, i)
-        title = " ".join(random.choice(words) for _ in range(4))
-        body = " ".join(random.choice(words) for _ in range(22))[:150]
-        stamp = "2026-12-01T00:00:00.000Z-0000-00000000-0000-4000-8000-000000000000"
-        csv.write(f'{rid},"{title}","{body}",{i},{stamp}\n')
-        raw.write(f"INSERT INTO items VALUES ('{rid}', '{title}', '{body}', {i}, '{stamp}');\n")
-        cov.write(f"INSERT INTO items (id, title, body, n, _updated_at) VALUES ('{rid}', '{title}', '{body}', {i}, coven_stamp());\n")
-    raw.write("COMMIT;\n")
-PY
+item_rows "$rows"
 echo "$rows rows, $(stat -c %s rows.csv) bytes as CSV"
 
 echo

@@ -16,6 +16,9 @@
 # now                the time in seconds (for elapsed).
 # elapsed A B [D]    B - A in seconds, to D decimals (3 unless given).
 # milliseconds S     S seconds in milliseconds.
+# item_rows N        writes rows.csv, raw.sql (sqlite3 inserting N rows of about 200 bytes in one
+#                    transaction) and coven.sql (coven inserting the same rows), seeded: the rows of
+#                    bench-sync and bench-members.
 # start_moto BUCKET  starts moto (the signature-checking S3 server, shared/s3/start-s3-server
 #                    from COVEN_SHARED_DIR, default ../shared beside ROOT) on a free port with its
 #                    AWS_* settings exported and its pid in `pids`, and creates BUCKET; returns 1
@@ -40,6 +43,25 @@ items_manifest() {
   "migrations": [ "$table" ]
 }
 EOF
+}
+
+item_rows() {
+    python3 - "$1" <<'PY'
+import sys, random
+n = int(sys.argv[1]); random.seed(7)
+words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
+with open("rows.csv", "w") as csv, open("raw.sql", "w") as raw, open("coven.sql", "w") as cov:
+    raw.write("BEGIN;\n")
+    for i in range(n):
+        rid = "0193a9b2-%04x-7%03x-8%03x-%012x" % (i >> 16, i & 0xfff, (i >> 12) & 0xfff, i)
+        title = " ".join(random.choice(words) for _ in range(4))
+        body = " ".join(random.choice(words) for _ in range(22))[:150]
+        stamp = "2026-12-01T00:00:00.000Z-0000-00000000-0000-4000-8000-000000000000"
+        csv.write(f'{rid},"{title}","{body}",{i},{stamp}\n')
+        raw.write(f"INSERT INTO items VALUES ('{rid}', '{title}', '{body}', {i}, '{stamp}');\n")
+        cov.write(f"INSERT INTO items (id, title, body, n, _updated_at) VALUES ('{rid}', '{title}', '{body}', {i}, coven_stamp());\n")
+    raw.write("COMMIT;\n")
+PY
 }
 
 median() { jq -r ".results[$1].median" "$2"; }

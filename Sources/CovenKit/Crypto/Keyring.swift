@@ -37,7 +37,10 @@ public final class Keyring {
         deviceID = nil
         loadedStoreKey = storeKey
         loadedSigningKey = signingKey
-        if !generations.isEmpty { generationKeys = [RowAudiences.store: generations] }
+        if !generations.isEmpty {
+            keyCache = [RowAudiences.store: generations]
+            generationBytes = [RowAudiences.store: generations.mapValues { $0.withUnsafeBytes { Array($0) } }]
+        }
     }
 
     // MARK: The store key
@@ -91,15 +94,19 @@ public final class Keyring {
 
     // MARK: Key generations
 
-    /// The audiences' generation keys learned, by audience and generation.
-    private var generationKeys: [String: [UInt64: FileKey]]?
+    /// The audiences' generation keys learned, by audience and generation, as read from
+    /// `<db>.d/audience.keys` (or learned since); each made a ``FileKey`` (secure memory) only
+    /// when first used, in `keyCache`.
+    private var generationBytes: [String: [UInt64: [UInt8]]]?
+    private var keyCache: [String: [UInt64: FileKey]] = [:]
 
-    /// The keys of `<db>.d/audience.keys`: one line per key, `<audience> <generation> <64 hex>`.
+    /// The keys of `<db>.d/audience.keys`, read once: one line per key,
+    /// `<audience> <generation> <64 hex>`.
     ///
     /// - Throws: `.integrity` naming the file when a line is not one.
-    private func loadedGenerations() throws -> [String: [UInt64: FileKey]] {
-        if let generationKeys { return generationKeys }
-        var keys: [String: [UInt64: FileKey]] = [:]
+    private func loadedGenerationBytes() throws -> [String: [UInt64: [UInt8]]] {
+        if let generationBytes { return generationBytes }
+        var keys: [String: [UInt64: [UInt8]]] = [:]
         if let paths, let data = FileManager.default.contents(atPath: paths.audienceKeys) {
             for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
                 let parts = line.split(separator: " ")
@@ -108,23 +115,28 @@ public final class Keyring {
                                      hint: "remove the file: the next sync reads the keys again with this device's member identity",
                                      details: ["path": paths.audienceKeys])
                 }
-                keys[String(parts[0]), default: [:]][generation] = try FileKey(bytes: bytes)
+                keys[String(parts[0]), default: [:]][generation] = bytes
             }
         }
-        generationKeys = keys
+        generationBytes = keys
         return keys
     }
 
     /// The newest generation of the store audience this device holds the key of; nil in a
     /// store without members (its one key is the store key).
     public func storeGeneration() throws -> UInt64? {
-        try loadedGenerations()[RowAudiences.store]?.keys.max()
+        try loadedGenerationBytes()[RowAudiences.store]?.keys.max()
     }
 
     /// The key of `generation` of `audience`, when this device holds it. Generation 1 of the
     /// store is the store key.
     func key(audience: String, generation: UInt64) throws -> FileKey? {
-        if let key = try loadedGenerations()[audience]?[generation] { return key }
+        if let key = keyCache[audience]?[generation] { return key }
+        if let bytes = try loadedGenerationBytes()[audience]?[generation] {
+            let key = try FileKey(bytes: bytes)
+            keyCache[audience, default: [:]][generation] = key
+            return key
+        }
         if audience == RowAudiences.store, generation == 1, paths == nil || access(paths!.storeKey, F_OK) == 0 { return try storeKey() }
         return nil
     }
@@ -135,11 +147,11 @@ public final class Keyring {
     /// identity keeps as `store.key`.
     func learn(audience: String, _ opened: [AudienceGeneration.Opened]) throws {
         guard let paths, let database else { throw CovenError(.internal, "a keyring without a device") }
-        var keys = try loadedGenerations()
+        var keys = try loadedGenerationBytes()
         var lines: [String] = []
         var added = false
         for generation in opened where keys[audience]?[generation.generation.generation] == nil {
-            keys[audience, default: [:]][generation.generation.generation] = try FileKey(bytes: generation.key)
+            keys[audience, default: [:]][generation.generation.generation] = generation.key
             added = true
         }
         if added {
@@ -156,7 +168,7 @@ public final class Keyring {
             try AtomicFile.write(paths.storeKey, bytes: first.key, mode: 0o600)
             try DeviceSettings(database: database).set(Self.storeKeyCheckSetting, try Self.storeKeyCheck(first.key))
         }
-        generationKeys = keys
+        generationBytes = keys
         try database.transaction {
             for generation in opened {
                 for (position, member) in generation.generation.roster.enumerated() {
@@ -213,8 +225,8 @@ public final class Keyring {
     /// The store audience's keys this device holds, newest generation first; the store key
     /// alone before members.
     func storeKeysNewestFirst() throws -> [FileKey] {
-        let generations = try loadedGenerations()[RowAudiences.store] ?? [:]
-        var keys = generations.keys.sorted(by: >).compactMap { generations[$0] }
+        let generations = try loadedGenerationBytes()[RowAudiences.store] ?? [:]
+        var keys = try generations.keys.sorted(by: >).compactMap { try key(audience: RowAudiences.store, generation: $0) }
         if generations[1] == nil, paths == nil || access(paths!.storeKey, F_OK) == 0 { keys.append(try storeKey()) }
         guard !keys.isEmpty else { throw CovenError(.keyUnavailable, "this device holds no key of the store") }
         return keys

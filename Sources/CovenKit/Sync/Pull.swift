@@ -173,8 +173,11 @@ extension StoreSync {
                 }
             }
         }
+        // What every device's frontier says of each other device, read once (not once per
+        // device whose changes ran out: a quiet sync of many devices).
+        let knownSeqs = missingAt.isEmpty ? [:] : try highestSeqsKnown()
         for (other, seq) in missingAt where report.gaps[other] == nil {
-            let known = max(claimed[other] ?? 0, try highestSeqKnown(of: other) ?? 0)
+            let known = max(claimed[other] ?? 0, knownSeqs[other] ?? 0)
             if known >= seq { report.gaps[other] = seq }
         }
         // A gap is reported to its publisher as damage is: it publishes the change again.
@@ -279,6 +282,18 @@ extension StoreSync {
     }
 
     /// The highest seq of `device` that some device says it applied.
+    /// For every device, the highest seq of it that some other device says it applied.
+    private func highestSeqsKnown() throws -> [String: Int64] {
+        var highest: [String: Int64] = [:]
+        for row in try database.query("SELECT device, frontier FROM coven_device_registry") {
+            let owner = row.string("device") ?? ""
+            for (device, seq) in Frontier.parse(row.string("frontier") ?? "{}") where device != owner {
+                highest[device] = max(highest[device] ?? 0, seq)
+            }
+        }
+        return highest
+    }
+
     private func highestSeqKnown(of device: String) throws -> Int64? {
         var highest: Int64?
         for row in try database.query("SELECT frontier FROM coven_device_registry WHERE device <> ?1", [device]) {

@@ -23,16 +23,11 @@ final class SyncFormatVectorsTests: XCTestCase {
         try DevicePublicKey(hex: try XCTUnwrap(vector["public-key"])).verify(try hex(vector, "signature"), for: message)
     }
 
-    func testChangeObject() throws {
-        let vector = try vector("change-object")
-        let storeKey = try FileKey(bytes: try hex(vector, "store-key"))
-        let salt = try hex(vector, "salt")
-        let key = try DeviceSigningKey(seed: try hex(vector, "seed"))
-        XCTAssertEqual(key.publicKey.hex, vector["public-key"])
-        let path = try XCTUnwrap(vector["path"])
+    /// The change of vectors 9.5 and 9.6.
+    static var vectorChange: ChangeObject {
         let device = "6f1c7a2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"
         let stamp = "2026-01-02T03:04:05.678Z-0000-" + device
-        let change = ChangeObject(
+        return ChangeObject(
             storeID: "9e8d7c6b-5a49-4838-a726-150493827160", device: device, seq: 1,
             schema: .init(migrations: 2, digest: "5e0b"), frontier: ["0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d": 3],
             entries: [
@@ -40,6 +35,16 @@ final class SyncFormatVectorsTests: XCTestCase {
                          values: [.text("n1"), .text("hello"), .real(4.5), .text(stamp)]),
                 RowEntry(kind: .delete, table: "notes", id: "n0", stamp: stamp),
             ])
+    }
+
+    func testChangeObject() throws {
+        let vector = try vector("change-object")
+        let storeKey = try FileKey(bytes: try hex(vector, "store-key"))
+        let salt = try hex(vector, "salt")
+        let key = try DeviceSigningKey(seed: try hex(vector, "seed"))
+        XCTAssertEqual(key.publicKey.hex, vector["public-key"])
+        let path = try XCTUnwrap(vector["path"])
+        let change = Self.vectorChange
         XCTAssertEqual(change.path, path)
         let plaintext = try hex(vector, "plaintext")
         XCTAssertEqual(change.encoded(), plaintext)
@@ -70,16 +75,8 @@ final class SyncFormatVectorsTests: XCTestCase {
         let generation = try XCTUnwrap(UInt64(try XCTUnwrap(vector["store-key-generation"])))
         let seed = try DeviceSigningKey(seed: try hex(vector, "seed"))
         let path = try XCTUnwrap(vector["path"])
-        let device = "6f1c7a2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"
-        let stamp = "2026-01-02T03:04:05.678Z-0000-" + device
-        var change = ChangeObject(
-            storeID: "9e8d7c6b-5a49-4838-a726-150493827160", device: device, seq: 1,
-            schema: .init(migrations: 2, digest: "5e0b"), frontier: ["0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d": 3],
-            entries: [
-                RowEntry(kind: .upsert, table: "notes", id: "n1", stamp: stamp, columns: ["id", "title", "rating", "_updated_at"],
-                         values: [.text("n1"), .text("hello"), .real(4.5), .text(stamp)]),
-                RowEntry(kind: .delete, table: "notes", id: "n0", stamp: stamp),
-            ])
+        var change = Self.vectorChange
+        let device = change.device
         XCTAssertEqual(change.path, path)
         XCTAssertEqual(change.encodedHead(version: 2), try hex(vector, "envelope-plaintext"))
         var section: [UInt8] = []
