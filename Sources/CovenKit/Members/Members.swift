@@ -67,7 +67,7 @@ public struct Members {
                              memberOf: { device, roster in
                                  guard let (member, signature) = vouched[device], let hex = keys[device], let key = try? DevicePublicKey(hex: hex),
                                        let recipient = roster.first(where: { $0.id == member })?.recipient,
-                                       (try? recipient.signing.verify(signature, for: DeviceEntry.certificationMessage(store: store, member: member, device: device, publicKey: key))) != nil
+                                       DeviceEntry.vouches(recipient, signature: signature, store: store, member: member, device: device, publicKey: key)
                                  else { return nil }
                                  return member
                              })
@@ -227,7 +227,7 @@ public struct Members {
             let recipient = roster.first(where: { $0.id == member })?.recipient
             func vouched(_ signature: [UInt8]?) -> Bool {
                 guard let recipient, let signature else { return false }
-                return (try? recipient.signing.verify(signature, for: DeviceEntry.certificationMessage(store: store, member: member, device: id, publicKey: key))) != nil
+                return DeviceEntry.vouches(recipient, signature: signature, store: store, member: member, device: id, publicKey: key)
             }
             if vouched(row.string("member_signature").flatMap({ [UInt8](hex: $0) })) { continue }
             // The member's keys changed: its device's entry, vouched for again by the new key,

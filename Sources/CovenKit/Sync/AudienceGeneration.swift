@@ -292,8 +292,7 @@ struct AudienceGeneration: Equatable {
         // the signer's entry as this device knows it.
         var vouched: String?
         if let vouch = next.signerVouch, let signerKey, let recipient = previous.roster.first(where: { $0.id == vouch.member })?.recipient,
-           (try? recipient.signing.verify(vouch.signature, for: DeviceEntry.certificationMessage(store: next.store, member: vouch.member, device: next.signer,
-                                                                                                publicKey: signerKey))) != nil {
+           DeviceEntry.vouches(recipient, signature: vouch.signature, store: next.store, member: vouch.member, device: next.signer, publicKey: signerKey) {
             vouched = vouch.member
         }
         guard let member = vouched ?? memberOf(next.signer, previous.roster),

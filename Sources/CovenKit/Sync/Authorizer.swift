@@ -62,12 +62,11 @@ struct MemberAuthorizer: ChangeAuthorizer {
         guard try keys.roster(audience: RowAudiences.store, generation: generation).contains(where: { $0.id == member }) else { return false }
         // Vouched for by the member's key at that generation, or a later one of the same member
         // (its keys replaced since: its devices carry the new key's word).
-        let message = DeviceEntry.certificationMessage(store: store, member: member, device: device, publicKey: publicKey)
         for row in try database.query("""
             SELECT DISTINCT recipient FROM coven_audience_rosters WHERE audience = ?1 AND member = ?2 AND generation >= ?3
             """, [RowAudiences.store, member, Int64(generation)]) {
             guard let recipient = try? MemberRecipient(row.string("recipient") ?? "") else { continue }
-            if (try? recipient.signing.verify(signature, for: message)) != nil { return true }
+            if DeviceEntry.vouches(recipient, signature: signature, store: store, member: member, device: device, publicKey: publicKey) { return true }
         }
         return false
     }

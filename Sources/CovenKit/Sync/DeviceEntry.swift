@@ -146,6 +146,13 @@ public struct DeviceEntry: Sendable, Equatable {
         Array("coven device v1".utf8) + [0] + Array(store.utf8) + [0] + Array(member.utf8) + [0] + Array(device.utf8) + [0] + publicKey.bytes
     }
 
+    /// Whether `signature` is `recipient`'s word, as member `member` of `store`, for `device`
+    /// and its `publicKey`: the one check of a member's vouch (an entry's certification, a
+    /// generation's signer, the registry's record of either).
+    static func vouches(_ recipient: MemberRecipient, signature: [UInt8], store: String, member: String, device: String, publicKey: DevicePublicKey) -> Bool {
+        (try? recipient.signing.verify(signature, for: certificationMessage(store: store, member: member, device: device, publicKey: publicKey))) != nil
+    }
+
     /// This entry, vouched for by `member` of `store` with its identity.
     func certified(store: String, member: String, identity: MemberIdentity) throws -> DeviceEntry {
         var entry = self
@@ -162,9 +169,7 @@ public struct DeviceEntry: Sendable, Equatable {
         guard let member, let memberSignature else {
             throw CovenError(.integrity, "device entry '\(path)' names no member", details: ["object": path, "reason": "no_member"])
         }
-        do {
-            try recipient.signing.verify(memberSignature, for: Self.certificationMessage(store: store, member: member, device: device, publicKey: publicKey))
-        } catch {
+        guard Self.vouches(recipient, signature: memberSignature, store: store, member: member, device: device, publicKey: publicKey) else {
             throw CovenError(.integrity, "device entry '\(path)' is not vouched for by member '\(member)'", details: ["object": path, "reason": "member_signature"])
         }
     }
