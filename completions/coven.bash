@@ -12,7 +12,7 @@ _coven_commands() {
 _coven_options() {
     case $1 in
         '') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' '--version' ;;
-        'init') echo '--storage' '--manifest' '--name' '--member' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'init') echo '--storage' '--manifest' '--name' '--member' '--no-member' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'migrate') echo '--manifest' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'key') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'member') echo '--output' '-o' '--admin' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;

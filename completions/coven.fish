@@ -213,7 +213,8 @@ complete -c coven -n __coven_needs_command -l 'version' -d 'print coven\'s versi
 complete -c coven -n '__coven_using init' -l 'storage' -x -d 'where the store lives: file:///DIR or s3://BUCKET/PREFIX'
 complete -c coven -n '__coven_using init' -l 'manifest' -r -F -d 'the manifest declaring namespaces, synced tables and migrations'
 complete -c coven -n '__coven_using init' -l 'name' -x -d 'this device\'s name (default: the host name)'
-complete -c coven -n '__coven_using init' -l 'member' -x -d 'make NAME the store\'s first member, the owner, with keys of its own'
+complete -c coven -n '__coven_using init' -l 'member' -x -d 'the name of the store\'s first member, the owner (default: the login name)'
+complete -c coven -n '__coven_using init' -l 'no-member' -d 'a store of one key shared by every device, without members'
 
 # coven migrate
 complete -c coven -n '__coven_using migrate' -l 'manifest' -r -F -d 'the manifest to migrate to'

@@ -4,12 +4,13 @@
 #
 #   1. build coven in release mode;
 #   2. write a manifest: an app namespace, a user namespace and a table with a file column;
-#   3. coven init --storage file://$DEMO/store: the store and this device;
+#   3. coven init --storage file://$DEMO/store: the store, its first member (you) and this device;
 #   4. coven stage a sample file (app bytes) and prepare a person's original (--user);
 #   5. coven write rows that reference both, in one transaction;
 #   6. coven upload-worker --once: encrypt and store them under $DEMO/store/files/;
 #   7. coven cat a byte range back and compare it with the source;
-#   8. coven sync; a second device joins with the store key, reads the file and edits a row,
+#   8. coven sync; a second device of the same member joins with its identity, reads the file
+#      and edits a row,
 #      which travels back;
 #   9. the laptop deletes that row; coven gc there deletes its stored bytes once the first
 #      device has synced (and never a person's original);
@@ -95,9 +96,9 @@ step "coven file-status $file"
 step "coven sync: publish this device's rows as sealed, signed changes"
 "$coven" sync
 
-step "a second device: coven join with the store key, then read the file there"
-"$coven" key export > store.key
-"$coven" --quiet join "file://$DEMO/store" --key-file store.key --name laptop --db "$DEMO/laptop/device.db"
+step "a second device: coven join as the same member (its identity), then read the file there"
+(umask 077 && "$coven" key export > me.identity)
+"$coven" --quiet join "file://$DEMO/store" --identity me.identity --name laptop --db "$DEMO/laptop/device.db"
 "$coven" sql --db "$DEMO/laptop/device.db" "SELECT title FROM songs ORDER BY title"
 "$coven" cat "$file" --db "$DEMO/laptop/device.db" | cmp - sample.bin && echo "the laptop reads the same bytes from storage"
 

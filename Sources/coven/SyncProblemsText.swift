@@ -33,6 +33,7 @@ struct SyncProblemsText {
             "clock_ahead_ms": pulled.clockAhead,
             "gaps": pulled.gaps,
             "key_unavailable": pulled.keyUnavailable,
+            "refused_removals": pulled.refusedRemovals,
             "damaged": pulled.damaged.mapValues { ["seq": $0.seq, "object": $0.object, "message": $0.message] as [String: Any] },
             "lost_for_good": pulled.lostForGood.map { ["device": $0.device, "seq": $0.seq, "object": $0.object, "why": $0.why.rawValue] as [String: Any] },
         ]
@@ -78,6 +79,9 @@ struct SyncProblemsText {
         for (other, seq) in pulled.keyUnavailable.sorted(by: { $0.key < $1.key }) {
             warn("change \(seq) of device \(describe(other)) is sealed under a generation of the store's key this device does not hold: its changes wait here; "
                  + "a device of a member reads new generations at each sync (a device that belongs to no member takes its member's identity with 'coven member use FILE')")
+        }
+        for (other, why) in pulled.refusedRemovals.sorted(by: { $0.key < $1.key }) {
+            warn("device \(describe(other)) stays in the store: \(why) (only an admin's device, or a device of its own member, removes a member's device)")
         }
         for (other, seq) in pulled.waiting.sorted(by: { $0.key < $1.key }) {
             context.note("warning: device \(describe(other))'s next change waits for change \(seq) of a device not applied here yet")

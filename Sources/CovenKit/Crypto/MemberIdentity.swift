@@ -118,7 +118,16 @@ public final class MemberIdentity {
     public var fileText: String {
         "# coven member identity: keep it secret; 'coven join URL --identity FILE' reads it\n"
             + "# recipient: \(recipient)\n"
-            + Bech32.encode(hrp: Self.secretPrefix, data: secret) + "\n"
+            + secretLine + "\n"
+    }
+
+    /// The identity as one line, `COVEN-MEMBER-SECRET-1…`: what `coven key export` prints in a
+    /// store of members, and what ``init(text:source:)`` reads back.
+    public var secretLine: String { Bech32.encode(hrp: Self.secretPrefix, data: secret) }
+
+    /// Whether `text` holds an identity rather than a store key (`coven join --key-file`).
+    public static func looksLikeIdentity(_ text: String) -> Bool {
+        text.range(of: secretPrefix + "1", options: .caseInsensitive) != nil
     }
 
     /// Writes the identity file at `path`, mode 0600, crash-safe.

@@ -45,7 +45,17 @@ public struct Members {
         guard try memberID() != nil else {
             throw CovenError(.invalidState, "this device belongs to no member of the store yet", hint: "make this device's store member-aware with 'coven member init NAME'")
         }
-        return try MemberIdentity(contentsOf: device.paths.memberIdentity)
+        do {
+            return try MemberIdentity(contentsOf: device.paths.memberIdentity)
+        } catch var error as CovenError where error.code == .usage {
+            // The device's own file, not a command line's: damage, as a damaged store key is.
+            error.code = .integrity
+            let path = device.paths.memberIdentity
+            error.message = "this device's member identity '\(path)' is damaged: "
+                + error.message.replacingOccurrences(of: "'\(path)' is not a coven member identity: ", with: "")
+            error.hint = "put it back from another device of the member: 'coven member export -o FILE' there, then copy FILE over that path here (mode 0600)"
+            throw error
+        }
     }
 
     /// The chain of the store audience, checked with the device registry this device knows.

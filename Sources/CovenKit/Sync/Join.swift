@@ -81,15 +81,15 @@ extension Device {
         // The marker says a join is under way here, and which device it announces: a rerun
         // after a kill starts clean from it.
         try AtomicFile.write(joinMarker(paths), bytes: Array(deviceID.utf8), mode: 0o600)
+        let signingKey = try DeviceSigningKey()
         if let previous = unfinished, previous != deviceID,
            try provider.head(registryEntryKey(previous)) != nil, try provider.head(registryEntryKey(previous) + goneSuffix) == nil {
             let mark = GoneMark(device: previous, goneAt: Timestamp.iso8601(Date()), removedBy: deviceID)
-            _ = try provider.putIfAbsent(registryEntryKey(previous) + goneSuffix, data: try mark.seal(keys: keys))
+            _ = try provider.putIfAbsent(registryEntryKey(previous) + goneSuffix, data: try mark.seal(keys: keys, store: storeID, signer: signingKey))
         }
         let deviceName = name ?? uniqueName(ProcessInfo.processInfo.hostName, taken: Set(taken.keys))
         let now = Timestamp.iso8601(Date())
         defer { for suffix in ["", "-wal", "-shm"] { unlink(building(paths) + suffix) } }
-        let signingKey = try DeviceSigningKey()
         // The newest snapshot this device can read becomes its database; the pull that follows
         // brings the rest.
         let snapshot = try restoreSnapshot(provider: provider, keys: keys, storeID: storeID, manifest: manifest,

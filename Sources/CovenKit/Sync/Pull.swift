@@ -35,6 +35,9 @@ public struct PullReport: Sendable, Equatable {
     /// Devices whose next change is sealed under a generation of the store's key this device
     /// does not hold: their stream waits there (the key may come with the next sync).
     public var keyUnavailable: [String: Int64] = [:]
+    /// Removal marks not honoured, by the device they name: why (a mark by a device whose member
+    /// may not remove it; RemovalAuthority).
+    public var refusedRemovals: [String: String] = [:]
 
     public var changes: Int { applied.values.reduce(0) { $0 + $1.count } }
 }
@@ -78,6 +81,7 @@ extension StoreSync {
         var report = PullReport()
         // `learned`: the caller listed devices/ already (sync does, before its push).
         report.newDevices = try learned ?? refreshDevices(provider: provider, keys: keys)
+        report.refusedRemovals = try refusedRemovals()
         var applier = ChangeApplier(device: device, authorizer: MemberAuthorizer(keys: keys, database: database, store: storeID))
         var uncache: Set<String> = []
         defer { dropCachedBytes(of: uncache) }
@@ -333,24 +337,13 @@ extension StoreSync {
         let gone = Set(try database.query("SELECT device FROM coven_device_registry WHERE gone = 1").compactMap { $0.string("device") })
         let alreadyRegistered = Set(try database.query("SELECT device FROM coven_device_registry").compactMap { $0.string("device") })
         var learned: [String] = []
+        // Removal marks are judged once every entry is read: a mark's remover may be new too.
+        var marks: [(key: String, device: String)] = []
         for info in try provider.list(prefix: "devices/") {
             let name = String(info.key.dropFirst("devices/".count))
             if name.hasSuffix(Device.goneSuffix) {
                 let device = String(name.dropLast(Device.goneSuffix.count))
-                guard !gone.contains(device) else { continue }
-                guard let sealed = try provider.getObject(info.key) else { continue }
-                let mark = try GoneMark.open(sealed, key: info.key, keys: keys)
-                guard mark.device == device else {
-                    throw CovenError(.integrity, "removal mark '\(info.key)' names device '\(mark.device)'", details: ["object": info.key])
-                }
-                try database.transaction {
-                    try SyncState(database: database).setGone(device, at: mark.goneAt)
-                    // The others apply of a gone device what some device's frontier says it
-                    // applied: this one's frontier must say what it applied of it.
-                    if try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [device]).intValue ?? 0 > 0 {
-                        try setSetting(Self.frontierDueSetting, "1")
-                    }
-                }
+                if !gone.contains(device) { marks.append((info.key, device)) }
                 continue
             }
             if let mark = name.range(of: ChangeDamage.damagedInfix) {
@@ -379,39 +372,45 @@ extension StoreSync {
             }
             if !alreadyRegistered.contains(name) { learned.append(name) }
         }
+        var refused: [String: String] = [:]
+        let authority = RemovalAuthority(keys: keys, database: database, store: storeID)
+        for (key, device) in marks {
+            guard let sealed = try provider.getObject(key) else { continue }
+            let mark = try GoneMark.open(sealed, key: key, keys: keys)
+            guard mark.device == device else {
+                throw CovenError(.integrity, "removal mark '\(key)' names device '\(mark.device)'", details: ["object": key])
+            }
+            if let refusal = try authority.refusal(of: mark) {
+                // Not honoured: the device stays; the mark is judged again at each sync (its
+                // remover's entry or vouch may come later), and sync reports it.
+                refused[device] = "removal mark '\(key)' by device \(mark.removedBy) is not honoured: \(refusal)"
+                continue
+            }
+            try database.transaction {
+                try SyncState(database: database).setGone(device, at: mark.goneAt)
+                // The others apply of a gone device what some device's frontier says it
+                // applied: this one's frontier must say what it applied of it.
+                if try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [device]).intValue ?? 0 > 0 {
+                    try setSetting(Self.frontierDueSetting, "1")
+                }
+            }
+        }
+        if try refused != refusedRemovals() {
+            try setSetting(Self.refusedRemovalsSetting, refused.isEmpty ? nil : String(decoding: try JSONSerialization.data(withJSONObject: refused, options: [.sortedKeys]), as: UTF8.self))
+        }
         try refuseIfGone()
         return learned
     }
 
-}
+    /// The setting holding the removal marks the last look at `devices/` did not honour, by
+    /// device: JSON `{device: why}`.
+    static let refusedRemovalsSetting = "sync_refused_removals"
 
-/// `devices/<id>.gone`, sealed under the store key bound to its path: the mark of a device
-/// removed for good, by whom and when.
-struct GoneMark {
-    var device: String
-    var goneAt: String
-    var removedBy: String
-
-    func seal(keys: Keyring) throws -> [UInt8] {
-        let plaintext = try JSONSerialization.data(withJSONObject: [
-            "coven_device_gone": 1, "device": device, "gone_at": goneAt, "removed_by": removedBy,
-        ], options: [.sortedKeys])
-        return try keys.seal([UInt8](plaintext), boundTo: Device.registryEntryKey(device) + Device.goneSuffix)
+    /// What ``refusedRemovalsSetting`` holds.
+    func refusedRemovals() throws -> [String: String] {
+        guard let text = try setting(Self.refusedRemovalsSetting),
+              let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: String] else { return [:] }
+        return object
     }
 
-    static func open(_ sealed: [UInt8], key: String, keys: Keyring) throws -> GoneMark {
-        let plaintext: [UInt8]
-        do {
-            plaintext = try keys.open(sealed, boundTo: key)
-        } catch var error as CovenError {
-            error.details["object"] = key
-            if error.code == .integrity { error.message = "removal mark '\(key)' fails authentication" }
-            throw error
-        }
-        guard let object = try? JSONSerialization.jsonObject(with: Data(plaintext)) as? [String: Any], let device = object["device"] as? String,
-              let goneAt = object["gone_at"] as? String else {
-            throw CovenError(.decoding, "removal mark '\(key)' cannot be decoded", details: ["object": key])
-        }
-        return GoneMark(device: device, goneAt: goneAt, removedBy: object["removed_by"] as? String ?? "")
-    }
 }

@@ -142,6 +142,18 @@ extension StoreSync {
         guard id != deviceID else {
             throw CovenError(.invalidState, "'\(device)' is this device", hint: "remove a device from another one", details: ["device": id])
         }
+        // In a store of members, only an admin's device removes another member's device.
+        if let generation = try keys.storeGeneration() {
+            let authority = RemovalAuthority(keys: keys, database: database, store: storeID)
+            let roster = try keys.roster(audience: RowAudiences.store, generation: generation)
+            if let target = try authority.vouchedMember(id, roster: roster) {
+                let mine = try authority.vouchedMember(deviceID, roster: roster)
+                guard let mine, mine.role.isAdmin || mine.id == target.id else {
+                    throw CovenError(.notAdmin, "device '\(device)' belongs to member '\(target.name)', and this device's member is not an admin",
+                                     hint: "remove it from a device of an admin, or of '\(target.name)'", details: ["device": id, "member": target.id])
+                }
+            }
+        }
         return try markGone(id, provider: provider)
     }
 
@@ -155,7 +167,7 @@ extension StoreSync {
         let dropped = try droppedChanges(of: id, provider: provider)
         let now = Timestamp.iso8601(Date())
         let mark = GoneMark(device: id, goneAt: now, removedBy: deviceID)
-        _ = try provider.putIfAbsent(Device.registryEntryKey(id) + Device.goneSuffix, data: try mark.seal(keys: keys))
+        _ = try provider.putIfAbsent(Device.registryEntryKey(id) + Device.goneSuffix, data: try mark.seal(keys: keys, store: storeID))
         try database.transaction {
             try SyncState(database: database).setGone(id, at: now)
             // The others apply of a gone device only what some device's published frontier

@@ -13,7 +13,10 @@ struct DeviceCommand: Command {
     end with the same rows); the rest are dropped with it. DEVICE is an id or a name \
     that 'coven devices' lists: a name names the device not gone for good that has it (or, if \
     none has, the gone one); a name two devices share is refused ('usage', listing their ids): \
-    give the id. This device cannot remove itself. Prints the removed device's id, \
+    give the id. This device cannot remove itself. In a store of members, a device of another \
+    member is removed only from a device of an admin ('not_admin' otherwise); a mark made \
+    anyway is not honoured by the other devices, which report it at each sync. Prints the \
+    removed device's id, \
     then one line 'dropped KEY: no device applied it' for each of its published changes no \
     device is known to have applied (above what this device applied of it and what every \
     device's published frontier says): those are dropped with it, and 'coven gc \

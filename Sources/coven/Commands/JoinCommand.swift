@@ -20,7 +20,9 @@ struct JoinCommand: Command {
     identity ('coven member keygen' or 'coven member export' wrote it). The store's keys then \
     come from its chain of key generations, opened with the identity, every link checked; the \
     new device's entry is vouched for by the member. No store key is needed, and a join by key \
-    of such a store is refused ('usage'). An identity on no roster of the store is 'not_found'.
+    of such a store is refused ('usage'). An identity on no roster of the store is 'not_found'. \
+    --key-file (or stdin) may hold the identity too: in a store of members 'coven key export' \
+    prints the member's identity, so scripts that pass its line on join as that member.
 
     Run again after a kill or a failure, join goes on: when the device at --db is of this store \
     (its pull was stopped) it finishes the pull; what a join stopped before the device was made \
@@ -49,9 +51,16 @@ struct JoinCommand: Command {
             let identity = try MemberIdentity(contentsOf: identityPath)
             device = try Device.join(paths: DevicePaths(database: context.databasePath), storage: storage, identity: identity, name: invocation.value("name"))
         } else {
-            let key = try readKey(invocation, context)
-            keyStore = key.store
-            device = try Device.join(paths: DevicePaths(database: context.databasePath), storage: storage, storeKey: key.bytes, name: invocation.value("name"))
+            let (text, source) = try readKeyText(invocation, context)
+            if MemberIdentity.looksLikeIdentity(text) {
+                // What 'coven key export' prints in a store of members: the member's identity.
+                let identity = try MemberIdentity(text: text, source: source)
+                device = try Device.join(paths: DevicePaths(database: context.databasePath), storage: storage, identity: identity, name: invocation.value("name"))
+            } else {
+                let key = try parseKey(text)
+                keyStore = key.store
+                device = try Device.join(paths: DevicePaths(database: context.databasePath), storage: storage, storeKey: key.bytes, name: invocation.value("name"))
+            }
         }
         if let store = keyStore, store != device.storeID {
             context.note("warning: the key names store \(store), but the store at \(storage) is \(device.storeID)")
@@ -59,9 +68,9 @@ struct JoinCommand: Command {
         return try pull(device, storage: storage, context)
     }
 
-    /// The store key from --key-file or stdin.
-    private static func readKey(_ invocation: Invocation, _ context: CommandContext) throws -> (bytes: [UInt8], store: String?) {
-        let text: String
+    /// The text of --key-file or stdin, and where it came from: a store key, or a member's
+    /// identity ('coven key export' in a store of members).
+    private static func readKeyText(_ invocation: Invocation, _ context: CommandContext) throws -> (text: String, source: String) {
         if let path = invocation.value("key-file") {
             var isFolder: ObjCBool = false
             if FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), isFolder.boolValue {
@@ -71,15 +80,13 @@ struct JoinCommand: Command {
             guard let data = FileManager.default.contents(atPath: path) else {
                 throw CovenError.posix("read the key file", path: path)
             }
-            text = String(decoding: data, as: UTF8.self)
+            return (String(decoding: data, as: UTF8.self), path)
         } else {
             guard !context.stdinIsTerminal else {
                 throw CovenError(.usage, "no store key: pass --key-file FILE or pipe it on stdin", hint: "on a device of the store: coven key export")
             }
-            text = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+            return (String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self), "stdin")
         }
-        let key = try parseKey(text)
-        return (key.bytes, key.store)
     }
 
     /// Pulls what the device's snapshot does not hold, and prints the report.

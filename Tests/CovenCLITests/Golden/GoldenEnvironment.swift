@@ -27,6 +27,9 @@ enum GoldenEnvironment {
             "NO_COLOR": "1",
             "COLUMNS": "80",
             "TERM": "dumb",
+            // The login name: the default name of a store's first member ('coven init').
+            "LOGNAME": "alice",
+            "USER": "alice",
             "PATH": (binary as NSString).deletingLastPathComponent + ":" + (parent["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"),
         ]
         for name in passedThrough {
@@ -51,6 +54,8 @@ struct GoldenNormalizer {
         rule(#"(files/[^/\s]+/)[a-z2-7]{26}(?![a-z2-7])"#, "$1<name>"),
         rule(#"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"#, "<id>"),
         rule(#"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?"#, "<time>"),
+        rule(#"coven1[02-9ac-hj-np-z]{90,}"#, "<recipient>"),
+        rule(#"COVEN-MEMBER-SECRET-1[02-9AC-HJ-NP-Z]{50,}"#, "<secret>"),
     ]
 
     /// The named rules a case may turn on with `normalize NAME`.

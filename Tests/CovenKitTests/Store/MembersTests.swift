@@ -227,6 +227,57 @@ class MembersTests: DeviceTestCase {
         _ = try StoreSync(tablet).sync()
         XCTAssertEqual(try tablet.database.scalar("SELECT title FROM albums WHERE id = '\(Self.album)'").textValue, "after")
     }
+
+    /// Who may take a member's device out of the store: an admin's device or one of its own
+    /// member's. A mark made anyway, or naming another remover than its signer, is not honoured
+    /// (the device stays, syncs, and sync reports the mark).
+    func testOnlyAnAdminOrItsOwnMemberRemovesAMembersDevice() throws {
+        let laptop = try makeDevice(name: "laptop")
+        let alice = try Members(laptop).establish(name: "alice")
+        let bob = try MemberIdentity(), carol = try MemberIdentity()
+        _ = try Members(laptop).add(name: "bob", recipient: bob.recipient.description, admin: false)
+        _ = try Members(laptop).add(name: "carol", recipient: carol.recipient.description, admin: true)
+        let phone = try join("phone", from: laptop, identity: alice)
+        let bobLaptop = try join("bob-laptop", from: laptop, identity: bob)
+        let bobPhone = try join("bob-phone", from: laptop, identity: bob)
+        let carolDevice = try join("carol", from: laptop, identity: carol)
+        for device in [laptop, phone, bobLaptop, bobPhone, carolDevice] { _ = try StoreSync(device).sync() }
+        let provider = try laptop.connectStorage()
+        func mark(_ device: Device) -> String { Device.registryEntryKey(device.deviceID) + Device.goneSuffix }
+        func isGone(_ device: Device, on reader: Device) throws -> Bool {
+            try XCTUnwrap(try StoreSync(reader).devices().first { $0.id == device.deviceID }).gone
+        }
+        // Bob may not remove alice's phone: refused, nothing published.
+        assertCovenError(.notAdmin) { try StoreSync(bobLaptop).removeDevice(phone.deviceID) }
+        XCTAssertNil(try provider.head(mark(phone)))
+        // A mark he makes anyway is not honoured: the phone stays, and syncs.
+        let forged = GoneMark(device: phone.deviceID, goneAt: Timestamp.iso8601(Date()), removedBy: bobLaptop.deviceID)
+        XCTAssertTrue(try provider.putIfAbsent(mark(phone), data: try forged.seal(keys: bobLaptop.keys, store: bobLaptop.storeID)))
+        // Nor one that names alice's laptop, an admin's device, as its remover but is signed by his.
+        let lying = GoneMark(device: carolDevice.deviceID, goneAt: Timestamp.iso8601(Date()), removedBy: laptop.deviceID)
+        XCTAssertTrue(try provider.putIfAbsent(mark(carolDevice), data: try lying.seal(keys: bobLaptop.keys, store: bobLaptop.storeID,
+                                                                                       signer: try bobLaptop.keys.signingKey())))
+        let report = try StoreSync(laptop).sync()
+        XCTAssertEqual(Set(report.pulled.refusedRemovals.keys), [phone.deviceID, carolDevice.deviceID])
+        XCTAssertTrue(report.pulled.refusedRemovals[phone.deviceID]?.contains("not an admin") ?? false, "\(report.pulled.refusedRemovals)")
+        XCTAssertTrue(report.pulled.refusedRemovals[carolDevice.deviceID]?.contains("not signed by the device it names") ?? false)
+        XCTAssertFalse(try isGone(phone, on: laptop))
+        XCTAssertFalse(try isGone(carolDevice, on: laptop))
+        _ = try StoreSync(phone).sync()
+        // Bob removes his own phone: honoured everywhere.
+        _ = try StoreSync(bobLaptop).removeDevice(bobPhone.deviceID)
+        _ = try StoreSync(laptop).sync()
+        XCTAssertTrue(try isGone(bobPhone, on: laptop))
+        // Carol, an admin, removes a device of bob's: honoured everywhere, as her removal of
+        // bob's laptop's is when alice's laptop made it.
+        _ = try StoreSync(carolDevice).sync()
+        _ = try StoreSync(carolDevice).removeDevice(bobLaptop.deviceID)
+        let after = try StoreSync(phone).sync()
+        XCTAssertTrue(try isGone(bobLaptop, on: phone))
+        XCTAssertTrue(try isGone(bobPhone, on: phone))
+        XCTAssertEqual(Set(after.pulled.refusedRemovals.keys), [phone.deviceID, carolDevice.deviceID])
+        assertCovenError(.deviceGone) { try StoreSync(bobLaptop).sync() }
+    }
 }
 
 /// The same on S3 (moto, with SigV4 checked).
@@ -238,6 +289,7 @@ final class MembersS3Tests: MembersTests {
     override func testRekeyLeavesTheMembersOtherDevicesOut() throws { try super.testRekeyLeavesTheMembersOtherDevicesOut() }
     override func testTwoAdminsAddingAtOnceMakeOneChainWithBoth() throws { try super.testTwoAdminsAddingAtOnceMakeOneChainWithBoth() }
     override func testAStoreMadeBeforeMembersMigratesWithEveryDeviceTheOwners() throws { try super.testAStoreMadeBeforeMembersMigratesWithEveryDeviceTheOwners() }
+    override func testOnlyAnAdminOrItsOwnMemberRemovesAMembersDevice() throws { try super.testOnlyAnAdminOrItsOwnMemberRemovesAMembersDevice() }
 }
 
 /// A value handed to concurrent work that touches it from one thread at a time.
