@@ -26,7 +26,7 @@ enum ExitCodes {
              .deviceOnly, .remoteRoot, .notThisDevice, .notDeviceOnlyHere, .fileInMove, .notInCloud, .rangeOutOfBounds,
              .notUnicode, .link, .exists, .clash, .empty, .manifest, .schema, .migration, .sql, .invalidId,
              .alreadyExists, .invalidState, .userFileChanged, .fileUnavailable, .deviceConflict, .deviceGone,
-             .notAdmin, .refused, .keyUnavailable:
+             .notAdmin, .refused, .keyUnavailable, .notOwner:
             return refused
         case .storage, .noStorage:
             return storage

@@ -53,6 +53,9 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     case refused = "refused"
     /// What is asked for is sealed under a key generation this device does not hold.
     case keyUnavailable = "key_unavailable"
+    /// A row of an owner-only table written by a device of another member than its owner (an
+    /// admin's included), or its owner column changed.
+    case notOwner = "not_owner"
     // coven's own.
     /// The command line is wrong: an unknown option, a missing argument, a bad value.
     case usage = "usage"

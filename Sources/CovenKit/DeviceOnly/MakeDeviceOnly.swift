@@ -215,6 +215,10 @@ extension Device {
                 throw CovenError(.remoteRoot, "\(request.input): file '\(request.file)' belongs to a row under remote root '\(root)', whose files stay in the cloud",
                                  details: more)
             }
+            if let owned = try OwnedRows(device: self).otherOwner(naming: request.file) {
+                throw CovenError(.notOwner, "\(request.input): file '\(request.file)' is named by row '\(owned.row)' of owner-only table '\(owned.table)', member \(owned.owner)'s",
+                                 hint: "only its owner's devices make it device-only", details: details.merging(["table": owned.table, "owner": owned.owner]) { first, _ in first })
+            }
             guard record.coordinates.at == .stored, record.hash != nil else {
                 var more = details
                 more["device"] = record.coordinates.device ?? ""

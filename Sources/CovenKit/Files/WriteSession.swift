@@ -253,6 +253,7 @@ final class WriteSession {
                 let appChanges = try recorded.changes()
                 try applyIntents()
                 try stampRows(appChanges)
+                try OwnedRows(device: device).enforce(appChanges)
                 try validate(appChanges)
                 try releaseUnreferenced()
                 try applyMoveIntents()

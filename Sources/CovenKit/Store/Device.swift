@@ -489,6 +489,10 @@ extension Manifest {
             var object: [String: Any] = ["name": table.name, "identity": table.identity.rawValue]
             if let column = table.audienceColumn { object["audience_column"] = column }
             if let column = table.audienceFrom { object["audience_from"] = column }
+            if let column = table.ownerColumn {
+                object["owner_only"] = true
+                object["owner_column"] = column
+            }
             switch table.gate {
             case .none: break
             case .gatedBy(let column): object["gated_by"] = column

@@ -40,6 +40,10 @@ public struct Manifest: Sendable, Equatable, Codable {
         public var gate: Gate
         /// Its file reference columns.
         public var files: [FileColumn]
+        /// In an owner-only table (`"owner_only": true`), the column coven fills with the id of
+        /// the member whose device wrote the row: only that member's devices change or delete
+        /// it (`not_owner`). Nil for any other table.
+        public var ownerColumn: String? = nil
     }
 
     /// The row identity mode.
@@ -128,7 +132,7 @@ extension Manifest {
         for (index, item) in try reader.array(object["tables"] ?? [Any](), at: "tables").enumerated() {
             let r = JSONReader(path: "tables[\(index)]")
             let o = try r.object(item)
-            try r.only(o, ["name", "identity", "audience_column", "audience_from", "gated_by", "gated_by_descendants", "remote_root", "files"])
+            try r.only(o, ["name", "identity", "audience_column", "audience_from", "gated_by", "gated_by_descendants", "remote_root", "files", "owner_only", "owner_column"])
             let name = try r.name(o, "name")
             guard !name.lowercased().hasPrefix("coven_"), !name.lowercased().hasPrefix("sqlite_") else {
                 throw CovenError(.manifest, "\(r.path).name: '\(name)' uses a reserved prefix")
@@ -167,7 +171,21 @@ extension Manifest {
             guard !tables.contains(where: { $0.name == name }) else {
                 throw CovenError(.manifest, "\(r.path).name: table '\(name)' is declared twice")
             }
-            tables.append(SyncedTable(name: name, identity: identity, audienceColumn: audienceColumn, audienceFrom: audienceFrom, gate: gates.first ?? .none, files: files))
+            let ownerOnly = try r.bool(o, "owner_only") ?? false
+            let ownerColumn = try r.optionalName(o, "owner_column")
+            if ownerColumn != nil && !ownerOnly {
+                throw CovenError(.manifest, "\(r.path).owner_column is set on a table that is not owner_only", hint: "add \"owner_only\": true, or drop owner_column")
+            }
+            if ownerOnly && identity == .sharedKey {
+                throw CovenError(.manifest, "\(r.path): table '\(name)' is owner_only with identity 'shared-key'",
+                                 hint: "a shared key names one row every member writes: an owner-only table takes uuid ids")
+            }
+            let owner = ownerOnly ? (ownerColumn ?? "owner") : nil
+            if let owner, owner == audienceColumn || owner == audienceFrom || files.contains(where: { $0.column == owner }) || owner == "id" || owner == "_updated_at" {
+                throw CovenError(.manifest, "\(r.path).owner_column: '\(owner)' is already a column coven gives another role")
+            }
+            tables.append(SyncedTable(name: name, identity: identity, audienceColumn: audienceColumn, audienceFrom: audienceFrom, gate: gates.first ?? .none, files: files,
+                                      ownerColumn: owner))
         }
 
         var migrations: [String] = []

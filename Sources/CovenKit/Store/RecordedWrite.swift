@@ -8,8 +8,8 @@ struct RecordedChange {
     var table: String
     var id: String
     var operation: Operation
-    /// The file columns' values before the write (updates and deletes), when read
-    /// (``RecordedChanges/forEachBatch(size:oldFiles:_:)``).
+    /// The file columns' values before the write (updates and deletes), and an owner-only
+    /// table's owner column's, when read (``RecordedChanges/forEachBatch(size:oldFiles:_:)``).
     var oldFiles: [String: SQLValue]
 }
 
@@ -95,9 +95,11 @@ final class RecordedWrite {
     private let capture: RowCapture
     private let fileColumns: [String: [String]]
 
-    /// The tables a write records: the manifest's synced tables and `coven_files`.
+    /// The tables a write records: the manifest's synced tables and `coven_files`, each with
+    /// the columns whose old values the capture keeps: its file columns, and the owner column
+    /// of an owner-only table (``RecordedChange/oldFiles`` holds both).
     static func recordedTables(_ manifest: Manifest) -> [(name: String, fileColumns: [String])] {
-        manifest.tables.map { ($0.name, $0.files.map(\.column)) } + [("coven_files", [])]
+        manifest.tables.map { ($0.name, $0.files.map(\.column) + ($0.ownerColumn.map { [$0] } ?? [])) } + [("coven_files", [])]
     }
 
     fileprivate init(device: Device) throws {

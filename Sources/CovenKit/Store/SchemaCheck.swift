@@ -63,6 +63,12 @@ struct SchemaCheck {
             }
         }
         if case .gatedBy(let gate) = table.gate { _ = try column(gate, "gated_by") }
+        if let owner = table.ownerColumn {
+            let row = try column(owner, "owner")
+            guard row.string("type") == "TEXT", (row.int("hidden") ?? 0) == 0 else {
+                throw refuse(name, owner, "owner column '\(owner)' of table '\(name)' must be a TEXT column that is not generated")
+            }
+        }
         for file in table.files {
             let row = try column(file.column, "file")
             let hidden = row.int("hidden") ?? 0

@@ -33,21 +33,47 @@ struct MemberAuthorizer: ChangeAuthorizer {
     let keys: Keyring
     let database: Database
     let store: String
+    /// The tables whose rows have owners (owner-only), by name: their owner column.
+    let ownerColumns: [String: String]
     /// The verdict for each device at each generation, found once.
     private var verdicts: [String: Bool] = [:]
 
-    init(keys: Keyring, database: Database, store: String) {
+    init(keys: Keyring, database: Database, store: String, manifest: Manifest? = nil) {
         self.keys = keys
         self.database = database
         self.store = store
+        ownerColumns = Dictionary((manifest?.tables ?? []).compactMap { table in table.ownerColumn.map { (table.name, $0) } },
+                                  uniquingKeysWith: { first, _ in first })
     }
 
     mutating func authorize(_ entry: RowEntry, section: ChangeSection, change: ChangeObject) throws -> Authorization {
         let key = "\(change.device) \(change.generation)"
-        if let known = verdicts[key] { return known ? .accepted : .refused(.notAuthorized) }
-        let verdict = try mayWrite(device: change.device, generation: change.generation)
-        verdicts[key] = verdict
-        return verdict ? .accepted : .refused(.notAuthorized)
+        let verdict: Bool
+        if let known = verdicts[key] {
+            verdict = known
+        } else {
+            verdict = try mayWrite(device: change.device, generation: change.generation)
+            verdicts[key] = verdict
+        }
+        guard verdict else { return .refused(.notAuthorized) }
+        if let column = ownerColumns[entry.table], try !isOwners(entry, column: column, device: change.device) { return .refused(.notOwner) }
+        return .accepted
+    }
+
+    /// Whether `entry`, of an owner-only table whose owner column is `column`, comes from a
+    /// device of the row's owner: the member that vouched for `device` is the owner the row has
+    /// here (if it is here), and, for an upsert, the owner the entry gives it. Before members
+    /// (no generation learned) rows have no owners to keep.
+    private func isOwners(_ entry: RowEntry, column: String, device: String) throws -> Bool {
+        guard entry.kind != .retract, try keys.storeGeneration() != nil else { return true }
+        guard let signer = try database.scalar("SELECT member FROM coven_device_registry WHERE device = ?1", [device]).textValue else { return false }
+        if let current = try database.queryOne("SELECT \(RowCapture.quote(column)) AS owner FROM \(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id]),
+           let owner = current["owner"].textValue, owner != signer {
+            return false
+        }
+        guard entry.kind == .upsert else { return true }
+        guard let index = entry.columns.firstIndex(of: column) else { return false }
+        return entry.values[index].textValue == signer
     }
 
     private func mayWrite(device: String, generation: UInt64) throws -> Bool {

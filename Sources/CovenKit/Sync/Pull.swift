@@ -82,7 +82,7 @@ extension StoreSync {
         // `learned`: the caller listed devices/ already (sync does, before its push).
         report.newDevices = try learned ?? refreshDevices(provider: provider, keys: keys)
         report.refusedRemovals = try refusedRemovals()
-        var applier = ChangeApplier(device: device, authorizer: MemberAuthorizer(keys: keys, database: database, store: storeID))
+        var applier = ChangeApplier(device: device, authorizer: MemberAuthorizer(keys: keys, database: database, store: storeID, manifest: manifest))
         var uncache: Set<String> = []
         defer { dropCachedBytes(of: uncache) }
         var moved = true

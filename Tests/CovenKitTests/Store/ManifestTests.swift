@@ -62,6 +62,12 @@ final class ManifestTests: XCTestCase {
                           { "name": "c", "identity": "uuid", "gated_by_descendants": true } ] }
             """)
         XCTAssertEqual(try parse(try gates.canonicalJSON()), gates)
+        let owned = try parse("""
+            { "tables": [ { "name": "a", "identity": "uuid", "owner_only": true }, { "name": "b", "identity": "uuid", "owner_only": true, "owner_column": "by" },
+                          { "name": "c", "identity": "uuid", "owner_only": false } ] }
+            """)
+        XCTAssertEqual(owned.tables.map(\.ownerColumn), ["owner", "by", nil])
+        XCTAssertEqual(try parse(try owned.canonicalJSON()), owned)
     }
 
     /// Every refusal of docs/manifest.md, with its exact message.
@@ -115,6 +121,10 @@ final class ManifestTests: XCTestCase {
             ("{ \"tables\": [ { \"name\": \"t\", \"identity\": \"uuid\", \"files\": [ { \"column\": \"f\", \"write_once\": 0 } ] } ] }", "tables[0].files[0].write_once must be true or false"),
             ("{ \"tables\": [ { \"name\": \"t\", \"identity\": \"uuid\", \"files\": [ { \"column\": \"f\" }, { \"column\": \"f\" } ] } ] }", "tables[0].files[1].column: 'f' is declared twice"),
             ("{ \"tables\": [ { \"name\": \"t\", \"identity\": \"uuid\" }, { \"name\": \"t\", \"identity\": \"uuid\" } ] }", "tables[1].name: table 't' is declared twice"),
+            ("{ \"tables\": [ { \"name\": \"t\", \"identity\": \"shared-key\", \"owner_only\": true } ] }", "tables[0]: table 't' is owner_only with identity 'shared-key'"),
+            ("{ \"tables\": [ { \"name\": \"t\", \"identity\": \"uuid\", \"owner_column\": \"o\" } ] }", "tables[0].owner_column is set on a table that is not owner_only"),
+            ("{ \"tables\": [ { \"name\": \"t\", \"identity\": \"uuid\", \"owner_only\": 1 } ] }", "tables[0].owner_only must be true or false"),
+            ("{ \"tables\": [ { \"name\": \"t\", \"identity\": \"uuid\", \"owner_only\": true, \"audience_column\": \"owner\" } ] }", "tables[0].owner_column: 'owner' is already a column coven gives another role"),
             ("{ \"migrations\": [ \"  \" ] }", "migrations[0] must be a non-empty SQL string"),
             ("{ \"migrations\": [ \"SELECT 1\", 42 ] }", "migrations[1] must be a non-empty SQL string"),
         ]
