@@ -80,7 +80,8 @@ public struct Members {
                                        DeviceEntry.vouches(recipient, signature: signature, store: store, member: member, device: device, publicKey: key)
                                  else { return nil }
                                  return member
-                             })
+                             },
+                             namedMember: { device in vouched[device]?.member })
     }
 
     /// Makes this device's store one of members, with `name` its first member, the owner, whose

@@ -15,6 +15,11 @@ struct AudienceChain {
     /// The member of a roster who vouched for a device (its entry certified by that member's
     /// key), to check that an admin's device signed.
     let memberOf: (String, [AudienceGeneration.Member]) -> String?
+    /// The member a device's entry names, vouched for or not: a generation this member cannot
+    /// open, signed by a device whose entry names this member itself, is the member's rekey
+    /// without this device (its new key vouches for the signer, which this device cannot check
+    /// with the old one).
+    var namedMember: (String) -> String? = { _ in nil }
 
     /// What a member reads of the chain.
     struct State: Equatable {
@@ -109,7 +114,8 @@ struct AudienceChain {
             let path = AudienceGeneration.path(audience: audience, generation: number)
             let (signer, _, _) = try AudienceGeneration.verify(try bytes(number), path: path, store: store, signerKey: signerKey)
             if number == unreadable.first, let roster = opened.last?.generation.roster,
-               !roster.contains(where: { $0.id == memberOf(signer, roster) && $0.role.isAdmin }) {
+               !roster.contains(where: { $0.id == memberOf(signer, roster) && $0.role.isAdmin }),
+               !isOwnRekey(signer: signer, roster: roster, identity: identity) {
                 throw CovenError(.integrity, "key generation '\(path)' is signed by device '\(signer)', whose member was not an admin at generation \(number - 1)",
                                  hint: "it was not published by an admin of this store: remove the object and tell the store's admins",
                                  details: ["object": path, "reason": "not_admin"])
@@ -117,6 +123,14 @@ struct AudienceChain {
         }
         let newestNumber = opened.last?.generation.generation ?? 1
         return State(opened: opened, newestBytes: try bytes(newestNumber), unreadable: unreadable)
+    }
+
+    /// Whether `signer`'s entry names the member `identity` is on `roster`: a generation past
+    /// it that this member cannot open is then its own rekey on another device (at worst a
+    /// forged entry and generation stop this device, which storage access allows anyway).
+    private func isOwnRekey(signer: String, roster: [AudienceGeneration.Member], identity: MemberIdentity) -> Bool {
+        guard let mine = roster.first(where: { $0.recipient == identity.recipient })?.id else { return false }
+        return namedMember(signer) == mine
     }
 
     /// Publishes the next generation: `change` turns the newest roster into the next (adding,

@@ -126,6 +126,21 @@ class MembersTests: DeviceTestCase {
         XCTAssertEqual(try tablet.database.scalar("SELECT title FROM albums").textValue, "after the rekey")
     }
 
+    /// A device that never saw the device that rekeyed its member (which joined after its last
+    /// sync, and whose entry only the new key vouches for) learns it is left out: device_gone,
+    /// not a forged generation.
+    func testADeviceThatNeverSawTheRekeyingDeviceIsGoneNotRefusingTheChain() throws {
+        let laptop = try makeDevice(name: "laptop")
+        let alice = try Members(laptop).establish(name: "alice")
+        let phone = try join("phone", from: laptop, identity: alice)
+        _ = try StoreSync(phone).sync()
+        let desk = try join("desk", from: laptop, identity: alice)
+        let (_, change) = try Members(desk).rekey()
+        XCTAssertEqual(Set(change.devicesGone), [laptop.deviceID, phone.deviceID])
+        assertCovenError(.deviceGone) { try StoreSync(phone).sync() }
+        assertCovenError(.deviceGone) { try StoreSync(laptop).sync() }
+    }
+
     /// A store made before members, with two devices: the first's establishment vouches for
     /// both (the owner holds every existing device); the second reads new generations once it
     /// adopts the owner's identity, and its changes are the owner's all along.
@@ -290,6 +305,7 @@ final class MembersS3Tests: MembersTests {
     override func testTwoAdminsAddingAtOnceMakeOneChainWithBoth() throws { try super.testTwoAdminsAddingAtOnceMakeOneChainWithBoth() }
     override func testAStoreMadeBeforeMembersMigratesWithEveryDeviceTheOwners() throws { try super.testAStoreMadeBeforeMembersMigratesWithEveryDeviceTheOwners() }
     override func testOnlyAnAdminOrItsOwnMemberRemovesAMembersDevice() throws { try super.testOnlyAnAdminOrItsOwnMemberRemovesAMembersDevice() }
+    override func testADeviceThatNeverSawTheRekeyingDeviceIsGoneNotRefusingTheChain() throws { try super.testADeviceThatNeverSawTheRekeyingDeviceIsGoneNotRefusingTheChain() }
 }
 
 /// A value handed to concurrent work that touches it from one thread at a time.

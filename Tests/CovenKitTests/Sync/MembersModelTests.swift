@@ -11,15 +11,20 @@ import XCTest
 ///   member's keys replaced without it) was published;
 /// - no device of a removed member opens a change published after its removal, with any key it
 ///   holds;
-/// - every entry a live device refused is one such device's.
+/// - every entry a live device refused is one such device's, or (`not_owner`) a change of a row
+///   of the owner-only table `journal` by another member than its owner;
+/// - every journal row is owned by the member that wrote it, and holds only what that member's
+///   devices wrote: another member's write is refused locally, and the same forged past the
+///   local checks is refused by every device that applies it.
 /// The seed of a failing run is printed; `COVEN_SEED=N` replays one, `COVEN_RUNS=N` sets how
 /// many.
 final class MembersModelTests: XCTestCase {
     static let manifest = """
         {
           "namespaces": [ { "name": "covers", "kind": "app" } ],
-          "tables": [ { "name": "albums", "identity": "uuid" } ],
-          "migrations": [ "CREATE TABLE albums (id TEXT PRIMARY KEY, title TEXT, year INTEGER, _updated_at TEXT NOT NULL DEFAULT '') STRICT" ]
+          "tables": [ { "name": "albums", "identity": "uuid" }, { "name": "journal", "identity": "uuid", "owner_only": true } ],
+          "migrations": [ "CREATE TABLE albums (id TEXT PRIMARY KEY, title TEXT, year INTEGER, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+                          "CREATE TABLE journal (id TEXT PRIMARY KEY, owner TEXT, body TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT" ]
         }
         """
 
@@ -53,7 +58,12 @@ final class MembersModelTests: XCTestCase {
         var memberCount = 1
         // Values written after their writer was cut off: they must never be seen.
         var forbidden: Set<String> = []
+        // Devices that forged a write past the local checks.
+        var forgers: Set<String> = []
         let albums = (0..<3).map { String(format: "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d%04x", $0) }
+        // Journal rows: each member writes its own two (the id names the member's index).
+        var memberIndex: [String: Int] = [try XCTUnwrap(try Members(first).memberID()): 0]
+        func journal(_ index: Int, _ k: Int) -> String { String(format: "0193a9b2-4c1e-7d3a-9f20-5b8e1c2e%02x%02x", index, k) }
         var live: [Node] { nodes.filter { $0.cutOffAt == nil } }
         func admins() throws -> [Node] {
             try live.filter { node in
@@ -77,7 +87,44 @@ final class MembersModelTests: XCTestCase {
         for step in 0..<steps {
           do {
             let node = nodes[random.below(nodes.count)]
-            switch random.below(12) {
+            switch random.below(15) {
+            case 12, 13:
+                // A member writes its own journal row; or tries another member's, refused here.
+                guard let mine = memberIndex[node.member] else { continue }
+                // Another member's row only when it is here (a row taken before its owner wrote
+                // it would be a guess of a random id).
+                let others = try node.device.database.query("SELECT id FROM journal WHERE owner IS NOT ?1 ORDER BY id", [node.member]).compactMap { $0.string("id") }
+                let own = random.below(3) != 0 || others.isEmpty
+                let row = own ? journal(mine, random.below(2)) : others[random.below(others.count)]
+                let value = "j\(step)-m\(mine)-\(node.device.deviceName)"
+                let sql = random.below(4) == 0 ? "DELETE FROM journal WHERE id = '\(row)'"
+                    : "INSERT INTO journal (id, body) VALUES ('\(row)', '\(value)') ON CONFLICT (id) DO UPDATE SET body = excluded.body"
+                do {
+                    try node.device.write(sql: sql)
+                    if !own { return "\(node.device.deviceName) changed journal row \(row) of another member; \(log)" }
+                    if node.cutOffAt != nil { forbidden.insert(value) }
+                    log.append("\(node.device.deviceName) journal \(own ? "own" : "other") \(row.suffix(4))")
+                } catch let error as CovenError where error.code == .deviceGone || (error.code == .notOwner && !own) {}
+            case 14:
+                // The same past the local checks (a forged coven): every device refuses it.
+                guard let mine = memberIndex[node.member], node.cutOffAt == nil else { continue }
+                let others = try node.device.database.query("SELECT id FROM journal WHERE owner IS NOT ?1 ORDER BY id", [node.member]).compactMap { $0.string("id") }
+                guard !others.isEmpty else { continue }
+                let row = others[random.below(others.count)]
+                let value = "forged\(step)-m\(mine)"
+                forbidden.insert(value)
+                // The forging device holds what it forged: only the others are held to the rules.
+                forgers.insert(node.device.deviceID)
+                let device = node.device
+                try device.database.transaction {
+                    try device.recordWrite { recorded in
+                        try device.database.run("""
+                            INSERT INTO journal (id, owner, body, _updated_at) VALUES (?1, ?2, ?3, ?4)
+                            ON CONFLICT (id) DO UPDATE SET body = excluded.body, _updated_at = excluded._updated_at
+                            """, [row, node.member, value, recorded.stamp])
+                    }
+                }
+                log.append("\(node.device.deviceName) forges journal \(row.suffix(4))")
             case 0...3:
                 let value = "s\(step)-\(node.device.deviceName)"
                 let album = albums[random.below(albums.count)]
@@ -98,6 +145,7 @@ final class MembersModelTests: XCTestCase {
                 let added = try Members(admin.device).add(name: name, recipient: identity.recipient.description, admin: random.below(2) == 0)
                 identities[added.member.id] = identity
                 names[added.member.id] = name
+                memberIndex[added.member.id] = memberCount - 1
                 for _ in 0..<(1 + random.below(2)) {
                     let device = try Device.join(paths: DevicePaths(database: work + "/d\(deviceCount)/device.db"), storage: first.storage, identity: identity,
                                                  name: "d\(deviceCount)")
@@ -135,16 +183,23 @@ final class MembersModelTests: XCTestCase {
             return "step \(step) threw \(error); \(log)"
           }
         }
-        for _ in 0..<3 { for node in nodes { try sync(node) } }
+        for _ in 0..<3 {
+            for node in nodes {
+                do { try sync(node) } catch { return "the last syncs: \(node.device.deviceName) threw \(error); \(log)" }
+            }
+        }
 
         // The same rows everywhere, none forbidden.
         func dump(_ device: Device) throws -> [String] {
             try device.database.query("SELECT id, title, year FROM albums ORDER BY id").map { "\($0.string("id") ?? "")|\($0.string("title") ?? "")|\($0.int("year") ?? -1)" }
+                + device.database.query("SELECT id, owner, body FROM journal ORDER BY id").map { "\($0.string("id") ?? "")|\($0.string("body") ?? "")|\($0.string("owner") ?? "")" }
         }
-        let expected = try dump(live[0].device)
-        for node in live {
+        let honest = live.filter { !forgers.contains($0.device.deviceID) }
+        guard let reference = honest.first else { return nil }
+        let expected = try dump(reference.device)
+        for node in honest {
             let rows = try dump(node.device)
-            if rows != expected { return "\(node.device.deviceName) holds \(rows), \(live[0].device.deviceName) \(expected); \(log)" }
+            if rows != expected { return "\(node.device.deviceName) holds \(rows), \(reference.device.deviceName) \(expected); \(log)" }
             for row in rows where forbidden.contains(String(row.split(separator: "|")[1])) {
                 return "\(node.device.deviceName) holds \(row), written after its writer was cut off; \(log)"
             }
@@ -153,6 +208,18 @@ final class MembersModelTests: XCTestCase {
             for row in try node.device.database.query("SELECT device FROM coven_lost_values WHERE why = 'not_authorized'") {
                 let writer = row.string("device") ?? ""
                 if !cut.contains(writer) { return "\(node.device.deviceName) refused an entry of \(writer), not cut off; \(log)" }
+            }
+            for row in try node.device.database.query("SELECT tbl FROM coven_lost_values WHERE why = 'not_owner'") where row.string("tbl") != "journal" {
+                return "\(node.device.deviceName) refused an entry of \(row.string("tbl") ?? "") as not_owner; \(log)"
+            }
+            // Every journal row is its writer's: owned by the member its id names, holding a
+            // value that member wrote.
+            for row in try node.device.database.query("SELECT id, owner, body FROM journal") {
+                let id = row.string("id") ?? "", owner = row.string("owner") ?? "", body = row.string("body") ?? ""
+                guard let index = Int(id.suffix(4).prefix(2), radix: 16), memberIndex[owner] == index, body.contains("-m\(index)") else {
+                    return "\(node.device.deviceName) holds journal row \(id) owned by \(owner) with '\(body)'; \(log)"
+                }
+                if forbidden.contains(body) { return "\(node.device.deviceName) holds journal '\(body)', forged or cut off; \(log)" }
             }
         }
         // A cut-off device opens no change published under a generation past its cut-off.
