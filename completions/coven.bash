@@ -135,7 +135,7 @@ _coven_argument() {
             esac ;;
         'member')
             case $2 in
-                0) echo 'choice keygen init add remove rekey use export' ;;
+                0) echo 'choice keygen init add remove role rekey use export' ;;
                 1) echo 'none' ;;
                 2) echo 'none' ;;
             esac ;;

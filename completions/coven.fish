@@ -225,7 +225,7 @@ complete -c coven -n '__coven_at_argument key 0' -a 'export'
 # coven member
 complete -c coven -n '__coven_using member' -s 'o' -l 'output' -r -F -d 'write the identity file to FILE (mode 0600; never overwritten)'
 complete -c coven -n '__coven_using member' -l 'admin' -d 'add the member as an admin (add)'
-complete -c coven -n '__coven_at_argument member 0' -a 'keygen init add remove rekey use export'
+complete -c coven -n '__coven_at_argument member 0' -a 'keygen init add remove role rekey use export'
 
 # coven members
 complete -c coven -n '__coven_using members' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'

@@ -328,6 +328,31 @@ public struct Members {
         }
     }
 
+    /// Makes `member` (a name or an id) an admin of the store, or a member who is not one: a new
+    /// generation of the store's key with the role changed (the same key holders, a fresh key).
+    ///
+    /// - Throws: `.notFound` for no such member; `.usage` for a name two members share;
+    ///   `.notAdmin` when this device's member is not an admin; `.refused` for the owner, whose
+    ///   role never changes; `.storage`.
+    public func setRole(_ member: String, admin: Bool) throws -> RosterChange {
+        let role: AudienceGeneration.Role = admin ? .admin : .member
+        return try change { roster in
+            let target = try Self.resolve(member, in: roster)
+            if target.role == .owner {
+                throw CovenError(.refused, "'\(member)' is the store's owner, an admin whose role never changes", details: ["member": target.id])
+            }
+            // Run again after it published, or asked for what is: done already.
+            if target.role == role { return (nil, target) }
+            var changed = target
+            changed.role = role
+            let next = roster.map { $0.id == target.id ? changed : $0 }
+            guard next.contains(where: { $0.role.isAdmin }) else {
+                throw CovenError(.refused, "'\(member)' is the store's last admin", details: ["member": target.id])
+            }
+            return (next as [AudienceGeneration.Member]?, changed)
+        }
+    }
+
     /// A member of an earlier roster of the store that `text` names (id or name), no longer on
     /// the newest.
     private func pastMember(_ text: String) throws -> AudienceGeneration.Member? {

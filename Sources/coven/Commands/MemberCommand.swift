@@ -5,7 +5,7 @@ import Foundation
 struct MemberCommand: Command {
     static let name = "member"
     static let abstract = "make a member's keys; add, remove and adopt the store's members"
-    static let synopsis = ["keygen [-o FILE]", "init NAME", "add NAME RECIPIENT [--admin]", "remove MEMBER", "rekey", "use FILE", "export [-o FILE]"]
+    static let synopsis = ["keygen [-o FILE]", "init NAME", "add NAME RECIPIENT [--admin]", "remove MEMBER", "role MEMBER admin|member", "rekey", "use FILE", "export [-o FILE]"]
     static let discussion = """
     A member is a person with keys of their own (DESIGN.md "Members and circles"). 'keygen' \
     makes a new member secret, from which coven derives the member's X25519 key (which receives \
@@ -41,6 +41,12 @@ struct MemberCommand: Command {
     cannot go, and a member is removed from another member's device ('refused'). --json: \
     {"member", "name", "generation", "devices_gone", "objects_written"}.
 
+    'role MEMBER admin|member' makes a member an admin of the store, or takes that away: a new \
+    generation of the store's key with the role changed. Only an admin changes roles \
+    ('not_admin'); the owner's role never changes and the last admin stays one ('refused'); \
+    asking for the role a member has already changes nothing. --json: {"member", "name", \
+    "role", "generation", "objects_written"}.
+
     'rekey' replaces the keys of this device's member (their identity was exposed, say): a new \
     identity, then a new generation of the store's key whose roster holds its recipient. This \
     device keeps the new identity; the member's other devices, vouched for by the old key, are \
@@ -62,9 +68,9 @@ struct MemberCommand: Command {
         OptionSpec("admin", help: "add the member as an admin (add)"),
     ]
     static let arguments = [
-        ArgumentSpec("ACTION", help: "what to do", choices: ["keygen", "init", "add", "remove", "rekey", "use", "export"]),
-        ArgumentSpec("ARGUMENT", help: "a member's name (init, add), a member (remove), an identity file (use)", optional: true),
-        ArgumentSpec("RECIPIENT", help: "the new member's recipient, coven1… (add)", optional: true),
+        ArgumentSpec("ACTION", help: "what to do", choices: ["keygen", "init", "add", "remove", "role", "rekey", "use", "export"]),
+        ArgumentSpec("ARGUMENT", help: "a member's name (init, add), a member (remove, role), an identity file (use)", optional: true),
+        ArgumentSpec("RECIPIENT", help: "the new member's recipient, coven1… (add); admin or member (role)", optional: true),
     ]
     static let mutates = true
 
@@ -124,6 +130,24 @@ struct MemberCommand: Command {
                     context.note("hint: they keep what they read before, and can still reach the storage: revoke their storage credentials yourself")
                 }
             }
+        case "role":
+            guard rest.count == 2, ["admin", "member"].contains(rest[1]) else {
+                throw CovenError(.usage, "'role' takes a MEMBER and its role, admin or member", hint: "coven member role bob admin")
+            }
+            try refuseOutput(invocation)
+            let device = try context.openDevice()
+            let change = try Members(device).setRole(rest[0], admin: rest[1] == "admin")
+            if context.json {
+                try context.printJSON(["member": change.member.id, "name": change.member.name, "role": change.member.role,
+                                       "generation": change.generation, "objects_written": change.objectsWritten])
+            } else {
+                context.line(change.member.id)
+                if change.objectsWritten == 0 {
+                    context.note("'\(change.member.name)' is \(change.member.role == "member" ? "a member who is not an admin" : "an admin") at generation \(change.generation) of the store's key already")
+                } else {
+                    context.note("'\(change.member.name)' is \(change.member.role == "member" ? "no longer an admin" : "an admin") from generation \(change.generation) of the store's key")
+                }
+            }
         case "rekey":
             guard rest.isEmpty else { throw CovenError(.usage, "'rekey' takes no argument, not '\(rest[0])'") }
             try refuseOutput(invocation)
@@ -153,7 +177,7 @@ struct MemberCommand: Command {
             let device = try context.openDeviceReadOnly()
             try write(try Members(device).identity(), invocation, context, recipientOnStdout: false)
         default:
-            throw CovenError(.usage, "ACTION takes 'keygen', 'init', 'add', 'remove', 'rekey', 'use' or 'export', not '\(action)'")
+            throw CovenError(.usage, "ACTION takes 'keygen', 'init', 'add', 'remove', 'role', 'rekey', 'use' or 'export', not '\(action)'")
         }
         return 0
     }
