@@ -15,10 +15,7 @@ struct AudienceChain {
     /// The member of a roster who vouched for a device (its entry certified by that member's
     /// key), to check that an admin's device signed.
     let memberOf: (String, [AudienceGeneration.Member]) -> String?
-    /// The member a device's entry names, vouched for or not: a generation this member cannot
-    /// open, signed by a device whose entry names this member itself, is the member's rekey
-    /// without this device (its new key vouches for the signer, which this device cannot check
-    /// with the old one).
+    /// The member a device's entry names, vouched for or not (``isRemoval(signer:roster:identity:)``).
     var namedMember: (String) -> String? = { _ in nil }
 
     /// What a member reads of the chain.
@@ -115,7 +112,7 @@ struct AudienceChain {
             let (signer, _, _) = try AudienceGeneration.verify(try bytes(number), path: path, store: store, signerKey: signerKey)
             if number == unreadable.first, let roster = opened.last?.generation.roster,
                !roster.contains(where: { $0.id == memberOf(signer, roster) && $0.role.isAdmin }),
-               !isOwnRekey(signer: signer, roster: roster, identity: identity) {
+               !isRemoval(signer: signer, roster: roster, identity: identity) {
                 throw CovenError(.integrity, "key generation '\(path)' is signed by device '\(signer)', whose member was not an admin at generation \(number - 1)",
                                  hint: "it was not published by an admin of this store: remove the object and tell the store's admins",
                                  details: ["object": path, "reason": "not_admin"])
@@ -125,12 +122,16 @@ struct AudienceChain {
         return State(opened: opened, newestBytes: try bytes(newestNumber), unreadable: unreadable)
     }
 
-    /// Whether `signer`'s entry names the member `identity` is on `roster`: a generation past
-    /// it that this member cannot open is then its own rekey on another device (at worst a
-    /// forged entry and generation stop this device, which storage access allows anyway).
-    private func isOwnRekey(signer: String, roster: [AudienceGeneration.Member], identity: MemberIdentity) -> Bool {
-        guard let mine = roster.first(where: { $0.recipient == identity.recipient })?.id else { return false }
-        return namedMember(signer) == mine
+    /// Whether the first generation this member cannot open, signed by `signer`, is its
+    /// removal (or its rekey on another device) rather than a forgery: `signer`'s entry names
+    /// an admin of `roster`, the newest this member reads, or this member itself. The vouch for
+    /// the signer that the generation carries is sealed under its key, and the signer's entry
+    /// may be vouched for since by a key this member never saw (the signer's member rekeyed),
+    /// so the entry's word is taken here. A forged entry and generation could only stop this
+    /// device, which either answer does, and storage access allows anyway.
+    private func isRemoval(signer: String, roster: [AudienceGeneration.Member], identity: MemberIdentity) -> Bool {
+        guard let named = namedMember(signer), let member = roster.first(where: { $0.id == named }) else { return false }
+        return member.role.isAdmin || member.recipient == identity.recipient
     }
 
     /// Publishes the next generation: `change` turns the newest roster into the next (adding,

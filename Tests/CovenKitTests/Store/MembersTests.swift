@@ -141,6 +141,23 @@ class MembersTests: DeviceTestCase {
         assertCovenError(.deviceGone) { try StoreSync(laptop).sync() }
     }
 
+    /// A removed member's device that never saw the admin's device that removed it, until that
+    /// admin replaced their keys (its entry vouched for by a key this device never saw), learns
+    /// it is gone too.
+    func testARemovedDeviceLearnsItIsGoneAfterItsRemoverRekeyed() throws {
+        let laptop = try makeDevice(name: "laptop")
+        _ = try Members(laptop).establish(name: "alice")
+        let bob = try MemberIdentity(), carol = try MemberIdentity()
+        _ = try Members(laptop).add(name: "bob", recipient: bob.recipient.description, admin: false)
+        let bobLaptop = try join("bob-laptop", from: laptop, identity: bob)
+        _ = try StoreSync(bobLaptop).sync()
+        _ = try Members(laptop).add(name: "carol", recipient: carol.recipient.description, admin: true)
+        let carolLaptop = try join("carol-laptop", from: laptop, identity: carol)
+        _ = try Members(carolLaptop).remove("bob")
+        _ = try Members(carolLaptop).rekey()
+        assertCovenError(.deviceGone) { try StoreSync(bobLaptop).sync() }
+    }
+
     /// A store made before members, with two devices: the first's establishment vouches for
     /// both (the owner holds every existing device); the second reads new generations once it
     /// adopts the owner's identity, and its changes are the owner's all along.
@@ -306,6 +323,7 @@ final class MembersS3Tests: MembersTests {
     override func testAStoreMadeBeforeMembersMigratesWithEveryDeviceTheOwners() throws { try super.testAStoreMadeBeforeMembersMigratesWithEveryDeviceTheOwners() }
     override func testOnlyAnAdminOrItsOwnMemberRemovesAMembersDevice() throws { try super.testOnlyAnAdminOrItsOwnMemberRemovesAMembersDevice() }
     override func testADeviceThatNeverSawTheRekeyingDeviceIsGoneNotRefusingTheChain() throws { try super.testADeviceThatNeverSawTheRekeyingDeviceIsGoneNotRefusingTheChain() }
+    override func testARemovedDeviceLearnsItIsGoneAfterItsRemoverRekeyed() throws { try super.testARemovedDeviceLearnsItIsGoneAfterItsRemoverRekeyed() }
 }
 
 /// A value handed to concurrent work that touches it from one thread at a time.
