@@ -18,7 +18,8 @@
 # so every tool reads them from the page cache.
 #
 # Environment: COVEN (release binary) and BENCH_TMP from bench/run.sh; BENCH_IMPORT_SMALL
-# (10000), BENCH_IMPORT_BIG (1000) and BENCH_IMPORT_MANY (100000) change the counts.
+# (10000), BENCH_IMPORT_BIG (1000) and BENCH_IMPORT_MANY (100000) change the counts; a count of 0
+# skips its set (e.g. BENCH_IMPORT_BIG=0 BENCH_IMPORT_MANY=0 measures the small files alone).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_start import
@@ -148,8 +149,9 @@ EOF
     rm -rf "$W"
 }
 
-run_set small "$small" 4096 65536
-run_set big "$big" 1048576 8388608
+(( small > 0 )) && run_set small "$small" 4096 65536
+(( big > 0 )) && run_set big "$big" 1048576 8388608
+(( many > 0 )) || exit $status
 
 # -- 2. peak RSS at 100,000
 echo

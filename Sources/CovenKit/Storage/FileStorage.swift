@@ -8,7 +8,8 @@ import Foundation
 /// Writes are crash-safe: bytes go to a temporary name in the same folder, are fsynced, renamed
 /// over the key, and the folder is fsynced, so a reader (or a restart after `kill -9`) sees the
 /// old object or the new one, never part of one. Temporary names start with `.coven-tmp-` and
-/// are never listed.
+/// are never listed. The objects of a batch (``putPending(_:data:)``) share one sync of their
+/// folder (``makeDurable(_:)``), made before the caller counts any of them stored.
 ///
 /// Multipart uploads live in `DIR/.uploads/<uploadID>/`, built under `.coven-tmp-<uploadID>` and
 /// renamed into place whole: a `data` file the size of the object,
@@ -172,8 +173,14 @@ public final class FileStorage: StorageProvider {
         }
     }
 
+    /// Folders fsynced by every file:// provider of this process so far: what a test counts to
+    /// see a batch of objects pay one folder sync, not one an object.
+    static var folderSyncs: Int { folderSyncCount.withLock { $0 } }
+    private static let folderSyncCount = LockedCount()
+
     /// fsyncs a folder so a rename or a new entry in it survives a crash.
     private func syncFolder(_ folder: String, key: String?) throws {
+        Self.folderSyncCount.withLock { $0 += 1 }
         let fd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw failure("open folder of", key: key, path: folder, errno: errno) }
         defer { close(fd) }
@@ -224,8 +231,9 @@ public final class FileStorage: StorageProvider {
         return temporary
     }
 
-    /// Replaces `path` with `bytes` atomically: temporary file, fsync, rename, fsync the folder.
-    private func replaceFile(_ path: String, with bytes: UnsafeRawBufferPointer, key: String?) throws {
+    /// Replaces `path` with `bytes` atomically: temporary file, fsync, rename, then (unless
+    /// `syncingFolder` is false, when the caller syncs it later) fsync the folder.
+    private func replaceFile(_ path: String, with bytes: UnsafeRawBufferPointer, key: String?, syncingFolder: Bool = true) throws {
         let folder = Self.parent(of: path)
         let temporary = try writeTemporary(bytes, in: folder, key: key)
         guard rename(temporary, path) == 0 else {
@@ -233,7 +241,7 @@ public final class FileStorage: StorageProvider {
             unlink(temporary)
             throw failure("write", key: key, path: path, errno: code)
         }
-        try syncFolder(folder, key: key)
+        if syncingFolder { try syncFolder(folder, key: key) }
     }
 
     // MARK: - Objects
@@ -242,6 +250,24 @@ public final class FileStorage: StorageProvider {
         let path = try path(for: key)
         try makeFolders(Self.parent(of: path), key: key)
         try data.withUnsafeBytes { try replaceFile(path, with: $0, key: key) }
+    }
+
+    /// ``put(_:data:)`` but the folder's sync: the bytes are synced under a temporary name and
+    /// renamed into place (a reader, or a restart after a kill, sees the whole object), and the
+    /// rename is durable once ``makeDurable(_:)`` synced the folder, once for a batch.
+    public func putPending(_ key: String, data: [UInt8]) throws {
+        let path = try path(for: key)
+        try makeFolders(Self.parent(of: path), key: key)
+        try data.withUnsafeBytes { try replaceFile(path, with: $0, key: key, syncingFolder: false) }
+    }
+
+    /// Syncs the folder of each of `keys` once: their renames survive a power cut after it.
+    public func makeDurable(_ keys: [String]) throws {
+        var synced: Set<String> = []
+        for key in keys {
+            let folder = Self.parent(of: try path(for: key))
+            if synced.insert(folder).inserted { try syncFolder(folder, key: key) }
+        }
     }
 
     /// Stores `data` at `key` unless a file is there, atomically across processes and devices
@@ -1089,5 +1115,16 @@ extension CovenError {
         var error = CovenError.storage(message, failure: failure, cause: cause)
         error.details["key"] = key
         return error
+    }
+}
+
+/// A count under a lock. @unchecked: `value` is read and written under `lock` only.
+final class LockedCount: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = 0
+    func withLock<T>(_ body: (inout Int) -> T) -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&value)
     }
 }

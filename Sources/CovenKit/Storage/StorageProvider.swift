@@ -180,6 +180,17 @@ public protocol StorageProvider: AnyObject {
     /// Stores `data` at `key` only if nothing is there; returns false if something was.
     func putIfAbsent(_ key: String, data: [UInt8]) throws -> Bool
 
+    /// Stores `data` at `key` as one object of a batch: atomically, as ``put(_:data:)``, but the
+    /// object may be durable only once ``makeDurable(_:)`` of its key has returned (file://
+    /// syncs the folder of a batch's objects once, not once an object). Nothing may count the
+    /// object stored before that.
+    func putPending(_ key: String, data: [UInt8]) throws
+
+    /// Makes durable the objects at `keys`, whole ones that ``putPending(_:data:)`` stored or a
+    /// run a kill stopped left: file:// syncs each of their folders once; S3 holds every object
+    /// it confirmed durably already.
+    func makeDurable(_ keys: [String]) throws
+
     /// Reads the object at `key`, or the bytes `range` of it (clipped to its end by the
     /// provider), handing them to `sink` as they arrive. Returns the object's total size when
     /// the provider says it.
@@ -280,6 +291,14 @@ public struct LeftoverTemporary: Sendable, Equatable {
         self.key = key
         self.modified = modified
     }
+}
+
+extension StorageProvider {
+    /// ``put(_:data:)``, durable when it returns: for providers whose every confirmed write is.
+    public func putPending(_ key: String, data: [UInt8]) throws { try put(key, data: data) }
+
+    /// Nothing to do for providers whose every confirmed write is durable (S3).
+    public func makeDurable(_ keys: [String]) throws {}
 }
 
 extension StorageProvider {

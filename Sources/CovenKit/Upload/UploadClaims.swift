@@ -204,7 +204,7 @@ extension Device {
     }
 
     private func renewLeaseInTransaction(object: String, worker: WorkerIdentity, lease: Double) throws -> UploadStop? {
-        guard let row = try database.queryOne("""
+        guard let row = try database.queryOneCached("""
             SELECT q.state, q.worker, m.state AS move_state FROM coven_upload_queue q
             LEFT JOIN coven_move_state m ON m.id = q.move WHERE q.object = ?1
             """, [object]) else { return .gone }

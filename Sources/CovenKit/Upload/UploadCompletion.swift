@@ -83,7 +83,7 @@ extension Device {
     /// or the move it completes, goes in `switching`, for the caller's one write.
     private func finishInTransaction(_ claim: UploadClaim, worker: WorkerIdentity, end: AttemptEnd, settings: UploadSettings,
                                      switching: inout Switching) throws -> (UploadOutcome, String?, String?) {
-        guard let row = try database.queryOne("""
+        guard let row = try database.queryOneCached("""
             SELECT q.*, m.state AS move_state FROM coven_upload_queue q LEFT JOIN coven_move_state m ON m.id = q.move
             WHERE q.object = ?1
             """, [claim.object]) else {
@@ -166,7 +166,7 @@ extension Device {
     /// the uploads leave the queue and coven's copies are released.
     private func switchToStored(_ objects: [String], stamp: String) throws {
         for object in objects {
-            let hash = try database.scalar("SELECT content_hash FROM coven_local WHERE object = ?1", [object]).bytesValue?.hex
+            let hash = try database.queryOneCached("SELECT content_hash FROM coven_local WHERE object = ?1", [object])?[0].bytesValue?.hex
             try fileRecords.switchToStored(object: object, hash: hash, stamp: stamp)
             try uploadQueue.remove(object)
             try forgetLocalBytes(object: object)

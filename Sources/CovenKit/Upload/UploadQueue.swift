@@ -256,9 +256,9 @@ struct UploadQueue {
     /// the first one found (by the
     /// index on the move), not a count, so each of a move of 100,000 files asks in constant time.
     func hasUnsent(move: String) throws -> Bool {
-        try database.scalar(
+        try database.queryOneCached(
             "SELECT EXISTS (SELECT 1 FROM coven_upload_queue WHERE move = ?1 AND uploaded = 0 AND state <> \(UploadState.retired.sql))", [move]
-        ).intValue == 1
+        )?[0].intValue == 1
     }
 
     /// Rows of the queue read at a time where a whole move's are walked.
@@ -295,8 +295,8 @@ struct UploadQueue {
     /// Removes an upload and its recorded parts (stored, cancelled, dropped, or replaced by a
     /// new move).
     func remove(_ object: String) throws {
-        try database.run("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
-        try database.run("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
+        try database.runCached("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
+        try database.runCached("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
     }
 
     /// Retires the upload of an object no record names: one that has sent nothing goes at once;
@@ -355,7 +355,7 @@ struct UploadQueue {
     /// Claims an upload for `worker` until `leaseUntil`: it is being sent (a retired one stays
     /// retired, claimed for its clean-up), with `attempts` made.
     func lease(_ object: String, worker: String, until leaseUntil: Double, attempts: Int64) throws {
-        try database.run("""
+        try database.runCached("""
             UPDATE coven_upload_queue
             SET state = CASE WHEN state = \(UploadState.retired.sql) THEN \(UploadState.retired.sql) ELSE \(UploadState.sending.sql) END,
                 worker = ?2, lease_until = ?3, attempts = ?4
@@ -365,7 +365,7 @@ struct UploadQueue {
 
     /// Renews a claim's lease.
     func renew(_ object: String, until leaseUntil: Double) throws {
-        try database.run("UPDATE coven_upload_queue SET lease_until = ?2 WHERE object = ?1", [object, leaseUntil])
+        try database.runCached("UPDATE coven_upload_queue SET lease_until = ?2 WHERE object = ?1", [object, leaseUntil])
     }
 
     /// Lets go of a claim, leaving the state as it is (a retired or cancelled upload waiting
@@ -433,7 +433,7 @@ struct UploadQueue {
     /// Storage holds an upload of a move that waits for its other files: it stays queued,
     /// marked uploaded, every byte confirmed.
     func markUploaded(_ object: String) throws {
-        try database.run("""
+        try database.runCached("""
             UPDATE coven_upload_queue SET uploaded = 1, state = \(UploadState.queued.sql), worker = NULL, lease_until = NULL,
                 bytes_confirmed = bytes_total, last_error = NULL, last_error_code = NULL
             WHERE object = ?1

@@ -20,7 +20,7 @@ struct UploadSource {
     /// - Throws: `.userFileMissing` (original gone), `.userFileChanged` (original's size or
     ///   time differs), `.fileUnavailable` (coven's copy missing or of another size).
     static func open(object: String, device: Device) throws -> UploadSource {
-        guard let row = try device.database.queryOne("SELECT * FROM coven_local WHERE object = ?1", [object]) else {
+        guard let row = try device.database.queryOneCached("SELECT * FROM coven_local WHERE object = ?1", [object]) else {
             throw CovenError(.fileUnavailable, "no local bytes of '\(object)' on this device", details: ["object": object])
         }
         let size = row.int("size") ?? 0

@@ -311,9 +311,11 @@ private final class Job {
 
     /// Sends a batch of whole objects: one transaction checks that each is still wanted and
     /// renews its lease; the lanes then seal and send them at once, each on its own provider,
-    /// touching no database; one transaction records every end. A kill before that record
-    /// leaves the uploads leased by a dead process: the next run claims them, finds the ones
-    /// storage already holds whole (`head`) and records them without sending them again.
+    /// touching no database; one request makes the stored ones durable (file://: one sync of
+    /// their folder, not one an object); one transaction records every end. A kill before that
+    /// record leaves the uploads leased by a dead process: the next run claims them, finds the
+    /// ones storage already holds whole (`head`), makes them durable and records them without
+    /// sending them again.
     private func handleBatch(_ claims: [UploadClaim]) throws {
         let stops = try device.renewLeases(objects: claims.map(\.object), worker: worker, lease: settings.lease)
         let ends = BatchEnds(count: claims.count)
@@ -357,9 +359,8 @@ private final class Job {
                             continue
                         }
                         let bytes = try UploadSender.sealWhole(source: item.source, sealer: item.sealer, total: item.total)
-                        try provider.put(item.object, data: bytes)
+                        try provider.putPending(item.object, data: bytes)
                         ends[item.index] = .stored
-                        events(.progress(object: item.object, confirmed: item.total, total: item.total))
                     } catch let stopped as UploadStop {
                         ends[item.index] = .stopped(stopped)
                     } catch let error as CovenError where error.code == .interrupted {
@@ -371,6 +372,20 @@ private final class Job {
             }
         }
         group.wait()
+        // Durable before recorded: one sync (file://: of the objects' folder) for the batch's
+        // stored objects, those sent now and those a killed run left, found whole. Should it
+        // fail, none of them is recorded stored: they are sent again later.
+        let stored = claims.indices.filter { if case .stored = ends[$0] { return true } else { return false } }
+        if !stored.isEmpty {
+            do {
+                try storage().makeDurable(stored.map { claims[$0].object })
+                for index in stored {
+                    events(.progress(object: claims[index].object, confirmed: claims[index].bytesTotal, total: claims[index].bytesTotal))
+                }
+            } catch {
+                for index in stored { ends[index] = .failed(error.asCovenError) }
+            }
+        }
         let attempts = claims.enumerated().map { ($0.element, ends[$0.offset]) }
         let results = try device.finishAttempts(attempts, worker: worker, settings: settings)
         for (index, claim) in claims.enumerated() {

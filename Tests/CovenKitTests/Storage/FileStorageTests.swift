@@ -73,6 +73,25 @@ final class FileStorageTests: XCTestCase {
         XCTAssertEqual(entries(""), ["files", "store.json"])
     }
 
+    /// A batch's objects go in whole (a reader sees each once it returns) with no folder sync of
+    /// their own; makeDurable syncs each of their folders once, and refuses a bad key as put does.
+    func testPendingPutsAreWholeAndTheirFoldersSyncedOnceForTheBatch() throws {
+        try storage.put("files/dev/first", data: bytes(5))
+        try storage.put("files/other/first", data: bytes(5))
+        let before = FileStorage.folderSyncs
+        for index in 0..<10 { try storage.putPending("files/dev/o\(index)", data: bytes(100 + index, seed: UInt8(index))) }
+        try storage.putPending("files/other/p", data: bytes(7))
+        try storage.putPending("files/dev/o3", data: bytes(3, seed: 42))
+        XCTAssertEqual(FileStorage.folderSyncs, before, "no folder sync yet")
+        XCTAssertEqual(try read("files/dev/o9").bytes, bytes(109, seed: 9))
+        XCTAssertEqual(try read("files/dev/o3").bytes, bytes(3, seed: 42))
+        XCTAssertEqual(entries("files/dev").count, 11, "no temporary left: \(entries("files/dev"))")
+        try storage.makeDurable((0..<10).map { "files/dev/o\($0)" } + ["files/other/p", "files/dev/o3"])
+        XCTAssertEqual(FileStorage.folderSyncs - before, 2, "one sync a folder")
+        XCTAssertThrowsError(try storage.makeDurable(["files/../x"])) { XCTAssertEqual($0.asCovenError.code, .storage) }
+        XCTAssertThrowsError(try storage.putPending("a/.coven-tmp-1", data: [1])) { XCTAssertEqual($0.asCovenError.code, .storage) }
+    }
+
     func testRangesArePreadInPiecesAndClipped() throws {
         let size = 2 * FileStorage.readPiece + 500
         let data = bytes(size)

@@ -119,4 +119,88 @@ final class UploadBatchTests: XCTestCase {
         XCTAssertEqual(third.count, 1)
         XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_upload_queue WHERE state = 'sending'"), 4)
     }
+
+    /// A batch of small objects on file:// pays one sync of their folder, not one an object:
+    /// each object's bytes are synced before its rename, and the folder once, before the batch
+    /// is recorded stored.
+    func testABatchOfSmallObjectsSyncsTheStoreFolderOnce() throws {
+        let fixture = try UploadFixture()
+        // The store's folder of this device's objects exists before the run (a first object's
+        // folder costs syncs of its parents, once).
+        _ = try fixture.addOriginal("first", UploadFixture.bytes(10, seed: 99))
+        try fixture.run(jobs: 1)
+        var files: [String] = []
+        for index in 0..<77 {
+            files.append(try fixture.addOriginal("f\(index)", UploadFixture.bytes(700 + index, seed: UInt8(index + 1))))
+        }
+        let before = FileStorage.folderSyncs
+        let summary = try fixture.run(jobs: 1)
+        XCTAssertEqual(summary.stored, 77)
+        XCTAssertTrue(summary.complete)
+        let syncs = FileStorage.folderSyncs - before
+        XCTAssertGreaterThan(syncs, 0, "the objects' folder is synced before they are recorded stored")
+        XCTAssertLessThanOrEqual(syncs, 2, "one folder sync a batch (64 objects at most), not one an object")
+        for (index, file) in files.enumerated() where index % 19 == 0 {
+            XCTAssertEqual(try fixture.record(file).coordinates.at, .stored)
+        }
+        XCTAssertEqual(try fixture.storedPlaintext(files[76]), UploadFixture.bytes(776, seed: 77))
+    }
+
+    /// Objects a kill -9 left renamed into place, their folder perhaps never synced: the next run
+    /// sends none of them again, but syncs their folder before it records them stored.
+    func testObjectsAKillLeftUnrecordedAreMadeDurableBeforeTheyAreRecorded() throws {
+        let fixture = try UploadFixture()
+        var files: [String] = []
+        for index in 0..<4 {
+            files.append(try fixture.addOriginal("d\(index)", UploadFixture.bytes(3000 + index, seed: UInt8(index + 70))))
+        }
+        let dead = WorkerIdentity(host: WorkerIdentity.hostName(), pid: 999_999, token: "dead")
+        let claims = try fixture.device.claimUploads(worker: dead, lease: 300, excluded: [], limit: 64, objectBytes: 1 << 20, batchBytes: 64 << 20).get()
+        XCTAssertEqual(claims.count, 4)
+        let provider = try fixture.provider()
+        for claim in claims {
+            let (source, sealer, total) = try UploadSender.prepareWhole(claim, device: fixture.device)
+            try provider.put(claim.object, data: try UploadSender.sealWhole(source: source, sealer: sealer, total: total))
+        }
+        let before = FileStorage.folderSyncs
+        let summary = try fixture.run(jobs: 1)
+        XCTAssertEqual(summary.stored, 4)
+        XCTAssertEqual(FileStorage.folderSyncs - before, 1, "found whole, not sent again, and made durable once")
+        for (index, file) in files.enumerated() {
+            XCTAssertEqual(try fixture.record(file).coordinates.at, .stored)
+            XCTAssertEqual(try fixture.storedPlaintext(file), UploadFixture.bytes(3000 + index, seed: UInt8(index + 70)))
+        }
+    }
+
+    /// An original changed (same size, same time) among a batch: its move fails before any of its
+    /// bytes is sent, as alone; the batch's other files are stored.
+    func testAChangedOriginalInABatchFailsAloneTheOthersAreStored() throws {
+        let fixture = try UploadFixture()
+        var files: [String] = []
+        var paths: [String] = []
+        for index in 0..<12 {
+            let path = try fixture.original("c\(index)", UploadFixture.bytes(4000 + index, seed: UInt8(index + 100)))
+            paths.append(path)
+            let staged = try fixture.device.prepareUserFile(path: path, namespace: "originals", place: .cloud)
+            files.append(try fixture.write("INSERT INTO notes VALUES (coven_uuid7(), coven_put_user_file('\(staged.id)'), '')").files[0])
+        }
+        var info = stat()
+        XCTAssertEqual(stat(paths[5], &info), 0)
+        var edited = UploadFixture.bytes(4005, seed: 105)
+        edited[10] ^= 0xff
+        try Data(edited).write(to: URL(fileURLWithPath: paths[5]))
+        var times = [info.st_atim, info.st_mtim]
+        XCTAssertEqual(utimensat(AT_FDCWD, paths[5], &times, 0), 0)
+
+        let summary = try fixture.run(jobs: 1)
+        XCTAssertEqual(summary.stored, 11)
+        XCTAssertEqual(summary.failed.map(\.code), [.userFileChanged])
+        XCTAssertEqual(summary.failed.first?.files, [files[5]])
+        XCTAssertEqual(try fixture.record(files[5]).coordinates.at, .device)
+        XCTAssertFalse(fixture.storeFiles().contains { $0.hasSuffix(try! fixture.record(files[5]).coordinates.object) })
+        for (index, file) in files.enumerated() where index != 5 {
+            XCTAssertEqual(try fixture.record(file).coordinates.at, .stored)
+            XCTAssertEqual(try fixture.storedPlaintext(file), UploadFixture.bytes(4000 + index, seed: UInt8(index + 100)))
+        }
+    }
 }

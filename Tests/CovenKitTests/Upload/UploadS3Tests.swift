@@ -63,6 +63,28 @@ final class UploadS3Tests: S3StorageTestCase {
         XCTAssertEqual(try fixture.storedPlaintext(file), UploadFixture.bytes(1000))
     }
 
+    /// One PUT of a batch of small files fails: the batch's other files are stored and recorded
+    /// with it, each sent once; the failed one is retried later in the run, and sent once more.
+    func testOneFailedPutOfABatchIsRetriedAloneTheOthersAreStoredOnce() throws {
+        let fixture = try makeFixture()
+        var files: [String] = []
+        for index in 0..<10 {
+            files.append(try fixture.addOriginal("b\(index).bin", UploadFixture.bytes(2000 + index, seed: UInt8(index + 30))))
+        }
+        try proxy.inject(#"{"mode": "status", "status": 500, "method": "PUT", "path": "/files/", "skip": 3, "count": 1}"#)
+        let summary = try fixture.run(jobs: 1)
+        XCTAssertEqual(summary.stored, 10)
+        XCTAssertEqual(summary.retried, 1)
+        XCTAssertTrue(summary.complete)
+        let puts = proxy.requests().filter { $0.hasPrefix("PUT ") && $0.contains("/files/") }
+        XCTAssertEqual(puts.filter { $0.hasSuffix(" forwarded") }.count, 10, puts.joined(separator: "\n"))
+        XCTAssertEqual(puts.count, 11, "one PUT failed, and only it was sent again")
+        for (index, file) in files.enumerated() {
+            XCTAssertEqual(forwarded(try fixture.record(file).coordinates.object, method: "PUT").count, 1)
+            XCTAssertEqual(try fixture.storedPlaintext(file), UploadFixture.bytes(2000 + index, seed: UInt8(index + 30)))
+        }
+    }
+
     func testSlowDownWithRetryAfterIsWaitedFor() throws {
         let fixture = try makeFixture()
         _ = try fixture.addOriginal("a.bin", UploadFixture.bytes(1000))
