@@ -9,14 +9,24 @@
 #   3. a quiet `coven sync` with 10 devices on file://: <= 50 ms (the request count, at most
 #      one per device plus one listing of devices/, is asserted by SyncRequestTests).
 #   4. the same push and pull through moto (the signature-checking S3 server): reported.
+#   5. 100,000 rows each naming a file (originals of a few bytes, staged, written and uploaded
+#      in one run each) on file://: the push of their records, the pull on a device joined
+#      before, a join after (pulling every change) and a join from a snapshot: time and peak
+#      RSS of each, target <= 64 MiB; every device ends with every row and record, no lost value.
+#   6. `lost --json` of 10,000 lost values (two devices changing the same rows): target < 1 s
+#      and peak RSS <= 64 MiB.
 #
 # hyperfine medians of BENCH_SYNC_RUNS runs (default 5), each run from the same starting state
 # (the device databases and the store copied back by --prepare). Environment: COVEN and
-# BENCH_TMP from bench/run.sh; BENCH_SYNC_ROWS changes the row count.
+# BENCH_TMP from bench/run.sh; BENCH_SYNC_ROWS changes the row count, BENCH_SYNC_FILES the file
+# records' (5), BENCH_SYNC_LOST the lost values' (6). Sections 5 and 6 fail the script when a
+# target is missed.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 rows=${BENCH_SYNC_ROWS:-100000}
+files=${BENCH_SYNC_FILES:-100000}
+lost_count=${BENCH_SYNC_LOST:-10000}
 runs=${BENCH_SYNC_RUNS:-5}
 bench_start sync
 items_manifest
@@ -88,6 +98,85 @@ else
 fi
 
 echo
+echo "-- 5. $files file records: push, join, pull and join from a snapshot"
+# A user namespace of originals of a few bytes each: staged in one run, put in rows by one
+# write --each, uploaded by one upload-worker run; then device fa pushes their records, fb (joined
+# before) pulls them, fc joins after (pulling every change) and fd joins from a snapshot.
+F=$T/files
+mkdir -p "$F"
+cat > "$F/coven.json" <<'JSON'
+{
+  "namespaces": [ { "name": "tracks", "kind": "user" } ],
+  "tables": [ { "name": "tracks", "identity": "uuid", "files": [ { "column": "file" } ] } ],
+  "migrations": [ "CREATE TABLE tracks (id TEXT PRIMARY KEY, title TEXT, file TEXT, _updated_at TEXT NOT NULL) STRICT" ]
+}
+JSON
+python3 - "$F/src" "$files" <<'PY'
+import os, sys
+folder, count = sys.argv[1], int(sys.argv[2])
+for index in range(count):
+    sub = os.path.join(folder, f"{index // 1000:03d}")
+    if index % 1000 == 0: os.makedirs(sub, exist_ok=True)
+    with open(os.path.join(sub, f"{index:06d}"), "wb") as out:
+        out.write(index.to_bytes(4, "little"))
+PY
+"$COVEN" --quiet init --storage "file://$F/store" --manifest "$F/coven.json" --name fa --db "$F/fa/device.db" >/dev/null
+"$COVEN" key export --db "$F/fa/device.db" > "$F/key.txt"
+"$COVEN" --quiet join "file://$F/store" --key-file "$F/key.txt" --name fb --db "$F/fb/device.db" >/dev/null
+(cd "$F" && find src -type f -print0 > list0)
+(cd "$F" && "$COVEN" --db fa/device.db --json stage --user --namespace tracks --files-from list0 -z > staged.jsonl)
+(cd "$F" && "$COVEN" --db fa/device.db write --each staged.jsonl \
+    "INSERT INTO tracks (id, title, file, _updated_at) VALUES (coven_uuid7(), :path, coven_put_user_file('tracks', :id, 'cloud'), coven_stamp())" >/dev/null)
+"$COVEN" --quiet --db "$F/fa/device.db" upload-worker --once
+# fmeasure NAME COMMAND...: runs it once under /usr/bin/time; keeps seconds and MiB.
+declare -A fsecs frss
+fmeasure() {
+    local name=$1; shift
+    /usr/bin/time -f '%e %M' -o "$T/time.txt" "$@"
+    read -r s k < "$T/time.txt"
+    fsecs[$name]=$s
+    frss[$name]=$(python3 -c "import sys; print(f'{int(sys.argv[1]) / 1024:.1f}')" "$k")
+}
+fmeasure push "$COVEN" --quiet sync --push --db "$F/fa/device.db"
+fmeasure pull "$COVEN" --quiet sync --pull --db "$F/fb/device.db"
+fmeasure join "$COVEN" --quiet join "file://$F/store" --key-file "$F/key.txt" --name fc --db "$F/fc/device.db" >/dev/null
+"$COVEN" --quiet snapshot --db "$F/fa/device.db" >/dev/null
+fmeasure join-snapshot "$COVEN" --quiet join "file://$F/store" --key-file "$F/key.txt" --name fd --db "$F/fd/device.db" >/dev/null
+for d in fb fc fd; do
+    got=$(sqlite3 "$F/$d/device.db" "SELECT count(*) FROM coven_files f JOIN tracks t ON t.file = f.id")
+    lost=$(sqlite3 "$F/$d/device.db" "SELECT count(*) FROM coven_lost_values")
+    [[ $got == "$files" && $lost == 0 ]] || { echo "bench-sync: $d holds $got rows with their file records of $files, $lost lost values" >&2; exit 1; }
+done
+files_status=0
+for name in push pull join join-snapshot; do
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 64 else 1)" "${frss[$name]}" || files_status=1
+done
+rm -rf "$F"
+
+echo
+echo "-- 6. lost --json of $lost_count lost values"
+# Two devices change the same rows without seeing each other's change: the second to pull
+# keeps the losing side of each as a lost value.
+L=$T/lost
+"$COVEN" --quiet init --storage "file://$L/store" --manifest coven.json --name la --db "$L/la/device.db" >/dev/null
+"$COVEN" key export --db "$L/la/device.db" > "$L/key.txt"
+"$COVEN" --quiet join "file://$L/store" --key-file "$L/key.txt" --name lb --db "$L/lb/device.db" >/dev/null
+"$COVEN" --db "$L/la/device.db" write "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < $lost_count - 1)
+    INSERT INTO items (id, title, body, n, _updated_at)
+    SELECT printf('0193a9b2-%04x-7%03x-8%03x-%012x', i >> 16, i & 4095, (i >> 12) & 4095, i), 'title ' || i, 'body ' || hex(randomblob(40)), i, coven_stamp() FROM n" >/dev/null
+"$COVEN" --quiet sync --db "$L/la/device.db" && "$COVEN" --quiet sync --db "$L/lb/device.db"
+"$COVEN" --db "$L/la/device.db" write "UPDATE items SET title = 'la'" >/dev/null
+"$COVEN" --db "$L/lb/device.db" write "UPDATE items SET title = 'lb'" >/dev/null
+"$COVEN" --quiet sync --db "$L/la/device.db" && "$COVEN" --quiet sync --db "$L/lb/device.db"
+kept=$(sqlite3 "$L/lb/device.db" "SELECT count(*) FROM coven_lost_values")
+[[ $kept == "$lost_count" ]] || { echo "bench-sync: lb keeps $kept lost values, not $lost_count" >&2; exit 1; }
+fmeasure lost bash -c "'$COVEN' --db '$L/lb/device.db' lost --json > '$L/lost.json'"
+python3 -c "import json, sys; sys.exit(0 if len(json.load(open(sys.argv[1]))) == int(sys.argv[2]) else 1)" "$L/lost.json" "$lost_count" \
+    || { echo "bench-sync: lost --json did not print $lost_count values" >&2; exit 1; }
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 64 and float(sys.argv[2]) < 1 else 1)" "${frss[lost]}" "${fsecs[lost]}" || files_status=1
+rm -rf "$L"
+
+echo
 echo "== sync figures ($rows rows)"
 printf 'raw sqlite3 insert:   %.3f s\n' "$raw"
 printf 'coven sync --push:    %.3f s  (%sx raw; target <= 2x)   peak RSS %s MiB\n' "$push" "$(ratio "$push" "$raw")" "$(peak rss-push.txt)"
@@ -95,3 +184,12 @@ printf 'coven sync --pull:    %.3f s  (%sx raw; target <= 3x)   peak RSS %s MiB 
 printf 'published bytes:      %s vs zstd -3 of the CSV %s  (%sx; target <= 1.3x)\n' "$published" "$csvz" "$(ratio "$published" "$csvz")"
 printf 'quiet sync, 10 devices: %.1f ms (target <= 50)\n' "$(milliseconds "$quiet")"
 printf 'moto: push %s s, pull %s s\n' "$moto_push" "$moto_pull"
+echo "$files file records (rows naming files of a few bytes), peak RSS target <= 64 MiB each:"
+for name in push pull join join-snapshot; do
+    printf '  %-14s %7s s   peak RSS %5s MiB\n' "$name" "${fsecs[$name]}" "${frss[$name]}"
+done
+printf 'lost --json of %s lost values: %s s (target < 1 s), peak RSS %s MiB (target <= 64)\n' "$lost_count" "${fsecs[lost]}" "${frss[lost]}"
+if [[ $files_status != 0 ]]; then
+    echo "bench-sync: a target of the file records or of lost --json was missed"
+    exit 1
+fi

@@ -28,7 +28,7 @@ _coven_options() {
         'retry') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'file-status') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'cat') echo '--offset' '--length' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
-        'get') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'get') echo '--files-from' '--null' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'pin') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'unpin') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'budget') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
@@ -98,6 +98,10 @@ _coven_option_value() {
                 --offset) echo 'none'; return 0 ;;
                 --length) echo 'none'; return 0 ;;
             esac ;;
+        'get')
+            case $2 in
+                --files-from) echo 'file'; return 0 ;;
+            esac ;;
         'move')
             case $2 in
                 --cancel) echo 'none'; return 0 ;;
@@ -165,7 +169,7 @@ _coven_argument() {
             esac ;;
         'get')
             case $2 in
-                0) echo 'file-id' ;;
+                *) echo 'file-id' ;;
             esac ;;
         'pin')
             case $2 in

@@ -50,6 +50,11 @@ function __coven_takes_value --argument-names command option
                 case '--offset' '--length'
                     return 0
             end
+        case 'get'
+            switch $option
+                case '--files-from'
+                    return 0
+            end
         case 'move'
             switch $option
                 case '--cancel'
@@ -180,7 +185,7 @@ complete -c coven -n __coven_needs_command -a 'resume' -d 'resume paused uploads
 complete -c coven -n __coven_needs_command -a 'retry' -d 'try failed or waiting uploads again now, with a fresh attempts budget'
 complete -c coven -n __coven_needs_command -a 'file-status' -d 'say whether a file is available, uploading, on one device only or missing'
 complete -c coven -n __coven_needs_command -a 'cat' -d 'write a file or an exact range of it to stdout'
-complete -c coven -n __coven_needs_command -a 'get' -d 'make sure a whole file is held on this device and print its path'
+complete -c coven -n __coven_needs_command -a 'get' -d 'make sure whole files are held on this device and print their paths'
 complete -c coven -n __coven_needs_command -a 'pin' -d 'keep files on this device, outside the cache budget'
 complete -c coven -n __coven_needs_command -a 'unpin' -d 'stop keeping files on this device'
 complete -c coven -n __coven_needs_command -a 'budget' -d 'show or set the file cache budget'
@@ -275,7 +280,9 @@ complete -c coven -n '__coven_using cat' -l 'length' -x -d 'how many bytes to wr
 complete -c coven -n '__coven_at_argument cat 0' -a '(__coven_file_ids)'
 
 # coven get
-complete -c coven -n '__coven_at_argument get 0' -a '(__coven_file_ids)'
+complete -c coven -n '__coven_using get' -l 'files-from' -r -F -d 'hold every file whose id FILE lists (- for stdin), one id a line'
+complete -c coven -n '__coven_using get' -s 'z' -l 'null' -d 'the ids of --files-from are NUL-separated, and each printed path is NUL-ended'
+complete -c coven -n '__coven_at_argument get 0 +' -a '(__coven_file_ids)'
 
 # coven pin
 complete -c coven -n '__coven_at_argument pin 0 +' -a '(__coven_file_ids)'

@@ -421,7 +421,7 @@ enum JSONText {
 
         /// The keys of `dictionary` in Foundation's sorted order: that of a dictionary of the
         /// same keys rendered by Foundation, read back from its text.
-        private func order(of dictionary: [String: Any]) throws -> [String] {
+        func order<Value>(of dictionary: [String: Value]) throws -> [String] {
             let keys = dictionary.keys.sorted()
             if let known = orders[keys] { return known }
             let rendered = try JSONText.render(Dictionary(uniqueKeysWithValues: keys.map { ($0, 0) }))

@@ -1,3 +1,4 @@
+@testable import CovenKit
 import Foundation
 import XCTest
 
@@ -21,6 +22,34 @@ final class JSONWriterTests: XCTestCase {
         let writer = JSONText.Writer()
         for value in values + [values] {
             XCTAssertEqual(try writer.render(value), try JSONText.render(value))
+        }
+    }
+
+    /// `lost --json` writes each lost value by hand as it is read: the text is the one
+    /// JSONText.render gives the object it printed before (every kind of value, escapes,
+    /// restored or not, with or without a winner).
+    func testALostValueIsWrittenAsFoundationWritesIt() throws {
+        let writer = JSONText.Writer()
+        let values: [String: SQLValue] = [
+            "id": .text("r1"), "title": .text("quote \" and \\ and \n and /"), "n": .integer(-42), "r": .real(4999.5),
+            "tiny": .real(1e-7), "whole": .real(3), "cover": .blob([0, 1, 2, 255]), "file": .null, "_updated_at": .text("s"), "Été": .text("é"),
+        ]
+        let cases = [
+            LostValue(id: 7, table: "tracks", rowID: "r1", values: values, columns: Array(values.keys), stamp: "s", device: "d",
+                      winnerStamp: "w", lostAt: "l", why: "concurrent", restoredAt: nil),
+            LostValue(id: 8, table: "tracks", rowID: "r\u{1}", values: [:], columns: [], stamp: "s", device: "d",
+                      winnerStamp: nil, lostAt: "l", why: "parent_deleted", restoredAt: "2026-12-01T00:00:00Z"),
+            LostValue(id: 9, table: "t", rowID: "r", values: ["id": .text("r")], columns: ["id"], stamp: "s", device: "d",
+                      winnerStamp: "w", lostAt: "l", why: "concurrent", restoredAt: "later"),
+        ]
+        for lost in cases {
+            var rendered: [String: Any] = [:]
+            for (column, value) in lost.values { rendered[column] = LostCommand.jsonValue(value) }
+            let object: [String: Any] = [
+                "id": lost.id, "table": lost.table, "row": lost.rowID, "values": rendered, "stamp": lost.stamp, "device": lost.device,
+                "winner_stamp": lost.winnerStamp ?? NSNull(), "lost_at": lost.lostAt, "why": lost.why,
+                "restorable": lost.restorable && lost.restoredAt == nil, "restored_at": lost.restoredAt ?? NSNull()]
+            XCTAssertEqual(try LostCommand.jsonObject(lost, writer: writer), try JSONText.render(object))
         }
     }
 }

@@ -167,35 +167,45 @@ final class RecordedWrite {
         let sync = SyncState(database: database)
         var piece = Outbox.Piece()
         var recorded = 0
-        // Row images are read table by table, a batch of ids at a time, then emitted in the
-        // write's order.
-        try changes.forEachBatch(oldFiles: false) { batch in
-            var images: [String: [String: [SQLValue]]] = [:]
-            var idsByTable: [String: [String]] = [:]
-            for change in batch where change.operation != .delete { idsByTable[change.table, default: []].append(change.id) }
-            for (table, ids) in idsByTable {
-                let names = try columns(table)
-                let list = names.map(RowCapture.quote).joined(separator: ", ")
-                let statement = try database.prepare("SELECT \(list) FROM main.\(RowCapture.quote(table)) WHERE id IN (SELECT value FROM json_each(?1))")
-                try statement.bind([RecordedChanges.json(ids: ids)])
-                while let row = try statement.next() {
-                    guard let id = row["id"].textValue else { continue }
-                    images[table, default: [:]][id] = row.values
+        // The file records the write puts or changes go first, then everything else in the
+        // write's order (its rows, then the records it deletes): a write too big for one change
+        // is published in several, and a device applying them one by one must find a row's
+        // records there when the row arrives, or it would take the row out until they came (a
+        // lost value per row, restored later: 100,000 of them for a library imported at once).
+        let recordFirst: (RecordedChange) -> Bool = { $0.table == "coven_files" && $0.operation != .delete }
+        for pass in [true, false] {
+            // Row images are read table by table, a batch of ids at a time, then emitted in the
+            // write's order.
+            try changes.forEachBatch(oldFiles: false) { all in
+                let batch = all.filter { recordFirst($0) == pass }
+                guard !batch.isEmpty else { return }
+                var images: [String: [String: [SQLValue]]] = [:]
+                var idsByTable: [String: [String]] = [:]
+                for change in batch where change.operation != .delete { idsByTable[change.table, default: []].append(change.id) }
+                for (table, ids) in idsByTable {
+                    let names = try columns(table)
+                    let list = names.map(RowCapture.quote).joined(separator: ", ")
+                    let statement = try database.prepare("SELECT \(list) FROM main.\(RowCapture.quote(table)) WHERE id IN (SELECT value FROM json_each(?1))")
+                    try statement.bind([RecordedChanges.json(ids: ids)])
+                    while let row = try statement.next() {
+                        guard let id = row["id"].textValue else { continue }
+                        images[table, default: [:]][id] = row.values
+                    }
                 }
-            }
-            for change in batch {
-                let entry: RowEntry
-                if change.operation != .delete, let values = images[change.table]?[change.id] {
-                    entry = RowEntry(kind: .upsert, table: change.table, id: change.id, stamp: stamp, columns: try columns(change.table), values: values)
-                } else {
-                    entry = RowEntry(kind: .delete, table: change.table, id: change.id, stamp: stamp)
-                    try sync.setTombstone(table: change.table, id: change.id, stamp: stamp)
-                }
-                piece.add(entry)
-                recorded += 1
-                if piece.bytes.count >= Outbox.pieceBytes {
-                    try outbox.append(piece, stamp: stamp, waitsFor: waitsFor)
-                    piece = Outbox.Piece()
+                for change in batch {
+                    let entry: RowEntry
+                    if change.operation != .delete, let values = images[change.table]?[change.id] {
+                        entry = RowEntry(kind: .upsert, table: change.table, id: change.id, stamp: stamp, columns: try columns(change.table), values: values)
+                    } else {
+                        entry = RowEntry(kind: .delete, table: change.table, id: change.id, stamp: stamp)
+                        try sync.setTombstone(table: change.table, id: change.id, stamp: stamp)
+                    }
+                    piece.add(entry)
+                    recorded += 1
+                    if piece.bytes.count >= Outbox.pieceBytes {
+                        try outbox.append(piece, stamp: stamp, waitsFor: waitsFor)
+                        piece = Outbox.Piece()
+                    }
                 }
             }
         }

@@ -280,6 +280,8 @@ extension ChangeObject {
     /// 2's envelope.
     func encodedHead(version: UInt8) -> [UInt8] {
         var out: [UInt8] = [version]
+        // The held objects may be 100,000 names: the buffer is made once, not doubled as it grows.
+        out.reserveCapacity(256 + frontier.count * 48 + heldObjects.reduce(0) { $0 + $1.utf8.count + 3 })
         RowEntryCodec.writeString(storeID, into: &out)
         RowEntryCodec.writeString(device, into: &out)
         RowEntryCodec.writeVarint(seq, into: &out)

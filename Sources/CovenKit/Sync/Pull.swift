@@ -167,7 +167,11 @@ extension StoreSync {
                         report.refused += applied.refused
                         report.takenOut += applied.takenOut
                         if let ahead = applied.clockAhead { report.clockAhead[other] = ahead } else { report.clockAhead[other] = nil }
-                        uncache.formUnion(applied.uncache)
+                        // Kept for the end only where this device caches the bytes: a pull of
+                        // a library names 100,000 objects it never cached.
+                        if !applied.uncache.isEmpty, try database.scalar("SELECT EXISTS (SELECT 1 FROM coven_cache)").intValue == 1 {
+                            for object in applied.uncache where try device.cacheRow(object) != nil { uncache.insert(object) }
+                        }
                         progress?(.applied(device: other, seq: next, entries: change.entries.count))
                         moved = true
                         next += 1

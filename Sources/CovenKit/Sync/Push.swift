@@ -167,11 +167,18 @@ extension StoreSync {
                 " OR f.id IN (SELECT \(RowCapture.quote(column.column)) FROM main.\(RowCapture.quote(table.name)) WHERE _updated_at > ?1 AND _updated_at LIKE '%-' || ?2)"
             }
         }.joined()
-        return try database.query("""
+        // Stepped, not read into rows: a library's first push names 100,000 of them.
+        let statement = try database.prepare("""
             SELECT DISTINCT object FROM coven_files f
             WHERE place = \(Coordinates.Place.stored.sql) AND ((_updated_at > ?1 AND _updated_at LIKE '%-' || ?2)\(privateRecords)\(namedByHeldRows))
             ORDER BY object
-            """, [floor, deviceID]).compactMap { $0.string("object") }
+            """)
+        try statement.bind([floor, deviceID])
+        var objects: [String] = []
+        while let row = try statement.next() {
+            if let object = row[0].textValue { objects.append(object) }
+        }
+        return objects
     }
 
     /// For every other device, the highest seq applied here with nothing missing below.

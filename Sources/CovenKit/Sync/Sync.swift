@@ -180,14 +180,25 @@ extension StoreSync {
 
     /// The lost values kept here, newest first.
     public func lostValues() throws -> [LostValue] {
-        try database.query("SELECT * FROM coven_lost_values ORDER BY id DESC").map { row in
-            let entry = try RowEntryCodec.decode(row.bytes("entry") ?? []).first
-            return LostValue(
-                id: row.int("id") ?? 0, table: row.string("tbl") ?? "", rowID: row.string("row_id") ?? "",
+        var values: [LostValue] = []
+        try forEachLostValue { values.append($0) }
+        return values
+    }
+
+    /// Calls `body` with each lost value kept here, newest first, read one at a time (a
+    /// stepped query): never the whole list in memory, however many (`coven lost`).
+    public func forEachLostValue(_ body: (LostValue) throws -> Void) throws {
+        let statement = try database.prepare("""
+            SELECT id, tbl, row_id, entry, stamp, device, winner_stamp, lost_at, why, restored_at FROM coven_lost_values ORDER BY id DESC
+            """)
+        while let row = try statement.next() {
+            let entry = try RowEntryCodec.decode(row[3].bytesValue ?? []).first
+            try body(LostValue(
+                id: row[0].intValue ?? 0, table: row[1].textValue ?? "", rowID: row[2].textValue ?? "",
                 values: Dictionary(zip(entry?.columns ?? [], entry?.values ?? []), uniquingKeysWith: { first, _ in first }),
-                columns: entry?.columns ?? [], stamp: row.string("stamp") ?? "", device: row.string("device") ?? "",
-                winnerStamp: row.string("winner_stamp"), lostAt: row.string("lost_at") ?? "", why: row.string("why") ?? "",
-                restoredAt: row.string("restored_at"))
+                columns: entry?.columns ?? [], stamp: row[4].textValue ?? "", device: row[5].textValue ?? "",
+                winnerStamp: row[6].textValue, lostAt: row[7].textValue ?? "", why: row[8].textValue ?? "",
+                restoredAt: row[9].textValue))
         }
     }
 

@@ -128,7 +128,8 @@ struct SyncState {
 
     /// Records that change `seq` of `device` is applied here, with the frontier it carried.
     func setApplied(device: String, seq: Int64, frontier: [String: Int64], heldObjects: [String] = []) throws {
-        let held = String(decoding: try JSONSerialization.data(withJSONObject: heldObjects, options: [.withoutEscapingSlashes]), as: UTF8.self)
+        // Written without Foundation's serializer: a change may hold 100,000 of them.
+        let held = RecordedChanges.json(ids: heldObjects)
         try database.run("UPDATE coven_device_registry SET applied_seq = ?2, frontier = ?3, held_objects = ?4 WHERE device = ?1",
                          [device, seq, Frontier.json(frontier), held])
     }

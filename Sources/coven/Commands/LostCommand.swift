@@ -51,26 +51,21 @@ struct LostCommand: Command {
             return 0
         }
         let device = try context.openDeviceReadOnly()
-        let values = try StoreSync(device).lostValues()
         if context.json {
-            // The array a value at a time, as JSONText.render would print it whole.
+            // The array a value at a time, as read, in the text JSONText.render would give it
+            // whole: the fixed keys written in its order, each value's columns in the order
+            // the writer finds once per set of columns.
             let writer = JSONText.Writer()
             context.out.write("[")
-            for (index, lost) in values.enumerated() {
-                var values: [String: Any] = [:]
-                for (column, value) in lost.values { values[column] = jsonValue(value) }
-                let object: [String: Any] = [
-                    "id": lost.id, "table": lost.table, "row": lost.rowID, "values": values, "stamp": lost.stamp, "device": lost.device,
-                    "winner_stamp": lost.winnerStamp ?? NSNull(), "lost_at": lost.lostAt, "why": lost.why,
-                    "restorable": lost.restorable && lost.restoredAt == nil, "restored_at": lost.restoredAt ?? NSNull()]
-                var text = index > 0 ? "," : ""
-                try writer.write(object, into: &text)
-                context.out.write(text)
+            var first = true
+            try StoreSync(device).forEachLostValue { lost in
+                context.out.write((first ? "" : ",") + (try jsonObject(lost, writer: writer)))
+                first = false
             }
             context.out.write("]\n")
         } else {
             let zero = invocation.has("null-terminated")
-            for lost in values {
+            try StoreSync(device).forEachLostValue { lost in
                 // Under -z every record has six fields, the last empty unless restored.
                 var fields = [String(lost.id), lost.table, lost.rowID, lost.why, lost.stamp]
                 if zero || lost.restoredAt != nil { fields.append(lost.restoredAt == nil ? "" : "restored") }
@@ -118,6 +113,52 @@ struct LostCommand: Command {
         if let date = dateTime.date(from: text + "Z") { return date }
         dateTime.formatOptions = [.withFullDate]
         return dateTime.date(from: text)
+    }
+
+    /// One lost value as the JSON object `lost --json` prints, the text JSONText.render gives
+    /// (keys sorted as Foundation sorts them), written by hand: Foundation's serializer costs
+    /// more than reading the value.
+    static func jsonObject(_ lost: LostValue, writer: JSONText.Writer) throws -> String {
+        var text = "{\"device\":"
+        JSONText.Writer.writeString(lost.device, into: &text)
+        text += ",\"id\":" + String(lost.id) + ",\"lost_at\":"
+        JSONText.Writer.writeString(lost.lostAt, into: &text)
+        text += ",\"restorable\":" + (lost.restorable && lost.restoredAt == nil ? "true" : "false") + ",\"restored_at\":"
+        writeOptional(lost.restoredAt, into: &text)
+        text += ",\"row\":"
+        JSONText.Writer.writeString(lost.rowID, into: &text)
+        text += ",\"stamp\":"
+        JSONText.Writer.writeString(lost.stamp, into: &text)
+        text += ",\"table\":"
+        JSONText.Writer.writeString(lost.table, into: &text)
+        text += ",\"values\":{"
+        for (index, column) in try writer.order(of: lost.values).enumerated() {
+            if index > 0 { text += "," }
+            JSONText.Writer.writeString(column, into: &text)
+            text += ":"
+            try writeValue(lost.values[column] ?? .null, into: &text)
+        }
+        text += "},\"why\":"
+        JSONText.Writer.writeString(lost.why, into: &text)
+        text += ",\"winner_stamp\":"
+        writeOptional(lost.winnerStamp, into: &text)
+        return text + "}"
+    }
+
+    /// A JSON string, or null.
+    static func writeOptional(_ text: String?, into out: inout String) {
+        if let text { JSONText.Writer.writeString(text, into: &out) } else { out += "null" }
+    }
+
+    /// A column's value as ``jsonValue(_:)`` renders it: a REAL through Foundation (its
+    /// shortest form), a BLOB as `{"base64": ...}`.
+    static func writeValue(_ value: SQLValue, into out: inout String) throws {
+        switch value {
+        case .null: out += "null"
+        case .integer(let v): out += String(v)
+        case .text(let v): JSONText.Writer.writeString(v, into: &out)
+        case .real, .blob: out += try JSONText.render(jsonValue(value))
+        }
     }
 
     static func jsonValue(_ value: SQLValue) -> Any {

@@ -187,12 +187,13 @@ struct StageCommand: Command {
     }
 }
 
-/// Reads the paths of `--files-from`, one at a time, a block at a time: never the whole list.
+/// Reads the paths of `--files-from`, one at a time, a block at a time: never the whole list
+/// (`stage`'s paths, `get`'s file ids).
 final class PathListReader {
     private let records: RecordReader
 
-    init(descriptor: Int32, name: String, separator: UInt8) {
-        records = RecordReader(descriptor: descriptor, name: name, separator: separator, command: "stage")
+    init(descriptor: Int32, name: String, separator: UInt8, command: String = "stage") {
+        records = RecordReader(descriptor: descriptor, name: name, separator: separator, command: command)
     }
 
     /// The next non-empty path, nil at the end of the list.

@@ -87,6 +87,32 @@ final class SyncFilesTests: DeviceTestCase {
         XCTAssertThrowsError(try read(b, track)) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceOnly) }
         XCTAssertEqual(try b.status().cache.used, 0)
     }
+    /// A write of many rows, each naming a file it puts, published in several changes: each
+    /// change carries the records before the rows naming them, so a device pulling them change
+    /// by change never holds a row without its record: nothing is taken out (and no lost value
+    /// left behind to restore, 100,000 of them for a library), whatever the split.
+    func testAWriteOfManyFilesSplitOverChangesArrivesWithNoRowTakenOut() throws {
+        setenv("COVEN_SYNC_CHANGE_BYTES", "2000", 1)
+        defer { unsetenv("COVEN_SYNC_CHANGE_BYTES") }
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
+        // 120 rows of 10 KB: more than one piece of the outbox (Outbox.pieceBytes), each its own change.
+        let title = String(repeating: "t", count: 10_000)
+        var values: [String] = []
+        for index in 0..<120 {
+            let song = try a.prepareUserFile(path: try file("song\(index).flac", "song \(index)"), namespace: "music", place: .cloud)
+            values.append("(coven_uuid7(), '\(Self.album)', '\(title)', coven_put_user_file('\(song.id)'))")
+        }
+        try a.write(sql: "INSERT INTO tracks (id, album_id, title, file) VALUES " + values.joined(separator: ", "))
+        let pushed = try StoreSync(a).sync().pushed
+        XCTAssertGreaterThan(pushed.published.count, 2, "the write spans several changes")
+        let pulled = try StoreSync(b).sync().pulled
+        XCTAssertEqual(pulled.takenOut, 0)
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_lost_values"), 0, "no row was taken out and brought back")
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM tracks"), 120)
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM tracks t JOIN coven_files f ON f.id = t.file"), 120)
+    }
 }
 
 /// Two devices make one stored file device-only at once: the later write wins on both; the
@@ -144,4 +170,5 @@ final class SyncDeviceOnlyConflictTests: DeviceTestCase {
         XCTAssertEqual(try String(contentsOfFile: work + "/picked-a/song.flac", encoding: .utf8), "edited by the person")
         XCTAssertEqual(try a.fileRecord(track)?.coordinates.device, b.deviceID)
     }
+
 }
