@@ -44,6 +44,9 @@ enum Schema {
         // 13: members: the member each device belongs to, as its entry says, and the rosters
         // of the store audience's key generations this device learned (Crypto/Keyring.swift).
         { database in try database.execute(membersTables) },
+        // 14: a row's lost values found without a scan: a pull that brings back many rows taken
+        // out (their parent or file record in a later change) marks each restored (Sync/).
+        { database in try database.execute("CREATE INDEX coven_lost_values_row ON coven_lost_values (tbl, row_id)") },
     ]
 
     /// Version 13: the member of every device, with the member key's signature over its key,

@@ -70,6 +70,17 @@ final class SchemaMigrationTests: DeviceTestCase {
     }
 
     /// A database of a newer schema is refused, changing nothing.
+    /// A row's lost values are found by index, not a scan: a pull bringing back 100,000 rows
+    /// taken out marks each restored (step 14).
+    func testARowsLostValuesAreFoundByIndex() throws {
+        let device = try Device.create(paths: DevicePaths(database: work + "/plan/device.db"), storage: .file(directory: work + "/planstore"),
+                                       manifest: try Manifest(json: Data(DeviceTestCase.albumManifest.utf8)), name: "plan")
+        let plan = try device.database.query("""
+            EXPLAIN QUERY PLAN UPDATE coven_lost_values SET restored_at = 'x' WHERE tbl = 'albums' AND row_id = 'a' AND restored_at IS NULL
+            """).compactMap { $0.string("detail") }.joined(separator: "; ")
+        XCTAssertTrue(plan.contains("USING INDEX coven_lost_values_row"), plan)
+    }
+
     func testANewerSchemaIsRefused() throws {
         let paths = try copyFixture()
         let raw = try Database(path: paths.database)
