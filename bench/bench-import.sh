@@ -158,15 +158,7 @@ echo
 echo "-- peak RSS at $many files or statements"
 W=$T/many
 mkdir -p "$W"
-python3 - "$W/src" "$many" <<'EOF'
-import os, sys
-folder, count = sys.argv[1], int(sys.argv[2])
-for index in range(count):
-    sub = os.path.join(folder, f"{index // 1000:03d}")
-    if index % 1000 == 0: os.makedirs(sub, exist_ok=True)
-    with open(os.path.join(sub, f"{index:06d}"), "wb") as out:
-        out.write(index.to_bytes(4, "little"))
-EOF
+tiny_files "$W/src" "$many"
 "$COVEN" --quiet init --storage "file://$W/store" --manifest coven.json --db "$W/dev/device.db" > /dev/null
 (cd "$W" && find src -type f -print0 > list0)
 timed many/stage bash -c "cd '$W' && '$COVEN' --db dev/device.db --json stage --user --namespace tracks --files-from list0 -z > staged.jsonl"

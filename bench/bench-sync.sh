@@ -111,15 +111,7 @@ cat > "$F/coven.json" <<'JSON'
   "migrations": [ "CREATE TABLE tracks (id TEXT PRIMARY KEY, title TEXT, file TEXT, _updated_at TEXT NOT NULL) STRICT" ]
 }
 JSON
-python3 - "$F/src" "$files" <<'PY'
-import os, sys
-folder, count = sys.argv[1], int(sys.argv[2])
-for index in range(count):
-    sub = os.path.join(folder, f"{index // 1000:03d}")
-    if index % 1000 == 0: os.makedirs(sub, exist_ok=True)
-    with open(os.path.join(sub, f"{index:06d}"), "wb") as out:
-        out.write(index.to_bytes(4, "little"))
-PY
+tiny_files "$F/src" "$files"
 "$COVEN" --quiet init --storage "file://$F/store" --manifest "$F/coven.json" --name fa --db "$F/fa/device.db" >/dev/null
 "$COVEN" key export --db "$F/fa/device.db" > "$F/key.txt"
 "$COVEN" --quiet join "file://$F/store" --key-file "$F/key.txt" --name fb --db "$F/fb/device.db" >/dev/null

@@ -64,6 +64,20 @@ with open("rows.csv", "w") as csv, open("raw.sql", "w") as raw, open("coven.sql"
 PY
 }
 
+# tiny_files DIR COUNT: COUNT files of 4 bytes each (their index), 1,000 to a folder: a library
+# of many files whose bytes cost nothing to write.
+tiny_files() {
+    python3 - "$1" "$2" <<'PY'
+import os, sys
+folder, count = sys.argv[1], int(sys.argv[2])
+for index in range(count):
+    sub = os.path.join(folder, f"{index // 1000:03d}")
+    if index % 1000 == 0: os.makedirs(sub, exist_ok=True)
+    with open(os.path.join(sub, f"{index:06d}"), "wb") as out:
+        out.write(index.to_bytes(4, "little"))
+PY
+}
+
 median() { jq -r ".results[$1].median" "$2"; }
 ratio() { python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.2f}')" "$1" "$2"; }
 peak() { awk -F': ' '/Maximum resident set size/ { printf "%.1f", $2 / 1024 }' "$1"; }

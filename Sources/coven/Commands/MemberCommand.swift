@@ -102,34 +102,18 @@ struct MemberCommand: Command {
             try refuseOutput(invocation)
             let device = try context.openDevice()
             let change = try Members(device).add(name: rest[0], recipient: rest[1], admin: invocation.has("admin"))
-            if context.json {
-                try context.printJSON(["member": change.member.id, "name": change.member.name, "role": change.member.role,
-                                       "generation": change.generation, "objects_written": change.objectsWritten])
-            } else {
-                context.line(change.member.id)
-                if change.objectsWritten == 0 {
-                    context.note("'\(change.member.name)' is on the roster of generation \(change.generation) of the store's key: added already")
-                } else {
-                    context.note("added '\(change.member.name)' (\(change.member.role)) at generation \(change.generation) of the store's key; their devices join with 'coven join URL --identity FILE'")
-                }
-            }
+            try report(change, context, json: ["role": change.member.role],
+                       already: "'\(change.member.name)' is on the roster of generation \(change.generation) of the store's key: added already",
+                       done: ["added '\(change.member.name)' (\(change.member.role)) at generation \(change.generation) of the store's key; their devices join with 'coven join URL --identity FILE'"])
         case "remove":
             guard rest.count == 1 else { throw CovenError(.usage, "'remove' takes one MEMBER, its name or its id") }
             try refuseOutput(invocation)
             let device = try context.openDevice()
             let change = try Members(device).remove(rest[0])
-            if context.json {
-                try context.printJSON(["member": change.member.id, "name": change.member.name, "generation": change.generation,
-                                       "devices_gone": change.devicesGone, "objects_written": change.objectsWritten])
-            } else {
-                context.line(change.member.id)
-                if change.objectsWritten == 0 {
-                    context.note("'\(change.member.name)' is not on the roster of generation \(change.generation) of the store's key: removed already")
-                } else {
-                    context.note("removed '\(change.member.name)' at generation \(change.generation) of the store's key; \(change.devicesGone.count.counted("device")) of theirs gone for good")
-                    context.note("hint: they keep what they read before, and can still reach the storage: revoke their storage credentials yourself")
-                }
-            }
+            try report(change, context, json: ["devices_gone": change.devicesGone],
+                       already: "'\(change.member.name)' is not on the roster of generation \(change.generation) of the store's key: removed already",
+                       done: ["removed '\(change.member.name)' at generation \(change.generation) of the store's key; \(change.devicesGone.count.counted("device")) of theirs gone for good",
+                              "hint: they keep what they read before, and can still reach the storage: revoke their storage credentials yourself"])
         case "role":
             guard rest.count == 2, ["admin", "member"].contains(rest[1]) else {
                 throw CovenError(.usage, "'role' takes a MEMBER and its role, admin or member", hint: "coven member role bob admin")
@@ -137,17 +121,10 @@ struct MemberCommand: Command {
             try refuseOutput(invocation)
             let device = try context.openDevice()
             let change = try Members(device).setRole(rest[0], admin: rest[1] == "admin")
-            if context.json {
-                try context.printJSON(["member": change.member.id, "name": change.member.name, "role": change.member.role,
-                                       "generation": change.generation, "objects_written": change.objectsWritten])
-            } else {
-                context.line(change.member.id)
-                if change.objectsWritten == 0 {
-                    context.note("'\(change.member.name)' is \(change.member.role == "member" ? "a member who is not an admin" : "an admin") at generation \(change.generation) of the store's key already")
-                } else {
-                    context.note("'\(change.member.name)' is \(change.member.role == "member" ? "no longer an admin" : "an admin") from generation \(change.generation) of the store's key")
-                }
-            }
+            let admin = change.member.role != "member"
+            try report(change, context, json: ["role": change.member.role],
+                       already: "'\(change.member.name)' is \(admin ? "an admin" : "a member who is not an admin") at generation \(change.generation) of the store's key already",
+                       done: ["'\(change.member.name)' is \(admin ? "an admin" : "no longer an admin") from generation \(change.generation) of the store's key"])
         case "rekey":
             guard rest.isEmpty else { throw CovenError(.usage, "'rekey' takes no argument, not '\(rest[0])'") }
             try refuseOutput(invocation)
@@ -180,6 +157,24 @@ struct MemberCommand: Command {
             throw CovenError(.usage, "ACTION takes 'keygen', 'init', 'add', 'remove', 'role', 'rekey', 'use' or 'export', not '\(action)'")
         }
         return 0
+    }
+
+    /// Prints what a roster change did: the member's id, then `done` (or `already`, when it
+    /// wrote nothing: a rerun, or nothing to change); with --json one object of the member,
+    /// generation and objects written, and `json`.
+    private static func report(_ change: Members.RosterChange, _ context: CommandContext, json: [String: Any], already: String, done: [String]) throws {
+        if context.json {
+            let object: [String: Any] = ["member": change.member.id, "name": change.member.name, "generation": change.generation,
+                                         "objects_written": change.objectsWritten]
+            try context.printJSON(object.merging(json) { _, extra in extra })
+        } else {
+            context.line(change.member.id)
+            if change.objectsWritten == 0 {
+                context.note(already)
+            } else {
+                for line in done { context.note(line) }
+            }
+        }
     }
 
     private static func refuseOutput(_ invocation: Invocation) throws {
