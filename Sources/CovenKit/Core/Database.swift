@@ -119,6 +119,10 @@ public final class Database {
     var rowCapture: RowCapture?
     /// Statements kept prepared for hot loops (``cached(_:)``).
     private var statementCache: [String: Statement] = [:]
+    /// How many statements this connection has prepared (``Statement``s and
+    /// ``prepareSingle(_:)``; not the scripts of ``execute(_:)``): a loop preparing one per item
+    /// shows here.
+    fileprivate(set) var statementsPrepared = 0
 
     /// Opens (or creates, when `create`) the database at `path`.
     ///
@@ -326,6 +330,7 @@ public final class Statement {
         }
         self.handle = statement
         self.database = database
+        database.statementsPrepared += 1
         self.retained = retaining ? database : nil
         self.sql = sql
     }
@@ -593,6 +598,7 @@ extension Database {
                 if let error = takeFunctionError() { sqlite3_finalize(statement); throw error }
                 guard code == SQLITE_OK else { throw sqliteError(code, sql) }
                 guard let statement else { return nil }
+                statementsPrepared += 1
                 // Only whitespace and semicolons may follow (a comment makes it a script).
                 var rest = tail
                 while let current = rest, current.pointee != 0 {
