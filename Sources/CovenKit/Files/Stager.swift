@@ -398,12 +398,16 @@ extension Device {
     ///
     /// - Throws: `.userFileMissing`, `.userFileChanged`.
     func checkOriginal(path: [UInt8], recorded: OriginalIdentity, contentHash: [UInt8]) throws {
-        let text = PathText.string(fromOSBytes: path)
-        let display = PathText.text(path)
+        // The path's bytes as they are, with no String made of them unless the check goes on
+        // past the stat (a write putting 100,000 originals checks each).
         var info = stat()
-        let code = PathText.withCString(text) { stat($0, &info) }
+        let code = (path + [0]).withUnsafeBufferPointer { buffer in
+            buffer.baseAddress!.withMemoryRebound(to: CChar.self, capacity: buffer.count) { stat($0, &info) }
+        }
+        let failure = code == 0 ? 0 : errno
+        var display: String { PathText.text(path) }
         guard code == 0 else {
-            throw CovenError(.userFileMissing, "'\(display)' is missing", cause: String(cString: strerror(errno)), details: ["path": display])
+            throw CovenError(.userFileMissing, "'\(display)' is missing", cause: String(cString: strerror(failure)), details: ["path": display])
         }
         let now = OriginalIdentity(info)
         guard now.size == recorded.size, now.modifiedSeconds == recorded.modifiedSeconds, now.modifiedNanos == recorded.modifiedNanos else {
@@ -411,7 +415,7 @@ extension Device {
         }
         if now.changeStamp != recorded.changeStamp {
             // Size and time match but something touched the file: compare the bytes.
-            let file = try FileHandleFD(reading: text)
+            let file = try FileHandleFD(reading: PathText.string(fromOSBytes: path))
             let digests = try ContentHasher.run(file: file)
             guard digests.content == contentHash else {
                 throw CovenError(.userFileChanged, "'\(display)' changed since it was staged", hint: "stage it again", details: ["path": display])
