@@ -37,6 +37,8 @@ struct MemberAuthorizer: ChangeAuthorizer {
     let ownerColumns: [String: String]
     /// The verdict for each device at each generation, found once.
     private var verdicts: [String: Bool] = [:]
+    /// The member each signing device belongs to, read once (entries of owner-only tables).
+    private var signers: [String: String?] = [:]
 
     init(keys: Keyring, database: Database, store: String, manifest: Manifest? = nil) {
         self.keys = keys
@@ -64,9 +66,12 @@ struct MemberAuthorizer: ChangeAuthorizer {
     /// device of the row's owner: the member that vouched for `device` is the owner the row has
     /// here (if it is here), and, for an upsert, the owner the entry gives it. Before members
     /// (no generation learned) rows have no owners to keep.
-    private func isOwners(_ entry: RowEntry, column: String, device: String) throws -> Bool {
+    private mutating func isOwners(_ entry: RowEntry, column: String, device: String) throws -> Bool {
         guard entry.kind != .retract, try keys.storeGeneration() != nil else { return true }
-        guard let signer = try database.scalar("SELECT member FROM coven_device_registry WHERE device = ?1", [device]).textValue else { return false }
+        if signers[device] == nil {
+            signers[device] = .some(try database.scalar("SELECT member FROM coven_device_registry WHERE device = ?1", [device]).textValue)
+        }
+        guard let signer = signers[device] ?? nil else { return false }
         if let current = try database.queryOne("SELECT \(RowCapture.quote(column)) AS owner FROM \(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id]),
            let owner = current["owner"].textValue, owner != signer {
             return false
