@@ -26,7 +26,7 @@ enum ExitCodes {
              .deviceOnly, .remoteRoot, .notThisDevice, .notDeviceOnlyHere, .fileInMove, .notInCloud, .rangeOutOfBounds,
              .notUnicode, .link, .exists, .clash, .empty, .manifest, .schema, .migration, .sql, .invalidId,
              .alreadyExists, .invalidState, .userFileChanged, .fileUnavailable, .deviceConflict, .deviceGone,
-             .notAdmin, .refused, .keyUnavailable, .notOwner:
+             .notAdmin, .refused, .keyUnavailable, .notOwner, .notInCircle:
             return refused
         case .storage, .noStorage:
             return storage

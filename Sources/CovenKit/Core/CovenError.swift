@@ -56,6 +56,9 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     /// A row of an owner-only table written by a device of another member than its owner (an
     /// admin's included), or its owner column changed.
     case notOwner = "not_owner"
+    /// A row written into a circle the writer's member is not in (never was, or was removed
+    /// from), or a file of such a circle made device-only.
+    case notInCircle = "not_in_circle"
     // coven's own.
     /// The command line is wrong: an unknown option, a missing argument, a bad value.
     case usage = "usage"

@@ -265,11 +265,19 @@ public final class Keyring {
 
     // MARK: Changes
 
-    /// The audience whose key seals the entries of rows of `audience` in a change: its own once
-    /// this device holds a key of it (circles), the store's until then, which every device of
-    /// the store reads, as before circles.
+    /// The audience whose key seals the entries of rows of `audience` in a change: a circle's
+    /// own once this device holds a key of it; the store's for the store's rows. A row of a
+    /// circle this device holds no key of is never written here (`not_in_circle`,
+    /// ``Circles/checkWritable(_:)``); should one reach a change, sealing it fails rather than
+    /// put it where the store reads it.
     func sectionAudience(for audience: String) -> String {
-        RowAudiences.store
+        audience
+    }
+
+    /// The newest generation of `audience` whose key this device holds.
+    func newestGeneration(audience: String) throws -> UInt64? {
+        if audience == RowAudiences.store { return try storeGeneration() }
+        return try loadedGenerationBytes()[audience]?.keys.max()
     }
 
     /// A change signed by this device: the bytes to publish. In a store of members, format 2
@@ -280,7 +288,11 @@ public final class Keyring {
             return try change.seal(storeKey: try storeKey(), signingKey: try signingKey())
         }
         return try change.sealSections(storeKey: (generation, key), keyOf: { audience in
-            throw CovenError(.internal, "this device holds no key of audience '\(audience)'", details: ["audience": audience])
+            guard let newest = try self.newestGeneration(audience: audience), let key = try self.key(audience: audience, generation: newest) else {
+                throw CovenError(.notInCircle, "this device holds no key of circle '\(audience)', whose rows a change to publish holds",
+                                 hint: "a member of the circle writes its rows", details: ["audience": audience])
+            }
+            return (newest, key)
         }, signingKey: try signingKey())
     }
 

@@ -478,6 +478,9 @@ final class WriteSession {
     func validate(_ changes: RecordedChanges) throws {
         let graph = try device.schemaGraph()
         let rowAudiences = RowAudiences(graph: graph, database: database)
+        // The audiences this member writes: the store, and the circles it is in.
+        let placing = Set(manifest.tables.map(\.name).filter { rowAudiences.placesAudience($0) })
+        let writable = placing.isEmpty ? [] : try Circles(device).writableAudiences()
         try changes.forEachBatch(oldFiles: true) { batch in
             // The file columns of the batch's rows the write left, and their audiences, read
             // once per table.
@@ -488,14 +491,27 @@ final class WriteSession {
                 guard let table = manifest.table(change.table), !table.files.isEmpty else { continue }
                 idsByTable[table.name, default: []].append(change.id)
             }
+            // Every row the write left goes to an audience this member is in.
+            var placed: [String: [String]] = [:]
+            for change in batch where change.operation != .delete && placing.contains(change.table) {
+                placed[change.table, default: []].append(change.id)
+            }
+            for (name, ids) in placed {
+                let found = try rowAudiences.audiences(table: name, ids: ids)
+                audienceOf[name] = found
+                for (id, audience) in found.sorted(by: { $0.key < $1.key }) where !writable.contains(audience) {
+                    throw CovenError(.notInCircle, "row '\(id)' of '\(name)' would be in circle '\(audience)', which this device's member is not in",
+                                     hint: "'coven circles' lists this member's circles: write 'store' or one of their ids",
+                                     details: ["table": name, "id": id, "circle": audience])
+                }
+            }
             for (name, ids) in idsByTable {
                 guard let table = manifest.table(name) else { continue }
                 let columns = (["id"] + table.files.map(\.column)).map(RowCapture.quote).joined(separator: ", ")
                 for row in try database.query("SELECT \(columns) FROM \(RowCapture.quote(name)) WHERE id IN (SELECT value FROM json_each(?1))", [RecordedChanges.json(ids: ids)]) {
                     if let id = row["id"].textValue { now[name, default: [:]][id] = row }
                 }
-                // A table whose rows are all the store's needs no query.
-                if rowAudiences.placesAudience(name) { audienceOf[name] = try rowAudiences.audiences(table: name, ids: ids) }
+
             }
             for change in batch {
                 try validate(change, now: now, audienceOf: audienceOf, graph: graph)

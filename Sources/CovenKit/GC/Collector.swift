@@ -23,6 +23,8 @@ public struct GCReport: Sendable, Equatable {
         case snapshot
         /// Another device's latest change says its unpublished records name it.
         case heldByDevice = "held_by_device"
+        /// This device applied sections of circles it cannot read, whose records may name it.
+        case unreadSections = "unread_sections"
         /// The provider refused the delete (403).
         case refused = "storage_refused"
         /// The delete failed (the network, the provider): it is not taken as deleted.
@@ -140,6 +142,8 @@ struct Collector {
     private var held: [String: Set<String>] = [:]
     private var lostFiles: Set<String> = []
     private var lostObjects: Set<String> = []
+    /// Sections of applied changes this device could not open, and of how many circles.
+    private var unread: (sections: Int64, circles: Int64) = (0, 0)
     private var snapshots: [SnapshotInfo] = []
     /// The newest two snapshots this device can read the coverage of, and those it cannot.
     private var retained: [SnapshotInfo] = []
@@ -166,6 +170,7 @@ struct Collector {
         }
         held = try SyncState(database: database).heldObjects()
         held[me] = nil
+        unread = try UnreadSections(database: database).count()
         // Lost values that can still be restored name records by id (and a lost record image
         // names its object).
         for row in try database.query("SELECT entry FROM coven_lost_values WHERE restored_at IS NULL AND why = 'concurrent'") {
@@ -224,6 +229,11 @@ struct Collector {
         if lostObjects.contains(object) || files.contains(where: lostFiles.contains) { return (.lostValue, [], nil) }
         let holders = held.filter { $0.value.contains(object) }.map(\.key).sorted()
         if !holders.isEmpty { return (.heldByDevice, holders, nil) }
+        // A record of a circle this device is not in may name the same bytes (a move, or
+        // coven_existing_file): nothing here can tell.
+        if unread.sections > 0 {
+            return (.unreadSections, [], "this device applied \(unread.sections.counted("section")) of \(unread.circles.counted("circle")) it cannot read, whose file records may name it")
+        }
         // Every other device not gone for good has published a frontier that includes the write.
         var behind = others.filter { $0.id != writer && ($0.frontier[writer] ?? 0) < seq }.map(\.id)
         if writer != me, (applied[writer] ?? 0) < seq { behind.append(me) }

@@ -60,6 +60,12 @@ public struct Members {
 
     /// The chain of the store audience, checked with the device registry this device knows.
     func storeChain(provider: StorageProvider) throws -> AudienceChain {
+        try chain(audience: RowAudiences.store, provider: provider)
+    }
+
+    /// The chain of `audience` (the store or a circle), checked with the device registry this
+    /// device knows.
+    func chain(audience: String, provider: StorageProvider) throws -> AudienceChain {
         let registry = try device.database.query("SELECT device, public_key, member, member_signature FROM coven_device_registry")
         var keys: [String: String] = [:]
         var vouched: [String: (member: String, signature: [UInt8])] = [:]
@@ -69,7 +75,7 @@ public struct Members {
             if let member = row.string("member"), let signature = row.string("member_signature").flatMap({ [UInt8](hex: $0) }) { vouched[id] = (member, signature) }
         }
         let store = device.storeID
-        return AudienceChain(provider: provider, store: store, audience: RowAudiences.store,
+        return AudienceChain(provider: provider, store: store, audience: audience,
                              signerKey: { id in
                                  guard let hex = keys[id] else { throw CovenError(.notFound, "no device \(id)") }
                                  return try DevicePublicKey(hex: hex)

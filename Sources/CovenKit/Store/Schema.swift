@@ -47,7 +47,32 @@ enum Schema {
         // 14: a row's lost values found without a scan: a pull that brings back many rows taken
         // out (their parent or file record in a later change) marks each restored (Sync/).
         { database in try database.execute("CREATE INDEX coven_lost_values_row ON coven_lost_values (tbl, row_id)") },
+        // 15: circles: each circle's chain as this device last read it (Members/Circles.swift),
+        // and the sections of applied changes it could not open (gc leaves bytes alone then).
+        { database in try database.execute(circlesTables) },
     ]
+
+    /// Version 15: the circles this device's member knows of, owned by ``Circles``: every
+    /// audience of storage but the store's, the newest generation read, the newest this member
+    /// opened (0: it was never on a roster) and whether it is on the newest roster; and the
+    /// sections of applied changes this device could not open, which may name stored bytes
+    /// (owned by ``UnreadSections``).
+    static let circlesTables = """
+    CREATE TABLE coven_circles (
+        audience   TEXT PRIMARY KEY,
+        name       TEXT,
+        generation INTEGER NOT NULL,
+        opened     INTEGER NOT NULL DEFAULT 0,
+        member     INTEGER NOT NULL DEFAULT 0 CHECK (member IN (0, 1))
+    ) STRICT;
+    CREATE TABLE coven_unread_sections (
+        device     TEXT NOT NULL,
+        seq        INTEGER NOT NULL,
+        audience   TEXT NOT NULL,
+        generation INTEGER NOT NULL,
+        PRIMARY KEY (device, seq, audience)
+    ) STRICT, WITHOUT ROWID;
+    """
 
     /// Version 13: the member of every device, with the member key's signature over its key,
     /// checked against the roster of a generation when its changes are applied; and the

@@ -106,6 +106,7 @@ struct ChangeApplier {
             }
             let frontier = change.frontier.mapValues { Int64($0) }
             try sync.log(device: change.device, seq: Int64(change.seq), maxStamp: change.entries.map(\.stamp).max() ?? "", frontier: frontier)
+            if !change.unreadSections.isEmpty { try UnreadSections(database: database).remember(change) }
             try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier, heldObjects: change.heldObjects)
             // The receive rule of the hybrid clock: later stamps here sort after what arrived,
             // but a device whose clock runs far ahead does not drag this one along (an edit of

@@ -157,6 +157,8 @@ struct AudienceChain {
             let number = newest.generation.generation + 1
             var next = AudienceGeneration(store: store, audience: audience, generation: number, signer: signer, roster: roster,
                                           previousHash: AudienceGeneration.hash(state.newestBytes))
+            // A circle keeps its name from generation to generation.
+            next.name = newest.generation.name
             // The signer's member vouches for it in the generation, with the key the newest
             // roster holds of it.
             if let member = newest.generation.roster.first(where: { $0.recipient == identity.recipient }) {

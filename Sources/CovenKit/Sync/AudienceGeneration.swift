@@ -51,6 +51,10 @@ struct AudienceGeneration: Equatable {
     /// the generation because a member's key changes (`coven member rekey`) and its devices'
     /// entries with it. Absent from generations written before it was kept.
     var signerVouch: Vouch?
+    /// A circle's name, sealed with the roster (nil for the store audience, and for
+    /// generations written before circles). Written only after a vouch, which every generation
+    /// of a circle carries.
+    var name: String?
 
     struct Vouch: Equatable {
         var member: String
@@ -107,6 +111,9 @@ struct AudienceGeneration: Equatable {
         if let signerVouch {
             RowEntryCodec.writeString(signerVouch.member, into: &inner)
             Self.writeBytes(signerVouch.signature, into: &inner)
+            if let name { RowEntryCodec.writeString(name, into: &inner) }
+        } else if name != nil {
+            throw CovenError(.internal, "a named key generation without a vouch for its signer", details: ["object": path])
         }
         let sealed = try StoreSealer.seal(inner, storeKey: try FileKey(bytes: key), boundTo: path)
         Self.writeBytes(sealed, into: &out)
@@ -236,6 +243,7 @@ struct AudienceGeneration: Equatable {
         let previousHash: [UInt8]
         let previousKey: [UInt8]
         var vouch: Vouch?
+        var name: String?
         do {
             previousHash = try Self.readBytes(&reader)
             previousKey = try Self.readBytes(&reader)
@@ -250,6 +258,7 @@ struct AudienceGeneration: Equatable {
             if !reader.isAtEnd {
                 vouch = Vouch(member: try reader.string(), signature: try Self.readBytes(&reader))
                 guard vouch?.signature.count == DeviceSigningKey.signatureSize else { throw refuse("holds a damaged vouch for its signer") }
+                if !reader.isAtEnd { name = try reader.string() }
             }
             guard reader.isAtEnd else { throw refuse("holds trailing bytes") }
         } catch let error as CovenError where error.details["object"] == path {
@@ -263,7 +272,7 @@ struct AudienceGeneration: Equatable {
             throw refuse("holds a roster that does not match its stanzas")
         }
         return Opened(generation: AudienceGeneration(store: store, audience: audience, generation: generation, signer: signer, roster: roster,
-                                                     previousHash: previousHash, signerVouch: vouch),
+                                                     previousHash: previousHash, signerVouch: vouch, name: name),
                       key: key, previousKey: previousKey.isEmpty ? nil : previousKey)
     }
 

@@ -35,15 +35,18 @@ struct MemberAuthorizer: ChangeAuthorizer {
     let store: String
     /// The tables whose rows have owners (owner-only), by name: their owner column.
     let ownerColumns: [String: String]
+    /// Where each upserted row belongs (circles): its audience must be its section's.
+    let audiences: RowAudiences?
     /// The verdict for each device at each generation, found once.
     private var verdicts: [String: Bool] = [:]
     /// The member each signing device belongs to, read once (entries of owner-only tables).
     private var signers: [String: String?] = [:]
 
-    init(keys: Keyring, database: Database, store: String, manifest: Manifest? = nil) {
+    init(keys: Keyring, database: Database, store: String, manifest: Manifest? = nil, audiences: RowAudiences? = nil) {
         self.keys = keys
         self.database = database
         self.store = store
+        self.audiences = audiences
         ownerColumns = Dictionary((manifest?.tables ?? []).compactMap { table in table.ownerColumn.map { (table.name, $0) } },
                                   uniquingKeysWith: { first, _ in first })
     }
@@ -58,8 +61,34 @@ struct MemberAuthorizer: ChangeAuthorizer {
             verdicts[key] = verdict
         }
         guard verdict else { return .refused(.notAuthorized) }
+        if try !isInAudience(entry, section: section, device: change.device) { return .refused(.notAuthorized) }
         if let column = ownerColumns[entry.table], try !isOwners(entry, column: column, device: change.device) { return .refused(.notOwner) }
         return .accepted
+    }
+
+    /// Whether `entry` belongs in `section` and its signer may write there (circles): a
+    /// circle's section is written only by a device of a member on that generation's roster of
+    /// the circle, and an upsert places its row (its audience column, or its parent's, or a
+    /// file record's audience) in its section's audience, the store's included. A change that
+    /// puts a circle's row where the store reads it, or writes a circle its member is not in,
+    /// is refused. Before members there are no circles.
+    private mutating func isInAudience(_ entry: RowEntry, section: ChangeSection, device: String) throws -> Bool {
+        guard try keys.storeGeneration() != nil else { return true }
+        if section.audience != RowAudiences.store {
+            guard let generation = section.generation, let signer = try signerMember(device),
+                  try keys.roster(audience: section.audience, generation: generation).contains(where: { $0.id == signer }) else { return false }
+        }
+        guard entry.kind == .upsert, let audiences else { return true }
+        guard let placed = try audiences.audience(of: entry) else { return true }
+        return placed == section.audience
+    }
+
+    /// The member that vouched for `device`, read once.
+    private mutating func signerMember(_ device: String) throws -> String? {
+        if signers[device] == nil {
+            signers[device] = .some(try database.scalar("SELECT member FROM coven_device_registry WHERE device = ?1", [device]).textValue)
+        }
+        return signers[device] ?? nil
     }
 
     /// Whether `entry`, of an owner-only table whose owner column is `column`, comes from a
@@ -68,10 +97,7 @@ struct MemberAuthorizer: ChangeAuthorizer {
     /// (no generation learned) rows have no owners to keep.
     private mutating func isOwners(_ entry: RowEntry, column: String, device: String) throws -> Bool {
         guard entry.kind != .retract, try keys.storeGeneration() != nil else { return true }
-        if signers[device] == nil {
-            signers[device] = .some(try database.scalar("SELECT member FROM coven_device_registry WHERE device = ?1", [device]).textValue)
-        }
-        guard let signer = signers[device] ?? nil else { return false }
+        guard let signer = try signerMember(device) else { return false }
         if let current = try database.queryOne("SELECT \(RowCapture.quote(column)) AS owner FROM \(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id]),
            let owner = current["owner"].textValue, owner != signer {
             return false

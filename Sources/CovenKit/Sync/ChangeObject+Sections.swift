@@ -189,7 +189,7 @@ extension ChangeObject {
                 var entryReader = ByteReader(plaintext)
                 let entries = try decodeEntries(&entryReader)
                 guard !entries.isEmpty else { throw failure("an empty section") }
-                change.sections.append(ChangeSection(audience: section.audience, entries: entries))
+                change.sections.append(ChangeSection(audience: section.audience, entries: entries, generation: section.generation))
             }
             return change
         } catch let error as CovenError {

@@ -10,10 +10,19 @@ public struct ChangeSection: Sendable, Equatable {
     public var audience: String
     /// Its entries, in commit order.
     public var entries: [RowEntry]
+    /// The generation of the audience's key it was sealed under, as read (nil for one being
+    /// published, and in format 1).
+    public var generation: UInt64?
 
-    public init(audience: String, entries: [RowEntry]) {
+    public init(audience: String, entries: [RowEntry], generation: UInt64? = nil) {
         self.audience = audience
         self.entries = entries
+        self.generation = generation
+    }
+
+    /// Sections are equal by what they hold, whatever generation sealed them.
+    public static func == (a: ChangeSection, b: ChangeSection) -> Bool {
+        a.audience == b.audience && a.entries == b.entries
     }
 }
 

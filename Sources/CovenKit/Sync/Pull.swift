@@ -82,9 +82,12 @@ extension StoreSync {
         // `learned`: the caller listed devices/ already (sync does, before its push).
         report.newDevices = try learned ?? refreshDevices(provider: provider, keys: keys)
         report.refusedRemovals = try refusedRemovals()
-        var applier = ChangeApplier(device: device, authorizer: MemberAuthorizer(keys: keys, database: database, store: storeID, manifest: manifest))
+        var applier = ChangeApplier(device: device, authorizer: MemberAuthorizer(keys: keys, database: database, store: storeID, manifest: manifest,
+                                                                                       audiences: try RowAudiences(device: device)))
         var uncache: Set<String> = []
         defer { dropCachedBytes(of: uncache) }
+        let circles = Circles(device)
+        var circlesRefreshed = false
         var moved = true
         var finished: Set<String> = []
         // Where each device's changes ran out, and the highest seq of each that a change read
@@ -151,7 +154,30 @@ extension StoreSync {
                         report.damaged[other] = DamagedChange(seq: next, object: path, message: error.message)
                         try ChangeDamage(device: device).report(path, device: other, seq: next, error: error, provider: provider, keys: keys)
                         finished.insert(other)
-                    case .opened(let change):
+                    case .opened(let opened):
+                        var change = opened
+                        // Sections this device holds no key of: a circle's it is in, of a
+                        // generation not read yet, waits for it (the chains are read again
+                        // once a pull); any other is gone past and remembered.
+                        if !change.unreadSections.isEmpty {
+                            switch try unreadSections(change, circles: circles, refreshed: &circlesRefreshed, provider: provider) {
+                            case .wait:
+                                report.keyUnavailable[other] = next
+                                finished.insert(other)
+                                break
+                            case .reopen:
+                                guard case .opened(let again) = try readChange(path, publisher: other, keys: keys, provider: provider),
+                                      try unreadSections(again, circles: circles, refreshed: &circlesRefreshed, provider: provider) == .skip else {
+                                    report.keyUnavailable[other] = next
+                                    finished.insert(other)
+                                    break
+                                }
+                                change = again
+                            case .skip:
+                                break
+                            }
+                            if report.keyUnavailable[other] == next { break }
+                        }
                         for (device, seq) in change.frontier { claimed[device] = max(claimed[device] ?? 0, Int64(seq)) }
                         if let missing = try unmetDependency(change.frontier.mapValues { Int64($0) }, writer: other) {
                             report.waiting[other] = missing.seq
@@ -200,6 +226,26 @@ extension StoreSync {
         try setSetting(Self.keyUnavailableSetting, report.keyUnavailable.isEmpty ? nil
                        : Frontier.json(report.keyUnavailable))
         return report
+    }
+
+    /// What to do with a change holding sections this device could not open.
+    private enum UnreadVerdict { case wait, reopen, skip }
+
+    private func unreadSections(_ change: ChangeObject, circles: Circles, refreshed: inout Bool, provider: StorageProvider) throws -> UnreadVerdict {
+        var verdicts = try change.unreadSections.map { try circles.unread($0) }
+        if verdicts.contains(where: { $0 != .skip }), !refreshed {
+            // A circle made, or a generation published, since the sync began.
+            try circles.refresh(provider: provider)
+            refreshed = true
+            verdicts = try change.unreadSections.map { try circles.unread($0) }
+            // A key learned now opens what it could not.
+            for section in change.unreadSections where try device.keys.key(audience: section.audience, generation: section.generation) != nil {
+                return .reopen
+            }
+        }
+        // A generation storage does not show yet (or a circle it holds no chain of): its key
+        // may come, so the stream waits, as status shows; never skipped.
+        return verdicts.contains(where: { $0 != .skip }) ? .wait : .skip
     }
 
     /// The setting holding, for each device whose next change is sealed under a key generation

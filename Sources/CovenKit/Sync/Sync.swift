@@ -79,6 +79,8 @@ extension StoreSync {
         // New generations of the store's key (a member added or removed), read with this
         // device's member identity: one listing when there are none.
         try Members(device).refresh(provider: provider, retire: !learned.isEmpty)
+        // And of the circles: one listing of audiences/.
+        try Circles(device).refresh(provider: provider)
         if push { try ensureSigningKey(provider: provider) }
         if push { report.pushed = try self.push(provider: provider, keys: keys, stop: stop, progress: progress) }
         if pull { report.pulled = try self.pull(provider: provider, keys: keys, stop: stop, learned: learned, progress: progress) }

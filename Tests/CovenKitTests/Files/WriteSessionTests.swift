@@ -84,7 +84,8 @@ final class WriteSessionTests: AlbumDeviceTestCase {
     /// A reference names a file of its own row's audience.
     func testAReferenceInAnotherAudienceIsUnknown() throws {
         let circle = "01a228b5-0000-7000-8000-0000000000c1"
-        try device.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(circle)', 'Private', 'circle-1')")
+        let circleID = try makeCircle(device)
+        try device.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(circle)', 'Private', '\(circleID)')")
         let file = try device.write(sql: insertTrack("coven_put_staged('\(try stageApp(device, text: "a").id)')")).files[0]
         XCTAssertEqual(try device.fileRecord(file)?.audience, "store")
         assertCovenError(.fileUnknown) {
@@ -92,7 +93,7 @@ final class WriteSessionTests: AlbumDeviceTestCase {
         }
         // A new file takes its row's audience.
         let inCircle = try device.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(circle)', coven_put_staged('\(try stageApp(device, text: "b").id)'))").files[0]
-        XCTAssertEqual(try device.fileRecord(inCircle)?.audience, "circle-1")
+        XCTAssertEqual(try device.fileRecord(inCircle)?.audience, circleID)
     }
 
     func testTheStagingWriteRecordsTheFileQueuesItsUploadAndTheOutbox() throws {

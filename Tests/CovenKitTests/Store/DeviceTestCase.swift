@@ -101,6 +101,13 @@ class DeviceTestCase: XCTestCase {
                         environment: s3?.environment)
     }
 
+    /// A circle of `device`'s member (made the store's first member, alice, when the store has
+    /// none yet) and `members`: its id.
+    func makeCircle(_ device: Device, name: String = "couple", members: [String] = []) throws -> String {
+        if try Members(device).memberID() == nil { try Members(device).establish(name: "alice") }
+        return try Circles(device).create(name: name, members: members).circle.id
+    }
+
     /// Writes `bytes` to `name` under the case's folder and returns its path.
     @discardableResult
     func file(_ name: String, _ bytes: [UInt8]) throws -> String {

@@ -7,19 +7,21 @@ final class RowAudiencesTests: AlbumDeviceTestCase {
     func testAudiencesFollowTheColumnAndTheParentForManyRowsInOneAnswer() throws {
         let circle = "01a228b5-0000-7000-8000-0000000000c1"
         let tracks = (0..<4).map { "01a228b5-0000-7000-8000-00000000010\($0)" }
+        let circle1 = try makeCircle(device, name: "one")
+        let circle2 = try makeCircle(device, name: "two")
         try device.write(sql: """
-            INSERT INTO albums (id, title, audience) VALUES ('\(circle)', 'Private', 'circle-1');
+            INSERT INTO albums (id, title, audience) VALUES ('\(circle)', 'Private', '\(circle1)');
             INSERT INTO tracks (id, album_id, title) VALUES ('\(tracks[0])', '\(album)', 'a'), ('\(tracks[1])', '\(circle)', 'b');
             """)
         let audiences = try RowAudiences(device: device)
         XCTAssertTrue(audiences.placesAudience("tracks"))
-        XCTAssertEqual(try audiences.audiences(table: "albums", ids: [album, circle]), [album: "store", circle: "circle-1"])
+        XCTAssertEqual(try audiences.audiences(table: "albums", ids: [album, circle]), [album: "store", circle: circle1])
         // A row that is not here has no answer.
-        XCTAssertEqual(try audiences.audiences(table: "tracks", ids: tracks), [tracks[0]: "store", tracks[1]: "circle-1"])
+        XCTAssertEqual(try audiences.audiences(table: "tracks", ids: tracks), [tracks[0]: "store", tracks[1]: circle1])
         XCTAssertEqual(try audiences.audiences(table: "tracks", ids: []), [:])
         // Moving the album moves its tracks with it.
-        try device.write(sql: "UPDATE albums SET audience = 'circle-2' WHERE id = '\(album)'")
-        XCTAssertEqual(try audiences.audiences(table: "tracks", ids: [tracks[0]]), [tracks[0]: "circle-2"])
+        try device.write(sql: "UPDATE albums SET audience = '\(circle2)' WHERE id = '\(album)'")
+        XCTAssertEqual(try audiences.audiences(table: "tracks", ids: [tracks[0]]), [tracks[0]: circle2])
         // Every row of a table without an audience column is the store's.
         XCTAssertFalse(audiences.placesAudience("settings"))
     }

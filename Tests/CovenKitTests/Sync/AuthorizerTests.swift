@@ -59,24 +59,30 @@ final class AuthorizerTests: DeviceTestCase {
         XCTAssertEqual(try a.database.scalar("SELECT title FROM albums WHERE id = ?1", [Self.album]).textValue, "Let It Be")
     }
 
-    func testSectionsFollowTheRowsAudienceAndTheStoreSealsThemAllUntilCirclesHaveKeys() throws {
+    func testSectionsFollowTheRowsAudienceAndNothingSealsARowOfACircleWithoutItsKey() throws {
         let a = try makeDevice(name: "a")
+        let circleID = try makeCircle(a)
         let circle = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4c"
         try a.write(sql: """
-            INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'Abbey Road', 'store'), ('\(circle)', 'Private', 'circle-1');
+            INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'Abbey Road', 'store'), ('\(circle)', 'Private', '\(circleID)');
             INSERT INTO tracks (id, album_id, title) VALUES ('\(track)', '\(circle)', 'Secret');
             """)
         let entries = try a.database.transaction { try Outbox(database: a.database).oldest(bytes: 1 << 20).flatMap { try RowEntryCodec.decode($0.entries) } }
         XCTAssertEqual(entries.count, 3)
         let sections = try ChangeSections(audiences: RowAudiences(device: a), keys: a.keys).build(entries)
-        // This device holds no circle key: the store's section holds every entry, in order.
-        XCTAssertEqual(sections.map(\.audience), ["store"])
-        XCTAssertEqual(sections.first?.entries, entries)
-        // A change of format 1 cannot hold a section of another audience.
+        // The circle's album and its track go to the circle's section, in order.
+        XCTAssertEqual(sections.map(\.audience), ["store", circleID])
+        XCTAssertEqual(sections[0].entries.map(\.id), [Self.album])
+        XCTAssertEqual(sections[1].entries.map(\.id), [circle, track])
+        // A section of a circle this device holds no key of is never sealed.
         let change = ChangeObject(storeID: a.storeID, device: a.deviceID, seq: 1, schema: .init(migrations: 0, digest: ""),
-                                  sections: [ChangeSection(audience: "circle-1", entries: entries)])
-        assertCovenError(.internal) { try a.keys.seal(change) }
-        XCTAssertEqual(change.entries, entries)
+                                  sections: [ChangeSection(audience: "0193a9b2-0000-4000-8000-0000000000cc", entries: entries)])
+        assertCovenError(.notInCircle) { try a.keys.seal(change) }
+        // Nor is a row written into it.
+        assertCovenError(.notInCircle) {
+            try a.write(sql: "INSERT INTO albums (id, title, audience) VALUES (coven_uuid7(), 'Elsewhere', '0193a9b2-0000-4000-8000-0000000000cc')")
+        }
+        XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM albums").intValue, 2, "a refused write changes nothing")
     }
 }
 

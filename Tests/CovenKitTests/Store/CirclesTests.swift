@@ -1,0 +1,228 @@
+@testable import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// Circles (issue 21; DESIGN.md "Members and circles"): three members, a circle of two. A
+/// circle's rows and file records reach its members only; the store's other members see that
+/// a section exists and check its signature, nothing more.
+class CirclesTests: DeviceTestCase {
+    static let secretTitle = "Honeymoon in Kyoto, unreleased"
+
+    /// Alice (owner), Bob and Carol, a device each, synced; and a circle of Alice and Bob.
+    struct Store {
+        var alice: Device
+        var bob: Device
+        var carol: Device
+        var circle: String
+        var all: [Device] { [alice, bob, carol] }
+    }
+
+    func threeMembers() throws -> Store {
+        let alice = try makeDevice(name: "alice")
+        _ = try Members(alice).establish(name: "alice")
+        let bobIdentity = try MemberIdentity()
+        let carolIdentity = try MemberIdentity()
+        _ = try Members(alice).add(name: "bob", recipient: bobIdentity.recipient.description, admin: false)
+        _ = try Members(alice).add(name: "carol", recipient: carolIdentity.recipient.description, admin: false)
+        let bob = try join("bob", from: alice, identity: bobIdentity)
+        let carol = try join("carol", from: alice, identity: carolIdentity)
+        let circle = try Circles(alice).create(name: "couple", members: ["bob"]).circle.id
+        let store = Store(alice: alice, bob: bob, carol: carol, circle: circle)
+        try syncAll(store)
+        return store
+    }
+
+    func syncAll(_ store: Store) throws {
+        for _ in 0..<2 { for device in store.all { _ = try StoreSync(device).sync() } }
+    }
+
+    func title(_ device: Device, _ id: String) throws -> String? {
+        try device.database.scalar("SELECT title FROM albums WHERE id = ?1", [id]).textValue
+    }
+
+    /// Every object in storage, and the files of `device`'s database.
+    func leaks(_ needles: [String], store: Store, outsider: Device) throws -> [String] {
+        var found: [String] = []
+        let provider = try store.alice.connectStorage()
+        for info in try provider.list(prefix: "") {
+            let bytes = try XCTUnwrap(try provider.getObject(info.key))
+            for needle in needles where bytes.firstRange(of: Array(needle.utf8)) != nil { found.append("\(info.key): \(needle)") }
+        }
+        for suffix in ["", "-wal"] {
+            guard let data = FileManager.default.contents(atPath: outsider.paths.database + suffix) else { continue }
+            for needle in needles where [UInt8](data).firstRange(of: Array(needle.utf8)) != nil { found.append("\(outsider.paths.database)\(suffix): \(needle)") }
+        }
+        return found
+    }
+
+    func testACirclesRowsAndFilesReachItsMembersOnly() throws {
+        let s = try threeMembers()
+        let listed = try Circles(s.bob).list()
+        XCTAssertEqual(listed.map(\.name), ["couple"])
+        XCTAssertEqual(Set(listed[0].members.map(\.name)), ["alice", "bob"])
+        XCTAssertEqual(try Circles(s.carol).list(), [], "an outsider knows no circle's name")
+        let secret = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4c"
+        let track = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4d"
+        let cover = try stageApp(s.alice, text: "kyoto cover")
+        let written = try s.alice.write(sql: """
+            INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'Abbey Road', 'store'), ('\(secret)', '\(Self.secretTitle)', '\(s.circle)');
+            INSERT INTO tracks (id, album_id, title) VALUES ('\(track)', '\(secret)', 'First dance');
+            INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(secret)', coven_put_staged('\(cover.id)'));
+            """)
+        let file = written.files[0]
+        XCTAssertEqual(try s.alice.fileRecord(file)?.audience, s.circle)
+        try StoredFiles.store(s.alice, file: file)
+        try syncAll(s)
+        // Bob reads the circle's rows and file; Carol the store's only.
+        XCTAssertEqual(try title(s.bob, secret), Self.secretTitle)
+        XCTAssertEqual(try s.bob.database.scalar("SELECT title FROM tracks WHERE id = ?1", [track]).textValue, "First dance")
+        XCTAssertEqual(try s.bob.fileRecord(file)?.audience, s.circle)
+        XCTAssertEqual(try title(s.carol, Self.album), "Abbey Road")
+        XCTAssertNil(try title(s.carol, secret))
+        XCTAssertNil(try s.carol.fileRecord(file))
+        XCTAssertEqual(try s.carol.database.scalar("SELECT count(*) FROM tracks").intValue, 0)
+        XCTAssertGreaterThan(try UnreadSections(database: s.carol.database).count().sections, 0, "Carol remembers what she could not read")
+        // The hard way: no object, nor Carol's database, holds the circle's ids or titles.
+        try s.carol.database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        XCTAssertEqual(try leaks([Self.secretTitle, "First dance", secret, track, file, "couple"], store: s, outsider: s.carol), [])
+        // Bob writes in the circle; Alice reads it.
+        try s.bob.write(sql: "UPDATE albums SET title = 'Kyoto' WHERE id = '\(secret)'")
+        try syncAll(s)
+        XCTAssertEqual(try title(s.alice, secret), "Kyoto")
+        // Carol may not write into it.
+        let refused = assertCovenError(.notInCircle) {
+            try s.carol.write(sql: "INSERT INTO albums (id, title, audience) VALUES (coven_uuid7(), 'gatecrash', '\(s.circle)')")
+        }
+        XCTAssertEqual(refused?.details["circle"], s.circle)
+        XCTAssertEqual(try s.carol.database.scalar("SELECT count(*) FROM albums").intValue, 1)
+        // Nor manage it.
+        assertCovenError(.notFound) { _ = try Circles(s.carol).add(s.circle, member: "carol") }
+        assertCovenError(.notAdmin) { _ = try Circles(s.bob).add(s.circle, member: "carol") }
+    }
+
+    /// A write forged past the local checks (a circle's row put where the store reads it, or
+    /// a circle written by a member outside it) is refused by every receiver.
+    func testAForgedCircleWriteIsRefusedOnApply() throws {
+        let s = try threeMembers()
+        let secret = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4c"
+        try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(secret)', 'ours', '\(s.circle)')")
+        try syncAll(s)
+        // Carol's device writes a row of the circle in the store's section, past its checks.
+        try s.carol.database.transaction {
+            try s.carol.recordWrite { _ in
+                try s.carol.database.run("INSERT INTO albums (id, title, audience, _updated_at) VALUES (?1, 'forged', ?2, '9')",
+                                         [String(secret.dropLast()) + "e", s.circle])
+            }
+        }
+        // Its push puts the row in a section it holds no key of: refused before publishing.
+        assertCovenError(.notInCircle) { _ = try StoreSync(s.carol).sync() }
+        // Sealed by hand into the store's section, it is refused by Alice and Bob.
+        try s.carol.database.run("DELETE FROM coven_outbox")
+        let entry = RowEntry(kind: .upsert, table: "albums", id: String(secret.dropLast()) + "e", stamp: "2099-01-01T00:00:00.000Z-0000-" + s.carol.deviceID,
+                             columns: ["id", "title", "audience", "_updated_at"],
+                             values: [.text(String(secret.dropLast()) + "e"), .text("forged"), .text(s.circle), .text("2099-01-01T00:00:00.000Z-0000-" + s.carol.deviceID)])
+        let provider = try s.carol.connectStorage()
+        let seq = UInt64(try provider.list(prefix: "changes/\(s.carol.deviceID)/").count + 1)
+        let change = ChangeObject(storeID: s.carol.storeID, device: s.carol.deviceID, seq: seq,
+                                  schema: .init(migrations: s.carol.manifest.migrations.count, digest: s.carol.schemaVersion.digest),
+                                  frontier: [:], sections: [ChangeSection(audience: "store", entries: [entry])])
+        try provider.put(change.path, data: try s.carol.keys.seal(change))
+        for device in [s.alice, s.bob] {
+            let report = try StoreSync(device).sync()
+            XCTAssertEqual(report.pulled.refused, 1, device.deviceName)
+            XCTAssertNil(try title(device, String(secret.dropLast()) + "e"))
+            XCTAssertEqual(try StoreSync(device).lostValues().map(\.why), ["not_authorized"])
+        }
+    }
+
+    /// A change sealed under a generation of the circle this device has not read yet waits
+    /// (`key_unavailable`, shown by status), and applies once the key arrives.
+    func testAChangeBeforeItsKeyGenerationWaitsAndAppliesOnceTheKeyArrives() throws {
+        let s = try threeMembers()
+        _ = try Circles(s.alice).add(s.circle, member: "carol")
+        let secret = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4c"
+        try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(secret)', 'for three', '\(s.circle)')")
+        _ = try StoreSync(s.alice).sync()
+        // Storage delivers the change before the generation that adds Carol.
+        let provider = try s.alice.connectStorage()
+        let path = AudienceGeneration.path(audience: s.circle, generation: 2)
+        let generation = try XCTUnwrap(try provider.getObject(path))
+        try provider.delete(path)
+        let next = (try appliedSeq(s.carol, of: s.alice) ?? 0) + 1
+        let waiting = try StoreSync(s.carol).sync()
+        XCTAssertEqual(waiting.pulled.keyUnavailable, [s.alice.deviceID: next])
+        XCTAssertNil(try title(s.carol, secret))
+        XCTAssertEqual(try s.carol.status().sync.keyUnavailable.keys.sorted(), [s.alice.deviceID])
+        // Nothing of it is skipped: once the key is there, it applies.
+        try provider.put(path, data: generation)
+        let applied = try StoreSync(s.carol).sync()
+        XCTAssertEqual(applied.pulled.keyUnavailable, [:])
+        XCTAssertEqual(try title(s.carol, secret), "for three")
+        XCTAssertEqual(try s.carol.status().sync.keyUnavailable, [:])
+    }
+
+    func appliedSeq(_ device: Device, of other: Device) throws -> Int64? {
+        try device.database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [other.deviceID]).intValue
+    }
+
+    /// A member removed from a circle keeps what it read and reads nothing sealed after; the
+    /// later sections open with no key it holds.
+    func testARemovedMemberReadsNothingPublishedAfterTheRemoval() throws {
+        let s = try threeMembers()
+        let before = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4c"
+        let after = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4e"
+        try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(before)', 'before', '\(s.circle)')")
+        try syncAll(s)
+        XCTAssertEqual(try title(s.bob, before), "before")
+        let removed = try Circles(s.alice).remove(s.circle, member: "bob")
+        XCTAssertEqual(removed.member?.name, "bob")
+        XCTAssertEqual(removed.circle.generation, 2)
+        XCTAssertEqual(try Circles(s.alice).remove(s.circle, member: "bob").objectsWritten, 0, "run again, it is done")
+        _ = try Circles(s.alice).rotate(s.circle)
+        try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(after)', 'after', '\(s.circle)')")
+        try syncAll(s)
+        XCTAssertEqual(try title(s.bob, before), "before", "what it read stays")
+        XCTAssertNil(try title(s.bob, after))
+        XCTAssertEqual(try Circles(s.bob).list().first?.isMember, false)
+        assertCovenError(.notInCircle) { try s.bob.write(sql: "UPDATE albums SET title = 'mine' WHERE id = '\(before)'") }
+        // With every key Bob holds, the later section stays shut.
+        let provider = try s.alice.connectStorage()
+        var shut = 0
+        for info in try provider.list(prefix: "changes/\(s.alice.deviceID)/") {
+            let change = try s.bob.keys.open(change: try XCTUnwrap(try provider.getObject(info.key)), path: info.key, publisher: s.alice.deviceID)
+            if change.sections.flatMap(\.entries).contains(where: { $0.id == after }) { XCTFail("bob opened the section holding '\(after)'") }
+            shut += change.unreadSections.filter { $0.audience == s.circle }.count
+        }
+        XCTAssertEqual(shut, 1)
+        XCTAssertEqual(try title(s.alice, after), "after")
+    }
+
+    /// gc leaves bytes alone while this device applied sections it could not read.
+    func testGCKeepsBytesWhileSectionsAreUnread() throws {
+        let s = try threeMembers()
+        try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'Abbey Road', 'store')")
+        try syncAll(s)
+        let cover = try stageApp(s.carol, text: "carol's cover")
+        let file = try s.carol.write(sql: "INSERT INTO covers (id, album_id, file) VALUES ('\(Self.album)', '\(Self.album)', coven_put_staged('\(cover.id)'))").files
+        _ = file
+        try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES (coven_uuid7(), 'ours', '\(s.circle)')")
+        try syncAll(s)
+        try StoredFiles.store(s.carol, file: file[0])
+        try syncAll(s)
+        try s.carol.write(sql: "DELETE FROM covers WHERE id = '\(Self.album)'")
+        try syncAll(s)
+        let report = try s.carol.collectGarbage()
+        XCTAssertEqual(report.deleted.filter { $0.kind == .file }, [])
+        XCTAssertEqual(report.kept.map(\.reason), [.unreadSections])
+    }
+}
+
+/// The same on S3 (moto).
+final class CirclesS3Tests: CirclesTests {
+    override class var s3Server: S3TestServer.Kind? { .moto }
+    override func testACirclesRowsAndFilesReachItsMembersOnly() throws { try super.testACirclesRowsAndFilesReachItsMembersOnly() }
+    override func testAChangeBeforeItsKeyGenerationWaitsAndAppliesOnceTheKeyArrives() throws {
+        try super.testAChangeBeforeItsKeyGenerationWaitsAndAppliesOnceTheKeyArrives()
+    }
+}
