@@ -5,7 +5,7 @@
 
 # The command words.
 _coven_commands() {
-    echo 'init' 'migrate' 'key' 'member' 'members' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'fsck' 'join' 'snapshot' 'devices' 'device' 'storage' 'lost' 'completions' 'help'
+    echo 'init' 'migrate' 'key' 'member' 'members' 'circle' 'circles' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'fsck' 'join' 'snapshot' 'devices' 'device' 'storage' 'lost' 'completions' 'help'
 }
 
 # The option words of COMMAND ('' is coven itself, before any command).
@@ -17,6 +17,8 @@ _coven_options() {
         'key') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'member') echo '--output' '-o' '--admin' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'members') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'circle') echo '--member' '--admin' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'circles') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'stage') echo '--user' '--files-from' '--null' '-z' '--namespace' '-n' '--place' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'write') echo '--param' '-p' '--each' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'sql') echo '--param' '-p' '--null-terminated' '-z' '--watch' '--until-empty' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
@@ -72,6 +74,10 @@ _coven_option_value() {
         'member')
             case $2 in
                 --output|-o) echo 'file'; return 0 ;;
+            esac ;;
+        'circle')
+            case $2 in
+                --member) echo 'none'; return 0 ;;
             esac ;;
         'stage')
             case $2 in
@@ -140,6 +146,12 @@ _coven_argument() {
         'member')
             case $2 in
                 0) echo 'choice keygen init add remove role rekey use export' ;;
+                1) echo 'none' ;;
+                2) echo 'none' ;;
+            esac ;;
+        'circle')
+            case $2 in
+                0) echo 'choice create add remove rotate' ;;
                 1) echo 'none' ;;
                 2) echo 'none' ;;
             esac ;;
@@ -220,7 +232,7 @@ _coven_argument() {
             esac ;;
         'help')
             case $2 in
-                0) echo 'choice init migrate key member members stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions' ;;
+                0) echo 'choice init migrate key member members circle circles stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions' ;;
             esac ;;
     esac
 }

@@ -25,6 +25,11 @@ function __coven_takes_value --argument-names command option
                 case '--output' '-o'
                     return 0
             end
+        case 'circle'
+            switch $option
+                case '--member'
+                    return 0
+            end
         case 'stage'
             switch $option
                 case '--user' '--files-from' '--namespace' '-n' '--place'
@@ -174,6 +179,8 @@ complete -c coven -n __coven_needs_command -a 'migrate' -d 'apply the new migrat
 complete -c coven -n __coven_needs_command -a 'key' -d 'print the store key for joining another device'
 complete -c coven -n __coven_needs_command -a 'member' -d 'make a member\'s keys; add, remove and adopt the store\'s members'
 complete -c coven -n __coven_needs_command -a 'members' -d 'list the store\'s members and their roles'
+complete -c coven -n __coven_needs_command -a 'circle' -d 'make a circle of members; add, remove and rotate its key'
+complete -c coven -n __coven_needs_command -a 'circles' -d 'list the circles this device\'s member is in'
 complete -c coven -n __coven_needs_command -a 'stage' -d 'stage app bytes or prepare a person\'s original for a write'
 complete -c coven -n __coven_needs_command -a 'write' -d 'run one transaction of app SQL that may put files in rows'
 complete -c coven -n __coven_needs_command -a 'sql' -d 'run read-only SQL over the app tables and coven\'s views'
@@ -234,6 +241,14 @@ complete -c coven -n '__coven_at_argument member 0' -a 'keygen init add remove r
 
 # coven members
 complete -c coven -n '__coven_using members' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
+
+# coven circle
+complete -c coven -n '__coven_using circle' -l 'member' -x -d 'a member of the new circle, by name or id (create; repeatable)'
+complete -c coven -n '__coven_using circle' -l 'admin' -d 'add the member as an admin of the circle, or make a member of it one (add)'
+complete -c coven -n '__coven_at_argument circle 0' -a 'create add remove rotate'
+
+# coven circles
+complete -c coven -n '__coven_using circles' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
 
 # coven stage
 complete -c coven -n '__coven_using stage' -l 'user' -r -F -d 'prepare the person\'s original at PATH (with --files-from: the originals listed) instead of copying bytes'
@@ -347,4 +362,4 @@ complete -c coven -n '__coven_at_argument lost 0' -a 'restore drop'
 complete -c coven -n '__coven_at_argument completions 0' -a 'bash zsh fish'
 
 # coven help
-complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key member members stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions'
+complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key member members circle circles stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions'

@@ -11,6 +11,8 @@ enum CommandRegistry {
         KeyCommand.self,
         MemberCommand.self,
         MembersCommand.self,
+        CircleCommand.self,
+        CirclesCommand.self,
         StageCommand.self,
         WriteCommand.self,
         SQLCommand.self,

@@ -61,6 +61,8 @@ public struct SyncSummary: Sendable {
     /// Devices whose next change is sealed under a generation of the store's key this device
     /// does not hold (as the last pull found): the seq it waits at.
     public var keyUnavailable: [String: Int64] = [:]
+    /// Sections of applied changes sealed for circles this device's member is not in.
+    public var unreadSections: Int64 = 0
 }
 
 /// The file cache: its budget, what it holds, and the kept files ("attachments") held or not.
@@ -145,6 +147,7 @@ extension Device {
         status.sync.devices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1", [deviceID])
         status.sync.problems = try ChangeDamage(device: self).problems()
         status.sync.keyUnavailable = try StoreSync(self).keyUnavailable()
+        status.sync.unreadSections = try UnreadSections(database: database).count().sections
         status.sync.goneDevices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1 AND gone = 1", [deviceID])
         return status
     }

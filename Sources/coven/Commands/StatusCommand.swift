@@ -47,6 +47,10 @@ struct StatusCommand: Command {
         if let removed = try StoreSync(device).removedAt() {
             lines.append("removed  this device was removed from the store at \(removed): nothing written here will be published; make a new device with 'coven join'")
         }
+        if !s.sync.keyUnavailable.isEmpty {
+            lines.append("pending  changes of \(s.sync.keyUnavailable.count.counted("device")) wait for a key generation this device has not read yet: "
+                         + s.sync.keyUnavailable.sorted(by: { $0.key < $1.key }).map { "\($0.key) at \($0.value)" }.joined(separator: ", "))
+        }
         for problem in s.sync.problems {
             lines.append("sync     stopped at change \(problem.seq) of device \(problem.device): "
                          + (problem.kind == .gap ? "missing from storage" : "damaged in storage, reported to that device") + " ('coven sync' says more)")
@@ -74,6 +78,7 @@ struct StatusCommand: Command {
                 "bytes_confirmed": s.uploads.bytesConfirmed, "bytes_total": s.uploads.bytesTotal,
             ],
             "outbox": s.outbox,
+            "pending": ["key_unavailable": s.sync.keyUnavailable, "unread_sections": s.sync.unreadSections] as [String: Any],
             "sync": [
                 "last_push": s.sync.lastPush.map { $0 as Any } ?? NSNull(), "last_pull": s.sync.lastPull.map { $0 as Any } ?? NSNull(),
                 "waiting": s.sync.waiting, "held_by_uploads": s.sync.heldByUploads, "frozen": s.sync.frozen,
