@@ -33,6 +33,8 @@ struct SyncProblemsText {
             "clock_ahead_ms": pulled.clockAhead,
             "gaps": pulled.gaps,
             "key_unavailable": pulled.keyUnavailable,
+            "reopened_sections": pulled.reopenedSections,
+            "reopen_unavailable": pulled.reopenUnavailable,
             "refused_removals": pulled.refusedRemovals,
             "damaged": pulled.damaged.mapValues { ["seq": $0.seq, "object": $0.object, "message": $0.message] as [String: Any] },
             "lost_for_good": pulled.lostForGood.map { ["device": $0.device, "seq": $0.seq, "object": $0.object, "why": $0.why.rawValue] as [String: Any] },
@@ -77,8 +79,11 @@ struct SyncProblemsText {
                  + "past \(ClockText.duration(HybridClock.maximumAhead)) ahead (an edit of a row it wrote is still stamped after it); check that device's clock")
         }
         for (other, seq) in pulled.keyUnavailable.sorted(by: { $0.key < $1.key }) {
-            warn("change \(seq) of device \(describe(other)) is sealed under a generation of the store's key this device does not hold: its changes wait here; "
+            warn("change \(seq) of device \(describe(other)) is sealed under a key generation (of the store, or of a circle of this device's member) this device has not read yet: its changes wait here; "
                  + "a device of a member reads new generations at each sync (a device that belongs to no member takes its member's identity with 'coven member use FILE')")
+        }
+        for (path, why) in pulled.reopenUnavailable.sorted(by: { $0.key < $1.key }) {
+            warn("change '\(path)' holds a circle's section this device can open now, but cannot be read again (\(why)): the circle's rows it held are not here")
         }
         for (other, why) in pulled.refusedRemovals.sorted(by: { $0.key < $1.key }) {
             warn("device \(describe(other)) stays in the store: \(why) (only an admin's device, or a device of its own member, removes a member's device)")

@@ -196,6 +196,7 @@ extension Device {
 
         var byFile: [String: DeviceOnlyRequest] = [:]
         var copies: [PlannedCopy] = []
+        var writable: Set<String>?
         for request in requests {
             try request.checkNotEmpty()
             if let first = byFile[request.file] {
@@ -214,6 +215,16 @@ extension Device {
                 more["remote_root"] = root
                 throw CovenError(.remoteRoot, "\(request.input): file '\(request.file)' belongs to a row under remote root '\(root)', whose files stay in the cloud",
                                  details: more)
+            }
+            // A file of a circle this member was removed from: its record stays here, its rows
+            // are the circle's to change.
+            if record.audience != RowAudiences.store {
+                let audiences = try writable ?? Circles(self).writableAudiences()
+                writable = audiences
+                if !audiences.contains(record.audience) {
+                    throw CovenError(.notInCircle, "\(request.input): file '\(request.file)' is of circle '\(record.audience)', which this device's member is no longer in",
+                                     hint: "a member of the circle makes it device-only", details: details.merging(["circle": record.audience]) { first, _ in first })
+                }
             }
             if let owned = try OwnedRows(device: self).otherOwner(naming: request.file) {
                 throw CovenError(.notOwner, "\(request.input): file '\(request.file)' is named by row '\(owned.row)' of owner-only table '\(owned.table)', member \(owned.owner)'s",

@@ -250,10 +250,18 @@ final class WriteSession {
                     _ = try TakenOutRows(device: device, graph: try device.schemaGraph()).restore()
                 }
 
-                let appChanges = try recorded.changes()
+                var appChanges = try recorded.changes()
                 try applyIntents()
                 try stampRows(appChanges)
                 try OwnedRows(device: device).enforce(appChanges)
+                // Rows whose audience changed move with their subtree (written again, new file
+                // records over the same bytes): the write's changes are read again.
+                let graph = try device.schemaGraph()
+                if manifest.tables.contains(where: { $0.audienceColumn != nil }),
+                   try !AudienceMoves(device: device, graph: graph).apply(appChanges, writable: try Circles(device).writableAudiences(), stamp: recorded.stamp).isEmpty {
+                    appChanges = try recorded.changes()
+                    try OwnedRows(device: device).enforce(appChanges)
+                }
                 try validate(appChanges)
                 try releaseUnreferenced()
                 try applyMoveIntents()
@@ -548,7 +556,9 @@ final class WriteSession {
                 if change.operation == .update {
                     guard value != old else { continue } // unchanged
                     if let oldID = old?.textValue, value.textValue != oldID {
-                        if column.writeOnce {
+                        // A row moved to another audience names a new record over the same
+                        // bytes (AudienceMoves): the file is the same.
+                        if column.writeOnce, try !sameBytes(oldID, value.textValue) {
                             throw CovenError(.fileWriteOnce, "column '\(table.name).\(column.column)' is write-once and already names file '\(oldID)'", details: ["table": table.name, "column": column.column, "id": rowID, "file": oldID])
                         }
                         try puts.released(oldID)
@@ -563,6 +573,12 @@ final class WriteSession {
                 try checkReference(fileID, table: table, column: column, rowID: rowID, audience: audience, put: try intent(for: fileID))
             }
         }
+    }
+
+    /// Whether records `a` and `b` are over the same stored bytes.
+    private func sameBytes(_ a: String, _ b: String?) throws -> Bool {
+        guard let b, let first = try device.fileRecord(a), let second = try device.fileRecord(b) else { return false }
+        return first.coordinates.object == second.coordinates.object && first.coordinates.key == second.coordinates.key
     }
 
     /// A row under a remote root names only files that are in the cloud or going there

@@ -170,7 +170,7 @@ struct Collector {
         }
         held = try SyncState(database: database).heldObjects()
         held[me] = nil
-        unread = try UnreadSections(database: database).count()
+        unread = try CircleSections(database: database).unread()
         // Lost values that can still be restored name records by id (and a lost record image
         // names its object).
         for row in try database.query("SELECT entry FROM coven_lost_values WHERE restored_at IS NULL AND why = 'concurrent'") {
@@ -547,10 +547,15 @@ struct Collector {
             // every sync (a change storage lost at the tail is noticed by nobody else).
             if !gone.contains(writer) { upTo = min(upTo, (applied[writer] ?? 0) - 1) }
             guard upTo > floor else { continue }
-            let keys = (floor + 1...upTo).map { ChangeObject.path(device: writer, seq: UInt64($0)) }
+            // A change holding a circle's section stays: a member added later, or a device
+            // joining from a snapshot (which holds the store's rows only), reads the circle's
+            // history there.
+            let circles = try CircleSections(database: database).seqsWithSections(of: writer, from: floor + 1, through: upTo)
+            let keys = (floor + 1...upTo).filter { !circles.contains($0) }.map { ChangeObject.path(device: writer, seq: UInt64($0)) }
             let keptBefore = report.kept.count
             try delete(keys, kind: .change, into: &report) { _ in }
-            // The floor moves up to just below the first change not deleted.
+            // The floor moves up to just below the first change not deleted (those holding
+            // circles' sections are passed over for good).
             let firstKept = report.kept[keptBefore...].compactMap { Int64($0.key.split(separator: "/").last ?? "") }.min()
             let newFloor = firstKept.map { $0 - 1 } ?? upTo
             if !dryRun, newFloor > floor { try device.setSetting(Self.changesSetting(writer), String(newFloor)) }

@@ -335,25 +335,3 @@ public struct Circles {
         Members.Member(id: member.id, name: member.name, role: member.role.rawValue, recipient: member.recipient.description, isThisDevicesMember: member.id == own)
     }
 }
-
-/// The sections of applied changes that this device could not open (circles its member is not
-/// in): the one owner of `coven_unread_sections`. They may name stored bytes that a record
-/// here names too, so gc leaves such bytes alone while any is remembered (``Collector``).
-struct UnreadSections {
-    let database: Database
-
-    /// Remembers the sections of `change` this device could not open, inside the caller's
-    /// transaction (the applier's).
-    func remember(_ change: ChangeObject) throws {
-        for section in change.unreadSections {
-            try database.run("INSERT OR IGNORE INTO coven_unread_sections (device, seq, audience, generation) VALUES (?1, ?2, ?3, ?4)",
-                             [change.device, Int64(change.seq), section.audience, Int64(section.generation)])
-        }
-    }
-
-    /// How many sections this device could not open, and of how many circles.
-    func count() throws -> (sections: Int64, circles: Int64) {
-        let row = try database.queryOne("SELECT count(*) AS n, count(DISTINCT audience) AS c FROM coven_unread_sections")
-        return (row?.int("n") ?? 0, row?.int("c") ?? 0)
-    }
-}

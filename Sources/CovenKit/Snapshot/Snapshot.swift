@@ -133,11 +133,17 @@ public enum Snapshot {
 extension Device {
     /// The rows of `table` a snapshot keeps: an SQL condition over `main.<table>`, the same
     /// kept rule the push filter uses (``RowAudiences``), so a snapshot holds exactly the rows
-    /// this device's changes would have given a peer, and no private one.
+    /// this device's changes would have given a peer, and no private one; and the store's rows
+    /// only (a snapshot is sealed under the store's key): a circle's rows and file records are
+    /// read from the changes that hold them, which stay (``CircleSections``).
     func snapshotCondition(table: String) throws -> String {
         let audiences = try RowAudiences(device: self)
         try audiences.checkKeptTable(table)
-        return audiences.keptCondition(table: table, alias: RowCapture.quote(table))
+        let alias = RowCapture.quote(table)
+        let kept = audiences.keptCondition(table: table, alias: alias)
+        if table == "coven_files" { return "(\(kept)) AND \(alias).audience = 'store'" }
+        guard audiences.placesAudience(table) else { return kept }
+        return "(\(kept)) AND (\(audiences.audienceExpression(table: table, alias: alias))) = 'store'"
     }
 
     /// Publishes a bootstrap snapshot (DESIGN.md "Snapshots"): pushes first, then, in one read
@@ -210,6 +216,7 @@ extension Device {
             rows += try fileRecords.copyForSnapshot(into: schema, condition: try snapshotCondition(table: "coven_files"))
             let sync = SyncState(database: database)
             try sync.copyForSnapshot(into: schema, tables: manifest.tables.map(\.name) + ["coven_files"])
+            try CircleSections(database: database).copyForSnapshot(into: schema)
             let seq = try database.scalar("SELECT applied_seq FROM main.coven_device_registry WHERE device = ?1", [deviceID]).intValue ?? 0
             let version = schemaVersion
             let result = SnapshotManifest(

@@ -147,7 +147,7 @@ extension Device {
         status.sync.devices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1", [deviceID])
         status.sync.problems = try ChangeDamage(device: self).problems()
         status.sync.keyUnavailable = try StoreSync(self).keyUnavailable()
-        status.sync.unreadSections = try UnreadSections(database: database).count().sections
+        status.sync.unreadSections = try CircleSections(database: database).unread().sections
         status.sync.goneDevices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1 AND gone = 1", [deviceID])
         return status
     }

@@ -96,10 +96,11 @@ final class RecordedWrite {
     private let fileColumns: [String: [String]]
 
     /// The tables a write records: the manifest's synced tables and `coven_files`, each with
-    /// the columns whose old values the capture keeps: its file columns, and the owner column
-    /// of an owner-only table (``RecordedChange/oldFiles`` holds both).
+    /// the columns whose old values the capture keeps: its file columns, the owner column of
+    /// an owner-only table, and the audience column (``RecordedChange/oldFiles`` holds them).
     static func recordedTables(_ manifest: Manifest) -> [(name: String, fileColumns: [String])] {
-        manifest.tables.map { ($0.name, $0.files.map(\.column) + ($0.ownerColumn.map { [$0] } ?? [])) } + [("coven_files", [])]
+        manifest.tables.map { ($0.name, $0.files.map(\.column) + ($0.ownerColumn.map { [$0] } ?? []) + ($0.audienceColumn.map { [$0] } ?? [])) }
+            + [("coven_files", [])]
     }
 
     fileprivate init(device: Device) throws {
@@ -167,6 +168,11 @@ final class RecordedWrite {
         let sync = SyncState(database: database)
         var piece = Outbox.Piece()
         var recorded = 0
+        // Rows the write moved to another audience leave the old one first (AudienceMoves).
+        for retract in try AudienceMoves.retracts(in: database, stamp: stamp) {
+            piece.add(retract)
+            recorded += 1
+        }
         // The file records the write puts or changes go first, then everything else in the
         // write's order (its rows, then the records it deletes): a write too big for one change
         // is published in several, and a device applying them one by one must find a row's

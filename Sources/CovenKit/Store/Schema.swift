@@ -48,15 +48,17 @@ enum Schema {
         // out (their parent or file record in a later change) marks each restored (Sync/).
         { database in try database.execute("CREATE INDEX coven_lost_values_row ON coven_lost_values (tbl, row_id)") },
         // 15: circles: each circle's chain as this device last read it (Members/Circles.swift),
-        // and the sections of applied changes it could not open (gc leaves bytes alone then).
+        // and the circles' sections of every change published or applied here (Sync/CircleSections.swift).
         { database in try database.execute(circlesTables) },
     ]
 
     /// Version 15: the circles this device's member knows of, owned by ``Circles``: every
     /// audience of storage but the store's, the newest generation read, the newest this member
     /// opened (0: it was never on a roster) and whether it is on the newest roster; and the
-    /// sections of applied changes this device could not open, which may name stored bytes
-    /// (owned by ``UnreadSections``).
+    /// circles' sections of every change this device published or applied, opened or not
+    /// (owned by ``CircleSections``): what a key learned later opens, what gc keeps; and the
+    /// rows a write moved out of an audience, until the change retracting them there is
+    /// frozen (owned by ``AudienceMoves``).
     static let circlesTables = """
     CREATE TABLE coven_circles (
         audience   TEXT PRIMARY KEY,
@@ -65,12 +67,20 @@ enum Schema {
         opened     INTEGER NOT NULL DEFAULT 0,
         member     INTEGER NOT NULL DEFAULT 0 CHECK (member IN (0, 1))
     ) STRICT;
-    CREATE TABLE coven_unread_sections (
+    CREATE TABLE coven_change_sections (
         device     TEXT NOT NULL,
         seq        INTEGER NOT NULL,
         audience   TEXT NOT NULL,
         generation INTEGER NOT NULL,
+        opened     INTEGER NOT NULL CHECK (opened IN (0, 1)),
         PRIMARY KEY (device, seq, audience)
+    ) STRICT, WITHOUT ROWID;
+    CREATE TABLE coven_audience_moves (
+        tbl          TEXT NOT NULL,
+        id           TEXT NOT NULL,
+        stamp        TEXT NOT NULL,
+        old_audience TEXT NOT NULL,
+        PRIMARY KEY (tbl, id, stamp)
     ) STRICT, WITHOUT ROWID;
     """
 

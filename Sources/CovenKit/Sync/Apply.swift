@@ -59,7 +59,11 @@ struct ChangeApplier {
         records = FileRecords(device: device)
     }
 
-    mutating func apply(_ change: ChangeObject, path: String) throws -> ApplyReport {
+    /// - Parameter backfill: sections of a change applied before, opened now with a key learned
+    ///   since (``CircleSections/backfill(device:provider:keys:authorizer:stop:)``): its seq
+    ///   and frontier are not recorded again.
+    @discardableResult
+    mutating func apply(_ change: ChangeObject, path: String, backfill: Bool = false) throws -> ApplyReport {
         var report = ApplyReport()
         let local = device.schemaVersion
         if change.schema.migrations > local.count {
@@ -79,8 +83,18 @@ struct ChangeApplier {
             // The records this change deleted (whether its delete won here or not), or wrote
             // while deleted here: each stays only while a row names it.
             var ended: [String: (device: String, seq: Int64?, stamp: String)] = [:]
+            // A row moved between two audiences this device reads is upserted in one section
+            // and retracted in the other: it stays.
+            var upserted: Set<RowKey> = []
+            if change.sections.contains(where: { $0.entries.contains { $0.kind == .retract } }) {
+                for section in change.sections { for entry in section.entries where entry.kind == .upsert { upserted.insert(RowKey(table: entry.table, id: entry.id)) } }
+            }
             for section in change.sections {
                 for entry in section.entries {
+                    if entry.kind == .retract, !upserted.isEmpty, upserted.contains(RowKey(table: entry.table, id: entry.id)) {
+                        report.skipped += 1
+                        continue
+                    }
                     if case .refused(let why) = try authorizer.authorize(entry, section: section, change: change) {
                         try sync.addLost(entry, device: change.device, winnerStamp: nil, why: why)
                         report.refused += 1
@@ -105,9 +119,11 @@ struct ChangeApplier {
                 if let object = try records.deleteUnnamed(id, ended: end) { report.uncache.insert(object) }
             }
             let frontier = change.frontier.mapValues { Int64($0) }
-            try sync.log(device: change.device, seq: Int64(change.seq), maxStamp: change.entries.map(\.stamp).max() ?? "", frontier: frontier)
-            if !change.unreadSections.isEmpty { try UnreadSections(database: database).remember(change) }
-            try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier, heldObjects: change.heldObjects)
+            try CircleSections(database: database).remember(change)
+            if !backfill {
+                try sync.log(device: change.device, seq: Int64(change.seq), maxStamp: change.entries.map(\.stamp).max() ?? "", frontier: frontier)
+                try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier, heldObjects: change.heldObjects)
+            }
             // The receive rule of the hybrid clock: later stamps here sort after what arrived,
             // but a device whose clock runs far ahead does not drag this one along (an edit of
             // one of its rows is still stamped after it: HybridClock.after).

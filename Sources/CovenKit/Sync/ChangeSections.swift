@@ -28,7 +28,10 @@ struct ChangeSections {
         for entry in entries {
             let key = entry.table + "\u{0}" + entry.id
             let audience: String
-            if entry.kind == .upsert {
+            if entry.kind == .retract, let left = try AudienceMoves.leftAudience(of: entry, in: audiences.database) {
+                // A row moved out of an audience is retracted there.
+                audience = left
+            } else if entry.kind == .upsert {
                 if entry.table == "coven_files" {
                     audience = entry.columns.firstIndex(of: "audience").flatMap { entry.values[$0].textValue } ?? RowAudiences.store
                 } else {

@@ -38,6 +38,13 @@ public struct PullReport: Sendable, Equatable {
     /// Removal marks not honoured, by the device they name: why (a mark by a device whose member
     /// may not remove it; RemovalAuthority).
     public var refusedRemovals: [String: String] = [:]
+    /// Circles' sections of changes applied before that this device opened now (a key
+    /// learned since: a member added to a circle reads its history), and the changes that
+    /// held them.
+    public var reopenedSections = 0
+    /// Changes holding such sections that storage no longer holds or that fail their checks:
+    /// by path, why.
+    public var reopenUnavailable: [String: String] = [:]
 
     public var changes: Int { applied.values.reduce(0) { $0 + $1.count } }
 }

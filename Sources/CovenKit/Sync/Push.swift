@@ -129,6 +129,8 @@ extension StoreSync {
                 INSERT INTO coven_push (seq, object, max_stamp, frontier, entries, frozen_at, writes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                 """, [seq, sealed, entries.map(\.stamp).max() ?? "", Frontier.json(frontier), entries.count, Timestamp.iso8601(Date()),
                       entries.isEmpty ? 0 : batch.count])
+            try CircleSections(database: database).rememberOwn(device: deviceID, seq: seq, sections: change.sections, keys: keys)
+            try AudienceMoves.forget(entries, in: database)
             try outbox.remove(batch.map(\.seq))
             fileEntries[seq] = Self.fileRecordCount(entries)
             return true

@@ -83,7 +83,15 @@ extension StoreSync {
         try Circles(device).refresh(provider: provider)
         if push { try ensureSigningKey(provider: provider) }
         if push { report.pushed = try self.push(provider: provider, keys: keys, stop: stop, progress: progress) }
-        if pull { report.pulled = try self.pull(provider: provider, keys: keys, stop: stop, learned: learned, progress: progress) }
+        if pull {
+            report.pulled = try self.pull(provider: provider, keys: keys, stop: stop, learned: learned, progress: progress)
+            // Circles' sections of earlier changes that a key learned now opens.
+            let backfill = try CircleSections(database: database).backfill(
+                device: device, provider: provider, keys: keys,
+                authorizer: MemberAuthorizer(keys: keys, database: database, store: storeID, manifest: manifest, audiences: try RowAudiences(device: device)), stop: stop)
+            report.pulled.reopenedSections = backfill.sections
+            report.pulled.reopenUnavailable = backfill.unavailable
+        }
         if push && pull {
             let again = try self.push(provider: provider, keys: keys, stop: stop, checkHistory: false, progress: progress)
             report.pushed.published += again.published

@@ -82,7 +82,7 @@ class CirclesTests: DeviceTestCase {
         XCTAssertNil(try title(s.carol, secret))
         XCTAssertNil(try s.carol.fileRecord(file))
         XCTAssertEqual(try s.carol.database.scalar("SELECT count(*) FROM tracks").intValue, 0)
-        XCTAssertGreaterThan(try UnreadSections(database: s.carol.database).count().sections, 0, "Carol remembers what she could not read")
+        XCTAssertGreaterThan(try CircleSections(database: s.carol.database).unread().sections, 0, "Carol remembers what she could not read")
         // The hard way: no object, nor Carol's database, holds the circle's ids or titles.
         try s.carol.database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         XCTAssertEqual(try leaks([Self.secretTitle, "First dance", secret, track, file, "couple"], store: s, outsider: s.carol), [])
@@ -160,6 +160,155 @@ class CirclesTests: DeviceTestCase {
         XCTAssertEqual(applied.pulled.keyUnavailable, [:])
         XCTAssertEqual(try title(s.carol, secret), "for three")
         XCTAssertEqual(try s.carol.status().sync.keyUnavailable, [:])
+    }
+
+    /// A member added to a circle later reads what the circle held before: each generation
+    /// holds the previous one's key, and the sections it could not open are fetched again.
+    func testAMemberAddedLaterReadsTheCirclesHistory() throws {
+        let s = try threeMembers()
+        let early = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4c"
+        try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(early)', 'for two', '\(s.circle)')")
+        try syncAll(s)
+        XCTAssertNil(try title(s.carol, early))
+        XCTAssertEqual(try CircleSections(database: s.carol.database).unread().sections, 1)
+        _ = try Circles(s.alice).add(s.circle, member: "carol")
+        let report = try StoreSync(s.carol).sync()
+        XCTAssertEqual(report.pulled.reopenedSections, 1)
+        XCTAssertEqual(try title(s.carol, early), "for two")
+        XCTAssertEqual(try CircleSections(database: s.carol.database).unread().sections, 0)
+        // And writes there now.
+        try s.carol.write(sql: "UPDATE albums SET title = 'for three' WHERE id = '\(early)'")
+        try syncAll(s)
+        XCTAssertEqual(try title(s.bob, early), "for three")
+    }
+
+    /// A snapshot holds the store's rows only (it is sealed under the store's key): a device
+    /// of a circle's member that joins from it reads the circle from the changes, which gc
+    /// keeps.
+    func testASnapshotHoldsTheStoresRowsOnlyAndAJoiningMemberReadsTheCircleFromChanges() throws {
+        let s = try threeMembers()
+        let secret = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4c"
+        for title in ["one", "two", "three"] {
+            try s.alice.write(sql: "INSERT INTO settings (id, value) VALUES ('\(title)', '\(title)')")
+            _ = try StoreSync(s.alice).sync()
+        }
+        try s.alice.write(sql: """
+            INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'Abbey Road', 'store'), ('\(secret)', '\(Self.secretTitle)', '\(s.circle)');
+            INSERT INTO tracks (id, album_id, title) VALUES (coven_uuid7(), '\(secret)', 'First dance');
+            """)
+        try syncAll(s)
+        let snapshot = try s.bob.snapshot()
+        XCTAssertEqual(snapshot.manifest.rows, 4, "the store's album and settings only")
+        // Every device publishes a frontier past Alice's changes.
+        for device in [s.bob, s.carol] { try device.write(sql: "INSERT INTO settings (id, value) VALUES ('\(device.deviceName)', 'x')") }
+        try syncAll(s)
+        // gc deletes the changes the snapshot covers, but those holding a circle's section.
+        let provider = try s.alice.connectStorage()
+        let circleChanges = Set(try s.all.flatMap { device in
+            try CircleSections(database: s.alice.database).seqsWithSections(of: device.deviceID, from: 1, through: 1000).map { ChangeObject.path(device: device.deviceID, seq: UInt64($0)) }
+        })
+        XCTAssertFalse(circleChanges.isEmpty)
+        let gc = try s.alice.collectGarbage()
+        XCTAssertFalse(gc.deleted.filter { $0.kind == .change }.isEmpty, "the changes the snapshot covers go")
+        XCTAssertTrue(Set(gc.deleted.map(\.key)).isDisjoint(with: circleChanges), "but not those holding a circle's section")
+        for key in circleChanges { XCTAssertNotNil(try provider.getObject(key), key) }
+        XCTAssertEqual(try leaks([Self.secretTitle, "First dance", secret], store: s, outsider: s.carol), [])
+        // Bob's new device starts from the snapshot and reads the circle from the changes.
+        let bobIdentity = try MemberIdentity(contentsOf: s.bob.paths.memberIdentity)
+        let desktop = try join("bob-desktop", from: s.alice, identity: bobIdentity)
+        XCTAssertEqual(desktop.joinedFrom?.key, snapshot.key)
+        XCTAssertNil(try title(desktop, secret))
+        _ = try StoreSync(desktop).sync()
+        XCTAssertEqual(try title(desktop, Self.album), "Abbey Road")
+        XCTAssertEqual(try title(desktop, secret), Self.secretTitle)
+        XCTAssertEqual(try desktop.database.scalar("SELECT title FROM tracks").textValue, "First dance")
+        // Carol's new device, from the same snapshot, reads none of it.
+        let carolIdentity = try MemberIdentity(contentsOf: s.carol.paths.memberIdentity)
+        let tablet = try join("carol-tablet", from: s.alice, identity: carolIdentity)
+        _ = try StoreSync(tablet).sync()
+        XCTAssertEqual(try title(tablet, Self.album), "Abbey Road")
+        XCTAssertNil(try title(tablet, secret))
+    }
+
+    /// Moving an album into the circle moves its tracks and cover: new file records in the
+    /// circle over the same stored bytes (nothing uploaded, no stored object written), the
+    /// rows written again in the circle's section and retracted from the store's. Moving it
+    /// back brings them back to everyone.
+    func testMovingAnAlbumWithItsTracksAndCoverIntoAndOutOfTheCircle() throws {
+        let s = try threeMembers()
+        let song = try s.alice.prepareUserFile(path: try file("song.flac", "the first dance, recorded live"), namespace: "music", place: .cloud)
+        let cover = try stageApp(s.alice, text: "cover art")
+        let written = try s.alice.write(sql: """
+            INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'Wedding', 'store');
+            INSERT INTO tracks (id, album_id, title, file) VALUES (coven_uuid7(), '\(Self.album)', 'First dance', coven_put_user_file('\(song.id)'));
+            INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_staged('\(cover.id)'));
+            """)
+        for file in written.files { try StoredFiles.store(s.alice, file: file) }
+        try syncAll(s)
+        XCTAssertEqual(try s.carol.database.scalar("SELECT count(*) FROM tracks").intValue, 1)
+        let provider = try s.alice.connectStorage()
+        let storedBefore = try provider.list(prefix: "files/").map(\.key).sorted()
+        let objects = try written.files.map { try XCTUnwrap(try s.alice.fileRecord($0)).coordinates.object }
+
+        try s.alice.write(sql: "UPDATE albums SET audience = '\(s.circle)' WHERE id = '\(Self.album)'")
+        XCTAssertEqual(try s.alice.database.scalar("SELECT count(*) FROM coven_upload_queue").intValue, 0, "nothing to upload")
+        let trackFile = try XCTUnwrap(try s.alice.database.scalar("SELECT file FROM tracks").textValue)
+        XCTAssertFalse(written.files.contains(trackFile), "the cell names a new record")
+        XCTAssertEqual(try s.alice.fileRecord(trackFile)?.audience, s.circle)
+        XCTAssertEqual(try s.alice.fileRecord(trackFile)?.coordinates.object, objects[0], "over the same bytes")
+        XCTAssertNil(try s.alice.fileRecord(written.files[0]), "the old record goes with its last reference")
+        try syncAll(s)
+        XCTAssertEqual(try provider.list(prefix: "files/").map(\.key).sorted(), storedBefore, "no stored object written or deleted")
+        // Bob reads it all in the circle; Carol holds none of it any more.
+        XCTAssertEqual(try s.bob.database.scalar("SELECT audience FROM albums").textValue, s.circle)
+        XCTAssertEqual(try s.bob.database.scalar("SELECT file FROM tracks").textValue, trackFile)
+        XCTAssertEqual(try s.bob.fileRecord(trackFile)?.audience, s.circle)
+        XCTAssertEqual(try s.bob.database.scalar("SELECT count(*) FROM covers").intValue, 1)
+        for table in ["albums", "tracks", "covers"] {
+            XCTAssertEqual(try s.carol.database.scalar("SELECT count(*) FROM \(table)").intValue, 0, table)
+        }
+        XCTAssertNil(try s.carol.fileRecord(written.files[0]))
+        XCTAssertNil(try s.carol.fileRecord(trackFile))
+        XCTAssertEqual(try StoreSync(s.carol).lostValues(), [], "a move is no conflict")
+        XCTAssertEqual(try StoreSync(s.alice).lostValues(), [])
+
+        // Back to the store: everyone has it again, over the same bytes still.
+        try s.bob.write(sql: "UPDATE albums SET audience = 'store' WHERE id = '\(Self.album)'")
+        try syncAll(s)
+        for device in s.all {
+            XCTAssertEqual(try device.database.scalar("SELECT count(*) FROM tracks").intValue, 1, device.deviceName)
+            let file = try XCTUnwrap(try device.database.scalar("SELECT file FROM tracks").textValue)
+            XCTAssertEqual(try device.fileRecord(file)?.audience, "store")
+            XCTAssertEqual(try device.fileRecord(file)?.coordinates.object, objects[0])
+        }
+        XCTAssertEqual(try provider.list(prefix: "files/").map(\.key).sorted(), storedBefore)
+        // Carol cannot move a row into the circle, nor out of it.
+        assertCovenError(.notInCircle) { try s.carol.write(sql: "UPDATE albums SET audience = '\(s.circle)'") }
+    }
+
+    /// make-device-only: `not_in_circle` for a member removed from the file's circle (who
+    /// keeps its record), `file_absent` for one never in it.
+    func testMakeDeviceOnlyOfACirclesFileNeedsTheCircle() throws {
+        let s = try threeMembers()
+        let song = try s.alice.prepareUserFile(path: try file("song.flac", "our song"), namespace: "music", place: .cloud)
+        let written = try s.alice.write(sql: """
+            INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'ours', '\(s.circle)');
+            INSERT INTO tracks (id, album_id, title, file) VALUES (coven_uuid7(), '\(Self.album)', 'our song', coven_put_user_file('\(song.id)'));
+            """)
+        try StoredFiles.store(s.alice, file: written.files[0])
+        try syncAll(s)
+        _ = try Circles(s.alice).remove(s.circle, member: "bob")
+        try syncAll(s)
+        XCTAssertNotNil(try s.bob.fileRecord(written.files[0]), "bob keeps the record")
+        let folder = work + "/Music"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let request = [DeviceOnlyRequest(file: written.files[0], names: ["song.flac"], input: "argument 1")]
+        let removed = assertCovenError(.notInCircle) { _ = try s.bob.makeDeviceOnly(folder: folder, requests: request) }
+        XCTAssertEqual(removed?.details["circle"], s.circle)
+        assertCovenError(.fileAbsent) { _ = try s.carol.makeDeviceOnly(folder: folder, requests: request) }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: folder), [])
+        _ = try s.alice.makeDeviceOnly(folder: folder, requests: request)
+        XCTAssertEqual(try s.alice.fileRecord(written.files[0])?.coordinates.at, .device)
     }
 
     func appliedSeq(_ device: Device, of other: Device) throws -> Int64? {
