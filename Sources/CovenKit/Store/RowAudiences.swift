@@ -68,23 +68,18 @@ struct RowAudiences {
         return result
     }
 
-    /// The audience an upsert of a change places its row in: its audience column's value, its
-    /// parent's audience here (through `audience_from`), or the store. A file record's is its
-    /// `audience` column. Nil when the parent is not here (the row is taken out anyway).
-    func audience(of entry: RowEntry) throws -> String? {
+    /// The audience an upsert of a change names for its row itself: its audience column's
+    /// value (the store's when NULL), or a file record's `audience`. Nil for a row that takes
+    /// its parent's (`audience_from`): where it belongs follows its parent as each device holds
+    /// it, which a concurrent move changes, so no receiver judges it by that.
+    func declaredAudience(of entry: RowEntry) -> String? {
         func value(_ column: String) -> SQLValue? {
             entry.columns.firstIndex(of: column).map { entry.values[$0] }
         }
         if entry.table == "coven_files" { return value("audience")?.textValue ?? Self.store }
         guard let table = manifest.table(entry.table) else { return Self.store }
         if let column = table.audienceColumn { return value(column)?.textValue ?? Self.store }
-        if let column = table.audienceFrom, let edge = graph.parents[entry.table]?.first(where: { $0.column == column }) {
-            guard let parent = value(column), !parent.isNull else { return Self.store }
-            let expression = audienceExpression(table: edge.parent, alias: "coven_p")
-            let found = try database.scalar("SELECT \(expression) FROM main.\(RowCapture.quote(edge.parent)) coven_p WHERE coven_p.\(RowCapture.quote(edge.parentColumn)) = ?1",
-                                            [parent])
-            return found.isNull ? nil : (found.textValue ?? Self.store)
-        }
+        if table.audienceFrom != nil { return nil }
         return Self.store
     }
 

@@ -84,14 +84,20 @@ struct ChangeApplier {
             // while deleted here: each stays only while a row names it.
             var ended: [String: (device: String, seq: Int64?, stamp: String)] = [:]
             // A row moved between two audiences this device reads is upserted in one section
-            // and retracted in the other: it stays.
-            var upserted: Set<RowKey> = []
+            // and retracted in the other by the same write: it stays. (An older image of it in
+            // the change does not keep it.)
+            var upserted: [RowKey: String] = [:]
             if change.sections.contains(where: { $0.entries.contains { $0.kind == .retract } }) {
-                for section in change.sections { for entry in section.entries where entry.kind == .upsert { upserted.insert(RowKey(table: entry.table, id: entry.id)) } }
+                for section in change.sections {
+                    for entry in section.entries where entry.kind == .upsert {
+                        let key = RowKey(table: entry.table, id: entry.id)
+                        if entry.stamp > upserted[key] ?? "" { upserted[key] = entry.stamp }
+                    }
+                }
             }
             for section in change.sections {
                 for entry in section.entries {
-                    if entry.kind == .retract, !upserted.isEmpty, upserted.contains(RowKey(table: entry.table, id: entry.id)) {
+                    if entry.kind == .retract, let newest = upserted[RowKey(table: entry.table, id: entry.id)], newest >= entry.stamp {
                         report.skipped += 1
                         continue
                     }

@@ -68,18 +68,19 @@ struct MemberAuthorizer: ChangeAuthorizer {
 
     /// Whether `entry` belongs in `section` and its signer may write there (circles): a
     /// circle's section is written only by a device of a member on that generation's roster of
-    /// the circle, and an upsert places its row (its audience column, or its parent's, or a
-    /// file record's audience) in its section's audience, the store's included. A change that
-    /// puts a circle's row where the store reads it, or writes a circle its member is not in,
-    /// is refused. Before members there are no circles.
+    /// the circle, and an upsert that names its row's audience (its audience column, or a file
+    /// record's) names its section's, the store's included. A change that puts a circle's row
+    /// where the store reads it, or writes a circle its member is not in, is refused. A row that
+    /// takes its parent's audience is not judged by it: a concurrent move of the parent would
+    /// make devices judge it apart (it follows its parent wherever that is). Before members
+    /// there are no circles.
     private mutating func isInAudience(_ entry: RowEntry, section: ChangeSection, device: String) throws -> Bool {
         guard try keys.storeGeneration() != nil else { return true }
         if section.audience != RowAudiences.store {
             guard let generation = section.generation, let signer = try signerMember(device),
                   try keys.roster(audience: section.audience, generation: generation).contains(where: { $0.id == signer }) else { return false }
         }
-        guard entry.kind == .upsert, let audiences else { return true }
-        guard let placed = try audiences.audience(of: entry) else { return true }
+        guard entry.kind == .upsert, let audiences, let placed = audiences.declaredAudience(of: entry) else { return true }
         return placed == section.audience
     }
 

@@ -6,7 +6,8 @@ import Foundation
 /// ``Keyring`` holds for it. Commit order is kept within each section; the store's section
 /// comes first.
 ///
-/// The audience of an upsert is its row's now (a file record's is its `audience` column); a
+/// The audience of an upsert is the one its image names (its audience column; a file record's
+/// `audience`), else its row's now (through `audience_from`); a
 /// delete or a retract goes with the row's audience in the same change when it has one there,
 /// the store's otherwise.
 struct ChangeSections {
@@ -32,11 +33,11 @@ struct ChangeSections {
                 // A row moved out of an audience is retracted there.
                 audience = left
             } else if entry.kind == .upsert {
-                if entry.table == "coven_files" {
-                    audience = entry.columns.firstIndex(of: "audience").flatMap { entry.values[$0].textValue } ?? RowAudiences.store
-                } else {
-                    audience = audienceOf[entry.table]?[entry.id] ?? RowAudiences.store
-                }
+                // An image that names its audience (its audience column, a file record's) goes
+                // there, as it was when written: a row written in one audience and moved in a
+                // later write of the same change is two images in two sections. One that takes
+                // its parent's goes where its parent is now.
+                audience = audiences.declaredAudience(of: entry) ?? audienceOf[entry.table]?[entry.id] ?? RowAudiences.store
                 lastAudience[key] = audience
             } else {
                 audience = lastAudience[key] ?? RowAudiences.store
