@@ -11,6 +11,9 @@
 #      `upload-worker --once` of the 100,000 files it queued, `status` of them, a `write` deleting
 #      every row (100,000 files released), `gc` of the 100,000 candidates it made, and `write -` of
 #      a 100,000-statement script (target: 64 MiB each).
+#   3. the small-file import of 1. on moto (s3:// on loopback) for 1,000 files, beside `rclone
+#      copy` to a crypt remote over the same server, with the requests each makes (moto's log):
+#      coven's is one PUT a file (measured: 1,000 requests for 1,000 files; rclone 2 a file).
 #
 # Every tool writes under BENCH_TMP. Unless BENCH_TMP is on tmpfs, the page cache is written back
 # (`sync`) before each timed command, so one's writes are not paid by the next; the script says
@@ -18,7 +21,7 @@
 # so every tool reads them from the page cache.
 #
 # Environment: COVEN (release binary) and BENCH_TMP from bench/run.sh; BENCH_IMPORT_SMALL
-# (10000), BENCH_IMPORT_BIG (1000) and BENCH_IMPORT_MANY (100000) change the counts; a count of 0
+# (10000), BENCH_IMPORT_BIG (1000), BENCH_IMPORT_MOTO (1000) and BENCH_IMPORT_MANY (100000) change the counts; a count of 0
 # skips its set (e.g. BENCH_IMPORT_BIG=0 BENCH_IMPORT_MANY=0 measures the small files alone).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -30,6 +33,7 @@ done
 small=${BENCH_IMPORT_SMALL:-10000}
 big=${BENCH_IMPORT_BIG:-1000}
 many=${BENCH_IMPORT_MANY:-100000}
+moto=${BENCH_IMPORT_MOTO:-1000}
 
 fs=$(stat -f -c %T "$T")
 if [[ $fs == tmpfs ]]; then
@@ -149,8 +153,79 @@ EOF
     rm -rf "$W"
 }
 
+# -- 3. the small-file import on moto (s3://, loopback), with the requests each tool makes: moto's
+# own log has a line per request, counted before and after each command.
+run_moto() {
+    local count=$1 W=$T/moto
+    rm -rf "$W" && mkdir -p "$W"
+    echo
+    echo "-- moto: $count files of 4-64 KiB to s3:// on loopback moto"
+    if ! start_moto coven-import; then
+        echo "moto: skipped (the server did not start: $T/s3.log)"
+        return 0
+    fi
+    # Every S3 request line (moto-api polls of the start script are not S3 requests).
+    requests() { grep -E '"(GET|PUT|POST|HEAD|DELETE) /' "$T/s3.log" | grep -vc '/moto-api/' || true; }
+    make_files "$W/src" "$count" 4096 65536
+    local bytes
+    bytes=$(du -sb "$W/src" | cut -f1)
+    find "$W/src" -type f -exec cat {} + > /dev/null
+    "$COVEN" --quiet init --storage "s3://coven-import/store?endpoint=$AWS_ENDPOINT_URL&path_style=true" \
+        --manifest coven.json --db "$W/dev/device.db" > /dev/null
+    (cd "$W" && find src -type f -print0 > list0)
+    local -A sent
+    local before step
+    for step in stage write upload; do
+        before=$(requests)
+        case $step in
+        stage) timed moto/stage bash -c "cd '$W' && '$COVEN' --db dev/device.db --json stage --user --namespace tracks --files-from list0 -z > staged.jsonl" ;;
+        write) timed moto/write bash -c "cd '$W' && '$COVEN' --db dev/device.db write --each staged.jsonl \"$insert\" > /dev/null" ;;
+        upload) timed moto/upload bash -c "cd '$W' && '$COVEN' --db dev/device.db upload-worker --once" ;;
+        esac
+        sent[$step]=$(( $(requests) - before ))
+    done
+    local put queued
+    put=$("$COVEN" --db "$W/dev/device.db" sql "SELECT count(*) FROM tracks")
+    queued=$("$COVEN" --db "$W/dev/device.db" sql "SELECT count(*) FROM coven_uploads")
+    [[ $put == "$count" && $queued == 0 ]] || { echo "bench-import: coven put $put of $count on moto, $queued still queued" >&2; status=1; }
+
+    # rclone copy to a crypt remote over the same server (its AWS SDK takes no CA bundle; loopback
+    # needs none).
+    export RCLONE_CONFIG_MOTO_TYPE=s3 RCLONE_CONFIG_MOTO_PROVIDER=Other RCLONE_CONFIG_MOTO_ENDPOINT=$AWS_ENDPOINT_URL \
+        RCLONE_CONFIG_MOTO_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID RCLONE_CONFIG_MOTO_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY \
+        RCLONE_CONFIG_MOTO_REGION=${AWS_REGION:-us-east-1}
+    export RCLONE_CONFIG_CRYPTM_TYPE=crypt RCLONE_CONFIG_CRYPTM_REMOTE=moto:coven-import/rclone
+    RCLONE_CONFIG_CRYPTM_PASSWORD=$(rclone obscure coven-bench-password)
+    export RCLONE_CONFIG_CRYPTM_PASSWORD
+    before=$(requests)
+    timed moto/rclone bash -c "env -u AWS_CA_BUNDLE rclone copy '$W/src' cryptm: 2>/dev/null"
+    sent[rclone]=$(( $(requests) - before ))
+
+    python3 - "$count" "$bytes" "${secs[moto/stage]}" "${secs[moto/write]}" "${secs[moto/upload]}" "${secs[moto/rclone]}" \
+        "${rss[moto/upload]}" "${sent[stage]}" "${sent[write]}" "${sent[upload]}" "${sent[rclone]}" <<'PY' || status=1
+import sys
+count, size = int(sys.argv[1]), int(sys.argv[2])
+stage, write, upload, rclone = map(float, sys.argv[3:7])
+r_upload = sys.argv[7]
+q_stage, q_write, q_upload, q_rclone = map(int, sys.argv[8:12])
+coven = stage + write + upload
+q_coven = q_stage + q_write + q_upload
+print(f"moto: {count} files, {size / 1e6:.0f} MB")
+print(f"  coven   {coven:7.2f} s  (stage {stage:.2f} s, write --each {write:.2f} s, upload-worker --once {upload:.2f} s {r_upload} MiB)")
+print(f"  rclone  {rclone:7.2f} s             coven/rclone {coven / rclone:.2f}x")
+print(f"  requests: coven {q_coven} (stage {q_stage}, write {q_write}, upload {q_upload}), {q_coven / count:.2f} a file; "
+      f"rclone {q_rclone}, {q_rclone / count:.2f} a file (target: coven <= 2 a file)")
+if q_coven > 2 * count:
+    print("bench-import: moto: more than 2 requests a file")
+    sys.exit(1)
+PY
+    kill "$S3_SERVER_PID" 2>/dev/null || true
+    rm -rf "$W"
+}
+
 (( small > 0 )) && run_set small "$small" 4096 65536
 (( big > 0 )) && run_set big "$big" 1048576 8388608
+(( moto > 0 )) && run_moto "$moto"
 (( many > 0 )) || exit $status
 
 # -- 2. peak RSS at 100,000

@@ -73,7 +73,10 @@ echo "file://: coven $(ratio "$SIZE" "$(awk -v t="$coven_file" 'BEGIN{print t*1e
 # The same upload with the store and rclone's destination in memory (/dev/shm): the engine's
 # speed (read, hash check, AES-GCM, write) without the disk's syncs, which coven's file://
 # provider does per part (an fdatasync of the part's bytes, then of its 64-byte record) and
-# rclone's local backend does not do at all.
+# rclone's local backend does not do at all. Where its time goes (perf, 2 cores, 1 GiB): about 2.0
+# CPU-seconds in all, of which SHA-256 checks (SHA-NI) 0.8, the kernel's write into tmpfs 0.5 (cp
+# alone is 0.55 s), its read from the page cache 0.3 and AES-GCM 0.26: at least 1.0 s on two cores
+# however the work is spread.
 if [[ -d /dev/shm && $(df --output=avail -B1 /dev/shm | tail -1) -gt $((3 * SIZE)) ]]; then
     SHM=$(mktemp -d /dev/shm/coven-bench.XXXXXX)
     trap 'rm -rf "$SHM"' EXIT

@@ -38,6 +38,13 @@ public final class ObjectSealer {
             lanes: ChunkRun.threads > 1 ? Self.maximumLanes : 1)
     }
 
+    /// Creates a sealer for the file object sealed under `key` with `lanes` cipher handles: 1
+    /// seals every run on the calling thread (a pipeline whose threads each seal runs of their
+    /// own).
+    convenience init(key: FileKey, lanes: Int) throws {
+        try self.init(key: key, header: ObjectHeader.file, associatedData: ObjectHeader.file, lanes: lanes)
+    }
+
     /// Creates a sealer whose chunks authenticate `associatedData`, for objects that start with
     /// `header`.
     ///

@@ -85,6 +85,21 @@ final class UploadS3Tests: S3StorageTestCase {
         }
     }
 
+    /// An import's upload costs one request a small file, and nothing else (bench-import's moto
+    /// set counts the same from the server's log).
+    func testSmallFilesCostOneRequestEach() throws {
+        let fixture = try makeFixture()
+        for index in 0..<20 {
+            _ = try fixture.addOriginal("s\(index).bin", UploadFixture.bytes(4096 + index, seed: UInt8(index + 60)))
+        }
+        let before = proxy.requests().count
+        let summary = try fixture.run(jobs: 1)
+        XCTAssertEqual(summary.stored, 20)
+        let sent = Array(proxy.requests().dropFirst(before))
+        XCTAssertEqual(sent.count, 20, sent.joined(separator: "\n"))
+        XCTAssertEqual(sent.filter { $0.hasPrefix("PUT ") && $0.contains("/files/") }.count, 20, sent.joined(separator: "\n"))
+    }
+
     func testSlowDownWithRetryAfterIsWaitedFor() throws {
         let fixture = try makeFixture()
         _ = try fixture.addOriginal("a.bin", UploadFixture.bytes(1000))
