@@ -39,6 +39,8 @@ struct MemberAuthorizer: ChangeAuthorizer {
     let audiences: RowAudiences?
     /// The verdict for each device at each generation, found once.
     private var verdicts: [String: Bool] = [:]
+    /// Whether each device's member is on a circle's roster at a generation, found once.
+    private var sectionVerdicts: [String: Bool] = [:]
     /// The member each signing device belongs to, read once (entries of owner-only tables).
     private var signers: [String: String?] = [:]
 
@@ -77,8 +79,13 @@ struct MemberAuthorizer: ChangeAuthorizer {
     private mutating func isInAudience(_ entry: RowEntry, section: ChangeSection, device: String) throws -> Bool {
         guard try keys.storeGeneration() != nil else { return true }
         if section.audience != RowAudiences.store {
-            guard let generation = section.generation, let signer = try signerMember(device),
-                  try keys.roster(audience: section.audience, generation: generation).contains(where: { $0.id == signer }) else { return false }
+            guard let generation = section.generation else { return false }
+            let key = "\(device) \(section.audience) \(generation)"
+            if sectionVerdicts[key] == nil {
+                let signer = try signerMember(device)
+                sectionVerdicts[key] = try signer != nil && keys.roster(audience: section.audience, generation: generation).contains { $0.id == signer }
+            }
+            guard sectionVerdicts[key] == true else { return false }
         }
         guard entry.kind == .upsert, let audiences, let placed = audiences.declaredAudience(of: entry) else { return true }
         return placed == section.audience
