@@ -117,22 +117,15 @@ struct MemberAuthorizer: ChangeAuthorizer {
 
     private func mayWrite(device: String, generation: UInt64) throws -> Bool {
         guard try keys.storeGeneration() != nil else { return true }
-        guard let row = try database.queryOne("SELECT public_key, member, member_signature, gone FROM coven_device_registry WHERE device = ?1", [device]) else { return false }
-        guard let member = row.string("member"), let signature = row.string("member_signature").flatMap({ [UInt8](hex: $0) }),
-              let hex = row.string("public_key"), let publicKey = try? DevicePublicKey(hex: hex) else {
+        guard let row = try database.queryOne("SELECT member, member_signature, gone FROM coven_device_registry WHERE device = ?1", [device]) else { return false }
+        guard row.string("member") != nil, row.string("member_signature") != nil else {
             // A device no member vouched for: only the past of a device gone for good before
             // the store had members (what some frontier says was applied) is taken.
             return generation == 1 && row.int("gone") == 1
         }
-        guard try keys.roster(audience: RowAudiences.store, generation: generation).contains(where: { $0.id == member }) else { return false }
-        // Vouched for by the member's key at that generation, or a later one of the same member
-        // (its keys replaced since: its devices carry the new key's word).
-        for row in try database.query("""
-            SELECT DISTINCT recipient FROM coven_audience_rosters WHERE audience = ?1 AND member = ?2 AND generation >= ?3
-            """, [RowAudiences.store, member, Int64(generation)]) {
-            guard let recipient = try? MemberRecipient(row.string("recipient") ?? "") else { continue }
-            if DeviceEntry.vouches(recipient, signature: signature, store: store, member: member, device: device, publicKey: publicKey) { return true }
-        }
-        return false
+        // On the roster of that generation, vouched for by the member's key there or a later
+        // one of the same member (its keys replaced since: its devices carry the new key's word).
+        return try RemovalAuthority(keys: keys, database: database, store: store)
+            .vouchedMember(device, roster: keys.roster(audience: RowAudiences.store, generation: generation), orLater: generation) != nil
     }
 }

@@ -29,6 +29,12 @@ struct CircleCommand: Command {
     says so. --json: the circle, "member" (the one added or removed: {"id", "name", "role"}) \
     and "objects_written".
 
+    Removing a member from the store ('coven member remove') leaves them on the circles' \
+    rosters: their devices are gone and sync no more, but they hold the circles' keys of then; \
+    'coven circle remove' them from each circle they were in, so what is written after is \
+    sealed under a key they never held. Writes a device made before it learned of a removal \
+    (sealed under a generation its member was on) are accepted, as the store's are.
+
     A row goes into a circle by a write setting its audience column to the circle's id, \
     which only a member of the circle may ('not_in_circle'): \
     coven write "UPDATE albums SET audience = :c WHERE id = :a" --param c=ID --param a=ALBUM.
