@@ -7,7 +7,8 @@
 #      write and of its push, the bytes published, and the stored file objects before and after
 #      (no upload: the same count, none written).
 #
-# hyperfine medians. Environment: COVEN and BENCH_TMP from bench/run.sh; BENCH_CIRCLES_ROWS
+# hyperfine medians, each run after `sync` (this disk throttles writes: every run starts with
+# nothing of the last one left to write back). Environment: COVEN and BENCH_TMP from bench/run.sh; BENCH_CIRCLES_ROWS
 # changes the row count of part 1, BENCH_CIRCLES_TRACKS the tracks of part 2.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -67,10 +68,10 @@ pushed() { rm -rf "$T/$1" && cp -a "$T/$1.pushed" "$T/$1"; }
 export -f restore pushed
 export T
 hyperfine --shell bash --style basic --runs 3 --warmup 1 --export-json rows.json \
-    --command-name "push, all in the store" --prepare "restore one-a; restore one" "$COVEN sync --push --db $T/one-a/device.db > /dev/null" \
-    --command-name "push, store + 3 circles" --prepare "restore split-a; restore split" "$COVEN sync --push --db $T/split-a/device.db > /dev/null" \
-    --command-name "pull, all in the store" --prepare "restore one-b; pushed one" "$COVEN sync --pull --db $T/one-b/device.db > /dev/null" \
-    --command-name "pull, store + 3 circles" --prepare "restore split-b; pushed split" "$COVEN sync --pull --db $T/split-b/device.db > /dev/null"
+    --command-name "push, all in the store" --prepare "restore one-a; restore one; sync" "$COVEN sync --push --db $T/one-a/device.db > /dev/null" \
+    --command-name "push, store + 3 circles" --prepare "restore split-a; restore split; sync" "$COVEN sync --push --db $T/split-a/device.db > /dev/null" \
+    --command-name "pull, all in the store" --prepare "restore one-b; pushed one; sync" "$COVEN sync --pull --db $T/one-b/device.db > /dev/null" \
+    --command-name "pull, store + 3 circles" --prepare "restore split-b; pushed split; sync" "$COVEN sync --pull --db $T/split-b/device.db > /dev/null"
 push_one=$(median 0 rows.json); push_split=$(median 1 rows.json); pull_one=$(median 2 rows.json); pull_split=$(median 3 rows.json)
 restore split-a; restore split
 /usr/bin/time -v "$COVEN" sync --push --db "$T/split-a/device.db" > /dev/null 2> rss-push.txt
