@@ -32,7 +32,7 @@ extension ChangeObject {
         guard seq >= 1, frontier[device] == nil, Self.parsePath(path) != nil else {
             throw CovenError(.internal, "cannot publish an invalid change", cause: "seq \(seq) of '\(device)'", details: ["path": path])
         }
-        let head = try Zstd.compress(encodedHead(version: Self.sectionsFormat), level: level)
+        let head = try compressed(version: Self.sectionsFormat, entries: nil, level: level)
         var sealedSections: [(audience: String, key: SealingKey, compressed: [UInt8])] = []
         var size = 0
         for section in sections {
