@@ -233,7 +233,7 @@ public struct ChangeObject: Sendable, Equatable {
                     details: ["reason": "signature", "device": device])
             }
             let compressed = try StoreSealer.open(Array(sealed), storeKey: storeKey, boundTo: path)
-            let plaintext = try Zstd.decompress(compressed, maximumSize: maximumPlaintextSize)
+            let plaintext = try Zstd.decompress(compressed, maximumSize: maximumPlaintextSize, sized: true)
             let change = try decode(plaintext)
             guard change.device == device, change.seq == seq else {
                 throw CovenError(

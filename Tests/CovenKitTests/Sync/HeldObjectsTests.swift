@@ -57,6 +57,12 @@ final class HeldObjectsTests: XCTestCase {
         let decoded = try ChangeObject.decode(plaintext)
         XCTAssertEqual(decoded.heldObjects, held)
         XCTAssertEqual(Array(decoded.heldObjects), names)
+        // A change read keeps them as the registry's JSON: the same names, the same bytes again.
+        XCTAssertEqual(decoded.heldObjects.json(), held.json())
+        XCTAssertEqual(decoded.encoded(), plaintext)
+        var grown = decoded.heldObjects
+        grown.append("one more")
+        XCTAssertEqual(Array(grown), names + ["one more"])
         XCTAssertEqual(held, HeldObjects(names))
         XCTAssertNotEqual(held, HeldObjects(names.dropLast()))
     }
