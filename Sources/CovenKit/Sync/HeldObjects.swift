@@ -74,10 +74,6 @@ public struct HeldObjects: Sendable, Equatable, Sequence, ExpressibleByArrayLite
         count += 1
     }
 
-    /// Makes room for `bytes` more bytes of names.
-    mutating func reserveCapacity(bytes: Int) {
-        wire.reserveCapacity(wire.count + bytes)
-    }
 
     /// Every name, as a String, one at a time.
     public func makeIterator() -> Iterator { Iterator(wire: wire, json: readJSON) }
