@@ -14,6 +14,13 @@ static inline int coven_limit_malloc_arenas(int count) {
     return mallopt(M_ARENA_MAX, count);
 }
 
+// Buffers of at least `bytes` always from mmap, given back to the system when freed. glibc's
+// threshold otherwise rises to the largest buffer freed (up to 32 MiB), and the next ones come
+// from the heap, whose freed pages it keeps.
+static inline int coven_fix_malloc_mmap_threshold(int bytes) {
+    return mallopt(M_MMAP_THRESHOLD, bytes);
+}
+
 // Starts writeback of a byte range without waiting, so a later fsync has little left to do.
 static inline int coven_start_writeback(int fd, long long offset, long long count) {
     return sync_file_range(fd, offset, count, SYNC_FILE_RANGE_WRITE);

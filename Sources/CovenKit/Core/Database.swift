@@ -414,6 +414,37 @@ public final class Statement {
         }
     }
 
+    /// Steps to the next row, leaving its columns in SQLite (``withText(_:_:)`` reads one in
+    /// place): false when done.
+    func step() throws -> Bool {
+        let code = sqlite3_step(handle)
+        if code == SQLITE_ROW { return true }
+        if code == SQLITE_DONE { return false }
+        throw database.sqliteError(code, sql)
+    }
+
+    /// Calls `body` with the UTF-8 of column `index` of the current row as SQLite holds it
+    /// (valid during the call only): no String made of it.
+    func withText<T>(_ index: Int32, _ body: (UnsafeBufferPointer<UInt8>) throws -> T) rethrows -> T {
+        let count = Int(sqlite3_column_bytes(handle, index))
+        guard count > 0, let pointer = sqlite3_column_text(handle, index) else { return try body(UnsafeBufferPointer(start: nil, count: 0)) }
+        return try body(UnsafeBufferPointer(start: pointer, count: count))
+    }
+
+    /// Steps until done with `text` (UTF-8) bound as TEXT at `index`, SQLite reading it where
+    /// it is rather than copying it first (a list of 100,000 names); the binding is cleared after.
+    func runToEnd(text: [UInt8], at index: Int32) throws {
+        try text.withUnsafeBufferPointer { buffer in
+            let base = UnsafeRawPointer(buffer.baseAddress ?? UnsafePointer(bitPattern: 1)!).assumingMemoryBound(to: CChar.self)
+            try database.check(sqlite3_bind_text64(handle, index, base, sqlite3_uint64(buffer.count), nil, UInt8(SQLITE_UTF8)), sql)
+            defer {
+                sqlite3_reset(handle)
+                sqlite3_bind_null(handle, index)
+            }
+            try runToEnd()
+        }
+    }
+
     /// The value of a column of the current row.
     func column(_ index: Int32) -> SQLValue {
         switch sqlite3_column_type(handle, index) {

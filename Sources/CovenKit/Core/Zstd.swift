@@ -39,21 +39,33 @@ public enum Zstd {
     /// - Returns: the data.
     /// - Throws: ``CovenError`` `.decoding` when `bytes` is not zstd, is truncated or corrupt,
     ///   or holds more than `maximumSize` bytes; `.internal` when libarchive fails otherwise.
-    public static func decompress(_ bytes: [UInt8], maximumSize: Int) throws -> [UInt8] {
+    ///
+    /// `sized`: the stream is read twice, first only to count its bytes, so the data is made at
+    /// its size, not grown by doubling (which holds up to three times its size at once): for a
+    /// change of several MiB, whose peak memory matters more than a few milliseconds.
+    public static func decompress(_ bytes: [UInt8], maximumSize: Int, sized: Bool = false) throws -> [UInt8] {
         try bytes.withUnsafeBytes { input in
-            var given = false
-            let reader = try ZstdReader(maximumSize: maximumSize) {
-                defer { given = true }
-                return given ? nil : input
-            }
-            var output: [UInt8] = []
             let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 16, alignment: 16)
             defer { scratch.deallocate() }
-            while true {
-                let count = try reader.read(into: scratch)
-                if count == 0 { break }
-                output.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[0..<count]))
+            func read(_ piece: (UnsafeRawBufferPointer) -> Void) throws {
+                var given = false
+                let reader = try ZstdReader(maximumSize: maximumSize) {
+                    defer { given = true }
+                    return given ? nil : input
+                }
+                while true {
+                    let count = try reader.read(into: scratch)
+                    if count == 0 { break }
+                    piece(UnsafeRawBufferPointer(rebasing: scratch[0..<count]))
+                }
             }
+            var output: [UInt8] = []
+            if sized {
+                var size = 0
+                try read { size += $0.count }
+                output.reserveCapacity(size)
+            }
+            try read { output.append(contentsOf: $0) }
             return output
         }
     }

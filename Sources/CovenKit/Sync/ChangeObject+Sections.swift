@@ -32,7 +32,7 @@ extension ChangeObject {
         guard seq >= 1, frontier[device] == nil, Self.parsePath(path) != nil else {
             throw CovenError(.internal, "cannot publish an invalid change", cause: "seq \(seq) of '\(device)'", details: ["path": path])
         }
-        let head = try Zstd.compress(encodedHead(version: Self.sectionsFormat), level: level)
+        let head = try compressed(version: Self.sectionsFormat, entries: nil, level: level)
         var sealedSections: [(audience: String, key: SealingKey, compressed: [UInt8])] = []
         var size = 0
         for section in sections {
@@ -164,7 +164,7 @@ extension ChangeObject {
                                  details: ["path": path, "audience": RowAudiences.store, "generation": String(clear.generation)])
             }
             let head = try StoreSealer.open(clear.envelope, storeKey: storeKey, boundTo: envelopeBinding(path))
-            var headReader = ByteReader(try Zstd.decompress(head, maximumSize: maximumPlaintextSize))
+            var headReader = ByteReader(try Zstd.decompress(head, maximumSize: maximumPlaintextSize, sized: true))
             var change = try decodeHead(&headReader, version: sectionsFormat)
             guard headReader.isAtEnd else { throw failure("trailing bytes") }
             guard change.storeID == clear.store, change.device == device, change.seq == seq else {
@@ -184,7 +184,7 @@ extension ChangeObject {
                 }
                 let compressed = try StoreSealer.open(section.sealed, storeKey: key,
                                                       boundTo: sectionBinding(path, audience: section.audience, generation: section.generation))
-                let plaintext = try Zstd.decompress(compressed, maximumSize: maximumPlaintextSize - size)
+                let plaintext = try Zstd.decompress(compressed, maximumSize: maximumPlaintextSize - size, sized: true)
                 size += plaintext.count
                 var entryReader = ByteReader(plaintext)
                 let entries = try decodeEntries(&entryReader)

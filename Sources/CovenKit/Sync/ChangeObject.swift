@@ -80,8 +80,8 @@ public struct ChangeObject: Sendable, Equatable {
     /// below it.
     public var frontier: [String: UInt64]
     /// Stored objects that this device's unpublished records name (usually none): gc elsewhere
-    /// leaves them alone.
-    public var heldObjects: [String]
+    /// leaves them alone. Up to a whole library's: kept as bytes, not Strings.
+    public var heldObjects: HeldObjects
     /// The recorded writes, one section per audience (the store's first), each in commit
     /// order; no section is empty.
     public var sections: [ChangeSection]
@@ -98,7 +98,7 @@ public struct ChangeObject: Sendable, Equatable {
     /// audience.
     public init(
         storeID: String, device: String, seq: UInt64, schema: SchemaVersion, frontier: [String: UInt64] = [:],
-        heldObjects: [String] = [], entries: [RowEntry]
+        heldObjects: HeldObjects = [], entries: [RowEntry]
     ) {
         self.init(storeID: storeID, device: device, seq: seq, schema: schema, frontier: frontier, heldObjects: heldObjects,
                   sections: entries.isEmpty ? [] : [ChangeSection(audience: RowAudiences.store, entries: entries)])
@@ -107,7 +107,7 @@ public struct ChangeObject: Sendable, Equatable {
     /// A change of `device`, number `seq`, holding `sections`.
     public init(
         storeID: String, device: String, seq: UInt64, schema: SchemaVersion, frontier: [String: UInt64] = [:],
-        heldObjects: [String] = [], sections: [ChangeSection]
+        heldObjects: HeldObjects = [], sections: [ChangeSection]
     ) {
         self.storeID = storeID
         self.device = device
@@ -181,13 +181,9 @@ public struct ChangeObject: Sendable, Equatable {
             throw CovenError(.internal, "format 1 of a change holds the store audience only",
                              cause: "sections of \(sections.map(\.audience).joined(separator: ", "))", details: ["path": path])
         }
-        let plaintext = encoded()
-        guard plaintext.count <= Self.maximumPlaintextSize else {
-            throw CovenError(.internal, "a change holds more than \(Self.maximumPlaintextSize) bytes", details: ["path": path])
-        }
         return try Self.publish(
-            compressed: try Zstd.compress(plaintext, level: level), path: path, storeKey: storeKey, signingKey: signingKey,
-            salt: salt)
+            compressed: try compressed(version: Self.formatVersion, entries: entries, level: level), path: path, storeKey: storeKey,
+            signingKey: signingKey, salt: salt)
     }
 
     /// Seals compressed bytes bound to `path` and signs the result: the published bytes.
@@ -246,7 +242,7 @@ public struct ChangeObject: Sendable, Equatable {
                     details: ["reason": "signature", "device": device])
             }
             let compressed = try StoreSealer.open(Array(sealed), storeKey: storeKey, boundTo: path)
-            let plaintext = try Zstd.decompress(compressed, maximumSize: maximumPlaintextSize)
+            let plaintext = try Zstd.decompress(compressed, maximumSize: maximumPlaintextSize, sized: true)
             let change = try decode(plaintext)
             guard change.device == device, change.seq == seq else {
                 throw CovenError(
@@ -288,9 +284,39 @@ extension ChangeObject {
     /// Version, identity, schema, frontier and held objects: format 1's first part, and format
     /// 2's envelope.
     func encodedHead(version: UInt8) -> [UInt8] {
+        var out = encodedHeadBeforeNames(version: version)
+        out.append(contentsOf: heldObjects.encoded)
+        return out
+    }
+
+    /// zstd of the head and `entries` (format 1's plaintext), or of the head alone (format 2's
+    /// envelope): the held names, up to 100,000 of them, compressed from where they are, not
+    /// copied into one plaintext first.
+    ///
+    /// - Throws: ``CovenError`` `.internal` when the plaintext would pass
+    ///   ``maximumPlaintextSize`` or libarchive fails.
+    func compressed(version: UInt8, entries: [RowEntry]?, level: Int) throws -> [UInt8] {
+        var body: [UInt8] = []
+        if let entries { Self.encodeEntries(entries, into: &body) }
+        let head = encodedHeadBeforeNames(version: version)
+        let size = head.count + heldObjects.encoded.count + body.count
+        guard size <= Self.maximumPlaintextSize else {
+            throw CovenError(.internal, "a change holds more than \(Self.maximumPlaintextSize) bytes", details: ["path": path])
+        }
+        var output: [UInt8] = []
+        output.reserveCapacity(size / 3 + 64)
+        let writer = try ZstdWriter(level: level) { output.append(contentsOf: $0) }
+        try writer.write(head)
+        try heldObjects.encoded.withUnsafeBytes { try writer.write($0) }
+        try writer.write(body)
+        try writer.finish()
+        return output
+    }
+
+    /// The head up to the held names: version, identity, schema, frontier, and how many names.
+    private func encodedHeadBeforeNames(version: UInt8) -> [UInt8] {
         var out: [UInt8] = [version]
-        // The held objects may be 100,000 names: the buffer is made once, not doubled as it grows.
-        out.reserveCapacity(256 + frontier.count * 48 + heldObjects.reduce(0) { $0 + $1.utf8.count + 3 })
+        out.reserveCapacity(256 + frontier.count * 48)
         RowEntryCodec.writeString(storeID, into: &out)
         RowEntryCodec.writeString(device, into: &out)
         RowEntryCodec.writeVarint(seq, into: &out)
@@ -302,7 +328,6 @@ extension ChangeObject {
             RowEntryCodec.writeVarint(applied, into: &out)
         }
         RowEntryCodec.writeVarint(UInt64(heldObjects.count), into: &out)
-        for object in heldObjects { RowEntryCodec.writeString(object, into: &out) }
         return out
     }
 
@@ -419,8 +444,7 @@ extension ChangeObject {
                 throw failure("a frontier naming '\(other)' twice or the device itself")
             }
         }
-        var held: [String] = []
-        for _ in 0..<(try count(&reader)) { held.append(try reader.string()) }
+        let held = try HeldObjects.decode(&reader, count: try count(&reader))
         return ChangeObject(
             storeID: storeID, device: device, seq: seq, schema: SchemaVersion(migrations: Int(migrations), digest: digest),
             frontier: frontier, heldObjects: held, sections: [])

@@ -156,7 +156,7 @@ extension StoreSync {
     /// rows name, kept back by the gate). Also those of stored records that rows of this
     /// device not published yet name (held by a bound upload): a record deleted elsewhere that
     /// such a row brought back here comes back everywhere when the row arrives.
-    func heldObjects(publishedUpTo stamp: String?, gated: Bool) throws -> [String] {
+    func heldObjects(publishedUpTo stamp: String?, gated: Bool) throws -> HeldObjects {
         let floor = try stamp ?? database.scalar("SELECT max(max_stamp) FROM coven_sync_log WHERE device = ?1", [deviceID]).textValue ?? ""
         let privateRecords = gated ? """
              OR NOT EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = 'coven_files' AND p.id = f.id AND p.retracted = 0)
@@ -169,16 +169,17 @@ extension StoreSync {
                 " OR f.id IN (SELECT \(RowCapture.quote(column.column)) FROM main.\(RowCapture.quote(table.name)) WHERE _updated_at > ?1 AND _updated_at LIKE '%-' || ?2)"
             }
         }.joined()
-        // Stepped, not read into rows: a library's first push names 100,000 of them.
+        // Stepped, each name copied from SQLite into the change's bytes (no String, no row): a
+        // library's first push names 100,000 of them in every change.
         let statement = try database.prepare("""
             SELECT DISTINCT object FROM coven_files f
             WHERE place = \(Coordinates.Place.stored.sql) AND ((_updated_at > ?1 AND _updated_at LIKE '%-' || ?2)\(privateRecords)\(namedByHeldRows))
-            ORDER BY object
+            AND object IS NOT NULL ORDER BY object
             """)
         try statement.bind([floor, deviceID])
-        var objects: [String] = []
-        while let row = try statement.next() {
-            if let object = row[0].textValue { objects.append(object) }
+        var objects = HeldObjects()
+        while try statement.step() {
+            statement.withText(0) { objects.append(utf8: $0) }
         }
         return objects
     }

@@ -127,11 +127,11 @@ struct SyncState {
     }
 
     /// Records that change `seq` of `device` is applied here, with the frontier it carried.
-    func setApplied(device: String, seq: Int64, frontier: [String: Int64], heldObjects: [String] = []) throws {
-        // Written without Foundation's serializer: a change may hold 100,000 of them.
-        let held = RecordedChanges.json(ids: heldObjects)
-        try database.run("UPDATE coven_device_registry SET applied_seq = ?2, frontier = ?3, held_objects = ?4 WHERE device = ?1",
-                         [device, seq, Frontier.json(frontier), held])
+    func setApplied(device: String, seq: Int64, frontier: [String: Int64], heldObjects: HeldObjects = []) throws {
+        // Written as bytes, straight from the change's: a change may hold 100,000 of them.
+        let statement = try database.prepare("UPDATE coven_device_registry SET applied_seq = ?2, frontier = ?3, held_objects = ?4 WHERE device = ?1")
+        try statement.bind([device, seq, Frontier.json(frontier)])
+        try statement.runToEnd(text: heldObjects.json(), at: 4)
     }
 
     /// The objects the latest change of each device not gone for good said its unpublished
