@@ -152,17 +152,7 @@ public struct Circles {
     ///
     /// - Throws: `.notFound`; `.usage` for a name two circles share.
     public func resolve(_ text: String) throws -> Circle {
-        let circles = try list()
-        if let byID = circles.first(where: { $0.id == text }) { return byID }
-        let named = circles.filter { $0.name == text }
-        guard let first = named.first else {
-            throw CovenError(.notFound, "no circle '\(text)' of this device's member", hint: "'coven circles' lists them", details: ["circle": text])
-        }
-        guard named.count == 1 else {
-            throw CovenError(.usage, "\(named.count) circles are called '\(text)': \(named.map(\.id).joined(separator: ", "))",
-                             hint: "name the circle by its id ('coven circles' lists them)", details: ["circle": text])
-        }
-        return first
+        try Members.resolve(text, in: list(), id: \.id, name: \.name, kind: "circle", scope: "of this device's member", lister: "coven circles")
     }
 
     /// The audiences rows may be written into here: the store's, and each circle this device's

@@ -480,14 +480,24 @@ public struct Members {
 
     /// The member of `roster` that `text` names: its id, or its name when one member has it.
     static func resolve(_ text: String, in roster: [AudienceGeneration.Member]) throws -> AudienceGeneration.Member {
-        if let byID = roster.first(where: { $0.id == text }) { return byID }
-        let named = roster.filter { $0.name == text }
+        try resolve(text, in: roster, id: \.id, name: \.name, kind: "member", scope: "in this store", lister: "coven members")
+    }
+
+    /// The item of `items` that `text` names: its id, or its name when one item has it (a
+    /// member, a circle).
+    ///
+    /// - Throws: `.notFound` naming `kind` and `scope`; `.usage` for a name two items share,
+    ///   with a hint to name it by its id (`lister` lists them).
+    static func resolve<Item>(_ text: String, in items: [Item], id: (Item) -> String, name: (Item) -> String,
+                              kind: String, scope: String, lister: String) throws -> Item {
+        if let byID = items.first(where: { id($0) == text }) { return byID }
+        let named = items.filter { name($0) == text }
         guard let first = named.first else {
-            throw CovenError(.notFound, "no member '\(text)' in this store", hint: "'coven members' lists them", details: ["member": text])
+            throw CovenError(.notFound, "no \(kind) '\(text)' \(scope)", hint: "'\(lister)' lists them", details: [kind: text])
         }
         guard named.count == 1 else {
-            throw CovenError(.usage, "\(named.count) members are called '\(text)': \(named.map(\.id).joined(separator: ", "))",
-                             hint: "name the member by its id ('coven members' lists them)", details: ["member": text])
+            throw CovenError(.usage, "\(named.count) \(kind)s are called '\(text)': \(named.map(id).joined(separator: ", "))",
+                             hint: "name the \(kind) by its id ('\(lister)' lists them)", details: [kind: text])
         }
         return first
     }
