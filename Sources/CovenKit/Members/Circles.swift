@@ -321,6 +321,30 @@ public struct Circles {
         return Change(circle: try resolve(target.id), member: subject.map { Self.listed($0, own: own) }, objectsWritten: 1)
     }
 
+    /// Replaces `member`'s recipient in every circle it is in with `next`'s (`coven member
+    /// rekey`, under the caller's lock): a new generation of each, which the member publishes
+    /// itself (a rekey needs no admin), so its devices with the new identity go on reading them.
+    /// A circle done already (a rekey run again after a kill) is passed over.
+    func rekey(member: String, from current: MemberIdentity, to next: MemberIdentity, provider: StorageProvider) throws {
+        try refresh(provider: provider)
+        for circle in try list() where circle.isMember {
+            let chain = try Members(device).chain(audience: circle.id, provider: provider)
+            if let state = try? chain.read(identity: next), state.unreadable.isEmpty,
+               state.newest?.generation.roster.contains(where: { $0.id == member && $0.recipient == next.recipient }) == true {
+                continue
+            }
+            _ = try chain.publishNext(identity: current, signer: device.deviceID, signingKey: try device.keys.signingKey()) { roster in
+                roster.map { entry in
+                    guard entry.id == member else { return entry }
+                    var replaced = entry
+                    replaced.recipient = next.recipient
+                    return replaced
+                }
+            }
+            try read(circle.id, identity: next, provider: provider)
+        }
+    }
+
     private static func listed(_ member: AudienceGeneration.Member, own: String?) -> Members.Member {
         Members.Member(id: member.id, name: member.name, role: member.role.rawValue, recipient: member.recipient.description, isThisDevicesMember: member.id == own)
     }

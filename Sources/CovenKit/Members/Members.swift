@@ -462,6 +462,8 @@ public struct Members {
             guard let replaced else { throw CovenError(.internal, "a rekey without its member") }
             member = replaced
         }
+        // The member's circles hold its new recipient too (a generation each, as the store's).
+        try Circles(device).rekey(member: own, from: current, to: next, provider: provider)
         // This device vouched for by the new key, then the new identity in place.
         let publicKey = try device.keys.signingKey().publicKey
         let joinedAt = try device.database.scalar("SELECT joined_at FROM coven_device_registry WHERE device = ?1", [device.deviceID]).textValue ?? Timestamp.iso8601(Date())

@@ -75,6 +75,7 @@ enum Schema {
         opened     INTEGER NOT NULL CHECK (opened IN (0, 1)),
         PRIMARY KEY (device, seq, audience)
     ) STRICT, WITHOUT ROWID;
+    CREATE INDEX coven_change_sections_unread ON coven_change_sections (device, seq) WHERE opened = 0;
     CREATE TABLE coven_audience_moves (
         tbl          TEXT NOT NULL,
         id           TEXT NOT NULL,

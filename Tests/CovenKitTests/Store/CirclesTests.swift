@@ -311,6 +311,29 @@ class CirclesTests: DeviceTestCase {
         XCTAssertEqual(try s.alice.fileRecord(written.files[0])?.coordinates.at, .device)
     }
 
+    /// A member who replaces its keys stays in its circles: each gets a generation with the
+    /// new recipient, and the member's devices with the new identity read and write there.
+    func testAMemberWhoRekeysStaysInItsCircles() throws {
+        let s = try threeMembers()
+        let secret = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4c"
+        try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(secret)', 'before', '\(s.circle)')")
+        try syncAll(s)
+        let (identity, _) = try Members(s.bob).rekey()
+        XCTAssertEqual(try Circles(s.bob).list().first?.generation, 2)
+        try s.alice.write(sql: "UPDATE albums SET title = 'after' WHERE id = '\(secret)'")
+        try syncAll(s)
+        XCTAssertEqual(try Circles(s.bob).list().first?.isMember, true)
+        XCTAssertEqual(try title(s.bob, secret), "after")
+        try s.bob.write(sql: "UPDATE albums SET title = 'bob again' WHERE id = '\(secret)'")
+        try syncAll(s)
+        XCTAssertEqual(try title(s.alice, secret), "bob again")
+        // A new device of Bob's, with the new identity, reads the circle.
+        let tablet = try join("bob-tablet", from: s.alice, identity: identity)
+        _ = try StoreSync(tablet).sync()
+        XCTAssertEqual(try title(tablet, secret), "bob again")
+        XCTAssertEqual(try Circles(tablet).list().map(\.name), ["couple"])
+    }
+
     func appliedSeq(_ device: Device, of other: Device) throws -> Int64? {
         try device.database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [other.deviceID]).intValue
     }
