@@ -265,15 +265,6 @@ public final class Keyring {
 
     // MARK: Changes
 
-    /// The audience whose key seals the entries of rows of `audience` in a change: a circle's
-    /// own once this device holds a key of it; the store's for the store's rows. A row of a
-    /// circle this device holds no key of is never written here (`not_in_circle`,
-    /// ``Circles/checkWritable(_:)``); should one reach a change, sealing it fails rather than
-    /// put it where the store reads it.
-    func sectionAudience(for audience: String) -> String {
-        audience
-    }
-
     /// The newest generation of `audience` whose key this device holds.
     func newestGeneration(audience: String) throws -> UInt64? {
         if audience == RowAudiences.store { return try storeGeneration() }

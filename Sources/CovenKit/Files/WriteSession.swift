@@ -519,7 +519,6 @@ final class WriteSession {
                 for row in try database.query("SELECT \(columns) FROM \(RowCapture.quote(name)) WHERE id IN (SELECT value FROM json_each(?1))", [RecordedChanges.json(ids: ids)]) {
                     if let id = row["id"].textValue { now[name, default: [:]][id] = row }
                 }
-
             }
             for change in batch {
                 try validate(change, now: now, audienceOf: audienceOf, graph: graph)

@@ -59,9 +59,17 @@ public struct Circles {
         var after = "audiences/"
         while true {
             let page = try provider.list(prefix: "audiences/", after: after, limit: 1000)
-            for info in page {
-                guard let (audience, generation) = AudienceGeneration.parsePath(info.key), audience != RowAudiences.store else { continue }
+            // The store's own generations (Members reads them) are listed past, not paged
+            // through: the listing goes on after them.
+            let store = "audiences/\(RowAudiences.store)/"
+            let circles = page.prefix { !$0.key.hasPrefix(store) }
+            for info in circles {
+                guard let (audience, generation) = AudienceGeneration.parsePath(info.key) else { continue }
                 highest[audience] = max(highest[audience] ?? 0, generation)
+            }
+            if circles.count < page.count, after < store {
+                after = String(store.dropLast()) + "0"   // '0' sorts right after '/'
+                continue
             }
             guard page.count == 1000, let last = page.last else { break }
             after = last.key
@@ -165,29 +173,25 @@ public struct Circles {
         return audiences
     }
 
-    /// What a pull does with a section of a change this device holds no key of: waits for the
-    /// key (a generation of a circle this member is in, not read yet), or goes past it (a circle
-    /// it is not in, or was removed from before that generation).
-    enum Unread: Equatable { case wait, skip, unknown }
-
-    func unread(_ section: SectionKey) throws -> Unread {
-        guard let row = try database.queryOne("SELECT generation, opened, member FROM coven_circles WHERE audience = ?1", [section.audience]) else { return .unknown }
-        let seen = UInt64(row.int("generation") ?? 0)
-        let opened = UInt64(row.int("opened") ?? 0)
-        if section.generation > seen { return .unknown }
-        if row.int("member") == 1 && section.generation > opened { return .wait }
-        return .skip
+    /// Whether a key may still come for a section this device holds no key of, so a pull waits
+    /// for it: a circle or a generation not read here yet, or a generation past the newest this
+    /// member opened of a circle it is in. A section of a circle it is not in, or was removed
+    /// from before that generation, is gone past.
+    func mayOpenLater(_ section: SectionKey) throws -> Bool {
+        guard let row = try database.queryOne("SELECT generation, opened, member FROM coven_circles WHERE audience = ?1", [section.audience]) else { return true }
+        if section.generation > UInt64(row.int("generation") ?? 0) { return true }
+        return row.int("member") == 1 && section.generation > UInt64(row.int("opened") ?? 0)
     }
 
     // MARK: Changing circles
 
     /// Makes a circle called `name` of this device's member, an admin of it, and `members`
-    /// (names or ids of the store's members; `admins` among them are its admins too): its
+    /// (names or ids of the store's members; an admin of it later makes others admins): its
     /// generation 1, put-if-absent under a new id.
     ///
     /// - Throws: `.usage` for an empty name; `.exists` when this member has a circle of that
     ///   name; `.notFound` for a member not on the store's roster; `.storage`.
-    public func create(name: String, members: [String], admins: [String] = []) throws -> Change {
+    public func create(name: String, members: [String]) throws -> Change {
         try Members.checkName(name)
         let lock = try device.lock(wait: true)
         defer { _ = lock }
@@ -206,12 +210,10 @@ public struct Circles {
             throw CovenError(.deviceGone, "this device's member is not on the store's roster")
         }
         var roster = [AudienceGeneration.Member(id: me.id, name: me.name, role: .admin, recipient: me.recipient)]
-        let adminIDs = Set(try admins.map { try Members.resolve($0, in: store).id })
-        for text in members + admins {
+        for text in members {
             let member = try Members.resolve(text, in: store)
             if roster.contains(where: { $0.id == member.id }) { continue }
-            roster.append(AudienceGeneration.Member(id: member.id, name: member.name, role: adminIDs.contains(member.id) ? .admin : .member,
-                                                    recipient: member.recipient))
+            roster.append(AudienceGeneration.Member(id: member.id, name: member.name, role: .member, recipient: member.recipient))
         }
         let id = Identifier.uuid4()
         let signingKey = try device.keys.signingKey()
@@ -310,14 +312,13 @@ public struct Circles {
         }
         var subject: AudienceGeneration.Member?
         let chain = try Members(device).chain(audience: target.id, provider: provider)
-        let published = try chain.publishNext(identity: identity, signer: device.deviceID, signingKey: try device.keys.signingKey()) { roster in
+        _ = try chain.publishNext(identity: identity, signer: device.deviceID, signingKey: try device.keys.signingKey()) { roster in
             try isAdmin(roster)
             let (next, member) = try edit(roster, store)
             subject = member
             return next ?? roster
         }
         try read(target.id, identity: identity, provider: provider)
-        _ = published
         return Change(circle: try resolve(target.id), member: subject.map { Self.listed($0, own: own) }, objectsWritten: 1)
     }
 

@@ -42,7 +42,9 @@ struct ChangeSections {
             } else {
                 audience = lastAudience[key] ?? RowAudiences.store
             }
-            let section = keys.sectionAudience(for: audience)
+            // A circle's section is sealed under its newest key held here (Keyring.seal); a row
+            // of a circle this device holds no key of never gets this far (not_in_circle).
+            let section = audience
             if byAudience[section] == nil, section != RowAudiences.store { order.append(section) }
             byAudience[section, default: []].append(entry)
         }

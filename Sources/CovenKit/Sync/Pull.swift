@@ -162,28 +162,14 @@ extension StoreSync {
                         try ChangeDamage(device: device).report(path, device: other, seq: next, error: error, provider: provider, keys: keys)
                         finished.insert(other)
                     case .opened(let opened):
-                        var change = opened
                         // Sections this device holds no key of: a circle's it is in, of a
                         // generation not read yet, waits for it (the chains are read again
                         // once a pull); any other is gone past and remembered.
-                        if !change.unreadSections.isEmpty {
-                            switch try unreadSections(change, circles: circles, refreshed: &circlesRefreshed, provider: provider) {
-                            case .wait:
-                                report.keyUnavailable[other] = next
-                                finished.insert(other)
-                                break
-                            case .reopen:
-                                guard case .opened(let again) = try readChange(path, publisher: other, keys: keys, provider: provider),
-                                      try unreadSections(again, circles: circles, refreshed: &circlesRefreshed, provider: provider) == .skip else {
-                                    report.keyUnavailable[other] = next
-                                    finished.insert(other)
-                                    break
-                                }
-                                change = again
-                            case .skip:
-                                break
-                            }
-                            if report.keyUnavailable[other] == next { break }
+                        guard let change = try withCircleKeys(opened, path: path, publisher: other, keys: keys, circles: circles,
+                                                              refreshed: &circlesRefreshed, provider: provider) else {
+                            report.keyUnavailable[other] = next
+                            finished.insert(other)
+                            break
                         }
                         for (device, seq) in change.frontier { claimed[device] = max(claimed[device] ?? 0, Int64(seq)) }
                         if let missing = try unmetDependency(change.frontier.mapValues { Int64($0) }, writer: other) {
@@ -235,24 +221,26 @@ extension StoreSync {
         return report
     }
 
-    /// What to do with a change holding sections this device could not open.
-    private enum UnreadVerdict { case wait, reopen, skip }
-
-    private func unreadSections(_ change: ChangeObject, circles: Circles, refreshed: inout Bool, provider: StorageProvider) throws -> UnreadVerdict {
-        var verdicts = try change.unreadSections.map { try circles.unread($0) }
-        if verdicts.contains(where: { $0 != .skip }), !refreshed {
-            // A circle made, or a generation published, since the sync began.
-            try circles.refresh(provider: provider)
-            refreshed = true
-            verdicts = try change.unreadSections.map { try circles.unread($0) }
-            // A key learned now opens what it could not.
-            for section in change.unreadSections where try device.keys.key(audience: section.audience, generation: section.generation) != nil {
-                return .reopen
-            }
+    /// `change` to apply, its unread sections all of circles this device's member is not in
+    /// (gone past, and remembered by the applier); nil when one may be opened by a key not read
+    /// yet (a generation storage does not show yet, or a circle it holds no chain of): the
+    /// stream waits, as status shows, never skipped. The chains are read again once a pull,
+    /// and a key learned then opens the change, read again.
+    private func withCircleKeys(_ change: ChangeObject, path: String, publisher: String, keys: Keyring, circles: Circles,
+                                refreshed: inout Bool, provider: StorageProvider) throws -> ChangeObject? {
+        func waits(_ change: ChangeObject) throws -> Bool {
+            try change.unreadSections.contains { try circles.mayOpenLater($0) }
         }
-        // A generation storage does not show yet (or a circle it holds no chain of): its key
-        // may come, so the stream waits, as status shows; never skipped.
-        return verdicts.contains(where: { $0 != .skip }) ? .wait : .skip
+        guard try waits(change) else { return change }
+        guard !refreshed else { return nil }
+        // A circle made, or a generation published, since the sync began.
+        try circles.refresh(provider: provider)
+        refreshed = true
+        guard try change.unreadSections.contains(where: { try keys.key(audience: $0.audience, generation: $0.generation) != nil }) else {
+            return try waits(change) ? nil : change
+        }
+        guard case .opened(let again) = try readChange(path, publisher: publisher, keys: keys, provider: provider), try !waits(again) else { return nil }
+        return again
     }
 
     /// The setting holding, for each device whose next change is sealed under a key generation
