@@ -34,6 +34,7 @@ struct SyncProblemsText {
             "gaps": pulled.gaps,
             "key_unavailable": pulled.keyUnavailable,
             "reopened_sections": pulled.reopenedSections,
+            "reopened_parts": pulled.reopenedParts,
             "reopen_unavailable": pulled.reopenUnavailable,
             "refused_removals": pulled.refusedRemovals,
             "damaged": pulled.damaged.mapValues { ["seq": $0.seq, "object": $0.object, "message": $0.message] as [String: Any] },

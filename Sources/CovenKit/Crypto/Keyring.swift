@@ -265,6 +265,11 @@ public final class Keyring {
 
     // MARK: Changes
 
+    /// The generations of `audience` whose keys this device holds, newest first.
+    func generations(audience: String) throws -> [UInt64] {
+        (try loadedGenerationBytes()[audience] ?? [:]).keys.sorted(by: >)
+    }
+
     /// The newest generation of `audience` whose key this device holds.
     func newestGeneration(audience: String) throws -> UInt64? {
         if audience == RowAudiences.store { return try storeGeneration() }

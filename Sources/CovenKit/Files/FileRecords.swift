@@ -122,7 +122,7 @@ final class FileRecords {
             }
         }
         try delete(id, stamp: nil)
-        try SyncState(database: database).setTombstone(table: "coven_files", id: id, stamp: max(stamp, ended.stamp))
+        try SyncState(database: database).setTombstone(table: "coven_files", id: id, stamp: max(stamp, ended.stamp), audience: record.audience)
         let object = record.coordinates.object
         if ended.device == device.deviceID {
             try device.candidates.add(object: object, stamp: ended.stamp, why: .deleted, file: id)
@@ -334,18 +334,20 @@ extension Device {
 extension FileRecords {
     /// Copies the records meeting `condition` into `schema`'s `coven_files` (a snapshot), and
     /// the images of deleted records whose delete peers were told of (a device joining from
-    /// the snapshot brings one back as every other device does); returns how many records.
-    func copyForSnapshot(into schema: String, condition: String) throws -> Int64 {
+    /// the snapshot brings one back as every other device does) of `audiences`; returns how
+    /// many records.
+    func copyForSnapshot(into schema: String, condition: String, audiences: [String] = [RowAudiences.store]) throws -> Int64 {
         try database.execute("""
             INSERT INTO \(schema).coven_files (id, audience, namespace, size, hash, coordinates, _updated_at)
             SELECT id, audience, namespace, size, hash, coordinates, _updated_at FROM main.coven_files WHERE \(condition)
             """)
         let copied = try database.scalar("SELECT changes()").intValue ?? 0
-        try database.execute("""
+        try database.run("""
             INSERT INTO \(schema).coven_deleted_files (id, audience, namespace, size, hash, coordinates, _updated_at)
             SELECT d.id, d.audience, d.namespace, d.size, d.hash, d.coordinates, d._updated_at FROM main.coven_deleted_files AS d
             WHERE EXISTS (SELECT 1 FROM main.coven_tombstones AS t WHERE t.tbl = 'coven_files' AND t.id = d.id AND t.private = 0)
-            """)
+              AND d.audience IN (SELECT value FROM json_each(?1))
+            """, [RecordedChanges.json(ids: audiences)])
         return copied
     }
 }

@@ -76,6 +76,10 @@ struct SnapshotInfo {
     var coverage: [String: Int64]?
     /// The newest stamp it holds (orders snapshots).
     var newestStamp: String
+    /// Its circles' parts, as its manifest lists them (circle → generation), and as storage
+    /// holds them (circle → object).
+    var parts: [String: UInt64] = [:]
+    var partObjects: [String: ObjectInfo] = [:]
 }
 
 extension Device {
@@ -145,6 +149,8 @@ struct Collector {
     /// Sections of applied changes this device could not open, and of how many circles.
     private var unread: (sections: Int64, circles: Int64) = (0, 0)
     private var snapshots: [SnapshotInfo] = []
+    /// Every circle's part in storage, and the snapshot it is of.
+    private var partKeys: [(key: String, snapshot: String)] = []
     /// The newest two snapshots this device can read the coverage of, and those it cannot.
     private var retained: [SnapshotInfo] = []
     /// The object lists of retained snapshots, read when a candidate needs one.
@@ -198,13 +204,21 @@ struct Collector {
     private mutating func readSnapshots() throws {
         var readable: [(info: SnapshotInfo, rank: (Int64, String))] = []
         var unknown: [SnapshotInfo] = []
-        for info in try provider.list(prefix: "snapshots/") {
+        let listing = try provider.list(prefix: "snapshots/")
+        var partsOf: [String: [String: ObjectInfo]] = [:]
+        for info in listing {
+            guard let part = SnapshotParts.parse(info.key) else { continue }
+            partsOf[part.snapshot, default: [:]][part.audience] = info
+            partKeys.append((info.key, part.snapshot))
+        }
+        for info in listing {
             guard let (owner, seq) = Snapshot.parse(info.key) else { continue }
             do {
                 let manifest = try Device.peekManifest(provider: provider, info: info, keys: keys)
                 var coverage = manifest.frontier
                 coverage[owner] = max(coverage[owner] ?? 0, seq)
-                let snapshot = SnapshotInfo(key: info.key, size: info.size, device: owner, seq: seq, coverage: coverage, newestStamp: manifest.createdAt)
+                let snapshot = SnapshotInfo(key: info.key, size: info.size, device: owner, seq: seq, coverage: coverage, newestStamp: manifest.createdAt,
+                                            parts: manifest.parts, partObjects: partsOf[info.key] ?? [:])
                 snapshots.append(snapshot)
                 readable.append((snapshot, (manifest.coverage, manifest.createdAt)))
             } catch let error as CovenError where error.code == .integrity || error.code == .decoding {
@@ -567,7 +581,10 @@ struct Collector {
     /// Snapshots past the newest two this device can read the coverage of.
     func collectSnapshots(into report: inout GCReport) throws {
         let keep = Set(retained.map(\.key))
-        try delete(snapshots.map(\.key).filter { !keep.contains($0) }, kind: .snapshot, into: &report) { _ in }
+        // A circle's part goes with its snapshot (and one whose snapshot is gone: a snapshot's
+        // own object is stored before its parts).
+        let parts = partKeys.filter { !keep.contains($0.snapshot) }.map(\.key)
+        try delete(snapshots.map(\.key).filter { !keep.contains($0) } + parts, kind: .snapshot, into: &report) { _ in }
     }
 }
 
@@ -579,7 +596,16 @@ final class SnapshotObjects {
         if let known = lists[snapshot.key] { return try known.get() }
         let result: Result<Set<String>, CovenError>
         do {
-            result = .success(try Device.snapshotObjects(provider: provider, info: ObjectInfo(key: snapshot.key, size: snapshot.size), keys: keys))
+            var objects = try Device.snapshotObjects(provider: provider, info: ObjectInfo(key: snapshot.key, size: snapshot.size), keys: keys)
+            // And its circles' parts: a device joining from it reads those its member is in.
+            for (circle, generation) in snapshot.parts.sorted(by: { $0.key < $1.key }) {
+                guard let part = snapshot.partObjects[circle] else { continue }  // never stored: names nothing
+                guard let key = try keys.key(audience: circle, generation: generation) else {
+                    throw CovenError(.keyUnavailable, "its part '\(part.key)' is of a circle this device cannot read", details: ["object": part.key])
+                }
+                objects.formUnion(try Device.snapshotObjects(provider: provider, info: part, keys: keys, opening: key))
+            }
+            result = .success(objects)
         } catch let error as CovenError {
             result = .failure(error)
         } catch {

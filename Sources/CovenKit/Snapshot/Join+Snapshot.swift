@@ -97,8 +97,9 @@ extension Device {
 
     /// The stored objects a snapshot names (its `objects` entry, right after the manifest),
     /// read by ranged GETs of a few sealed chunks at a time, stopping where the list ends.
-    static func snapshotObjects(provider: StorageProvider, info: ObjectInfo, keys: Keyring) throws -> Set<String> {
-        let archive = try openRanged(provider: provider, info: info, keys: keys)
+    /// (`opening`: the key of a circle's part.)
+    static func snapshotObjects(provider: StorageProvider, info: ObjectInfo, keys: Keyring, opening: FileKey? = nil) throws -> Set<String> {
+        let archive = try openRanged(provider: provider, info: info, keys: keys, opening: opening)
         _ = try readManifest(archive, key: info.key)
         guard let entry = try archive.nextEntry(), entry.name == Snapshot.objectsEntry else {
             throw CovenError(.decoding, "snapshot '\(info.key)' has no object list", details: ["object": info.key])
@@ -136,7 +137,7 @@ extension Device {
     /// GETs made as the reader goes: the first covers the header and first chunk, each later
     /// one four chunks. With `firstChunkOnly`, the archive ends after the first chunk (the
     /// manifest is within it: one GET).
-    private static func openRanged(provider: StorageProvider, info: ObjectInfo, keys: Keyring, firstChunkOnly: Bool = false) throws -> ArchiveReader {
+    private static func openRanged(provider: StorageProvider, info: ObjectInfo, keys: Keyring, opening: FileKey? = nil, firstChunkOnly: Bool = false) throws -> ArchiveReader {
         var bytes: [UInt8] = []
         var at = 0
         var fetched: Int64 = 0
@@ -148,7 +149,7 @@ extension Device {
         }
         fetched = firstSize
         let first = bytes
-        let key = try keys.key(opening: info.key, sealedSize: info.size) { first }
+        let key = try opening ?? keys.key(opening: info.key, sealedSize: info.size) { first }
         let sealed = try keys.opener(boundTo: info.key, sealedSize: info.size, key: key) { buffer in
             if at == bytes.count, fetched < info.size {
                 let step = fetched == 0 ? Int64(StoreSealer.headerSize + ChunkRun.sealedChunkSize) : Int64(4 * ChunkRun.sealedChunkSize)
@@ -175,8 +176,11 @@ extension Device {
 
     /// Downloads the snapshot at `key` into a temporary file, then opens it chunk by chunk,
     /// unpacking its database at `path`; every chunk is authenticated, through the last.
-    private static func unpackSnapshot(provider: StorageProvider, key: String, expected: SnapshotManifest, keys: Keyring,
-                                       into path: String, temporary: String) throws {
+    ///
+    /// `opening` is the key of a circle's part (``SnapshotParts``); a store part's is found
+    /// among the store's keys.
+    static func unpackSnapshot(provider: StorageProvider, key: String, expected: SnapshotManifest, keys: Keyring, opening known: FileKey? = nil,
+                               into path: String, temporary: String) throws {
         let download = temporary + "/snapshot-" + Identifier.objectName() + ".sealed"
         let fd = Glibc.open(download, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw CovenError.posix("create", path: download) }
@@ -188,7 +192,7 @@ extension Device {
         var info = stat()
         guard fstat(fd, &info) == 0, lseek(fd, 0, SEEK_SET) == 0 else { throw CovenError.posix("read", path: download) }
         let firstSize = Int(min(Int64(info.st_size), Int64(StoreSealer.headerSize + ChunkRun.sealedChunkSize)))
-        let opening = try keys.key(opening: key, sealedSize: Int64(info.st_size)) {
+        let opening = try known ?? keys.key(opening: key, sealedSize: Int64(info.st_size)) {
             var first = [UInt8](repeating: 0, count: firstSize)
             guard pread(fd, &first, firstSize, 0) == firstSize else { throw CovenError.posix("read", path: download) }
             return first

@@ -26,17 +26,30 @@ public struct SnapshotManifest: Sendable, Equatable {
     /// the `objects` entry).
     public var rows: Int64
     public var objects: Int64
+    /// The audience it holds: `store` for the snapshot's own object, a circle's id for one of
+    /// its parts (``SnapshotParts``), sealed under that circle's key of `generation`.
+    public var audience: String = RowAudiences.store
+    public var generation: UInt64?
+    /// The generation of the store's key the maker held (a part's rows are judged as a change
+    /// sealed under it would be).
+    public var storeGeneration: UInt64?
+    /// The store part's list of the circles' parts: circle → generation of its key.
+    public var parts: [String: UInt64] = [:]
 
     /// How much of the store's history it holds: its seq and every seq of its frontier.
     public var coverage: Int64 { seq + frontier.values.reduce(0, +) }
 
     func json() throws -> [UInt8] {
-        let object: [String: Any] = [
+        var object: [String: Any] = [
             "coven_snapshot": Self.format, "store": store, "device": device, "seq": seq,
             "frontier": frontier.mapValues { NSNumber(value: $0) },
             "schema": ["coven": covenSchema, "migrations": migrations, "digest": migrationsDigest] as [String: Any],
             "hlc": hlc, "created_at": createdAt, "rows": rows, "objects": objects,
         ]
+        if audience != RowAudiences.store { object["audience"] = audience }
+        if let generation { object["generation"] = NSNumber(value: generation) }
+        if let storeGeneration { object["store_generation"] = NSNumber(value: storeGeneration) }
+        if !parts.isEmpty { object["parts"] = parts.mapValues { NSNumber(value: $0) } }
         return [UInt8](try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))
     }
 
@@ -69,6 +82,10 @@ public struct SnapshotManifest: Sendable, Equatable {
         createdAt = object["created_at"] as? String ?? ""
         rows = (object["rows"] as? NSNumber)?.int64Value ?? 0
         objects = (object["objects"] as? NSNumber)?.int64Value ?? 0
+        audience = object["audience"] as? String ?? RowAudiences.store
+        generation = (object["generation"] as? NSNumber)?.uint64Value
+        storeGeneration = (object["store_generation"] as? NSNumber)?.uint64Value
+        parts = ((object["parts"] as? [String: Any]) ?? [:]).compactMapValues { ($0 as? NSNumber)?.uint64Value }
     }
 
     init(store: String, device: String, seq: Int64, frontier: [String: Int64], covenSchema: Int64, migrations: Int, migrationsDigest: String,
@@ -96,6 +113,18 @@ public struct SnapshotReport: Sendable, Equatable {
     public var bytes: Int64 = 0
     /// What it holds.
     public var manifest: SnapshotManifest
+    /// Its circles' parts (``SnapshotParts``): storage key → rows, bytes.
+    public var parts: [SnapshotPart] = []
+}
+
+/// One circle's part of a snapshot, as made.
+public struct SnapshotPart: Sendable, Equatable {
+    public var circle: String
+    public var generation: UInt64
+    public var key: String
+    public var rows: Int64
+    public var objects: Int64
+    public var bytes: Int64
 }
 
 /// The names and pieces of snapshot objects.
@@ -171,13 +200,50 @@ extension Device {
         let base = paths.temporary + "/" + Device.snapshotTemporaryPrefix + String(getpid()) + "-" + Identifier.objectName()
         let databasePath = base + ".db", sealedPath = base + ".sealed"
         defer { for path in [databasePath, databasePath + "-journal", sealedPath] { unlink(path) } }
+        // The circles' parts: their rows copied in the same read transaction into one more
+        // database, then split a circle a database.
+        let parts = SnapshotParts(device: self)
+        let circles = try parts.circlesToWrite()
+        let partsPath = base + ".parts.db"
+        func partPath(_ circle: String) -> String { base + "." + circle + ".db" }
+        defer {
+            for path in [partsPath] + circles.map({ partPath($0.audience) }) { for suffix in ["", "-journal"] { unlink(path + suffix) } }
+        }
         try Self.buildSnapshotDatabase(at: databasePath, manifest: manifest)
-        var snapshotManifest = try fillSnapshotDatabase(databasePath)
+        if !circles.isEmpty {
+            _ = try Database(path: partsPath, create: true)
+            chmod(partsPath, 0o600)
+        }
+        var snapshotManifest = try fillSnapshotDatabase(databasePath, parts: circles.isEmpty ? nil : (partsPath, circles.map(\.audience)))
         try stop.check("the snapshot")
+        let partRows = try parts.split(partsPath, circles: circles.map(\.audience), tables: manifest.tables.map(\.name), path: partPath)
+        snapshotManifest.parts = Dictionary(uniqueKeysWithValues: circles.map { ($0.audience, $0.generation) })
+        snapshotManifest.storeGeneration = try keys.storeGeneration()
         let objectKey = Snapshot.path(device: deviceID, seq: snapshotManifest.seq)
-        let size = try Self.packSnapshot(database: databasePath, manifest: &snapshotManifest, into: sealedPath, key: objectKey, keys: keys, stop: stop)
+        let size = try Self.packSnapshot(database: databasePath, manifest: &snapshotManifest, into: sealedPath, key: objectKey, stop: stop) { sink in
+            try self.keys.sealer(boundTo: objectKey, sink: sink)
+        }
+        // The store's part first: a part is found through it (gc deletes a part whose store
+        // part is gone).
         try Self.upload(sealedPath, size: size, to: objectKey, provider: provider, stop: stop)
-        return SnapshotReport(pushed: pushed, key: objectKey, bytes: size, manifest: snapshotManifest)
+        var report = SnapshotReport(pushed: pushed, key: objectKey, bytes: size, manifest: snapshotManifest)
+        for circle in circles {
+            try stop.check("the snapshot")
+            guard let key = try keys.key(audience: circle.audience, generation: circle.generation) else { continue }
+            var partManifest = snapshotManifest
+            partManifest.audience = circle.audience
+            partManifest.generation = circle.generation
+            partManifest.parts = [:]
+            partManifest.rows = partRows[circle.audience] ?? 0
+            let partKey = SnapshotParts.path(device: deviceID, seq: snapshotManifest.seq, audience: circle.audience)
+            unlink(sealedPath)
+            let partSize = try Self.packSnapshot(database: partPath(circle.audience), manifest: &partManifest, into: sealedPath, key: partKey, stop: stop) { sink in
+                try StoreSealer.StreamWriter(storeKey: key, boundTo: partKey, sink: sink)
+            }
+            try Self.upload(sealedPath, size: partSize, to: partKey, provider: provider, stop: stop)
+            report.parts.append(SnapshotPart(circle: circle.audience, generation: circle.generation, key: partKey, rows: partManifest.rows, objects: partManifest.objects, bytes: partSize))
+        }
+        return report
     }
 
     /// A fresh database built by coven's schema steps and `manifest`'s migrations, unjournaled
@@ -193,11 +259,16 @@ extension Device {
 
     /// Copies what a snapshot holds into the database at `path`, in one read transaction of
     /// this device's database, and returns the snapshot's manifest (objects not yet counted).
-    private func fillSnapshotDatabase(_ path: String) throws -> SnapshotManifest {
+    private func fillSnapshotDatabase(_ path: String, parts: (path: String, circles: [String])?) throws -> SnapshotManifest {
         let schema = Snapshot.schemaName
         try database.run("ATTACH DATABASE ?1 AS \(schema)", [path])
         defer { try? database.execute("DETACH DATABASE \(schema)") }
         try database.execute("PRAGMA \(schema).journal_mode = OFF; PRAGMA \(schema).synchronous = OFF")
+        if let parts {
+            try database.run("ATTACH DATABASE ?1 AS coven_parts", [parts.path])
+            try database.execute("PRAGMA coven_parts.journal_mode = OFF; PRAGMA coven_parts.synchronous = OFF")
+        }
+        defer { if parts != nil { try? database.execute("DETACH DATABASE coven_parts") } }
         // One transaction: it reads main as of one moment and writes only the snapshot.
         try database.execute("BEGIN")
         do {
@@ -217,6 +288,9 @@ extension Device {
             let sync = SyncState(database: database)
             try sync.copyForSnapshot(into: schema, tables: manifest.tables.map(\.name) + ["coven_files"])
             try CircleSections(database: database).copyForSnapshot(into: schema)
+            if let parts {
+                try SnapshotParts(device: self).fill("coven_parts", circles: parts.circles, tables: manifest.tables.map(\.name))
+            }
             let seq = try database.scalar("SELECT applied_seq FROM main.coven_device_registry WHERE device = ?1", [deviceID]).intValue ?? 0
             let version = schemaVersion
             let result = SnapshotManifest(
@@ -243,8 +317,8 @@ extension Device {
 
     /// Packs the snapshot database with its manifest and object list as tar + zstd, sealed
     /// under the store key bound to `key`, into the file at `path`; returns its size.
-    private static func packSnapshot(database path: String, manifest: inout SnapshotManifest, into sealedPath: String, key: String,
-                                     keys: Keyring, stop: Stop) throws -> Int64 {
+    private static func packSnapshot(database path: String, manifest: inout SnapshotManifest, into sealedPath: String, key: String, stop: Stop,
+                                     sealer makeSealer: (@escaping (UnsafeRawBufferPointer) throws -> Void) throws -> StoreSealer.StreamWriter) throws -> Int64 {
         // The stored objects the snapshot names, one storage key a line: counted first (the
         // tar header needs the size), then written.
         let snapshotDatabase = try Database(path: path, readOnly: true)
@@ -261,7 +335,7 @@ extension Device {
         let fd = Glibc.open(sealedPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw CovenError.posix("create", path: sealedPath) }
         defer { close(fd) }
-        let sealer = try keys.sealer(boundTo: key) { bytes in
+        let sealer = try makeSealer { bytes in
             try AtomicFile.writeAll(fd, bytes, path: sealedPath)
         }
         let archive = try ArchiveWriter { bytes in try sealer.write(bytes) }

@@ -97,10 +97,16 @@ final class RecordedWrite {
 
     /// The tables a write records: the manifest's synced tables and `coven_files`, each with
     /// the columns whose old values the capture keeps: its file columns, the owner column of
-    /// an owner-only table, and the audience column (``RecordedChange/oldFiles`` holds them).
+    /// an owner-only table, the audience column or the `audience_from` column, and a file
+    /// record's audience (``RecordedChange/oldFiles`` holds them).
     static func recordedTables(_ manifest: Manifest) -> [(name: String, fileColumns: [String])] {
-        manifest.tables.map { ($0.name, $0.files.map(\.column) + ($0.ownerColumn.map { [$0] } ?? []) + ($0.audienceColumn.map { [$0] } ?? [])) }
-            + [("coven_files", [])]
+        var tables: [(name: String, fileColumns: [String])] = manifest.tables.map { table in
+            var columns: [String] = table.files.map(\.column)
+            columns += [table.ownerColumn, table.audienceColumn, table.audienceFrom].compactMap { $0 }
+            return (table.name, columns)
+        }
+        tables.append(("coven_files", ["audience"]))
+        return tables
     }
 
     fileprivate init(device: Device) throws {
@@ -168,6 +174,11 @@ final class RecordedWrite {
         let sync = SyncState(database: database)
         var piece = Outbox.Piece()
         var recorded = 0
+        // The audience each deleted row was in: its tombstone keeps it, and the push sends the
+        // delete in that audience's section.
+        let rowAudiences = try RowAudiences(device: device)
+        let placing = device.manifest.tables.contains { rowAudiences.placesAudience($0.name) }
+        let deletedAudiences = placing ? try rowAudiences.audiencesOfDeleted(changes) : [:]
         // Rows the write moved to another audience leave the old one first (AudienceMoves).
         for retract in try AudienceMoves.retracts(in: database, stamp: stamp) {
             piece.add(retract)
@@ -204,7 +215,8 @@ final class RecordedWrite {
                         entry = RowEntry(kind: .upsert, table: change.table, id: change.id, stamp: stamp, columns: try columns(change.table), values: values)
                     } else {
                         entry = RowEntry(kind: .delete, table: change.table, id: change.id, stamp: stamp)
-                        try sync.setTombstone(table: change.table, id: change.id, stamp: stamp)
+                        try sync.setTombstone(table: change.table, id: change.id, stamp: stamp,
+                                              audience: deletedAudiences[change.table]?[change.id] ?? RowAudiences.store)
                     }
                     piece.add(entry)
                     recorded += 1

@@ -68,6 +68,66 @@ struct RowAudiences {
         return result
     }
 
+    /// The audience each row a write deleted was in, by table and id (rows of tables that
+    /// place no audience are left out: the store's): its audience column's value before the
+    /// write, a file record's `audience`, or, through `audience_from`, its parent's: the
+    /// parent's own when the same write deleted it too, else the parent's now. A delete goes in
+    /// that audience's section (``ChangeSections``) and its tombstone stays there.
+    ///
+    /// The changes must carry their old values (``RecordedWrite/recordedTables(_:)`` keeps the
+    /// audience columns, the `audience_from` columns and a file record's audience).
+    func audiencesOfDeleted(_ changes: RecordedChanges) throws -> [String: [String: String]] {
+        var resolved: [String: [String: String]] = [:]
+        var pending: [(table: String, id: String, parent: String, parentID: String)] = []
+        var deleted: Set<String> = []
+        try changes.forEachBatch(oldFiles: true) { batch in
+            for change in batch where change.operation == .delete {
+                if change.table == "coven_files" {
+                    resolved[change.table, default: [:]][change.id] = change.oldFiles["audience"]?.textValue ?? Self.store
+                    continue
+                }
+                guard placesAudience(change.table), let table = manifest.table(change.table) else { continue }
+                deleted.insert(change.table + "\u{0}" + change.id)
+                if let column = table.audienceColumn {
+                    resolved[change.table, default: [:]][change.id] = change.oldFiles[column]?.textValue ?? Self.store
+                } else if let column = table.audienceFrom, let edge = graph.parents[table.name]?.first(where: { $0.column == column }),
+                          let parentID = change.oldFiles[column]?.textValue {
+                    if edge.parentColumn == "id" {
+                        pending.append((table.name, change.id, edge.parent, parentID))
+                    } else {
+                        // A parent named by another column than its id: as it is now.
+                        let found = try database.scalar("SELECT \(audienceExpression(table: edge.parent, alias: "p")) FROM main.\(RowCapture.quote(edge.parent)) p WHERE p.\(RowCapture.quote(edge.parentColumn)) = ?1", [parentID]).textValue
+                        resolved[table.name, default: [:]][change.id] = found ?? Self.store
+                    }
+                } else {
+                    resolved[change.table, default: [:]][change.id] = Self.store
+                }
+            }
+        }
+        // Parents first: a row whose parent the write deleted waits for the parent's audience
+        // (up to the depth the audience expression follows).
+        for _ in 0..<32 where !pending.isEmpty {
+            var waiting: [(table: String, id: String, parent: String, parentID: String)] = []
+            var live: [String: [(table: String, id: String, parentID: String)]] = [:]
+            for item in pending {
+                if let audience = resolved[item.parent]?[item.parentID] {
+                    resolved[item.table, default: [:]][item.id] = audience
+                } else if deleted.contains(item.parent + "\u{0}" + item.parentID) {
+                    waiting.append(item)
+                } else {
+                    live[item.parent, default: []].append((item.table, item.id, item.parentID))
+                }
+            }
+            for (parent, items) in live {
+                let found = try audiences(table: parent, ids: Set(items.map(\.parentID)))
+                for item in items { resolved[item.table, default: [:]][item.id] = found[item.parentID] ?? Self.store }
+            }
+            if waiting.count == pending.count { break }
+            pending = waiting
+        }
+        return resolved.mapValues { $0.filter { $0.value != Self.store } }.filter { !$0.value.isEmpty }
+    }
+
     /// The audience an upsert of a change names for its row itself: its audience column's
     /// value (the store's when NULL), or a file record's `audience`. Nil for a row that takes
     /// its parent's (`audience_from`): where it belongs follows its parent as each device holds

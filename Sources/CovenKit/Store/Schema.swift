@@ -50,6 +50,9 @@ enum Schema {
         // 15: circles: each circle's chain as this device last read it (Members/Circles.swift),
         // and the circles' sections of every change published or applied here (Sync/CircleSections.swift).
         { database in try database.execute(circlesTables) },
+        // 16: the audience of each tombstone (the row's when it was deleted): a circle's delete
+        // goes in its section, and a snapshot's part of each audience holds its own.
+        { database in try database.execute("ALTER TABLE coven_tombstones ADD COLUMN audience TEXT NOT NULL DEFAULT 'store'") },
     ]
 
     /// Version 15: the circles this device's member knows of, owned by ``Circles``: every

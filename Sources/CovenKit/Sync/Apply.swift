@@ -59,11 +59,15 @@ struct ChangeApplier {
         records = FileRecords(device: device)
     }
 
-    /// - Parameter backfill: sections of a change applied before, opened now with a key learned
-    ///   since (``CircleSections/backfill(device:provider:keys:authorizer:stop:)``): its seq
-    ///   and frontier are not recorded again.
+    /// - Parameters:
+    ///   - backfill: sections of a change applied before, opened now with a key learned since
+    ///     (``CircleSections/backfill(device:provider:keys:authorizer:stop:)``): its seq and
+    ///     frontier are not recorded again.
+    ///   - fromPart: the rows of a snapshot's part (``SnapshotParts``) given as a change of the
+    ///     device that made it: applied as a backfill, and no section of it is remembered (the
+    ///     part's reader marks those it covers).
     @discardableResult
-    mutating func apply(_ change: ChangeObject, path: String, backfill: Bool = false) throws -> ApplyReport {
+    mutating func apply(_ change: ChangeObject, path: String, backfill: Bool = false, fromPart: Bool = false) throws -> ApplyReport {
         var report = ApplyReport()
         let local = device.schemaVersion
         if change.schema.migrations > local.count {
@@ -113,7 +117,7 @@ struct ChangeApplier {
                             ended[entry.id] = (writer, try sync.seq(device: writer, holding: tombstone), tombstone)
                         }
                     }
-                    if try applyEntry(entry, change: change, path: path, report: &report) {
+                    if try applyEntry(entry, audience: section.audience, change: change, path: path, report: &report) {
                         touched[entry.table, default: []].insert(entry.id)
                         if entry.table == "coven_files", entry.kind != .upsert { deletedFiles.insert(entry.id) }
                     }
@@ -125,8 +129,8 @@ struct ChangeApplier {
                 if let object = try records.deleteUnnamed(id, ended: end) { report.uncache.insert(object) }
             }
             let frontier = change.frontier.mapValues { Int64($0) }
-            try CircleSections(database: database).remember(change)
-            if !backfill {
+            if !fromPart { try CircleSections(database: database).remember(change) }
+            if !backfill && !fromPart {
                 try sync.log(device: change.device, seq: Int64(change.seq), maxStamp: change.entries.map(\.stamp).max() ?? "", frontier: frontier)
                 try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier, heldObjects: change.heldObjects)
             }
@@ -162,7 +166,7 @@ struct ChangeApplier {
     }
 
     /// Applies one entry; true when it changed a row here.
-    private mutating func applyEntry(_ entry: RowEntry, change: ChangeObject, path: String, report: inout ApplyReport) throws -> Bool {
+    private mutating func applyEntry(_ entry: RowEntry, audience: String, change: ChangeObject, path: String, report: inout ApplyReport) throws -> Bool {
         let synced = device.manifest.table(entry.table)
         guard synced != nil || entry.table == "coven_files" else {
             throw CovenError(.decoding, "change '\(path)' names table '\(entry.table)', which is not synced here", details: ["object": path, "table": entry.table])
@@ -233,7 +237,7 @@ struct ChangeApplier {
             try takeOutChildren(of: entry.table, id: entry.id, report: &report)
             try database.run("DELETE FROM main.\(quoted) WHERE id = ?1", [entry.id])
         }
-        if entry.kind != .upsert { try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp) }
+        if entry.kind != .upsert { try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience) }
         // What peers hold, for this device's own gate filter: a row applied from another
         // device is on its peers already.
         if gated.contains(entry.table) {

@@ -87,8 +87,39 @@ struct MemberAuthorizer: ChangeAuthorizer {
             }
             guard sectionVerdicts[key] == true else { return false }
         }
-        guard entry.kind == .upsert, let audiences, let placed = audiences.declaredAudience(of: entry) else { return true }
+        guard let audiences else { return true }
+        guard entry.kind == .upsert else { return try mayEnd(entry, section: section, device: device, audiences: audiences) }
+        guard let placed = audiences.declaredAudience(of: entry) else { return true }
         return placed == section.audience
+    }
+
+    /// Whether a delete or retract in `section` may end its row as this device holds it: a row
+    /// its own column places (or a file record) in another circle than the section's is ended
+    /// only by a device of a member of that circle (its newest roster learned here). A store
+    /// member outside a circle cannot delete the circle's rows by naming them in the store's
+    /// section; a member of it whose delete crossed a move of the row is heard (last writer
+    /// wins decides). A row not here, or of the section's audience or the store's, is anyone's
+    /// who may write the section.
+    private mutating func mayEnd(_ entry: RowEntry, section: ChangeSection, device: String, audiences: RowAudiences) throws -> Bool {
+        let column: String
+        if entry.table == "coven_files" {
+            column = "audience"
+        } else if let own = audiences.manifest.table(entry.table)?.audienceColumn {
+            column = own
+        } else {
+            return true
+        }
+        let here = try database.scalar("SELECT \(RowCapture.quote(column)) FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id])
+        guard !here.isNull else { return true }
+        let audience = here.textValue ?? RowAudiences.store
+        guard audience != section.audience, audience != RowAudiences.store else { return true }
+        guard let newest = try database.scalar("SELECT max(generation) FROM coven_audience_rosters WHERE audience = ?1", [audience]).intValue else { return false }
+        let key = "\(device) \(audience) \(newest)"
+        if sectionVerdicts[key] == nil {
+            let signer = try signerMember(device)
+            sectionVerdicts[key] = try signer != nil && keys.roster(audience: audience, generation: UInt64(newest)).contains { $0.id == signer }
+        }
+        return sectionVerdicts[key] == true
     }
 
     /// The member that vouched for `device`, read once.

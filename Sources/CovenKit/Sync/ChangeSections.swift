@@ -9,7 +9,7 @@ import Foundation
 /// The audience of an upsert is the one its image names (its audience column; a file record's
 /// `audience`), else its row's now (through `audience_from`); a
 /// delete or a retract goes with the row's audience in the same change when it has one there,
-/// the store's otherwise.
+/// else where the row was when deleted (its tombstone's audience).
 struct ChangeSections {
     let audiences: RowAudiences
     let keys: Keyring
@@ -39,8 +39,12 @@ struct ChangeSections {
                 // its parent's goes where its parent is now.
                 audience = audiences.declaredAudience(of: entry) ?? audienceOf[entry.table]?[entry.id] ?? RowAudiences.store
                 lastAudience[key] = audience
+            } else if let last = lastAudience[key] {
+                audience = last
             } else {
-                audience = lastAudience[key] ?? RowAudiences.store
+                // A row deleted with no image in this change: where it was when deleted (its
+                // tombstone says), so its id reaches no one outside that audience.
+                audience = try SyncState(database: audiences.database).tombstoneAudience(table: entry.table, id: entry.id) ?? RowAudiences.store
             }
             // A circle's section is sealed under its newest key held here (Keyring.seal); a row
             // of a circle this device holds no key of never gets this far (not_in_circle).

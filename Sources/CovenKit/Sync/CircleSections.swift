@@ -52,6 +52,18 @@ struct CircleSections {
                                [device, first, last]).compactMap { $0.int("seq") })
     }
 
+    /// Marks opened the sections of `audience` in the changes `coverage` covers (each device's
+    /// changes through its seq there): a snapshot's part of that circle read here holds them.
+    /// Returns how many were marked.
+    func markOpened(audience: String, through coverage: [String: Int64]) throws -> Int {
+        var marked = 0
+        for (device, seq) in coverage.sorted(by: { $0.key < $1.key }) {
+            try database.run("UPDATE coven_change_sections SET opened = 1 WHERE audience = ?1 AND device = ?2 AND seq <= ?3 AND opened = 0", [audience, device, seq])
+            marked += Int(try database.scalar("SELECT changes()").intValue ?? 0)
+        }
+        return marked
+    }
+
     /// Copies every circle's section of the changes a snapshot covers into the snapshot's
     /// database (attached as `schema`), as not opened: a device that joins from it opens
     /// what its keys open, from storage.

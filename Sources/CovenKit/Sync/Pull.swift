@@ -42,6 +42,9 @@ public struct PullReport: Sendable, Equatable {
     /// learned since: a member added to a circle reads its history), and the changes that
     /// held them.
     public var reopenedSections = 0
+    /// Snapshots' parts of circles read for that (``SnapshotParts``): the sections they cover
+    /// are counted above and not fetched again.
+    public var reopenedParts = 0
     /// Changes holding such sections that storage no longer holds or that fail their checks:
     /// by path, why.
     public var reopenUnavailable: [String: String] = [:]

@@ -43,7 +43,7 @@ extension StoreSync {
     public func push(provider: StorageProvider, keys: Keyring, stop: Stop = Stop(), checkHistory: Bool = true,
                      progress: ((SyncProgress) -> Void)? = nil) throws -> PushReport {
         var report = PushReport()
-        let signingKey = try keys.signingKey()
+        _ = try keys.signingKey()  // a missing or damaged signing key stops the push first
         var checked = !checkHistory
         // The file records of each change frozen now; a change frozen by an earlier run is
         // opened to count them.

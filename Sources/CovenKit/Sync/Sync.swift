@@ -85,12 +85,14 @@ extension StoreSync {
         if push { report.pushed = try self.push(provider: provider, keys: keys, stop: stop, progress: progress) }
         if pull {
             report.pulled = try self.pull(provider: provider, keys: keys, stop: stop, learned: learned, progress: progress)
-            // Circles' sections of earlier changes that a key learned now opens.
-            let backfill = try CircleSections(database: database).backfill(
-                device: device, provider: provider, keys: keys,
-                authorizer: MemberAuthorizer(keys: keys, database: database, store: storeID, manifest: manifest, audiences: try RowAudiences(device: device)), stop: stop)
-            report.pulled.reopenedSections = backfill.sections
-            report.pulled.reopenUnavailable = backfill.unavailable
+            // Circles' sections of earlier changes that a key learned now opens: from the
+            // newest part of a snapshot for the circle, then the changes past it.
+            let authorizer = MemberAuthorizer(keys: keys, database: database, store: storeID, manifest: manifest, audiences: try RowAudiences(device: device))
+            let parts = try SnapshotParts(device: device).reopen(provider: provider, keys: keys, authorizer: authorizer, stop: stop)
+            let backfill = try CircleSections(database: database).backfill(device: device, provider: provider, keys: keys, authorizer: authorizer, stop: stop)
+            report.pulled.reopenedSections = backfill.sections + parts.sections
+            report.pulled.reopenedParts = parts.parts
+            report.pulled.reopenUnavailable = backfill.unavailable.merging(parts.unavailable) { first, _ in first }
         }
         if push && pull {
             let again = try self.push(provider: provider, keys: keys, stop: stop, checkHistory: false, progress: progress)

@@ -8,12 +8,24 @@ struct SyncState {
 
     // MARK: Tombstones
 
-    /// Records that `table`/`id` was deleted at `stamp` (keeping the newest).
-    func setTombstone(table: String, id: String, stamp: String) throws {
-        try database.run("""
-            INSERT INTO coven_tombstones (tbl, id, stamp) VALUES (?1, ?2, ?3)
-            ON CONFLICT (tbl, id) DO UPDATE SET stamp = max(stamp, excluded.stamp), private = 0
-            """, [table, id, stamp])
+    /// Records that `table`/`id`, a row of `audience`, was deleted at `stamp` (keeping the
+    /// newest, and its audience).
+    func setTombstone(table: String, id: String, stamp: String, audience: String = RowAudiences.store) throws {
+        let statement = try database.cached("""
+            INSERT INTO coven_tombstones (tbl, id, stamp, audience) VALUES (?1, ?2, ?3, ?4)
+            ON CONFLICT (tbl, id) DO UPDATE SET stamp = max(stamp, excluded.stamp), private = 0,
+              audience = CASE WHEN excluded.stamp >= stamp THEN excluded.audience ELSE audience END
+            """)
+        try statement.bind([table, id, stamp, audience])
+        try statement.runToEnd()
+    }
+
+    /// The audience the row was in when it was deleted, if it was.
+    func tombstoneAudience(table: String, id: String) throws -> String? {
+        let statement = try database.cached("SELECT audience FROM coven_tombstones WHERE tbl = ?1 AND id = ?2")
+        try statement.bind([table, id])
+        defer { statement.reset() }
+        return try statement.next()?[0].textValue
     }
 
     /// Marks the tombstone of a row peers never held, whose delete the push did not send: it
@@ -181,20 +193,27 @@ extension HybridClock {
 
 extension SyncState {
     /// Copies what a device joining from a snapshot needs to go on syncing as this one would
-    /// into `schema`: the tombstones of `tables` but the private ones (a late write older than
-    /// a delete must still lose), the sync log (which says whether a row's writer had seen another write) and the
-    /// device registry (every device's applied seq and last frontier).
+    /// into `schema`: the store's tombstones of `tables` but the private ones (a late write
+    /// older than a delete must still lose; a circle's go in its own part), the sync log (which
+    /// says whether a row's writer had seen another write) and the device registry (every
+    /// device's applied seq and last frontier).
     func copyForSnapshot(into schema: String, tables: [String]) throws {
-        let names = String(decoding: try JSONSerialization.data(withJSONObject: tables), as: UTF8.self)
-        try database.run("""
-            INSERT INTO \(schema).coven_tombstones (tbl, id, stamp)
-            SELECT tbl, id, stamp FROM main.coven_tombstones WHERE tbl IN (SELECT value FROM json_each(?1)) AND private = 0
-            """, [names])
+        try copyTombstones(into: schema, tables: tables, audience: RowAudiences.store)
         try database.execute("""
             INSERT INTO \(schema).coven_sync_log (device, seq, max_stamp, frontier, applied_at)
             SELECT device, seq, max_stamp, frontier, applied_at FROM main.coven_sync_log;
             INSERT INTO \(schema).coven_device_registry (device, name, joined_at, gone, public_key, applied_seq, frontier, gone_at)
             SELECT device, name, joined_at, gone, public_key, applied_seq, frontier, gone_at FROM main.coven_device_registry;
             """)
+    }
+
+    /// Copies the tombstones of `tables` of rows of `audience` (but private ones) into `schema`.
+    func copyTombstones(into schema: String, tables: [String], audience: String) throws {
+        let names = String(decoding: try JSONSerialization.data(withJSONObject: tables), as: UTF8.self)
+        try database.run("""
+            INSERT INTO \(schema).coven_tombstones (tbl, id, stamp, audience)
+            SELECT tbl, id, stamp, audience FROM main.coven_tombstones
+            WHERE tbl IN (SELECT value FROM json_each(?1)) AND private = 0 AND audience = ?2
+            """, [names, audience])
     }
 }

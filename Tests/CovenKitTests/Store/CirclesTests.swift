@@ -136,6 +136,42 @@ class CirclesTests: DeviceTestCase {
         }
     }
 
+    /// Deleting a circle's row in a later write (no image of it in the change) sends the
+    /// delete in the circle's section: its id reaches no outsider. A delete of it forged in
+    /// the store's section by a member outside the circle deletes nothing.
+    func testACirclesRowDeletedLaterStaysInItsSection() throws {
+        let s = try threeMembers()
+        let secret = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4c"
+        let track = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4d"
+        let kept = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f5a"
+        try s.alice.write(sql: """
+            INSERT INTO albums (id, title, audience) VALUES ('\(secret)', '\(Self.secretTitle)', '\(s.circle)'), ('\(kept)', 'kept', '\(s.circle)');
+            INSERT INTO tracks (id, album_id, title) VALUES ('\(track)', '\(secret)', 'First dance');
+            """)
+        try syncAll(s)
+        try s.bob.write(sql: "DELETE FROM tracks WHERE id = '\(track)'; DELETE FROM albums WHERE id = '\(secret)'")
+        try syncAll(s)
+        XCTAssertNil(try title(s.alice, secret))
+        XCTAssertEqual(try s.alice.database.scalar("SELECT count(*) FROM tracks").intValue, 0)
+        let snapshot = try s.alice.snapshot()
+        _ = snapshot
+        try s.carol.database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        XCTAssertEqual(try leaks([secret, track, kept], store: s, outsider: s.carol), [], "no delete, tombstone or snapshot names the circle's rows")
+        // Carol forges a delete of the kept row in the store's section.
+        let stamp = "2099-01-01T00:00:00.000Z-0000-" + s.carol.deviceID
+        let provider = try s.carol.connectStorage()
+        let seq = UInt64(try provider.list(prefix: "changes/\(s.carol.deviceID)/").count + 1)
+        let change = ChangeObject(storeID: s.carol.storeID, device: s.carol.deviceID, seq: seq,
+                                  schema: .init(migrations: s.carol.manifest.migrations.count, digest: s.carol.schemaVersion.digest),
+                                  frontier: [:], sections: [ChangeSection(audience: "store", entries: [RowEntry(kind: .delete, table: "albums", id: kept, stamp: stamp)])])
+        try provider.put(change.path, data: try s.carol.keys.seal(change))
+        for device in [s.alice, s.bob] {
+            let report = try StoreSync(device).sync()
+            XCTAssertEqual(report.pulled.refused, 1, device.deviceName)
+            XCTAssertEqual(try title(device, kept), "kept", device.deviceName)
+        }
+    }
+
     /// A change sealed under a generation of the circle this device has not read yet waits
     /// (`key_unavailable`, shown by status), and applies once the key arrives.
     func testAChangeBeforeItsKeyGenerationWaitsAndAppliesOnceTheKeyArrives() throws {
@@ -182,52 +218,113 @@ class CirclesTests: DeviceTestCase {
         XCTAssertEqual(try title(s.bob, early), "for three")
     }
 
-    /// A snapshot holds the store's rows only (it is sealed under the store's key): a device
-    /// of a circle's member that joins from it reads the circle from the changes, which gc
-    /// keeps.
-    func testASnapshotHoldsTheStoresRowsOnlyAndAJoiningMemberReadsTheCircleFromChanges() throws {
+    /// A snapshot holds one part per audience: the store's rows in its own object (sealed under
+    /// the store's key), each circle's in a part sealed under the circle's key. A device of a
+    /// circle's member that joins from it reads the circle's part, not the changes; a device
+    /// of a member outside reads the store's part only.
+    func testASnapshotHoldsAPartPerAudienceAndAJoiningDeviceReadsItsOwn() throws {
         let s = try threeMembers()
         let secret = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4c"
+        let gone = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4e"
         for title in ["one", "two", "three"] {
             try s.alice.write(sql: "INSERT INTO settings (id, value) VALUES ('\(title)', '\(title)')")
             _ = try StoreSync(s.alice).sync()
         }
         try s.alice.write(sql: """
-            INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'Abbey Road', 'store'), ('\(secret)', '\(Self.secretTitle)', '\(s.circle)');
+            INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'Abbey Road', 'store'), ('\(secret)', '\(Self.secretTitle)', '\(s.circle)'),
+              ('\(gone)', 'deleted later', '\(s.circle)');
             INSERT INTO tracks (id, album_id, title) VALUES (coven_uuid7(), '\(secret)', 'First dance');
             """)
         try syncAll(s)
-        let snapshot = try s.bob.snapshot()
-        XCTAssertEqual(snapshot.manifest.rows, 4, "the store's album and settings only")
-        // Every device publishes a frontier past Alice's changes.
-        for device in [s.bob, s.carol] { try device.write(sql: "INSERT INTO settings (id, value) VALUES ('\(device.deviceName)', 'x')") }
+        try s.bob.write(sql: "DELETE FROM albums WHERE id = '\(gone)'")
         try syncAll(s)
-        // gc deletes the changes the snapshot covers, but those holding a circle's section.
+        // Every device's latest change holds no circle's section (a publisher checks its
+        // latest is stored).
+        for device in s.all { try device.write(sql: "INSERT INTO settings (id, value) VALUES ('\(device.deviceName)', 'x')") }
+        try syncAll(s)
+        let snapshot = try s.bob.snapshot()
+        XCTAssertEqual(snapshot.manifest.rows, 7, "the store's album and settings only")
+        XCTAssertEqual(snapshot.manifest.parts, [s.circle: 1])
+        XCTAssertEqual(snapshot.parts.map(\.circle), [s.circle])
+        XCTAssertEqual(snapshot.parts.first?.rows, 2, "the circle's album and track")
+        XCTAssertEqual(snapshot.parts.first?.key, snapshot.key + "." + s.circle)
+        // Carol's snapshot has no part: she is in no circle.
+        XCTAssertEqual(try s.carol.snapshot().parts, [])
+        try syncAll(s)
+        XCTAssertEqual(try leaks([Self.secretTitle, "First dance", secret, gone], store: s, outsider: s.carol), [])
+        // The changes holding the circle's sections are gone (as if lost): the part has them.
         let provider = try s.alice.connectStorage()
-        let circleChanges = Set(try s.all.flatMap { device in
-            try CircleSections(database: s.alice.database).seqsWithSections(of: device.deviceID, from: 1, through: 1000).map { ChangeObject.path(device: device.deviceID, seq: UInt64($0)) }
-        })
-        XCTAssertFalse(circleChanges.isEmpty)
-        let gc = try s.alice.collectGarbage()
-        XCTAssertFalse(gc.deleted.filter { $0.kind == .change }.isEmpty, "the changes the snapshot covers go")
-        XCTAssertTrue(Set(gc.deleted.map(\.key)).isDisjoint(with: circleChanges), "but not those holding a circle's section")
-        for key in circleChanges { XCTAssertNotNil(try provider.getObject(key), key) }
-        XCTAssertEqual(try leaks([Self.secretTitle, "First dance", secret], store: s, outsider: s.carol), [])
-        // Bob's new device starts from the snapshot and reads the circle from the changes.
+        for device in s.all {
+            for seq in try CircleSections(database: s.alice.database).seqsWithSections(of: device.deviceID, from: 1, through: 1000) {
+                try provider.delete(ChangeObject.path(device: device.deviceID, seq: UInt64(seq)))
+            }
+        }
+        // Bob's new device starts from Bob's snapshot (it covers most) and reads the circle's part.
         let bobIdentity = try MemberIdentity(contentsOf: s.bob.paths.memberIdentity)
         let desktop = try join("bob-desktop", from: s.alice, identity: bobIdentity)
-        XCTAssertEqual(desktop.joinedFrom?.key, snapshot.key)
         XCTAssertNil(try title(desktop, secret))
-        _ = try StoreSync(desktop).sync()
+        let report = try StoreSync(desktop).sync()
+        XCTAssertEqual(report.pulled.reopenedParts, 1)
+        XCTAssertEqual(report.pulled.reopenUnavailable, [:])
         XCTAssertEqual(try title(desktop, Self.album), "Abbey Road")
         XCTAssertEqual(try title(desktop, secret), Self.secretTitle)
+        XCTAssertNil(try title(desktop, gone))
         XCTAssertEqual(try desktop.database.scalar("SELECT title FROM tracks").textValue, "First dance")
+        XCTAssertEqual(try CircleSections(database: desktop.database).unread().sections, 0)
+        // It writes in the circle, and Alice reads it.
+        try desktop.write(sql: "UPDATE albums SET title = 'Kyoto' WHERE id = '\(secret)'")
+        _ = try StoreSync(desktop).sync()
+        try syncAll(s)
+        XCTAssertEqual(try title(s.alice, secret), "Kyoto")
         // Carol's new device, from the same snapshot, reads none of it.
         let carolIdentity = try MemberIdentity(contentsOf: s.carol.paths.memberIdentity)
         let tablet = try join("carol-tablet", from: s.alice, identity: carolIdentity)
-        _ = try StoreSync(tablet).sync()
+        let tabletReport = try StoreSync(tablet).sync()
+        XCTAssertEqual(tabletReport.pulled.reopenedParts, 0)
         XCTAssertEqual(try title(tablet, Self.album), "Abbey Road")
         XCTAssertNil(try title(tablet, secret))
+        try tablet.database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        XCTAssertEqual(try leaks([Self.secretTitle, "First dance", secret], store: s, outsider: tablet), [])
+    }
+
+    /// A member added to a circle after its changes went reads its history from a snapshot's
+    /// part; gc deletes a part with its snapshot.
+    func testAMemberAddedLaterReadsTheCircleFromASnapshotPart() throws {
+        let s = try threeMembers()
+        let early = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4c"
+        try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(early)', 'for two', '\(s.circle)')")
+        try syncAll(s)
+        let first = try s.alice.snapshot()
+        try s.alice.write(sql: "UPDATE albums SET title = 'still for two' WHERE id = '\(early)'")
+        try syncAll(s)
+        try s.alice.write(sql: "INSERT INTO settings (id, value) VALUES ('latest', 'x')")
+        try syncAll(s)
+        let second = try s.alice.snapshot()
+        XCTAssertEqual(second.parts.count, 1)
+        let provider = try s.alice.connectStorage()
+        for seq in try CircleSections(database: s.alice.database).seqsWithSections(of: s.alice.deviceID, from: 1, through: 1000) {
+            try provider.delete(ChangeObject.path(device: s.alice.deviceID, seq: UInt64(seq)))
+        }
+        XCTAssertEqual(try CircleSections(database: s.carol.database).unread().sections, 2)
+        _ = try Circles(s.alice).add(s.circle, member: "carol")
+        let report = try StoreSync(s.carol).sync()
+        XCTAssertEqual(report.pulled.reopenedParts, 1)
+        XCTAssertEqual(report.pulled.reopenedSections, 2)
+        XCTAssertEqual(report.pulled.reopenUnavailable, [:])
+        XCTAssertEqual(try title(s.carol, early), "still for two")
+        XCTAssertEqual(try CircleSections(database: s.carol.database).unread().sections, 0)
+        // A third snapshot: gc deletes the first with its part, and keeps the newest two's.
+        for device in s.all { try device.write(sql: "INSERT INTO settings (id, value) VALUES ('\(device.deviceName)-2', 'x')") }
+        try syncAll(s)
+        let third = try s.alice.snapshot()
+        try syncAll(s)
+        let gc = try s.alice.collectGarbage()
+        let deleted = Set(gc.deleted.filter { $0.kind == .snapshot }.map(\.key))
+        XCTAssertEqual(deleted, [first.key, first.parts[0].key])
+        for kept in [second, third] {
+            XCTAssertNotNil(try provider.head(kept.key))
+            XCTAssertNotNil(try provider.head(kept.parts[0].key))
+        }
     }
 
     /// Moving an album into the circle moves its tracks and cover: new file records in the
@@ -368,6 +465,30 @@ class CirclesTests: DeviceTestCase {
         }
         XCTAssertEqual(shut, 1)
         XCTAssertEqual(try title(s.alice, after), "after")
+    }
+
+    /// A member removed from a circle keeps its record of the circle's file, but holds its
+    /// bytes back from no one: once a member deletes the file, gc on a member's device deletes
+    /// its bytes (the removed member's device applied the change, its section unread).
+    func testARemovedMembersDevicesHoldNoCircleBytesBack() throws {
+        let s = try threeMembers()
+        let secret = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4c"
+        try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(secret)', 'ours', '\(s.circle)')")
+        let cover = try stageApp(s.alice, text: "our cover")
+        let file = try s.alice.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(secret)', coven_put_staged('\(cover.id)'))").files[0]
+        try StoredFiles.store(s.alice, file: file)
+        try syncAll(s)
+        let object = try XCTUnwrap(try s.bob.fileRecord(file)).coordinates.object
+        _ = try Circles(s.alice).remove(s.circle, member: "bob")
+        try s.alice.write(sql: "DELETE FROM covers WHERE file = '\(file)'")
+        try syncAll(s)
+        XCTAssertNotNil(try s.bob.fileRecord(file), "the removed member keeps its record")
+        // Every device publishes a frontier past the delete.
+        for device in [s.bob, s.carol] { try device.write(sql: "INSERT INTO settings (id, value) VALUES ('\(device.deviceName)', 'x')") }
+        try syncAll(s)
+        let gc = try s.alice.collectGarbage()
+        XCTAssertEqual(gc.deleted.filter { $0.kind == .file }.map(\.key), [object])
+        XCTAssertNil(try s.alice.connectStorage().head(object))
     }
 
     /// gc leaves bytes alone while this device applied sections it could not read.
