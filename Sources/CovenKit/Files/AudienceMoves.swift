@@ -131,8 +131,12 @@ struct AudienceMoves {
     /// retracts it there is frozen (``leftAudience(of:)``). Empty when the write moved nothing.
     static func retracts(in database: Database, stamp: String) throws -> [RowEntry] {
         guard try database.scalar("SELECT count(*) FROM temp.sqlite_master WHERE name = 'coven_write_moves'").intValue == 1 else { return [] }
+        let sync = SyncState(database: database)
         let entries = try database.query("SELECT tbl, id, old_audience FROM temp.coven_write_moves ORDER BY rowid").compactMap { row -> RowEntry? in
-            guard let table = row.string("tbl"), let id = row.string("id"), row.string("old_audience") != nil else { return nil }
+            guard let table = row.string("tbl"), let id = row.string("id"), let from = row.string("old_audience") else { return nil }
+            // Its tombstone in the audience it left (the row lives on in the other): a delete of
+            // it there that crossed the move is heard (MemberAuthorizer).
+            try sync.setTombstone(table: table, id: id, stamp: stamp, audience: from)
             return RowEntry(kind: .retract, table: table, id: id, stamp: stamp)
         }
         try database.run("""

@@ -285,6 +285,11 @@ public final class Device {
                 }
                 try SyncState(database: database).learnDevice(deviceID, name: deviceName, joinedAt: now, publicKey: publicKey.hex)
                 _ = try Migrations.apply(manifest.migrations, to: database, recorded: recorded)
+                // Every row a snapshot holds was published: its peers hold it (an unshare here
+                // retracts it, where it is).
+                if snapshot != nil {
+                    try PublishedRows(database: database).markEveryRowHeld(RowAudiences(graph: SchemaGraph(manifest: manifest, database: database), database: database))
+                }
             }
             try SchemaCheck(database: database, manifest: manifest).run()
             // Checkpoint so the renamed file holds everything without its WAL.

@@ -51,8 +51,14 @@ enum Schema {
         // and the circles' sections of every change published or applied here (Sync/CircleSections.swift).
         { database in try database.execute(circlesTables) },
         // 16: the audience of each tombstone (the row's when it was deleted): a circle's delete
-        // goes in its section, and a snapshot's part of each audience holds its own.
-        { database in try database.execute("ALTER TABLE coven_tombstones ADD COLUMN audience TEXT NOT NULL DEFAULT 'store'") },
+        // goes in its section, and a snapshot's part of each audience holds its own; and the
+        // audience peers hold each published row in, where a gate's retract of it goes.
+        { database in
+            try database.execute("""
+                ALTER TABLE coven_tombstones ADD COLUMN audience TEXT NOT NULL DEFAULT 'store';
+                ALTER TABLE coven_published ADD COLUMN audience TEXT;
+                """)
+        },
     ]
 
     /// Version 15: the circles this device's member knows of, owned by ``Circles``: every

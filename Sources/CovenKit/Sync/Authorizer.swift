@@ -63,7 +63,7 @@ struct MemberAuthorizer: ChangeAuthorizer {
             verdicts[key] = verdict
         }
         guard verdict else { return .refused(.notAuthorized) }
-        if try !isInAudience(entry, section: section, device: change.device) { return .refused(.notAuthorized) }
+        if try !isInAudience(entry, section: section, change: change) { return .refused(.notAuthorized) }
         if let column = ownerColumns[entry.table], try !isOwners(entry, column: column, device: change.device) { return .refused(.notOwner) }
         return .accepted
     }
@@ -76,7 +76,8 @@ struct MemberAuthorizer: ChangeAuthorizer {
     /// takes its parent's audience is not judged by it: a concurrent move of the parent would
     /// make devices judge it apart (it follows its parent wherever that is). Before members
     /// there are no circles.
-    private mutating func isInAudience(_ entry: RowEntry, section: ChangeSection, device: String) throws -> Bool {
+    private mutating func isInAudience(_ entry: RowEntry, section: ChangeSection, change: ChangeObject) throws -> Bool {
+        let device = change.device
         guard try keys.storeGeneration() != nil else { return true }
         if section.audience != RowAudiences.store {
             guard let generation = section.generation else { return false }
@@ -88,19 +89,21 @@ struct MemberAuthorizer: ChangeAuthorizer {
             guard sectionVerdicts[key] == true else { return false }
         }
         guard let audiences else { return true }
-        guard entry.kind == .upsert else { return try mayEnd(entry, section: section, device: device, audiences: audiences) }
+        guard entry.kind == .upsert else { return try mayEnd(entry, section: section, change: change, audiences: audiences) }
         guard let placed = audiences.declaredAudience(of: entry) else { return true }
         return placed == section.audience
     }
 
     /// Whether a delete or retract in `section` may end its row as this device holds it: a row
     /// its own column places (or a file record) in another circle than the section's is ended
-    /// only by a device of a member of that circle (its newest roster learned here). A store
-    /// member outside a circle cannot delete the circle's rows by naming them in the store's
-    /// section; a member of it whose delete crossed a move of the row is heard (last writer
-    /// wins decides). A row not here, or of the section's audience or the store's, is anyone's
-    /// who may write the section.
-    private mutating func mayEnd(_ entry: RowEntry, section: ChangeSection, device: String, audiences: RowAudiences) throws -> Bool {
+    /// from there only by a device of a member of that circle (its newest roster learned
+    /// here), or by a delete that crossed the move taking the row out of the section's audience
+    /// (the row's tombstone there says it was in it, and the deleter had not applied the write
+    /// of the row's image here: last writer wins decides, as on a device that applied the
+    /// delete first). A store member outside a circle cannot delete the circle's rows by naming
+    /// them in the store's section. A row not here, or of the section's audience or the
+    /// store's, is anyone's who may write the section.
+    private mutating func mayEnd(_ entry: RowEntry, section: ChangeSection, change: ChangeObject, audiences: RowAudiences) throws -> Bool {
         let column: String
         if entry.table == "coven_files" {
             column = "audience"
@@ -109,17 +112,23 @@ struct MemberAuthorizer: ChangeAuthorizer {
         } else {
             return true
         }
-        let here = try database.scalar("SELECT \(RowCapture.quote(column)) FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id])
-        guard !here.isNull else { return true }
-        let audience = here.textValue ?? RowAudiences.store
+        guard let here = try database.queryOne("SELECT \(RowCapture.quote(column)) AS audience, _updated_at FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id]) else { return true }
+        let audience = here.string("audience") ?? RowAudiences.store
         guard audience != section.audience, audience != RowAudiences.store else { return true }
-        guard let newest = try database.scalar("SELECT max(generation) FROM coven_audience_rosters WHERE audience = ?1", [audience]).intValue else { return false }
-        let key = "\(device) \(audience) \(newest)"
-        if sectionVerdicts[key] == nil {
-            let signer = try signerMember(device)
-            sectionVerdicts[key] = try signer != nil && keys.roster(audience: audience, generation: UInt64(newest)).contains { $0.id == signer }
+        if let newest = try database.scalar("SELECT max(generation) FROM coven_audience_rosters WHERE audience = ?1", [audience]).intValue {
+            let key = "\(change.device) \(audience) \(newest)"
+            if sectionVerdicts[key] == nil {
+                let signer = try signerMember(change.device)
+                sectionVerdicts[key] = try signer != nil && keys.roster(audience: audience, generation: UInt64(newest)).contains { $0.id == signer }
+            }
+            if sectionVerdicts[key] == true { return true }
         }
-        return sectionVerdicts[key] == true
+        // A delete that crossed the row's move out of the section's audience.
+        let sync = SyncState(database: database)
+        guard try sync.tombstoneAudience(table: entry.table, id: entry.id) == section.audience,
+              let stamp = here.string("_updated_at"), let writer = HybridClock.device(of: stamp) else { return false }
+        guard writer != change.device, let seq = try sync.seq(device: writer, holding: stamp) else { return writer != change.device }
+        return Int64(change.frontier[writer] ?? 0) < seq
     }
 
     /// The member that vouched for `device`, read once.

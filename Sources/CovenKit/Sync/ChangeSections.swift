@@ -7,7 +7,8 @@ import Foundation
 /// comes first.
 ///
 /// The audience of an upsert is the one its image names (its audience column; a file record's
-/// `audience`), else its row's now (through `audience_from`); a
+/// `audience`), else its row's now (through `audience_from`); a retract of a move goes to the
+/// audience the row left, a gate's retract to the audience peers hold it in; a
 /// delete or a retract goes with the row's audience in the same change when it has one there,
 /// else where the row was when deleted (its tombstone's audience).
 struct ChangeSections {
@@ -16,7 +17,7 @@ struct ChangeSections {
 
     func build(_ entries: [RowEntry]) throws -> [ChangeSection] {
         var idsByTable: [String: Set<String>] = [:]
-        for entry in entries where entry.kind == .upsert && entry.table != "coven_files" {
+        for entry in entries where entry.kind != .delete && entry.table != "coven_files" {
             idsByTable[entry.table, default: []].insert(entry.id)
         }
         var audienceOf: [String: [String: String]] = [:]
@@ -32,6 +33,12 @@ struct ChangeSections {
             if entry.kind == .retract, let left = try AudienceMoves.leftAudience(of: entry, in: audiences.database) {
                 // A row moved out of an audience is retracted there.
                 audience = left
+            } else if entry.kind == .retract, let held = try PublishedRows(database: audiences.database).heldAudience(table: entry.table, id: entry.id)
+                        ?? audienceOf[entry.table]?[entry.id]
+                        ?? (entry.table == "coven_files" ? audiences.database.scalar("SELECT audience FROM coven_files WHERE id = ?1", [entry.id]).textValue : nil) {
+                // A row a gate keeps back now (unshared): retracted where peers hold it (a
+                // move of it since, unpublished, does not count), else where it is.
+                audience = held
             } else if entry.kind == .upsert {
                 // An image that names its audience (its audience column, a file record's) goes
                 // there, as it was when written: a row written in one audience and moved in a

@@ -54,8 +54,13 @@ struct GateFilter {
         var upserted: [String: Set<String>] = [:]
         for entry in entries where entry.kind == .upsert && kept[entry.table] != nil { upserted[entry.table, default: []].insert(entry.id) }
         var keptNow: [RowKey: Bool] = [:]
+        // And where each goes (ChangeSections' rule), for a table that places rows elsewhere
+        // than the store.
+        var placedNow: [RowKey: String] = [:]
         for (table, ids) in upserted {
             for (id, isKept) in try audiences.kept(table: table, ids: ids) { keptNow[RowKey(table: table, id: id)] = isKept }
+            guard audiences.placesAudience(table) else { continue }
+            for (id, audience) in try audiences.audiences(table: table, ids: ids) { placedNow[RowKey(table: table, id: id)] = audience }
         }
         for entry in entries {
             touched.insert(entry.table)
@@ -65,6 +70,9 @@ struct GateFilter {
             }
             let key = RowKey(table: entry.table, id: entry.id)
             let state = try published.state(table: entry.table, id: entry.id)
+            // A move's retract of a row this change already retracts by its gate: peers drop it
+            // once (and where they hold it, which the change keeps).
+            if entry.kind == .retract, decided.contains(key), state == .retracted { continue }
             if entry.kind != .upsert {
                 if state == .held {
                     output.append(entry)
@@ -81,6 +89,10 @@ struct GateFilter {
             guard let isKept = keptNow[key] else { continue }
             switch (isKept, state) {
             case (true, .held):
+                // Peers hold it where this image goes (a move takes it elsewhere).
+                if let audience = audiences.declaredAudience(of: entry) ?? placedNow[key], audience != (try published.heldAudience(table: entry.table, id: entry.id)) {
+                    try published.markHeld(table: entry.table, id: entry.id, audience: audience)
+                }
                 output.append(entry)
             case (true, _):
                 guard !deferred.contains(key) else { continue }
@@ -138,15 +150,30 @@ struct GateFilter {
         guard let row = try database.queryOne("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(RowCapture.quote(key.table)) WHERE id = ?1", [key.id]) else {
             preconditionFailure("internal error: a kept row is read in the push's transaction")
         }
-        try published.markHeld(table: key.table, id: key.id)
+        try published.markHeld(table: key.table, id: key.id, audience: try audienceNow(key))
         decided.insert(key)
         return RowEntry(kind: .upsert, table: key.table, id: key.id, stamp: row["_updated_at"].textValue ?? "", columns: names, values: row.values)
     }
 
-    /// A retract of a row peers hold: they delete it, this device keeps it.
+    /// A retract of a row peers hold: they delete it, this device keeps it. Its stamp is
+    /// newer than anything here, and stays here as the row's tombstone (of the row's audience):
+    /// a peer's edit made before it saw the retract loses to it here too, as on every peer that
+    /// deleted the row, and is kept as a lost value.
     private mutating func retract(_ key: RowKey) throws -> RowEntry {
         try published.markRetracted(table: key.table, id: key.id)
         decided.insert(key)
-        return RowEntry(kind: .retract, table: key.table, id: key.id, stamp: try stamp())
+        let stamp = try stamp()
+        // Where peers hold it: the retract goes there (ChangeSections), and its tombstone.
+        let audience = try published.heldAudience(table: key.table, id: key.id) ?? audienceNow(key)
+        try SyncState(database: database).setTombstone(table: key.table, id: key.id, stamp: stamp, audience: audience)
+        return RowEntry(kind: .retract, table: key.table, id: key.id, stamp: stamp)
+    }
+
+    /// The audience of a row here now.
+    private func audienceNow(_ key: RowKey) throws -> String {
+        let audience = try key.table == "coven_files"
+            ? database.scalar("SELECT audience FROM coven_files WHERE id = ?1", [key.id]).textValue
+            : audiences.audiences(table: key.table, ids: [key.id])[key.id]
+        return audience ?? RowAudiences.store
     }
 }

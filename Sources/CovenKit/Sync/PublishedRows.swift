@@ -27,12 +27,37 @@ struct PublishedRows {
         return row[0].intValue == 1 ? .retracted : .held
     }
 
-    /// Peers hold the row now (published whole, or applied from another device).
-    func markHeld(table: String, id: String) throws {
-        try run("""
-            INSERT INTO coven_published (tbl, id, retracted) VALUES (?1, ?2, 0)
-            ON CONFLICT (tbl, id) DO UPDATE SET retracted = 0
-            """, table, id)
+    /// Peers hold the row now (published whole, or applied from another device), in
+    /// `audience` (where a retract of it goes: ``ChangeSections``).
+    func markHeld(table: String, id: String, audience: String) throws {
+        let statement = try database.cached("""
+            INSERT INTO coven_published (tbl, id, retracted, audience) VALUES (?1, ?2, 0, ?3)
+            ON CONFLICT (tbl, id) DO UPDATE SET retracted = 0, audience = excluded.audience
+            """)
+        try statement.bind([table, id, audience])
+        try statement.runToEnd()
+    }
+
+    /// Marks every row of every gated table (and every file record, when they can be kept
+    /// back) held, in its audience now: a device built from a snapshot, whose rows were all
+    /// published.
+    func markEveryRowHeld(_ audiences: RowAudiences) throws {
+        for table in audiences.gatedTables {
+            let quoted = RowCapture.quote(table)
+            let audience = table == "coven_files" ? "\(quoted).audience" : audiences.audienceExpression(table: table, alias: quoted)
+            try database.run("""
+                INSERT INTO coven_published (tbl, id, retracted, audience) SELECT ?1, \(quoted).id, 0, \(audience) FROM main.\(quoted) WHERE true
+                ON CONFLICT (tbl, id) DO UPDATE SET retracted = 0, audience = excluded.audience
+                """, [table])
+        }
+    }
+
+    /// The audience peers hold (or last held) the row in; nil when not known.
+    func heldAudience(table: String, id: String) throws -> String? {
+        let statement = try database.cached("SELECT audience FROM coven_published WHERE tbl = ?1 AND id = ?2")
+        try statement.bind([table, id])
+        defer { statement.reset() }
+        return try statement.next()?[0].textValue
     }
 
     /// Peers were told to delete the row; this device keeps it.

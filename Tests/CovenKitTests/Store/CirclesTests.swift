@@ -172,6 +172,24 @@ class CirclesTests: DeviceTestCase {
         }
     }
 
+    /// A store member outside the circle who deletes an album while a member moves it into the
+    /// circle (neither seeing the other's write) is heard: last writer wins decides, on every
+    /// device, whatever order each applies the two writes in.
+    func testADeleteThatCrossesAMoveIntoTheCircleIsHeard() throws {
+        let s = try threeMembers()
+        try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'Abbey Road', 'store')")
+        try syncAll(s)
+        try s.alice.write(sql: "UPDATE albums SET audience = '\(s.circle)' WHERE id = '\(Self.album)'")
+        try s.carol.write(sql: "DELETE FROM albums WHERE id = '\(Self.album)'")  // later: it wins
+        _ = try StoreSync(s.carol).sync()  // Bob applies the delete first, Alice the move first
+        _ = try StoreSync(s.bob).sync()
+        try syncAll(s)
+        for device in s.all {
+            XCTAssertNil(try title(device, Self.album), device.deviceName)
+            XCTAssertEqual(try device.database.scalar("SELECT count(*) FROM coven_lost_values WHERE why = 'not_authorized'").intValue, 0, device.deviceName)
+        }
+    }
+
     /// A change sealed under a generation of the circle this device has not read yet waits
     /// (`key_unavailable`, shown by status), and applies once the key arrives.
     func testAChangeBeforeItsKeyGenerationWaitsAndAppliesOnceTheKeyArrives() throws {
@@ -285,6 +303,23 @@ class CirclesTests: DeviceTestCase {
         XCTAssertNil(try title(tablet, secret))
         try tablet.database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         XCTAssertEqual(try leaks([Self.secretTitle, "First dance", secret], store: s, outsider: tablet), [])
+    }
+
+    /// A member added to a circle after an album moved into it reads the album: the move's
+    /// retract took it out of its devices, and the move's image (same write, same stamp),
+    /// opened later, brings it back.
+    func testAMemberAddedAfterAMoveIntoTheCircleReadsTheMovedRow() throws {
+        let s = try threeMembers()
+        try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'Abbey Road', 'store')")
+        try syncAll(s)
+        XCTAssertEqual(try title(s.carol, Self.album), "Abbey Road")
+        try s.alice.write(sql: "UPDATE albums SET audience = '\(s.circle)' WHERE id = '\(Self.album)'")
+        try syncAll(s)
+        XCTAssertNil(try title(s.carol, Self.album), "moved out of what Carol reads")
+        _ = try Circles(s.alice).add(s.circle, member: "carol")
+        _ = try StoreSync(s.carol).sync()
+        XCTAssertEqual(try title(s.carol, Self.album), "Abbey Road")
+        XCTAssertEqual(try s.carol.database.scalar("SELECT audience FROM albums WHERE id = ?1", [Self.album]).textValue, s.circle)
     }
 
     /// A member added to a circle after its changes went reads its history from a snapshot's

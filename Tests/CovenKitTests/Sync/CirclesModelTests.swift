@@ -1,41 +1,64 @@
 @testable import CovenKit
 import CovenTestSupport
 import Foundation
+import Synchronization
 import XCTest
 
 /// Randomized circles: three members of a store, with a device or two each, make circles of
-/// some of them, add and remove members, rotate keys, write albums and tracks into the store
-/// and into circles, move albums (with their tracks) between audiences, sync, and join new
+/// some of them, add and remove members, rotate keys, write and delete albums, tracks, covers
+/// with stored files and owner-only notes in the store and in circles, keep albums back by
+/// their gate or share them again, move albums (with what is under them) between audiences,
+/// run gc, sync, and join new
 /// devices from snapshots, in random order. Then every device syncs until quiet, and:
 /// - for the store and for each circle, every device whose member is on its newest roster
 ///   holds the same albums of that audience;
-/// - a device whose member was never on any roster of a circle holds no value written there
-///   that no move took out of it, in its rows or anywhere in its database file;
-/// - every device of one member holds the same rows (a track follows its album, and one
+/// - a device whose member was never on any roster of a circle holds no value or album id
+///   written there that no move took out of it, in its rows or anywhere in its database file
+///   (deletes and tombstones included);
+/// - every device of one member holds the same kept rows (a track follows its album, and one
 ///   written into a circle under an album a concurrent write kept in the store stays with the
 ///   circle's members, as written);
 /// - no device holds a row of a circle its member is not in, but what it read before its
 ///   removal;
-/// - nothing is refused (every writer was a member of the audience it wrote, when it wrote).
+/// - nothing is refused (every writer was a member of the audience it wrote, when it wrote),
+///   and every note is owned by the member that wrote it (another member's change of it is
+///   refused locally, `not_owner`);
+/// - after every gc (random ones, and two rounds on every device at the end), every object a
+///   stored file record names still exists, on every device whose member still reads the
+///   record's audience (a removed member keeps its records of the circle, and holds back none
+///   of its bytes).
 /// The seed of a failing run is printed; `COVEN_SEED=N` replays one, `COVEN_RUNS=N` sets how
 /// many.
 final class CirclesModelTests: XCTestCase {
     static let manifest = """
         {
+          "namespaces": [ { "name": "covers", "kind": "app" } ],
           "tables": [
-            { "name": "albums", "identity": "uuid", "audience_column": "audience" },
-            { "name": "tracks", "identity": "uuid", "audience_from": "album_id" }
+            { "name": "albums", "identity": "uuid", "audience_column": "audience", "gated_by": "shared" },
+            { "name": "tracks", "identity": "uuid", "audience_from": "album_id" },
+            { "name": "covers", "identity": "uuid", "audience_from": "album_id", "files": [ { "column": "file" } ] },
+            { "name": "notes", "identity": "uuid", "audience_from": "album_id", "owner_only": true }
           ],
           "migrations": [
-            "CREATE TABLE albums (id TEXT PRIMARY KEY, title TEXT, audience TEXT NOT NULL DEFAULT 'store', _updated_at TEXT NOT NULL DEFAULT '') STRICT",
-            "CREATE TABLE tracks (id TEXT PRIMARY KEY, album_id TEXT NOT NULL REFERENCES albums(id), title TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT"
+            "CREATE TABLE albums (id TEXT PRIMARY KEY, title TEXT, audience TEXT NOT NULL DEFAULT 'store', shared INTEGER NOT NULL DEFAULT 1, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE tracks (id TEXT PRIMARY KEY, album_id TEXT NOT NULL REFERENCES albums(id), title TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE covers (id TEXT PRIMARY KEY, album_id TEXT NOT NULL REFERENCES albums(id), file TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT",
+            "CREATE TABLE notes (id TEXT PRIMARY KEY, album_id TEXT NOT NULL REFERENCES albums(id), owner TEXT, body TEXT, _updated_at TEXT NOT NULL DEFAULT '') STRICT"
           ]
         }
         """
 
     func testCirclesConvergeAndStayPrivateOverManySeededRuns() throws {
-        if let failure = SeededRuns.run("circles", runs: 40, base: 0x41C1_0000, run) { XCTFail(failure) }
+        if let failure = SeededRuns.run("circles", runs: 40, base: 0x41C1_0000, run) {
+            XCTFail(failure)
+            return
+        }
+        // gc had something to delete (runs go on several cores: the count is behind a lock).
+        if ProcessInfo.processInfo.environment["COVEN_SEED"] == nil { XCTAssertGreaterThan(Self.deleted.withLock { $0 }, 0, "the runs' gc deleted stored bytes") }
     }
+
+    /// Stored objects the runs' gc deleted.
+    static let deleted = Mutex(0)
 
     final class Node {
         let device: Device
@@ -80,13 +103,35 @@ final class CirclesModelTests: XCTestCase {
         // Values written into a circle, and those a move took out of it (seen elsewhere since).
         var secret: [String: Set<String>] = [:]
         var exposed: Set<String> = []
+        // Members ever removed from each circle: their devices keep the circle's records, and
+        // hold its bytes back from no one.
+        var removedFrom: [String: Set<String>] = [:]
+        let provider = try first.connectStorage()
+        // gc safety: every object a stored record names on a device still reading its audience
+        // exists (a removed member's records of the circle are not counted).
+        func gcSafety(_ when: String) throws -> String? {
+            let present = Set(try provider.list(prefix: "files/").map(\.key))
+            for node in nodes {
+                for row in try node.device.database.query("SELECT id, object, audience FROM coven_files WHERE place = 'stored'") {
+                    let audience = row.string("audience") ?? ""
+                    if audience != RowAudiences.store, removedFrom[audience]?.contains(node.member) == true { continue }
+                    if let object = row.string("object"), !present.contains(object) {
+                        return "\(when): \(node.device.deviceName) names \(object) (record \(row.string("id") ?? "") of \(audience.prefix(4))), which is gone"
+                    }
+                }
+            }
+            return nil
+        }
+        var deletedObjects = 0 {
+            didSet { Self.deleted.withLock { $0 += deletedObjects - oldValue } }
+        }
         var log: [String] = []
         let steps = 18 + random.below(12)
         for step in 0..<steps {
             do {
                 let node = nodes[random.below(nodes.count)]
                 let device = node.device
-                switch random.below(12) {
+                switch random.below(15) {
                 case 0...3:
                     // Writes an album (and sometimes a track) into an audience this member
                     // writes, as this device knows it; or retitles one, or moves it.
@@ -104,6 +149,7 @@ final class CirclesModelTests: XCTestCase {
                     if let here, let current = here.string("audience"), current != audience, let title = here.string("title") {
                         // A move: what the album holds now is seen in the new audience.
                         exposed.insert(title)
+                        exposed.insert(album)
                         for track in try device.database.query("SELECT title FROM tracks WHERE album_id = ?1", [album]) {
                             if let title = track.string("title") { exposed.insert(title) }
                         }
@@ -112,16 +158,45 @@ final class CirclesModelTests: XCTestCase {
                         INSERT INTO albums (id, title, audience) VALUES ('\(album)', '\(value)', '\(audience)')
                         ON CONFLICT (id) DO UPDATE SET title = excluded.title, audience = excluded.audience
                         """)
-                    if audience != RowAudiences.store { secret[audience, default: []].insert(value) }
+                    if audience != RowAudiences.store {
+                        secret[audience, default: []].insert(value)
+                        if here == nil { secret[audience, default: []].insert(album) }
+                    }
                     if random.below(2) == 0 {
                         let track = "t\(step)x\(device.deviceName)"
                         try device.write(sql: "INSERT INTO tracks (id, album_id, title) VALUES (coven_uuid7(), '\(album)', '\(track)')")
                         if audience != RowAudiences.store { secret[audience, default: []].insert(track) }
                     }
+                    if random.below(3) == 0 {
+                        // A cover with its bytes, uploaded now or later.
+                        let path = work + "/cover-\(step)"
+                        try Data("cover \(step) \(random.next())".utf8).write(to: URL(fileURLWithPath: path))
+                        let fd = open(path, O_RDONLY)
+                        defer { close(fd) }
+                        let staged = try device.stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: .cloud)
+                        try device.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', coven_put_staged('\(staged.id)'))")
+                        if random.below(2) == 0 { _ = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:])) }
+                    }
                     log.append("\(device.deviceName) writes \(value) in \(audience.prefix(4))")
-                case 4...6:
+                case 4, 5:
                     _ = try StoreSync(device).sync()
                     log.append("\(device.deviceName) syncs")
+                case 6:
+                    // Deletes an album with its tracks, or one track, of an audience this
+                    // member writes (a circle's delete stays in its section).
+                    let writable = try Circles(device).writableAudiences()
+                    let albums = try device.database.query("SELECT id, audience FROM albums ORDER BY id").compactMap { row -> String? in
+                        guard let id = row.string("id"), writable.contains(row.string("audience") ?? "") else { return nil }
+                        return id
+                    }
+                    guard let album = pick(albums) else { continue }
+                    if random.below(2) == 0, let track = pick(try device.database.query("SELECT id FROM tracks WHERE album_id = ?1 ORDER BY id", [album]).compactMap { $0.string("id") }) {
+                        try device.write(sql: "DELETE FROM tracks WHERE id = '\(track)'")
+                        log.append("\(device.deviceName) deletes a track of \(album.suffix(4))")
+                    } else {
+                        try device.write(sql: "DELETE FROM tracks WHERE album_id = '\(album)'; DELETE FROM covers WHERE album_id = '\(album)'; DELETE FROM notes WHERE album_id = '\(album)'; DELETE FROM albums WHERE id = '\(album)'")
+                        log.append("\(device.deviceName) deletes \(album.suffix(4))")
+                    }
                 case 7:
                     // A circle of this member and some others.
                     let others = members.filter { $0 != node.member && random.below(2) == 0 }
@@ -144,6 +219,7 @@ final class CirclesModelTests: XCTestCase {
                     case 1:
                         guard let target = pick(inIt.subtracting([node.member]).sorted()) else { continue }
                         do {
+                            removedFrom[circle.id, default: []].insert(target)
                             _ = try Circles(device).remove(circle.id, member: target)
                             log.append("\(device.deviceName) removes \(target.prefix(4)) from \(circle.name)")
                         } catch let error as CovenError where error.code == .refused {}
@@ -154,13 +230,51 @@ final class CirclesModelTests: XCTestCase {
                 case 10:
                     _ = try device.snapshot()
                     log.append("\(device.deviceName) snapshots")
+                case 13:
+                    // The album's gate: kept back on this device (its peers drop it), or shared again.
+                    let writable = try Circles(device).writableAudiences()
+                    let albums = try device.database.query("SELECT id, audience FROM albums ORDER BY id").compactMap { row -> String? in
+                        guard let id = row.string("id"), writable.contains(row.string("audience") ?? "") else { return nil }
+                        return id
+                    }
+                    guard let album = pick(albums) else { continue }
+                    try device.write(sql: "UPDATE albums SET shared = 1 - shared WHERE id = '\(album)'")
+                    log.append("\(device.deviceName) flips the gate of \(album.suffix(4))")
+                case 14:
+                    // A note on an album, the member's own (owner-only); or another's, refused here.
+                    let albums = try device.database.query("SELECT id FROM albums ORDER BY id").compactMap { $0.string("id") }
+                    guard let album = pick(albums) else { continue }
+                    let others = try device.database.query("SELECT id FROM notes WHERE owner IS NOT ?1 ORDER BY id", [node.member]).compactMap { $0.string("id") }
+                    let value = "n\(step)x\(device.deviceName)"
+                    if let other = pick(others), random.below(3) == 0 {
+                        do {
+                            try device.write(sql: "UPDATE notes SET body = '\(value)' WHERE id = '\(other)'")
+                            return "\(device.deviceName) changed another member's note \(other); \(log)"
+                        } catch let error as CovenError where error.code == .notOwner {
+                            log.append("\(device.deviceName) may not change note \(other.suffix(4))")
+                        }
+                    } else {
+                        let audience = try device.database.scalar("SELECT audience FROM albums WHERE id = ?1", [album]).textValue ?? RowAudiences.store
+                        try device.write(sql: "INSERT INTO notes (id, album_id, body) VALUES (coven_uuid7(), '\(album)', '\(value)')")
+                        if audience != RowAudiences.store { secret[audience, default: []].insert(value) }
+                        log.append("\(device.deviceName) notes \(value) on \(album.suffix(4))")
+                    }
+                case 12:
+                    // gc here: nothing a reader of its audience names goes.
+                    if try device.database.scalar("SELECT count(*) FROM coven_upload_queue").intValue ?? 0 > 0 {
+                        _ = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))
+                    }
+                    let report = try device.collectGarbage()
+                    deletedObjects += report.deleted.filter { $0.kind == .file }.count
+                    log.append("\(device.deviceName) gc deletes \(report.deleted.count)")
+                    if let failure = try gcSafety("after gc on \(device.deviceName) at step \(step)") { return failure + "; \(log)" }
                 default:
                     // A new device of a member, from the newest snapshot if there is one.
                     guard nodes.count < 6, let member = pick(members) else { continue }
                     let joined = try join(member)
                     log.append("\(joined.device.deviceName) joins as \(member.prefix(4))")
                 }
-            } catch let error as CovenError where [.notAdmin, .notInCircle, .exists, .busy].contains(error.code) {
+            } catch let error as CovenError where [.notAdmin, .notInCircle, .exists, .busy, .notOwner].contains(error.code) {
                 // A device whose knowledge is behind storage's: refused, nothing changed.
                 log.append("refused: \(error.code.rawValue)")
             } catch {
@@ -169,7 +283,21 @@ final class CirclesModelTests: XCTestCase {
         }
         for _ in 0..<3 {
             for node in nodes {
-                do { _ = try StoreSync(node.device).sync() } catch { return "the last syncs: \(node.device.deviceName) threw \(error); \(log)" }
+                do {
+                    if try node.device.database.scalar("SELECT count(*) FROM coven_upload_queue").intValue ?? 0 > 0 {
+                        _ = try UploadWorker.run(paths: node.device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))
+                    }
+                    _ = try StoreSync(node.device).sync()
+                } catch { return "the last syncs: \(node.device.deviceName) threw \(error); \(log)" }
+            }
+        }
+        // Every device runs gc, twice (the second sees every frontier past the first's deletes).
+        for round in 0..<2 {
+            for node in nodes {
+                let report = try node.device.collectGarbage()
+                deletedObjects += report.deleted.filter { $0.kind == .file }.count
+                if let failure = try gcSafety("after the final gc \(round) on \(node.device.deviceName)") { return failure + "; \(log)" }
+                _ = try StoreSync(node.device).sync()
             }
         }
 
@@ -182,16 +310,31 @@ final class CirclesModelTests: XCTestCase {
                 current[circle.id] = roster
             }
         }
+        // The rows a device's peers hold: those its gate keeps (a shared album and what is
+        // under it); one kept back stays on its device alone.
         func rows(_ device: Device, _ audience: String) throws -> [String] {
-            try device.database.query("SELECT id, title FROM albums WHERE audience = ?1 ORDER BY id", [audience]).map { "\($0.string("id") ?? "")|\($0.string("title") ?? "")" }
+            try device.database.query("SELECT id, title FROM albums WHERE audience = ?1 AND shared = 1 ORDER BY id", [audience]).map { "\($0.string("id") ?? "")|\($0.string("title") ?? "")" }
         }
         func everything(_ device: Device) throws -> [String] {
-            try device.database.query("SELECT id, title, audience FROM albums ORDER BY id").map { "\($0.string("id") ?? "")|\($0.string("title") ?? "")|\($0.string("audience") ?? "")" }
-                + device.database.query("SELECT id, album_id, title FROM tracks ORDER BY id").map { "\($0.string("id") ?? "")|\($0.string("album_id") ?? "")|\($0.string("title") ?? "")" }
+            let kept = "album_id IN (SELECT id FROM albums WHERE shared = 1)"
+            return try device.database.query("SELECT id, title, audience FROM albums WHERE shared = 1 ORDER BY id").map { "\($0.string("id") ?? "")|\($0.string("title") ?? "")|\($0.string("audience") ?? "")" }
+                + device.database.query("SELECT id, album_id, title FROM tracks WHERE \(kept) ORDER BY id").map { "\($0.string("id") ?? "")|\($0.string("album_id") ?? "")|\($0.string("title") ?? "")" }
+                + device.database.query("SELECT id, album_id, owner, body FROM notes WHERE \(kept) ORDER BY id").map { "\($0.string("id") ?? "")|\($0.string("album_id") ?? "")|\($0.string("owner") ?? "")|\($0.string("body") ?? "")" }
         }
         func explain(_ device: Device) throws -> String {
             let lost = try device.database.query("SELECT tbl, row_id, why FROM coven_lost_values").map { "\($0.string("tbl") ?? "") \($0.string("row_id") ?? "") \($0.string("why") ?? "")" }
-            return "lost there: \(lost); \(nodes.map { "\($0.device.deviceName)=\($0.member.prefix(4))" }); \(log)"
+            let sections = try device.database.query("SELECT device, seq, audience, generation, opened FROM coven_change_sections").map { $0.values }
+            let gens = try device.database.query("SELECT * FROM coven_circles").map { $0.values }
+            if ProcessInfo.processInfo.environment["COVEN_SEED"] != nil {
+                for n in nodes {
+                    print("TRACE \(n.device.deviceName) albums", try n.device.database.query("SELECT id, title, audience, shared, _updated_at FROM albums").map { $0.values.map { $0.textValue ?? "\($0)" } })
+                    print("TRACE \(n.device.deviceName) tombs", try n.device.database.query("SELECT tbl, id, stamp, audience FROM coven_tombstones WHERE tbl = 'albums'").map { $0.values.map { $0.textValue ?? "\($0)" } })
+                    print("TRACE \(n.device.deviceName) registry", try n.device.database.query("SELECT device, applied_seq FROM coven_device_registry").map { $0.values.map { $0.textValue ?? "\($0)" } }, try n.device.status().sync.keyUnavailable)
+                    print("TRACE \(n.device.deviceName) sections", try n.device.database.query("SELECT device, seq, audience, generation, opened FROM coven_change_sections").map { $0.values.map { $0.textValue ?? "\($0)" } }, try n.device.database.query("SELECT audience, generation, opened, member FROM coven_circles").map { $0.values.map { $0.textValue ?? "\($0)" } })
+                    print("TRACE \(n.device.deviceName) lost", try n.device.database.query("SELECT tbl, row_id, why, device FROM coven_lost_values").map { $0.values.map { $0.textValue ?? "\($0)" } })
+                }
+            }
+            return "sections there: \(sections); circles there: \(gens); lost there: \(lost); \(nodes.map { "\($0.device.deviceName)=\($0.member.prefix(4))" }); \(log)"
         }
         // The same albums of each audience on every device of its members.
         for audience in [RowAudiences.store] + current.keys.sorted() {
@@ -219,6 +362,14 @@ final class CirclesModelTests: XCTestCase {
             let device = node.device
             if try device.database.scalar("SELECT count(*) FROM coven_lost_values WHERE why IN ('not_authorized', 'not_owner')").intValue != 0 {
                 return "\(device.deviceName) refused an entry; \(try device.database.query("SELECT tbl, row_id, why, device FROM coven_lost_values WHERE why IN ('not_authorized', 'not_owner')").map { $0.values }) \(try explain(device))"
+            }
+            // Every note is its writer's: coven filled the owner, and only the owner changed it.
+            for row in try device.database.query("SELECT id, owner, body FROM notes") {
+                guard let owner = row.string("owner"), let body = row.string("body") else { return "\(device.deviceName) holds note \(row.string("id") ?? "") with no owner; \(log)" }
+                let writer = body.split(separator: "x").last.map(String.init) ?? ""
+                guard let writerNode = nodes.first(where: { $0.device.deviceName == writer }), writerNode.member == owner else {
+                    return "\(device.deviceName) holds note \(body) owned by \(owner.prefix(4)), written by \(writer); \(log)"
+                }
             }
             // Rows of a circle only where the member is, or was, in it.
             for row in try device.database.query("SELECT DISTINCT audience FROM albums WHERE audience <> 'store'") {

@@ -220,6 +220,55 @@ final class GateTests: DeviceTestCase {
     /// A change that unshared a list, damaged in storage and published again by its writer,
     /// still takes the list's component off the device that had not applied it, and still
     /// names no private row.
+    /// A peer renames a list while its owner unshares it (neither sees the other's write): the
+    /// retract is stamped at the push, after the rename, and wins on both devices. The peer
+    /// drops the list; the owner keeps it private, without the rename (an edit that loses to a
+    /// delete). Before, the owner took the rename, shared flag and all, and held a shared list
+    /// its peer had deleted.
+    func testAnEditThatCrossesAnUnshareLosesToItOnBothDevices() throws {
+        let a = try makeDevice(Self.gateManifest, name: "a")
+        let b = try join("b", from: a)
+        try a.write(sql: """
+            INSERT INTO workspaces (id, name) VALUES ('\(workspace)', 'home');
+            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(privateList)', '\(workspace)', 'gifts', 1);
+            """)
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
+        XCTAssertEqual(try ids(b, "lists"), [privateList])
+        try a.write(sql: "UPDATE lists SET shared = 0 WHERE id = '\(privateList)'")
+        try b.write(sql: "UPDATE lists SET name = 'presents' WHERE id = '\(privateList)'")
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()  // pushes the retract, then applies the rename
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
+        XCTAssertEqual(try ids(b, "lists"), [], "the peer drops the list")
+        XCTAssertEqual(try a.database.scalar("SELECT shared FROM lists WHERE id = ?1", [privateList]).intValue, 0, "the owner keeps it private")
+        XCTAssertEqual(try a.database.scalar("SELECT name FROM lists WHERE id = ?1", [privateList]).textValue, "gifts")
+    }
+
+    /// A device that joined from a snapshot knows its peers hold the snapshot's rows: an
+    /// unshare there retracts the list from them (before, it thought nobody held it and sent
+    /// nothing).
+    func testAnUnshareOnADeviceJoinedFromASnapshotReachesItsPeers() throws {
+        let a = try makeDevice(Self.gateManifest, name: "a")
+        try a.write(sql: """
+            INSERT INTO workspaces (id, name) VALUES ('\(workspace)', 'home');
+            INSERT INTO lists (id, workspace_id, name, shared) VALUES ('\(privateList)', '\(workspace)', 'gifts', 1);
+            INSERT INTO todos (id, list_id, title) VALUES ('\(todo1)', '\(privateList)', 'ring');
+            """)
+        _ = try StoreSync(a).sync()
+        _ = try a.snapshot()
+        let c = try join("c", from: a)
+        XCTAssertNotNil(c.joinedFrom?.key)
+        XCTAssertEqual(try ids(c, "lists"), [privateList])
+        try c.write(sql: "UPDATE lists SET shared = 0 WHERE id = '\(privateList)'")
+        _ = try StoreSync(c).sync()
+        _ = try StoreSync(a).sync()
+        XCTAssertEqual(try ids(a, "lists"), [], "the peer drops the list")
+        XCTAssertEqual(try ids(a, "todos"), [])
+        XCTAssertEqual(try ids(c, "lists"), [privateList], "the device that unshared it keeps it")
+    }
+
     func testAnUnshareDamagedInStorageIsPublishedAgainWithItsRetracts() throws {
         let a = try makeDevice(Self.gateManifest, name: "a")
         let b = try join("b", from: a)
