@@ -2,7 +2,7 @@
 # bench-wayback.sh: a library's upload and its way back, per batch, beside restic and rclone.
 #
 # Two sets on file:// (SMALL files of 4-64 KiB, default 10,000; LARGE files of 1-8 MiB,
-# default 1,000), each stored the real way (`coven stage --user` per file, one `coven write -`):
+# default 1,000), each stored the real way (one `coven stage --user --files-from`, one `coven write -`):
 #   up         coven upload-worker --once  vs  restic backup  vs  rclone copy to a crypt remote
 #   way back   coven fetch-kept (every file, into an empty cache) and coven make-device-only
 #              (every file, into a folder)  vs  restic restore  vs  rclone copy from the crypt remote
@@ -90,9 +90,9 @@ bench_set() {
     device "$S/dev" "$S/store"
     local start
     start=$(now)
-    for f in "$S"/src/*; do COVEN_DB=$S/dev/device.db "$COVEN" stage --user "$f" --namespace originals; done > "$S/ids"
+    printf '%s\n' "$S"/src/* | COVEN_DB=$S/dev/device.db "$COVEN" stage --user --files-from - --namespace originals | cut -f1 > "$S/ids"
     put_all "$S/dev/device.db" < "$S/ids" > "$S/files"
-    echo "   staged (a process per file) and written in $(elapsed "$start" "$(now)" 1) s"
+    echo "   staged (one stage --files-from) and written in $(elapsed "$start" "$(now)" 1) s"
     # up
     timed "$name: coven upload-worker --once" env COVEN_DB="$S/dev/device.db" "$COVEN" upload-worker --once
     local up=$last

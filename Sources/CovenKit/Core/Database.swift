@@ -117,6 +117,10 @@ public final class Database {
     var authorizerBox: UnsafeMutableRawPointer?
     /// The capture triggers of recorded writes on this connection, once installed.
     var rowCapture: RowCapture?
+    /// Taken around each ``transaction(_:)`` when set: connections of one process that write
+    /// at once (fetch-kept's workers) queue for it here rather than in SQLite's busy handler,
+    /// which sleeps 1 ms and more however soon the lock is free again.
+    var writeGate: NSLock?
     /// Statements kept prepared for hot loops (``cached(_:)``).
     private var statementCache: [String: Statement] = [:]
     /// How many statements this connection has prepared (``Statement``s and
@@ -276,6 +280,15 @@ public final class Database {
     /// Every state change of coven goes through here, so a crash leaves either all of it or none.
     @discardableResult
     public func transaction<T>(_ body: () throws -> T) throws -> T {
+        if let writeGate {
+            writeGate.lock()
+            defer { writeGate.unlock() }
+            return try gatedTransaction(body)
+        }
+        return try gatedTransaction(body)
+    }
+
+    private func gatedTransaction<T>(_ body: () throws -> T) throws -> T {
         try execute("BEGIN IMMEDIATE")
         do {
             let result = try body()
