@@ -291,6 +291,9 @@ extension Device {
 
     // MARK: Downloads
 
+    /// Copies larger than this are written straight to the disk (``CopyWriter``).
+    static let directCopyFrom: Int64 = 1 << 20
+
     /// Makes the copies durable: one sync of each filesystem they are on (their folders'), not
     /// an fsync each; where such a sync fails, each copy of that filesystem is synced.
     static func syncCopies(_ copies: [PlannedCopy]) throws {
@@ -379,7 +382,10 @@ extension Device {
         guard let hash = record.hash, let content = [UInt8](hex: hash.lowercased()), content.count == 32 else {
             throw CovenError(.integrity, "file '\(record.id)' has no content hash to check its copy against", details: ["file": record.id])
         }
-        let writer = try CopyWriter(creating: copy.temporary, block: block)
+        // A small copy through the page cache: the copies are synced together, one sync of the
+        // filesystem for them all (``syncCopies(_:)``), where a direct write waits on the disk
+        // file by file.
+        let writer = try CopyWriter(creating: copy.temporary, block: block, direct: record.size > Self.directCopyFrom)
         var reported: Int64 = 0
         do {
             _ = try reader.readStoredFile(record, buffers: buffers, stop: stop) { plain in

@@ -498,7 +498,9 @@ final class StoredRead {
         let producer = Prefetcher(
             connector: StorageConnector(location: device.storage, environment: device.storageEnvironment), object: object, keyHex: record.coordinates.key,
             size: size, steps: steps, dataFD: dataFD, tagsFD: tagsFD,
-            writing: caching && keepsFetched ? .init(dataPath: files.data, tagsPath: files.tags, startWriteback: durable, required: durable) : nil,
+            // A deferred read's files are synced with a batch of others, by one sync of the
+            // filesystem: their writeback is left to it rather than started file by file.
+            writing: caching && keepsFetched ? .init(dataPath: files.data, tagsPath: files.tags, startWriteback: durable && deferred == nil, required: durable) : nil,
             threads: hasher == nil ? ChunkRun.threads : 1, depth: buffers.isEmpty ? 3 : buffers.count, reusing: buffers)
         producer.start()
         defer { producer.stop() }
