@@ -153,6 +153,27 @@ public final class Database {
         sqlite3_busy_timeout(db, 30_000)
     }
 
+    /// Where SQLite makes its temporary files (statement journals that spill, sorts, temporary
+    /// tables), which hold the device's plaintext rows: the device's own temporary folder (its
+    /// folder when that is missing), rather than SQLite's default, /var/tmp without `TMPDIR`.
+    /// SQLite's setting is the process's: the device opened last names it (a folder SQLite
+    /// cannot use there is passed over for its usual ones).
+    static func keepTemporaryFiles(in paths: DevicePaths) {
+        var info = stat()
+        let folder = stat(paths.temporary, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR ? paths.temporary : paths.folder
+        temporaryFolderLock.lock()
+        defer { temporaryFolderLock.unlock() }
+        guard temporaryFolder != folder else { return }
+        let bytes = Array(folder.utf8CString)
+        guard let copy = sqlite3_malloc(Int32(bytes.count))?.assumingMemoryBound(to: CChar.self) else { return }
+        bytes.withUnsafeBufferPointer { copy.update(from: $0.baseAddress!, count: bytes.count) }
+        coven_sqlite_set_temp_directory(copy)
+        temporaryFolder = folder
+    }
+
+    private static let temporaryFolderLock = NSLock()
+    nonisolated(unsafe) private static var temporaryFolder: String?
+
     deinit {
         sqlite3_close_v2(handle)
         if let authorizerBox { Unmanaged<AuthorizerBox>.fromOpaque(authorizerBox).release() }
