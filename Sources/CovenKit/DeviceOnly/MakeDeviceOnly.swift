@@ -295,7 +295,8 @@ extension Device {
     static let directCopyFrom: Int64 = 1 << 20
 
     /// Makes the copies durable: one sync of each filesystem they are on (their folders'), not
-    /// an fsync each; where such a sync fails, each copy of that filesystem is synced.
+    /// an fsync each; where the system has no such sync, each copy is synced. A sync reporting
+    /// a failed write fails the call (a sync of each copy opened now would not see it).
     static func syncCopies(_ copies: [PlannedCopy]) throws {
         var byFilesystem: [UInt64: (folder: String, copies: [PlannedCopy])] = [:]
         var filesystemOf: [String: UInt64] = [:]
@@ -311,10 +312,10 @@ extension Device {
         }
         for (folder, group) in byFilesystem.values {
             let fd = PathText.withCString(folder) { Foundation.open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
-            if fd >= 0 {
-                defer { close(fd) }
-                if coven_syncfs(fd) == 0 { continue }
-            }
+            guard fd >= 0 else { throw CovenError.posix("open", path: PathText.display(folder)) }
+            defer { close(fd) }
+            if coven_syncfs(fd) == 0 { continue }
+            guard errno == ENOSYS else { throw CovenError.posix("sync", path: PathText.display(folder)) }
             for copy in group {
                 let file = PathText.withCString(copy.temporary) { Foundation.open($0, O_RDONLY | O_CLOEXEC) }
                 guard file >= 0 else { throw CovenError.posix("open", path: PathText.display(copy.temporary)) }

@@ -226,13 +226,16 @@ extension Device {
     }
 
     /// Makes the cache files written since the last sync durable: one sync of the cache's
-    /// filesystem, or where that fails, a sync of each file.
+    /// filesystem, or where the system has no such sync, a sync of each file.
+    ///
+    /// - Throws: `.io` when the sync reports a failed write (a sync of each file opened now
+    ///   would not see it: the bytes are gone, and the entries are not recorded).
     func syncCacheFiles(_ objects: [String]) throws {
         let folder = Foundation.open(paths.cache, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if folder >= 0 {
-            defer { Foundation.close(folder) }
-            if coven_syncfs(folder) == 0 { return }
-        }
+        guard folder >= 0 else { throw CovenError.posix("open cache folder", path: paths.cache) }
+        defer { Foundation.close(folder) }
+        if coven_syncfs(folder) == 0 { return }
+        guard errno == ENOSYS else { throw CovenError.posix("sync cache folder", path: paths.cache) }
         for object in objects {
             let files = cachePaths(object: object)
             for path in [files.data, files.tags] {
