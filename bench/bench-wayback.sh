@@ -17,8 +17,12 @@
 # one run beside restic 0.14 restore and rclone 1.60 copy from a crypt remote in the same run:
 #   before the batches   fetch-kept 17.07 s (5.31x restic, 4.87x rclone, 32.8 MiB),
 #                        make-device-only 13.18 s (4.10x, 3.76x, 61.1 MiB)
-#   after                fetch-kept 5.18 s (1.54x restic 3.37 s, 1.85x rclone 2.80 s, 35.3 MiB),
+#   after (load 3)       fetch-kept 5.18 s (1.54x restic 3.37 s, 1.85x rclone 2.80 s, 35.3 MiB),
 #                        make-device-only 5.38 s (1.60x, 1.92x, 60.2 MiB)
+#   after (load 4.4)     fetch-kept 8.80 s (2.22x restic 3.95 s, 2.14x rclone 4.12 s, 33.7 MiB),
+#                        make-device-only 9.10 s (2.30x, 2.21x, 61.9 MiB)
+# (the load is the other sessions on the two cores: coven spends about 0.7 CPU-ms a file,
+# and loses more to them than restic and rclone do)
 # The floor the syncs set, 10,000 new files of 34 KiB: written 1.7 s; each fdatasync'd in
 # turn 6.3 s (0.46 ms a sync), eight at a time 2.0 s; one syncfs after them all 0.6 s.
 # restic and rclone sync nothing.
