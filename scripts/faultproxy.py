@@ -71,6 +71,10 @@ class Faults:
 
     def __init__(self, control_path, stats_path, log_path=None):
         self.lock = threading.Lock()
+        # Held from the look at the control file to the new rules being in force: requests
+        # arriving together after a change would each read it and reset the rules' counts (a
+        # rule of count 1 then faulted two or three of them).
+        self.reload_lock = threading.Lock()
         # Held from the snapshot to the rename, so an older count never replaces a newer one.
         self.write_lock = threading.Lock()
         self.log_path = log_path
@@ -101,6 +105,10 @@ class Faults:
     def reload(self):
         if not self.control_path:
             return
+        with self.reload_lock:
+            self.reload_locked()
+
+    def reload_locked(self):
         try:
             st = os.stat(self.control_path)
         except FileNotFoundError:
@@ -357,6 +365,10 @@ def main():
     Handler.upstream = (target.hostname, target.port or 80)
     Handler.faults = Faults(args.control, args.stats, args.log)
 
+    # A listen queue of 5 (socketserver's default) drops the connections past it that arrive
+    # together (eight storage workers starting at once), and their clients try again after 1 s,
+    # then 3 s, 7 s: a file held back behind nothing.
+    http.server.ThreadingHTTPServer.request_queue_size = 128
     server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     port = server.server_address[1]

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <sys/vfs.h>
 #include <malloc.h>
+#include <unistd.h>
 
 // At most `count` malloc arenas (glibc makes one per thread by default, each keeping its own
 // freed memory).
@@ -45,5 +46,12 @@ static inline int coven_preallocate(int fd, long long offset, long long count) {
 // Gives back the blocks of a byte range (it reads as zeros after), without changing the size.
 static inline int coven_punch_hole(int fd, long long offset, long long count) {
     return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, count);
+}
+
+// Writes out every dirty page and inode of the filesystem holding `fd`, and commits its
+// journal: one call for a batch of new files, instead of an fsync each (since Linux 5.8 it
+// reports the writeback errors of the filesystem, as fsync does a file's).
+static inline int coven_syncfs(int fd) {
+    return syncfs(fd);
 }
 #endif

@@ -13,4 +13,10 @@ static inline sqlite3_destructor_type coven_sqlite_transient(void) { return SQLI
 static inline int coven_sqlite_db_config_defensive(sqlite3 *db, int on) {
     return sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, on, (int *)0);
 }
+
+// Names the folder of SQLite's temporary files (process-wide; `folder` from sqlite3_malloc).
+// The value before is not freed: a connection on another thread may be reading it.
+static inline void coven_sqlite_set_temp_directory(char *folder) {
+    sqlite3_temp_directory = folder;
+}
 #endif

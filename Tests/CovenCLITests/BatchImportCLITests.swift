@@ -174,6 +174,29 @@ final class BatchImportCLITests: XCTestCase {
         XCTAssertEqual((object["rows"] as? [Any])?.count, 0)
     }
 
+    /// SQLite's temporary files (the statement journal a long `write --each` batch spills, a
+    /// sort's runs) go into the device's own folder, not /var/tmp (SQLite's default without
+    /// TMPDIR): they hold the device's plaintext rows. strace shows where they are opened.
+    func testWriteEachSpillsItsTemporaryFilesIntoTheDevicesFolder() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/strace") else { throw XCTSkip("strace is not installed") }
+        let rows = (0..<3000).map { #"{"title": "track \#($0)"}"# }.joined(separator: "\n") + "\n"
+        try Data(rows.utf8).write(to: URL(fileURLWithPath: work + "/rows.jsonl"))
+        var bare = environment
+        bare["TMPDIR"] = nil
+        bare["SQLITE_TMPDIR"] = nil
+        let write = try Processes.run("/usr/bin/strace", ["-f", "-qq", "-e", "trace=openat", "-o", work + "/opens.txt", binary,
+                                                         "write", "--each", "rows.jsonl",
+                                                         "INSERT INTO tracks (id, title, _updated_at) VALUES (coven_uuid7(), :title, coven_stamp())"],
+                                      environment: bare, directory: work)
+        XCTAssertEqual(write.status, 0, write.stderrText)
+        XCTAssertEqual(try sql("SELECT count(*) FROM tracks"), "3000")
+        let opens = try String(contentsOfFile: work + "/opens.txt", encoding: .utf8).split(separator: "\n").filter { $0.contains("etilqs_") }
+        XCTAssertFalse(opens.isEmpty, "the batch spilled nothing: the test no longer shows where spills go")
+        for open in opens {
+            XCTAssertTrue(open.contains("\"" + work + "/device.db.d/"), String(open))
+        }
+    }
+
     func testWriteScriptFromStdinRunsAsOneTransaction() throws {
         var script = ""
         for index in 0..<500 {

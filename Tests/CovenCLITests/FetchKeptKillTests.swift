@@ -62,4 +62,51 @@ final class FetchKeptKillTests: XCTestCase {
         let after = try Device.open(paths: paths, readOnly: true)
         XCTAssertEqual(try after.database.scalar("SELECT count(*) FROM coven_cache WHERE complete > 0").intValue, 12)
     }
+
+    /// The sync that makes a batch of fetched files durable comes before the commit recording
+    /// them complete: `kill -9` at that sync (strace kills the process as it enters it) leaves
+    /// every entry recorded with nothing held, never one complete without its bytes on the disk,
+    /// and the next run fetches them all. (Before, each file was synced and recorded on its own,
+    /// and no such batch sync was made.)
+    func testKillAtTheBatchSyncLeavesNoEntryCompleteAndTheRerunFetchesEveryFile() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/strace") else { throw XCTSkip("strace is not installed") }
+        let folder = try TestPaths.temporaryDirectory("fetch-kept-sync-kill")
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let manifest = """
+        { "namespaces": [ { "name": "keep", "kind": "app", "kept": true } ],
+          "tables": [ { "name": "keep", "identity": "uuid", "files": [ { "column": "file" } ] } ],
+          "migrations": [ "CREATE TABLE keep (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
+        """
+        let location = StorageLocation.file(directory: folder + "/store")
+        try FileManager.default.createDirectory(atPath: folder + "/store", withIntermediateDirectories: true)
+        let paths = DevicePaths(database: folder + "/device.db")
+        do {
+            let device = try Device.create(paths: paths, storage: location, manifest: try Manifest(json: Data(manifest.utf8)),
+                                           name: "kill", provider: try StorageConnector(location: location).connect())
+            var files: [String] = []
+            for index in 0..<20 {
+                files.append(try StoredFiles.stageApp(device, bytes: [UInt8](repeating: UInt8(index), count: 3000 + index), namespace: "keep", table: "keep"))
+            }
+            try StoredFiles.store(device, file: files[0])
+        }
+        func entries() throws -> (complete: Int64, held: Int64) {
+            let reader = try Device.open(paths: paths, readOnly: true)
+            return (try reader.database.scalar("SELECT count(*) FROM coven_cache WHERE complete > 0").intValue ?? -1,
+                    try reader.database.scalar("SELECT count(*) FROM coven_cache WHERE bytes > 0").intValue ?? -1)
+        }
+        let environment = ["COVEN_DB": paths.database, "PATH": "/usr/bin:/bin"]
+        let killed = try Processes.run("/usr/bin/strace", ["-f", "-qq", "-o", "/dev/null", "-e", "trace=syncfs", "-e", "inject=syncfs:signal=KILL",
+                                                          try Repository.covenBinary(), "fetch-kept"],
+                                       environment: environment, directory: folder)
+        XCTAssertNotEqual(killed.status, 0, "killed at its batch sync: \(killed.stderrText)")
+        let after = try entries()
+        XCTAssertEqual(after.complete, 0, "no entry recorded complete before its batch was synced")
+        XCTAssertEqual(after.held, 0, "nor holding bytes")
+
+        let rerun = try Processes.run(try Repository.covenBinary(), ["--json", "fetch-kept"], environment: environment, directory: folder)
+        XCTAssertEqual(rerun.status, 0, rerun.stderrText)
+        let json = try JSONSerialization.jsonObject(with: rerun.stdout) as? [String: Any]
+        XCTAssertEqual((json?["fetched"] as? [[String: Any]])?.count, 20)
+        XCTAssertEqual(try entries().complete, 20)
+    }
 }

@@ -117,6 +117,10 @@ public final class Database {
     var authorizerBox: UnsafeMutableRawPointer?
     /// The capture triggers of recorded writes on this connection, once installed.
     var rowCapture: RowCapture?
+    /// Taken around each ``transaction(_:)`` when set: connections of one process that write
+    /// at once (fetch-kept's workers) queue for it here rather than in SQLite's busy handler,
+    /// which sleeps 1 ms and more however soon the lock is free again.
+    var writeGate: NSLock?
     /// Statements kept prepared for hot loops (``cached(_:)``).
     private var statementCache: [String: Statement] = [:]
     /// How many statements this connection has prepared (``Statement``s and
@@ -148,6 +152,27 @@ public final class Database {
         sqlite3_extended_result_codes(db, 1)
         sqlite3_busy_timeout(db, 30_000)
     }
+
+    /// Where SQLite makes its temporary files (statement journals that spill, sorts, temporary
+    /// tables), which hold the device's plaintext rows: the device's own temporary folder (its
+    /// folder when that is missing), rather than SQLite's default, /var/tmp without `TMPDIR`.
+    /// SQLite's setting is the process's: the device opened last names it (a folder SQLite
+    /// cannot use there is passed over for its usual ones).
+    static func keepTemporaryFiles(in paths: DevicePaths) {
+        var info = stat()
+        let folder = stat(paths.temporary, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR ? paths.temporary : paths.folder
+        temporaryFolderLock.lock()
+        defer { temporaryFolderLock.unlock() }
+        guard temporaryFolder != folder else { return }
+        let bytes = Array(folder.utf8CString)
+        guard let copy = sqlite3_malloc(Int32(bytes.count))?.assumingMemoryBound(to: CChar.self) else { return }
+        bytes.withUnsafeBufferPointer { copy.update(from: $0.baseAddress!, count: bytes.count) }
+        coven_sqlite_set_temp_directory(copy)
+        temporaryFolder = folder
+    }
+
+    private static let temporaryFolderLock = NSLock()
+    nonisolated(unsafe) private static var temporaryFolder: String?
 
     deinit {
         sqlite3_close_v2(handle)
@@ -276,6 +301,15 @@ public final class Database {
     /// Every state change of coven goes through here, so a crash leaves either all of it or none.
     @discardableResult
     public func transaction<T>(_ body: () throws -> T) throws -> T {
+        if let writeGate {
+            writeGate.lock()
+            defer { writeGate.unlock() }
+            return try gatedTransaction(body)
+        }
+        return try gatedTransaction(body)
+    }
+
+    private func gatedTransaction<T>(_ body: () throws -> T) throws -> T {
         try execute("BEGIN IMMEDIATE")
         do {
             let result = try body()

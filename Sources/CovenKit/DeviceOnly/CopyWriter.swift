@@ -85,8 +85,9 @@ final class CopyWriter {
         }
     }
 
-    /// Writes what is left, syncs the file and closes it.
-    func finish() throws {
+    /// Writes what is left, syncs the file (unless `sync` is false: the caller syncs a batch of
+    /// files at once before anything names them) and closes it.
+    func finish(sync: Bool = true) throws {
         // Whole sectors still go direct; the tail through the page cache.
         let aligned = direct ? filled & ~(Self.alignment - 1) : 0
         if aligned > 0 { try flush(aligned) }
@@ -94,7 +95,7 @@ final class CopyWriter {
             try leaveDirect()
             try flush(filled)
         }
-        guard fsync(fd) == 0 else { throw CovenError.posix("sync", path: PathText.display(path)) }
+        if sync { guard fsync(fd) == 0 else { throw CovenError.posix("sync", path: PathText.display(path)) } }
         let descriptor = fd
         fd = -1
         guard close(descriptor) == 0 else { throw CovenError.posix("close", path: PathText.display(path)) }

@@ -121,7 +121,8 @@ extension Device {
         let digests = try downloadCopies(plan, parallel: parallel, stop: stop, progress: progress)
         try stop.check("make-device-only")
 
-        // Every new name is durable before the switch names it.
+        // Every copy's bytes, and every new name, are durable before the switch names them.
+        try Self.syncCopies(plan.copies)
         var synced: Set<String> = []
         for folder in plan.copies.map(\.folder) + made.map({ ($0 as NSString).deletingLastPathComponent }) + [plan.folder] where synced.insert(folder).inserted {
             try AtomicFile.syncFolder(folder)
@@ -290,6 +291,40 @@ extension Device {
 
     // MARK: Downloads
 
+    /// Copies larger than this are written straight to the disk (``CopyWriter``).
+    static let directCopyFrom: Int64 = 1 << 20
+
+    /// Makes the copies durable: one sync of each filesystem they are on (their folders'), not
+    /// an fsync each; where the system has no such sync, each copy is synced. A sync reporting
+    /// a failed write fails the call (a sync of each copy opened now would not see it).
+    static func syncCopies(_ copies: [PlannedCopy]) throws {
+        var byFilesystem: [UInt64: (folder: String, copies: [PlannedCopy])] = [:]
+        var filesystemOf: [String: UInt64] = [:]
+        for copy in copies {
+            if filesystemOf[copy.folder] == nil {
+                var info = stat()
+                guard PathText.withCString(copy.folder, { stat($0, &info) }) == 0 else {
+                    throw CovenError.posix("look at", path: PathText.display(copy.folder))
+                }
+                filesystemOf[copy.folder] = UInt64(info.st_dev)
+            }
+            byFilesystem[filesystemOf[copy.folder]!, default: (copy.folder, [])].copies.append(copy)
+        }
+        for (folder, group) in byFilesystem.values {
+            let fd = PathText.withCString(folder) { Foundation.open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+            guard fd >= 0 else { throw CovenError.posix("open", path: PathText.display(folder)) }
+            defer { close(fd) }
+            if coven_syncfs(fd) == 0 { continue }
+            guard errno == ENOSYS else { throw CovenError.posix("sync", path: PathText.display(folder)) }
+            for copy in group {
+                let file = PathText.withCString(copy.temporary) { Foundation.open($0, O_RDONLY | O_CLOEXEC) }
+                guard file >= 0 else { throw CovenError.posix("open", path: PathText.display(copy.temporary)) }
+                defer { close(file) }
+                guard fsync(file) == 0 else { throw CovenError.posix("sync", path: PathText.display(copy.temporary)) }
+            }
+        }
+    }
+
     /// Downloads every copy, `parallel` files at once, each through the read path of a
     /// connection of its own (``readStoredFile(_:buffers:stop:output:)``).
     func downloadCopies(
@@ -348,7 +383,10 @@ extension Device {
         guard let hash = record.hash, let content = [UInt8](hex: hash.lowercased()), content.count == 32 else {
             throw CovenError(.integrity, "file '\(record.id)' has no content hash to check its copy against", details: ["file": record.id])
         }
-        let writer = try CopyWriter(creating: copy.temporary, block: block)
+        // A small copy through the page cache: the copies are synced together, one sync of the
+        // filesystem for them all (``syncCopies(_:)``), where a direct write waits on the disk
+        // file by file.
+        let writer = try CopyWriter(creating: copy.temporary, block: block, direct: record.size > Self.directCopyFrom)
         var reported: Int64 = 0
         do {
             _ = try reader.readStoredFile(record, buffers: buffers, stop: stop) { plain in
@@ -384,7 +422,8 @@ extension Device {
         guard written == record.size else {
             throw CovenError(.integrity, "file '\(record.id)' does not match its content hash", details: ["file": record.id])
         }
-        try writer.finish()
+        // Synced with the others before the switch (``syncCopies(_:)``).
+        try writer.finish(sync: false)
         // A hard link is a rename that never replaces: the final name appears whole, or the call
         // fails if something took the name meanwhile. The temporary goes once the switch commits.
         let linked = PathText.withCString(copy.temporary) { from in PathText.withCString(copy.final) { to in link(from, to) } }

@@ -295,6 +295,16 @@ extension Device {
 
 // MARK: - A read from the cache and storage
 
+/// What a deferred read (fetch-kept's) held, for its caller to record: the entry's chunks, the
+/// bytes they hold and its state once the caller has synced its files (a whole entry is
+/// recorded complete only then). @unchecked: written by the reading thread, read by the caller
+/// after the read ended (handed over under the run's lock).
+final class DeferredCacheRecord: @unchecked Sendable {
+    var chunks: [UInt8] = []
+    var bytes: Int64 = 0
+    var state: CacheState = .partial
+}
+
 /// One read of a stored file through the cache. Holds a shared lock on the cache entry's data
 /// file while it lives, so trims and `cache clear` pass over it.
 final class StoredRead {
@@ -335,8 +345,13 @@ final class StoredRead {
     ///   - keepsFetched: false for a read that serves the chunks the cache holds but adds
     ///     nothing to it (make-device-only, whose copy holds the bytes): no entry is made and
     ///     fetched chunks are not written.
-    init(device: Device, record: FileRecord, durable: Bool, stop: Stop, caching: Bool = true, keepsFetched: Bool = true) throws {
+    ///   - deferred: for fetch-kept's workers: the entry's row was begun (empty) by the caller,
+    ///     who records what the read held later, with other entries, after syncing their files
+    ///     at once; the read touches no database.
+    init(device: Device, record: FileRecord, durable: Bool, stop: Stop, caching: Bool = true, keepsFetched: Bool = true,
+         deferred: DeferredCacheRecord? = nil) throws {
         self.device = device
+        self.deferred = deferred
         self.caching = caching
         self.keepsFetched = keepsFetched
         self.record = record
@@ -354,6 +369,8 @@ final class StoredRead {
         }
     }
 
+    /// Where a deferred read leaves what it held (``DeferredCacheRecord``), nil otherwise.
+    let deferred: DeferredCacheRecord?
     /// Whether fetched chunks are written to the cache (see ``init(device:record:durable:stop:caching:keepsFetched:)``).
     let keepsFetched: Bool
     /// Run buffers to read through, when the caller keeps its own (their count is the depth).
@@ -365,6 +382,12 @@ final class StoredRead {
     /// Creates the entry's row and files if needed, locks the data file shared and loads the
     /// bitmap. A row comes before its files, so a file without a row is garbage.
     private func openEntry() throws {
+        if deferred != nil {
+            // The caller begun the row (empty) before handing the file out: only the files.
+            try Device.makeFolder(device.paths.cache, mode: 0o700)
+            try openFiles()
+            return
+        }
         let db = device.database
         // The cache's bookkeeping may lose its last commits to a power cut (never to a crash of
         // the process): every cached chunk is checked against its tag when read, so a lost
@@ -388,6 +411,16 @@ final class StoredRead {
                 try device.setSetting(Device.checkedKey("cache:" + object), nil)
             }
         }
+        try openFiles()
+        if let row = try device.cacheRow(object), row.size == size {
+            bitmap = ChunkBitmap(count: bitmap.count, bytes: row.chunks)
+            verified = row.verified && bitmap.isFull
+        }
+    }
+
+    /// Opens (or makes) the entry's data and tags files, the data file locked shared and both
+    /// the entry's size.
+    private func openFiles() throws {
         for _ in 0..<3 {
             let fd = Foundation.open(files.data, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
             guard fd >= 0 else { throw CovenError.posix("open cache file", path: files.data) }
@@ -406,10 +439,6 @@ final class StoredRead {
         var info = stat()
         if fstat(dataFD, &info) == 0, Int64(info.st_size) != size {
             guard ftruncate(dataFD, off_t(size)) == 0 else { throw CovenError.posix("size cache file", path: files.data) }
-        }
-        if let row = try device.cacheRow(object), row.size == size {
-            bitmap = ChunkBitmap(count: bitmap.count, bytes: row.chunks)
-            verified = row.verified && bitmap.isFull
         }
     }
 
@@ -469,7 +498,9 @@ final class StoredRead {
         let producer = Prefetcher(
             connector: StorageConnector(location: device.storage, environment: device.storageEnvironment), object: object, keyHex: record.coordinates.key,
             size: size, steps: steps, dataFD: dataFD, tagsFD: tagsFD,
-            writing: caching && keepsFetched ? .init(dataPath: files.data, tagsPath: files.tags, startWriteback: durable, required: durable) : nil,
+            // A deferred read's files are synced with a batch of others, by one sync of the
+            // filesystem: their writeback is left to it rather than started file by file.
+            writing: caching && keepsFetched ? .init(dataPath: files.data, tagsPath: files.tags, startWriteback: durable && deferred == nil, required: durable) : nil,
             threads: hasher == nil ? ChunkRun.threads : 1, depth: buffers.isEmpty ? 3 : buffers.count, reusing: buffers)
         producer.start()
         defer { producer.stop() }
@@ -586,6 +617,16 @@ final class StoredRead {
         let chunks = pending.filter { !dropped.contains($0) }
         pending.removeAll()
         pendingBytes = 0
+        if let deferred {
+            // Left for the caller, who syncs the files before it records an entry complete.
+            for chunk in chunks { bitmap.insert(chunk) }
+            for chunk in dropped { bitmap.remove(chunk) }
+            dropped.removeAll()
+            deferred.chunks = bitmap.bytes
+            deferred.bytes = bitmap.heldBytes(size: size)
+            deferred.state = bitmap.isFull ? CacheState(synced: true, verified: hashChecked) : .partial
+            return
+        }
         let db = device.database
         let existing = try device.cacheRow(object).flatMap { $0.size == size ? $0 : nil }
         var next = ChunkBitmap(count: bitmap.count, bytes: existing?.chunks ?? [])

@@ -157,7 +157,9 @@ final class Prefetcher: @unchecked Sendable {
         let threads = max(1, min(threads, ChunkRun.threads))
         workers = allCached && steps.count > 1 ? threads : 1
         threadsPerRun = workers > 1 ? 1 : threads
-        readerProduces = workers > 1
+        // A read of one run (a file of up to 1 MiB) has nothing to overlap within it: the reader
+        // fetches it itself, rather than starting a thread for it (many small files a second).
+        readerProduces = workers > 1 || steps.count == 1
         // Two producers need a buffer each and one the reader holds; one producer may work with
         // a single buffer (no overlap within the read: a caller running reads side by side).
         let count = min(max(depth, workers > 1 ? workers + 1 : 1), steps.count)

@@ -367,10 +367,21 @@ public struct StorageOptions: Sendable {
 
     /// Default options, overridden by `COVEN_STORAGE_CONTROL_TIMEOUT`,
     /// `COVEN_STORAGE_BYTES_TIMEOUT`, `COVEN_STORAGE_CONNECT_TIMEOUT` and `COVEN_STORAGE_RETRIES`.
-    public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
-        if let v = environment["COVEN_STORAGE_CONTROL_TIMEOUT"].flatMap(Double.init) { controlTimeout = v }
-        if let v = environment["COVEN_STORAGE_BYTES_TIMEOUT"].flatMap(Double.init) { bytesTimeout = v }
-        if let v = environment["COVEN_STORAGE_CONNECT_TIMEOUT"].flatMap(Double.init) { connectTimeout = v }
-        if let v = environment["COVEN_STORAGE_RETRIES"].flatMap(Int.init) { requestRetries = v }
+    public init(environment: [String: String]) {
+        self.init { environment[$0] }
+    }
+
+    /// Default options, overridden by those variables of the process environment, each read
+    /// alone (a read of many small files makes options per file: the whole environment as a
+    /// dictionary each time cost more than the read's own work).
+    public init() {
+        self.init { name in getenv(name).map { String(cString: $0) } }
+    }
+
+    private init(variable: (String) -> String?) {
+        if let v = variable("COVEN_STORAGE_CONTROL_TIMEOUT").flatMap(Double.init) { controlTimeout = v }
+        if let v = variable("COVEN_STORAGE_BYTES_TIMEOUT").flatMap(Double.init) { bytesTimeout = v }
+        if let v = variable("COVEN_STORAGE_CONNECT_TIMEOUT").flatMap(Double.init) { connectTimeout = v }
+        if let v = variable("COVEN_STORAGE_RETRIES").flatMap(Int.init) { requestRetries = v }
     }
 }

@@ -79,6 +79,9 @@ public final class Device {
         guard (info.st_mode & S_IFMT) == S_IFREG else {
             throw CovenError(.noDevice, "'\(paths.database)' is not a coven device database", hint: "pass the database file with --db", cause: "not a regular file", details: ["path": paths.database])
         }
+        // SQLite's temporary files (a long batch's statement journal, a sort's runs) hold the
+        // device's rows: in its own folder, not /var/tmp.
+        Database.keepTemporaryFiles(in: paths)
         let database = try Database(path: paths.database, readOnly: readOnly)
         let device: Device
         do {

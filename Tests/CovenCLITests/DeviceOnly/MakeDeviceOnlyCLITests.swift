@@ -60,6 +60,33 @@ final class MakeDeviceOnlyCLITests: XCTestCase {
         XCTAssertTrue(result.stderrText.hasPrefix("coven: error: not_in_cloud: argument 1"), result.stderrText)
     }
 
+    /// The copies are synced together (one sync of their filesystem) before the switch names
+    /// them: `kill -9` at that sync (strace kills the process as it enters it) switches nothing,
+    /// the next command's open removes the copies, and a rerun brings every file back.
+    /// (Before, each copy was synced on its own as it was written, and no such sync was made.)
+    func testKillAtTheSyncOfTheCopiesSwitchesNothingAndTheRerunBringsThemBack() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/strace") else { throw XCTSkip("strace is not installed") }
+        let cli = try CLIDevice("mdo-sync-kill")
+        let contents = (0..<6).map { patternBytes(20_000 + $0, seed: UInt8($0)) }
+        let ids = try cli.storedFiles(contents)
+        try FileManager.default.createDirectory(atPath: cli.work + "/Music", withIntermediateDirectories: true)
+        let arguments = ["make-device-only", "--folder", "Music"] + ids.enumerated().map { "\($1)=Album/\($0).bin" }
+        let killed = try Processes.run("/usr/bin/strace", ["-f", "-qq", "-o", "/dev/null", "-e", "trace=syncfs", "-e", "inject=syncfs:signal=KILL",
+                                                          cli.binary] + arguments,
+                                       environment: cli.environment, directory: cli.work)
+        XCTAssertNotEqual(killed.status, 0, "killed at the sync of the copies: \(killed.stderrText)")
+        XCTAssertEqual(try cli.sql("SELECT count(*) FROM coven_files WHERE coven_file_device(coordinates) IS NULL"), ["6"], "nothing switched")
+        // The next command's open cleans up after the killed call.
+        XCTAssertEqual(try cli.sql("SELECT count(*) FROM coven_user_files"), ["0"])
+        XCTAssertEqual(cli.tree("Music").filter { $0.hasSuffix(".bin") }, [], "the copies made before the kill are gone")
+        let rerun = try cli.run(arguments)
+        XCTAssertEqual(rerun.status, 0, rerun.stderrText)
+        for (index, bytes) in contents.enumerated() {
+            XCTAssertEqual(FileManager.default.contents(atPath: cli.work + "/Music/Album/\(index).bin").map([UInt8].init), bytes)
+        }
+        XCTAssertEqual(try cli.sql("SELECT count(*) FROM coven_files WHERE coven_file_device(coordinates) = coven_device_id()"), ["6"])
+    }
+
     func testAProgressLineOnATerminalOnly() throws {
         guard let script = Processes.which("script", path: "/usr/bin:/bin") else { throw XCTSkip("no 'script' to give coven a terminal") }
         let cli = try CLIDevice("mdo-tty")
