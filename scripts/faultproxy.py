@@ -232,6 +232,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         rule = self.faults.take(self.command, self.path)
         self.faults.log_request(self.command, self.path, len(body), rule["mode"] if rule else "forwarded")
+        # The counters are on disk before any answer goes (a client reads them once answered).
+        self.faults.write_stats()
         try:
             if rule and rule["mode"] == "status":
                 self.inject_status(rule)
@@ -313,16 +315,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
             else:
                 self.send_header("Content-Length", str(len(data)))
             self.end_headers()
+            # Counted, and the counters written, before the body goes: a client that has the
+            # bytes reads counters that include them (counted after, a test reading them as
+            # soon as its read returned saw the count of before).
             if rule is None or rule["mode"] in ("ignore_range", "short_range"):
+                self.faults.count_body(len(data))
+                self.faults.write_stats()
                 self.wfile.write(data)
                 self.wfile.flush()
-                self.faults.count_body(len(data))
                 return
             after = rule.get("after_bytes")
             after = min(len(data) // 2, 65536) if after is None else max(0, min(int(after), len(data)))
+            self.faults.count_body(after)
+            self.faults.write_stats()
             self.wfile.write(data[:after])
             self.wfile.flush()
-            self.faults.count_body(after)
             if rule["mode"] == "stall":
                 time.sleep(min(float(rule.get("seconds", 10)), 300))
                 self.close_connection = True
