@@ -146,6 +146,24 @@ struct AudienceMoves {
         return entries
     }
 
+    /// Records a retract ``CrossedMoves`` publishes: the row leaves `audience` at `stamp` (a
+    /// winner's, written elsewhere or earlier). False when that retract is recorded already.
+    static func recordCrossed(table: String, id: String, stamp: String, audience: String, in database: Database) throws -> Bool {
+        try database.run("""
+            INSERT INTO coven_audience_moves (tbl, id, stamp, old_audience, crossed) VALUES (?1, ?2, ?3, ?4, 1) ON CONFLICT DO NOTHING
+            """, [table, id, stamp, audience])
+        return database.changes > 0
+    }
+
+    /// Whether a retract is one ``CrossedMoves`` published: the losing image it ends was
+    /// published in that audience by another device, so peers hold the row there whatever
+    /// this device's gate says of it.
+    static func isCrossed(_ entry: RowEntry, in database: Database) throws -> Bool {
+        guard entry.kind == .retract else { return false }
+        return try database.scalar("SELECT crossed FROM coven_audience_moves WHERE tbl = ?1 AND id = ?2 AND stamp = ?3",
+                                   [entry.table, entry.id, entry.stamp]).intValue == 1
+    }
+
     /// The audience a retract of a move takes the row out of; nil for any other retract.
     static func leftAudience(of entry: RowEntry, in database: Database) throws -> String? {
         guard entry.kind == .retract else { return nil }

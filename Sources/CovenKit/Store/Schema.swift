@@ -59,6 +59,9 @@ enum Schema {
                 ALTER TABLE coven_published ADD COLUMN audience TEXT;
                 """)
         },
+        // 17: the retracts a device publishes for a move that crossed a write in the audience
+        // the row left (Sync/CrossedMoves.swift), which go whatever the gate says.
+        { database in try database.execute("ALTER TABLE coven_audience_moves ADD COLUMN crossed INTEGER NOT NULL DEFAULT 0") },
     ]
 
     /// Version 15: the circles this device's member knows of, owned by ``Circles``: every

@@ -38,6 +38,8 @@ struct ChangeApplier {
     /// The tables whose rows can be kept back (``SchemaGraph``), whose applied rows are
     /// recorded as held by peers.
     private var gated: Set<String> = []
+    /// The judge of images that crossed a row's move (``CrossedMoves``).
+    private var crossed: CrossedMoves?
 
     /// The synced tables' foreign keys, and the rows the change being applied deletes (with
     /// the stamps of those deletes).
@@ -77,6 +79,7 @@ struct ChangeApplier {
         let graph = try device.schemaGraph()
         self.graph = graph
         gated = Set(graph.gatedTables)
+        crossed = CrossedMoves(device: device, gated: gated)
         deletedByChange = Dictionary(change.entries.filter { $0.kind != .upsert }.map { (RowKey(table: $0.table, id: $0.id), $0.stamp) },
                                      uniquingKeysWith: { max($0, $1) })
         try database.execute("BEGIN IMMEDIATE")
@@ -127,6 +130,12 @@ struct ChangeApplier {
                 }
             }
             try takeOutRowsNamingMissingFiles(touched: touched, deletedFiles: deletedFiles, report: &report)
+            // A row another device wrote can make rows here kept that peers never held (the
+            // notes of an album kept back here, shared again by a newer write from elsewhere):
+            // the next push sends them (GateFilter).
+            if gated.contains(where: { !graph.dependencies(of: $0).isDisjoint(with: touched.keys) }) {
+                try device.setSetting(StoreSync.gateDueSetting, "1")
+            }
             report.restored += try TakenOutRows(device: device, graph: graph).restore()
             for (id, end) in ended.sorted(by: { $0.key < $1.key }) {
                 if let object = try records.deleteUnnamed(id, ended: end) { report.uncache.insert(object) }
@@ -209,6 +218,12 @@ struct ChangeApplier {
             return false
         }
         if entry.stamp < current {
+            // An image of one audience that lost to the row in another: its readers there are
+            // told (a move crossed it).
+            if entry.kind == .upsert, let column = crossed?.audienceColumn(entry.table) {
+                let winner = localStamp == current ? localRow?[column].textValue : try sync.tombstoneAudience(table: entry.table, id: entry.id)
+                try crossed?.imageLost(entry, audience: audience, winnerStamp: current, winnerAudience: winner ?? RowAudiences.store)
+            }
             // This device holds a newer write: the incoming value loses, and is kept if its
             // winner's writer had not seen it.
             if entry.kind == .upsert, let localStamp, localStamp == current,
@@ -229,6 +244,9 @@ struct ChangeApplier {
                                  device: writer, winnerStamp: entry.stamp, why: .concurrent)
                 report.lost += 1
             }
+        }
+        if entry.kind == .upsert, let localRow, let localStamp, let column = crossed?.audienceColumn(entry.table) {
+            try crossed?.imageWon(entry, audience: audience, change: change, localAudience: localRow[column].textValue ?? RowAudiences.store, localStamp: localStamp)
         }
         switch (entry.kind, entry.table == "coven_files") {
         case (.upsert, true):
@@ -363,8 +381,10 @@ struct ChangeApplier {
         let stamp = row["_updated_at"].textValue ?? ""
         try sync.addLost(RowEntry(kind: .upsert, table: table, id: id, stamp: stamp, columns: names, values: row.values),
                          device: HybridClock.device(of: stamp) ?? "", winnerStamp: nil, why: why)
+        // What peers hold of it is left as it was: they take it out too, and bring it back
+        // with its parent as this device does (TakenOutRows). A row restored here is not
+        // sent again by the gate as if peers had never held it.
         try database.run("DELETE FROM main.\(RowCapture.quote(table)) WHERE id = ?1", [id])
-        try PublishedRows(database: database).forget(table: table, id: id)
         report.takenOut += 1
     }
 }

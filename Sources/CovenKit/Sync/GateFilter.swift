@@ -44,8 +44,11 @@ struct GateFilter {
     var isActive: Bool { !kept.isEmpty }
 
     /// What of `entries` (in commit order) leaves this device, plus the rows whose standing
-    /// changed; `deferred` are rows a later, unfrozen write changes.
-    mutating func filter(_ entries: [RowEntry], deferred: Set<RowKey>) throws -> [RowEntry] {
+    /// changed; `deferred` are rows a later, unfrozen write changes. With `pulled` (a pull
+    /// wrote rows a kept rule reads), every gated table's rows kept now that peers do not hold
+    /// go whole too: a newer write from elsewhere that shares an album kept back here makes
+    /// its notes, never published, kept (rows this device wrote).
+    mutating func filter(_ entries: [RowEntry], deferred: Set<RowKey>, pulled: Bool = false) throws -> [RowEntry] {
         guard isActive else { return entries }
         var output: [RowEntry] = []
         var touched: Set<String> = []
@@ -65,6 +68,12 @@ struct GateFilter {
         for entry in entries {
             touched.insert(entry.table)
             guard kept[entry.table] != nil else {
+                output.append(entry)
+                continue
+            }
+            // A move's retract where another device's image of the row lost to it: peers hold
+            // that image, whatever this device's gate says of the row (CrossedMoves).
+            if try AudienceMoves.isCrossed(entry, in: database) {
                 output.append(entry)
                 continue
             }
@@ -103,13 +112,19 @@ struct GateFilter {
                 continue
             }
         }
-        for table in audiences.gatedTables where !audiences.dependencies(of: table).isDisjoint(with: touched) {
-            guard let condition = kept[table] else { continue }
-            for id in try published.keptNotHeld(table: table, kept: condition) {
+        for table in audiences.gatedTables {
+            let written = !audiences.dependencies(of: table).isDisjoint(with: touched)
+            guard written || pulled, let condition = kept[table] else { continue }
+            // After a pull alone, only this device's own rows: another's were published by
+            // their writer, in the audience it wrote them in (a row taken out here and brought
+            // back under a parent moved since does not go where its writer never put it).
+            for id in try published.keptNotHeld(table: table, kept: condition, writtenBy: written ? nil : device.deviceID) {
                 let key = RowKey(table: table, id: id)
                 guard !decided.contains(key), !deferred.contains(key) else { continue }
                 output.append(try whole(key, restamp: try published.state(table: table, id: id) == .retracted))
             }
+            // A row a pull made not kept was the puller's peers' write: they hold it as it is.
+            guard written else { continue }
             for id in try published.heldNotKept(table: table, kept: condition) {
                 let key = RowKey(table: table, id: id)
                 guard !decided.contains(key) else { continue }

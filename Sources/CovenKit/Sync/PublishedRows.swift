@@ -79,13 +79,15 @@ struct PublishedRows {
         try statement.runToEnd()
     }
 
-    /// Ids of `table` that are kept now and peers do not hold: to send whole.
-    func keptNotHeld(table: String, kept: String) throws -> [String] {
+    /// Ids of `table` that are kept now and peers do not hold: to send whole. With `writtenBy`,
+    /// only rows that device last wrote.
+    func keptNotHeld(table: String, kept: String, writtenBy device: String? = nil) throws -> [String] {
         try database.query("""
             SELECT coven_row.id AS id FROM main.\(RowCapture.quote(table)) coven_row
             WHERE (\(kept)) AND NOT EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = ?1 AND p.id = coven_row.id AND p.retracted = 0)
+            \(device == nil ? "" : "AND coven_row._updated_at LIKE '%-' || ?2")
             ORDER BY coven_row.id
-            """, [table]).compactMap { $0["id"].textValue }
+            """, device.map { [table, $0] } ?? [table]).compactMap { $0["id"].textValue }
     }
 
     /// Ids of `table` whose peers were told to delete them (retracted), of rows last written at

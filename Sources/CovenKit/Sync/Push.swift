@@ -95,7 +95,9 @@ extension StoreSync {
             // gc elsewhere waits for this device to have seen: an empty change carries the
             // frontier (an empty change applied does not ask for one back).
             let frontierDue = try setting(Self.frontierDueSetting) == "1"
-            guard !batch.isEmpty || frontierDue else { return false }
+            // A pull changed what a gate keeps: rows kept now that peers never held go whole.
+            let gateDue = try setting(Self.gateDueSetting) == "1"
+            guard !batch.isEmpty || frontierDue || gateDue else { return false }
             var recorded: [RowEntry] = []
             for pending in batch { recorded.append(contentsOf: try RowEntryCodec.decode(pending.entries)) }
             // The gate: private rows stay, rows that became kept go whole, rows that stopped
@@ -107,7 +109,8 @@ extension StoreSync {
                     for entry in try outbox.entries(seq: seq) { deferred.insert(.init(table: entry.table, id: entry.id)) }
                 }
             }
-            let entries = try gate.filter(recorded, deferred: deferred)
+            let entries = try gate.filter(recorded, deferred: deferred, pulled: gateDue)
+            if gateDue { try setSetting(Self.gateDueSetting, nil) }
             guard !entries.isEmpty || frontierDue else {
                 // Nothing of the batch may leave: it is done with, and no change is made.
                 try outbox.remove(batch.map(\.seq))
@@ -147,6 +150,10 @@ extension StoreSync {
     /// The setting that says a pull applied something gc waits for this device to publish a
     /// frontier over.
     static let frontierDueSetting = "sync_frontier_due"
+
+    /// The setting that says a pull wrote rows a gate's kept rule reads: the next push looks
+    /// for rows kept now that peers do not hold.
+    static let gateDueSetting = "sync_gate_due"
 
     /// The stored objects that records of this device name but that no published change of it
     /// holds yet (their newest image, stamped here, is newer than what this change publishes):

@@ -190,6 +190,37 @@ class CirclesTests: DeviceTestCase {
         }
     }
 
+    /// A move into the circle that crosses a write of the row in the store: Alice moves the
+    /// album into the circle, Bob (not having seen the move) edits it in the store, and Alice
+    /// (not having seen Bob's edit) edits it in the circle. The circle's members keep Alice's
+    /// last image, in the circle; Carol, who reads the store only, would have kept Bob's for
+    /// good: a device holding the winner retracts the row in the store at the winner's stamp.
+    func testAMoveThatCrossesAWriteInTheStoreTakesTheRowOutOfTheStore() throws {
+        let s = try threeMembers()
+        try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'Abbey Road', 'store')")
+        try syncAll(s)
+        try s.alice.write(sql: "UPDATE albums SET audience = '\(s.circle)' WHERE id = '\(Self.album)'")
+        _ = try StoreSync(s.alice).sync()
+        _ = try StoreSync(s.carol).sync()
+        XCTAssertNil(try title(s.carol, Self.album), "the move's retract")
+        try s.bob.write(sql: "UPDATE albums SET title = 'Abbey Road (Bob)' WHERE id = '\(Self.album)'")  // has not seen the move
+        try s.alice.write(sql: "UPDATE albums SET title = '\(Self.secretTitle)' WHERE id = '\(Self.album)'")  // later: it wins
+        _ = try StoreSync(s.bob).sync(pull: false)
+        _ = try StoreSync(s.carol).sync()
+        XCTAssertEqual(try title(s.carol, Self.album), "Abbey Road (Bob)", "Bob's edit came after the move's retract")
+        try syncAll(s)
+        for device in [s.alice, s.bob] {
+            XCTAssertEqual(try title(device, Self.album), Self.secretTitle, device.deviceName)
+            XCTAssertEqual(try device.database.scalar("SELECT audience FROM albums WHERE id = ?1", [Self.album]).textValue, s.circle, device.deviceName)
+        }
+        XCTAssertNil(try title(s.carol, Self.album), "the row left the store")
+        for device in s.all {
+            XCTAssertEqual(try device.database.scalar("SELECT count(*) FROM coven_lost_values WHERE why = 'not_authorized'").intValue, 0, device.deviceName)
+        }
+        try s.carol.database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        XCTAssertEqual(try leaks([Self.secretTitle], store: s, outsider: s.carol), [])
+    }
+
     /// A change sealed under a generation of the circle this device has not read yet waits
     /// (`key_unavailable`, shown by status), and applies once the key arrives.
     func testAChangeBeforeItsKeyGenerationWaitsAndAppliesOnceTheKeyArrives() throws {

@@ -331,6 +331,8 @@ final class CirclesModelTests: XCTestCase {
                     print("TRACE \(n.device.deviceName) tombs", try n.device.database.query("SELECT tbl, id, stamp, audience FROM coven_tombstones WHERE tbl = 'albums'").map { $0.values.map { $0.textValue ?? "\($0)" } })
                     print("TRACE \(n.device.deviceName) registry", try n.device.database.query("SELECT device, applied_seq FROM coven_device_registry").map { $0.values.map { $0.textValue ?? "\($0)" } }, try n.device.status().sync.keyUnavailable)
                     print("TRACE \(n.device.deviceName) sections", try n.device.database.query("SELECT device, seq, audience, generation, opened FROM coven_change_sections").map { $0.values.map { $0.textValue ?? "\($0)" } }, try n.device.database.query("SELECT audience, generation, opened, member FROM coven_circles").map { $0.values.map { $0.textValue ?? "\($0)" } })
+                    print("TRACE \(n.device.deviceName) notes", try n.device.database.query("SELECT id, album_id, body, _updated_at FROM notes").map { $0.values.map { $0.textValue ?? "\($0)" } })
+                    print("TRACE \(n.device.deviceName) published", try n.device.database.query("SELECT tbl, id, retracted, audience FROM coven_published WHERE tbl <> 'coven_files'").map { $0.values.map { $0.textValue ?? "\($0)" } }, try n.device.database.scalar("SELECT count(*) FROM coven_outbox").intValue ?? -1)
                     print("TRACE \(n.device.deviceName) lost", try n.device.database.query("SELECT tbl, row_id, why, device FROM coven_lost_values").map { $0.values.map { $0.textValue ?? "\($0)" } })
                 }
             }
