@@ -269,7 +269,12 @@ struct ChangeApplier {
         if gated.contains(entry.table) {
             let published = PublishedRows(database: database)
             if entry.kind == .upsert {
-                try published.markHeld(table: entry.table, id: entry.id, audience: audience)
+                // A file record this device retracted stays so when a write of it that crossed
+                // the retract arrives while only rows kept back here name it: peers drop it
+                // with those rows, and its bytes stay held back for this device (heldObjects).
+                let keptBack = try entry.table == "coven_files" && published.state(table: entry.table, id: entry.id) == .retracted
+                    && RowAudiences(graph: graph ?? device.schemaGraph(), database: database).isKept(table: entry.table, id: entry.id) == false
+                if !keptBack { try published.markHeld(table: entry.table, id: entry.id, audience: audience) }
             } else {
                 try published.forget(table: entry.table, id: entry.id)
             }

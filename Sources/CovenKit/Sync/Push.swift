@@ -165,8 +165,13 @@ extension StoreSync {
     /// such a row brought back here comes back everywhere when the row arrives.
     func heldObjects(publishedUpTo stamp: String?, gated: Bool) throws -> HeldObjects {
         let floor = try stamp ?? database.scalar("SELECT max(max_stamp) FROM coven_sync_log WHERE device = ?1", [deviceID]).textValue ?? ""
+        // A record kept back may be on another device still, its bytes uploaded by it later
+        // (the name is known now): they are held back too.
         let privateRecords = gated ? """
              OR NOT EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = 'coven_files' AND p.id = f.id AND p.retracted = 0)
+            """ : ""
+        let privateRecordsElsewhere = gated ? """
+             OR (place = \(Coordinates.Place.device.sql) AND f.device <> ?2 AND NOT EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = 'coven_files' AND p.id = f.id AND p.retracted = 0))
             """ : ""
         // A record another device wrote, named by a row of this device not published yet (a
         // write held by a bound upload): it may have been deleted elsewhere and brought back
@@ -180,7 +185,7 @@ extension StoreSync {
         // library's first push names 100,000 of them in every change.
         let statement = try database.prepare("""
             SELECT DISTINCT object FROM coven_files f
-            WHERE place = \(Coordinates.Place.stored.sql) AND ((_updated_at > ?1 AND _updated_at LIKE '%-' || ?2)\(privateRecords)\(namedByHeldRows))
+            WHERE (place = \(Coordinates.Place.stored.sql) AND ((_updated_at > ?1 AND _updated_at LIKE '%-' || ?2)\(privateRecords)\(namedByHeldRows))\(privateRecordsElsewhere))
             AND object IS NOT NULL ORDER BY object
             """)
         try statement.bind([floor, deviceID])

@@ -116,6 +116,27 @@ final class CirclesModelTests: XCTestCase {
                     let audience = row.string("audience") ?? ""
                     if audience != RowAudiences.store, removedFrom[audience]?.contains(node.member) == true { continue }
                     if let object = row.string("object"), !present.contains(object) {
+                        if ProcessInfo.processInfo.environment["COVEN_SEED"] != nil {
+                            let id = row.string("id") ?? ""
+                            for info in try provider.list(prefix: "changes/") {
+                                let parts = info.key.split(separator: "/")
+                                guard parts.count == 3, let bytes = try provider.getObject(info.key),
+                                      let change = try? first.keys.open(change: bytes, path: info.key, publisher: String(parts[1])) else { continue }
+                                for section in change.sections {
+                                    for entry in section.entries where entry.id == id || entry.values.contains(.text(id)) || entry.table == "albums" && entry.id.hasSuffix("0006") {
+                                        print("TRACE change \(info.key) \(section.audience.prefix(4)) \(entry.kind) \(entry.table) \(entry.id.suffix(4)) \(entry.stamp) held=\(change.heldObjects)")
+                                    }
+                                }
+                            }
+                            for n in nodes {
+                                print("TRACE \(n.device.deviceName) record", try n.device.database.query("SELECT id, audience, place, _updated_at FROM coven_files WHERE id = ?1", [id]).map { $0.values.map { $0.textValue ?? "\($0)" } },
+                                      "covers", try n.device.database.query("SELECT c.id, c.album_id, c._updated_at, a.shared FROM covers c LEFT JOIN albums a ON a.id = c.album_id WHERE c.file = ?1", [id]).map { $0.values.map { $0.textValue ?? "\($0)" } },
+                                      "published", try n.device.database.query("SELECT tbl, id, retracted FROM coven_published WHERE id = ?1", [id]).map { $0.values.map { $0.textValue ?? "\($0)" } },
+                                      "tomb", try n.device.database.query("SELECT * FROM coven_tombstones WHERE id = ?1", [id]).map { $0.values.map { $0.textValue ?? "\($0)" } },
+                                      "deletedfiles", try n.device.database.query("SELECT count(*) FROM coven_deleted_files WHERE id = ?1", [id]).map { $0.values.map { $0.textValue ?? "\($0)" } },
+                                      "registry", try n.device.database.query("SELECT device, applied_seq FROM coven_device_registry").map { $0.values.map { $0.textValue ?? "\($0)" } })
+                            }
+                        }
                         return "\(when): \(node.device.deviceName) names \(object) (record \(row.string("id") ?? "") of \(audience.prefix(4))), which is gone"
                     }
                 }

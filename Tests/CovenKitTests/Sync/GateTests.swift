@@ -361,6 +361,40 @@ final class GateTests: DeviceTestCase {
         XCTAssertEqual(try ids(a, "labels"), [label])
     }
 
+    /// A device unshares a list whose todo names a file its peer has not uploaded yet; the peer
+    /// uploads it (a write of the record that crosses the retract), drops the list and the
+    /// record, and runs gc. The bytes stay: the unsharing device keeps the todo and its record,
+    /// and reads the file. Before, the peer deleted them (the unsharer's held objects named
+    /// stored records only, and applying the upload marked the record held by peers again).
+    func testAFileKeptBackWhileItsUploadIsUnderWayKeepsItsBytes() throws {
+        let a = try makeDevice(Self.gateManifest, name: "a")
+        let b = try join("b", from: a)
+        try a.write(sql: "INSERT INTO lists (id, name, shared) VALUES ('\(sharedList)', 'food', 1)")
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
+        let staged = try stageApp(b, try file("milk.bin", "milk bytes"), namespace: "pics", place: .cloud)
+        try b.write(sql: "INSERT INTO todos (id, list_id, title, file) VALUES ('\(todo1)', '\(sharedList)', 'milk', coven_put_staged('\(staged.id)'))")
+        let record = try XCTUnwrap(b.database.scalar("SELECT file FROM todos WHERE id = ?1", [todo1]).textValue)
+        let object = try XCTUnwrap(b.fileRecord(record)).coordinates.object
+        _ = try StoreSync(b).sync()  // the record, on b only until its upload
+        _ = try StoreSync(a).sync()
+        try a.write(sql: "UPDATE lists SET shared = 0 WHERE id = '\(sharedList)'")
+        _ = try StoreSync(a).sync()  // retracts the list, the todo and the record
+        usleep(2_000)
+        _ = try UploadWorker.run(paths: b.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))
+        _ = try StoreSync(b).sync()  // publishes the upload, then drops the list, its todo and the record
+        XCTAssertEqual(try ids(b, "coven_files"), [])
+        _ = try b.collectGarbage()
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
+        _ = try b.collectGarbage()
+        _ = try a.collectGarbage()
+        XCTAssertTrue(FileManager.default.fileExists(atPath: storeFolder + "/" + object), "the bytes a's kept-back todo names stay")
+        XCTAssertEqual(try a.database.scalar("SELECT place FROM coven_files WHERE id = ?1", [record]).textValue, "stored")
+        let (path, _) = try a.holdFile(record)
+        XCTAssertEqual(try String(contentsOfFile: path, encoding: .utf8), "milk bytes")
+    }
+
     func testFileRecordsOfPrivateRowsAreNotPublished() throws {
         let a = try makeDevice(Self.gateManifest, name: "a")
         let b = try join("b", from: a)
