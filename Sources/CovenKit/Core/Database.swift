@@ -293,6 +293,13 @@ public final class Database {
     /// The rows the last INSERT, UPDATE or DELETE changed.
     public var changes: Int { Int(sqlite3_changes(handle)) }
 
+    /// The stored columns of `table` in `schema`, in order: the columns a row image carries
+    /// (generated ones, `hidden` 2 and 3 in `pragma_table_xinfo`, are computed by each device
+    /// and never published).
+    func storedColumns(_ table: String, schema: String = "main") throws -> [String] {
+        try query("SELECT name FROM pragma_table_xinfo(?1, ?2) WHERE hidden = 0 ORDER BY cid", [table, schema]).compactMap { $0.string("name") }
+    }
+
     /// Whether a transaction is open.
     public var inTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
 

@@ -95,6 +95,35 @@ extension Device {
         return try readManifest(archive, key: info.key)
     }
 
+    /// The first sealed chunk of a stored snapshot (its header and first chunk: one ranged GET).
+    static func firstChunk(provider: StorageProvider, info: ObjectInfo) throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        let firstSize = min(info.size, Int64(StoreSealer.headerSize + ChunkRun.sealedChunkSize))
+        try provider.get(info.key, range: 0..<firstSize) { bytes.append(contentsOf: $0) }
+        guard bytes.count == Int(firstSize) else {
+            throw CovenError(.integrity, "snapshot '\(info.key)' is shorter than listed", details: ["object": info.key])
+        }
+        return bytes
+    }
+
+    /// The manifest in `first` (``firstChunk(provider:info:)``), opened with `key`; nil when
+    /// the key does not open it.
+    static func manifest(inFirstChunk first: [UInt8], info: ObjectInfo, keys: Keyring, key: FileKey) throws -> SnapshotManifest? {
+        var at = 0
+        guard let reader = try? keys.opener(boundTo: info.key, sealedSize: info.size, key: key, read: { buffer in
+            let count = min(buffer.count, first.count - at)
+            if count > 0 { first.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[at..<(at + count)])) } }
+            at += count
+            return count
+        }), let chunk = try? reader.nextChunk() else { return nil }
+        var chunks = 0
+        let archive = try ArchiveReader {
+            chunks += 1
+            return chunks > 1 ? nil : chunk
+        }
+        return try readManifest(archive, key: info.key)
+    }
+
     /// The stored objects a snapshot names (its `objects` entry, right after the manifest),
     /// read by ranged GETs of a few sealed chunks at a time, stopping where the list ends.
     /// (`opening`: the key of a circle's part.)
@@ -138,16 +167,10 @@ extension Device {
     /// one four chunks. With `firstChunkOnly`, the archive ends after the first chunk (the
     /// manifest is within it: one GET).
     private static func openRanged(provider: StorageProvider, info: ObjectInfo, keys: Keyring, opening: FileKey? = nil, firstChunkOnly: Bool = false) throws -> ArchiveReader {
-        var bytes: [UInt8] = []
-        var at = 0
-        var fetched: Int64 = 0
         // The first GET (the header and first chunk) also tells which key opens it.
-        let firstSize = min(info.size, Int64(StoreSealer.headerSize + ChunkRun.sealedChunkSize))
-        try provider.get(info.key, range: 0..<firstSize) { bytes.append(contentsOf: $0) }
-        guard bytes.count == Int(firstSize) else {
-            throw CovenError(.integrity, "snapshot '\(info.key)' is shorter than listed", details: ["object": info.key])
-        }
-        fetched = firstSize
+        var bytes = try firstChunk(provider: provider, info: info)
+        var at = 0
+        var fetched = Int64(bytes.count)
         let first = bytes
         let key = try opening ?? keys.key(opening: info.key, sealedSize: info.size) { first }
         let sealed = try keys.opener(boundTo: info.key, sealedSize: info.size, key: key) { buffer in

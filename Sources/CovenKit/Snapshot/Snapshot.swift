@@ -308,7 +308,7 @@ extension Device {
     /// Copies the rows of synced table `table` that meet `condition` into `schema`'s copy of
     /// it; returns how many. (Its stored columns: generated ones are computed there.)
     private func copyRows(_ table: String, into schema: String, condition: String) throws -> Int64 {
-        let names = try database.query("SELECT name FROM pragma_table_xinfo(?1, 'main') WHERE hidden = 0 ORDER BY cid", [table]).compactMap { $0.string("name") }
+        let names = try database.storedColumns(table)
         let columns = names.map(RowCapture.quote).joined(separator: ", ")
         let quoted = RowCapture.quote(table)
         try database.execute("INSERT INTO \(schema).\(quoted) (\(columns)) SELECT \(columns) FROM main.\(quoted) WHERE \(condition)")

@@ -60,7 +60,7 @@ struct SnapshotParts {
         func copy(_ table: String, audience: String) throws {
             let alias = RowCapture.quote(table)
             let condition = "(\(audiences.keptCondition(table: table, alias: alias))) AND (\(audience)) IN (\(list))"
-            let names = try database.query("SELECT name FROM pragma_table_xinfo(?1, 'main') WHERE hidden = 0 ORDER BY cid", [table]).compactMap { $0.string("name") }
+            let names = try database.storedColumns(table)
             let columns = names.map { "\(alias).\(RowCapture.quote($0))" }.joined(separator: ", ")
             try database.execute("CREATE TABLE \(schema).\(alias) AS SELECT \(columns) FROM main.\(alias) WHERE \(condition)")
             try database.run("""
@@ -176,29 +176,12 @@ struct SnapshotParts {
     /// The manifest of part `info` of `circle`, and the key that opens it, from its first
     /// chunk. - Throws: `.keyUnavailable` when this device holds no key of its generation.
     private func peek(provider: StorageProvider, info: ObjectInfo, keys: Keyring, circle: String) throws -> (SnapshotManifest, FileKey) {
-        var first: [UInt8] = []
-        let firstSize = min(info.size, Int64(StoreSealer.headerSize + ChunkRun.sealedChunkSize))
-        try provider.get(info.key, range: 0..<firstSize) { first.append(contentsOf: $0) }
+        let first = try Device.firstChunk(provider: provider, info: info)
         // Which generation: the part's own manifest says, inside; try the keys held, newest first.
         let generations = try keys.generations(audience: circle)
         for generation in generations {
-            guard let key = try keys.key(audience: circle, generation: generation) else { continue }
-            var at = 0
-            guard let reader = try? keys.opener(boundTo: info.key, sealedSize: info.size, key: key, read: { buffer in
-                let count = min(buffer.count, first.count - at)
-                if count > 0 { first.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[at..<(at + count)])) } }
-                at += count
-                return count
-            }), let chunk = try? reader.nextChunk() else { continue }
-            var chunks = 0
-            let archive = try ArchiveReader {
-                chunks += 1
-                return chunks > 1 ? nil : chunk
-            }
-            guard let entry = try archive.nextEntry(), entry.name == Snapshot.manifestEntry else {
-                throw CovenError(.decoding, "snapshot part '\(info.key)' does not start with its manifest", details: ["object": info.key])
-            }
-            let manifest = try SnapshotManifest(json: try archive.readAll(maximumSize: 1 << 20), key: info.key)
+            guard let key = try keys.key(audience: circle, generation: generation),
+                  let manifest = try Device.manifest(inFirstChunk: first, info: info, keys: keys, key: key) else { continue }
             guard let part = Self.parse(info.key), manifest.audience == circle, manifest.device == part.device, manifest.seq == part.seq,
                   manifest.store == device.storeID, manifest.generation == generation else {
                 throw CovenError(.integrity, "snapshot part '\(info.key)' says it is another part", details: ["object": info.key])
@@ -230,14 +213,14 @@ struct SnapshotParts {
             var change = ChangeObject(storeID: device.storeID, device: manifest.device, seq: UInt64(manifest.seq), schema: .init(migrations: manifest.migrations, digest: manifest.migrationsDigest),
                                       frontier: manifest.frontier.mapValues { UInt64(max(0, $0)) }, sections: [ChangeSection(audience: circle, entries: batch, generation: manifest.generation)])
             change.generation = manifest.storeGeneration ?? 1
-            try applier.apply(change, path: info.key, fromPart: true)
+            try applier.apply(change, path: info.key, as: .snapshotPart)
             entries += batch.count
             batch.removeAll(keepingCapacity: true)
         }
         // File records first, then the tables in the manifest's order (parents before children),
         // then the tombstones.
         for table in ["coven_files"] + device.manifest.tables.map(\.name) {
-            let names = try part.query("SELECT name FROM pragma_table_xinfo(?1) WHERE hidden = 0 ORDER BY cid", [table]).compactMap { $0.string("name") }
+            let names = try part.storedColumns(table)
             guard !names.isEmpty else { continue }
             let statement = try part.prepare("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM \(RowCapture.quote(table))")
             while let row = try statement.next() {

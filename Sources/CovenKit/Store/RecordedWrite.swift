@@ -46,6 +46,12 @@ struct RecordedChanges {
         }
     }
 
+    /// Whether the write deleted a row it did not insert.
+    func hasDeletes() throws -> Bool {
+        precondition(capture.generation == generation, "internal error: a write's changes are read after they were folded anew")
+        return try capture.hasDeletes()
+    }
+
     /// `ids` as a JSON array, for `json_each`: a batch's ids in one parameter, made without
     /// Foundation's serializer, which costs more than the query.
     static func json(ids: [String]) -> String {
@@ -166,7 +172,7 @@ final class RecordedWrite {
         func columns(_ table: String) throws -> [String] {
             if let known = columnsOf[table] { return known }
             // Generated columns (hidden 2 and 3) are never published: each device computes them.
-            let names = try database.query("SELECT name FROM pragma_table_xinfo(?1) WHERE hidden = 0 ORDER BY cid", [table]).compactMap { $0.string("name") }
+            let names = try database.storedColumns(table)
             columnsOf[table] = names
             return names
         }
@@ -178,7 +184,7 @@ final class RecordedWrite {
         // delete in that audience's section.
         let rowAudiences = try RowAudiences(device: device)
         let placing = device.manifest.tables.contains { rowAudiences.placesAudience($0.name) }
-        let deletedAudiences = placing ? try rowAudiences.audiencesOfDeleted(changes) : [:]
+        let deletedAudiences = try placing && changes.hasDeletes() ? rowAudiences.audiencesOfDeleted(changes) : [:]
         // Rows the write moved to another audience leave the old one first (AudienceMoves).
         for retract in try AudienceMoves.retracts(in: database, stamp: stamp) {
             piece.add(retract)

@@ -68,6 +68,14 @@ struct RowAudiences {
         return result
     }
 
+    /// The audience of one row here (a file record's `audience`), or nil when it is not here.
+    func audience(table: String, id: String) throws -> String? {
+        if table == "coven_files" {
+            return try database.scalar("SELECT audience FROM coven_files WHERE id = ?1", [id]).textValue
+        }
+        return try audiences(table: table, ids: [id])[id]
+    }
+
     /// The audience each row a write deleted was in, by table and id (rows of tables that
     /// place no audience are left out: the store's): its audience column's value before the
     /// write, a file record's `audience`, or, through `audience_from`, its parent's: the

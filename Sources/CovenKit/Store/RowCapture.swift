@@ -176,6 +176,11 @@ final class RowCapture {
             """)
     }
 
+    /// Whether the folded changes delete a row the write did not insert.
+    func hasDeletes() throws -> Bool {
+        try database.scalar("SELECT EXISTS (SELECT 1 FROM temp.coven_capture_rows WHERE last_op = 'd' AND first_op <> 'i')").intValue == 1
+    }
+
     /// Up to `limit` changes of the folded rows (``fold()``) after position `pos`, in the order
     /// the write first touched the rows, each with its position to read on from. A row the
     /// write inserted and deleted is no change.

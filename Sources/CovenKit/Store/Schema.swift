@@ -287,7 +287,7 @@ enum Schema {
         let stamp = try database.scalar("SELECT value FROM coven_meta WHERE key = 'hlc'").textValue ?? ""
         for table in manifest.tables.map(\.name) + ["coven_files"] {
             guard try database.hasTable(table) else { continue }
-            let names = try database.query("SELECT name FROM pragma_table_xinfo(?1) WHERE hidden = 0 ORDER BY cid", [table]).compactMap { $0.string("name") }
+            let names = try database.storedColumns(table)
             guard let updated = names.firstIndex(of: "_updated_at") else { continue }
             let statement = try database.prepare("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(RowCapture.quote(table)) ORDER BY _updated_at, id")
             var piece = Outbox.Piece()

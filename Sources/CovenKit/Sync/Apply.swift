@@ -61,15 +61,22 @@ struct ChangeApplier {
         records = FileRecords(device: device)
     }
 
-    /// - Parameters:
-    ///   - backfill: sections of a change applied before, opened now with a key learned since
-    ///     (``CircleSections/backfill(device:provider:keys:authorizer:stop:)``): its seq and
-    ///     frontier are not recorded again.
-    ///   - fromPart: the rows of a snapshot's part (``SnapshotParts``) given as a change of the
-    ///     device that made it: applied as a backfill, and no section of it is remembered (the
-    ///     part's reader marks those it covers).
+    /// How a change is applied.
+    enum Source {
+        /// Pulled: its seq and frontier are recorded, its circles' sections remembered.
+        case pulled
+        /// Sections of a change applied before, opened now with a key learned since
+        /// (``CircleSections/backfill(device:provider:keys:authorizer:stop:)``): its seq and
+        /// frontier are not recorded again.
+        case backfill
+        /// The rows of a snapshot's part (``SnapshotParts``) given as a change of the device
+        /// that made it: applied as a backfill, and no section of it is remembered (the part's
+        /// reader marks those it covers).
+        case snapshotPart
+    }
+
     @discardableResult
-    mutating func apply(_ change: ChangeObject, path: String, backfill: Bool = false, fromPart: Bool = false) throws -> ApplyReport {
+    mutating func apply(_ change: ChangeObject, path: String, as source: Source = .pulled) throws -> ApplyReport {
         var report = ApplyReport()
         let local = device.schemaVersion
         if change.schema.migrations > local.count {
@@ -141,8 +148,8 @@ struct ChangeApplier {
                 if let object = try records.deleteUnnamed(id, ended: end) { report.uncache.insert(object) }
             }
             let frontier = change.frontier.mapValues { Int64($0) }
-            if !fromPart { try CircleSections(database: database).remember(change) }
-            if !backfill && !fromPart {
+            if source != .snapshotPart { try CircleSections(database: database).remember(change) }
+            if source == .pulled {
                 try sync.log(device: change.device, seq: Int64(change.seq), maxStamp: change.entries.map(\.stamp).max() ?? "", frontier: frontier)
                 try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier, heldObjects: change.heldObjects)
             }
@@ -172,7 +179,7 @@ struct ChangeApplier {
     /// The stored columns of a local table (generated ones are never published).
     private mutating func columns(_ table: String) throws -> [String] {
         if let known = columnsOf[table] { return known }
-        let names = try database.query("SELECT name FROM pragma_table_xinfo(?1) WHERE hidden = 0 ORDER BY cid", [table]).compactMap { $0.string("name") }
+        let names = try database.storedColumns(table)
         columnsOf[table] = names
         return names
     }

@@ -80,13 +80,7 @@ struct MemberAuthorizer: ChangeAuthorizer {
         let device = change.device
         guard try keys.storeGeneration() != nil else { return true }
         if section.audience != RowAudiences.store {
-            guard let generation = section.generation else { return false }
-            let key = "\(device) \(section.audience) \(generation)"
-            if sectionVerdicts[key] == nil {
-                let signer = try signerMember(device)
-                sectionVerdicts[key] = try signer != nil && keys.roster(audience: section.audience, generation: generation).contains { $0.id == signer }
-            }
-            guard sectionVerdicts[key] == true else { return false }
+            guard let generation = section.generation, try isOnRoster(device, audience: section.audience, generation: generation) else { return false }
         }
         guard let audiences else { return true }
         guard entry.kind == .upsert else { return try mayEnd(entry, section: section, change: change, audiences: audiences) }
@@ -115,13 +109,9 @@ struct MemberAuthorizer: ChangeAuthorizer {
         guard let here = try database.queryOne("SELECT \(RowCapture.quote(column)) AS audience, _updated_at FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id]) else { return true }
         let audience = here.string("audience") ?? RowAudiences.store
         guard audience != section.audience, audience != RowAudiences.store else { return true }
-        if let newest = try database.scalar("SELECT max(generation) FROM coven_audience_rosters WHERE audience = ?1", [audience]).intValue {
-            let key = "\(change.device) \(audience) \(newest)"
-            if sectionVerdicts[key] == nil {
-                let signer = try signerMember(change.device)
-                sectionVerdicts[key] = try signer != nil && keys.roster(audience: audience, generation: UInt64(newest)).contains { $0.id == signer }
-            }
-            if sectionVerdicts[key] == true { return true }
+        if let newest = try database.scalar("SELECT max(generation) FROM coven_audience_rosters WHERE audience = ?1", [audience]).intValue,
+           try isOnRoster(change.device, audience: audience, generation: UInt64(newest)) {
+            return true
         }
         // A delete that crossed the row's move out of the section's audience.
         let sync = SyncState(database: database)
@@ -129,6 +119,17 @@ struct MemberAuthorizer: ChangeAuthorizer {
               let stamp = here.string("_updated_at"), let writer = HybridClock.device(of: stamp) else { return false }
         guard writer != change.device, let seq = try sync.seq(device: writer, holding: stamp) else { return writer != change.device }
         return Int64(change.frontier[writer] ?? 0) < seq
+    }
+
+    /// Whether the member that vouched for `device` is on `audience`'s roster at `generation`,
+    /// found once.
+    private mutating func isOnRoster(_ device: String, audience: String, generation: UInt64) throws -> Bool {
+        let key = "\(device) \(audience) \(generation)"
+        if let known = sectionVerdicts[key] { return known }
+        let signer = try signerMember(device)
+        let verdict = try signer != nil && keys.roster(audience: audience, generation: generation).contains { $0.id == signer }
+        sectionVerdicts[key] = verdict
+        return verdict
     }
 
     /// The member that vouched for `device`, read once.

@@ -125,7 +125,7 @@ struct ChangeDamage {
         let published = PublishedRows(database: database)
         var entries: [RowEntry] = []
         for table in device.manifest.tables.map(\.name) + ["coven_files"] {
-            let names = try database.query("SELECT name FROM pragma_table_xinfo(?1) WHERE hidden = 0 ORDER BY cid", [table]).compactMap { $0.string("name") }
+            let names = try database.storedColumns(table)
             let rows = try database.query("""
                 SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(RowCapture.quote(table))
                 WHERE _updated_at > ?1 AND _updated_at <= ?2 AND _updated_at LIKE '%-' || ?3 ORDER BY _updated_at, id

@@ -35,7 +35,7 @@ struct ChangeSections {
                 audience = left
             } else if entry.kind == .retract, let held = try PublishedRows(database: audiences.database).heldAudience(table: entry.table, id: entry.id)
                         ?? audienceOf[entry.table]?[entry.id]
-                        ?? (entry.table == "coven_files" ? audiences.database.scalar("SELECT audience FROM coven_files WHERE id = ?1", [entry.id]).textValue : nil) {
+                        ?? (entry.table == "coven_files" ? audiences.audience(table: entry.table, id: entry.id) : nil) {
                 // A row a gate keeps back now (unshared): retracted where peers hold it (a
                 // move of it since, unpublished, does not count), else where it is.
                 audience = held

@@ -117,7 +117,7 @@ struct CircleSections {
             }
             change.sections = change.sections.filter { item.audiences.contains($0.audience) }
             change.unreadSections = []
-            try applier.apply(change, path: path, backfill: true)
+            try applier.apply(change, path: path, as: .backfill)
             result.changes += 1
             result.sections += change.sections.count
         }

@@ -115,9 +115,10 @@ struct GateFilter {
         for table in audiences.gatedTables {
             let written = !audiences.dependencies(of: table).isDisjoint(with: touched)
             guard written || pulled, let condition = kept[table] else { continue }
-            // After a pull alone, only this device's own rows: another's were published by
-            // their writer, in the audience it wrote them in (a row taken out here and brought
-            // back under a parent moved since does not go where its writer never put it).
+            // After a pull alone, only this device's own rows and those it retracted (peers
+            // deleted them): another's were published by their writer, in the audience it
+            // wrote them in (a row taken out here and brought back under a parent moved since
+            // does not go where its writer never put it).
             for id in try published.keptNotHeld(table: table, kept: condition, writtenBy: written ? nil : device.deviceID) {
                 let key = RowKey(table: table, id: id)
                 guard !decided.contains(key), !deferred.contains(key) else { continue }
@@ -146,7 +147,7 @@ struct GateFilter {
 
     private mutating func columns(_ table: String) throws -> [String] {
         if let known = columnsOf[table] { return known }
-        let names = try database.query("SELECT name FROM pragma_table_xinfo(?1) WHERE hidden = 0 ORDER BY cid", [table]).compactMap { $0.string("name") }
+        let names = try database.storedColumns(table)
         columnsOf[table] = names
         return names
     }
@@ -186,9 +187,6 @@ struct GateFilter {
 
     /// The audience of a row here now.
     private func audienceNow(_ key: RowKey) throws -> String {
-        let audience = try key.table == "coven_files"
-            ? database.scalar("SELECT audience FROM coven_files WHERE id = ?1", [key.id]).textValue
-            : audiences.audiences(table: key.table, ids: [key.id])[key.id]
-        return audience ?? RowAudiences.store
+        try audiences.audience(table: key.table, id: key.id) ?? RowAudiences.store
     }
 }

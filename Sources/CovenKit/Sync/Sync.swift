@@ -274,7 +274,7 @@ extension StoreSync {
                         throw CovenError(.fileUnknown, "lost value \(id) names file '\(file)', which this device no longer has", details: ["lost": String(id), "file": file])
                     }
                 }
-                let local = Set(try database.query("SELECT name FROM pragma_table_xinfo(?1) WHERE hidden = 0", [lost.table]).compactMap { $0.string("name") })
+                let local = Set(try database.storedColumns(lost.table))
                 let columns = lost.columns.filter { local.contains($0) }
                 let values = columns.map { $0 == "_updated_at" ? .text(write.stamp) : (lost.values[$0] ?? .null) }
                 try database.run(RowEntry.upsertSQL(table: lost.table, columns: columns), values)

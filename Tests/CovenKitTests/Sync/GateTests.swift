@@ -247,9 +247,10 @@ final class GateTests: DeviceTestCase {
     }
 
     /// A todo written into a list that was then unshared, before either was pushed, never left
-    /// its device. A peer that had not seen the unshare renames the list, later: its image wins,
-    /// and the list is shared again on the owner too. The todo, kept now, goes at the owner's
-    /// next push though the owner wrote nothing since (before, it stayed on the owner for good).
+    /// its device; the peer's todo in it was retracted. The peer, not having seen the unshare,
+    /// renames the list, later: its image wins, and the list is shared again on the owner too.
+    /// Both todos, kept now, go at the owner's next push though the owner wrote nothing since
+    /// (before, the first stayed on the owner for good, and the peer had lost its own).
     func testARowAPullMakesKeptGoesAtTheNextPush() throws {
         let a = try makeDevice(Self.gateManifest, name: "a")
         let b = try join("b", from: a)
@@ -257,6 +258,9 @@ final class GateTests: DeviceTestCase {
         try a.write(sql: "INSERT INTO lists (id, name, shared) VALUES ('\(sharedList)', 'gifts', 1)")
         _ = try StoreSync(a).sync()
         _ = try StoreSync(b).sync()
+        try b.write(sql: "INSERT INTO todos (id, list_id, title) VALUES ('\(todo2)', '\(sharedList)', 'card')")
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()
         try a.write(sql: "INSERT INTO todos (id, list_id, title) VALUES ('\(todo1)', '\(sharedList)', 'ring')")
         try a.write(sql: "UPDATE lists SET shared = 0 WHERE id = '\(sharedList)'")
         _ = try StoreSync(a).sync()  // the list's retract; the todo stays
@@ -264,12 +268,12 @@ final class GateTests: DeviceTestCase {
         try b.write(sql: "UPDATE lists SET name = 'presents' WHERE id = '\(sharedList)'")  // later than the retract
         _ = try StoreSync(b).sync()
         XCTAssertEqual(try ids(b, "lists"), [sharedList], "the rename won over the retract")
-        XCTAssertEqual(try ids(b, "todos"), [])
+        XCTAssertEqual(try ids(b, "todos"), [], "the peer's todo was retracted")
         _ = try StoreSync(a).sync()  // applies the rename: the list is shared again here
         XCTAssertEqual(try a.database.scalar("SELECT shared FROM lists WHERE id = ?1", [sharedList]).intValue, 1)
         _ = try StoreSync(a).sync()
         _ = try StoreSync(b).sync()
-        XCTAssertEqual(try ids(b, "todos"), [todo1], "the todo the pull made kept reached the peer")
+        XCTAssertEqual(try ids(b, "todos"), [todo1, todo2], "the todos the pull made kept reached the peer")
         XCTAssertEqual(try b.database.scalar("SELECT title FROM todos WHERE id = ?1", [todo1]).textValue, "ring")
     }
 
