@@ -561,16 +561,22 @@ struct Collector {
             // every sync (a change storage lost at the tail is noticed by nobody else).
             if !gone.contains(writer) { upTo = min(upTo, (applied[writer] ?? 0) - 1) }
             guard upTo > floor else { continue }
-            // A change holding a circle's section stays: a member added later, or a device
-            // joining from a snapshot (which holds the store's rows only), reads the circle's
-            // history there.
-            let circles = try CircleSections(database: database).seqsWithSections(of: writer, from: floor + 1, through: upTo)
-            let keys = (floor + 1...upTo).filter { !circles.contains($0) }.map { ChangeObject.path(device: writer, seq: UInt64($0)) }
+            // A change holding a circle's section stays unless the snapshot has a part of that
+            // circle in storage: a member added later, or a device joining from the snapshot,
+            // reads the circle's history in the part, or else in the changes.
+            let circles = try CircleSections(database: database).circleSections(of: writer, from: floor + 1, through: upTo)
+            let parted = Set(newest.parts.keys).intersection(newest.partObjects.keys)
+            // Those past a change passed over before may be gone already: storage lists what
+            // is left (one listing), so no delete is sent twice.
+            let left = circles.isEmpty ? nil : Set(try provider.list(prefix: "changes/\(writer)/").map(\.key))
+            let keys = (floor + 1...upTo).filter { circles[$0]?.isSubset(of: parted) ?? true }
+                .map { ChangeObject.path(device: writer, seq: UInt64($0)) }.filter { left?.contains($0) ?? true }
             let keptBefore = report.kept.count
             try delete(keys, kind: .change, into: &report) { _ in }
-            // The floor moves up to just below the first change not deleted (those holding
-            // circles' sections are passed over for good).
-            let firstKept = report.kept[keptBefore...].compactMap { Int64($0.key.split(separator: "/").last ?? "") }.min()
+            // The floor moves up to just below the first change not deleted: one kept, or one
+            // holding a section of a circle the snapshot has no part of (a later snapshot may).
+            let passedOver = (floor + 1...upTo).first { circles[$0]?.isSubset(of: parted) == false }
+            let firstKept = (report.kept[keptBefore...].compactMap { Int64($0.key.split(separator: "/").last ?? "") } + [passedOver].compactMap { $0 }).min()
             let newFloor = firstKept.map { $0 - 1 } ?? upTo
             if !dryRun, newFloor > floor { try device.setSetting(Self.changesSetting(writer), String(newFloor)) }
         }

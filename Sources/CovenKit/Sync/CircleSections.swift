@@ -46,10 +46,14 @@ struct CircleSections {
         return (row?.int("n") ?? 0, row?.int("c") ?? 0)
     }
 
-    /// The seqs of `device`'s changes from `first` through `last` that hold a circle's section.
-    func seqsWithSections(of device: String, from first: Int64, through last: Int64) throws -> Set<Int64> {
-        Set(try database.query("SELECT DISTINCT seq FROM coven_change_sections WHERE device = ?1 AND seq BETWEEN ?2 AND ?3",
-                               [device, first, last]).compactMap { $0.int("seq") })
+    /// The circles whose sections each of `device`'s changes from `first` through `last`
+    /// holds, by seq (changes holding none are left out).
+    func circleSections(of device: String, from first: Int64, through last: Int64) throws -> [Int64: Set<String>] {
+        var result: [Int64: Set<String>] = [:]
+        for row in try database.query("SELECT seq, audience FROM coven_change_sections WHERE device = ?1 AND seq BETWEEN ?2 AND ?3", [device, first, last]) {
+            if let seq = row.int("seq"), let audience = row.string("audience") { result[seq, default: []].insert(audience) }
+        }
+        return result
     }
 
     /// Marks opened the sections of `audience` in the changes `coverage` covers (each device's

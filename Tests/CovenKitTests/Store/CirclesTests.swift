@@ -304,7 +304,7 @@ class CirclesTests: DeviceTestCase {
         // The changes holding the circle's sections are gone (as if lost): the part has them.
         let provider = try s.alice.connectStorage()
         for device in s.all {
-            for seq in try CircleSections(database: s.alice.database).seqsWithSections(of: device.deviceID, from: 1, through: 1000) {
+            for seq in try CircleSections(database: s.alice.database).circleSections(of: device.deviceID, from: 1, through: 1000).keys {
                 try provider.delete(ChangeObject.path(device: device.deviceID, seq: UInt64(seq)))
             }
         }
@@ -368,7 +368,7 @@ class CirclesTests: DeviceTestCase {
         let second = try s.alice.snapshot()
         XCTAssertEqual(second.parts.count, 1)
         let provider = try s.alice.connectStorage()
-        for seq in try CircleSections(database: s.alice.database).seqsWithSections(of: s.alice.deviceID, from: 1, through: 1000) {
+        for seq in try CircleSections(database: s.alice.database).circleSections(of: s.alice.deviceID, from: 1, through: 1000).keys {
             try provider.delete(ChangeObject.path(device: s.alice.deviceID, seq: UInt64(seq)))
         }
         XCTAssertEqual(try CircleSections(database: s.carol.database).unread().sections, 2)
@@ -391,6 +391,42 @@ class CirclesTests: DeviceTestCase {
             XCTAssertNotNil(try provider.head(kept.key))
             XCTAssertNotNil(try provider.head(kept.parts[0].key))
         }
+    }
+
+    /// gc deletes a change holding a circle's section once the newest retained snapshot has a
+    /// part of that circle in storage, and not before (a snapshot by a member outside the
+    /// circle has none): a member added to the circle afterwards reads it from the part.
+    func testGCDeletesACirclesChangesOnceASnapshotHasItsPart() throws {
+        let s = try threeMembers()
+        let album = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4c"
+        try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(album)', '\(Self.secretTitle)', '\(s.circle)')")
+        try syncAll(s)
+        let circleSeqs = try CircleSections(database: s.alice.database).circleSections(of: s.alice.deviceID, from: 1, through: 1000).keys.sorted()
+        XCTAssertFalse(circleSeqs.isEmpty)
+        let provider = try s.alice.connectStorage()
+        func present() throws -> [Int64] {
+            try circleSeqs.filter { try provider.head(ChangeObject.path(device: s.alice.deviceID, seq: UInt64($0))) != nil }
+        }
+        // Every device publishes a frontier past the circle's changes.
+        func settle(_ round: String) throws {
+            for device in s.all { try device.write(sql: "INSERT INTO settings (id, value) VALUES ('\(device.deviceName)-\(round)', 'x')") }
+            try syncAll(s)
+        }
+        try settle("1")
+        XCTAssertEqual(try s.carol.snapshot().parts, [], "Carol is in no circle")
+        try settle("2")
+        _ = try s.alice.collectGarbage()
+        XCTAssertEqual(try present(), circleSeqs, "the newest snapshot has no part of the circle")
+        let snapshot = try s.alice.snapshot()
+        XCTAssertEqual(snapshot.parts.map(\.circle), [s.circle])
+        try settle("3")
+        let gc = try s.alice.collectGarbage()
+        XCTAssertTrue(gc.deleted.contains { $0.kind == .change })
+        XCTAssertEqual(try present(), [], "the part holds them: \(gc.deleted.map(\.key)) kept \(gc.kept.map { "\($0.key) \($0.reason)" })")
+        _ = try Circles(s.alice).add(s.circle, member: "carol")
+        let report = try StoreSync(s.carol).sync()
+        XCTAssertEqual(report.pulled.reopenedParts, 1)
+        XCTAssertEqual(try title(s.carol, album), Self.secretTitle)
     }
 
     /// Moving an album into the circle moves its tracks and cover: new file records in the
