@@ -5,7 +5,8 @@ import Foundation
 /// the loop with the seed to replay it.
 ///
 /// `COVEN_SEED=N` runs that one seed; `COVEN_RUNS=N` sets how many runs (seeds `base`,
-/// `base + 1`, …).
+/// `base + 1`, …), and `COVEN_SEED_SKIP=K` skips the first K of them (a sweep past a known
+/// failure).
 public enum SeededRuns {
     /// Runs `body(seed, folder)` once per seed, in a folder under /dev/shm (or the temporary
     /// folder) removed afterwards. `body` returns a description of what went wrong, or nil.
@@ -19,7 +20,8 @@ public enum SeededRuns {
             seeds = [one]
         } else {
             let count = environment["COVEN_RUNS"].flatMap(Int.init) ?? runs
-            seeds = (0..<UInt64(count)).map { base + $0 }
+            let skip = environment["COVEN_SEED_SKIP"].flatMap(UInt64.init) ?? 0
+            seeds = (skip..<max(skip, UInt64(count))).map { base + $0 }
         }
         let root = FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory()
         // Runs share nothing (each its own folder, store and devices), so they run on every

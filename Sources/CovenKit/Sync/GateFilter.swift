@@ -115,13 +115,17 @@ struct GateFilter {
         for table in audiences.gatedTables {
             let written = !audiences.dependencies(of: table).isDisjoint(with: touched)
             guard written || pulled, let condition = kept[table] else { continue }
-            // After a pull alone, only this device's own rows and those it retracted (peers
-            // deleted them) from the audience they are in now: another's were published by
-            // their writer, in the audience it wrote them in (a row taken out here and brought
-            // back under a parent moved since, or retracted from a circle and under a parent
-            // in the store now, does not go where its writer never put it).
+            // After a pull alone, only rows this device retracted (peers deleted them) from the
+            // audience they are in now, and its own rows never published, of a table whose rows
+            // are all the store's: another's were published by their writer, in the audience it
+            // wrote them in (a row taken out here and brought back under a parent moved since,
+            // or retracted from a circle and under a parent in the store now, does not go where
+            // its writer never put it), and an own row's audience when it was written is not
+            // known (a track written in a circle, under an album a crossing write moved back to
+            // the store, would go to the store).
             let audience = table == "coven_files" ? "coven_row.audience" : audiences.audienceExpression(table: table, alias: "coven_row")
-            for id in try published.keptNotHeld(table: table, kept: condition, writtenBy: written ? nil : device.deviceID, audience: audience) {
+            for id in try published.keptNotHeld(table: table, kept: condition, writtenBy: written ? nil : device.deviceID,
+                                                ownToo: !audiences.placesAudience(table), audience: audience) {
                 let key = RowKey(table: table, id: id)
                 guard !decided.contains(key), !deferred.contains(key) else { continue }
                 output.append(try whole(key, restamp: try published.state(table: table, id: id) == .retracted))

@@ -80,15 +80,16 @@ struct PublishedRows {
     }
 
     /// Ids of `table` that are kept now and peers do not hold: to send whole. With `writtenBy`,
-    /// only rows that device last wrote, or that peers were told to delete (retracted) from the
-    /// audience the row is in now (`audience`: SQL over `coven_row`).
-    func keptNotHeld(table: String, kept: String, writtenBy device: String? = nil, audience: String = "'store'") throws -> [String] {
+    /// only rows that peers were told to delete (retracted) from the audience the row is in now
+    /// (`audience`: SQL over `coven_row`), and, unless `ownToo` is false, rows that device
+    /// last wrote.
+    func keptNotHeld(table: String, kept: String, writtenBy device: String? = nil, ownToo: Bool = true, audience: String = "'store'") throws -> [String] {
         try database.query("""
             SELECT coven_row.id AS id FROM main.\(RowCapture.quote(table)) coven_row
             WHERE (\(kept)) AND NOT EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = ?1 AND p.id = coven_row.id AND p.retracted = 0)
-            \(device == nil ? "" : "AND (coven_row._updated_at LIKE '%-' || ?2 OR EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = ?1 AND p.id = coven_row.id AND COALESCE(p.audience, 'store') = \(audience)))")
+            \(device == nil ? "" : "AND (\(ownToo ? "coven_row._updated_at LIKE '%-' || ?2" : "false") OR EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = ?1 AND p.id = coven_row.id AND COALESCE(p.audience, 'store') = \(audience)))")
             ORDER BY coven_row.id
-            """, device.map { [table, $0] } ?? [table]).compactMap { $0["id"].textValue }
+            """, ownToo ? (device.map { [table, $0] } ?? [table]) : [table]).compactMap { $0["id"].textValue }
     }
 
     /// Ids of `table` whose peers were told to delete them (retracted), of rows last written at

@@ -174,6 +174,9 @@ final class CirclesModelTests: XCTestCase {
                         for track in try device.database.query("SELECT title FROM tracks WHERE album_id = ?1", [album]) {
                             if let title = track.string("title") { exposed.insert(title) }
                         }
+                        for note in try device.database.query("SELECT body FROM notes WHERE album_id = ?1", [album]) {
+                            if let body = note.string("body") { exposed.insert(body) }
+                        }
                     }
                     try device.write(sql: """
                         INSERT INTO albums (id, title, audience) VALUES ('\(album)', '\(value)', '\(audience)')
