@@ -413,6 +413,8 @@ final class FetchRun: @unchecked Sendable {
 
     /// One worker: fetches files in turn on `device` until none is left or the run stops.
     func work(device: Device) throws {
+        // One connection, carry and run buffer for every file this worker fetches fresh.
+        let session = ReadSession(connector: StorageConnector(location: device.storage, environment: device.storageEnvironment))
         while let task = take() {
             let (index, id) = (task.index, task.id)
             if let reason = stop.reason {
@@ -425,7 +427,7 @@ final class FetchRun: @unchecked Sendable {
                     if let record = task.record, let deferred = task.deferred {
                         let object = record.coordinates.object
                         do {
-                            let report = try device.fetchKeptFileDeferred(record, stop: stop, deferred: deferred)
+                            let report = try device.fetchKeptFileDeferred(record, stop: stop, deferred: deferred, session: session)
                             handOver(FetchedFile(index: index, object: object, size: record.size, deferred: deferred,
                                                  stamp: FileStamp(path: device.cachePaths(object: object).data),
                                                  clearsFailure: failedBefore.contains("fetch_failed:" + object), report: report))

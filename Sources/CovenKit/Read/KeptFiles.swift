@@ -170,9 +170,11 @@ extension Device {
 
     /// Fetches one kept file whose cache row the caller begun (empty), writing its chunks but
     /// recording nothing: `deferred` says what it holds (also after a failure, for a partial).
-    func fetchKeptFileDeferred(_ record: FileRecord, stop: Stop, deferred: DeferredCacheRecord) throws -> ReadReport {
+    /// `session` is the worker's, kept from file to file (its connection and buffer).
+    func fetchKeptFileDeferred(_ record: FileRecord, stop: Stop, deferred: DeferredCacheRecord, session: ReadSession) throws -> ReadReport {
         try checkRoom(for: record)
         let read = try StoredRead(device: self, record: record, durable: true, stop: stop, deferred: deferred)
+        read.session = session
         defer { read.close() }
         return try read.read(0..<record.size) { _ in }
     }
