@@ -36,6 +36,10 @@
 # turn on one SMALL store, 12 runs each at a load of 3-7, took 3.3-20.2 s before and 6.5-21.6 s
 # after, the user CPU 1.7-2.4 s either way, the system time swinging from 2.3 to 22 s from run to
 # run with the disk's writeback (make-device-only 9.2-10.3 s either way).
+# `coven get --files-from` of the 10,000 SMALL files into an empty cache, the binary before its
+# batches and after in turn on one store: 26.11 s (user 6.81 s, 36.7 MiB) before, 20.50 s (user
+# 2.34 s, 33.2 MiB) after at a load of 2.7-3.3; 23.17 s (user 5.68 s, 35.0 MiB) before, 8.08 s
+# (user 1.75 s, 31.4 MiB) after at a load of 5.6-5.8.
 # HUGE=100000 MDO=10000 (SMALL=0 LARGE=0 MOTO=0), one run, the load 0.6-3.6: upload-worker
 # 39.56 s 44.3 MiB, status 0.26 s 24.1 MiB, sync (first push) 14.27 s 53.3 MiB, join 8.93 s
 # 61.7 MiB, fetch-kept 33.27 s 82.6 MiB, make-device-only 9.76 s 57.5 MiB, sync (pull of 10,000)
