@@ -270,7 +270,12 @@ final class FetchRun: @unchecked Sendable {
                 fail(error)
             }
         }
-        if let failure { throw failure }
+        if let failure {
+            // `get`: the files held before the failure (a bad entry of the list, say) still get
+            // their lines, in order, up to the first one not held.
+            if holding { try? reportSettled() }
+            throw failure
+        }
         guard holding else { return }
         if let error = locked({ self.error }) { throw error }
         try reportSettled()
