@@ -21,6 +21,31 @@
 #                        make-device-only 5.38 s (1.60x, 1.92x, 60.2 MiB)
 #   after (load 4.4)     fetch-kept 8.80 s (2.22x restic 3.95 s, 2.14x rclone 4.12 s, 33.7 MiB),
 #                        make-device-only 9.10 s (2.30x, 2.21x, 61.9 MiB)
+#   a connection per     fetch-kept 4.02 s (1.46x restic 2.75 s, 2.08x rclone 1.93 s, 32.7 MiB),
+#   worker (load 3.5-4)  make-device-only 8.57 s (3.12x, 4.43x, 59.4 MiB); upload-worker 6.04 s
+#                        (2.94x restic backup 2.06 s, 2.91x rclone 2.08 s, 42.4 MiB)
+# LARGE=1000 (4.5 GB), the same run, the load rising from 3.9 to 7.2 and back to 2.6:
+#                        fetch-kept 17.95 s (0.76x restic 23.70 s, 2.31x rclone 7.78 s, 56.7 MiB),
+#                        make-device-only 8.12 s (0.34x, 1.04x, 48.0 MiB); upload-worker 14.83 s
+#                        (0.48x restic backup 31.06 s, 0.48x rclone 30.98 s, 41.2 MiB)
+# Before and after keeping each worker's connection, carry and run buffer from file to file:
+# fetch-kept of 1,000 of the SMALL files makes 34,164 system calls, not 41,544 (strace -c; the
+# mmap and munmap of a run buffer per file gone, futex 8,421 -> 4,946), and over S3 a TCP (and
+# TLS) connection per file is saved: 24 files by two workers open at most 4, not 24
+# (ReadS3Tests). The wall time does not show it through this machine's noise: the two binaries in
+# turn on one SMALL store, 12 runs each at a load of 3-7, took 3.3-20.2 s before and 6.5-21.6 s
+# after, the user CPU 1.7-2.4 s either way, the system time swinging from 2.3 to 22 s from run to
+# run with the disk's writeback (make-device-only 9.2-10.3 s either way).
+# `coven get --files-from` of the 10,000 SMALL files into an empty cache, the binary before its
+# batches and after in turn on one store: 26.11 s (user 6.81 s, 36.7 MiB) before, 20.50 s (user
+# 2.34 s, 33.2 MiB) after at a load of 2.7-3.3; 23.17 s (user 5.68 s, 35.0 MiB) before, 8.08 s
+# (user 1.75 s, 31.4 MiB) after at a load of 5.6-5.8.
+# HUGE=100000 MDO=10000 (SMALL=0 LARGE=0 MOTO=0), one run, the load 0.6-3.6: upload-worker
+# 39.56 s 44.3 MiB, status 0.26 s 24.1 MiB, sync (first push) 14.27 s 53.3 MiB, join 8.93 s
+# 61.7 MiB, fetch-kept 33.27 s 82.6 MiB, make-device-only 9.76 s 57.5 MiB, sync (pull of 10,000)
+# 1.66 s 41.6 MiB, lost --json 0.07 s 24.5 MiB, gc 69.00 s 45.6 MiB. fetch-kept is over the
+# 64 MiB target, before its connection per worker as after (84.1 and 83.4 MiB before, 81.8 and
+# 83.7 after, the two binaries in turn on one store at a load of 4-5; 45-80 s either way).
 # (the load is the other sessions on the two cores: coven spends about 0.7 CPU-ms a file,
 # and loses more to them than restic and rclone do)
 # The floor the syncs set, 10,000 new files of 34 KiB: written 1.7 s; each fdatasync'd in

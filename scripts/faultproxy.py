@@ -12,7 +12,8 @@ signatures still match (checked with start-s3-server's launcher and SeaweedFS).
 
 Faults are rules, set by writing JSON to the --control file (re-read when it changes; every new
 content resets the counters) or by `POST /__fault` with the JSON as body. `GET /__stats` answers
-the counters, also written to --stats after every request. A rule, or {"rules": [rule, ...]}:
+the counters (requests, faults, body bytes, client connections accepted), also written to --stats
+after every request. A rule, or {"rules": [rule, ...]}:
 
     {"mode": "status", "status": 500, "count": 2}        answer 500 (S3 XML error body) twice
     {"mode": "status", "status": 503, "retry_after": 1}   503 SlowDown with Retry-After: 1
@@ -83,7 +84,7 @@ class Faults:
         self.stats_path = stats_path
         self.control_stamp = None
         self.stats = {"requests": 0, "forwarded": 0, "injected": 0, "status": 0, "reset": 0, "stall": 0,
-                      "ignore_range": 0, "short_range": 0, "body_bytes": 0}
+                      "ignore_range": 0, "short_range": 0, "body_bytes": 0, "connections": 0}
         self.objects = {}  # path -> bytes of single PUTs up to 16 MiB, for ignore_range
 
     def set(self, spec):
@@ -153,6 +154,10 @@ class Faults:
             with open(self.log_path, "a") as f:
                 f.write("%s %s %d %s\n" % (method, path, size, action))
 
+    def count_connection(self):
+        with self.lock:
+            self.stats["connections"] += 1
+
     def count_body(self, count):
         with self.lock:
             self.stats["body_bytes"] += count
@@ -185,6 +190,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, fmt, *args):  # quiet
         pass
+
+    def setup(self):
+        super().setup()
+        # A client connection accepted (its requests follow on it while it is kept alive).
+        self.faults.count_connection()
 
     def do_GET(self):
         self.proxy()

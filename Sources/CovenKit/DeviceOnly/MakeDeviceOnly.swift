@@ -326,7 +326,7 @@ extension Device {
     }
 
     /// Downloads every copy, `parallel` files at once, each through the read path of a
-    /// connection of its own (``readStoredFile(_:buffers:stop:output:)``).
+    /// connection of its own (``readStoredFile(_:session:stop:output:)``).
     func downloadCopies(
         _ plan: DeviceOnlyPlan, parallel: Int, stop: Stop, progress: (@Sendable (DeviceOnlyProgress) -> Void)?
     ) throws -> [CopyDigests] {
@@ -343,8 +343,9 @@ extension Device {
                 let block = CopyBlock()
                 // Run buffers reused file after file (fresh ones per file cost memory and
                 // system time): two for a download alone, one filling while the other is written
-                // out; one each when downloads run side by side and overlap one another.
-                let buffers = (0..<(workers > 1 ? 1 : 2)).map { _ in RunBuffer(chunks: StoredRead.runChunks) }
+                // out; one each when downloads run side by side and overlap one another. The
+                // connection too: one per worker, not one per file.
+                var session: ReadSession?
                 while let index = state.take(stopping: stop) {
                     let copy = plan.copies[index]
                     do {
@@ -354,7 +355,12 @@ extension Device {
                             reader?.storageEnvironment = environment
                         }
                         guard let reader else { return }
-                        let digests = try Self.download(copy, reader: reader, block: block, buffers: buffers, stop: stop) { bytes in
+                        if session == nil {
+                            session = ReadSession(connector: StorageConnector(location: reader.storage, environment: reader.storageEnvironment),
+                                                  buffers: workers > 1 ? 1 : 2)
+                        }
+                        guard let session else { return }
+                        let digests = try Self.download(copy, reader: reader, block: block, session: session, stop: stop) { bytes in
                             state.report(index, copy, bytes: bytes, done: false)
                         }
                         state.finish(index, copy, digests)
@@ -377,7 +383,7 @@ extension Device {
     /// cache, the rest from storage, every chunk checked and the whole file against its content
     /// hash), syncs it and links it at its final name (never over anything).
     static func download(
-        _ copy: PlannedCopy, reader: Device, block: CopyBlock, buffers: [RunBuffer], stop: Stop, onBytes: @escaping (Int64) -> Void
+        _ copy: PlannedCopy, reader: Device, block: CopyBlock, session: ReadSession, stop: Stop, onBytes: @escaping (Int64) -> Void
     ) throws -> CopyDigests {
         let record = copy.record
         guard let hash = record.hash, let content = [UInt8](hex: hash.lowercased()), content.count == 32 else {
@@ -389,7 +395,7 @@ extension Device {
         let writer = try CopyWriter(creating: copy.temporary, block: block, direct: record.size > Self.directCopyFrom)
         var reported: Int64 = 0
         do {
-            _ = try reader.readStoredFile(record, buffers: buffers, stop: stop) { plain in
+            _ = try reader.readStoredFile(record, session: session, stop: stop) { plain in
                 // A chunk at a time, so progress comes at the first bytes, then every MiB: a
                 // report takes the call's lock and draws, too dear for every chunk.
                 var offset = 0

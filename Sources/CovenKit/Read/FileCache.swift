@@ -415,7 +415,10 @@ extension Device {
             guard !kept.contains(entry.object) else { continue }
             let files = cachePaths(object: entry.object)
             var info = stat()
-            let touched = stat(files.data, &info) == 0 ? Double(info.st_mtim.tv_sec) : 0
+            // An entry with no data file yet counts from its row's making: a batch (fetch-kept,
+            // `get` of many) begins the rows of a window of files before its workers make their
+            // files, and an open meanwhile must not take the rows, nor files made since.
+            let touched = stat(files.data, &info) == 0 ? Double(info.st_mtim.tv_sec) : (row["touched"].textValue.flatMap(Double.init) ?? 0)
             if now.timeIntervalSince1970 - touched >= Self.partialLifetime {
                 _ = try? removeCacheEntry(entry)
             }

@@ -125,15 +125,17 @@ extension Device {
     /// out. Nothing is added to the cache: the copy holds the bytes, and the cache entry goes
     /// once the copy is the file's original here (``forgetCacheEntry(object:)``).
     ///
-    /// - Parameter buffers: run buffers to read through (their count is the read's depth), kept
-    ///   by a caller reading file after file, so their memory is touched once.
+    /// - Parameter session: the connection and run buffers to read through (their count is the
+    ///   read's depth), kept by a caller reading file after file, so their memory is touched
+    ///   once and the connection to the server opened once.
     /// - Throws: as ``readFile(_:range:stop:output:)`` for a stored file.
     func readStoredFile(
-        _ record: FileRecord, buffers: [RunBuffer], stop: Stop, output: (UnsafeRawBufferPointer) throws -> Void
+        _ record: FileRecord, session: ReadSession, stop: Stop, output: (UnsafeRawBufferPointer) throws -> Void
     ) throws -> ReadReport {
         let read = try StoredRead(device: self, record: record, durable: false, stop: stop, keepsFetched: false)
         defer { read.close() }
-        read.buffers = buffers
+        read.buffers = session.buffers
+        read.session = session
         return try read.read(0..<record.size, output: output)
     }
 
@@ -375,6 +377,8 @@ final class StoredRead {
     let keepsFetched: Bool
     /// Run buffers to read through, when the caller keeps its own (their count is the depth).
     var buffers: [RunBuffer] = []
+    /// The reading worker's connection and buffer, kept from file to file (fetch-kept's).
+    var session: ReadSession?
 
     /// Whether this read keeps what it fetches (see ``init(device:record:durable:stop:caching:keepsFetched:)``).
     let caching: Bool
@@ -501,7 +505,8 @@ final class StoredRead {
             // A deferred read's files are synced with a batch of others, by one sync of the
             // filesystem: their writeback is left to it rather than started file by file.
             writing: caching && keepsFetched ? .init(dataPath: files.data, tagsPath: files.tags, startWriteback: durable && deferred == nil, required: durable) : nil,
-            threads: hasher == nil ? ChunkRun.threads : 1, depth: buffers.isEmpty ? 3 : buffers.count, reusing: buffers)
+            threads: hasher == nil ? ChunkRun.threads : 1, depth: buffers.isEmpty ? 3 : buffers.count,
+            reusing: session?.buffers ?? buffers, session: session)
         producer.start()
         defer { producer.stop() }
         var failure: Error?

@@ -46,6 +46,36 @@ final class RunBuffer {
     var tagBytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: tags[0..<(chunks.count * 16)]) }
 }
 
+/// What a worker reading file after file (fetch-kept's, a `get` of many's, make-device-only's) keeps from one read
+/// to the next: its storage connection (one curl handle, whose connection to the server is
+/// reused rather than opened again for each file), a chunk's carry and a run buffer, whose
+/// pages stay touched. Used by one read at a time, and within it by one producer (the first).
+final class ReadSession {
+    let connector: StorageConnector
+    private var provider: StorageProvider?
+    /// A sealed chunk's room, for a fetch's partial chunk between two reads of the network.
+    let carry: UnsafeMutableRawBufferPointer
+    /// Run buffers a read uses first (by default one: a small file's read needs no more, and a
+    /// large one's others are its own).
+    let buffers: [RunBuffer]
+
+    init(connector: StorageConnector, buffers: Int = 1) {
+        self.connector = connector
+        carry = .allocate(byteCount: Int(ObjectLayout.sealedChunkSize), alignment: 64)
+        self.buffers = (0..<max(1, buffers)).map { _ in RunBuffer(chunks: StoredRead.runChunks) }
+    }
+
+    deinit { carry.deallocate() }
+
+    /// The session's connection, made at first need.
+    func connected() throws -> StorageProvider {
+        if let provider { return provider }
+        let made = try connector.connect()
+        provider = made
+        return made
+    }
+}
+
 /// One run of a read's plan: chunks held in the cache, or missing ones to fetch.
 enum ReadStep: Sendable {
     case cached(Range<Int64>)
@@ -96,6 +126,9 @@ final class Prefetcher: @unchecked Sendable {
     }
 
     private let connector: StorageConnector
+    /// The reading worker's connection and carry, used by the first producer (nil: each
+    /// producer makes its own).
+    private let session: ReadSession?
     private let object: String
     private let keyHex: String
     private let size: Int64
@@ -144,8 +177,9 @@ final class Prefetcher: @unchecked Sendable {
     ///     files in a row keeps its buffers' pages from file to file).
     init(connector: StorageConnector, object: String, keyHex: String, size: Int64, steps: [ReadStep],
          dataFD: Int32, tagsFD: Int32, writing: CacheWriting?, threads: Int = ChunkRun.threads, depth: Int = 3,
-         reusing spare: [RunBuffer] = []) {
+         reusing spare: [RunBuffer] = [], session: ReadSession? = nil) {
         self.connector = connector
+        self.session = session
         self.object = object
         self.keyHex = keyHex
         self.size = size
@@ -189,7 +223,7 @@ final class Prefetcher: @unchecked Sendable {
             guard let buffer = takeBuffer(0) else { throw CovenError(.internal, "no run buffer") }
             monitor.withLock { taken += 1 }
             do {
-                if readerProducer == nil { readerProducer = try Producer(key: FileKey(hex: keyHex), threads: threadsPerRun) }
+                if readerProducer == nil { readerProducer = try Producer(key: FileKey(hex: keyHex), threads: threadsPerRun, session: session) }
                 guard let producer = readerProducer else { throw CovenError(.internal, "no producer") }
                 try produce(index, into: buffer, with: producer)
             } catch {
@@ -247,27 +281,30 @@ final class Prefetcher: @unchecked Sendable {
     }
 
     /// What one producer keeps from run to run: its cipher handles, its storage connection (one
-    /// curl handle per thread) and its scratch, each made at first need.
+    /// curl handle per thread, or the reading worker's, kept from file to file) and its
+    /// scratch, each made at first need.
     private final class Producer {
         let key: FileKey
         let threads: Int
+        let session: ReadSession?
         var cipher: ChunkCipher?
         var checker: TagChecker?
         var provider: StorageProvider?
         var carry: UnsafeMutableRawBufferPointer?
         var spare: RunBuffer?
 
-        init(key: FileKey, threads: Int) {
+        init(key: FileKey, threads: Int, session: ReadSession? = nil) {
             self.key = key
             self.threads = threads
+            self.session = session
         }
 
-        deinit { carry?.deallocate() }
+        deinit { if session == nil { carry?.deallocate() } }
 
         func connected(_ connector: StorageConnector) throws -> (StorageProvider, ChunkCipher, UnsafeMutableRawBufferPointer) {
-            if provider == nil { provider = try connector.connect() }
+            if provider == nil { provider = try session?.connected() ?? connector.connect() }
             if cipher == nil { cipher = try ChunkCipher(key: key) }
-            if carry == nil { carry = .allocate(byteCount: Int(ObjectLayout.sealedChunkSize), alignment: 64) }
+            if carry == nil { carry = session?.carry ?? .allocate(byteCount: Int(ObjectLayout.sealedChunkSize), alignment: 64) }
             guard let provider, let cipher, let carry else { throw CovenError(.internal, "no storage provider") }
             return (provider, cipher, carry)
         }
@@ -286,7 +323,8 @@ final class Prefetcher: @unchecked Sendable {
         }
         var index = worker
         do {
-            let producer = try Producer(key: FileKey(hex: keyHex), threads: threadsPerRun)
+            // The session's connection goes to the first producer alone (one user at a time).
+            let producer = try Producer(key: FileKey(hex: keyHex), threads: threadsPerRun, session: worker == 0 ? session : nil)
             while index < steps.count {
                 guard let buffer = takeBuffer(worker) else { return }
                 try produce(index, into: buffer, with: producer)

@@ -20,8 +20,9 @@ struct GetCommand: Command {
     the disk has no room for it. Never waits for the device lock.
 
     Several FILEs, or --files-from FILE (- for stdin; one id a line, or NUL-separated with -z), \
-    hold many files in one run, several fetched at once: one line per file in the order given \
-    (with -z each path ended by NUL). A file that cannot be held is reported on stderr on a line \
+    hold many files in one run, paid per batch as fetch-kept: eight fetched at once, a batch of \
+    them synced at once and recorded in one transaction before their lines are printed, one line \
+    per file in the order given (with -z each path ended by NUL). A file that cannot be held is reported on stderr on a line \
     of its own ('coven: failed: CODE: message') and the others are held; when any failed, a last \
     line 'coven: error: partial: N files held, M failed' ends the run with status 10.
     """

@@ -38,4 +38,52 @@ final class ManyHoldsTests: ReadTestCase {
             }
         }
     }
+
+    /// The files a batch fetches fresh sit beside the ones held the usual way, in one list: a
+    /// partial in the cache (resumed with its missing chunks), a file on this device only (its
+    /// copy), one held already. Every line comes in the order of the list with the file's bytes,
+    /// and the fresh files are recorded complete, synced and checked, with the proof of their
+    /// check.
+    func testFreshFilesFetchedInABatchSitBesideTheOnesHeldTheUsualWay() throws {
+        let chunk = Int(ObjectLayout.chunkSize)
+        var bytes: [String: [UInt8]] = [:]
+        var fresh: [String] = []
+        for index in 0..<10 {
+            let content = pattern(3000 + index, seed: UInt64(index))
+            let id = try storedFile(content)
+            fresh.append(id)
+            bytes[id] = content
+        }
+        let partial = try storedFile(pattern(3 * chunk, seed: 50))
+        bytes[partial] = pattern(3 * chunk, seed: 50)
+        _ = try read(partial, ReadRange(offset: 0, length: 10))
+        let held = try storedFile(pattern(500, seed: 51))
+        bytes[held] = pattern(500, seed: 51)
+        _ = try device.holdFile(held)
+        let local = try StoredFiles.stageApp(device, bytes: pattern(700, seed: 52), namespace: "blobs", table: "blobs", place: .deviceOnly)
+        bytes[local] = pattern(700, seed: 52)
+        let list = [fresh[0], partial, fresh[1], local] + fresh[2...] + [held, fresh[0]]
+        var given = list.makeIterator()
+        var outcomes: [HoldOutcome] = []
+        var contents: [[UInt8]?] = []
+        let summary = try ManyHolds(device: device).hold(parallel: 3, next: { given.next() }, report: { outcome in
+            outcomes.append(outcome)
+            contents.append((try? outcome.result.get()).flatMap { FileManager.default.contents(atPath: $0.path) }.map { [UInt8]($0) })
+        })
+        XCTAssertEqual(summary, HoldSummary(held: list.count, failed: 0))
+        XCTAssertEqual(outcomes.map(\.file), list, "one line per id, in the order of the list")
+        for (id, content) in zip(list, contents) { XCTAssertEqual(content, bytes[id], "the held copy of \(id) holds its bytes when reported") }
+        func source(_ id: String) -> ReadSource? { outcomes.first { $0.file == id }.flatMap { try? $0.result.get().report.source } }
+        XCTAssertEqual(source(local), .copy)
+        XCTAssertEqual(source(held), .cache)
+        XCTAssertEqual(source(partial), .storage)
+        let resumed = try XCTUnwrap(outcomes.first { $0.file == partial }?.result.get().report)
+        XCTAssertLessThan(resumed.bytesFetched, ObjectLayout.encryptedSize(plaintextSize: Int64(3 * chunk)), "only the missing chunks fetched")
+        for id in fresh {
+            XCTAssertEqual(source(id), .storage)
+            XCTAssertEqual(try cacheRow(id)?.int("complete"), CacheState.completeVerified.rawValue, "recorded complete, synced and checked")
+            let object = try device.requireFile(id).coordinates.object
+            XCTAssertTrue(device.isStillChecked("cache:" + object, path: device.cachePaths(object: object).data), "with the proof of its check")
+        }
+    }
 }

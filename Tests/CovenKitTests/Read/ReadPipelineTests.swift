@@ -204,6 +204,22 @@ final class ReadPipelineTests: ReadTestCase {
         XCTAssertNil(try cacheRow(partial), "an old partial goes")
     }
 
+    /// A batch (fetch-kept, `get` of many) begins the rows of a window of files before its
+    /// workers make their files: an open meanwhile (a worker's own) leaves a row begun now
+    /// without files, and takes one begun longer ago than a partial lives. (Before, an entry
+    /// without a data file counted as untouched since 1970: the open of a `get` of many's worker
+    /// took the row of a file about to be fetched, and its files with it.)
+    func testAnEntryBegunWithoutFilesIsNoStalePartialUntilItsLifetimeIsOver() throws {
+        let id = try storedFile(pattern(2 * chunk, seed: 3))
+        let object = try device.requireFile(id).coordinates.object
+        try device.database.transaction { try device.beginCacheEntry(object, size: Int64(2 * chunk), chunks: [0]) }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: device.cachePaths(object: object).data))
+        device.removeStalePartials()
+        XCTAssertNotNil(try cacheRow(id), "a row begun now stays")
+        device.removeStalePartials(now: Date().addingTimeInterval(8 * 86400))
+        XCTAssertNil(try cacheRow(id), "one begun eight days ago goes")
+    }
+
     func testFetchKeptCountsAWholeKeptFileAsHeldInStatusAndSyncsIt() throws {
         let bytes = pattern(3 * chunk + 1)
         let id = try storedFile(bytes, namespace: "keep")

@@ -56,6 +56,39 @@ final class ReadS3Tests: ReadTestCase {
 
     func bodyBytes() -> Int { proxy.stats()["body_bytes"] ?? 0 }
 
+    /// fetch-kept keeps each worker's storage connection from file to file: 24 small kept files
+    /// fetched by two workers open a connection or two each, not one per file. (Before, each
+    /// file's read made its own curl handle, and a connection with it: 24 or more.)
+    func testFetchKeptKeepsEachWorkersConnectionFromFileToFile() throws {
+        for index in 0..<24 { _ = try storedFile(pattern(1000 + index, seed: UInt64(index)), namespace: "keep") }
+        let before = proxy.stats()["connections"] ?? 0
+        let result = try device.fetchKept(parallel: 2)
+        XCTAssertEqual(result.fetched.count, 24)
+        let opened = (proxy.stats()["connections"] ?? 0) - before
+        XCTAssertGreaterThan(opened, 0)
+        XCTAssertLessThanOrEqual(opened, 4, "a connection per worker, not one per file")
+    }
+
+    /// make-device-only keeps each worker's storage connection from file to file, as fetch-kept.
+    func testMakeDeviceOnlyKeepsEachWorkersConnectionFromFileToFile() throws {
+        var requests: [DeviceOnlyRequest] = []
+        for index in 0..<24 {
+            let path = folder + "/original-\(index)"
+            try Data(pattern(1000 + index, seed: UInt64(100 + index))).write(to: URL(fileURLWithPath: path))
+            let id = try StoredFiles.stageUser(device, path: path, namespace: "originals", table: "originals")
+            try StoredFiles.store(device, file: id)
+            requests.append(DeviceOnlyRequest(file: id, names: ["f\(index)"], input: "argument \(index + 1)"))
+        }
+        let back = folder + "/back"
+        try FileManager.default.createDirectory(atPath: back, withIntermediateDirectories: true)
+        let before = proxy.stats()["connections"] ?? 0
+        let copies = try device.makeDeviceOnly(folder: back, requests: requests, parallel: 2)
+        XCTAssertEqual(copies.count, 24)
+        let opened = (proxy.stats()["connections"] ?? 0) - before
+        XCTAssertGreaterThan(opened, 0)
+        XCTAssertLessThanOrEqual(opened, 4, "a connection per worker, not one per file")
+    }
+
     func testSmallRangeTransfersOnlyItsChunks() throws {
         let bytes = pattern(30 * chunk + 17)
         let id = try storedFile(bytes)

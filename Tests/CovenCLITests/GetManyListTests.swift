@@ -1,0 +1,46 @@
+import CovenKit
+import CovenTestSupport
+import Foundation
+import XCTest
+
+/// `coven get --files-from` whose list turns bad part way: the run fails with the list's error,
+/// after the lines of the files taken before it.
+final class GetManyListTests: XCTestCase {
+    /// 70 ids, then an entry holding a NUL byte: the first window's 64 files are held and each
+    /// printed, in order, then the run ends with the usage error (status 2). (Before, the files
+    /// still in flight or not yet reported when the bad entry was read were held but never
+    /// printed.)
+    func testABadEntryEndsTheRunAfterTheLinesOfTheFilesTakenBeforeIt() throws {
+        let folder = try TestPaths.temporaryDirectory("get-many-list")
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let manifest = """
+        { "namespaces": [ { "name": "blobs", "kind": "app" } ],
+          "tables": [ { "name": "blobs", "identity": "uuid", "files": [ { "column": "file" } ] } ],
+          "migrations": [ "CREATE TABLE blobs (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
+        """
+        let location = StorageLocation.file(directory: folder + "/store")
+        try FileManager.default.createDirectory(atPath: folder + "/store", withIntermediateDirectories: true)
+        let paths = DevicePaths(database: folder + "/device.db")
+        var files: [String] = []
+        do {
+            let device = try Device.create(paths: paths, storage: location, manifest: try Manifest(json: Data(manifest.utf8)),
+                                           name: "list", provider: try StorageConnector(location: location).connect())
+            for index in 0..<70 {
+                files.append(try StoredFiles.stageApp(device, bytes: [UInt8](repeating: UInt8(index), count: (256 << 10) + index), namespace: "blobs", table: "blobs"))
+            }
+            try StoredFiles.store(device, file: files[0])
+        }
+        var list = Data(files.joined(separator: "\n").utf8)
+        list.append(contentsOf: Array("\nbad\0entry\n".utf8))
+        try list.write(to: URL(fileURLWithPath: folder + "/ids.txt"))
+        let run = try Processes.run(try Repository.covenBinary(), ["get", "--files-from", "ids.txt"],
+                                    environment: ["COVEN_DB": paths.database, "PATH": "/usr/bin:/bin"], directory: folder)
+        XCTAssertEqual(run.status, 2, run.stderrText)
+        XCTAssertTrue(run.stderrText.contains("NUL"), run.stderrText)
+        let printed = String(decoding: run.stdout, as: UTF8.self).split(separator: "\n").map(String.init)
+        XCTAssertEqual(printed.count, 64, "the first window's lines")
+        for (index, path) in printed.enumerated() {
+            XCTAssertEqual(FileManager.default.contents(atPath: path).map { [UInt8]($0) }, [UInt8](repeating: UInt8(index), count: (256 << 10) + index))
+        }
+    }
+}
