@@ -62,6 +62,13 @@ enum Schema {
         // 17: the retracts a device publishes for a move that crossed a write in the audience
         // the row left (Sync/CrossedMoves.swift), which go whatever the gate says.
         { database in try database.execute("ALTER TABLE coven_audience_moves ADD COLUMN crossed INTEGER NOT NULL DEFAULT 0") },
+        // 18: the audience each row of this device's was in when its gate kept it back, never
+        // published (Sync/PublishedRows.swift): a pull that makes it kept sends it there only.
+        { database in
+            try database.execute("""
+                CREATE TABLE coven_private_rows (tbl TEXT NOT NULL, id TEXT NOT NULL, audience TEXT NOT NULL, PRIMARY KEY (tbl, id)) STRICT, WITHOUT ROWID
+                """)
+        },
     ]
 
     /// Version 15: the circles this device's member knows of, owned by ``Circles``: every

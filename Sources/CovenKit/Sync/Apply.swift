@@ -118,7 +118,22 @@ struct ChangeApplier {
                         report.skipped += 1
                         continue
                     }
+                    // A retract of a row this device holds as written at or after its stamp
+                    // changes nothing here, whoever sent it (a retract of a crossed move,
+                    // CrossedMoves, reaches every reader of the audience it names, some of whom
+                    // hold the row in the circle it moved to).
+                    if entry.kind == .retract, entry.table != "coven_files", try isNoOlderHere(entry) {
+                        report.skipped += 1
+                        continue
+                    }
                     if case .refused(let why) = try authorizer.authorize(entry, section: section, change: change) {
+                        // A retract holds no value to keep: one its sender made not having seen
+                        // the write that put the row where this device holds it (a gate's
+                        // retract crossing a move into a circle it is not in) passes.
+                        if entry.kind == .retract, try !hadSeenRowHere(entry, change: change) {
+                            report.skipped += 1
+                            continue
+                        }
                         try sync.addLost(entry, device: change.device, winnerStamp: nil, why: why)
                         report.refused += 1
                         continue
@@ -292,6 +307,24 @@ struct ChangeApplier {
             report.appliedFileRecords.insert(entry.id)
         }
         return true
+    }
+
+    /// Whether the sender of `change` had applied the write of the row `entry` names as it is
+    /// here (true when the row is not here).
+    private func hadSeenRowHere(_ entry: RowEntry, change: ChangeObject) throws -> Bool {
+        guard device.manifest.table(entry.table) != nil,
+              let stamp = try database.scalar("SELECT _updated_at FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id]).textValue,
+              let writer = HybridClock.device(of: stamp) else { return true }
+        if writer == change.device { return true }
+        guard let seq = try sync.seq(device: writer, holding: stamp) else { return false }
+        return Int64(change.frontier[writer] ?? 0) >= seq
+    }
+
+    /// Whether the row `entry` names is here, written at or after `entry`'s stamp.
+    private mutating func isNoOlderHere(_ entry: RowEntry) throws -> Bool {
+        guard device.manifest.table(entry.table) != nil else { return false }
+        let stamp = try database.scalar("SELECT _updated_at FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id]).textValue
+        return stamp.map { $0 >= entry.stamp } ?? false
     }
 
     /// Whether the writer of the value stamped `winnerStamp` had seen change `loser`.

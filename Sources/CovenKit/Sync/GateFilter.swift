@@ -108,6 +108,13 @@ struct GateFilter {
                 output.append(try whole(key, restamp: state == .retracted))
             case (false, .held):
                 output.append(try retract(key))
+            case (false, nil):
+                // Kept back as written, never published: where it was, should a pull make it
+                // kept (a row of a table whose rows are all the store's goes there anyway).
+                if audiences.placesAudience(entry.table) {
+                    try published.markPrivate(table: entry.table, id: entry.id,
+                                              audience: audiences.declaredAudience(of: entry) ?? placedNow[key] ?? RowAudiences.store)
+                }
             case (false, _):
                 continue
             }
@@ -115,17 +122,17 @@ struct GateFilter {
         for table in audiences.gatedTables {
             let written = !audiences.dependencies(of: table).isDisjoint(with: touched)
             guard written || pulled, let condition = kept[table] else { continue }
-            // After a pull alone, only rows this device retracted (peers deleted them) from the
-            // audience they are in now, and its own rows never published, of a table whose rows
-            // are all the store's: another's were published by their writer, in the audience it
-            // wrote them in (a row taken out here and brought back under a parent moved since,
-            // or retracted from a circle and under a parent in the store now, does not go where
-            // its writer never put it), and an own row's audience when it was written is not
-            // known (a track written in a circle, under an album a crossing write moved back to
-            // the store, would go to the store).
+            // After a pull alone, only rows this device retracted (peers deleted them), and its
+            // own rows never published, kept back in the store or the audience they are in now
+            // (never to more readers than when written): another's
+            // were published by their writer, in the audience it wrote them in (a row taken out
+            // here and brought back under a parent moved since, or retracted from a circle and
+            // under a parent in the store now, does not go where its writer never put it; nor
+            // does a track kept back in a circle, under an album a crossing write moved back to
+            // the store).
             let audience = table == "coven_files" ? "coven_row.audience" : audiences.audienceExpression(table: table, alias: "coven_row")
             for id in try published.keptNotHeld(table: table, kept: condition, writtenBy: written ? nil : device.deviceID,
-                                                ownToo: !audiences.placesAudience(table), audience: audience) {
+                                                ownAnywhere: !audiences.placesAudience(table), audience: audience) {
                 let key = RowKey(table: table, id: id)
                 guard !decided.contains(key), !deferred.contains(key) else { continue }
                 output.append(try whole(key, restamp: try published.state(table: table, id: id) == .retracted))

@@ -30,6 +30,7 @@ struct PublishedRows {
     /// Peers hold the row now (published whole, or applied from another device), in
     /// `audience` (where a retract of it goes: ``ChangeSections``).
     func markHeld(table: String, id: String, audience: String) throws {
+        try run("DELETE FROM coven_private_rows WHERE tbl = ?1 AND id = ?2", table, id)
         let statement = try database.cached("""
             INSERT INTO coven_published (tbl, id, retracted, audience) VALUES (?1, ?2, 0, ?3)
             ON CONFLICT (tbl, id) DO UPDATE SET retracted = 0, audience = excluded.audience
@@ -71,6 +72,15 @@ struct PublishedRows {
     /// The row is deleted everywhere (a delete published or applied).
     func forget(table: String, id: String) throws {
         try run("DELETE FROM coven_published WHERE tbl = ?1 AND id = ?2", table, id)
+        try run("DELETE FROM coven_private_rows WHERE tbl = ?1 AND id = ?2", table, id)
+    }
+
+    /// A row of this device's, never published, that its gate kept back when written in
+    /// `audience` (`coven_private_rows`): should a pull make it kept, it goes there only.
+    func markPrivate(table: String, id: String, audience: String) throws {
+        let statement = try database.cached("INSERT OR REPLACE INTO coven_private_rows (tbl, id, audience) VALUES (?1, ?2, ?3)")
+        try statement.bind([table, id, audience])
+        try statement.runToEnd()
     }
 
     private func run(_ sql: String, _ table: String, _ id: String) throws {
@@ -81,15 +91,16 @@ struct PublishedRows {
 
     /// Ids of `table` that are kept now and peers do not hold: to send whole. With `writtenBy`,
     /// only rows that peers were told to delete (retracted) from the audience the row is in now
-    /// (`audience`: SQL over `coven_row`), and, unless `ownToo` is false, rows that device
-    /// last wrote.
-    func keptNotHeld(table: String, kept: String, writtenBy device: String? = nil, ownToo: Bool = true, audience: String = "'store'") throws -> [String] {
+    /// (`audience`: SQL over `coven_row`), and rows that device last wrote: with `ownAnywhere`
+    /// false, only those its gate kept back in the audience they are in now or in the store
+    /// (every circle's members read the store: a row goes to fewer readers, never more).
+    func keptNotHeld(table: String, kept: String, writtenBy device: String? = nil, ownAnywhere: Bool = true, audience: String = "'store'") throws -> [String] {
         try database.query("""
             SELECT coven_row.id AS id FROM main.\(RowCapture.quote(table)) coven_row
             WHERE (\(kept)) AND NOT EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = ?1 AND p.id = coven_row.id AND p.retracted = 0)
-            \(device == nil ? "" : "AND (\(ownToo ? "coven_row._updated_at LIKE '%-' || ?2" : "false") OR EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = ?1 AND p.id = coven_row.id AND COALESCE(p.audience, 'store') = \(audience)))")
+            \(device == nil ? "" : "AND ((coven_row._updated_at LIKE '%-' || ?2\(ownAnywhere ? "" : " AND EXISTS (SELECT 1 FROM coven_private_rows v WHERE v.tbl = ?1 AND v.id = coven_row.id AND v.audience IN ('store', \(audience)))")) OR EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = ?1 AND p.id = coven_row.id AND COALESCE(p.audience, 'store') = \(audience)))")
             ORDER BY coven_row.id
-            """, ownToo ? (device.map { [table, $0] } ?? [table]) : [table]).compactMap { $0["id"].textValue }
+            """, device.map { [table, $0] } ?? [table]).compactMap { $0["id"].textValue }
     }
 
     /// Ids of `table` whose peers were told to delete them (retracted), of rows last written at

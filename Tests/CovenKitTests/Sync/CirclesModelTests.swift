@@ -57,6 +57,58 @@ final class CirclesModelTests: XCTestCase {
         if ProcessInfo.processInfo.environment["COVEN_SEED"] == nil { XCTAssertGreaterThan(Self.deleted.withLock { $0 }, 0, "the runs' gc deleted stored bytes") }
     }
 
+    /// A device's own rows kept back by its gate, never published, that a pull makes kept: they
+    /// go to the audience they are in now only if it is the one they were kept back in, or the
+    /// store was (a circle's members all read the store), never to more readers. A track kept
+    /// back in the circle stays off the store when a crossing write moves its album back there;
+    /// a note kept back in the store goes to the circle a crossing write moves its album into.
+    func testRowsKeptBackGoWhereTheyWereWrittenOrToFewerReaders() throws {
+        let work = NSTemporaryDirectory() + "coven-kept-back-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let a = try Device.create(paths: DevicePaths(database: work + "/a/device.db"), storage: .file(directory: work + "/store"),
+                                  manifest: try Manifest(json: Data(Self.manifest.utf8)), name: "a")
+        _ = try Members(a).establish(name: "alice")
+        let bobIdentity = try MemberIdentity(), carolIdentity = try MemberIdentity()
+        _ = try Members(a).add(name: "bob", recipient: bobIdentity.recipient.description, admin: false)
+        _ = try Members(a).add(name: "carol", recipient: carolIdentity.recipient.description, admin: false)
+        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, identity: bobIdentity, name: "b")
+        let c = try Device.join(paths: DevicePaths(database: work + "/c/device.db"), storage: a.storage, identity: carolIdentity, name: "c")
+        let circle = try Circles(a).create(name: "couple", members: ["bob"]).circle.id
+        let x = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d0001", y = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d0002"
+        func syncAll() throws { for _ in 0..<2 { for device in [a, b, c] { _ = try StoreSync(device).sync() } } }
+        func count(_ device: Device, _ sql: String) throws -> Int64 { try device.database.scalar(sql).intValue ?? -1 }
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(x)', 'x'), ('\(y)', 'y')")
+        try syncAll()
+        // X into the circle; Carol does not see it before she writes X in the store.
+        try a.write(sql: "UPDATE albums SET audience = '\(circle)' WHERE id = '\(x)'")
+        _ = try StoreSync(a).sync()
+        _ = try StoreSync(b).sync()
+        try a.write(sql: "INSERT INTO tracks (id, album_id, title) VALUES (coven_uuid7(), '\(x)', 'for two only')")
+        try a.write(sql: "UPDATE albums SET shared = 0 WHERE id = '\(x)'")
+        // Y: a note, then kept back; Bob, not seeing that, moves Y into the circle.
+        try a.write(sql: "INSERT INTO notes (id, album_id, body) VALUES (coven_uuid7(), '\(y)', 'a note')")
+        try a.write(sql: "UPDATE albums SET shared = 0 WHERE id = '\(y)'")
+        _ = try StoreSync(a).sync()  // retracts X from the circle and Y from the store; the track and note stay
+        usleep(2_000)
+        try c.write(sql: "UPDATE albums SET title = 'x (carol)' WHERE id = '\(x)'")
+        try b.write(sql: "UPDATE albums SET audience = '\(circle)' WHERE id = '\(y)'")
+        _ = try StoreSync(c).sync()
+        _ = try StoreSync(b).sync()
+        _ = try StoreSync(a).sync()  // X back in the store, shared; Y in the circle, shared
+        XCTAssertEqual(try a.database.scalar("SELECT audience FROM albums WHERE id = ?1", [x]).textValue, "store")
+        XCTAssertEqual(try a.database.scalar("SELECT audience FROM albums WHERE id = ?1", [y]).textValue, circle)
+        try syncAll()
+        XCTAssertEqual(try count(c, "SELECT count(*) FROM tracks"), 0, "the track kept back in the circle reached no one")
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM tracks"), 0)
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM notes WHERE album_id = '\(y)'"), 1, "the note went to the circle")
+        XCTAssertEqual(try count(c, "SELECT count(*) FROM notes"), 0)
+        let provider = try a.connectStorage()
+        for info in try provider.list(prefix: "") {
+            let bytes = try XCTUnwrap(try provider.getObject(info.key))
+            XCTAssertNil(bytes.firstRange(of: Array("for two only".utf8)), info.key)
+        }
+    }
+
     /// Stored objects the runs' gc deleted.
     static let deleted = Mutex(0)
 
