@@ -76,6 +76,19 @@ struct RowAudiences {
         return try audiences(table: table, ids: [id])[id]
     }
 
+    /// The audience of a row that is no longer here (taken out, or deleted since), by its
+    /// image: its parent's through `audience_from`, the parent here or, deleted, where its
+    /// tombstone says; nil when the image names no parent.
+    func audienceOfGone(_ entry: RowEntry, depth: Int = 0) throws -> String? {
+        guard depth < 32, let table = manifest.table(entry.table), let column = table.audienceFrom,
+              let edge = graph.parents[entry.table]?.first(where: { $0.column == column }),
+              let value = entry.value(column), !value.isNull else { return nil }
+        let parent = try database.queryOne("SELECT id FROM main.\(RowCapture.quote(edge.parent)) WHERE \(RowCapture.quote(edge.parentColumn)) = ?1", [value])
+        if let id = parent?.string("id") { return try audience(table: edge.parent, id: id) }
+        guard edge.parentColumn == "id", let id = value.textValue else { return nil }
+        return try SyncState(database: database).tombstoneAudience(table: edge.parent, id: id)
+    }
+
     /// The audience each row a write deleted was in, by table and id (rows of tables that
     /// place no audience are left out: the store's): its audience column's value before the
     /// write, a file record's `audience`, or, through `audience_from`, its parent's: the

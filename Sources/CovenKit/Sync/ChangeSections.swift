@@ -43,8 +43,10 @@ struct ChangeSections {
                 // An image that names its audience (its audience column, a file record's) goes
                 // there, as it was when written: a row written in one audience and moved in a
                 // later write of the same change is two images in two sections. One that takes
-                // its parent's goes where its parent is now.
-                audience = audiences.declaredAudience(of: entry) ?? audienceOf[entry.table]?[entry.id] ?? RowAudiences.store
+                // its parent's goes where its parent is now, or was when deleted (a row taken out
+                // here since it was written, its write still waiting for a bound upload).
+                audience = try audiences.declaredAudience(of: entry) ?? audienceOf[entry.table]?[entry.id]
+                    ?? (audiences.placesAudience(entry.table) ? audiences.audienceOfGone(entry) : nil) ?? RowAudiences.store
                 lastAudience[key] = audience
             } else if let last = lastAudience[key] {
                 audience = last

@@ -429,6 +429,26 @@ class CirclesTests: DeviceTestCase {
         XCTAssertEqual(try title(s.carol, album), Self.secretTitle)
     }
 
+    /// Bob writes a track under the circle's album while Alice deletes the album; Bob's pull
+    /// applies the delete (his track is taken out) before his push sends the write: the track's
+    /// image goes in the circle's section, where its album was, not the store's (before, a row
+    /// not here any more went to the store, and Carol held its title as a lost value).
+    func testARowTakenOutBeforeItsWriteIsPublishedStaysInItsCircle() throws {
+        let s = try threeMembers()
+        let album = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4c"
+        try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(album)', 'for two', '\(s.circle)')")
+        try syncAll(s)
+        try s.alice.write(sql: "DELETE FROM albums WHERE id = '\(album)'")
+        _ = try StoreSync(s.alice).sync()
+        try s.bob.write(sql: "INSERT INTO tracks (id, album_id, title) VALUES ('0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4d', '\(album)', '\(Self.secretTitle)')")
+        _ = try StoreSync(s.bob).sync(push: false)
+        XCTAssertEqual(try s.bob.database.scalar("SELECT count(*) FROM tracks").intValue, 0, "taken out")
+        try syncAll(s)
+        try s.carol.database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        XCTAssertEqual(try leaks([Self.secretTitle], store: s, outsider: s.carol), [])
+        XCTAssertEqual(try s.alice.database.scalar("SELECT count(*) FROM coven_lost_values WHERE tbl = 'tracks'").intValue, 1, "Alice keeps it as a lost value")
+    }
+
     /// Moving an album into the circle moves its tracks and cover: new file records in the
     /// circle over the same stored bytes (nothing uploaded, no stored object written), the
     /// rows written again in the circle's section and retracted from the store's. Moving it
