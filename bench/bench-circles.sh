@@ -11,7 +11,8 @@
 #   quiet (load 0.1):  push 1.09 s vs 1.09 s in the store (1.09x), peak RSS 43.1 MiB;
 #                      pull 1.10 s vs 0.97 s (1.14x), 40.0 MiB; move write 0.23 s, push 0.06 s,
 #                      pull 0.16 s, 165,705 bytes published, 1,000 stored objects before and after
-#   beside a test run (load 3): push 1.19x, pull 1.31x (the split pull opens 4 sections' keys)
+#   beside a test run (load 3): push 1.19x, pull 1.31x (over the target; why the split pull
+#                      loses more to load was not measured)
 # hyperfine medians, each run after `sync` (this disk throttles writes: every run starts with
 # nothing of the last one left to write back). Environment: COVEN and BENCH_TMP from bench/run.sh; BENCH_CIRCLES_ROWS
 # changes the row count of part 1, BENCH_CIRCLES_TRACKS the tracks of part 2.
