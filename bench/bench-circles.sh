@@ -8,7 +8,7 @@
 #      (no upload: the same count, none written).
 #
 # This machine (2 cores shared, ext4 on virtio), 2026-12-02, 100,000 rows / 1,000 tracks:
-#   quiet (load 0.1):  push 1.09 s vs 1.09 s in the store (1.09x), peak RSS 43.1 MiB;
+#   quiet (load 0.1):  push 1.19 s vs 1.09 s in the store (1.09x), peak RSS 43.1 MiB;
 #                      pull 1.10 s vs 0.97 s (1.14x), 40.0 MiB; move write 0.23 s, push 0.06 s,
 #                      pull 0.16 s, 165,705 bytes published, 1,000 stored objects before and after
 #   beside a test run (load 3): push 1.19x, pull 1.31x (over the target; why the split pull
