@@ -93,11 +93,13 @@ struct PublishedRows {
     /// only rows that peers were told to delete (retracted) from the audience the row is in now
     /// (`audience`: SQL over `coven_row`), and rows that device last wrote: with `ownAnywhere`
     /// false, only those its gate kept back in the audience they are in now or in the store
-    /// (every circle's members read the store: a row goes to fewer readers, never more).
+    /// (every circle's members read the store: a row goes to fewer readers, never more). A row
+    /// kept back in a circle, under a parent in another audience now, is never among them.
     func keptNotHeld(table: String, kept: String, writtenBy device: String? = nil, ownAnywhere: Bool = true, audience: String = "'store'") throws -> [String] {
         try database.query("""
             SELECT coven_row.id AS id FROM main.\(RowCapture.quote(table)) coven_row
             WHERE (\(kept)) AND NOT EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = ?1 AND p.id = coven_row.id AND p.retracted = 0)
+            AND NOT EXISTS (SELECT 1 FROM coven_private_rows v WHERE v.tbl = ?1 AND v.id = coven_row.id AND v.audience NOT IN ('store', \(audience)))
             \(device == nil ? "" : "AND ((coven_row._updated_at LIKE '%-' || ?2\(ownAnywhere ? "" : " AND EXISTS (SELECT 1 FROM coven_private_rows v WHERE v.tbl = ?1 AND v.id = coven_row.id AND v.audience IN ('store', \(audience)))")) OR EXISTS (SELECT 1 FROM coven_published p WHERE p.tbl = ?1 AND p.id = coven_row.id AND COALESCE(p.audience, 'store') = \(audience)))")
             ORDER BY coven_row.id
             """, device.map { [table, $0] } ?? [table]).compactMap { $0["id"].textValue }
