@@ -6,10 +6,13 @@ import XCTest
 /// `coven get --files-from` whose list turns bad part way: the run fails with the list's error,
 /// after the lines of the files taken before it.
 final class GetManyListTests: XCTestCase {
-    /// 70 ids, then an entry holding a NUL byte: the first window's 64 files are held and each
-    /// printed, in order, then the run ends with the usage error (status 2). (Before, the files
-    /// still in flight or not yet reported when the bad entry was read were held but never
-    /// printed.)
+    /// 70 ids, then an entry holding a NUL byte: the files taken before the bad entry was read
+    /// are held and each printed, in order, then the run ends with the usage error (status 2).
+    /// How many were taken by then depends on how far the workers got (64, the first window,
+    /// in most runs; 57 in one loaded CI run), so the test asks for the lines in order, each
+    /// with its file's bytes, and for every file held complete to be printed. (Before, the
+    /// files still in flight or not yet reported when the bad entry was read were held but
+    /// never printed.)
     func testABadEntryEndsTheRunAfterTheLinesOfTheFilesTakenBeforeIt() throws {
         let folder = try TestPaths.temporaryDirectory("get-many-list")
         defer { try? FileManager.default.removeItem(atPath: folder) }
@@ -38,7 +41,10 @@ final class GetManyListTests: XCTestCase {
         XCTAssertEqual(run.status, 2, run.stderrText)
         XCTAssertTrue(run.stderrText.contains("NUL"), run.stderrText)
         let printed = String(decoding: run.stdout, as: UTF8.self).split(separator: "\n").map(String.init)
-        XCTAssertEqual(printed.count, 64, "the first window's lines")
+        XCTAssertTrue((1...70).contains(printed.count), "the lines of the files taken: \(printed.count)")
+        let device = try Device.open(paths: paths)
+        let held = try device.database.scalar("SELECT count(*) FROM coven_cache WHERE complete = 1").intValue ?? 0
+        XCTAssertGreaterThanOrEqual(printed.count, Int(held), "every file held in the cache was printed")
         for (index, path) in printed.enumerated() {
             XCTAssertEqual(FileManager.default.contents(atPath: path).map { [UInt8]($0) }, [UInt8](repeating: UInt8(index), count: (256 << 10) + index))
         }
