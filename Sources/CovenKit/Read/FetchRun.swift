@@ -15,6 +15,12 @@ enum FetchRunMode {
 /// A held file's copy and what its read did, or why it could not be held.
 typealias HeldResult = Result<(path: String, report: ReadReport), CovenError>
 
+/// A file's outcome in a run, with its size (fetch-kept lists it; 0 where not known, `get`).
+struct FetchOutcome {
+    var result: HeldResult
+    var size: Int64 = 0
+}
+
 /// One file handed to a worker: a fresh one with its record and the place its deferred read
 /// leaves what it held, or (nil) one fetched or checked the usual way (its entry holds chunks
 /// already, it is on this device, or it has no record).
@@ -110,8 +116,9 @@ final class FetchRun: @unchecked Sendable {
     private let sleep: (Double) -> Void
     /// The list, read by the coordinator a window at a time.
     private let next: () throws -> String?
-    /// `coven get`'s report of each file, in the order of the list (the coordinator's thread).
-    private let report: ((String, HeldResult) throws -> Void)?
+    /// Each file's outcome, in the order of the list (the coordinator's thread): `get`'s line, or
+    /// fetch-kept's item once its file is recorded held (memory stays bounded whatever the count).
+    private let report: (String, FetchOutcome) throws -> Void
     /// The list has ended.
     private var listEnded = false
     /// Ids taken from the list so far (the next index the coordinator prepares).
@@ -123,15 +130,14 @@ final class FetchRun: @unchecked Sendable {
     private var toRecord: [FetchedFile] = []
     private var oldestToRecord: Date?
     private var workersRunning = 0
-    private var fetched: [(index: Int, item: FetchKeptItem)] = []
-    private var failed: [(index: Int, item: FetchKeptItem)] = []
     private var waited: [Double] = []
     private var stopped: (FetchKeptStop, CovenError)?
     private var error: Error?
-    /// `get`: the outcomes not yet reported, by index.
-    private var outcomes: [Int: HeldResult] = [:]
+    /// The outcomes not yet reported, by index.
+    private var outcomes: [Int: FetchOutcome] = [:]
 
-    // The coordinator's own (`get`): what is reported next, and the ids given more than once.
+    // The coordinator's own: what is reported next, the ids of the files not yet reported, and
+    // (`get`) the ids given more than once.
     private var reported = 0
     private var ids: [Int: String] = [:]
     /// The first index of an id (or of a fresh file's object) not yet reported.
@@ -140,10 +146,10 @@ final class FetchRun: @unchecked Sendable {
     /// An index whose file is the one of an earlier index: its outcome is the earlier one's.
     private var sameAs: [Int: Int] = [:]
     private var followers: [Int: Int] = [:]
-    private var resultOf: [Int: HeldResult] = [:]
+    private var resultOf: [Int: FetchOutcome] = [:]
 
     init(mode: FetchRunMode, command: String, stop: Stop, sleep: @escaping (Double) -> Void = { Thread.sleep(forTimeInterval: $0) },
-         next: @escaping () throws -> String?, report: ((String, HeldResult) throws -> Void)? = nil) {
+         next: @escaping () throws -> String?, report: @escaping (String, FetchOutcome) throws -> Void) {
         self.mode = mode
         self.command = command
         self.stop = stop
@@ -180,8 +186,9 @@ final class FetchRun: @unchecked Sendable {
             if ended { return nil }
             if readyAt < ready.count {
                 defer { readyAt += 1 }
-                if readyAt + 1 == ready.count {
-                    // Every prepared file taken: let the coordinator prepare the next window.
+                if readyAt + 1 == ready.count || readyAt + 1 == ready.count - Device.keptPreparedAtOnce / 2 {
+                    // Half the prepared files taken (or all): let the coordinator prepare the
+                    // next window.
                     condition.broadcast()
                 }
                 return ready[readyAt]
@@ -202,18 +209,23 @@ final class FetchRun: @unchecked Sendable {
     }
 
     /// Hands a fresh file's outcome to the coordinator (a whole one, or a partial's chunks).
+    /// The coordinator is woken only for a full batch: it looks every half of
+    /// ``Device/keptRecordWait`` anyway, and waking it (and every idle worker) for each small
+    /// file cost more than the files' writes.
     private func handOver(_ fetched: FetchedFile) {
-        locked {
+        let full = locked { () -> Bool in
             if toRecord.isEmpty { oldestToRecord = Date() }
             toRecord.append(fetched)
+            return toRecord.count >= Device.keptRecordedAtOnce
         }
-        condition.broadcast()
+        if full { condition.broadcast() }
     }
 
-    /// Sets a file's outcome (`get`), for the coordinator to report.
-    private func settle(_ index: Int, _ result: HeldResult) {
-        locked { outcomes[index] = result }
-        condition.broadcast()
+    /// Sets a file's outcome, for the coordinator to report (`wake`: a worker's, for the
+    /// coordinator waiting on it; the coordinator's own record needs no waking).
+    private func settle(_ index: Int, _ result: HeldResult, size: Int64 = 0, wake: Bool = true) {
+        locked { outcomes[index] = FetchOutcome(result: result, size: size) }
+        if wake { condition.broadcast() }
     }
 
     // MARK: The coordinator
@@ -233,7 +245,9 @@ final class FetchRun: @unchecked Sendable {
         var failure: Error?
         while true {
             condition.lock()
-            let prepare = failure == nil && !ended && readyAt >= ready.count - min(ready.count, Device.keptFetchesAtOnce)
+            // The next window is prepared while half of this one is left: the workers of small
+            // files do not wait for it.
+            let prepare = failure == nil && !ended && readyAt >= ready.count - min(ready.count, Device.keptPreparedAtOnce / 2)
                 && !listEnded && (!holding || nextPrepared - reported < Device.heldAhead)
             let done = workersRunning == 0
             let due = !toRecord.isEmpty && (done || toRecord.count >= Device.keptRecordedAtOnce
@@ -244,7 +258,7 @@ final class FetchRun: @unchecked Sendable {
                 toRecord.removeAll()
                 oldestToRecord = nil
             }
-            let reportable = failure == nil && holding && (outcomes[reported] != nil || sameAs[reported] != nil)
+            let reportable = failure == nil && (outcomes[reported] != nil || sameAs[reported] != nil)
             if !prepare && !due && !reportable {
                 if done {
                     condition.unlock()
@@ -276,9 +290,14 @@ final class FetchRun: @unchecked Sendable {
             if holding { try? reportSettled() }
             throw failure
         }
-        guard holding else { return }
         if let error = locked({ self.error }) { throw error }
         try reportSettled()
+        guard holding else {
+            // fetch-kept: a file that stopped the run (no room, offline) leaves a gap; the
+            // files fetched after it are reported still, in order.
+            try reportAfterGaps()
+            return
+        }
         if let (_, error) = locked({ stopped }) { throw error }
     }
 
@@ -300,8 +319,8 @@ final class FetchRun: @unchecked Sendable {
             try device.database.transaction {
                 for (offset, id) in given.enumerated() {
                     let index = start + offset
+                    ids[index] = id
                     if holding {
-                        ids[index] = id
                         // An id given again while the first is not reported: held once.
                         if let first = firstOf["id:" + id] {
                             follow(index, first)
@@ -355,13 +374,12 @@ final class FetchRun: @unchecked Sendable {
         followers[first, default: 0] += 1
     }
 
-    /// `get`: reports the outcomes settled, in the order of the list, up to the first file not
-    /// settled yet.
+    /// Reports the outcomes settled, in the order of the list, up to the first file not settled
+    /// yet.
     private func reportSettled() throws {
-        guard let report else { return }
         while true {
             let index = reported
-            let result: HeldResult
+            let result: FetchOutcome
             if let first = sameAs[index] {
                 // The first was reported before (it comes earlier in the list).
                 guard let earlier = resultOf[first] else { return }
@@ -381,6 +399,18 @@ final class FetchRun: @unchecked Sendable {
             let id = ids.removeValue(forKey: index) ?? ""
             reported += 1
             try report(id, result)
+        }
+    }
+
+    /// fetch-kept, once every worker ended: reports the outcomes settled past the files that
+    /// stopped the run, in the order of the list.
+    private func reportAfterGaps() throws {
+        let rest = locked { () -> [(key: Int, value: FetchOutcome)] in
+            defer { outcomes.removeAll() }
+            return outcomes.sorted { $0.key < $1.key }
+        }
+        for (index, outcome) in rest {
+            try report(ids.removeValue(forKey: index) ?? "", outcome)
         }
     }
 
@@ -406,10 +436,9 @@ final class FetchRun: @unchecked Sendable {
             }
         }
         // Held now: the files are durable and recorded complete.
-        guard holding else { return }
         for fetched in batch where fetched.deferred.state != .partial {
             if let report = fetched.report {
-                settle(fetched.index, .success((device.cachePaths(object: fetched.object).data, report)))
+                settle(fetched.index, .success((device.cachePaths(object: fetched.object).data, report)), size: fetched.size, wake: false)
             }
         }
     }
@@ -436,9 +465,6 @@ final class FetchRun: @unchecked Sendable {
                             handOver(FetchedFile(index: index, object: object, size: record.size, deferred: deferred,
                                                  stamp: FileStamp(path: device.cachePaths(object: object).data),
                                                  clearsFailure: failedBefore.contains("fetch_failed:" + object), report: report))
-                            if !holding {
-                                locked { fetched.append((index, FetchKeptItem(file: record.id, size: record.size, bytesFetched: report.bytesFetched))) }
-                            }
                         } catch {
                             // What was written before the failure stays, as a partial.
                             if deferred.bytes > 0 {
@@ -452,8 +478,8 @@ final class FetchRun: @unchecked Sendable {
                     } else if holding {
                         settle(index, .success(try device.holdFile(id, stop: stop)))
                     } else {
-                        let item = try device.fetchKeptFile(id, stop: stop, failedBefore: failedBefore)
-                        locked { fetched.append((index, item)) }
+                        let (held, size) = try device.fetchKeptFile(id, stop: stop, failedBefore: failedBefore)
+                        settle(index, .success(held), size: size)
                     }
                 } catch {
                     let error = error.asCovenError
@@ -485,8 +511,7 @@ final class FetchRun: @unchecked Sendable {
                         end(.throttled, error)
                     default:
                         try device.setFetchFailure(object, error.code == .missing ? "missing" : "failed")
-                        let size = (try? device.requireFile(id))?.size ?? 0
-                        locked { failed.append((index, FetchKeptItem(file: id, size: size, bytesFetched: 0, error: error))) }
+                        settle(index, .failure(error), size: (try? device.requireFile(id))?.size ?? 0)
                     }
                 }
                 break
@@ -494,21 +519,11 @@ final class FetchRun: @unchecked Sendable {
         }
     }
 
-    /// fetch-kept's result, its lists in the order of the files (smallest first).
-    func result(alreadyHeld: Int, total: Int) throws -> FetchKeptResult {
-        try locked { () throws -> FetchKeptResult in
+    /// Why the run stopped (nil: it went through the list) and the waits the server asked for.
+    func ending() throws -> (stopped: (FetchKeptStop, CovenError)?, waited: [Double]) {
+        try locked {
             if let error { throw error }
-            var result = FetchKeptResult()
-            result.alreadyHeld = alreadyHeld
-            result.fetched = fetched.sorted { $0.index < $1.index }.map(\.item)
-            result.failed = failed.sorted { $0.index < $1.index }.map(\.item)
-            result.waited = waited
-            if let (stop, error) = stopped {
-                result.stop = stop
-                result.stopError = error
-                result.remaining = total - fetched.count - failed.count
-            }
-            return result
+            return (stopped, waited)
         }
     }
 }

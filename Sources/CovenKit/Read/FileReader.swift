@@ -278,15 +278,23 @@ extension Device {
 
     /// Refuses a fetch the disk has no room for, before any byte is fetched.
     ///
+    /// - Parameter held: the bytes of the file the cache holds already, when the caller knows
+    ///   (a fetch-kept worker's fresh entry holds none: no query of the database per file).
     /// - Throws: `.noRoom` with the bytes needed and free.
-    func checkRoom(for record: FileRecord) throws {
-        let held = try cacheRow(record.coordinates.object)?.bytes ?? 0
+    func checkRoom(for record: FileRecord, held: Int64? = nil) throws {
+        let held = try held ?? (cacheRow(record.coordinates.object)?.bytes ?? 0)
         let needed = record.size - held + Int64(ObjectLayout.chunkCount(plaintextSize: record.size)) * ObjectLayout.tagSize
-        // What was read longest ago gives way first.
-        _ = try? makeRoom(for: needed, sparing: record.coordinates.object)
-        var info = statvfs()
-        guard statvfs(paths.cache, &info) == 0 else { return }
-        let free = Int64(info.f_bavail) * Int64(info.f_frsize)
+        func freeBytes() -> Int64? {
+            var info = statvfs()
+            guard statvfs(paths.cache, &info) == 0 else { return nil }
+            return Int64(info.f_bavail) * Int64(info.f_frsize)
+        }
+        guard var free = freeBytes() else { return }
+        if free < needed + Self.roomMargin {
+            // What was read longest ago gives way first.
+            _ = try? makeRoom(for: needed, sparing: record.coordinates.object)
+            free = freeBytes() ?? free
+        }
         if needed > free {
             throw CovenError(.noRoom, "no room on the disk for file '\(record.id)'",
                              cause: "\(needed.counted("byte")) needed, \(free) free",
@@ -387,8 +395,8 @@ final class StoredRead {
     /// bitmap. A row comes before its files, so a file without a row is garbage.
     private func openEntry() throws {
         if deferred != nil {
-            // The caller begun the row (empty) before handing the file out: only the files.
-            try Device.makeFolder(device.paths.cache, mode: 0o700)
+            // The caller begun the row (empty) before handing the file out: only the files
+            // (the cache folder made again only when it is gone).
             try openFiles()
             return
         }
@@ -426,7 +434,12 @@ final class StoredRead {
     /// the entry's size.
     private func openFiles() throws {
         for _ in 0..<3 {
-            let fd = Foundation.open(files.data, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            var fd = Foundation.open(files.data, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            if fd < 0, errno == ENOENT {
+                // The cache folder was removed: made again.
+                try Device.makeFolder(device.paths.cache, mode: 0o700)
+                fd = Foundation.open(files.data, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            }
             guard fd >= 0 else { throw CovenError.posix("open cache file", path: files.data) }
             while flock(fd, LOCK_SH) != 0 && errno == EINTR {}
             // A trim may have removed the file between open and lock: use the file the path names.

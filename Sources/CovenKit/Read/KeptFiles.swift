@@ -75,10 +75,16 @@ public struct FetchKeptResult: Sendable {
     public var stop: FetchKeptStop = .done
     /// The error that stopped it, for every stop but `.done`.
     public var stopError: CovenError?
-    /// Files fetched whole, in order.
+    /// Files fetched whole, in order (empty when each was handed to the caller as it came).
     public var fetched: [FetchKeptItem] = []
-    /// Files passed over because they failed otherwise.
+    /// Files passed over because they failed otherwise (empty when each was handed to the
+    /// caller as it came).
     public var failed: [FetchKeptItem] = []
+    /// How many files were fetched whole, and their size.
+    public var fetchedCount = 0
+    public var fetchedBytes: Int64 = 0
+    /// How many files failed otherwise.
+    public var failedCount = 0
     /// Kept files that were already held.
     public var alreadyHeld: Int = 0
     /// Kept files not tried because it stopped first.
@@ -103,10 +109,12 @@ extension Device {
             FROM coven_files f
             LEFT JOIN coven_cache c ON c.object = f.object
             WHERE \(Self.keptFile)
-            ORDER BY f.size, f.id
+            ORDER BY f.size, f.object, f.id
             """)
         try rows.bind([try keptNamespaces()])
-        var seen: Set<String> = []
+        // Records of the same bytes come together (by size, then object): no set of every
+        // object seen (100,000 of them were a third of the command's memory).
+        var previous: String?
         var toFetch: [String] = []
         var held = 0
         while let row = try rows.next() {
@@ -115,7 +123,8 @@ extension Device {
                 continue
             }
             let object = row.string("object") ?? ""
-            guard seen.insert(object).inserted else { held += 1; continue }
+            guard object != previous else { held += 1; continue }
+            previous = object
             let state = row.int("cache_state").flatMap(CacheState.init(rawValue:))
             // Held: complete, and its data file checked and not written since (a file damaged
             // since is read through again by the fetch, every chunk checked).
@@ -144,35 +153,68 @@ extension Device {
     ///   - stop: polled often; a stop asked ends the fetch.
     ///   - parallel: files fetched at once (at least 1).
     ///   - sleep: waits out a server's Retry-After (replaceable in tests).
+    ///   - each: given, takes each file fetched or failed, in order, once it is recorded (the
+    ///     result's lists stay empty: a library of 100,000 files is not held in memory);
+    ///     otherwise the result lists them.
     /// - Returns: what was fetched (smallest first), what failed and why it stopped.
+    /// - Throws: an error of `each`, or of the device's database.
     public func fetchKept(
-        stop: Stop = Stop(), parallel: Int = Device.keptFetchesAtOnce, sleep: @escaping (Double) -> Void = { Thread.sleep(forTimeInterval: $0) }
+        stop: Stop = Stop(), parallel: Int = Device.keptFetchesAtOnce, sleep: @escaping (Double) -> Void = { Thread.sleep(forTimeInterval: $0) },
+        each: ((FetchKeptItem) throws -> Void)? = nil
     ) throws -> FetchKeptResult {
         let (toFetch, held) = try keptFilesToFetch()
         // Failures recorded before: cleared as their files are fetched (no commit per file
         // otherwise).
         let failedBefore = Set(try database.query("SELECT key FROM coven_meta WHERE key LIKE 'fetch_failed:%'").compactMap { $0.string("key") })
         var list = toFetch.makeIterator()
-        let run = FetchRun(mode: .keep(failedBefore: failedBefore), command: "fetch-kept", stop: stop, sleep: sleep, next: { list.next() })
-        guard !toFetch.isEmpty else { return try run.result(alreadyHeld: held, total: 0) }
-        try runFetches(run, parallel: parallel)
-        return try run.result(alreadyHeld: held, total: toFetch.count)
+        var result = FetchKeptResult()
+        result.alreadyHeld = held
+        let run = FetchRun(mode: .keep(failedBefore: failedBefore), command: "fetch-kept", stop: stop, sleep: sleep, next: { list.next() }) { id, outcome in
+            let item: FetchKeptItem
+            switch outcome.result {
+            case .success(let held):
+                item = FetchKeptItem(file: id, size: outcome.size, bytesFetched: held.report.bytesFetched)
+                result.fetchedCount += 1
+                result.fetchedBytes += outcome.size
+            case .failure(let error):
+                item = FetchKeptItem(file: id, size: outcome.size, bytesFetched: 0, error: error)
+                result.failedCount += 1
+            }
+            if let each {
+                try each(item)
+            } else if item.error == nil {
+                result.fetched.append(item)
+            } else {
+                result.failed.append(item)
+            }
+        }
+        if !toFetch.isEmpty { try runFetches(run, parallel: parallel) }
+        let (stopped, waited) = try run.ending()
+        result.waited = waited
+        if let (stop, error) = stopped {
+            result.stop = stop
+            result.stopError = error
+            result.remaining = toFetch.count - result.fetchedCount - result.failedCount
+        }
+        return result
     }
 
     /// Fetches one kept file into the cache and clears its recorded failure (a file whose cache
     /// entry holds chunks already: resumed and checked through the usual read).
-    func fetchKeptFile(_ id: String, stop: Stop, failedBefore: Set<String>) throws -> FetchKeptItem {
+    ///
+    /// - Returns: the held copy and what its read did, and the file's size.
+    func fetchKeptFile(_ id: String, stop: Stop, failedBefore: Set<String>) throws -> (held: (path: String, report: ReadReport), size: Int64) {
         let record = try requireFile(id)
-        let (_, report) = try holdFile(record.id, stop: stop)
+        let held = try holdFile(record.id, stop: stop)
         if failedBefore.contains("fetch_failed:" + record.coordinates.object) { try setFetchFailure(record.coordinates.object, nil) }
-        return FetchKeptItem(file: record.id, size: record.size, bytesFetched: report.bytesFetched)
+        return (held, record.size)
     }
 
     /// Fetches one kept file whose cache row the caller begun (empty), writing its chunks but
     /// recording nothing: `deferred` says what it holds (also after a failure, for a partial).
     /// `session` is the worker's, kept from file to file (its connection and buffer).
     func fetchKeptFileDeferred(_ record: FileRecord, stop: Stop, deferred: DeferredCacheRecord, session: ReadSession) throws -> ReadReport {
-        try checkRoom(for: record)
+        try checkRoom(for: record, held: 0)
         let read = try StoredRead(device: self, record: record, durable: true, stop: stop, deferred: deferred)
         read.session = session
         defer { read.close() }

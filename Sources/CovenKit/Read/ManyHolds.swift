@@ -40,12 +40,12 @@ public struct ManyHolds {
                      report: @escaping (HoldOutcome) throws -> Void) throws -> HoldSummary {
         try stop.check("get")
         var summary = HoldSummary()
-        let run = FetchRun(mode: .hold, command: "get", stop: stop, next: next) { file, result in
-            switch result {
+        let run = FetchRun(mode: .hold, command: "get", stop: stop, next: next) { file, outcome in
+            switch outcome.result {
             case .success: summary.held += 1
             case .failure: summary.failed += 1
             }
-            try report(HoldOutcome(file: file, result: result))
+            try report(HoldOutcome(file: file, result: outcome.result))
         }
         try device.runFetches(run, parallel: parallel)
         return summary

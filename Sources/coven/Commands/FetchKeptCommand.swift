@@ -8,7 +8,7 @@ struct FetchKeptCommand: Command {
     static let synopsis = ["[--json]"]
     static let discussion = """
     Fetches each kept file (pinned, or in a namespace the manifest declares kept) that is not \
-    held whole, smallest first, four at once (their fetches, syncs and commits overlap); a partial resumes with its missing chunks, and a file a read \
+    held whole, smallest first, eight at once (their fetches, syncs and commits overlap); a partial resumes with its missing chunks, and a file a read \
     brought into the cache whole without syncing it is checked and synced (listed as fetched, \
     0 bytes). Waits out a server \
     that asks for a wait of a minute or less. Stops at the first file the disk has no room for, \
@@ -27,33 +27,46 @@ struct FetchKeptCommand: Command {
         let device = try context.openDevice()
         let lock = try device.lock(wait: !context.noWait)
         defer { _ = lock }
-        let result = try device.fetchKept(stop: Stop.process)
+        // Each file's item as it comes: a library of 100,000 files is never held as values.
+        let fetched = OutputSpool(separator: ",")
+        let failed = OutputSpool(separator: context.json ? "," : "\n")
+        let result = try device.fetchKept(stop: Stop.process, each: { item in
+            if context.json {
+                if let error = item.error {
+                    try failed.append("{\"code\":\(JSONText.string(error.code.rawValue)),\"file\":\(JSONText.string(item.file)),"
+                        + "\"message\":\(JSONText.string(error.description)),\"size\":\(item.size)}")
+                } else {
+                    try fetched.append("{\"bytes_fetched\":\(item.bytesFetched),\"file\":\(JSONText.string(item.file)),\"size\":\(item.size)}")
+                }
+            } else if let error = item.error {
+                try failed.append("failed \(item.file): \(error.code.rawValue) \(error.description)")
+            }
+        })
         let status: Int32
         switch result.stop {
-        case .done: status = result.failed.isEmpty ? ExitCodes.success : ExitCodes.partial
+        case .done: status = result.failedCount == 0 ? ExitCodes.success : ExitCodes.partial
         case .noRoom: status = ExitCodes.noRoom
         case .offline, .throttled: status = ExitCodes.storage
         case .interrupted: status = ExitCodes.interrupted
         }
         if context.json {
-            var object: [String: Any] = [
-                "stop": result.stop.rawValue,
-                "fetched": result.fetched.map { ["file": $0.file, "size": $0.size, "bytes_fetched": $0.bytesFetched] },
-                "failed": result.failed.map { ["file": $0.file, "size": $0.size, "code": $0.error?.code.rawValue ?? "", "message": $0.error?.description ?? ""] },
-                "already_held": result.alreadyHeld,
-                "remaining": result.remaining,
-                "waited": result.waited,
-                "exit_code": Int(status),
-            ]
+            // One object, its keys in the order JSONText gives (sorted), its lists from the spools.
+            let out = context.out
+            out.write("{\"already_held\":\(result.alreadyHeld),")
             if let error = result.stopError {
-                object["error"] = ["code": error.code.rawValue, "message": error.description]
+                out.write("\"error\":" + (try JSONText.render(["code": error.code.rawValue, "message": error.description])) + ",")
             }
-            try context.printJSON(object)
+            out.write("\"exit_code\":\(status),\"failed\":[")
+            try failed.write(to: out)
+            out.write("],\"fetched\":[")
+            try fetched.write(to: out)
+            out.write("],\"remaining\":\(result.remaining),\"stop\":\(JSONText.string(result.stop.rawValue)),\"waited\":"
+                      + (try JSONText.render(result.waited)) + "}\n")
         } else {
-            let bytes = result.fetched.reduce(Int64(0)) { $0 + $1.size }
-            context.report("fetched \(result.fetched.count.counted("file")) (\(bytes.counted("byte"))), \(result.alreadyHeld) already held, \(result.failed.count) failed, \(result.remaining) left")
-            for item in result.failed {
-                context.line("failed \(item.file): \(item.error?.code.rawValue ?? "") \(item.error?.description ?? "")")
+            context.report("fetched \(result.fetchedCount.counted("file")) (\(result.fetchedBytes.counted("byte"))), \(result.alreadyHeld) already held, \(result.failedCount) failed, \(result.remaining) left")
+            if failed.count > 0 {
+                try failed.write(to: context.out)
+                context.out.write("\n")
             }
             if let error = result.stopError {
                 context.line("stopped: \(error.code.rawValue): \(error.description)")

@@ -61,6 +61,48 @@ final class FetchKeptTests: ReadTestCase {
         XCTAssertEqual(reasons, ["failed": 1, "missing": 1])
     }
 
+    /// Given `each`, fetch-kept hands over every file as it is recorded, in the order of the
+    /// files (smallest first), failures among them, and keeps no list (100,000 files in a
+    /// library): the counts and the bytes are the result's.
+    func testEachTakesTheFilesInOrderAndNoListIsKept() throws {
+        var expected: [String] = []
+        for index in 0..<40 {
+            expected.append(try storedFile(pattern(10 + index * 100, seed: UInt64(index)), namespace: "keep"))
+        }
+        let gone = expected[17]
+        unlink(store + "/" + (try device.requireFile(gone).coordinates.object))
+        var taken: [FetchKeptItem] = []
+        let result = try device.fetchKept(each: { taken.append($0) })
+        XCTAssertEqual(taken.map(\.file), expected, "every file, smallest first, the failed one in its place")
+        XCTAssertEqual(taken.filter { $0.error != nil }.map(\.file), [gone])
+        XCTAssertEqual(taken[17].error?.code, .missing)
+        XCTAssertEqual(result.fetched.count + result.failed.count, 0, "no list kept")
+        XCTAssertEqual(result.fetchedCount, 39)
+        XCTAssertEqual(result.failedCount, 1)
+        XCTAssertEqual(result.fetchedBytes, (0..<40).filter { $0 != 17 }.reduce(Int64(0)) { $0 + Int64(10 + $1 * 100) })
+        XCTAssertEqual(result.stop, .done)
+        for id in expected where id != gone {
+            XCTAssertEqual(try cacheRow(id)?.int("complete"), 2, "recorded held before it was handed over")
+        }
+    }
+
+    /// A cache folder someone removed is made again by the fetch, which does not look for it
+    /// before each file.
+    func testACacheFolderRemovedIsMadeAgain() throws {
+        let bytes = [pattern(10, seed: 1), pattern(2 * chunk, seed: 2)]
+        let a = try storedFile(bytes[0], namespace: "keep")
+        let b = try storedFile(bytes[1], namespace: "keep")
+        try FileManager.default.removeItem(atPath: device.paths.cache)
+        let result = try device.fetchKept()
+        XCTAssertEqual(result.fetched.map(\.file), [a, b])
+        XCTAssertEqual(result.failed.count, 0)
+        for (id, expected) in zip([a, b], bytes) {
+            let (path, report) = try device.holdFile(id)
+            XCTAssertEqual(report.source, .cache, "held from the cache the fetch made again")
+            XCTAssertEqual(FileManager.default.contents(atPath: path).map { [UInt8]($0) }, expected)
+        }
+    }
+
     func testInterruptedKeepsWhatWasFetched() throws {
         let a = try storedFile(pattern(10, seed: 1), namespace: "keep")
         let b = try storedFile(pattern(40 * chunk, seed: 2), namespace: "keep")
