@@ -54,6 +54,31 @@ final class BatchImportCLITests: XCTestCase {
         return result.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
+    /// The import as docs/coven-stage.md and the issue give it, one pipe from find through
+    /// stage into write: write reads the pipe to its end before it takes the device lock, which
+    /// stage takes between its windows. Before, whichever took the lock first waited forever on
+    /// the other (write on its stdin, or stage on a full pipe). 700 files: more lines than a
+    /// pipe holds.
+    func testTheImportPipelineFromStageIntoWriteEnds() throws {
+        let paths = try makeFiles(700, size: 200)
+        let script = """
+            find music -type f -print0 | timeout -s KILL 60 "$COVEN" --json stage --user --namespace tracks --files-from - -z \
+              | timeout -s KILL 60 "$COVEN" write --each - "$INSERT" > written
+            """
+        var shell = environment
+        shell["COVEN"] = binary
+        shell["INSERT"] = Self.insert
+        let result = try Processes.run("/bin/bash", ["-c", "set -o pipefail; " + script], environment: shell, directory: work, timeout: 150)
+        XCTAssertFalse(result.timedOut)
+        XCTAssertEqual(result.status, 0, result.stderrText)
+        XCTAssertEqual(try String(contentsOfFile: work + "/written", encoding: .utf8).split(separator: "\n").count, paths.count)
+        XCTAssertEqual(try sql("SELECT count(*) FROM tracks"), String(paths.count))
+        XCTAssertEqual(try sql("SELECT count(*) FROM coven_staged"), "0")
+        XCTAssertEqual(try sql("SELECT count(*) FROM tracks WHERE title LIKE 'music/track-%.flac'"), String(paths.count))
+        // Nothing is left in the device's temporary folder.
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work + "/device.db.d/tmp").filter { $0.hasPrefix("coven-spool-") }, [])
+    }
+
     func testBatchStageReportsBadInputsOnTheirOwnLinesAndStagesTheRestInOrder() throws {
         var paths = try makeFiles(300)
         // Bad inputs among the good: missing, a FIFO, a folder, and (not as root) an unreadable file.

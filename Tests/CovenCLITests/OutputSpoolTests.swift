@@ -23,8 +23,8 @@ final class OutputSpoolTests: XCTestCase {
     }
 
     func testAShortListStaysInMemoryAndAnEmptyOneWritesNothing() throws {
-        XCTAssertEqual(try written(OutputSpool(separator: ",")), "")
-        let spool = OutputSpool(separator: ",")
+        XCTAssertEqual(try written(OutputSpool(separator: ",", folder: NSTemporaryDirectory())), "")
+        let spool = OutputSpool(separator: ",", folder: NSTemporaryDirectory())
         try spool.append("{\"a\":1}")
         try spool.append("{\"b\":2}")
         XCTAssertEqual(spool.count, 2)
@@ -33,7 +33,7 @@ final class OutputSpoolTests: XCTestCase {
     }
 
     func testALongListSpillsToAFileAndComesBackWholeInOrder() throws {
-        let spool = OutputSpool(separator: "\n")
+        let spool = OutputSpool(separator: "\n", folder: NSTemporaryDirectory())
         var expected: [String] = []
         // About 3 MiB: spilled three times, with items across the spills' edges.
         for index in 0..<30_000 {
@@ -43,7 +43,7 @@ final class OutputSpoolTests: XCTestCase {
         }
         XCTAssertTrue(spool.spilled)
         // The spill file is unlinked at once: nothing is left in the temporary folder.
-        let leftovers = try FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory()).filter { $0.hasPrefix("coven-list-") }
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory()).filter { $0.hasPrefix("coven-spool-") }
         XCTAssertEqual(leftovers, [])
         XCTAssertEqual(try written(spool), expected.joined(separator: "\n"))
     }

@@ -28,8 +28,8 @@ struct FetchKeptCommand: Command {
         let lock = try device.lock(wait: !context.noWait)
         defer { _ = lock }
         // Each file's item as it comes: a library of 100,000 files is never held as values.
-        let fetched = OutputSpool(separator: ",")
-        let failed = OutputSpool(separator: context.json ? "," : "\n")
+        let fetched = OutputSpool(separator: ",", folder: device.paths.temporary)
+        let failed = OutputSpool(separator: context.json ? "," : "\n", folder: device.paths.temporary)
         let result = try device.fetchKept(stop: Stop.process, each: { item in
             if context.json {
                 if let error = item.error {

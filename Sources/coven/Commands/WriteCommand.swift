@@ -22,6 +22,11 @@ struct WriteCommand: Command {
     objects as JSON text. The lines are read one at a time and all run in one transaction: a \
     line that is not a JSON object, or whose run fails, refuses the whole write, and the \
     error names the line (its number in the `line` field under --json).
+
+    Input from a pipe (or a terminal) is read to its end, into an unlinked file of the \
+    device's temporary folder, before the write takes the device's lock: a coven command \
+    writing into the pipe takes the lock between its own writes, so \
+    'coven stage --json --files-from - | coven write --each - SQL' runs as a pipeline.
     """
     static let options = [
         OptionSpec("param", short: "p", value: "NAME=VALUE", help: "bind :NAME in the SQL to VALUE (text)", repeatable: true),
@@ -48,7 +53,12 @@ struct WriteCommand: Command {
             }
             defer { if descriptor != 0 { close(descriptor) } }
             device = try context.openDevice()
-            let lines = JSONLineReader(descriptor: descriptor, name: each == "-" ? "stdin" : PathText.display(each), base: parameters)
+            let name = each == "-" ? "stdin" : PathText.display(each)
+            // A pipe is read to its end before the write takes the device lock (the command
+            // writing into it may take the lock between its writes: `coven stage --json ... |`).
+            let input = try Spool.drained(descriptor, name: name, folder: device.paths.temporary)
+            defer { if input.new { close(input.descriptor) } }
+            let lines = JSONLineReader(descriptor: input.descriptor, name: name, base: parameters)
             // The files it put are printed from the write's table a page at a time, not held.
             result = try device.writeEach(sql: sql, wait: !context.noWait, listsFiles: false, next: lines.next)
             try warnIfRemoved(device, context)
@@ -61,9 +71,12 @@ struct WriteCommand: Command {
             }
             let parameters = try SQLInput.parameters(invocation)
             device = try context.openDevice()
+            // Read to its end before the write takes the device lock, as --each's input.
+            let input = try Spool.drained(0, name: "stdin", folder: device.paths.temporary)
+            defer { if input.new { close(input.descriptor) } }
             result = try device.writeScript(read: { buffer in
                 while true {
-                    let got = Foundation.read(0, buffer.baseAddress, buffer.count)
+                    let got = Foundation.read(input.descriptor, buffer.baseAddress, buffer.count)
                     if got >= 0 { return got }
                     if errno == EINTR { try Stop.process.check("write"); continue }
                     throw CovenError.posix("read", path: "stdin")
