@@ -78,9 +78,15 @@
 # 19 requests' work; rclone, a PUT and a HEAD a file, pays twice coven's. 2x restic is missed
 # here by the server's cost per request against restic's packing, not by a request coven could
 # leave out (the same import on file:// is 1.41x restic: bench-import.sh).
-# The staged lines go to `write --each` through a file: the pipe docs/coven-stage.md shows,
-# `stage --files-from - -z --json | write --each -`, waits forever at 90e02d7 (stage and write
-# each take the device lock when they start and hold it to the end; 1,000 files, 3 of 3 tries).
+# The runs above passed the staged lines to `write --each` through a file: the pipe
+# docs/coven-stage.md shows, `stage --files-from - -z --json | write --each -`, waited forever
+# at 90e02d7 (write took the device lock before reading its stdin, and stage takes it between
+# its windows; 1,000 files, 3 of 3 tries). Since 56a71f7 write reads a pipe to its end first,
+# and this section times the pipe, as a user runs it. At 5e0f352, one run, load 2.3-2.4:
+#   coven    3.08 s: stage | write --each 0.16 s 29.4 MiB, upload-worker --once 2.92 s 47.9 MiB
+#            (CPU 0.58 s, moto's 2.21 s); PUT 1.000 a file and nothing else
+#   restic   1.72 s 93.7 MiB (moto's CPU 0.52 s): coven 1.79x; rclone 5.43 s 76.4 MiB (moto's
+#            CPU 4.19 s): coven 0.57x
 #
 # Everything is on disk under BENCH_TMP, with `sync` before each timed command (coven syncs
 # each object it stores; restic and rclone do not). One run per figure (RUNS is not used:
@@ -315,8 +321,6 @@ if [[ $MOTO -gt 0 ]] && start_moto wayback; then
     cat "$M"/src/* > /dev/null
     COVEN_DB=$M/dev/device.db "$COVEN" init --storage "s3://wayback/store?endpoint=$AWS_ENDPOINT_URL&path_style=true" --manifest "$T/coven.json" >/dev/null 2>&1
     (cd "$M" && find src -type f -print0 > list0)
-    # The staged lines go through a file, not a pipe into `write --each -`: stage and write each
-    # hold the device lock while they run, so `stage ... | write --each -` waits forever (90e02d7).
     insert="INSERT INTO tracks (id, title, file, _updated_at) VALUES (coven_uuid7(), :path, coven_put_user_file('originals', :id, 'cloud'), coven_stamp())"
     declare -A moto_secs moto_rss moto_sent moto_use
     # moto_step NAME CMD...: timed, with its seconds, peak MiB, requests and CPU seconds (its
@@ -332,9 +336,10 @@ if [[ $MOTO -gt 0 ]] && start_moto wayback; then
         moto_use[$step]="CPU $(cpu) s, moto's $(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$server" "$(moto_cpu)") s"
     }
     cd "$M"
-    moto_step stage env COVEN_DB="$M/dev/device.db" "$COVEN" --json stage --user --namespace originals --files-from list0 -z
-    mv "$T/out.txt" "$M/staged.jsonl"
-    moto_step write env COVEN_DB="$M/dev/device.db" "$COVEN" write --each staged.jsonl "$insert"
+    # The import as a user runs it: one pipe from the list through stage into write (the peak
+    # RSS is the larger of the two).
+    moto_step "stage | write" env COVEN_DB="$M/dev/device.db" COVEN="$COVEN" INSERT="$insert" bash -c \
+        'set -o pipefail; "$COVEN" --json stage --user --namespace originals --files-from - -z < list0 | "$COVEN" write --each - "$INSERT"'
     moto_step upload env COVEN_DB="$M/dev/device.db" "$COVEN" upload-worker --once
     cd "$T"
     put=$(COVEN_DB=$M/dev/device.db "$COVEN" sql "SELECT count(*) FROM tracks")
@@ -361,16 +366,14 @@ password = $(rclone obscure coven-bench-password)
 password2 = $(rclone obscure coven-bench-salt)
 CONF
     moto_step rclone env -u AWS_CA_BUNDLE rclone --config "$T/rclone-moto.conf" copy "$M/src" motocrypt:
-    read -r -a a <<< "${moto_sent[stage]}"
-    read -r -a b <<< "${moto_sent[write]}"
+    read -r -a a <<< "${moto_sent[stage | write]}"
     read -r -a c <<< "${moto_sent[upload]}"
     coven_sent=""
-    for i in 0 1 2 3 4 5 6; do coven_sent+="$(( a[i] + b[i] + c[i] )) "; done
-    coven_secs=$(python3 -c "import sys; print(f'{sum(map(float, sys.argv[1:])):.3f}')" "${moto_secs[stage]}" "${moto_secs[write]}" "${moto_secs[upload]}")
+    for i in 0 1 2 3 4 5 6; do coven_sent+="$(( a[i] + c[i] )) "; done
+    coven_secs=$(python3 -c "import sys; print(f'{sum(map(float, sys.argv[1:])):.3f}')" "${moto_secs[stage | write]}" "${moto_secs[upload]}")
     echo "   (load $(uptime | sed 's/.*load average: //') after)"
     echo "   coven  $coven_secs s, $(per_file "$coven_sent")"
-    echo "          stage --files-from ${moto_secs[stage]} s ${moto_rss[stage]} MiB (${moto_use[stage]}), $(per_file "${moto_sent[stage]}")"
-    echo "          write --each ${moto_secs[write]} s ${moto_rss[write]} MiB (${moto_use[write]}), $(per_file "${moto_sent[write]}")"
+    echo "          stage --files-from | write --each ${moto_secs[stage | write]} s ${moto_rss[stage | write]} MiB (${moto_use[stage | write]}), $(per_file "${moto_sent[stage | write]}")"
     echo "          upload-worker --once ${moto_secs[upload]} s ${moto_rss[upload]} MiB (${moto_use[upload]}), $(per_file "${moto_sent[upload]}")"
     echo "   restic backup ${moto_secs[restic]} s ${moto_rss[restic]} MiB (${moto_use[restic]}), $(per_file "${moto_sent[restic]}")"
     echo "   rclone copy to crypt ${moto_secs[rclone]} s ${moto_rss[rclone]} MiB (${moto_use[rclone]}), $(per_file "${moto_sent[rclone]}")"
