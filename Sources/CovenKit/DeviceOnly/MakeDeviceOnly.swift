@@ -165,21 +165,28 @@ extension Device {
                           details: ["input": request.input, "file": request.file, "path": request.given, "at": display])
     }
 
-    /// Checks every input and lays out the call; changes nothing.
-    /// The remote root whose row (or a descendant's) names `file`, if any.
-    func remoteRootNaming(_ file: String) throws -> String? {
+    /// The file columns of the tables under a remote root, each with its root (the schema's
+    /// graph is built once per call, not once per file).
+    func remoteRootColumns() throws -> [(table: String, column: String, root: String)] {
         let graph = try schemaGraph()
-        for table in manifest.tables where !table.files.isEmpty {
-            guard let root = graph.remoteRoot(of: table.name) else { continue }
-            for column in table.files {
-                if try database.scalar("SELECT count(*) FROM main.\(RowCapture.quote(table.name)) WHERE \(RowCapture.quote(column.column)) = ?1", [file]).intValue ?? 0 > 0 {
-                    return root
-                }
+        return manifest.tables.filter { !$0.files.isEmpty }.flatMap { table -> [(table: String, column: String, root: String)] in
+            guard let root = graph.remoteRoot(of: table.name) else { return [] }
+            return table.files.map { (table.name, $0.column, root) }
+        }
+    }
+
+    /// The remote root whose row (or a descendant's) names `file`, if any, among `columns`
+    /// (``remoteRootColumns()``).
+    func remoteRootNaming(_ file: String, columns: [(table: String, column: String, root: String)]) throws -> String? {
+        for (table, column, root) in columns {
+            if try database.scalar("SELECT count(*) FROM main.\(RowCapture.quote(table)) WHERE \(RowCapture.quote(column)) = ?1", [file]).intValue ?? 0 > 0 {
+                return root
             }
         }
         return nil
     }
 
+    /// Checks every input and lays out the call; changes nothing.
     func planDeviceOnly(folder given: String, requests: [DeviceOnlyRequest]) throws -> DeviceOnlyPlan {
         // The folder's path must be valid Unicode: no byte that came in as an escape.
         if given.unicodeScalars.contains(where: { $0.value >= PathText.escapeBase && $0.value <= PathText.escapeBase + 0xFF }) {
@@ -198,6 +205,7 @@ extension Device {
         var byFile: [String: DeviceOnlyRequest] = [:]
         var copies: [PlannedCopy] = []
         var writable: Set<String>?
+        let remoteColumns = try remoteRootColumns()
         for request in requests {
             try request.checkNotEmpty()
             if let first = byFile[request.file] {
@@ -211,7 +219,7 @@ extension Device {
             if manifest.namespace(record.namespace)?.kind != .user {
                 throw CovenError(.namespaceKind, "\(request.input): file '\(request.file)' holds app bytes, not a person's file", hint: "make-device-only brings back files of user namespaces only", details: details)
             }
-            if let root = try remoteRootNaming(request.file) {
+            if let root = try remoteRootNaming(request.file, columns: remoteColumns) {
                 var more = details
                 more["remote_root"] = root
                 throw CovenError(.remoteRoot, "\(request.input): file '\(request.file)' belongs to a row under remote root '\(root)', whose files stay in the cloud",
