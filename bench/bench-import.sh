@@ -22,6 +22,18 @@
 #   restic 3.49 s (82.5 MiB): coven 1.41x; rclone crypt 4.89 s (77.8 MiB): coven 1.01x;
 #   git annex add + copy 165.34 s: 33.6x coven (per file: stage 0.04 ms, write 0.11 ms, upload 0.34 ms)
 #
+# Session of 2026-12-02 (fifth), one run each, the binary with statements kept prepared:
+#   BENCH_TMP on tmpfs (no write-back), load 1.8-4.1: coven 2.78 s (stage 0.35 s 28.2 MiB,
+#   write --each 0.87 s 31.9 MiB, upload-worker 1.56 s 42.7 MiB); restic 1.94 s (78.0 MiB):
+#   coven 1.43x; rclone crypt 1.44 s (78.4 MiB): coven 1.93x; git annex 71.31 s: 25.65x coven.
+#   BENCH_TMP on disk after the session's benches had written some tens of GB (the disk
+#   throttles), load 1.5-1.9: coven 8.74 s (upload-worker 7.12 s: 0.71 ms a file, each object
+#   fsync'd); restic 2.37 s: coven 3.69x; rclone 10.46 s: coven 0.84x; git annex 164.18 s:
+#   18.78x. The upload worker alone, this binary and 90e02d7's in turn on one staged set on the
+#   same disk: 5.83 and 7.74 s against 9.40 and 7.76 s: the disk, not a change of coven.
+#   Peak RSS at 100,000 (BENCH_IMPORT_MANY, on disk): stage 2.52 s 28.1 MiB, write --each
+#   11.64 s 32.2 MiB, upload 30.08 s 44.5 MiB, status 0.11 s 21.7 MiB, delete 8.62 s 37.9 MiB,
+#   gc 51.42 s 48.5 MiB, write - of 100,000 statements 2.97 s 36.2 MiB.#
 # Every tool writes under BENCH_TMP. Unless BENCH_TMP is on tmpfs, the page cache is written back
 # (`sync`) before each timed command, so one's writes are not paid by the next; the script says
 # which. Each timed command runs once (the sets are big); the source files are read once before,

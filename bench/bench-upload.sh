@@ -11,6 +11,7 @@
 # Each run starts from a copy of a device whose upload is queued (the original is staged once).
 # SIZE (bytes, default 1 GiB) and RUNS (default 5) may be set for a quick look; SKIP_S3=1 skips S3.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 : "${COVEN:?set by bench/run.sh}" "${BENCH_TMP:?set by bench/run.sh}"
 SIZE=${SIZE:-1073741824}
 RUNS=${RUNS:-5}
@@ -149,22 +150,7 @@ fi
 trap '"$SHARED/s3/stop-s3-server" "$BENCH_TMP/s3.pid" >/dev/null 2>&1 || true' EXIT
 eval "$(grep '^export ' s3.env)"
 # rclone's AWS SDK cannot use a custom CA bundle with its own transport; loopback needs none.
-cat >> "$rclone_config" <<EOF
-
-[moto]
-type = s3
-provider = Other
-access_key_id = $AWS_ACCESS_KEY_ID
-secret_access_key = $AWS_SECRET_ACCESS_KEY
-endpoint = $AWS_ENDPOINT_URL
-region = ${AWS_REGION:-us-east-1}
-
-[motocrypt]
-type = crypt
-remote = moto:bench/rclone
-password = $password
-password2 = $salt
-EOF
+{ echo; rclone_moto_config bench/rclone; } >> "$rclone_config"
 env -u AWS_CA_BUNDLE rclone --config "$rclone_config" mkdir moto:bench
 template "s3://bench/coven?endpoint=$AWS_ENDPOINT_URL&path_style=true" template-s3 "$BENCH_TMP/big.bin"
 prepare_s3="rm -rf $BENCH_TMP/run && cp -a $BENCH_TMP/template-s3 $BENCH_TMP/run && env -u AWS_CA_BUNDLE rclone --config $rclone_config purge moto:bench/coven/files 2>/dev/null || true"

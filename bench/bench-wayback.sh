@@ -50,6 +50,28 @@
 # 1.66 s 41.6 MiB, lost --json 0.07 s 24.5 MiB, gc 69.00 s 45.6 MiB. fetch-kept is over the
 # 64 MiB target, before its connection per worker as after (84.1 and 83.4 MiB before, 81.8 and
 # 83.7 after, the two binaries in turn on one store at a load of 4-5; 45-80 s either way).
+# Session of 2026-12-02 (fifth), fetch-kept handing each file over as it is recorded (no list of
+# them), workers that no longer query the database, look up the free space twice or make the
+# cache folder per file, and statements run once per file kept prepared:
+#   HUGE=100000 MDO=10000, on disk, the load 0.8-1.7: upload-worker 26.39 s 44.5 MiB, status
+#   0.23 s 23.9 MiB, sync (first push) 13.96 s 55.1 MiB, join 7.99 s 61.7 MiB, fetch-kept
+#   13.10 s 38.2 MiB (was 33.27 s 82.6 MiB), make-device-only 6.48 s 59.0 MiB, sync (pull)
+#   1.18 s 43.2 MiB, lost --json 0.07 s 24.5 MiB, gc 47.92 s 45.5 MiB: every one under 64 MiB.
+#   fetch-kept --json of the 100,000 files: 45.5 MiB (its lists spooled past a MiB).
+#   SMALL on tmpfs (BENCH_TMP=/dev/shm, no disk in the way; one store, the four tools in turn,
+#   three rounds each, the load 0.3-1.3), before (90e02d7) and after:
+#     fetch-kept        1.54-1.63 s -> 0.85-1.04 s   (rclone 0.95-1.09 s, restic 1.46-1.56 s)
+#     make-device-only  2.86-2.94 s -> 1.72-1.94 s   (1.58-1.95x rclone, 1.14-1.30x restic)
+#   SMALL=10000 with BENCH_TMP on tmpfs, this session's last binary, the load 1.8-2.2:
+#     up            upload-worker 1.75 s 42.3 MiB (0.86x restic 2.03 s, 1.23x rclone 1.43 s)
+#     way back      fetch-kept 0.98 s 28.9 MiB (0.61x restic 1.62 s, 0.99x rclone 0.99 s),
+#                   make-device-only 1.72 s 59.2 MiB (1.07x restic, 1.74x rclone)
+#   the same on disk, before the statements were kept prepared (load 2.3-3.5): fetch-kept 3.31 s
+#   (0.45x restic 7.38 s, 1.56x rclone 2.12 s), make-device-only 3.92 s (0.53x, 1.85x).
+#   SMALL=10000 LARGE=300 with BENCH_TMP on tmpfs (before the statements were kept prepared;
+#   load 3.3-4.4): small fetch-kept 2.13 s (0.98x restic, 1.28x rclone), make-device-only 4.24 s
+#   (1.94x, 2.54x); large fetch-kept 2.49 s (0.71x, 0.69x), make-device-only 1.91 s (0.54x,
+#   0.53x), upload-worker 1.55 s (0.22x restic backup, 0.35x rclone copy).
 # (the load is the other sessions on the two cores: coven spends about 0.7 CPU-ms a file,
 # and loses more to them than restic and rclone do)
 # The floor the syncs set, 10,000 new files of 34 KiB: written 1.7 s; each fdatasync'd in
@@ -350,21 +372,7 @@ if [[ $MOTO -gt 0 ]] && start_moto wayback; then
     moto_step restic restic -r "s3:$AWS_ENDPOINT_URL/wayback/restic" --quiet backup "$M/src" --no-cache
     # rclone: a crypt remote over an s3 remote on the same server (its AWS SDK cannot take the
     # machine's AWS_CA_BUNDLE, and loopback needs none).
-    cat > "$T/rclone-moto.conf" <<CONF
-[moto]
-type = s3
-provider = Other
-access_key_id = $AWS_ACCESS_KEY_ID
-secret_access_key = $AWS_SECRET_ACCESS_KEY
-endpoint = $AWS_ENDPOINT_URL
-region = ${AWS_REGION:-us-east-1}
-
-[motocrypt]
-type = crypt
-remote = moto:wayback/rclone
-password = $(rclone obscure coven-bench-password)
-password2 = $(rclone obscure coven-bench-salt)
-CONF
+    rclone_moto_config wayback/rclone > "$T/rclone-moto.conf"
     moto_step rclone env -u AWS_CA_BUNDLE rclone --config "$T/rclone-moto.conf" copy "$M/src" motocrypt:
     read -r -a a <<< "${moto_sent[stage | write]}"
     read -r -a c <<< "${moto_sent[upload]}"

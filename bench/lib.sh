@@ -95,3 +95,25 @@ start_moto() {
     python3 -c "import boto3, os, sys; boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL']).create_bucket(Bucket=sys.argv[1])" "$bucket" \
         || { echo "bench: cannot create the bucket $bucket on moto" >&2; exit 1; }
 }
+
+# rclone_moto_config PATH: an rclone config with remote `moto` (s3 on the moto server of the AWS_*
+# settings start_moto exported) and `motocrypt` (a crypt remote over moto:PATH). rclone's AWS SDK
+# cannot take the machine's AWS_CA_BUNDLE: run rclone under `env -u AWS_CA_BUNDLE` (loopback
+# needs none).
+rclone_moto_config() {
+    cat <<CONF
+[moto]
+type = s3
+provider = Other
+access_key_id = $AWS_ACCESS_KEY_ID
+secret_access_key = $AWS_SECRET_ACCESS_KEY
+endpoint = $AWS_ENDPOINT_URL
+region = ${AWS_REGION:-us-east-1}
+
+[motocrypt]
+type = crypt
+remote = moto:$1
+password = $(rclone obscure coven-bench-password)
+password2 = $(rclone obscure coven-bench-salt)
+CONF
+}
