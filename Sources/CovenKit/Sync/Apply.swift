@@ -38,8 +38,9 @@ struct ChangeApplier {
     /// The tables whose rows can be kept back (``SchemaGraph``), whose applied rows are
     /// recorded as held by peers.
     private var gated: Set<String> = []
-    /// The judge of images that crossed a row's move (``CrossedMoves``).
-    private var crossed: CrossedMoves?
+    /// The judge of images that crossed a row's move (``CrossedMoves``), made again with the
+    /// gated tables of each change applied.
+    private var crossed: CrossedMoves
 
     /// The synced tables' foreign keys, and the rows the change being applied deletes (with
     /// the stamps of those deletes).
@@ -59,6 +60,7 @@ struct ChangeApplier {
         self.device = device
         self.authorizer = authorizer
         records = FileRecords(device: device)
+        crossed = CrossedMoves(device: device, gated: [])
     }
 
     /// How a change is applied.
@@ -122,7 +124,8 @@ struct ChangeApplier {
                     // changes nothing here, whoever sent it (a retract of a crossed move,
                     // CrossedMoves, reaches every reader of the audience it names, some of whom
                     // hold the row in the circle it moved to).
-                    if entry.kind == .retract, entry.table != "coven_files", try isNoOlderHere(entry) {
+                    let stampHere = entry.kind == .retract ? try rowStamp(entry) : nil
+                    if let stampHere, stampHere >= entry.stamp {
                         report.skipped += 1
                         continue
                     }
@@ -130,7 +133,7 @@ struct ChangeApplier {
                         // A retract holds no value to keep: one its sender made not having seen
                         // the write that put the row where this device holds it (a gate's
                         // retract crossing a move into a circle it is not in) passes.
-                        if entry.kind == .retract, try !hadSeenRowHere(entry, change: change) {
+                        if let stampHere, try !senderHadSeen(stampHere, change: change) {
                             report.skipped += 1
                             continue
                         }
@@ -242,9 +245,9 @@ struct ChangeApplier {
         if entry.stamp < current {
             // An image of one audience that lost to the row in another: its readers there are
             // told (a move crossed it).
-            if entry.kind == .upsert, let column = crossed?.audienceColumn(entry.table) {
+            if entry.kind == .upsert, let column = device.manifest.table(entry.table)?.audienceColumn {
                 let winner = localStamp == current ? localRow?[column].textValue : try sync.tombstoneAudience(table: entry.table, id: entry.id)
-                try crossed?.imageLost(entry, audience: audience, winnerStamp: current, winnerAudience: winner ?? RowAudiences.store)
+                try crossed.imageLost(entry, audience: audience, winnerStamp: current, winnerAudience: winner ?? RowAudiences.store)
             }
             // This device holds a newer write: the incoming value loses, and is kept if its
             // winner's writer had not seen it.
@@ -267,8 +270,8 @@ struct ChangeApplier {
                 report.lost += 1
             }
         }
-        if entry.kind == .upsert, let localRow, let localStamp, let column = crossed?.audienceColumn(entry.table) {
-            try crossed?.imageWon(entry, audience: audience, change: change, localAudience: localRow[column].textValue ?? RowAudiences.store, localStamp: localStamp)
+        if entry.kind == .upsert, let localRow, let localStamp, let column = device.manifest.table(entry.table)?.audienceColumn {
+            try crossed.imageWon(entry, audience: audience, change: change, localAudience: localRow[column].textValue ?? RowAudiences.store, localStamp: localStamp)
         }
         switch (entry.kind, entry.table == "coven_files") {
         case (.upsert, true):
@@ -309,22 +312,19 @@ struct ChangeApplier {
         return true
     }
 
-    /// Whether the sender of `change` had applied the write of the row `entry` names as it is
-    /// here (true when the row is not here).
-    private func hadSeenRowHere(_ entry: RowEntry, change: ChangeObject) throws -> Bool {
-        guard device.manifest.table(entry.table) != nil,
-              let stamp = try database.scalar("SELECT _updated_at FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id]).textValue,
-              let writer = HybridClock.device(of: stamp) else { return true }
+    /// Whether the sender of `change` had applied the write stamped `stamp` (a row here).
+    private func senderHadSeen(_ stamp: String, change: ChangeObject) throws -> Bool {
+        guard let writer = HybridClock.device(of: stamp) else { return true }
         if writer == change.device { return true }
         guard let seq = try sync.seq(device: writer, holding: stamp) else { return false }
         return Int64(change.frontier[writer] ?? 0) >= seq
     }
 
-    /// Whether the row `entry` names is here, written at or after `entry`'s stamp.
-    private mutating func isNoOlderHere(_ entry: RowEntry) throws -> Bool {
-        guard device.manifest.table(entry.table) != nil else { return false }
-        let stamp = try database.scalar("SELECT _updated_at FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id]).textValue
-        return stamp.map { $0 >= entry.stamp } ?? false
+    /// The stamp of the row `entry` names, if it is here (in an app table: nil for a file
+    /// record).
+    private func rowStamp(_ entry: RowEntry) throws -> String? {
+        guard device.manifest.table(entry.table) != nil else { return nil }
+        return try database.scalar("SELECT _updated_at FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id]).textValue
     }
 
     /// Whether the writer of the value stamped `winnerStamp` had seen change `loser`.

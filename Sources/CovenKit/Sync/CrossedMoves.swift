@@ -29,11 +29,6 @@ struct CrossedMoves {
         self.gated = gated
     }
 
-    /// The row's own audience column, when its table has one.
-    func audienceColumn(_ table: String) -> String? {
-        device.manifest.table(table)?.audienceColumn
-    }
-
     /// An image of `audience` lost to what this device holds (`winner`, stamped `stamp`: the
     /// row here in `winnerAudience`, or its tombstone of that audience).
     mutating func imageLost(_ entry: RowEntry, audience: String, winnerStamp stamp: String, winnerAudience: String) throws {
