@@ -27,6 +27,21 @@ public enum StoredFiles {
         return try write(device, staged: staged.id, function: "coven_put_user_file('\(staged.id)')", table: table)
     }
 
+    /// A device at `paths` on `storage` whose manifest has one app namespace and one table of
+    /// files (`id`, `file`), both named `table`, kept offline when `kept`: the device the
+    /// CLI's kill, signal and full-disk tests hold files of. `provider` defaults to a
+    /// connection to `storage`.
+    public static func oneTableDevice(paths: DevicePaths, storage: StorageLocation, name: String, table: String = "blobs", kept: Bool = false,
+                                      provider: (any StorageProvider)? = nil) throws -> Device {
+        let manifest = """
+        { "namespaces": [ { "name": "\(table)", "kind": "app"\(kept ? #", "kept": true"# : "") } ],
+          "tables": [ { "name": "\(table)", "identity": "uuid", "files": [ { "column": "file" } ] } ],
+          "migrations": [ "CREATE TABLE \(table) (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
+        """
+        return try Device.create(paths: paths, storage: storage, manifest: try Manifest(json: Data(manifest.utf8)), name: name,
+                                 provider: try provider ?? StorageConnector(location: storage).connect())
+    }
+
     private static func write(_ device: Device, staged: String, function: String, table: String) throws -> String {
         let result = try device.write(sql: "INSERT INTO \(table) (id, file, _updated_at) VALUES (coven_uuid7(), \(function), coven_stamp())")
         guard let file = result.staged[staged] ?? result.files.first else {

@@ -13,17 +13,11 @@ final class FetchKeptKillTests: XCTestCase {
         let (server, proxy) = (s3.server, s3.proxy)
         let folder = try TestPaths.temporaryDirectory("fetch-kept-kill")
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let manifest = """
-        { "namespaces": [ { "name": "keep", "kind": "app", "kept": true } ],
-          "tables": [ { "name": "keep", "identity": "uuid", "files": [ { "column": "file" } ] } ],
-          "migrations": [ "CREATE TABLE keep (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
-        """
         let location = s3.location()
         let paths = DevicePaths(database: folder + "/device.db")
         var objects: [String] = []
         do {
-            let device = try Device.create(paths: paths, storage: location, manifest: try Manifest(json: Data(manifest.utf8)),
-                                           name: "kill", provider: try StorageConnector(location: location).connect())
+            let device = try StoredFiles.oneTableDevice(paths: paths, storage: location, name: "kill", table: "keep", kept: true)
             var files: [String] = []
             for index in 0..<12 {
                 files.append(try StoredFiles.stageApp(device, bytes: [UInt8](repeating: UInt8(index), count: 2000 + index), namespace: "keep", table: "keep"))
@@ -72,17 +66,11 @@ final class FetchKeptKillTests: XCTestCase {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/strace") else { throw XCTSkip("strace is not installed") }
         let folder = try TestPaths.temporaryDirectory("fetch-kept-sync-kill")
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let manifest = """
-        { "namespaces": [ { "name": "keep", "kind": "app", "kept": true } ],
-          "tables": [ { "name": "keep", "identity": "uuid", "files": [ { "column": "file" } ] } ],
-          "migrations": [ "CREATE TABLE keep (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
-        """
         let location = StorageLocation.file(directory: folder + "/store")
         try FileManager.default.createDirectory(atPath: folder + "/store", withIntermediateDirectories: true)
         let paths = DevicePaths(database: folder + "/device.db")
         do {
-            let device = try Device.create(paths: paths, storage: location, manifest: try Manifest(json: Data(manifest.utf8)),
-                                           name: "kill", provider: try StorageConnector(location: location).connect())
+            let device = try StoredFiles.oneTableDevice(paths: paths, storage: location, name: "kill", table: "keep", kept: true)
             var files: [String] = []
             for index in 0..<20 {
                 files.append(try StoredFiles.stageApp(device, bytes: [UInt8](repeating: UInt8(index), count: 3000 + index), namespace: "keep", table: "keep"))

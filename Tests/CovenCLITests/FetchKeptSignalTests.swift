@@ -13,19 +13,13 @@ final class FetchKeptSignalTests: XCTestCase {
         let (server, proxy) = (s3.server, s3.proxy)
         let folder = try TestPaths.temporaryDirectory("fetch-kept-sigint")
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let manifest = """
-        { "namespaces": [ { "name": "keep", "kind": "app", "kept": true } ],
-          "tables": [ { "name": "keep", "identity": "uuid", "files": [ { "column": "file" } ] } ],
-          "migrations": [ "CREATE TABLE keep (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
-        """
         let location = s3.location()
         let paths = DevicePaths(database: folder + "/device.db")
         var small = ""
         var large = ""
         var largeObject = ""
         do {
-            let device = try Device.create(paths: paths, storage: location, manifest: try Manifest(json: Data(manifest.utf8)),
-                                           name: "sigint", provider: try StorageConnector(location: location).connect())
+            let device = try StoredFiles.oneTableDevice(paths: paths, storage: location, name: "sigint", table: "keep", kept: true)
             small = try StoredFiles.stageApp(device, bytes: [UInt8](repeating: 1, count: 1000), namespace: "keep", table: "keep")
             try StoredFiles.store(device, file: small)
             large = try StoredFiles.stageApp(device, bytes: (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7) }, namespace: "keep", table: "keep")

@@ -12,17 +12,11 @@ final class FsckKillCLITests: XCTestCase {
         defer { s3.stop() }
         let folder = try TestPaths.temporaryDirectory("fsck-kill")
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let manifest = """
-        { "namespaces": [ { "name": "blobs", "kind": "app" } ],
-          "tables": [ { "name": "blobs", "identity": "uuid", "files": [ { "column": "file" } ] } ],
-          "migrations": [ "CREATE TABLE blobs (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
-        """
         let location = s3.location()
         let paths = DevicePaths(database: folder + "/device.db")
         let count = 100
         do {
-            let device = try Device.create(paths: paths, storage: location, manifest: try Manifest(json: Data(manifest.utf8)),
-                                           name: "fsckkill", provider: try StorageConnector(location: location).connect())
+            let device = try StoredFiles.oneTableDevice(paths: paths, storage: location, name: "fsckkill")
             var last = ""
             for n in 0..<count { last = try StoredFiles.stageApp(device, bytes: [UInt8](repeating: UInt8(n), count: 1000 + n), namespace: "blobs", table: "blobs") }
             _ = try StoredFiles.store(device, file: last)

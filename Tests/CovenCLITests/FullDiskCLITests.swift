@@ -15,18 +15,12 @@ final class FullDiskCLITests: XCTestCase {
         guard mounted.status == 0 else { throw XCTSkip("cannot mount a tmpfs here (needs root): \(mounted)") }
         defer { _ = try? Spawn.run("/bin/umount", [small], timeout: 30) }
 
-        let manifest = """
-        { "namespaces": [ { "name": "blobs", "kind": "app" } ],
-          "tables": [ { "name": "blobs", "identity": "uuid", "files": [ { "column": "file" } ] } ],
-          "migrations": [ "CREATE TABLE blobs (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
-        """
         let location = StorageLocation.file(directory: folder + "/store")
         let paths = DevicePaths(database: small + "/device.db")
         let bytes = (0..<(4 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 12) }
         let id: String
         do {
-            let device = try Device.create(paths: paths, storage: location, manifest: try Manifest(json: Data(manifest.utf8)),
-                                           name: "full", provider: try FileStorage(directory: folder + "/store", create: true))
+            let device = try StoredFiles.oneTableDevice(paths: paths, storage: location, name: "full", provider: try FileStorage(directory: folder + "/store", create: true))
             id = try StoredFiles.stageApp(device, bytes: bytes, namespace: "blobs", table: "blobs")
             try StoredFiles.store(device, file: id)
         }

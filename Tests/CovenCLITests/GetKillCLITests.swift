@@ -13,11 +13,6 @@ final class GetKillCLITests: XCTestCase {
         let (server, proxy) = (s3.server, s3.proxy)
         let folder = try TestPaths.temporaryDirectory("get-kill")
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let manifest = """
-        { "namespaces": [ { "name": "blobs", "kind": "app" } ],
-          "tables": [ { "name": "blobs", "identity": "uuid", "files": [ { "column": "file" } ] } ],
-          "migrations": [ "CREATE TABLE blobs (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
-        """
         let location = s3.location()
         let paths = DevicePaths(database: folder + "/device.db")
         // 24 MiB: the reader records its chunks every 16 MiB.
@@ -25,8 +20,7 @@ final class GetKillCLITests: XCTestCase {
         let id: String
         let object: String
         do {
-            let device = try Device.create(paths: paths, storage: location, manifest: try Manifest(json: Data(manifest.utf8)),
-                                           name: "getkill", provider: try StorageConnector(location: location).connect())
+            let device = try StoredFiles.oneTableDevice(paths: paths, storage: location, name: "getkill")
             id = try StoredFiles.stageApp(device, bytes: bytes, namespace: "blobs", table: "blobs")
             object = try StoredFiles.store(device, file: id)
         }

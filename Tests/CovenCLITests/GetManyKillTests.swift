@@ -16,19 +16,13 @@ final class GetManyKillTests: XCTestCase {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/strace") else { throw XCTSkip("strace is not installed") }
         let folder = try TestPaths.temporaryDirectory("get-many-sync-kill")
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let manifest = """
-        { "namespaces": [ { "name": "blobs", "kind": "app" } ],
-          "tables": [ { "name": "blobs", "identity": "uuid", "files": [ { "column": "file" } ] } ],
-          "migrations": [ "CREATE TABLE blobs (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
-        """
         let location = StorageLocation.file(directory: folder + "/store")
         try FileManager.default.createDirectory(atPath: folder + "/store", withIntermediateDirectories: true)
         let paths = DevicePaths(database: folder + "/device.db")
         var files: [String] = []
         var contents: [[UInt8]] = []
         do {
-            let device = try Device.create(paths: paths, storage: location, manifest: try Manifest(json: Data(manifest.utf8)),
-                                           name: "kill", provider: try StorageConnector(location: location).connect())
+            let device = try StoredFiles.oneTableDevice(paths: paths, storage: location, name: "kill")
             for index in 0..<20 {
                 contents.append([UInt8](repeating: UInt8(index), count: 3000 + index))
                 files.append(try StoredFiles.stageApp(device, bytes: contents[index], namespace: "blobs", table: "blobs"))

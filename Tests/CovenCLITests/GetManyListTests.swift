@@ -16,18 +16,12 @@ final class GetManyListTests: XCTestCase {
     func testABadEntryEndsTheRunAfterTheLinesOfTheFilesTakenBeforeIt() throws {
         let folder = try TestPaths.temporaryDirectory("get-many-list")
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let manifest = """
-        { "namespaces": [ { "name": "blobs", "kind": "app" } ],
-          "tables": [ { "name": "blobs", "identity": "uuid", "files": [ { "column": "file" } ] } ],
-          "migrations": [ "CREATE TABLE blobs (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
-        """
         let location = StorageLocation.file(directory: folder + "/store")
         try FileManager.default.createDirectory(atPath: folder + "/store", withIntermediateDirectories: true)
         let paths = DevicePaths(database: folder + "/device.db")
         var files: [String] = []
         do {
-            let device = try Device.create(paths: paths, storage: location, manifest: try Manifest(json: Data(manifest.utf8)),
-                                           name: "list", provider: try StorageConnector(location: location).connect())
+            let device = try StoredFiles.oneTableDevice(paths: paths, storage: location, name: "list")
             for index in 0..<70 {
                 files.append(try StoredFiles.stageApp(device, bytes: [UInt8](repeating: UInt8(index), count: (256 << 10) + index), namespace: "blobs", table: "blobs"))
             }

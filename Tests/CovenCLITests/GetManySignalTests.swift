@@ -14,11 +14,6 @@ final class GetManySignalTests: XCTestCase {
         let (server, proxy) = (s3.server, s3.proxy)
         let folder = try TestPaths.temporaryDirectory("get-many-sigint")
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let manifest = """
-        { "namespaces": [ { "name": "blobs", "kind": "app" } ],
-          "tables": [ { "name": "blobs", "identity": "uuid", "files": [ { "column": "file" } ] } ],
-          "migrations": [ "CREATE TABLE blobs (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
-        """
         let location = s3.location()
         let paths = DevicePaths(database: folder + "/device.db")
         let contents: [[UInt8]] = [[UInt8](repeating: 1, count: 1000), (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7) },
@@ -26,8 +21,7 @@ final class GetManySignalTests: XCTestCase {
         var files: [String] = []
         var objects: [String] = []
         do {
-            let device = try Device.create(paths: paths, storage: location, manifest: try Manifest(json: Data(manifest.utf8)),
-                                           name: "sigint", provider: try StorageConnector(location: location).connect())
+            let device = try StoredFiles.oneTableDevice(paths: paths, storage: location, name: "sigint")
             for content in contents {
                 let id = try StoredFiles.stageApp(device, bytes: content, namespace: "blobs", table: "blobs")
                 files.append(id)
