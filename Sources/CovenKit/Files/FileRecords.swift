@@ -87,40 +87,75 @@ final class FileRecords {
         }
     }
 
-    // MARK: Deleted records (docs/coven-sync.md, "A write naming a deleted file record")
+    // MARK: The register of a file's place (docs/coven-sync.md, "File records")
+    //
+    // A file record is a register of where the file's bytes are (stored, or on one device
+    // only), merged on every device by last writer wins whether or not a row names it now:
+    // `coven_files` holds the records rows name (live), `coven_deleted_files` the image of
+    // every other record this device knows, until gc frees its bytes. A write of the record
+    // (an upload's switch to stored, make-device-only) updates whichever holds it, so a record
+    // that comes back, in any order, comes back with the newest place any device published.
+    // Whether it is live is derived: a record lives while a row names it (``settle(_:ended:)``),
+    // and a delete of a record is no more than a hint to look. So no write of where bytes are
+    // is ever dropped because the record was deleted, taken out, or not held yet.
 
-    /// Brings deleted record `id` back as it was when deleted (a row naming it won over its
-    /// delete); false when no image of it is kept (gc freed its bytes) or it is here.
+    /// The stamp of what this device knows of record `id`, and whether a row names it (live);
+    /// nil when it knows nothing of it (or gc freed its bytes).
+    func register(_ id: String) throws -> (stamp: String, live: Bool)? {
+        if let stamp = try database.scalar("SELECT _updated_at FROM coven_files WHERE id = ?1", [id]).textValue { return (stamp, true) }
+        return try database.scalar("SELECT _updated_at FROM coven_deleted_files WHERE id = ?1", [id]).textValue.map { ($0, false) }
+    }
+
+    /// Brings deleted record `id` back as its image holds it (a row names it again); false when
+    /// no image is kept (gc freed its bytes) or it is here.
+    ///
+    /// A record coming back is not published: every device brings it back from its own image
+    /// when the row naming it arrives, so no older image here overwrites a newer place that
+    /// another device holds.
     func bringBack(_ id: String) throws -> Bool {
+        let capture = try RowCapture.of(database)
+        let capturing = capture.active
+        capture.active = false
+        defer { capture.active = capturing }
         try database.run("""
             INSERT INTO coven_files (id, audience, namespace, size, hash, coordinates, _updated_at)
             SELECT id, audience, namespace, size, hash, coordinates, _updated_at FROM coven_deleted_files WHERE id = ?1
             ON CONFLICT (id) DO NOTHING
             """, [id])
-        return database.changes > 0
+        guard database.changes > 0 else { return false }
+        try database.run("DELETE FROM coven_deleted_files WHERE id = ?1", [id])
+        return true
     }
 
-    /// Drops the images of deleted records naming `object` (gc deleted its bytes).
+    /// The image of a record no row names, if this device keeps one.
+    func image(_ id: String) throws -> FileRecord? {
+        try database.queryOne("SELECT * FROM coven_deleted_files WHERE id = ?1", [id]).map(FileRecord.init(row:))
+    }
+
+    /// Drops the images of deleted records naming `object`, and this device's bytes of it (gc
+    /// deleted it: no record naming it can come back).
     func forgetDeleted(object: String) throws {
         try database.run("DELETE FROM coven_deleted_files WHERE object = ?1", [object])
+        if try ids(object: object).isEmpty, try !device.uploadQueue.contains(object) {
+            try forgetLocalBytes(object: object)
+        }
     }
 
-    /// Deletes record `id`, which a change deleted or wrote after its delete here, once no row
-    /// names it: a record lives while a row names it, so a write of the record alone (an
-    /// upload's switch to stored, a make-device-only) never brings it back. Its tombstone
-    /// takes the newer of the two stamps; its object becomes a gc candidate of `ended` (the
-    /// delete that ended it: its device, change and stamp); its upload here is retired.
+    /// What ended a record here: the delete's device, change (nil for this device's own
+    /// write not published yet) and stamp.
+    typealias End = (device: String, seq: Int64?, stamp: String)
+
+    /// Ends record `id` when no row names it (a change deleted it, wrote it, or took out a row
+    /// naming it): its image is kept (``bringBack(_:)``), its tombstone takes the newer of the
+    /// two stamps, and its object becomes a gc candidate of `ended`. This device's bytes of it
+    /// and an upload of it under way stay until gc deletes the object: a row that wins over the
+    /// delete later brings the record back with its bytes, and an upload that finishes meanwhile
+    /// updates the image (``switchToStored(object:hash:stamp:)``).
     ///
     /// - Returns: the object whose cached bytes go after the commit, if the record went.
-    func deleteUnnamed(_ id: String, ended: (device: String, seq: Int64?, stamp: String)) throws -> String? {
-        guard let record = try device.fileRecord(id),
-              let stamp = try database.scalar("SELECT _updated_at FROM coven_files WHERE id = ?1", [id]).textValue else { return nil }
-        for table in device.manifest.tables {
-            for column in table.files {
-                let named = try database.scalar("SELECT count(*) FROM main.\(RowCapture.quote(table.name)) WHERE \(RowCapture.quote(column.column)) = ?1", [id])
-                if (named.intValue ?? 0) > 0 { return nil }
-            }
-        }
+    func endIfUnnamed(_ id: String, ended: End) throws -> String? {
+        guard let record = try device.fileRecord(id), try !isNamed(id),
+              let stamp = try register(id)?.stamp else { return nil }
         try delete(id, stamp: nil)
         try SyncState(database: database).setTombstone(table: "coven_files", id: id, stamp: max(stamp, ended.stamp), audience: record.audience)
         let object = record.coordinates.object
@@ -130,10 +165,39 @@ final class FileRecords {
             try device.candidates.addElsewhere(object: object, device: ended.device, seq: seq, stamp: ended.stamp, file: id)
         }
         try device.setSetting(StoreSync.frontierDueSetting, "1")
-        if try ids(object: object).isEmpty, try device.uploadQueue.contains(object) {
-            try device.retireUpload(object: object)
-        }
         return object
+    }
+
+    /// Ends the records of `ids` that no row names, as of this device's write `stamp`
+    /// (``delete(_:stamp:)``): a write that stopped naming them. Their bytes here and their
+    /// uploads stay until gc deletes the object (a concurrent write elsewhere may still bring a
+    /// record back).
+    func release(_ ids: [String], stamp: String) throws {
+        guard !ids.isEmpty else { return }
+        let json = RecordedChanges.json(ids: ids)
+        var named: Set<String> = []
+        for table in device.manifest.tables {
+            for column in table.files {
+                let c = RowCapture.quote(column.column)
+                for row in try database.query("SELECT DISTINCT \(c) AS file FROM main.\(RowCapture.quote(table.name)) WHERE \(c) IN (SELECT value FROM json_each(?1))", [json]) {
+                    if let id = row.string("file") { named.insert(id) }
+                }
+            }
+        }
+        for id in ids where !named.contains(id) {
+            if try device.fileRecord(id) != nil { try delete(id, stamp: stamp) }
+        }
+    }
+
+    /// Whether a row of a synced table names record `id`.
+    func isNamed(_ id: String) throws -> Bool {
+        for table in device.manifest.tables {
+            for column in table.files {
+                let named = try database.scalar("SELECT EXISTS (SELECT 1 FROM main.\(RowCapture.quote(table.name)) WHERE \(RowCapture.quote(column.column)) = ?1)", [id])
+                if named.intValue == 1 { return true }
+            }
+        }
+        return false
     }
 
     /// Whether a record here names `object` as stored.
@@ -149,7 +213,9 @@ final class FileRecords {
     /// The coordinates of a record naming `object` (they all hold its key), or nil when none
     /// does.
     func coordinates(object: String) throws -> Coordinates? {
-        try database.scalar("SELECT coordinates FROM coven_files WHERE object = ?1 LIMIT 1", [object]).textValue.map(Coordinates.init(json:))
+        let json = try database.scalar("SELECT coordinates FROM coven_files WHERE object = ?1 LIMIT 1", [object]).textValue
+            ?? database.scalar("SELECT coordinates FROM coven_deleted_files WHERE object = ?1 LIMIT 1", [object]).textValue
+        return try json.map(Coordinates.init(json:))
     }
 
     /// The records of this device's files on this device only that name `object`.
@@ -159,11 +225,22 @@ final class FileRecords {
             """, [object, device.deviceID]).map(FileRecord.init(row:))
     }
 
-    /// Switches every record of this device naming `object` to stored, with its content hash.
+    /// Switches every record of this device naming `object` to stored, with its content hash:
+    /// the images of records no row names here too (an upload that finished after its file's
+    /// row was deleted), so a row that brings one back brings it back stored, on every device
+    /// (the recorded write publishes an image's switch as the record's: ``RowCapture``).
     func switchToStored(object: String, hash: String?, stamp: String) throws {
         for record in try deviceOnlyHere(object: object) {
             let stored = Coordinates(at: .stored, device: nil, object: record.coordinates.object, key: record.coordinates.key)
             try setCoordinates(record.id, stored, hash: hash, stamp: stamp)
+        }
+        for image in try database.query("""
+            SELECT * FROM coven_deleted_files WHERE object = ?1 AND json_extract(coordinates, '$.at') = \(Coordinates.Place.device.sql)
+              AND json_extract(coordinates, '$.device') = ?2
+            """, [object, device.deviceID]).map(FileRecord.init(row:)) {
+            let stored = Coordinates(at: .stored, device: nil, object: image.coordinates.object, key: image.coordinates.key)
+            try database.run("UPDATE coven_deleted_files SET coordinates = ?2, hash = coalesce(?3, hash), _updated_at = ?4 WHERE id = ?1",
+                             [image.id, stored.json, hash, stamp])
         }
     }
 
@@ -173,13 +250,21 @@ final class FileRecords {
         try database.run("UPDATE coven_files SET _updated_at = ?2 WHERE id = ?1", [id, stamp])
     }
 
-    /// Applies another device's image of a record (sync): upserted as it is. A switch to
-    /// device-only elsewhere drops this device's pin of it.
+    /// Applies another device's image of a record (sync), newer than what this device knows
+    /// (``register(_:)``): upserted as it is where this device holds it, the image of a record
+    /// no row names here included (it stays so: ``settle``). A switch to device-only elsewhere
+    /// drops this device's pin of it.
     ///
     /// - Returns: the object whose cached bytes go after the commit (the file is now on another
     ///   device only), if any.
     func applyRemote(_ entry: RowEntry, by writer: String, seq: Int64) throws -> String? {
         let before = try device.fileRecord(entry.id)
+        if before == nil, try image(entry.id) != nil {
+            let statement = try database.cached(RowEntry.upsertSQL(table: "coven_deleted_files", columns: entry.columns))
+            try statement.bind(entry.values)
+            try statement.runToEnd()
+            return nil
+        }
         let statement = try database.cached(RowEntry.upsertSQL(table: "coven_files", columns: entry.columns))
         try statement.bind(entry.values)
         try statement.runToEnd()
@@ -250,27 +335,6 @@ final class FileRecords {
               let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any],
               let path = (object["path"] as? String).flatMap({ [UInt8](hex: $0) }) else { return nil }
         return MadeCopy(path: path, folders: (object["folders"] as? [String] ?? []).compactMap { [UInt8](hex: $0) })
-    }
-
-    /// Applies another device's deletion of a record (sync), and drops its pin.
-    ///
-    /// - Returns: the object whose cached bytes go after the commit, if the record was here.
-    func applyRemoteDelete(_ id: String, by writer: String, seq: Int64, stamp: String) throws -> String? {
-        let record = try device.fileRecord(id)
-        try delete(id, stamp: nil)
-        if let record, record.coordinates.at == .stored {
-            try device.candidates.addElsewhere(object: record.coordinates.object, device: writer, seq: seq, stamp: stamp, file: id)
-        }
-        // gc on the writer waits until this device publishes a frontier over the delete (also
-        // when the record was gone here already: two devices deleting it at once each wait
-        // for the other).
-        try device.setSetting(StoreSync.frontierDueSetting, "1")
-        // The last record of an object this device still uploads (a move, or an upload not
-        // sent yet): the upload is retired, as a local delete retires it.
-        if let object = record?.coordinates.object, try ids(object: object).isEmpty, try device.uploadQueue.contains(object) {
-            try device.retireUpload(object: object)
-        }
-        return record?.coordinates.object
     }
 
     // MARK: coven_local

@@ -244,12 +244,6 @@ final class WriteSession {
                 }
                 database.setAuthorizer(nil)
                 try SQLFunctions.install(on: device)
-                // Rows a pull took out for a parent this write keeps come back with it, and are
-                // published as this write's (Sync/TakenOutRows.swift).
-                if try TakenOutRows.waiting(in: database) {
-                    _ = try TakenOutRows(device: device, graph: try device.schemaGraph()).restore()
-                }
-
                 var appChanges = try recorded.changes()
                 try applyIntents()
                 try stampRows(appChanges)
@@ -641,8 +635,10 @@ final class WriteSession {
 
     // MARK: - A file goes with its last reference
 
-    /// Deletes the records no row names any more, and retires their uploads: the files some
-    /// row stopped naming (``puts``), a page at a time, in id order.
+    /// Ends the records no row names any more: the files some row stopped naming (``puts``), a
+    /// page at a time, in id order. Their bytes here and their uploads stay until gc deletes
+    /// the object (``FileRecords/endIfUnnamed(_:ended:)``): a concurrent write elsewhere may
+    /// still bring a record back.
     func releaseUnreferenced() throws {
         var after = ""
         while true {
@@ -654,43 +650,13 @@ final class WriteSession {
         }
     }
 
-    /// Deletes the records of `candidates` (in id order) no row names, and retires their uploads.
+    /// Ends the records of `candidates` no row names.
     private func release(_ candidates: [String]) throws {
-        let json = RecordedChanges.json(ids: candidates)
-        var named: Set<String> = []
-        for table in manifest.tables {
-            for column in table.files {
-                for row in try database.query("SELECT DISTINCT \"\(column.column)\" AS file FROM \"\(table.name)\" WHERE \"\(column.column)\" IN (SELECT value FROM json_each(?1))", [json]) {
-                    if let id = row.string("file") { named.insert(id) }
-                }
-            }
-        }
-        for fileID in candidates where !named.contains(fileID) {
-            guard let record = try device.fileRecord(fileID) else { continue }
-            try device.fileRecords.delete(fileID, stamp: stamp)
-            let object = record.coordinates.object
-            guard try device.fileRecords.ids(object: object).isEmpty else { continue }
-            try device.retireUpload(object: object)
-        }
+        try device.fileRecords.release(candidates, stamp: stamp)
     }
 }
 
 extension Device {
-    /// Retires the upload of an object no record names: one not started goes at once; one with
-    /// a provider session, or being sent, is marked so the worker aborts or finishes it and
-    /// switches nothing. Local bytes go with it unless a send still reads them.
-    ///
-    /// Call inside a transaction.
-    func retireUpload(object: String) throws {
-        // A worker still sending it needs the local bytes; what it sent may reach storage,
-        // named by nothing: gc's to delete.
-        guard try !uploadQueue.retire(object) else {
-            try candidates.add(object: object, stamp: nil, why: .uploadRetired, file: nil)
-            return
-        }
-        try forgetLocalBytes(object: object)
-    }
-
     /// Drops this device's record of an object's local bytes (``FileRecords/forgetLocalBytes(object:)``).
     func forgetLocalBytes(object: String) throws {
         try fileRecords.forgetLocalBytes(object: object)

@@ -208,11 +208,15 @@ final class RecordedWrite {
                 for (table, ids) in idsByTable {
                     let names = try columns(table)
                     let list = names.map(RowCapture.quote).joined(separator: ", ")
-                    let statement = try database.prepare("SELECT \(list) FROM main.\(RowCapture.quote(table)) WHERE id IN (SELECT value FROM json_each(?1))")
-                    try statement.bind([RecordedChanges.json(ids: ids)])
-                    while let row = try statement.next() {
-                        guard let id = row["id"].textValue else { continue }
-                        images[table, default: [:]][id] = row.values
+                    // A file record no row names is written as its image (FileRecords' register).
+                    let sources = table == "coven_files" ? ["coven_files", "coven_deleted_files"] : [table]
+                    for source in sources {
+                        let statement = try database.prepare("SELECT \(list) FROM main.\(RowCapture.quote(source)) WHERE id IN (SELECT value FROM json_each(?1))")
+                        try statement.bind([RecordedChanges.json(ids: ids)])
+                        while let row = try statement.next() {
+                            guard let id = row["id"].textValue, images[table]?[id] == nil else { continue }
+                            images[table, default: [:]][id] = row.values
+                        }
                     }
                 }
                 for change in batch {
@@ -247,6 +251,12 @@ extension Device {
         let write = try RecordedWrite(device: self)
         defer { write.end() }
         let result = try body(write)
+        // Rows a pull took out for a parent (or a file record) this write keeps come back with
+        // it, whatever the write is (the app's SQL, a lost value restored), and are published
+        // as this write's (Sync/TakenOutRows.swift).
+        if try TakenOutRows.waiting(in: database) {
+            try TakenOutRows(device: self, graph: try schemaGraph()).restore(stamp: write.stamp)
+        }
         try write.commit()
         return result
     }

@@ -89,6 +89,13 @@ final class RowCapture {
                 old_files TEXT,
                 old_stamp ANY
             );
+            -- A write of the image of a file record no row names (an upload's switch to
+            -- stored finishing after the row went) is a write of the record: FileRecords'
+            -- register, published as the record's image (RecordedWrite).
+            CREATE TEMP TRIGGER IF NOT EXISTS coven_image_capture_u AFTER UPDATE ON main.coven_deleted_files WHEN coven_capturing() BEGIN
+                INSERT INTO coven_capture (tbl, id, old_id, op, old_files, old_stamp)
+                VALUES ('coven_files', NEW.id, OLD.id, 'u', json_array('text', OLD.audience), OLD._updated_at);
+            END;
             CREATE TEMP TABLE IF NOT EXISTS coven_capture_rows (
                 pos INTEGER PRIMARY KEY,
                 tbl TEXT NOT NULL,

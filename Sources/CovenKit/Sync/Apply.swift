@@ -53,6 +53,12 @@ struct ChangeApplier {
 
     /// The file records' owner for this applier: it keeps the copies to remove after a commit.
     private let records: FileRecords
+    /// The file records whose liveness the change being applied may have changed (written,
+    /// deleted, or named by a row taken out), with what would end each (``settleFiles(report:)``).
+    private var unsettled: [String: FileRecords.End] = [:]
+    /// What ends a record that the change being applied leaves unnamed, when the change holds
+    /// no delete of it: the change itself.
+    private var changeEnd: FileRecords.End = ("", nil, "")
     /// Whether the change's signer may write each entry.
     private var authorizer: any ChangeAuthorizer
 
@@ -91,14 +97,12 @@ struct ChangeApplier {
         crossed = CrossedMoves(device: device, gated: gated)
         deletedByChange = Dictionary(change.entries.filter { $0.kind != .upsert }.map { (RowKey(table: $0.table, id: $0.id), $0.stamp) },
                                      uniquingKeysWith: { max($0, $1) })
+        unsettled = [:]
+        changeEnd = (change.device, Int64(change.seq), change.entries.map(\.stamp).max() ?? "")
         try database.execute("BEGIN IMMEDIATE")
         do {
             try database.execute("PRAGMA defer_foreign_keys = ON")
             var touched: [String: Set<String>] = [:]
-            var deletedFiles: Set<String> = []
-            // The records this change deleted (whether its delete won here or not), or wrote
-            // while deleted here: each stays only while a row names it.
-            var ended: [String: (device: String, seq: Int64?, stamp: String)] = [:]
             // A row moved between two audiences this device reads is upserted in one section
             // and retracted in the other by the same write: it stays. (An older image of it in
             // the change does not keep it.)
@@ -141,30 +145,23 @@ struct ChangeApplier {
                         report.refused += 1
                         continue
                     }
-                    if entry.table == "coven_files" {
-                        if entry.kind != .upsert {
-                            ended[entry.id] = (change.device, Int64(change.seq), entry.stamp)
-                        } else if let tombstone = try sync.tombstone(table: "coven_files", id: entry.id), let writer = HybridClock.device(of: tombstone) {
-                            ended[entry.id] = (writer, try sync.seq(device: writer, holding: tombstone), tombstone)
-                        }
-                    }
+                    if entry.table == "coven_files" { try unsettle(entry, change: change) }
                     if try applyEntry(entry, audience: section.audience, change: change, path: path, report: &report) {
                         touched[entry.table, default: []].insert(entry.id)
-                        if entry.table == "coven_files", entry.kind != .upsert { deletedFiles.insert(entry.id) }
                     }
                 }
             }
-            try takeOutRowsNamingMissingFiles(touched: touched, deletedFiles: deletedFiles, report: &report)
+            let restored = try TakenOutRows(device: device, graph: graph).restore()
+            report.restored += restored.count
+            for row in restored { touched[row.table, default: []].insert(row.id) }
+            try takeOutRowsNamingMissingFiles(touched: touched, report: &report)
             // A row another device wrote can make rows here kept that peers never held (the
             // notes of an album kept back here, shared again by a newer write from elsewhere):
             // the next push sends them (GateFilter).
             if gated.contains(where: { !graph.dependencies(of: $0).isDisjoint(with: touched.keys) }) {
                 try device.setSetting(StoreSync.gateDueSetting, "1")
             }
-            report.restored += try TakenOutRows(device: device, graph: graph).restore()
-            for (id, end) in ended.sorted(by: { $0.key < $1.key }) {
-                if let object = try records.deleteUnnamed(id, ended: end) { report.uncache.insert(object) }
-            }
+            try settleFiles(report: &report)
             let frontier = change.frontier.mapValues { Int64($0) }
             if source != .snapshotPart { try CircleSections(database: database).remember(change) }
             if source == .pulled {
@@ -230,8 +227,25 @@ struct ChangeApplier {
         let localRow = try statement.next()
         statement.reset()
         let localStamp = localRow?["_updated_at"].textValue
-        let tombstone = try sync.tombstone(table: entry.table, id: entry.id)
-        let current = max(localStamp ?? "", tombstone ?? "")
+        // A file record is a register of its place that every write of it updates, whether a
+        // row names it here or not (FileRecords): its deletes only say to look whether a row
+        // still does (``settleFiles(report:)``), and its tombstone decides nothing.
+        let isFile = entry.table == "coven_files"
+        if isFile, entry.kind != .upsert {
+            try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience)
+            if gated.contains(entry.table) { try PublishedRows(database: database).forget(table: entry.table, id: entry.id) }
+            // gc on the writer waits until this device publishes a frontier over the delete
+            // (also when the record was gone here already: two devices deleting it at once each
+            // wait for the other).
+            try device.setSetting(StoreSync.frontierDueSetting, "1")
+            report.applied += 1
+            report.appliedFileEntries += 1
+            report.appliedFileRecords.insert(entry.id)
+            return true
+        }
+        let tombstone = isFile ? nil : try sync.tombstone(table: entry.table, id: entry.id)
+        let image = isFile && localStamp == nil ? try records.register(entry.id)?.stamp : nil
+        let current = max(localStamp ?? "", tombstone ?? "", image ?? "")
 
         // The same stamp is the same write, but for one case: a row moved between audiences is
         // retracted in one section and written in the other by one write, and the retract leaves
@@ -270,6 +284,14 @@ struct ChangeApplier {
                 report.lost += 1
             }
         }
+        // A file record the row named here that the incoming write drops stays only while
+        // another row names it (its writer may never have held it: a concurrent write's).
+        if let localRow {
+            for column in synced?.files ?? [] {
+                guard let old = localRow[column.column].textValue, entry.kind == .upsert ? entry.value(column.column)?.textValue != old : true else { continue }
+                if unsettled[old] == nil { unsettled[old] = changeEnd }
+            }
+        }
         if entry.kind == .upsert, let localRow, let localStamp, let column = device.manifest.table(entry.table)?.audienceColumn {
             try crossed.imageWon(entry, audience: audience, change: change, localAudience: localRow[column].textValue ?? RowAudiences.store, localStamp: localStamp)
         }
@@ -283,7 +305,7 @@ struct ChangeApplier {
             try statement.bind(entry.values)
             try statement.runToEnd()
         case (.delete, true), (.retract, true):
-            if let object = try records.applyRemoteDelete(entry.id, by: change.device, seq: Int64(change.seq), stamp: entry.stamp) { report.uncache.insert(object) }
+            preconditionFailure("internal error: a file record's delete is settled, never applied as such")
         case (.delete, false), (.retract, false):
             try takeOutChildren(of: entry.table, id: entry.id, report: &report)
             try database.run("DELETE FROM main.\(quoted) WHERE id = ?1", [entry.id])
@@ -339,28 +361,24 @@ struct ChangeApplier {
 
     // MARK: Take-outs
 
-    /// Rows this change wrote naming a file record this device does not have, and rows naming
-    /// a record this change deleted, won over that record's delete (docs/coven-sync.md, "A write
-    /// naming a deleted file record"): the record comes back from the image its delete kept. Only
-    /// when no image is kept (gc freed its bytes, or the record never was here) is the row
-    /// taken out: deleted here with its children, kept as an unrestorable lost value.
-    private mutating func takeOutRowsNamingMissingFiles(touched: [String: Set<String>], deletedFiles: Set<String>, report: inout ApplyReport) throws {
-        let deleted = String(decoding: try JSONSerialization.data(withJSONObject: deletedFiles.sorted()), as: UTF8.self)
+    /// Rows this change wrote (or brought back) naming a file record that no row names here
+    /// (docs/coven-sync.md, "File records"): the record comes back from its image. Only when no
+    /// image is kept (gc freed its bytes, or the record never was here) is the row taken out:
+    /// deleted here with its children, kept as an unrestorable lost value.
+    private mutating func takeOutRowsNamingMissingFiles(touched: [String: Set<String>], report: inout ApplyReport) throws {
         for table in device.manifest.tables where !table.files.isEmpty {
-            let ids = String(decoding: try JSONSerialization.data(withJSONObject: (touched[table.name] ?? []).sorted()), as: UTF8.self)
+            guard let touchedIDs = touched[table.name], !touchedIDs.isEmpty else { continue }
+            let ids = RecordedChanges.json(ids: touchedIDs.sorted())
             let missing = table.files.map { column -> String in
                 let c = RowCapture.quote(column.column)
-                return "(\(c) IS NOT NULL AND (\(c) IN (SELECT value FROM json_each(?2)) OR (id IN (SELECT value FROM json_each(?1)) AND NOT EXISTS (SELECT 1 FROM coven_files f WHERE f.id = \(c)))))"
+                return "(\(c) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM coven_files f WHERE f.id = \(c)))"
             }.joined(separator: " OR ")
             let names = try columns(table.name)
             let quoted = RowCapture.quote(table.name)
-            let rows = try database.query("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(quoted) WHERE \(missing)", [ids, deleted])
+            let rows = try database.query("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(quoted) WHERE id IN (SELECT value FROM json_each(?1)) AND (\(missing))", [ids])
             for row in rows {
                 guard let id = row["id"].textValue,
                       try database.scalar("SELECT count(*) FROM main.\(quoted) WHERE id = ?1", [id]).intValue ?? 0 > 0 else { continue }
-                // The row here won over the record's delete: the record comes back with it
-                // while its image is kept (its bytes may exist); otherwise the row is taken out,
-                // its children first (no cascade removes them unrecorded).
                 var back = true
                 for column in table.files {
                     guard let file = row[column.column].textValue, try device.fileRecord(file) == nil else { continue }
@@ -370,6 +388,34 @@ struct ChangeApplier {
                 try takeOutChildren(of: table.name, id: id, report: &report)
                 try takeOut(table: table.name, row: row, names: names, why: .fileDeleted, report: &report)
             }
+        }
+    }
+
+    // MARK: File records
+
+    /// Notes a file record entry of the change being applied: its record's liveness is settled
+    /// once the change's rows are (``settleFiles(report:)``). A delete ends it, if no row names
+    /// it then, as of the delete; a write of it while this device holds its tombstone, as of
+    /// that tombstone's delete.
+    private mutating func unsettle(_ entry: RowEntry, change: ChangeObject) throws {
+        if entry.kind != .upsert {
+            if entry.stamp > unsettled[entry.id]?.stamp ?? "" { unsettled[entry.id] = (change.device, Int64(change.seq), entry.stamp) }
+        } else if unsettled[entry.id] == nil {
+            if let tombstone = try sync.tombstone(table: "coven_files", id: entry.id), let writer = HybridClock.device(of: tombstone) {
+                unsettled[entry.id] = (writer, try sync.seq(device: writer, holding: tombstone), tombstone)
+            } else {
+                unsettled[entry.id] = changeEnd
+            }
+        }
+    }
+
+    /// Ends every record of ``unsettled`` that no row names now (FileRecords' register keeps
+    /// its image; a row that names it later brings it back).
+    private mutating func settleFiles(report: inout ApplyReport) throws {
+        let pending = unsettled
+        unsettled = [:]
+        for (id, end) in pending.sorted(by: { $0.key < $1.key }) {
+            if let object = try records.endIfUnnamed(id, ended: end) { report.uncache.insert(object) }
         }
     }
 
@@ -416,13 +462,18 @@ struct ChangeApplier {
                     guard let row = try database.queryOne("SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(RowCapture.quote(table)) WHERE rowid = ?1", [rowid]) else { continue }
                     try takeOut(table: table, row: row, names: names, why: .parentDeleted, report: &report)
                 }
+                try settleFiles(report: &report)
             }
         }
         throw CovenError(.internal, "rows taken out of a change kept failing their foreign keys")
     }
 
-    private func takeOut(table: String, row: Row, names: [String], why: SyncState.LostReason, report: inout ApplyReport) throws {
+    private mutating func takeOut(table: String, row: Row, names: [String], why: SyncState.LostReason, report: inout ApplyReport) throws {
         guard let id = row["id"].textValue else { return }
+        // The records it names stay only while another row names them.
+        for column in device.manifest.table(table)?.files ?? [] {
+            if let file = row[column.column].textValue, unsettled[file] == nil { unsettled[file] = changeEnd }
+        }
         let stamp = row["_updated_at"].textValue ?? ""
         try sync.addLost(RowEntry(kind: .upsert, table: table, id: id, stamp: stamp, columns: names, values: row.values),
                          device: HybridClock.device(of: stamp) ?? "", winnerStamp: nil, why: why)

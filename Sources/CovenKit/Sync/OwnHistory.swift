@@ -6,6 +6,14 @@ import Foundation
 /// published seq (it signed them; they are checked with its registered key) and goes on after
 /// them, so only what it never published is gone; the writes of its outbox that those changes
 /// hold are not sent again.
+///
+/// They are applied in the order they were written in: an own change written after applying
+/// other devices' changes (its frontier says which) comes after those, which the database put
+/// back may not hold yet. Applied first, it would meet rows and file records it was written
+/// over missing (a row naming a cover it had pulled taken out, the older version winning here
+/// and gc deleting the bytes the winner names elsewhere), so the others' changes it follows
+/// are pulled first (``StoreSync/pull(provider:keys:stop:learned:progress:)``); theirs that
+/// follow own changes not caught up yet wait for them there.
 struct OwnHistory {
     let device: Device
     private var database: Database { device.database }
@@ -16,7 +24,9 @@ struct OwnHistory {
     ///   listing).
     /// - Throws: `.deviceConflict` when an own change past the published seq is missing or
     ///   fails its checks (this database cannot go on after it; naming the object); `.storage`.
-    func catchUp(provider: StorageProvider, keys: Keyring) throws -> [Int64] {
+    ///
+    /// - Parameter pullOthers: applies the other devices' changes that can be applied now.
+    func catchUp(provider: StorageProvider, keys: Keyring, pullOthers: () throws -> Void) throws -> [Int64] {
         let published = try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [device.deviceID]).intValue ?? 0
         let prefix = "changes/\(device.deviceID)/"
         var seqs: [Int64] = []
@@ -57,6 +67,7 @@ struct OwnHistory {
                 throw CovenError(.deviceConflict, "this device's own change '\(path)', which its database does not hold, fails its checks: \(error.message)",
                                  hint: hint, cause: error.description, details: ["object": path, "device": device.deviceID, "reason": "own_change_lost"])
             }
+            if try follows(change) { try pullOthers() }
             _ = try applier.apply(change, path: path)
             let stamps = String(decoding: try JSONSerialization.data(withJSONObject: Array(Set(change.entries.map(\.stamp))).sorted()), as: UTF8.self)
             try database.transaction { try Outbox(database: database).remove(stamped: stamps) }
@@ -64,5 +75,14 @@ struct OwnHistory {
             expected += 1
         }
         return applied
+    }
+
+    /// Whether `change` was written after another device's change this database does not hold.
+    private func follows(_ change: ChangeObject) throws -> Bool {
+        for (other, seq) in change.frontier where other != device.deviceID {
+            let applied = try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [other]).intValue ?? 0
+            if applied < Int64(seq) { return true }
+        }
+        return false
     }
 }

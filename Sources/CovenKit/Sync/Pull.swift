@@ -104,6 +104,9 @@ extension StoreSync {
         // here says its writer applied: a change missing below that is a gap.
         var missingAt: [String: Int64] = [:]
         var claimed: [String: Int64] = [:]
+        // Devices gone for good that a change waits for, looked at again once in this pull with
+        // what the waiting change says its writer applied of them.
+        var rewoken: Set<String> = []
         while moved {
             moved = false
             for row in try database.query("SELECT device, applied_seq, gone FROM coven_device_registry WHERE device <> ?1 ORDER BY device", [deviceID]) {
@@ -112,7 +115,7 @@ extension StoreSync {
                 // A device gone for good: only the changes of it that some device says it
                 // applied (its published frontier), so every device ends with the same rows;
                 // what it published that nobody applied is dropped with it.
-                let through = row.int("gone") == 1 ? try highestSeqKnown(of: other) ?? 0 : Int64.max
+                let through = row.int("gone") == 1 ? max(try highestSeqKnown(of: other) ?? 0, claimed[other] ?? 0) : Int64.max
                 guard next <= through else { continue }
                 report.waiting[other] = nil
                 // One listing of what storage holds after the applied seq, in place of a GET
@@ -177,6 +180,7 @@ extension StoreSync {
                         for (device, seq) in change.frontier { claimed[device] = max(claimed[device] ?? 0, Int64(seq)) }
                         if let missing = try unmetDependency(change.frontier.mapValues { Int64($0) }, writer: other) {
                             report.waiting[other] = missing.seq
+                            if missing.gone, rewoken.insert(missing.device).inserted { moved = true }
                             break
                         }
                         let applied = try applier.apply(change, path: path)
@@ -304,18 +308,21 @@ extension StoreSync {
         report.lostForGood.append(LostChange(device: device, seq: seq, object: ChangeObject.path(device: device, seq: UInt64(seq)), why: why))
     }
 
-    /// The first device of `frontier` (but this one and the writer) whose changes up to the
-    /// seq named are not all applied here.
-    private func unmetDependency(_ frontier: [String: Int64], writer: String) throws -> (device: String, seq: Int64)? {
-        for (other, seq) in frontier.sorted(by: { $0.key < $1.key }) where other != deviceID && other != writer {
-            let applied = try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1 AND gone = 0", [other])
-            // A device gone for good holds nothing back; one unknown here is learned of at the
-            // next listing.
-            if applied.isNull {
-                if try database.scalar("SELECT gone FROM coven_device_registry WHERE device = ?1", [other]).intValue == 1 { continue }
-                return (other, seq)
+    /// The first device of `frontier` (but the writer) whose changes up to the seq named are not
+    /// all applied here (of this device: published, as its database knows; one put back from a
+    /// backup catches up its own first: ``OwnHistory``), and whether it is gone for good.
+    ///
+    /// A device gone for good holds a change back too: what its writer applied of it is applied
+    /// everywhere (a pull takes of a gone device what some device's frontier names, this one's
+    /// included), and first, so a live device's edit of a row the gone device wrote never
+    /// arrives before that row (it would be taken out, naming a file record not held yet).
+    private func unmetDependency(_ frontier: [String: Int64], writer: String) throws -> (device: String, seq: Int64, gone: Bool)? {
+        for (other, seq) in frontier.sorted(by: { $0.key < $1.key }) where other != writer {
+            // One unknown here is learned of at the next listing.
+            guard let row = try database.queryOne("SELECT applied_seq, gone FROM coven_device_registry WHERE device = ?1", [other]) else {
+                return (other, seq, false)
             }
-            if (applied.intValue ?? 0) < seq { return (other, seq) }
+            if row.int("applied_seq") ?? 0 < seq { return (other, seq, row.int("gone") == 1) }
         }
         return nil
     }

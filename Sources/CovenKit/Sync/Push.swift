@@ -68,7 +68,9 @@ extension StoreSync {
             }
             if !checked {
                 checked = true
-                report.caughtUp = try OwnHistory(device: device).catchUp(provider: provider, keys: keys)
+                report.caughtUp = try OwnHistory(device: device).catchUp(provider: provider, keys: keys) {
+                    _ = try pull(provider: provider, keys: keys, stop: stop)
+                }
                 (report.republished, report.unrecoverable) = try ChangeDamage(device: device).republish(provider: provider, keys: keys)
             }
             guard try freezeNextChange(keys: keys, fileEntries: &fileEntries) else { break }

@@ -267,17 +267,39 @@ extension StoreSync {
             throw CovenError(.invalidState, "lost value \(id) was restored at \(lost.restoredAt ?? "")", details: ["lost": String(id)])
         }
         try refuseRecordNamingBytesNobodyHolds(lost)
+        // The file records the value names that no row names now come back from their images
+        // (FileRecords' register), as on the devices the restore reaches: only while their bytes
+        // are held.
+        var images: [String] = []
+        for column in manifest.table(lost.table)?.files ?? [] {
+            guard let file = lost.values[column.column]?.textValue, try device.fileRecord(file) == nil else { continue }
+            guard let image = try device.fileRecords.image(file) else {
+                throw CovenError(.fileUnknown, "lost value \(id) names file '\(file)', which this device no longer has", details: ["lost": String(id), "file": file])
+            }
+            try refuseNamingBytesNobodyHolds(image.coordinates, file: file, lost: lost)
+            images.append(file)
+        }
         return try database.transaction {
             try device.recordWrite { write in
-                for column in manifest.table(lost.table)?.files ?? [] {
-                    if let file = lost.values[column.column]?.textValue, try device.fileRecord(file) == nil {
-                        throw CovenError(.fileUnknown, "lost value \(id) names file '\(file)', which this device no longer has", details: ["lost": String(id), "file": file])
-                    }
-                }
+                for file in images { _ = try device.fileRecords.bringBack(file) }
                 let local = Set(try database.storedColumns(lost.table))
                 let columns = lost.columns.filter { local.contains($0) }
                 let values = columns.map { $0 == "_updated_at" ? .text(write.stamp) : (lost.values[$0] ?? .null) }
-                try database.run(RowEntry.upsertSQL(table: lost.table, columns: columns), values)
+                // A file record's value no row names now goes to its image (FileRecords'
+                // register), published as the record's: it comes back with a row that names it.
+                var table = lost.table
+                if table == "coven_files", try device.fileRecord(lost.rowID) == nil {
+                    guard try device.fileRecords.image(lost.rowID) != nil else {
+                        throw CovenError(.fileUnknown, "lost value \(id) is of file '\(lost.rowID)', which this device no longer has", details: ["lost": String(id), "file": lost.rowID])
+                    }
+                    table = "coven_deleted_files"
+                }
+                // The records the row named before and names no more go, as a write's do.
+                let fileColumns = manifest.table(lost.table)?.files.map(\.column) ?? []
+                let before = fileColumns.isEmpty ? nil : try database.queryOne(
+                    "SELECT \(fileColumns.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(RowCapture.quote(lost.table)) WHERE id = ?1", [lost.rowID])
+                try database.run(RowEntry.upsertSQL(table: table, columns: columns), values)
+                try device.fileRecords.release(fileColumns.compactMap { before?[$0].textValue }, stamp: write.stamp)
                 try SyncState(database: database).markRestored(id)
                 return write.stamp
             }
@@ -306,6 +328,25 @@ extension StoreSync {
         guard recorded, device.localSourceProblem(coordinates.object) == nil else {
             throw CovenError(.bytesAbsent, "lost value \(lost.id) says file '\(file)' is on this device only, whose copy is gone",
                              hint: "the file's bytes are where its record says now ('coven ls' shows it)", details: ["lost": String(lost.id), "file": file, "device": deviceID])
+        }
+    }
+
+    /// A row's lost value that names a file record no row names now brings it back from its
+    /// image: refused while its bytes are known to be gone (a stored object gc deleted, one
+    /// storage does not hold, a copy on this device only that is gone).
+    ///
+    /// - Throws: `.bytesAbsent`, naming the file; `.storage`.
+    func refuseNamingBytesNobodyHolds(_ coordinates: Coordinates, file: String, lost: LostValue) throws {
+        let details = ["lost": String(lost.id), "file": file]
+        switch coordinates.at {
+        case .stored:
+            guard try connectStorage().head(coordinates.object) == nil else { return }
+            throw CovenError(.bytesAbsent, "lost value \(lost.id) names file '\(file)', whose stored bytes are gone", details: details)
+        case .device:
+            guard coordinates.device == deviceID else { return }
+            let recorded = try database.scalar("SELECT count(*) FROM coven_local WHERE object = ?1", [coordinates.object]).intValue ?? 0 > 0
+            guard !recorded || device.localSourceProblem(coordinates.object) != nil else { return }
+            throw CovenError(.bytesAbsent, "lost value \(lost.id) names file '\(file)', which was on this device only and whose bytes are gone", details: details)
         }
     }
 

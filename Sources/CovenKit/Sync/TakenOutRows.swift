@@ -23,9 +23,13 @@ struct TakenOutRows {
         try database.scalar("SELECT EXISTS (SELECT 1 FROM coven_lost_values WHERE why IN ('parent_deleted', 'file_deleted') AND restored_at IS NULL)").intValue == 1
     }
 
-    /// Brings back what can come back; returns how many rows did.
-    func restore() throws -> Int {
-        var restored = 0
+    /// Brings back what can come back; returns the rows that did.
+    ///
+    /// - Parameter stamp: a recorded write's stamp, which the rows that come back take (they are
+    ///   published as its own); nil for a pull, where they keep their own.
+    @discardableResult
+    func restore(stamp: String? = nil) throws -> [(table: String, id: String)] {
+        var restored: [(table: String, id: String)] = []
         var again = true
         while again {
             again = false
@@ -37,19 +41,20 @@ struct TakenOutRows {
                 guard let table = lost.string("tbl"), let id = lost.string("row_id"), seen.insert(table + "\u{0}" + id).inserted,
                       let entry = try RowEntryCodec.decode(lost.bytes("entry") ?? []).first, entry.kind == .upsert,
                       try canComeBack(entry) else { continue }
+                if try bringBackFiles(entry) == false { continue }
                 let statement = try database.cached(RowEntry.upsertSQL(table: table, columns: entry.columns))
-                try statement.bind(entry.values)
+                try statement.bind(stamp.map { stamp in zip(entry.columns, entry.values).map { $0.0 == "_updated_at" ? .text(stamp) : $0.1 } } ?? entry.values)
                 try statement.runToEnd()
                 try SyncState(database: database).markTakenOutRestored(table: table, id: id)
-                restored += 1
+                restored.append((table, id))
                 again = true
             }
         }
         return restored
     }
 
-    /// Whether the row is not here, no write of it came since, every parent it names is here
-    /// and every file record it names too.
+    /// Whether the row is not here, no write of it came since, and every parent it names is
+    /// here.
     private func canComeBack(_ entry: RowEntry) throws -> Bool {
         let quoted = RowCapture.quote(entry.table)
         if try database.scalar("SELECT count(*) FROM main.\(quoted) WHERE id = ?1", [entry.id]).intValue ?? 0 > 0 { return false }
@@ -61,10 +66,20 @@ struct TakenOutRows {
                 """, [value])
             if (found.intValue ?? 0) == 0 { return false }
         }
+        return true
+    }
+
+    /// Brings back the file records the row names that no row names here now (their images:
+    /// FileRecords' register); false, bringing nothing back, when one is known here no more.
+    private func bringBackFiles(_ entry: RowEntry) throws -> Bool {
+        let records = device.fileRecords
+        var missing: [String] = []
         for column in device.manifest.table(entry.table)?.files ?? [] {
-            guard let file = entry.value(column.column)?.textValue else { continue }
-            if try device.fileRecord(file) == nil { return false }
+            guard let file = entry.value(column.column)?.textValue, try device.fileRecord(file) == nil else { continue }
+            guard try records.image(file) != nil else { return false }
+            missing.append(file)
         }
+        for file in missing { _ = try records.bringBack(file) }
         return true
     }
 }

@@ -200,8 +200,10 @@ public enum UploadState: String, Sendable, CaseIterable {
     case sending
     /// Failed for good (attempts spent, or a changed original); `coven retry` queues it again.
     case failed
-    /// No record names its object any more: the worker aborts its provider session, if any,
-    /// then drops it, switching nothing.
+    /// Retired by an older coven, when no record named its object any more: the worker aborts
+    /// its provider session, if any, then drops it, switching nothing. (A record's end no longer
+    /// retires its upload: the upload goes on and switches the record's image, and gc frees the
+    /// bytes; Files/FileRecords.swift.)
     case retired
 
     /// The state as an SQL string literal, for SQL text.
@@ -301,26 +303,6 @@ struct UploadQueue {
     func remove(_ object: String) throws {
         try database.runCached("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
         try database.runCached("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
-    }
-
-    /// Retires the upload of an object no record names: one that has sent nothing goes at once;
-    /// one with a provider session, or being sent, is marked ``UploadState/retired`` so the
-    /// worker aborts or finishes it and switches nothing.
-    ///
-    /// - Returns: whether the upload still needs the object's local bytes (it was marked, not
-    ///   removed).
-    func retire(_ object: String) throws -> Bool {
-        guard let queued = try database.queryOne("SELECT state, upload_id, lease_until FROM coven_upload_queue WHERE object = ?1", [object]) else {
-            return false
-        }
-        let sending = queued.string("state") == UploadState.sending.rawValue
-            && (queued["lease_until"].doubleValue ?? 0) > Date().timeIntervalSince1970
-        if queued["upload_id"].isNull && !sending {
-            try remove(object)
-            return false
-        }
-        try database.run("UPDATE coven_upload_queue SET state = \(UploadState.retired.sql) WHERE object = ?1", [object])
-        return true
     }
 
     /// Removes the uploads of a cancelled move that have sent nothing; the others stay for the

@@ -184,11 +184,13 @@ final class WriteSessionTests: AlbumDeviceTestCase {
         return (file, object, paths.folder + "/copies/" + staged.id)
     }
 
+    /// A record no row names ends: its image stays (a row written elsewhere may still bring it
+    /// back), and so do its upload and coven's copy, until gc frees the bytes.
     private func assertReleased(_ put: (file: String, object: String, copy: String), line: UInt = #line) throws {
         XCTAssertNil(try device.fileRecord(put.file), "the record goes", line: line)
-        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_upload_queue WHERE object = ?1", [put.object]), 0, "its upload is retired", line: line)
-        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_local WHERE object = ?1", [put.object]), 0, line: line)
-        XCTAssertFalse(FileManager.default.fileExists(atPath: put.copy), "coven's copy is removed", line: line)
+        XCTAssertNotNil(try device.fileRecords.image(put.file), "its image stays", line: line)
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_upload_queue WHERE object = ?1", [put.object]), 1, "its upload goes on", line: line)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: put.copy), "coven's copy stays until gc frees the bytes", line: line)
     }
 
     func testDeletingTheLastRowReleasesTheFile() throws {
@@ -203,6 +205,13 @@ final class WriteSessionTests: AlbumDeviceTestCase {
         let entries = try RowEntryCodec.decode(try XCTUnwrap(try device.database.scalar("SELECT entries FROM coven_outbox ORDER BY seq DESC LIMIT 1").bytesValue))
         XCTAssertTrue(entries.contains { $0.table == "coven_files" && $0.kind == .delete && $0.id == put.file })
         XCTAssertTrue(entries.contains { $0.table == "settings" && $0.kind == .delete && $0.id == "two" })
+        // Uploaded and published: gc frees the bytes, the image and coven's copy.
+        _ = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))
+        _ = try StoreSync(device).sync()
+        XCTAssertEqual(try device.collectGarbage().deleted.map(\.key), [put.object])
+        XCTAssertNil(try device.fileRecords.image(put.file))
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_local WHERE object = ?1", [put.object]), 0)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: put.copy), "coven's copy is removed")
     }
 
     func testClearingTheLastReferenceReleasesTheFile() throws {
@@ -248,15 +257,14 @@ final class WriteSessionTests: AlbumDeviceTestCase {
         try assertReleased((late, object, paths.folder + "/copies/" + staged.id))
     }
 
-    /// An upload already begun at the provider is marked retired, not dropped: the worker aborts
-    /// it, and coven's copy stays until then.
-    func testAnUploadUnderWayIsMarkedRetired() throws {
+    /// An upload already begun at the provider goes on when its record ends.
+    func testAnUploadUnderWayGoesOnWhenItsRecordEnds() throws {
         let put = try putSetting("one")
         try device.database.run("UPDATE coven_upload_queue SET upload_id = 'session-1' WHERE object = ?1", [put.object])
         try device.write(sql: "DELETE FROM settings WHERE id = 'one'")
         XCTAssertNil(try device.fileRecord(put.file))
-        XCTAssertEqual(try device.database.scalar("SELECT state FROM coven_upload_queue WHERE object = ?1", [put.object]).textValue, "retired")
-        XCTAssertTrue(FileManager.default.fileExists(atPath: put.copy), "the worker still needs the bytes to finish or abort")
+        XCTAssertEqual(try device.database.scalar("SELECT state FROM coven_upload_queue WHERE object = ?1", [put.object]).textValue, "queued")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: put.copy))
     }
 
     /// coven_existing_file: a new record over the same object; the object goes only with the

@@ -166,7 +166,11 @@ final class GCModelTests: XCTestCase {
                     // is refused (bytes_absent), a value naming a record deleted since brings it
                     // back while its image is kept.
                     let lost = try StoreSync(device).lostValues().filter { $0.restorable && $0.restoredAt == nil }
-                    if !lost.isEmpty { try StoreSync(device).restoreLost(lost[random.below(lost.count)].id) }
+                    if !lost.isEmpty {
+                        let chosen = lost[random.below(lost.count)]
+                        trace("  restores \(chosen.table) \(chosen.rowID) \(chosen.values["file"].map { "\($0)" } ?? "")")
+                        try StoreSync(device).restoreLost(chosen.id)
+                    }
                 default:
                     // One device removed for good, by another.
                     if live.count == 3, random.below(3) == 0 {
@@ -202,6 +206,12 @@ final class GCModelTests: XCTestCase {
             }
             for _ in 0..<2 { for device in live { _ = try StoreSync(device).sync() } }
             for device in live {
+                if tracing {
+                    for row in try device.database.query("SELECT id, object, place FROM coven_files ORDER BY id") { trace("before final gc \(device.deviceName) record \(row.values)") }
+                    for row in try device.database.query("SELECT id, object FROM coven_deleted_files ORDER BY id") { trace("before final gc \(device.deviceName) image \(row.values)") }
+                    for row in try device.database.query("SELECT id, file FROM settings") { trace("before final gc \(device.deviceName) settings \(row.values)") }
+                    for row in try device.database.query("SELECT object, device, seq, why, files FROM coven_gc_candidates") { trace("before final gc \(device.deviceName) candidate \(row.values)") }
+                }
                 let report = try device.collectGarbage(goneDevices: true)
                 trace("final gc on \(device.deviceName): deleted \(report.deleted.map(\.key)) kept \(report.kept.map { "\($0.key) \($0.reason)" })")
                 for info in try provider.list(prefix: "snapshots/") {

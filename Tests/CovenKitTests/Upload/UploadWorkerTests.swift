@@ -201,70 +201,49 @@ final class UploadWorkerTests: XCTestCase {
         XCTAssertEqual(try fixture.record(trailing).coordinates.at, .stored)
     }
 
-    // MARK: A file goes with its last reference
+    // MARK: A file's upload goes on past its last reference
 
-    func testLastReferenceGoneBeforeTheAttemptRetiresIt() throws {
+    /// Its row deleted before the attempt, the file's upload still goes: the record's image
+    /// switches to stored (published, so a row that wins over the delete elsewhere brings the
+    /// record back stored), and gc frees the bytes and coven's copy once the delete is published.
+    func testLastReferenceGoneBeforeTheAttemptStoresItsImageAndGCFreesIt() throws {
         let fixture = try UploadFixture()
         let staged = try fixture.stageApp(UploadFixture.bytes(3000))
-        try fixture.write("INSERT INTO notes VALUES ('01a22c3e-0000-7000-8000-000000000001', coven_put_staged('\(staged)'), '')")
+        let file = try fixture.write("INSERT INTO notes VALUES ('01a22c3e-0000-7000-8000-000000000001', coven_put_staged('\(staged)'), '')").files[0]
         let copy = try XCTUnwrap(fixture.scalar("SELECT copy FROM coven_local").textValue)
+        let object = try fixture.record(file).coordinates.object
         try fixture.write("DELETE FROM notes")
-        XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_upload_queue"), 0)
+        XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_upload_queue"), 1)
         try fixture.run()
+        XCTAssertEqual(fixture.storeFiles().filter { $0.hasPrefix("files/") }, [object])
+        XCTAssertNil(try fixture.device.fileRecord(file))
+        XCTAssertEqual(try fixture.device.fileRecords.image(file)?.coordinates.at, .stored)
+        let switched = try RowEntryCodec.decode(try XCTUnwrap(fixture.device.database.scalar("SELECT entries FROM coven_outbox ORDER BY seq DESC LIMIT 1").bytesValue))
+        XCTAssertTrue(switched.contains { $0.table == "coven_files" && $0.kind == .upsert && $0.id == file && $0.value("coordinates")?.textValue?.contains("stored") == true })
+        _ = try StoreSync(fixture.device).sync()
+        XCTAssertEqual(try fixture.device.collectGarbage().deleted.map(\.key), [object])
         XCTAssertEqual(fixture.storeFiles().filter { $0.hasPrefix("files/") }, [])
+        XCTAssertNil(try fixture.device.fileRecords.image(file))
         XCTAssertFalse(FileManager.default.fileExists(atPath: fixture.paths.folder + "/" + copy))
     }
 
-    func testLastReferenceGoneDuringTheUploadSwitchesNothingAndDeletesTheOrphan() throws {
+    /// Its row deleted while a worker sends it: the attempt finishes and switches the image.
+    func testLastReferenceGoneDuringTheUploadStillSwitchesItsImage() throws {
         let fixture = try UploadFixture()
         let staged = try fixture.stageApp(UploadFixture.bytes(3000))
         let file = try fixture.write("INSERT INTO notes VALUES ('01a22c3e-0000-7000-8000-000000000002', coven_put_staged('\(staged)'), '')").files[0]
-        let object = try fixture.record(file).coordinates.object
-        // A worker claims it (in flight), then the row goes.
         let worker = WorkerIdentity.current()
         let claim = try fixture.device.claimUpload(worker: worker, lease: 60, excluded: []).get()
         try fixture.write("DELETE FROM notes")
-        XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_upload_queue").textValue, "retired")
+        XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_upload_queue").textValue, "sending")
         let sender = UploadSender(device: fixture.device, providers: [try fixture.provider()], settings: UploadSettings(environment: [:]), worker: worker) { _, _, _ in }
-        XCTAssertThrowsError(try sender.send(claim))  // it sees the retirement before the request
-        // Even an attempt that finished storing switches nothing, and its bytes are deleted.
-        try fixture.provider().put(object, data: [1, 2, 3])
+        try sender.send(claim)
         let end = try fixture.device.finishAttempt(claim, worker: worker, end: .stored, settings: UploadSettings(environment: [:]))
-        XCTAssertEqual(end.outcome, .dropped)
-        XCTAssertEqual(end.orphan, object)
-        XCTAssertNil(try fixture.device.fileRecord(file))
-        XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_upload_queue"), 0)
-        XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_outbox WHERE rows > 0"), 2)
-    }
-
-    func testLastReferenceGoneDuringAMultipartUploadAbortsItsSessionFirst() throws {
-        let fixture = try UploadFixture()
-        let file = try fixture.addOriginal("m.bin", UploadFixture.bytes(600_000))
-        let object = try fixture.record(file).coordinates.object
-        let worker = WorkerIdentity.current()
-        let settings = UploadSettings(environment: ["COVEN_UPLOAD_PART_SIZE": "65536", "COVEN_UPLOAD_SINGLE_LIMIT": "0"])
-        let claim = try fixture.device.claimUpload(worker: worker, lease: 60, excluded: []).get()
-        var deleted = false
-        // The row goes once two parts are confirmed, while the upload is in flight.
-        let sender = UploadSender(device: fixture.device, providers: [try fixture.provider()], settings: settings, worker: worker) { _, confirmed, _ in
-            if confirmed >= 2 * 65552, !deleted {
-                deleted = true
-                do { try fixture.write("DELETE FROM notes") } catch { XCTFail("\(error)") }
-            }
-        }
-        XCTAssertThrowsError(try sender.send(claim)) { XCTAssertEqual($0 as? UploadStop, .retired) }
-        let end = try fixture.device.finishAttempt(claim, worker: worker, end: .stopped(.retired), settings: settings)
-        XCTAssertEqual(end.outcome, .dropped)
-        // Still queued, retired, with its session, until the abort succeeds.
-        XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_upload_queue").textValue, "retired")
-        let uploadID = try XCTUnwrap(fixture.scalar("SELECT upload_id FROM coven_upload_queue").textValue)
-        XCTAssertLessThan(try fixture.count("SELECT count(*) FROM coven_upload_parts"), 10, "it stopped part way")
-        XCTAssertTrue(fixture.storeFiles().contains { $0.contains(uploadID) })
+        XCTAssertEqual(end.outcome, .stored)
         try fixture.run()
-        XCTAssertFalse(fixture.storeFiles().contains { $0.contains(uploadID) })
-        XCTAssertFalse(fixture.storeFiles().contains(object))
+        XCTAssertNil(try fixture.device.fileRecord(file))
+        XCTAssertEqual(try fixture.device.fileRecords.image(file)?.coordinates.at, .stored)
         XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_upload_queue"), 0)
-        XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_local"), 0)
     }
 
     func testPartBookkeepingSkipsTheDiskSyncButTheUploadEndsWithFullSync() throws {
@@ -302,7 +281,8 @@ final class UploadWorkerTests: XCTestCase {
         let uploadID = try fixture.provider().createMultipart(object, totalSize: 300_080, partSize: 65552)
         try fixture.device.database.run("UPDATE coven_upload_queue SET upload_id = ?1, part_size = 65536", [uploadID])
         try fixture.write("DELETE FROM notes")
-        XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_upload_queue").textValue, "retired")
+        // Retired by an older coven (a record's end no longer retires its upload: FileRecords).
+        try fixture.device.database.run("UPDATE coven_upload_queue SET state = 'retired'")
         XCTAssertTrue(fixture.storeFiles().contains { $0.contains(uploadID) })
         let summary = try fixture.run()
         XCTAssertEqual(summary.dropped, 1)
