@@ -578,7 +578,15 @@ struct Collector {
             let passedOver = (floor + 1...upTo).first { circles[$0]?.isSubset(of: parted) == false }
             let firstKept = (report.kept[keptBefore...].compactMap { Int64($0.key.split(separator: "/").last ?? "") } + [passedOver].compactMap { $0 }).min()
             let newFloor = firstKept.map { $0 - 1 } ?? upTo
-            if !dryRun, newFloor > floor { try device.setSetting(Self.changesSetting(writer), String(newFloor)) }
+            if !dryRun, newFloor > floor {
+                // This device's notes go with its changes (Sync/OwnNotes.swift): one listing,
+                // usually empty.
+                if writer == me {
+                    let notes = try provider.list(prefix: "notes/\(me)/").map(\.key).filter { (Int64($0.split(separator: "/").last ?? "") ?? .max) <= newFloor }
+                    if !notes.isEmpty { _ = try provider.deleteObjects(notes) }
+                }
+                try device.setSetting(Self.changesSetting(writer), String(newFloor))
+            }
         }
     }
 

@@ -69,6 +69,9 @@ enum Schema {
                 CREATE TABLE coven_private_rows (tbl TEXT NOT NULL, id TEXT NOT NULL, audience TEXT NOT NULL, PRIMARY KEY (tbl, id)) STRICT, WITHOUT ROWID
                 """)
         },
+        // 19: the notes a frozen change goes with: where this device holds the bytes of the
+        // files it places on itself, sealed for it alone (Sync/OwnNotes.swift).
+        { database in try database.execute("ALTER TABLE coven_push ADD COLUMN notes BLOB") },
     ]
 
     /// Version 15: the circles this device's member knows of, owned by ``Circles``: every

@@ -69,6 +69,8 @@ struct OwnHistory {
             }
             if try follows(change) { try pullOthers() }
             _ = try applier.apply(change, path: path)
+            // Where this device holds the bytes of the files the change placed on it.
+            try OwnNotes(device: device).restore(seq: seq, provider: provider, keys: keys)
             let stamps = String(decoding: try JSONSerialization.data(withJSONObject: Array(Set(change.entries.map(\.stamp))).sorted()), as: UTF8.self)
             try database.transaction { try Outbox(database: database).remove(stamped: stamps) }
             applied.append(seq)

@@ -131,9 +131,9 @@ extension StoreSync {
             try setSetting(Self.frontierDueSetting, nil)
             let sealed = try keys.seal(change)
             try database.run("""
-                INSERT INTO coven_push (seq, object, max_stamp, frontier, entries, frozen_at, writes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                INSERT INTO coven_push (seq, object, max_stamp, frontier, entries, frozen_at, writes, notes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                 """, [seq, sealed, entries.map(\.stamp).max() ?? "", Frontier.json(frontier), entries.count, Timestamp.iso8601(Date()),
-                      entries.isEmpty ? 0 : batch.count])
+                      entries.isEmpty ? 0 : batch.count, try OwnNotes(device: device).seal(entries: entries, seq: seq, keys: keys)])
             try CircleSections(database: database).rememberOwn(device: deviceID, seq: seq, sections: change.sections, keys: keys)
             try AudienceMoves.forget(entries, in: database)
             try outbox.remove(batch.map(\.seq))
@@ -212,6 +212,11 @@ extension StoreSync {
         let seq = frozen.int("seq") ?? 0
         let bytes = frozen.bytes("object") ?? []
         let path = ChangeObject.path(device: deviceID, seq: UInt64(seq))
+        // Its notes go first, so a change in storage has them (OwnNotes); never over those of
+        // a change another copy of this device published at this seq.
+        if let notes = frozen.bytes("notes"), try provider.head(path) == nil {
+            try provider.put(OwnNotes.path(device: deviceID, seq: seq), data: notes)
+        }
         if try !provider.putIfAbsent(path, data: bytes) {
             // Our own earlier send, interrupted before it was recorded, or another copy of
             // this device.

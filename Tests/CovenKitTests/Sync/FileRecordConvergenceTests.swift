@@ -282,6 +282,63 @@ class FileRecordConvergenceTests: DeviceTestCase {
         try assertConverged([a, b, c])
     }
 
+    // MARK: 7 and 8. A put-back device finds its bytes again
+
+    /// a stores track t; a's backup is taken; a makes t device-only into a folder and publishes
+    /// it; the backup is put back. Its catch-up records the copy in the folder again (the change's
+    /// notes, sealed for a alone), so after gc the file still reads on a, and status counts
+    /// nothing missing.
+    func testAPutBackDeviceRecordsAgainTheCopyMakeDeviceOnlyMadeAfterItsBackup() throws {
+        var (a, b, c) = try store()
+        try addAlbum(a)
+        let file = try addTrack(a, size: 2000)
+        try settle([a, b, c])
+        let backup = try backUp(a)
+        let folder = work + "/Restored"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        _ = try a.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["t.flac"], input: "argument 1")])
+        try sync(a, b)
+        a = try putBack(backup, as: a)
+        try settle([a, b, c])
+        XCTAssertEqual(try a.fileRecord(file)?.coordinates.device, a.deviceID)
+        XCTAssertEqual(try a.status().files.missing, 0)
+        XCTAssertEqual(try a.status().files.deviceOnlyHere, 1)
+        try assertConverged([a, b, c])
+        XCTAssertEqual(try a.connectStorage().list(prefix: "files/").count, 0, "the stored copy went once the file was on a only")
+    }
+
+    /// a's backup is taken; a writes a track with a new original and publishes it before any
+    /// upload; the backup is put back. Its catch-up queues the upload again, and the file is
+    /// stored and reads everywhere.
+    func testAPutBackDeviceQueuesAgainTheUploadOfAFileItPlacedAfterItsBackup() throws {
+        var (a, b, c) = try store()
+        try addAlbum(a)
+        try settle([a, b, c])
+        let backup = try backUp(a)
+        let file = try addTrack(a)
+        try sync(a)
+        a = try putBack(backup, as: a)
+        try settle([a, b, c])
+        XCTAssertEqual(try a.fileRecord(file)?.coordinates.at, .stored)
+        try assertConverged([a, b, c])
+    }
+
+    /// What truly is gone is named: the original removed before the put-back device caught up,
+    /// status counts the file missing, never as held.
+    func testAPutBackDeviceNamesAFileWhoseBytesAreGoneAsMissing() throws {
+        var (a, b, c) = try store()
+        try addAlbum(a)
+        try settle([a, b, c])
+        let backup = try backUp(a)
+        try addTrack(a, place: .deviceOnly)
+        try sync(a)
+        try FileManager.default.removeItem(atPath: work + "/a-music-\(Self.t).flac")
+        a = try putBack(backup, as: a)
+        try settle([a, b, c])
+        XCTAssertEqual(try a.status().files.missing, 1)
+        XCTAssertEqual(try a.status().files.deviceOnlyHere, 0)
+    }
+
     // MARK: 9. A put-back device catches up in the order it wrote
 
     /// a's backup is taken; b sets cover c1 and a pulls it; b sets c2 (uploaded, not published);
