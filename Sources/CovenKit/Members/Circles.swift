@@ -411,6 +411,45 @@ public struct Circles {
         }
     }
 
+    /// Takes every member no longer on the store's newest roster (removed from the store) out
+    /// of each circle this device's member is an admin of: a new generation of each, without
+    /// them, under a fresh key (under the caller's lock).
+    ///
+    /// The failure story: a member removed from the store kept the circles' keys of then, and
+    /// each circle's writes went on being sealed under them; their devices were gone, but with
+    /// their storage credentials and a saved copy of a device they read every circle section
+    /// and file record written after. The rule: a removal from the store is a removal from its
+    /// circles. `coven member remove` does it for the remover's circles in the same operation;
+    /// every admin's device of another circle does it at its next sync (only a circle's admin
+    /// may publish its generations). It does not apply to circles this member only reads: their
+    /// admins' devices do it.
+    ///
+    /// - Returns: the circles given a new generation.
+    /// - Throws: `.storage`; `.busy` when other devices kept publishing first.
+    @discardableResult
+    func dropRemovedMembers(provider: StorageProvider) throws -> [String] {
+        guard let own = try Members(device).memberID(), let generation = try device.keys.storeGeneration() else { return [] }
+        let store = Set(try device.keys.roster(audience: RowAudiences.store, generation: generation).map(\.id))
+        guard store.contains(own) else { return [] }
+        var changed: [String] = []
+        for circle in try list() where circle.isMember {
+            let held = try device.keys.roster(audience: circle.id, generation: circle.generation)
+            guard held.contains(where: { $0.id == own && $0.role.isAdmin }), held.contains(where: { !store.contains($0.id) }) else { continue }
+            let identity = try Members(device).identity()
+            let chain = try Members(device).chain(audience: circle.id, provider: provider)
+            _ = try chain.publishNext(identity: identity, signer: device.deviceID, signingKey: try device.keys.signingKey()) { roster in
+                // Another admin published since: still this member's to change, or not at all.
+                guard roster.contains(where: { $0.id == own && $0.role.isAdmin }) else {
+                    throw CovenError(.notAdmin, "this device's member is no longer an admin of circle '\(circle.name)'", details: ["circle": circle.id])
+                }
+                return roster.filter { store.contains($0.id) }
+            }
+            try read(circle.id, identity: identity, provider: provider)
+            changed.append(circle.id)
+        }
+        return changed
+    }
+
     private static func listed(_ member: AudienceGeneration.Member, own: String?) -> Members.Member {
         Members.Member(id: member.id, name: member.name, role: member.role.rawValue, recipient: member.recipient.description, isThisDevicesMember: member.id == own)
     }

@@ -306,6 +306,8 @@ public struct Members {
         public var objectsWritten: Int
         /// The removed member's devices, now gone for good.
         public var devicesGone: [String] = []
+        /// The circles given a new generation without a member removed from the store.
+        public var circles: [String] = []
     }
 
     /// Adds the person whose recipient is `recipient` to the store as `name`: a new generation
@@ -418,8 +420,11 @@ public struct Members {
         let gone = { () throws -> Set<String> in Set(try self.device.database.query("SELECT device FROM coven_device_registry WHERE gone = 1").compactMap { $0.string("device") }) }
         let before = try gone()
         try StoreSync(device).refreshDevices(provider: provider, keys: device.keys)
-        // A removal stopped after its generation was learned here finishes now.
+        // A removal stopped after its generation was learned here finishes now: its devices
+        // gone, and its circles given new generations without it.
         try refresh(provider: provider, retire: true)
+        try Circles(device).refresh(provider: provider)
+        var rotated = try Circles(device).dropRemovedMembers(provider: provider)
         var subject: AudienceGeneration.Member?
         // Nothing to publish (a rerun of what was done): say so from the roster held.
         if let generation = try device.keys.storeGeneration() {
@@ -428,7 +433,7 @@ public struct Members {
                 let retired = try gone().subtracting(before).sorted()
                 return RosterChange(member: Member(id: member.id, name: member.name, role: member.role.rawValue, recipient: member.recipient.description,
                                                    isThisDevicesMember: member.id == own, devices: 0),
-                                    generation: generation, objectsWritten: retired.count, devicesGone: retired)
+                                    generation: generation, objectsWritten: retired.count + rotated.count, devicesGone: retired, circles: rotated)
             }
         }
         let published = try storeChain(provider: provider).publishNext(identity: identity, signer: device.deviceID, signingKey: try device.keys.signingKey()) { roster in
@@ -440,13 +445,16 @@ public struct Members {
             // Another admin did the same in a race this device lost: the roster is theirs, kept.
             return next ?? roster
         }
-        // Learning the generation marks the devices of a member no longer on it gone.
+        // Learning the generation marks the devices of a member no longer on it gone, and
+        // takes them out of this member's circles.
         try refresh(provider: provider)
+        rotated += try Circles(device).dropRemovedMembers(provider: provider)
         let retired = try gone().subtracting(before).sorted()
         guard let subject else { throw CovenError(.internal, "a roster change without its member") }
         return RosterChange(member: Member(id: subject.id, name: subject.name, role: subject.role.rawValue, recipient: subject.recipient.description,
                                            isThisDevicesMember: subject.id == own, devices: 0),
-                            generation: published.generation.generation, objectsWritten: 1 + retired.count, devicesGone: retired)
+                            generation: published.generation.generation, objectsWritten: 1 + retired.count + rotated.count, devicesGone: retired,
+                            circles: rotated)
     }
 
     /// Replaces this device's member's keys (their identity was exposed, say): a new identity,

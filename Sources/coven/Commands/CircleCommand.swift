@@ -29,11 +29,13 @@ struct CircleCommand: Command {
     says so. --json: the circle, "member" (the one added or removed: {"id", "name", "role"}) \
     and "objects_written".
 
-    Removing a member from the store ('coven member remove') leaves them on the circles' \
-    rosters: their devices are gone and sync no more, but they hold the circles' keys of then; \
-    'coven circle remove' them from each circle they were in, so what is written after is \
-    sealed under a key they never held. Writes a device made before it learned of a removal \
-    (sealed under a generation its member was on) are accepted, as the store's are.
+    Removing a member from the store ('coven member remove') removes them from every circle \
+    too: the remover's device publishes a new generation without them of each circle its \
+    member is an admin of, in the same operation, and the device of any other admin of a \
+    circle does the same at its next sync (a circle's generations are published by its admins \
+    only). What is written in a circle after that is sealed under a key the removed member \
+    never held. Writes a device made before it learned of a removal (sealed under a generation \
+    its member was on) are accepted, as the store's are.
 
     A row goes into a circle by a write setting its audience column to the circle's id, \
     which only a member of the circle may ('not_in_circle'): \

@@ -123,4 +123,92 @@ class PeoplesKeysTests: DeviceTestCase {
         XCTAssertEqual(try bob.keys.storeGeneration(), 4)
         XCTAssertEqual(try Members(bob).localRoster().members.map(\.name).sorted(), ["alice", "bob", "carol", "dave"])
     }
+
+    // MARK: 2. A removal from the store is a removal from its circles
+
+    /// A copy of `device`'s database and folder, as a removed member could keep it.
+    func savedCopy(of device: Device, as name: String) throws -> DevicePaths {
+        let copy = DevicePaths(database: work + "/\(name)/device.db")
+        try FileManager.default.createDirectory(atPath: work + "/\(name)", withIntermediateDirectories: true)
+        for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: device.paths.database + suffix) {
+            try FileManager.default.copyItem(atPath: device.paths.database + suffix, toPath: copy.database + suffix)
+        }
+        try FileManager.default.copyItem(atPath: device.paths.folder, toPath: copy.folder)
+        return copy
+    }
+
+    /// alice and bob share circle `parents`; alice removes bob from the store: bob is off the
+    /// circle's roster, and with the keys of a copy of his device saved before, neither the
+    /// circle's section of alice's next change nor the file object it names opens.
+    func testRemovingAMemberTakesThemOutOfTheirCircles() throws {
+        let p = try threeMembers()
+        let circle = try makeCircle(p.alice, name: "parents", members: ["bob"])
+        try p.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'before', '\(circle)')")
+        try syncAll(p.all)
+        XCTAssertEqual(try title(p.bob, Self.album), "before")
+        let saved = try Device.open(paths: try savedCopy(of: p.bob, as: "bob-saved"))
+        let removal = try Members(p.alice).remove("bob")
+        XCTAssertEqual(removal.circles, [circle])
+        let parents = try XCTUnwrap(try Circles(p.alice).list().first { $0.id == circle })
+        XCTAssertEqual(parents.generation, 2)
+        XCTAssertEqual(parents.members.map(\.name), ["alice"])
+        XCTAssertEqual(try Members(p.alice).remove("bob").objectsWritten, 0, "run again, it is done")
+        // alice writes in the circle, with a new cover, after the removal.
+        let after = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4e"
+        let cover = try stageApp(p.alice, text: "after bob")
+        let file = try p.alice.write(sql: """
+            INSERT INTO albums (id, title, audience) VALUES ('\(after)', 'after bob', '\(circle)');
+            INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(after)', coven_put_staged('\(cover.id)'));
+            """).files[0]
+        try StoredFiles.store(p.alice, file: file)
+        _ = try StoreSync(p.alice).sync()
+        let record = try XCTUnwrap(try p.alice.fileRecord(file))
+        // bob's saved keys, even given the change's envelope (the store's key of after), open
+        // no section of the circle published after the removal.
+        let provider = try p.alice.connectStorage()
+        var shut = 0
+        for info in try provider.list(prefix: "changes/\(p.alice.deviceID)/") {
+            let bytes = try XCTUnwrap(try provider.getObject(info.key))
+            let change = try ChangeObject.open(bytes, path: info.key, keyOf: { audience, generation in
+                audience == RowAudiences.store ? try p.alice.keys.key(audience: audience, generation: generation)
+                    : try saved.keys.key(audience: audience, generation: generation)
+            }, publicKey: try p.alice.keys.signingKey().publicKey)
+            let entries = change.sections.flatMap(\.entries)
+            XCTAssertFalse(entries.contains { $0.id == after || $0.id == file }, "bob's saved keys opened the circle's section of \(info.key)")
+            shut += change.unreadSections.filter { $0.audience == circle }.count
+        }
+        XCTAssertEqual(shut, 1, "the circle's section written after the removal stays shut")
+        // Nor does any key bob saved open the new file object (its own key does).
+        let object = try XCTUnwrap(try provider.getObject(record.coordinates.object))
+        let opener = try ObjectReader(key: try FileKey(hex: record.coordinates.key), plaintextSize: record.size)
+        var plain: [UInt8] = []
+        try opener.feed(object) { plain += Array($0) }
+        try opener.finish { plain += Array($0) }
+        XCTAssertEqual(String(decoding: plain, as: UTF8.self), "after bob")
+        var keys = try saved.keys.storeKeysNewestFirst()
+        for generation in try saved.keys.generations(audience: circle) { keys += [try XCTUnwrap(try saved.keys.key(audience: circle, generation: generation))] }
+        for key in keys {
+            let reader = try ObjectReader(key: key, plaintextSize: record.size)
+            XCTAssertThrowsError(try reader.feed(object) { _ in }, "a key bob saved opened the cover")
+        }
+        // The circle's members read on.
+        _ = try StoreSync(p.carol).sync()
+        XCTAssertNil(try title(p.carol, after))
+    }
+
+    /// A circle the remover does not administer loses the removed member at the next sync of
+    /// one of its admins' devices.
+    func testAnotherCirclesAdminTakesTheRemovedMemberOutAtSync() throws {
+        let p = try threeMembers()
+        let circle = try makeCircle(p.carol, name: "book club", members: ["bob"])
+        try syncAll(p.all)
+        _ = try Members(p.alice).remove("bob")
+        XCTAssertEqual(try Circles(p.carol).list().first { $0.id == circle }?.members.map(\.name).sorted(), ["bob", "carol"])
+        _ = try StoreSync(p.carol).sync()
+        let club = try XCTUnwrap(try Circles(p.carol).list().first { $0.id == circle })
+        XCTAssertEqual(club.generation, 2)
+        XCTAssertEqual(club.members.map(\.name), ["carol"])
+        _ = try StoreSync(p.carol).sync()
+        XCTAssertEqual(try Circles(p.carol).list().first { $0.id == circle }?.generation, 2, "once")
+    }
 }
