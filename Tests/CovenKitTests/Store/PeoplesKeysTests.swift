@@ -211,4 +211,56 @@ class PeoplesKeysTests: DeviceTestCase {
         _ = try StoreSync(p.carol).sync()
         XCTAssertEqual(try Circles(p.carol).list().first { $0.id == circle }?.generation, 2, "once")
     }
+
+    // MARK: 3. Storage that lost generations
+
+    /// After `member remove bob` (generation 4), storage loses `audiences/store/4` (a NAS put
+    /// back from a backup): alice's `member add dave` refuses with `integrity` naming it and
+    /// publishes nothing (no generation 4 built on 3, whose roster holds bob); `members`,
+    /// `sync` and `status` say storage's chain is behind.
+    func testAChainStorageLostTheEndOfIsNeverBuiltOn() throws {
+        let p = try threeMembers()
+        _ = try Members(p.alice).remove("bob")
+        let lost = AudienceGeneration.path(audience: RowAudiences.store, generation: 4)
+        let backup = try XCTUnwrap(FileManager.default.contents(atPath: storeFolder + "/" + lost))
+        try FileManager.default.removeItem(atPath: storeFolder + "/" + lost)
+        let dave = try MemberIdentity()
+        let refused = assertCovenError(.integrity) { try Members(p.alice).add(name: "dave", recipient: dave.recipient.description, admin: false) }
+        XCTAssertEqual(refused?.details["object"], lost)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: storeFolder + "/" + lost), "a generation was published on the shorter chain")
+        XCTAssertEqual(try Members(p.alice).roster().storageBehind,
+                       KeyChainLoss(audience: RowAudiences.store, object: lost, storageGeneration: 3, heldGeneration: 4))
+        let members = try coven(p.alice, ["members", "--json"])
+        XCTAssertEqual(members.status, 0, members.stderr)
+        XCTAssertTrue(members.stderr.contains(lost), members.stderr)
+        let member = try coven(p.alice, ["member", "add", "dave", dave.recipient.description])
+        XCTAssertEqual(member.status, 6, member.stderr)
+        XCTAssertTrue(member.stderr.contains(lost), member.stderr)
+        assertCovenError(.integrity) { try StoreSync(p.alice).sync() }
+        XCTAssertEqual(try p.alice.status().sync.keyChainsBehind.map(\.object), [lost])
+        let status = try coven(p.alice, ["status"])
+        XCTAssertTrue(status.stdout.contains("keys") && status.stdout.contains(lost), status.stdout)
+        // Put back, the chain is whole again: the record goes, and dave is added after bob's removal.
+        try backup.write(to: URL(fileURLWithPath: storeFolder + "/" + lost))
+        _ = try StoreSync(p.alice).sync()
+        XCTAssertEqual(try p.alice.status().sync.keyChainsBehind, [])
+        let added = try Members(p.alice).add(name: "dave", recipient: dave.recipient.description, admin: false)
+        XCTAssertEqual(added.generation, 5)
+        XCTAssertEqual(try Members(p.alice).roster().members.map(\.name).sorted(), ["alice", "carol", "dave"])
+    }
+
+    /// The same for a circle's chain: a circle change on a chain that ends below what this
+    /// device holds is refused, naming the missing generation.
+    func testACirclesChainStorageLostTheEndOfIsNeverBuiltOn() throws {
+        let p = try threeMembers()
+        let circle = try makeCircle(p.alice, name: "parents", members: ["bob", "carol"])
+        _ = try Circles(p.alice).remove(circle, member: "bob")
+        let lost = AudienceGeneration.path(audience: circle, generation: 2)
+        try FileManager.default.removeItem(atPath: storeFolder + "/" + lost)
+        let refused = assertCovenError(.integrity) { try Circles(p.alice).rotate(circle) }
+        XCTAssertEqual(refused?.details["object"], lost)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: storeFolder + "/" + lost), "a generation was published on the shorter chain")
+        XCTAssertEqual(try Circles(p.alice).listFresh().first?.storageBehind?.object, lost)
+        XCTAssertEqual(try p.alice.status().sync.keyChainsBehind.map(\.object), [lost])
+    }
 }
