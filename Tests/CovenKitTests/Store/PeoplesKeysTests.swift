@@ -263,4 +263,43 @@ class PeoplesKeysTests: DeviceTestCase {
         XCTAssertEqual(try Circles(p.alice).listFresh().first?.storageBehind?.object, lost)
         XCTAssertEqual(try p.alice.status().sync.keyChainsBehind.map(\.object), [lost])
     }
+
+    // MARK: 4. An outsider cannot pull a circle's row back into the store
+
+    /// carol (not in circle `parents`) knew album AL's id from before alice moved it into the
+    /// circle; alice and bob edited it there since.
+    func albumMovedIntoACircle() throws -> (People, String) {
+        let p = try threeMembers()
+        let circle = try makeCircle(p.alice, name: "parents", members: ["bob"])
+        try p.alice.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'family album')")
+        try syncAll(p.all)
+        XCTAssertEqual(try title(p.carol, Self.album), "family album")
+        try p.alice.write(sql: "UPDATE albums SET audience = '\(circle)' WHERE id = '\(Self.album)'")
+        try syncAll(p.all)
+        try p.bob.write(sql: "UPDATE albums SET title = 'our album' WHERE id = '\(Self.album)'")
+        try syncAll(p.all)
+        XCTAssertNil(try title(p.carol, Self.album), "the move's retract")
+        return (p, circle)
+    }
+
+    /// A device that skips the writer's check (its tombstone of AL gone) writes AL in the
+    /// store: alice's and bob's devices refuse it (`not_authorized`, a lost value, counted by
+    /// sync) and keep AL in the circle.
+    func testReceiversRefuseAnOutsiderTakingARowOutOfACircle() throws {
+        let (p, circle) = try albumMovedIntoACircle()
+        // An edit in the circle carol has not applied when she writes: she saw the move.
+        try p.alice.write(sql: "UPDATE albums SET title = 'our album, again' WHERE id = '\(Self.album)'")
+        _ = try StoreSync(p.alice).sync()
+        try p.carol.database.run("DELETE FROM coven_tombstones WHERE id = ?1", [Self.album])
+        try p.carol.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'carol pulls it back', 'store')")
+        _ = try StoreSync(p.carol).sync(pull: false)
+        for device in [p.alice, p.bob] {
+            let report = try StoreSync(device).sync()
+            XCTAssertEqual(report.pulled.refused, 1, device.deviceName)
+            XCTAssertEqual(try title(device, Self.album), "our album, again", device.deviceName)
+            XCTAssertEqual(try device.database.scalar("SELECT audience FROM albums WHERE id = ?1", [Self.album]).textValue, circle, device.deviceName)
+            let lost = try StoreSync(device).lostValues().filter { $0.rowID == Self.album }
+            XCTAssertEqual(lost.map(\.why), ["not_authorized"], device.deviceName)
+        }
+    }
 }
