@@ -69,6 +69,8 @@ enum Schema {
                 CREATE TABLE coven_private_rows (tbl TEXT NOT NULL, id TEXT NOT NULL, audience TEXT NOT NULL, PRIMARY KEY (tbl, id)) STRICT, WITHOUT ROWID
                 """)
         },
+        // 19: whether a tombstone is a retract's (the row lives on where this device does not read it: SyncState).
+        { database in try database.execute(SyncState.retractedColumn) },
     ]
 
     /// Version 15: the circles this device's member knows of, owned by ``Circles``: every

@@ -39,7 +39,12 @@ struct CircleCommand: Command {
 
     A row goes into a circle by a write setting its audience column to the circle's id, \
     which only a member of the circle may ('not_in_circle'): \
-    coven write "UPDATE albums SET audience = :c WHERE id = :a" --param c=ID --param a=ALBUM.
+    coven write "UPDATE albums SET audience = :c WHERE id = :a" --param c=ID --param a=ALBUM. \
+    It comes out of the circle only by a member's write too: a store member outside the circle \
+    who knew the row's id from before it moved there cannot write it back into the store (its \
+    own device refuses, 'not_in_circle'; every member's device refuses the entry as \
+    'not_authorized', a lost value 'coven sync' counts), unless its write crossed the move (its \
+    device had not applied it), which last writer wins decides as any concurrent edit.
     """
     static let options: [OptionSpec] = [
         OptionSpec("member", value: "MEMBER", help: "a member of the new circle, by name or id (create; repeatable)", repeatable: true),

@@ -302,4 +302,79 @@ class PeoplesKeysTests: DeviceTestCase {
             XCTAssertEqual(lost.map(\.why), ["not_authorized"], device.deviceName)
         }
     }
+
+    /// carol's own device refuses her write of AL first (`not_in_circle`): it records nothing,
+    /// and nothing reaches alice's or bob's devices.
+    func testTheWritersDeviceRefusesAnOutsiderTakingARowOutOfACircle() throws {
+        let (p, circle) = try albumMovedIntoACircle()
+        let outbox = try count(p.carol, "SELECT count(*) FROM coven_outbox")
+        for sql in ["INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'carol pulls it back', 'store')",
+                    "REPLACE INTO albums (id, title) VALUES ('\(Self.album)', 'carol pulls it back')",
+                    "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'carol pulls it back') ON CONFLICT (id) DO UPDATE SET title = excluded.title"] {
+            let refused = assertCovenError(.notInCircle) { try p.carol.write(sql: sql) }
+            XCTAssertEqual(refused?.details["id"], Self.album, sql)
+        }
+        XCTAssertNil(try title(p.carol, Self.album))
+        XCTAssertEqual(try count(p.carol, "SELECT count(*) FROM coven_outbox"), outbox, "nothing recorded")
+        try syncAll(p.all)
+        XCTAssertEqual(try title(p.alice, Self.album), "our album")
+        XCTAssertEqual(try p.bob.database.scalar("SELECT audience FROM albums WHERE id = ?1", [Self.album]).textValue, circle)
+        // A row deleted (not retracted) may be written again under its id, as before.
+        try p.alice.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.otherAlbum)', 'gone')")
+        try syncAll(p.all)
+        try p.alice.write(sql: "DELETE FROM albums WHERE id = '\(Self.otherAlbum)'")
+        try syncAll(p.all)
+        try p.carol.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.otherAlbum)', 'back')")
+        try syncAll(p.all)
+        XCTAssertEqual(try title(p.alice, Self.otherAlbum), "back")
+    }
+
+    /// bob, removed from circle `parents`, keeps its rows; REPLACE INTO and INSERT OR REPLACE of
+    /// one (the row deleted and inserted by SQLite, no delete trigger fired) are checked as the
+    /// update they are: `not_in_circle`, nothing recorded.
+    func testReplacingACirclesRowGoesThroughTheCircleCheck() throws {
+        let (p, circle) = try albumMovedIntoACircle()
+        _ = try Circles(p.alice).remove(circle, member: "bob")
+        try syncAll(p.all)
+        let outbox = try count(p.bob, "SELECT count(*) FROM coven_outbox")
+        for verb in ["REPLACE INTO", "INSERT OR REPLACE INTO"] {
+            assertCovenError(.notInCircle) { try p.bob.write(sql: "\(verb) albums (id, title, audience) VALUES ('\(Self.album)', 'mine now', 'store')") }
+        }
+        XCTAssertEqual(try title(p.bob, Self.album), "our album")
+        XCTAssertEqual(try count(p.bob, "SELECT count(*) FROM coven_outbox"), outbox, "nothing recorded")
+        // A member of the circle replaces its row in place: an update, published in the circle.
+        try p.alice.write(sql: "REPLACE INTO albums (id, title, audience) VALUES ('\(Self.album)', 'replaced', '\(circle)')")
+        try syncAll(p.all)
+        XCTAssertEqual(try title(p.alice, Self.album), "replaced")
+        XCTAssertNil(try title(p.carol, Self.album))
+    }
+
+    static let otherAlbum = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f41"
+
+    /// REPLACE INTO, INSERT OR REPLACE and an upsert of another member's owner-only row are
+    /// `not_owner` on the writer's device, and change nothing.
+    func testReplacingAnotherMembersOwnedRowIsNotOwner() throws {
+        let alice = try makeDevice(OwnedRowsTests.journalManifest, name: "alice")
+        _ = try Members(alice).establish(name: "alice")
+        let bobIdentity = try MemberIdentity()
+        _ = try Members(alice).add(name: "bob", recipient: bobIdentity.recipient.description, admin: false)
+        let bob = try join("bob", from: alice, identity: bobIdentity)
+        try alice.write(sql: "INSERT INTO journal (id, body) VALUES ('\(Self.album)', 'dear diary')")
+        try syncAll([alice, bob])
+        let owner = try alice.database.scalar("SELECT owner FROM journal").textValue
+        let outbox = try count(bob, "SELECT count(*) FROM coven_outbox")
+        for sql in ["REPLACE INTO journal (id, body) VALUES ('\(Self.album)', 'bob was here')",
+                    "INSERT OR REPLACE INTO journal (id, body) VALUES ('\(Self.album)', 'bob was here')",
+                    "INSERT INTO journal (id, body) VALUES ('\(Self.album)', 'bob was here') ON CONFLICT (id) DO UPDATE SET body = excluded.body, owner = NULL"] {
+            assertCovenError(.notOwner) { try bob.write(sql: sql) }
+        }
+        XCTAssertEqual(try bob.database.scalar("SELECT body FROM journal").textValue, "dear diary")
+        XCTAssertEqual(try bob.database.scalar("SELECT owner FROM journal").textValue, owner)
+        XCTAssertEqual(try count(bob, "SELECT count(*) FROM coven_outbox"), outbox, "nothing recorded")
+        // The owner replaces its own row: kept as its own, and published.
+        try alice.write(sql: "REPLACE INTO journal (id, body) VALUES ('\(Self.album)', 'dear diary, again')")
+        XCTAssertEqual(try alice.database.scalar("SELECT owner FROM journal").textValue, owner)
+        try syncAll([alice, bob])
+        XCTAssertEqual(try bob.database.scalar("SELECT body FROM journal").textValue, "dear diary, again")
+    }
 }
