@@ -48,16 +48,19 @@ class PeoplesKeysTests: DeviceTestCase {
         return (result.status, text(out), text(err))
     }
 
-    /// What a device holds: the files of its folder (names and bytes; the cache's aside), and
-    /// every row of coven's key and member tables and settings.
+    /// What a device holds: its database and WAL files and every file of its folder (path and
+    /// bytes), and every row of coven's key and member tables and settings.
     func held(_ device: Device) throws -> [String] {
         var state: [String] = []
         let folder = device.paths.folder
-        for name in try FileManager.default.contentsOfDirectory(atPath: folder).sorted() {
+        for name in try FileManager.default.subpathsOfDirectory(atPath: folder).sorted() {
             let path = folder + "/" + name
             var isFolder: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), !isFolder.boolValue, !name.hasPrefix("device.db") else { continue }
-            state.append("\(name): \(SHA256.digest(Array(FileManager.default.contents(atPath: path) ?? Data())).hex)")
+            guard FileManager.default.fileExists(atPath: path, isDirectory: &isFolder) else { continue }
+            state.append(isFolder.boolValue ? "\(name)/" : "\(name): \(SHA256.digest(Array(FileManager.default.contents(atPath: path) ?? Data())).hex)")
+        }
+        for suffix in ["", "-wal"] {
+            state.append("device.db\(suffix): \(SHA256.digest(Array(FileManager.default.contents(atPath: device.paths.database + suffix) ?? Data())).hex)")
         }
         for table in ["coven_audience_rosters", "coven_circles", "coven_meta", "coven_device_registry"] {
             for row in try device.database.query("SELECT * FROM \(table) ORDER BY 1, 2") {
