@@ -437,15 +437,19 @@ public struct Circles {
             guard held.contains(where: { $0.id == own && $0.role.isAdmin }), held.contains(where: { !store.contains($0.id) }) else { continue }
             let identity = try Members(device).identity()
             let chain = try Members(device).chain(audience: circle.id, provider: provider)
-            _ = try chain.publishNext(identity: identity, signer: device.deviceID, signingKey: try device.keys.signingKey()) { roster in
-                // Another admin published since: still this member's to change, or not at all.
-                guard roster.contains(where: { $0.id == own && $0.role.isAdmin }) else {
-                    throw CovenError(.notAdmin, "this device's member is no longer an admin of circle '\(circle.name)'", details: ["circle": circle.id])
+            do {
+                _ = try chain.publishNext(identity: identity, signer: device.deviceID, signingKey: try device.keys.signingKey()) { roster in
+                    // Another admin published since: still this member's to change, or not at all.
+                    guard roster.contains(where: { $0.id == own && $0.role.isAdmin }) else {
+                        throw CovenError(.notAdmin, "this device's member is no longer an admin of circle '\(circle.name)'", details: ["circle": circle.id])
+                    }
+                    return roster.filter { store.contains($0.id) }
                 }
-                return roster.filter { store.contains($0.id) }
+                changed.append(circle.id)
+            } catch let error as CovenError where error.code == .notAdmin && error.details["circle"] == circle.id {
+                // Its other admins' devices take the member out: nothing of this one's to do.
             }
             try read(circle.id, identity: identity, provider: provider)
-            changed.append(circle.id)
         }
         return changed
     }
