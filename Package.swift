@@ -15,8 +15,7 @@ let package = Package(
         .systemLibrary(name: "CLinux"),
         .target(
             name: "CovenKit",
-            dependencies: ["CSQLite", "CGcrypt", "CCurl", "CArchive", "CLinux"],
-            swiftSettings: [.unsafeFlags(["-Ounchecked"], .when(configuration: .release))]
+            dependencies: ["CSQLite", "CGcrypt", "CCurl", "CArchive", "CLinux"]
         ),
         .executableTarget(name: "coven", dependencies: ["CovenKit", "CLinux"]),
         .target(name: "CovenTestSupport", dependencies: ["CovenKit"]),

@@ -100,25 +100,49 @@ public final class Keyring {
     private var generationBytes: [String: [UInt64: [UInt8]]]?
     private var keyCache: [String: [UInt64: FileKey]] = [:]
 
-    /// The keys of `<db>.d/audience.keys`, read once: one line per key,
-    /// `<audience> <generation> <64 hex>`.
+    /// The generations learned: the keys of `<db>.d/audience.keys` whose roster this device
+    /// holds too, read once.
     ///
-    /// - Throws: `.integrity` naming the file when a line is not one.
+    /// A generation is learned whole or not at all: ``learn(audience:_:)`` commits the roster
+    /// before it writes the key, but a device that wrote a key without its roster (a coven
+    /// that wrote the key first, and a read-only command that then failed on the roster) must
+    /// not take that generation as learned: it would seal and judge under a generation whose
+    /// roster is empty here (every change of it refused as `not_authorized`), and never read
+    /// it again. Such a key is passed over, so the next sync reads that generation again and
+    /// learns it whole.
     private func loadedGenerationBytes() throws -> [String: [UInt64: [UInt8]]] {
         if let generationBytes { return generationBytes }
-        var keys: [String: [UInt64: [UInt8]]] = [:]
-        if let paths, let data = FileManager.default.contents(atPath: paths.audienceKeys) {
-            for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
-                let parts = line.split(separator: " ")
-                guard parts.count == 3, let generation = UInt64(parts[1]), generation >= 1, let bytes = [UInt8](hex: String(parts[2])), bytes.count == 32 else {
-                    throw CovenError(.integrity, "the audience keys '\(paths.audienceKeys)' are damaged",
-                                     hint: "remove the file: the next sync reads the keys again with this device's member identity",
-                                     details: ["path": paths.audienceKeys])
-                }
-                keys[String(parts[0]), default: [:]][generation] = bytes
+        var keys = try keyFileLines()
+        if let database {
+            var rostered: Set<String> = []
+            for row in try database.query("SELECT DISTINCT audience, generation FROM coven_audience_rosters") {
+                if let audience = row.string("audience"), let generation = row.int("generation") { rostered.insert("\(audience) \(generation)") }
+            }
+            for (audience, generations) in keys {
+                keys[audience] = generations.filter { rostered.contains("\(audience) \($0.key)") }
+                if keys[audience]?.isEmpty == true { keys[audience] = nil }
             }
         }
         generationBytes = keys
+        return keys
+    }
+
+    /// Every key of `<db>.d/audience.keys` as written: one line per key,
+    /// `<audience> <generation> <64 hex>`.
+    ///
+    /// - Throws: `.integrity` naming the file when a line is not one.
+    private func keyFileLines() throws -> [String: [UInt64: [UInt8]]] {
+        var keys: [String: [UInt64: [UInt8]]] = [:]
+        guard let paths, let data = FileManager.default.contents(atPath: paths.audienceKeys) else { return keys }
+        for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            guard parts.count == 3, let generation = UInt64(parts[1]), generation >= 1, let bytes = [UInt8](hex: String(parts[2])), bytes.count == 32 else {
+                throw CovenError(.integrity, "the audience keys '\(paths.audienceKeys)' are damaged",
+                                 hint: "remove the file: the next sync reads the keys again with this device's member identity",
+                                 details: ["path": paths.audienceKeys])
+            }
+            keys[String(parts[0]), default: [:]][generation] = bytes
+        }
         return keys
     }
 
@@ -141,34 +165,18 @@ public final class Keyring {
         return nil
     }
 
-    /// Keeps the generations of `audience` a member opened: their keys in
-    /// `<db>.d/audience.keys` (written whole, synced, renamed: 0600), then their rosters.
-    /// Generation 1 of the store is also the store key, which a device that joined by
-    /// identity keeps as `store.key`.
+    /// Keeps the generations of `audience` a member opened, each whole: first their rosters,
+    /// in one transaction, then their keys in `<db>.d/audience.keys` (written whole, synced,
+    /// renamed: 0600). A crash between the two leaves rosters without keys, which are not
+    /// learned generations (``loadedGenerationBytes()``): the next read learns them again.
+    /// Generation 1 of the store is also the store key, which a device that joined by identity
+    /// keeps as `store.key`.
+    ///
+    /// - Throws: `.internal` on a device opened read-only (reading commands learn nothing);
+    ///   `.sql`, `.io`.
     func learn(audience: String, _ opened: [AudienceGeneration.Opened]) throws {
         guard let paths, let database else { throw CovenError(.internal, "a keyring without a device") }
-        var keys = try loadedGenerationBytes()
-        var lines: [String] = []
-        var added = false
-        for generation in opened where keys[audience]?[generation.generation.generation] == nil {
-            keys[audience, default: [:]][generation.generation.generation] = generation.key
-            added = true
-        }
-        if added {
-            if let data = FileManager.default.contents(atPath: paths.audienceKeys) {
-                lines = String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
-            }
-            let present = Set(lines.map { $0.split(separator: " ").prefix(2).joined(separator: " ") })
-            for generation in opened where !present.contains("\(audience) \(generation.generation.generation)") {
-                lines.append("\(audience) \(generation.generation.generation) \(generation.key.hex)")
-            }
-            try AtomicFile.write(paths.audienceKeys, bytes: Array((lines.joined(separator: "\n") + "\n").utf8), mode: 0o600)
-        }
-        if audience == RowAudiences.store, let first = opened.first(where: { $0.generation.generation == 1 }), access(paths.storeKey, F_OK) != 0 {
-            try AtomicFile.write(paths.storeKey, bytes: first.key, mode: 0o600)
-            try DeviceSettings(database: database).set(Self.storeKeyCheckSetting, try Self.storeKeyCheck(first.key))
-        }
-        generationBytes = keys
+        guard !database.isReadOnly else { throw CovenError(.internal, "a device opened to read learns no key generation") }
         try database.transaction {
             for generation in opened {
                 for (position, member) in generation.generation.roster.enumerated() {
@@ -180,6 +188,30 @@ public final class Keyring {
                 }
             }
         }
+        var file = try keyFileLines()
+        var changed = false
+        for generation in opened where file[audience]?[generation.generation.generation] != generation.key {
+            file[audience, default: [:]][generation.generation.generation] = generation.key
+            changed = true
+        }
+        if changed {
+            let lines = file.keys.sorted().flatMap { name in
+                (file[name] ?? [:]).keys.sorted().map { "\(name) \($0) \((file[name]?[$0] ?? []).hex)" }
+            }
+            try AtomicFile.write(paths.audienceKeys, bytes: Array((lines.joined(separator: "\n") + "\n").utf8), mode: 0o600)
+        }
+        if audience == RowAudiences.store, let first = opened.first(where: { $0.generation.generation == 1 }), access(paths.storeKey, F_OK) != 0 {
+            try AtomicFile.write(paths.storeKey, bytes: first.key, mode: 0o600)
+            try DeviceSettings(database: database).set(Self.storeKeyCheckSetting, try Self.storeKeyCheck(first.key))
+        }
+        for generation in opened { keyCache[audience]?[generation.generation.generation] = nil }
+        generationBytes = nil
+    }
+
+    /// The key this device learned of `generation` of `audience` (nil: not learned), to check
+    /// storage's chain against.
+    func learnedKeyBytes(audience: String, generation: UInt64) throws -> [UInt8]? {
+        try loadedGenerationBytes()[audience]?[generation]
     }
 
     /// The roster of `generation` of `audience` as learned here (empty when not learned).

@@ -41,8 +41,10 @@ struct AudienceMoves {
     ///     leaving another is refused.
     ///   - stamp: the write's stamp.
     /// - Returns: the rows moved (roots and subtrees).
-    /// - Throws: `.notInCircle` when a row leaves a circle this member is not in.
+    /// - Throws: `.notInCircle` when a row leaves a circle this member is not in, or a row
+    ///   another device retracted from this one is written again under its id.
     func apply(_ changes: RecordedChanges, writable: Set<String>, stamp: String) throws -> [Move] {
+        try refuseRetracted(changes)
         let audiences = RowAudiences(graph: graph, database: database)
         var roots: [Move] = []
         try changes.forEachBatch(oldFiles: true) { batch in
@@ -84,6 +86,23 @@ struct AudienceMoves {
             try database.run("INSERT OR REPLACE INTO temp.coven_write_moves (tbl, id, old_audience) VALUES (?1, ?2, ?3)", [move.table, move.id, move.from])
         }
         return moved
+    }
+
+    /// Refuses a write that inserts a row, of a table with an audience column, that another
+    /// device retracted from this one: the row lives on where this device's member does not read
+    /// it (moved into a circle it is not in, or kept back by its writer's gate), and writing its
+    /// id again would take it out of there, a move only that circle's members make. Every
+    /// receiver refuses such an entry too (``MemberAuthorizer``); this says so first, and
+    /// records nothing.
+    private func refuseRetracted(_ changes: RecordedChanges) throws {
+        let sync = SyncState(database: database)
+        try changes.forEachBatch(oldFiles: false) { batch in
+            for change in batch where change.operation == .insert && manifest.table(change.table)?.audienceColumn != nil {
+                guard try sync.isRetracted(table: change.table, id: change.id) else { continue }
+                throw CovenError(.notInCircle, "row '\(change.id)' of '\(change.table)' was retracted from this device: it lives on where this device's member does not read it (a circle it is not in)",
+                                 hint: "a member of that circle changes the row; a new row takes a new id", details: ["table": change.table, "id": change.id])
+            }
+        }
     }
 
     /// The row and every row below it through `audience_from`, parents first.

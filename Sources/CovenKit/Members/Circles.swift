@@ -26,6 +26,8 @@ public struct Circles {
         public var members: [Members.Member]
         /// Whether this device's member is on the newest roster in storage (false: removed).
         public var isMember: Bool
+        /// Set when storage's chain ends below the generation this device holds: what it lost.
+        public var storageBehind: KeyChainLoss?
     }
 
     /// What a change of a circle's roster did.
@@ -55,6 +57,19 @@ public struct Circles {
     /// - Throws: `.integrity` naming the object for a forged or broken chain; `.storage`.
     func refresh(provider: StorageProvider) throws {
         guard try Members(device).memberID() != nil else { return }
+        let highest = try storageGenerations(provider: provider)
+        let known = try knownGenerations()
+        try checkLosses(highest: highest, known: known, provider: provider)
+        let changed = highest.filter { (known[$0.key] ?? 0) < $0.value }
+        guard !changed.isEmpty else { return }
+        let identity = try Members(device).identity()
+        for audience in changed.keys.sorted() {
+            try read(audience, identity: identity, provider: provider)
+        }
+    }
+
+    /// The newest generation storage holds of each circle: one listing of `audiences/`.
+    private func storageGenerations(provider: StorageProvider) throws -> [String: UInt64] {
         var highest: [String: UInt64] = [:]
         var after = "audiences/"
         while true {
@@ -74,37 +89,66 @@ public struct Circles {
             guard page.count == 1000, let last = page.last else { break }
             after = last.key
         }
-        guard !highest.isEmpty else { return }
+        return highest
+    }
+
+    /// The newest generation of each circle this device read (`coven_circles`).
+    private func knownGenerations() throws -> [String: UInt64] {
         var known: [String: UInt64] = [:]
         for row in try database.query("SELECT audience, generation FROM coven_circles") {
             if let audience = row.string("audience") { known[audience] = UInt64(row.int("generation") ?? 0) }
         }
-        let changed = highest.filter { (known[$0.key] ?? 0) < $0.value }
-        guard !changed.isEmpty else { return }
-        let identity = try Members(device).identity()
-        for audience in changed.keys.sorted() {
-            try read(audience, identity: identity, provider: provider)
+        return known
+    }
+
+    /// Refuses circles whose chain in storage ends below the generation this device holds
+    /// (``ChainLosses``): `.integrity` naming the first missing object, recorded for status.
+    /// A circle recorded so before and whole again is cleared.
+    private func checkLosses(highest: [String: UInt64], known: [String: UInt64], provider: StorageProvider) throws {
+        let recorded = Set(try ChainLosses(device: device).all().map(\.audience))
+        for audience in known.keys.sorted() where (highest[audience] ?? 0) < (known[audience] ?? 0) || recorded.contains(audience) {
+            let chain = try Members(device).chain(audience: audience, provider: provider)
+            try ChainLosses(device: device).recording(audience) { try chain.checkReaches(highest[audience] ?? 0) }
         }
+    }
+
+    /// What this member reads of one circle's chain, learned nowhere.
+    private enum Reading {
+        /// It was never on a roster of it; storage's newest generation.
+        case never(UInt64)
+        case opened(AudienceChain.State)
+    }
+
+    /// Reads one circle's chain with `identity`, checking its first generation: nil when
+    /// storage holds none.
+    private func open(_ audience: String, identity: MemberIdentity, provider: StorageProvider) throws -> Reading? {
+        let chain = try Members(device).chain(audience: audience, provider: provider)
+        let state: AudienceChain.State
+        do {
+            guard let read = try chain.read(identity: identity) else { return nil }
+            state = read
+        } catch let error as CovenError where error.code == .notFound && error.details["audience"] == audience {
+            // Never on a roster of it: its sections are not for this member.
+            return .never(try chain.generations().last ?? 0)
+        }
+        guard let first = state.opened.first else { return nil }
+        try checkFirst(first.generation, chain: chain)
+        return .opened(state)
     }
 
     /// Reads one circle's chain and records what this member holds of it.
     private func read(_ audience: String, identity: MemberIdentity, provider: StorageProvider) throws {
-        let chain = try Members(device).chain(audience: audience, provider: provider)
-        let state: AudienceChain.State
-        do {
-            guard let read = try chain.read(identity: identity) else { return }
-            state = read
-        } catch let error as CovenError where error.code == .notFound && error.details["audience"] == audience {
-            // Never on a roster of it: its sections are not for this member.
-            let highest = try chain.generations().last ?? 0
-            try record(audience, name: nil, generation: highest, opened: 0, member: false)
+        switch try open(audience, identity: identity, provider: provider) {
+        case nil:
             return
+        case .never(let highest)?:
+            try record(audience, name: nil, generation: highest, opened: 0, member: false)
+        case .opened(let state)?:
+            guard let newest = state.newest else { return }
+            try device.keys.learn(audience: audience, state.opened)
+            let highest = newest.generation.generation + UInt64(state.unreadable.count)
+            try record(audience, name: newest.generation.name, generation: highest, opened: newest.generation.generation, member: state.unreadable.isEmpty)
         }
-        guard let first = state.opened.first, let newest = state.newest else { return }
-        try checkFirst(first.generation, chain: chain)
-        try device.keys.learn(audience: audience, state.opened)
-        let highest = newest.generation.generation + UInt64(state.unreadable.count)
-        try record(audience, name: newest.generation.name, generation: highest, opened: newest.generation.generation, member: state.unreadable.isEmpty)
     }
 
     /// Generation 1 of a circle is signed by a device of a member it names as an admin: anyone
@@ -147,13 +191,34 @@ public struct Circles {
         }
     }
 
-    /// ``list()`` after reading the chains in storage.
+    /// ``list()`` as storage says now: every chain read (each link checked) and learned
+    /// nowhere, so a reading command writes nothing; the next sync learns what it read. A
+    /// circle whose chain in storage ends below the generation held here is listed as held,
+    /// with what storage lost.
+    ///
+    /// - Throws: `.invalidState` on a device that belongs to no member; `.integrity` naming
+    ///   the object for a forged or damaged chain; `.storage`.
     public func listFresh() throws -> [Circle] {
-        _ = try Members(device).identity()
+        let identity = try Members(device).identity()
+        let own = try Members(device).memberID()
         let provider = try device.connectStorage()
-        try Members(device).refresh(provider: provider)
-        try refresh(provider: provider)
-        return try list()
+        let highest = try storageGenerations(provider: provider)
+        let known = try knownGenerations()
+        var circles = try list()
+        for index in circles.indices {
+            let chain = try Members(device).chain(audience: circles[index].id, provider: provider)
+            do { try chain.checkReaches(highest[circles[index].id] ?? 0) } catch let error as CovenError where ChainLosses.loss(error) != nil {
+                circles[index].storageBehind = ChainLosses.loss(error)
+            }
+        }
+        for audience in highest.keys.sorted() where (known[audience] ?? 0) < (highest[audience] ?? 0) {
+            guard case .opened(let state)? = try open(audience, identity: identity, provider: provider), let newest = state.newest else { continue }
+            let circle = Circle(id: audience, name: newest.generation.name ?? "", generation: newest.generation.generation,
+                                members: newest.generation.roster.map { Self.listed($0, own: own) }, isMember: state.unreadable.isEmpty)
+            circles.removeAll { $0.id == audience }
+            circles.append(circle)
+        }
+        return circles.sorted { ($0.name, $0.id) < ($1.name, $1.id) }
     }
 
     /// The circle `text` names among this member's: its id, or its name when one circle has it.
@@ -344,6 +409,49 @@ public struct Circles {
             }
             try read(circle.id, identity: next, provider: provider)
         }
+    }
+
+    /// Takes every member no longer on the store's newest roster (removed from the store) out
+    /// of each circle this device's member is an admin of: a new generation of each, without
+    /// them, under a fresh key (under the caller's lock).
+    ///
+    /// The failure story: a member removed from the store kept the circles' keys of then, and
+    /// each circle's writes went on being sealed under them; their devices were gone, but with
+    /// their storage credentials and a saved copy of a device they read every circle section
+    /// and file record written after. The rule: a removal from the store is a removal from its
+    /// circles. `coven member remove` does it for the remover's circles in the same operation;
+    /// every admin's device of another circle does it at its next sync (only a circle's admin
+    /// may publish its generations). It does not apply to circles this member only reads: their
+    /// admins' devices do it.
+    ///
+    /// - Returns: the circles given a new generation.
+    /// - Throws: `.storage`; `.busy` when other devices kept publishing first.
+    @discardableResult
+    func dropRemovedMembers(provider: StorageProvider) throws -> [String] {
+        guard let own = try Members(device).memberID(), let generation = try device.keys.storeGeneration() else { return [] }
+        let store = Set(try device.keys.roster(audience: RowAudiences.store, generation: generation).map(\.id))
+        guard store.contains(own) else { return [] }
+        var changed: [String] = []
+        for circle in try list() where circle.isMember {
+            let held = try device.keys.roster(audience: circle.id, generation: circle.generation)
+            guard held.contains(where: { $0.id == own && $0.role.isAdmin }), held.contains(where: { !store.contains($0.id) }) else { continue }
+            let identity = try Members(device).identity()
+            let chain = try Members(device).chain(audience: circle.id, provider: provider)
+            do {
+                _ = try chain.publishNext(identity: identity, signer: device.deviceID, signingKey: try device.keys.signingKey()) { roster in
+                    // Another admin published since: still this member's to change, or not at all.
+                    guard roster.contains(where: { $0.id == own && $0.role.isAdmin }) else {
+                        throw CovenError(.notAdmin, "this device's member is no longer an admin of circle '\(circle.name)'", details: ["circle": circle.id])
+                    }
+                    return roster.filter { store.contains($0.id) }
+                }
+                changed.append(circle.id)
+            } catch let error as CovenError where error.code == .notAdmin && error.details["circle"] == circle.id {
+                // Its other admins' devices take the member out: nothing of this one's to do.
+            }
+            try read(circle.id, identity: identity, provider: provider)
+        }
+        return changed
     }
 
     private static func listed(_ member: AudienceGeneration.Member, own: String?) -> Members.Member {

@@ -21,6 +21,8 @@ public struct Members {
     public struct Roster: Equatable, Sendable {
         public var generation: UInt64
         public var members: [Member]
+        /// Set when storage's chain ends below the generation this device holds: what it lost.
+        public var storageBehind: KeyChainLoss?
     }
 
     let device: Device
@@ -75,7 +77,8 @@ public struct Members {
             if let member = row.string("member"), let signature = row.string("member_signature").flatMap({ [UInt8](hex: $0) }) { vouched[id] = (member, signature) }
         }
         let store = device.storeID
-        return AudienceChain(provider: provider, store: store, audience: audience,
+        let keyring = device.keys
+        var chain = AudienceChain(provider: provider, store: store, audience: audience,
                              signerKey: { id in
                                  guard let hex = keys[id] else { throw CovenError(.notFound, "no device \(id)") }
                                  return try DevicePublicKey(hex: hex)
@@ -88,6 +91,9 @@ public struct Members {
                                  return member
                              },
                              namedMember: { device in vouched[device]?.member })
+        chain.held = try keyring.newestGeneration(audience: audience) ?? 0
+        chain.heldKey = { try keyring.learnedKeyBytes(audience: audience, generation: $0) }
+        return chain
     }
 
     /// Makes this device's store one of members, with `name` its first member, the owner, whose
@@ -168,28 +174,53 @@ public struct Members {
     }
 
     /// The store audience's roster at the newest generation this device's member reads, read
-    /// from storage first (every link checked).
+    /// from storage first (every link checked) and learned nowhere: a reading command writes
+    /// nothing, and the next sync learns what it read. When storage's chain ends below the
+    /// generation this device holds, the roster held here, with what storage lost.
     ///
     /// - Throws: `.invalidState` for a device of a store before members; `.integrity` for a
     ///   forged or damaged chain (naming the object); `.deviceGone` when this device's member
     ///   was removed; `.storage`.
     public func roster() throws -> Roster {
-        _ = try identity()
-        try refresh(provider: try device.connectStorage())
-        return try localRoster()
+        let identity = try identity()
+        let provider = try device.connectStorage()
+        let state: AudienceChain.State
+        do {
+            guard let read = try storeChain(provider: provider).read(identity: identity) else { return try localRoster() }
+            state = read
+        } catch let error as CovenError where ChainLosses.loss(error) != nil {
+            var roster = try localRoster()
+            roster.storageBehind = ChainLosses.loss(error)
+            return roster
+        }
+        if let removed = state.unreadable.first { throw Self.removed(since: removed) }
+        guard let newest = state.newest, newest.generation.generation > (try device.keys.storeGeneration() ?? 0) else { return try localRoster() }
+        return Roster(generation: newest.generation.generation, members: try listed(newest.generation.roster))
     }
 
     /// The roster of the newest generation this device holds, as learned.
     func localRoster() throws -> Roster {
-        let own = try memberID()
         guard let generation = try device.keys.storeGeneration() else { throw CovenError(.invalidState, "the store has no members yet") }
+        return Roster(generation: generation, members: try listed(try device.keys.roster(audience: RowAudiences.store, generation: generation)))
+    }
+
+    /// `roster` as `coven members` lists it, with each member's devices known here.
+    private func listed(_ roster: [AudienceGeneration.Member]) throws -> [Member] {
+        let own = try memberID()
         let devices = try device.database.query("SELECT member, count(*) AS n FROM coven_device_registry WHERE gone = 0 AND member IS NOT NULL GROUP BY member")
         var counts: [String: Int] = [:]
         for row in devices { if let member = row.string("member") { counts[member] = Int(row.int("n") ?? 0) } }
-        return Roster(generation: generation, members: try device.keys.roster(audience: RowAudiences.store, generation: generation).map {
+        return roster.map {
             Member(id: $0.id, name: $0.name, role: $0.role.rawValue, recipient: $0.recipient.description, isThisDevicesMember: $0.id == own,
                    devices: counts[$0.id] ?? 0)
-        })
+        }
+    }
+
+    /// This device's member is on no roster of the store since generation `removed`.
+    static func removed(since removed: UInt64) -> CovenError {
+        CovenError(.deviceGone, "this device's member is not on the store's roster since generation \(removed): it was removed, or its keys were replaced",
+                   hint: "this device no longer syncs; an admin of the store can add the member again, and a new device can join with 'coven join URL --identity FILE'",
+                   details: ["object": AudienceGeneration.path(audience: RowAudiences.store, generation: removed)])
     }
 
     /// Reads generations of the store audience this device has not learned yet, with its
@@ -208,22 +239,26 @@ public struct Members {
         guard try memberID() != nil else { return try device.keys.storeGeneration() }
         let known = try device.keys.storeGeneration() ?? 0
         let prefix = "audiences/\(RowAudiences.store)/"
-        let after = known == 0 ? prefix : AudienceGeneration.path(audience: RowAudiences.store, generation: known)
-        guard try !provider.list(prefix: prefix, after: after, limit: 1).isEmpty else {
+        // From the one before the newest held: storage still holds that one, and maybe more.
+        let after = known <= 1 ? prefix : AudienceGeneration.path(audience: RowAudiences.store, generation: known - 1)
+        let listed = try provider.list(prefix: prefix, after: after, limit: 2).map(\.key)
+        let losses = ChainLosses(device: device)
+        let whole = known == 0 || listed.first == AudienceGeneration.path(audience: RowAudiences.store, generation: known)
+        // Nothing new, and storage still holds the newest generation held here.
+        guard !whole || listed.count > (known == 0 ? 0 : 1) else {
+            try losses.recording(RowAudiences.store) {}
             if retire, known > 0 { try retireDevicesOffRoster(try device.keys.roster(audience: RowAudiences.store, generation: known), provider: provider) }
             return known == 0 ? nil : known
         }
+        // New generations, or a chain storage lost the end of (the read names what it lost).
         let identity = try identity()
-        guard let state = try storeChain(provider: provider).read(identity: identity), let newest = state.newest else { return nil }
+        guard let state = try losses.recording(RowAudiences.store, { try storeChain(provider: provider).read(identity: identity) }),
+              let newest = state.newest else { return nil }
         try device.keys.learn(audience: RowAudiences.store, state.opened)
         if state.unreadable.isEmpty, let newest = state.newest {
             try retireDevicesOffRoster(newest.generation.roster, provider: provider)
         }
-        if let removed = state.unreadable.first {
-            throw CovenError(.deviceGone, "this device's member is not on the store's roster since generation \(removed): it was removed, or its keys were replaced",
-                             hint: "this device no longer syncs; an admin of the store can add the member again, and a new device can join with 'coven join URL --identity FILE'",
-                             details: ["object": AudienceGeneration.path(audience: RowAudiences.store, generation: removed)])
-        }
+        if let removed = state.unreadable.first { throw Self.removed(since: removed) }
         return newest.generation.generation
     }
 
@@ -271,6 +306,8 @@ public struct Members {
         public var objectsWritten: Int
         /// The removed member's devices, now gone for good.
         public var devicesGone: [String] = []
+        /// The circles given a new generation without a member removed from the store.
+        public var circles: [String] = []
     }
 
     /// Adds the person whose recipient is `recipient` to the store as `name`: a new generation
@@ -383,8 +420,11 @@ public struct Members {
         let gone = { () throws -> Set<String> in Set(try self.device.database.query("SELECT device FROM coven_device_registry WHERE gone = 1").compactMap { $0.string("device") }) }
         let before = try gone()
         try StoreSync(device).refreshDevices(provider: provider, keys: device.keys)
-        // A removal stopped after its generation was learned here finishes now.
+        // A removal stopped after its generation was learned here finishes now: its devices
+        // gone, and its circles given new generations without it.
         try refresh(provider: provider, retire: true)
+        try Circles(device).refresh(provider: provider)
+        var rotated = try Circles(device).dropRemovedMembers(provider: provider)
         var subject: AudienceGeneration.Member?
         // Nothing to publish (a rerun of what was done): say so from the roster held.
         if let generation = try device.keys.storeGeneration() {
@@ -393,7 +433,7 @@ public struct Members {
                 let retired = try gone().subtracting(before).sorted()
                 return RosterChange(member: Member(id: member.id, name: member.name, role: member.role.rawValue, recipient: member.recipient.description,
                                                    isThisDevicesMember: member.id == own, devices: 0),
-                                    generation: generation, objectsWritten: retired.count, devicesGone: retired)
+                                    generation: generation, objectsWritten: retired.count + rotated.count, devicesGone: retired, circles: rotated)
             }
         }
         let published = try storeChain(provider: provider).publishNext(identity: identity, signer: device.deviceID, signingKey: try device.keys.signingKey()) { roster in
@@ -405,13 +445,16 @@ public struct Members {
             // Another admin did the same in a race this device lost: the roster is theirs, kept.
             return next ?? roster
         }
-        // Learning the generation marks the devices of a member no longer on it gone.
+        // Learning the generation marks the devices of a member no longer on it gone, and
+        // takes them out of this member's circles.
         try refresh(provider: provider)
+        rotated += try Circles(device).dropRemovedMembers(provider: provider)
         let retired = try gone().subtracting(before).sorted()
         guard let subject else { throw CovenError(.internal, "a roster change without its member") }
         return RosterChange(member: Member(id: subject.id, name: subject.name, role: subject.role.rawValue, recipient: subject.recipient.description,
                                            isThisDevicesMember: subject.id == own, devices: 0),
-                            generation: published.generation.generation, objectsWritten: 1 + retired.count, devicesGone: retired)
+                            generation: published.generation.generation, objectsWritten: 1 + retired.count + rotated.count, devicesGone: retired,
+                            circles: rotated)
     }
 
     /// Replaces this device's member's keys (their identity was exposed, say): a new identity,

@@ -63,6 +63,9 @@ public struct SyncSummary: Sendable {
     public var keyUnavailable: [String: Int64] = [:]
     /// Sections of applied changes sealed for circles this device's member is not in.
     public var unreadSections: Int64 = 0
+    /// Audiences whose chain of key generations in storage ends below the generation this
+    /// device holds, as its last sync or roster change found (storage lost generations).
+    public var keyChainsBehind: [KeyChainLoss] = []
 }
 
 /// The file cache: its budget, what it holds, and the kept files ("attachments") held or not.
@@ -155,6 +158,7 @@ extension Device {
         status.sync.problems = try ChangeDamage(device: self).problems()
         status.sync.keyUnavailable = try StoreSync(self).keyUnavailable()
         status.sync.unreadSections = try CircleSections(database: database).unread().sections
+        status.sync.keyChainsBehind = try ChainLosses(device: self).all()
         status.sync.goneDevices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1 AND gone = 1", [deviceID])
         return status
     }

@@ -64,7 +64,8 @@ final class RowCapture {
         var present = Set(try database.query("SELECT name FROM temp.sqlite_master WHERE type = 'trigger' AND name LIKE 'coven\\_capture\\_%' ESCAPE '\\'").compactMap { $0.string("name") })
         for table in tables {
             let name = Self.triggerName(table: table.name, fileColumns: table.fileColumns)
-            if present.remove(name + "_i") != nil, present.remove(name + "_u") != nil, present.remove(name + "_d") != nil { continue }
+            if present.remove(name + "_i") != nil, present.remove(name + "_u") != nil, present.remove(name + "_d") != nil,
+               present.remove(name + "_r") != nil { continue }
             try install(name: name, table: table.name, fileColumns: table.fileColumns)
         }
         for stale in present { try database.execute("DROP TRIGGER IF EXISTS temp.\(Self.quote(stale))") }
@@ -115,7 +116,17 @@ final class RowCapture {
         return triggerPrefix + readable + "_" + digest
     }
 
-    /// Replaces the insert, update and delete triggers called `name` of `table`.
+    /// Replaces the insert, update and delete triggers called `name` of `table`, and the
+    /// trigger of an insert over a row that is there (`_r`).
+    ///
+    /// An `INSERT OR REPLACE` (`REPLACE INTO`) over a row deletes it without firing delete
+    /// triggers (SQLite fires them only with recursive triggers on), so the insert alone would
+    /// say the row is new: its old owner and audience unseen, another member's owner-only row
+    /// or a circle's row taken over by a write that checks new rows only. The `_r` trigger,
+    /// before every insert, records the row of that id as it is (op `r`); ``fold()`` takes it
+    /// as the row's first firing (it existed before the write) and never as its last (an insert
+    /// ignored, `OR IGNORE` or `DO NOTHING`, or an upsert's update, decides that). It does not
+    /// see a row REPLACE deletes for another unique column than the id.
     private func install(name: String, table: String, fileColumns: [String]) throws {
         let quoted = Self.quote(table)
         let literal = "'" + table.replacingOccurrences(of: "'", with: "''") + "'"
@@ -132,6 +143,11 @@ final class RowCapture {
             DROP TRIGGER IF EXISTS temp.\(name)_i;
             DROP TRIGGER IF EXISTS temp.\(name)_u;
             DROP TRIGGER IF EXISTS temp.\(name)_d;
+            DROP TRIGGER IF EXISTS temp.\(name)_r;
+            CREATE TEMP TRIGGER \(name)_r BEFORE INSERT ON main.\(quoted) WHEN coven_capturing() BEGIN
+                INSERT INTO coven_capture (tbl, id, old_id, op, old_files, old_stamp)
+                SELECT \(literal), o.id, NULL, 'r', \(files("o")), o._updated_at FROM main.\(quoted) AS o WHERE o.id = NEW.id;
+            END;
             CREATE TEMP TRIGGER \(name)_i AFTER INSERT ON main.\(quoted) WHEN coven_capturing() BEGIN
                 INSERT INTO coven_capture (tbl, id, old_id, op, old_files) VALUES (\(literal), NEW.id, NULL, 'i', NULL);
             END;
@@ -178,7 +194,7 @@ final class RowCapture {
             CROSS JOIN (SELECT 0 AS n UNION ALL SELECT 1) AS half ON half.n = 0 OR f.moved
             WHERE true
             ORDER BY f.seq, half.n
-            ON CONFLICT (tbl, id) DO UPDATE SET last_op = excluded.last_op;
+            ON CONFLICT (tbl, id) DO UPDATE SET last_op = CASE excluded.last_op WHEN 'r' THEN last_op ELSE excluded.last_op END;
             DELETE FROM temp.coven_capture;
             """)
     }
@@ -198,7 +214,7 @@ final class RowCapture {
         var changes: [(pos: Int64, change: RecordedChange)] = []
         let statement = try database.cached("""
             SELECT pos, tbl, id, first_op, last_op, old_files FROM temp.coven_capture_rows
-            WHERE pos > ?1 AND NOT (first_op = 'i' AND last_op = 'd')
+            WHERE pos > ?1 AND NOT (first_op = 'i' AND last_op = 'd') AND last_op <> 'r'
             ORDER BY pos LIMIT ?2
             """)
         try statement.bind([pos, limit])

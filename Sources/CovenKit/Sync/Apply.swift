@@ -310,7 +310,7 @@ struct ChangeApplier {
             try takeOutChildren(of: entry.table, id: entry.id, report: &report)
             try database.run("DELETE FROM main.\(quoted) WHERE id = ?1", [entry.id])
         }
-        if entry.kind != .upsert { try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience) }
+        if entry.kind != .upsert { try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience, retracted: entry.kind == .retract) }
         // What peers hold, for this device's own gate filter: a row applied from another
         // device is on its peers already.
         if gated.contains(entry.table) {

@@ -17,6 +17,12 @@ struct AudienceChain {
     let memberOf: (String, [AudienceGeneration.Member]) -> String?
     /// The member a device's entry names, vouched for or not (``isRemoval(signer:roster:identity:)``).
     var namedMember: (String) -> String? = { _ in nil }
+    /// The newest generation this device learned of the audience (0: none): storage's chain
+    /// must reach it.
+    var held: UInt64 = 0
+    /// The key this device learned of a generation, if it did: storage's generation must be
+    /// the one it learned.
+    var heldKey: (UInt64) throws -> [UInt8]? = { _ in nil }
 
     /// What a member reads of the chain.
     struct State: Equatable {
@@ -53,6 +59,7 @@ struct AudienceChain {
     ///   was never on a roster).
     func read(identity: MemberIdentity) throws -> State? {
         let numbers = try generations()
+        try checkReaches(numbers.last ?? 0)
         guard let highest = numbers.last else { return nil }
         guard numbers == Array(1...highest) else {
             let missing = (1...highest).first { !numbers.contains($0) } ?? 1
@@ -118,8 +125,35 @@ struct AudienceChain {
                                  details: ["object": path, "reason": "not_admin"])
             }
         }
+        try checkHeld(opened)
         let newestNumber = opened.last?.generation.generation ?? 1
         return State(opened: opened, newestBytes: try bytes(newestNumber), unreadable: unreadable)
+    }
+
+    /// Refuses a chain that ends below the newest generation this device learned (`highest`:
+    /// storage's newest): storage lost generations (a backup put back), and building on it
+    /// would publish a generation at or below one this device holds, on a roster it has moved
+    /// past (a removed member's, say). The first missing generation is named.
+    ///
+    /// - Throws: `.integrity` with the missing object, `reason: behind`.
+    func checkReaches(_ highest: UInt64) throws {
+        guard highest < held else { return }
+        let missing = AudienceGeneration.path(audience: audience, generation: highest + 1)
+        throw CovenError(.integrity, "key generation '\(missing)' is missing: storage's chain of audience '\(audience)' ends at generation \(highest), and this device holds generation \(held)",
+                         hint: "storage lost key generations (put back from an older backup?): put '\(missing)' back from a newer copy of the storage; nothing is published on the shorter chain",
+                         details: ["object": missing, "reason": "behind", "audience": audience, "storage_generation": String(highest), "held_generation": String(held)])
+    }
+
+    /// Refuses a chain whose generation this device learned holds another key now: storage's
+    /// object was replaced (generations lost, then published again on the shorter chain).
+    private func checkHeld(_ opened: [AudienceGeneration.Opened]) throws {
+        for generation in opened {
+            guard let key = try heldKey(generation.generation.generation), key != generation.key else { continue }
+            let path = generation.generation.path
+            throw CovenError(.integrity, "key generation '\(path)' is not the generation this device learned: storage's chain was replaced",
+                             hint: "storage lost key generations and another device published on the shorter chain: put the storage back from a newer copy and tell the store's admins",
+                             details: ["object": path, "reason": "replaced", "audience": audience])
+        }
     }
 
     /// Whether the first generation this member cannot open, signed by `signer`, is its

@@ -85,7 +85,49 @@ struct MemberAuthorizer: ChangeAuthorizer {
         guard let audiences else { return true }
         guard entry.kind == .upsert else { return try mayEnd(entry, section: section, change: change, audiences: audiences) }
         guard let placed = audiences.declaredAudience(of: entry) else { return true }
-        return placed == section.audience
+        guard placed == section.audience else { return false }
+        return try mayTakeOut(entry, section: section, change: change, audiences: audiences)
+    }
+
+    /// Whether an upsert in `section` may take its row out of the circle it is in here (its own
+    /// column, or a file record's, places it there).
+    ///
+    /// The failure story: carol, a store member outside circle C, knew album AL's id from
+    /// before alice moved it into C. She wrote AL again in the store (her device had dropped
+    /// it at the move's retract, so nothing stopped her), and every member of C applied her
+    /// newer image by last writer wins: AL left C for the store, its title in C gone. The rule:
+    /// a row is taken out of a circle only by a member of that circle (on its newest roster
+    /// learned here), as ``mayEnd(_:section:change:audiences:)`` ends it. It does not apply to
+    /// a write that crossed the move: the writer had applied neither the write that left the
+    /// row as it is here nor the move out of the section's audience (the row's tombstone there,
+    /// when this device still holds it), so it wrote the row where it last saw it, and last
+    /// writer wins decides as for any concurrent edit.
+    private mutating func mayTakeOut(_ entry: RowEntry, section: ChangeSection, change: ChangeObject, audiences: RowAudiences) throws -> Bool {
+        guard let column = entry.table == "coven_files" ? "audience" : audiences.manifest.table(entry.table)?.audienceColumn,
+              let here = try database.queryOne("SELECT \(RowCapture.quote(column)) AS audience, _updated_at FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1",
+                                               [entry.id])
+        else { return true }
+        let audience = here.string("audience") ?? RowAudiences.store
+        guard audience != section.audience, audience != RowAudiences.store else { return true }
+        if let newest = try database.scalar("SELECT max(generation) FROM coven_audience_rosters WHERE audience = ?1", [audience]).intValue,
+           try isOnRoster(change.device, audience: audience, generation: UInt64(newest)) {
+            return true
+        }
+        let sync = SyncState(database: database)
+        guard let stamp = here.string("_updated_at"), try !hasApplied(change, stamp: stamp) else { return false }
+        if try sync.tombstoneAudience(table: entry.table, id: entry.id) == section.audience, let moved = try sync.tombstone(table: entry.table, id: entry.id) {
+            return try !hasApplied(change, stamp: moved)
+        }
+        return true
+    }
+
+    /// Whether `change`'s writer had applied the write stamped `stamp` (its own, or in a change
+    /// its frontier covers); false when no change this device knows holds it.
+    private func hasApplied(_ change: ChangeObject, stamp: String) throws -> Bool {
+        guard let writer = HybridClock.device(of: stamp) else { return true }
+        guard writer != change.device else { return true }
+        guard let seq = try SyncState(database: database).seq(device: writer, holding: stamp) else { return false }
+        return Int64(change.frontier[writer] ?? 0) >= seq
     }
 
     /// Whether a delete or retract in `section` may end its row as this device holds it: a row

@@ -79,8 +79,11 @@ extension StoreSync {
         // New generations of the store's key (a member added or removed), read with this
         // device's member identity: one listing when there are none.
         try Members(device).refresh(provider: provider, retire: !learned.isEmpty)
-        // And of the circles: one listing of audiences/.
+        // And of the circles: one listing of audiences/. A member removed from the store
+        // leaves the circles this device's member is an admin of (a removal another admin
+        // made, or one stopped half-way).
         try Circles(device).refresh(provider: provider)
+        try Circles(device).dropRemovedMembers(provider: provider)
         if push { try ensureSigningKey(provider: provider) }
         if push { report.pushed = try self.push(provider: provider, keys: keys, stop: stop, progress: progress) }
         if pull {

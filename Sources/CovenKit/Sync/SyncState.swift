@@ -9,15 +9,30 @@ struct SyncState {
     // MARK: Tombstones
 
     /// Records that `table`/`id`, a row of `audience`, was deleted at `stamp` (keeping the
-    /// newest, and its audience).
-    func setTombstone(table: String, id: String, stamp: String, audience: String = RowAudiences.store) throws {
+    /// newest, its audience, and whether it was a retract).
+    ///
+    /// - Parameter retracted: the row was retracted, not deleted: it lives on where this device
+    ///   does not read it (moved into a circle its member is not in, or kept back by its
+    ///   writer's gate), so a write here of its id is not this device's to make
+    ///   (``isRetracted(table:id:)``).
+    func setTombstone(table: String, id: String, stamp: String, audience: String = RowAudiences.store, retracted: Bool = false) throws {
         let statement = try database.cached("""
-            INSERT INTO coven_tombstones (tbl, id, stamp, audience) VALUES (?1, ?2, ?3, ?4)
+            INSERT INTO coven_tombstones (tbl, id, stamp, audience, retracted) VALUES (?1, ?2, ?3, ?4, ?5)
             ON CONFLICT (tbl, id) DO UPDATE SET stamp = max(stamp, excluded.stamp), private = 0,
-              audience = CASE WHEN excluded.stamp >= stamp THEN excluded.audience ELSE audience END
+              audience = CASE WHEN excluded.stamp >= stamp THEN excluded.audience ELSE audience END,
+              retracted = CASE WHEN excluded.stamp >= stamp THEN excluded.retracted ELSE retracted END
             """)
-        try statement.bind([table, id, stamp, audience])
+        try statement.bind([table, id, stamp, audience, retracted ? 1 : 0])
         try statement.runToEnd()
+    }
+
+    /// Schema step 19: ``setTombstone(table:id:stamp:audience:retracted:)``'s `retracted`.
+    static let retractedColumn = "ALTER TABLE coven_tombstones ADD COLUMN retracted INTEGER NOT NULL DEFAULT 0"
+
+    /// Whether the newest tombstone of `table`/`id` is a retract another device sent: the row
+    /// lives on out of this device's reach.
+    func isRetracted(table: String, id: String) throws -> Bool {
+        try database.scalar("SELECT retracted FROM coven_tombstones WHERE tbl = ?1 AND id = ?2", [table, id]).intValue == 1
     }
 
     /// The audience the row was in when it was deleted, if it was.

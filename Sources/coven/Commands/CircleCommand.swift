@@ -29,15 +29,22 @@ struct CircleCommand: Command {
     says so. --json: the circle, "member" (the one added or removed: {"id", "name", "role"}) \
     and "objects_written".
 
-    Removing a member from the store ('coven member remove') leaves them on the circles' \
-    rosters: their devices are gone and sync no more, but they hold the circles' keys of then; \
-    'coven circle remove' them from each circle they were in, so what is written after is \
-    sealed under a key they never held. Writes a device made before it learned of a removal \
-    (sealed under a generation its member was on) are accepted, as the store's are.
+    Removing a member from the store ('coven member remove') removes them from every circle \
+    too: the remover's device publishes a new generation without them of each circle its \
+    member is an admin of, in the same operation, and the device of any other admin of a \
+    circle does the same at its next sync (a circle's generations are published by its admins \
+    only). What is written in a circle after that is sealed under a key the removed member \
+    never held. Writes a device made before it learned of a removal (sealed under a generation \
+    its member was on) are accepted, as the store's are.
 
     A row goes into a circle by a write setting its audience column to the circle's id, \
     which only a member of the circle may ('not_in_circle'): \
-    coven write "UPDATE albums SET audience = :c WHERE id = :a" --param c=ID --param a=ALBUM.
+    coven write "UPDATE albums SET audience = :c WHERE id = :a" --param c=ID --param a=ALBUM. \
+    It comes out of the circle only by a member's write too: a store member outside the circle \
+    who knew the row's id from before it moved there cannot write it back into the store (its \
+    own device refuses, 'not_in_circle'; every member's device refuses the entry as \
+    'not_authorized', a lost value 'coven sync' counts), unless its write crossed the move (its \
+    device had not applied it), which last writer wins decides as any concurrent edit.
     """
     static let options: [OptionSpec] = [
         OptionSpec("member", value: "MEMBER", help: "a member of the new circle, by name or id (create; repeatable)", repeatable: true),

@@ -16,16 +16,25 @@ struct CirclesCommand: Command {
     listed: its name and roster are sealed under its key. With -z, five fields a circle, each \
     ended by NUL, the names as they are. With --json: [{"id", "name", "generation", "member", \
     "members": [{"id", "name", "role", "this_device"}, …]}, …]. 'invalid_state' on a device \
-    that belongs to no member.
+    that belongs to no member. Reads only: it writes nothing on this device (the next 'coven \
+    sync' learns what it read). A circle whose chain in storage ends below the generation \
+    this device holds (storage lost key generations) is listed as held, with a warning on \
+    stderr naming the missing object and "storage_behind" under --json, as 'coven members' \
+    gives it.
     """
     static let options = [CommandContext.nulTerminatedOption]
     static let mutates = false
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
-        let device = try context.openDevice()
+        let device = try context.openDeviceReadOnly()
         let circles = try Circles(device).listFresh()
+        for loss in circles.compactMap(\.storageBehind) { context.err.write("coven: warning: \(KeyChainLossText.describe(loss))\n") }
         if context.json {
-            try context.printJSON(circles.map(CircleCommand.json))
+            try context.printJSON(circles.map { circle in
+                var object = CircleCommand.json(circle)
+                if let loss = circle.storageBehind { object["storage_behind"] = KeyChainLossText.json(loss) }
+                return object
+            })
         } else {
             let zero = invocation.has("null-terminated")
             for circle in circles {

@@ -33,13 +33,15 @@ struct MemberCommand: Command {
     "objects_written"}.
 
     'remove MEMBER' (its name or its id; a name two members share is 'usage') publishes a new \
-    generation of the store's key without them and marks their devices gone for good: those \
+    generation of the store's key without them, takes them out of every circle this device's \
+    member is an admin of (a new generation of each: other circles' admins' devices do the \
+    same at their next sync), and marks their devices gone for good: those \
     devices are refused when they sync ('device_gone'), their uploads end, and nothing \
     published after can be read with the keys they hold. Removal is forward only: what they \
     read before stays theirs, and their storage credentials must be revoked by a person. Only \
     an admin removes ('not_admin'); the owner is removed by no other admin, the last admin \
     cannot go, and a member is removed from another member's device ('refused'). --json: \
-    {"member", "name", "generation", "devices_gone", "objects_written"}.
+    {"member", "name", "generation", "devices_gone", "circles", "objects_written"}.
 
     'role MEMBER admin|member' makes a member an admin of the store, or takes that away: a new \
     generation of the store's key with the role changed. Only an admin changes roles \
@@ -110,9 +112,9 @@ struct MemberCommand: Command {
             try refuseOutput(invocation)
             let device = try context.openDevice()
             let change = try Members(device).remove(rest[0])
-            try report(change, context, json: ["devices_gone": change.devicesGone],
+            try report(change, context, json: ["devices_gone": change.devicesGone, "circles": change.circles],
                        already: "'\(change.member.name)' is not on the roster of generation \(change.generation) of the store's key: removed already",
-                       done: ["removed '\(change.member.name)' at generation \(change.generation) of the store's key; \(change.devicesGone.count.counted("device")) of theirs gone for good",
+                       done: ["removed '\(change.member.name)' at generation \(change.generation) of the store's key; \(change.devicesGone.count.counted("device")) of theirs gone for good; taken out of \(change.circles.count.counted("circle"))",
                               "hint: they keep what they read before, and can still reach the storage: revoke their storage credentials yourself"])
         case "role":
             guard rest.count == 2, ["admin", "member"].contains(rest[1]) else {

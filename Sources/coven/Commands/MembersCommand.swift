@@ -14,6 +14,11 @@ struct MembersCommand: Command {
     (coven1…). With -z, five fields a member, each ended by NUL, the name as it is. With --json: \
     {"generation": N, "members": [{"id", "name", "role", "recipient", "this_device", \
     "devices"}, …]}, devices counting the member's devices not gone for good that this device knows. \
+    Reads only: it writes nothing on this device (the next 'coven sync' learns what it read). \
+    When storage's chain ends below the generation this device holds (storage lost key \
+    generations: a backup put back), it lists the roster held here, warns on stderr naming \
+    the missing object, and adds "storage_behind": {"audience", "object", \
+    "storage_generation", "held_generation"} under --json. \
     'invalid_state' on a device that belongs to no member (a store made before members: \
     'coven member init NAME' makes its first); 'integrity' naming the object for a forged or \
     damaged generation.
@@ -24,11 +29,14 @@ struct MembersCommand: Command {
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let device = try context.openDeviceReadOnly()
         let roster = try Members(device).roster()
+        if let loss = roster.storageBehind { context.err.write("coven: warning: \(KeyChainLossText.describe(loss))\n") }
         if context.json {
-            try context.printJSON(["generation": roster.generation, "members": roster.members.map { member -> [String: Any] in
+            var object: [String: Any] = ["generation": roster.generation, "members": roster.members.map { member -> [String: Any] in
                 ["id": member.id, "name": member.name, "role": member.role, "recipient": member.recipient, "this_device": member.isThisDevicesMember,
                  "devices": member.devices]
-            }])
+            }]
+            if let loss = roster.storageBehind { object["storage_behind"] = KeyChainLossText.json(loss) }
+            try context.printJSON(object)
         } else {
             let zero = invocation.has("null-terminated")
             for member in roster.members {

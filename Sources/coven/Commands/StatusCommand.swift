@@ -51,6 +51,9 @@ struct StatusCommand: Command {
             lines.append("pending  changes of \(s.sync.keyUnavailable.count.counted("device")) wait for a key generation this device has not read yet: "
                          + s.sync.keyUnavailable.sorted(by: { $0.key < $1.key }).map { "\($0.key) at \($0.value)" }.joined(separator: ", "))
         }
+        for loss in s.sync.keyChainsBehind {
+            lines.append("keys     \(KeyChainLossText.describe(loss))")
+        }
         for problem in s.sync.problems {
             lines.append("sync     stopped at change \(problem.seq) of device \(problem.device): "
                          + (problem.kind == .gap ? "missing from storage" : "damaged in storage, reported to that device") + " ('coven sync' says more)")
@@ -84,6 +87,7 @@ struct StatusCommand: Command {
                 "waiting": s.sync.waiting, "held_by_uploads": s.sync.heldByUploads, "frozen": s.sync.frozen,
                 "lost_values": s.sync.lostValues, "devices": s.sync.devices, "gone_devices": s.sync.goneDevices,
                 "key_unavailable": s.sync.keyUnavailable,
+                "key_chains_behind": s.sync.keyChainsBehind.map(KeyChainLossText.json),
                 "problems": s.sync.problems.map { problem -> [String: Any] in
                     var item: [String: Any] = ["device": problem.device, "seq": problem.seq, "kind": problem.kind.rawValue, "object": problem.object]
                     if let message = problem.message { item["message"] = message }
