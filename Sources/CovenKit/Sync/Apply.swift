@@ -102,55 +102,7 @@ struct ChangeApplier {
         try database.execute("BEGIN IMMEDIATE")
         do {
             try database.execute("PRAGMA defer_foreign_keys = ON")
-            var touched: [String: Set<String>] = [:]
-            // A row moved between two audiences this device reads is upserted in one section
-            // and retracted in the other by the same write: it stays. (An older image of it in
-            // the change does not keep it.)
-            var upserted: [RowKey: String] = [:]
-            if change.sections.contains(where: { $0.entries.contains { $0.kind == .retract } }) {
-                for section in change.sections {
-                    for entry in section.entries where entry.kind == .upsert {
-                        let key = RowKey(table: entry.table, id: entry.id)
-                        if entry.stamp > upserted[key] ?? "" { upserted[key] = entry.stamp }
-                    }
-                }
-            }
-            for section in change.sections {
-                for entry in section.entries {
-                    if entry.kind == .retract, let newest = upserted[RowKey(table: entry.table, id: entry.id)], newest >= entry.stamp {
-                        // The row moved out of this audience: its tombstone there says it was
-                        // here (a delete of it that crossed the move is heard: MemberAuthorizer).
-                        try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp, audience: section.audience)
-                        report.skipped += 1
-                        continue
-                    }
-                    // A retract of a row this device holds as written at or after its stamp
-                    // changes nothing here, whoever sent it (a retract of a crossed move,
-                    // CrossedMoves, reaches every reader of the audience it names, some of whom
-                    // hold the row in the circle it moved to).
-                    let stampHere = entry.kind == .retract ? try rowStamp(entry) : nil
-                    if let stampHere, stampHere >= entry.stamp {
-                        report.skipped += 1
-                        continue
-                    }
-                    if case .refused(let why) = try authorizer.authorize(entry, section: section, change: change) {
-                        // A retract holds no value to keep: one its sender made not having seen
-                        // the write that put the row where this device holds it (a gate's
-                        // retract crossing a move into a circle it is not in) passes.
-                        if let stampHere, try !senderHadSeen(stampHere, change: change) {
-                            report.skipped += 1
-                            continue
-                        }
-                        try sync.addLost(entry, device: change.device, winnerStamp: nil, why: why)
-                        report.refused += 1
-                        continue
-                    }
-                    if entry.table == "coven_files" { try unsettle(entry, change: change) }
-                    if try applyEntry(entry, audience: section.audience, change: change, path: path, report: &report) {
-                        touched[entry.table, default: []].insert(entry.id)
-                    }
-                }
-            }
+            var touched = try applyEntries(of: change, path: path, report: &report)
             let restored = try TakenOutRows(device: device, graph: graph).restore()
             report.restored += restored.count
             for row in restored { touched[row.table, default: []].insert(row.id) }
@@ -162,21 +114,7 @@ struct ChangeApplier {
                 try device.setSetting(StoreSync.gateDueSetting, "1")
             }
             try settleFiles(report: &report)
-            let frontier = change.frontier.mapValues { Int64($0) }
-            if source != .snapshotPart { try CircleSections(database: database).remember(change) }
-            if source == .pulled {
-                try sync.log(device: change.device, seq: Int64(change.seq), maxStamp: change.entries.map(\.stamp).max() ?? "", frontier: frontier)
-                try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier, heldObjects: change.heldObjects)
-            }
-            // The receive rule of the hybrid clock: later stamps here sort after what arrived,
-            // but a device whose clock runs far ahead does not drag this one along (an edit of
-            // one of its rows is still stamped after it: HybridClock.after).
-            if let newest = change.entries.map(\.stamp).max(), HybridClock.device(of: newest) == change.device {
-                let (kept, ahead) = HybridClock.receive(newest)
-                if kept > (try device.setting("hlc") ?? "") { try device.setSetting("hlc", kept) }
-                report.clockAhead = ahead
-                try device.setSetting(HybridClock.aheadSetting(change.device), ahead.map(String.init))
-            }
+            try record(change, as: source, report: &report)
             try device.setSetting("last_pull", Timestamp.iso8601(Date()))
             try commitTakingOutOrphans(report: &report)
         } catch {
@@ -187,6 +125,81 @@ struct ChangeApplier {
         for copy in records.removals { copy.remove() }
         records.removals.removeAll()
         return report
+    }
+
+    /// Applies the entries of `change` this device reads, section by section; the rows they
+    /// changed here, by table.
+    private mutating func applyEntries(of change: ChangeObject, path: String, report: inout ApplyReport) throws -> [String: Set<String>] {
+        var touched: [String: Set<String>] = [:]
+        // A row moved between two audiences this device reads is upserted in one section
+        // and retracted in the other by the same write: it stays. (An older image of it in
+        // the change does not keep it.)
+        var upserted: [RowKey: String] = [:]
+        if change.sections.contains(where: { $0.entries.contains { $0.kind == .retract } }) {
+            for section in change.sections {
+                for entry in section.entries where entry.kind == .upsert {
+                    let key = RowKey(table: entry.table, id: entry.id)
+                    if entry.stamp > upserted[key] ?? "" { upserted[key] = entry.stamp }
+                }
+            }
+        }
+        for section in change.sections {
+            for entry in section.entries {
+                if entry.kind == .retract, let newest = upserted[RowKey(table: entry.table, id: entry.id)], newest >= entry.stamp {
+                    // The row moved out of this audience: its tombstone there says it was
+                    // here (a delete of it that crossed the move is heard: MemberAuthorizer).
+                    try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp, audience: section.audience)
+                    report.skipped += 1
+                    continue
+                }
+                // A retract of a row this device holds as written at or after its stamp
+                // changes nothing here, whoever sent it (a retract of a crossed move,
+                // CrossedMoves, reaches every reader of the audience it names, some of whom
+                // hold the row in the circle it moved to).
+                let stampHere = entry.kind == .retract ? try rowStamp(entry) : nil
+                if let stampHere, stampHere >= entry.stamp {
+                    report.skipped += 1
+                    continue
+                }
+                if case .refused(let why) = try authorizer.authorize(entry, section: section, change: change) {
+                    // A retract holds no value to keep: one its sender made not having seen
+                    // the write that put the row where this device holds it (a gate's
+                    // retract crossing a move into a circle it is not in) passes.
+                    if let stampHere, try !senderHadSeen(stampHere, change: change) {
+                        report.skipped += 1
+                        continue
+                    }
+                    try sync.addLost(entry, device: change.device, winnerStamp: nil, why: why)
+                    report.refused += 1
+                    continue
+                }
+                if entry.table == "coven_files" { try unsettle(entry, change: change) }
+                if try applyEntry(entry, audience: section.audience, change: change, path: path, report: &report) {
+                    touched[entry.table, default: []].insert(entry.id)
+                }
+            }
+        }
+        return touched
+    }
+
+    /// Records `change` applied (pulled: its seq and frontier; its circles' sections) and moves
+    /// the clock past it.
+    private func record(_ change: ChangeObject, as source: Source, report: inout ApplyReport) throws {
+        let frontier = change.frontier.mapValues { Int64($0) }
+        if source != .snapshotPart { try CircleSections(database: database).remember(change) }
+        if source == .pulled {
+            try sync.log(device: change.device, seq: Int64(change.seq), maxStamp: change.entries.map(\.stamp).max() ?? "", frontier: frontier)
+            try sync.setApplied(device: change.device, seq: Int64(change.seq), frontier: frontier, heldObjects: change.heldObjects)
+        }
+        // The receive rule of the hybrid clock: later stamps here sort after what arrived,
+        // but a device whose clock runs far ahead does not drag this one along (an edit of
+        // one of its rows is still stamped after it: HybridClock.after).
+        if let newest = change.entries.map(\.stamp).max(), HybridClock.device(of: newest) == change.device {
+            let (kept, ahead) = HybridClock.receive(newest)
+            if kept > (try device.setting("hlc") ?? "") { try device.setSetting("hlc", kept) }
+            report.clockAhead = ahead
+            try device.setSetting(HybridClock.aheadSetting(change.device), ahead.map(String.init))
+        }
     }
 
     // MARK: One entry
@@ -201,48 +214,22 @@ struct ChangeApplier {
 
     /// Applies one entry; true when it changed a row here.
     private mutating func applyEntry(_ entry: RowEntry, audience: String, change: ChangeObject, path: String, report: inout ApplyReport) throws -> Bool {
-        let synced = device.manifest.table(entry.table)
-        guard synced != nil || entry.table == "coven_files" else {
-            throw CovenError(.decoding, "change '\(path)' names table '\(entry.table)', which is not synced here", details: ["object": path, "table": entry.table])
-        }
-        if synced?.identity == .uuid, !Identifier.isCanonicalUUID(entry.id) {
-            throw CovenError(.invalidId, "change '\(path)' writes id '\(entry.id)' in table '\(entry.table)', which takes canonical lowercase UUIDv4 or v7 ids",
-                             details: ["object": path, "table": entry.table, "id": entry.id])
-        }
-        let names = try columns(entry.table)
-        if entry.kind == .upsert {
-            for column in entry.columns where !names.contains(column) {
-                throw CovenError(.decoding, "change '\(path)' names column '\(column)' of table '\(entry.table)', which this device does not have",
-                                 details: ["object": path, "table": entry.table, "column": column])
-            }
-            guard entry.value("id") == .text(entry.id) else {
-                throw CovenError(.decoding, "change '\(path)' holds a row of '\(entry.table)' whose id is not '\(entry.id)'", details: ["object": path, "table": entry.table])
-            }
-        }
-        let quoted = RowCapture.quote(entry.table)
-        let select = selectSQL[entry.table] ?? "SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(quoted) WHERE id = ?1"
-        selectSQL[entry.table] = select
-        let statement = try database.cached(select)
-        try statement.bind([entry.id])
-        let localRow = try statement.next()
-        statement.reset()
-        let localStamp = localRow?["_updated_at"].textValue
+        let names = try check(entry, path: path)
         // A file record is a register of its place that every write of it updates, whether a
         // row names it here or not (FileRecords): its deletes only say to look whether a row
         // still does (``settleFiles(report:)``), and its tombstone decides nothing.
         let isFile = entry.table == "coven_files"
         if isFile, entry.kind != .upsert {
             try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience)
-            if gated.contains(entry.table) { try PublishedRows(database: database).forget(table: entry.table, id: entry.id) }
             // gc on the writer waits until this device publishes a frontier over the delete
             // (also when the record was gone here already: two devices deleting it at once each
             // wait for the other).
             try device.setSetting(StoreSync.frontierDueSetting, "1")
-            report.applied += 1
-            report.appliedFileEntries += 1
-            report.appliedFileRecords.insert(entry.id)
+            try notePeersHold(entry, audience: audience, report: &report)
             return true
         }
+        let localRow = try row(entry.table, id: entry.id, names: names)
+        let localStamp = localRow?["_updated_at"].textValue
         let tombstone = isFile ? nil : try sync.tombstone(table: entry.table, id: entry.id)
         let image = isFile && localStamp == nil ? try records.register(entry.id)?.stamp : nil
         let current = max(localStamp ?? "", tombstone ?? "", image ?? "")
@@ -257,45 +244,13 @@ struct ChangeApplier {
             return false
         }
         if entry.stamp < current {
-            // An image of one audience that lost to the row in another: its readers there are
-            // told (a move crossed it).
-            if entry.kind == .upsert, let column = device.manifest.table(entry.table)?.audienceColumn {
-                let winner = localStamp == current ? localRow?[column].textValue : try sync.tombstoneAudience(table: entry.table, id: entry.id)
-                try crossed.imageLost(entry, audience: audience, winnerStamp: current, winnerAudience: winner ?? RowAudiences.store)
-            }
-            // This device holds a newer write: the incoming value loses, and is kept if its
-            // winner's writer had not seen it.
-            if entry.kind == .upsert, let localStamp, localStamp == current,
-               try !hadSeen(winnerStamp: localStamp, loser: (change.device, Int64(change.seq))) {
-                try sync.addLost(entry, device: change.device, winnerStamp: localStamp, why: .concurrent)
-                report.lost += 1
-            }
-            report.skipped += 1
+            try lose(entry, audience: audience, change: change, current: current, localRow: localRow, report: &report)
             return false
         }
-        // The incoming write wins; the value here is kept if the winner's writer had not seen it.
-        // A retract is no edit: the row left the sender's shared set, nothing of it is lost.
-        if entry.kind != .retract, let localRow, let localStamp, let writer = HybridClock.device(of: localStamp), writer != change.device {
-            let writerSeq = try sync.seq(device: writer, holding: localStamp)
-            let seen = writerSeq.map { Int64(change.frontier[writer] ?? 0) >= $0 } ?? false
-            if !seen {
-                try sync.addLost(RowEntry(kind: .upsert, table: entry.table, id: entry.id, stamp: localStamp, columns: names, values: localRow.values),
-                                 device: writer, winnerStamp: entry.stamp, why: .concurrent)
-                report.lost += 1
-            }
+        if let localRow, let localStamp {
+            try win(entry, audience: audience, change: change, over: localRow, stamped: localStamp, names: names, report: &report)
         }
-        // A file record the row named here that the incoming write drops stays only while
-        // another row names it (its writer may never have held it: a concurrent write's).
-        if let localRow {
-            for column in synced?.files ?? [] {
-                guard let old = localRow[column.column].textValue, entry.kind == .upsert ? entry.value(column.column)?.textValue != old : true else { continue }
-                if unsettled[old] == nil { unsettled[old] = changeEnd }
-            }
-        }
-        if entry.kind == .upsert, let localRow, let localStamp, let column = device.manifest.table(entry.table)?.audienceColumn {
-            try crossed.imageWon(entry, audience: audience, change: change, localAudience: localRow[column].textValue ?? RowAudiences.store, localStamp: localStamp)
-        }
-        switch (entry.kind, entry.table == "coven_files") {
+        switch (entry.kind, isFile) {
         case (.upsert, true):
             if let object = try records.applyRemote(entry, by: change.device, seq: Int64(change.seq)) { report.uncache.insert(object) }
         case (.upsert, false):
@@ -308,11 +263,94 @@ struct ChangeApplier {
             preconditionFailure("internal error: a file record's delete is settled, never applied as such")
         case (.delete, false), (.retract, false):
             try takeOutChildren(of: entry.table, id: entry.id, report: &report)
-            try database.run("DELETE FROM main.\(quoted) WHERE id = ?1", [entry.id])
+            try database.run("DELETE FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id])
+            try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience, retracted: entry.kind == .retract)
         }
-        if entry.kind != .upsert { try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience, retracted: entry.kind == .retract) }
-        // What peers hold, for this device's own gate filter: a row applied from another
-        // device is on its peers already.
+        try notePeersHold(entry, audience: audience, report: &report)
+        return true
+    }
+
+    /// The stored columns of `entry`'s table, once the entry is one this device may apply: a
+    /// synced table's (or a file record), a canonical id where the table takes UUIDs, columns
+    /// this device has, and the id its values hold.
+    ///
+    /// - Throws: `.decoding`, `.invalidId`, naming the object.
+    private mutating func check(_ entry: RowEntry, path: String) throws -> [String] {
+        let synced = device.manifest.table(entry.table)
+        guard synced != nil || entry.table == "coven_files" else {
+            throw CovenError(.decoding, "change '\(path)' names table '\(entry.table)', which is not synced here", details: ["object": path, "table": entry.table])
+        }
+        if synced?.identity == .uuid, !Identifier.isCanonicalUUID(entry.id) {
+            throw CovenError(.invalidId, "change '\(path)' writes id '\(entry.id)' in table '\(entry.table)', which takes canonical lowercase UUIDv4 or v7 ids",
+                             details: ["object": path, "table": entry.table, "id": entry.id])
+        }
+        let names = try columns(entry.table)
+        guard entry.kind == .upsert else { return names }
+        for column in entry.columns where !names.contains(column) {
+            throw CovenError(.decoding, "change '\(path)' names column '\(column)' of table '\(entry.table)', which this device does not have",
+                             details: ["object": path, "table": entry.table, "column": column])
+        }
+        guard entry.value("id") == .text(entry.id) else {
+            throw CovenError(.decoding, "change '\(path)' holds a row of '\(entry.table)' whose id is not '\(entry.id)'", details: ["object": path, "table": entry.table])
+        }
+        return names
+    }
+
+    /// Row `id` of `table` here, its stored columns `names`.
+    private mutating func row(_ table: String, id: String, names: [String]) throws -> Row? {
+        let select = selectSQL[table] ?? "SELECT \(names.map(RowCapture.quote).joined(separator: ", ")) FROM main.\(RowCapture.quote(table)) WHERE id = ?1"
+        selectSQL[table] = select
+        let statement = try database.cached(select)
+        try statement.bind([id])
+        defer { statement.reset() }
+        return try statement.next()
+    }
+
+    /// `entry` loses to the newer write `current` here: its readers are told when a move
+    /// crossed it, and its value is kept as a lost value when the winner's writer had not seen it.
+    private mutating func lose(_ entry: RowEntry, audience: String, change: ChangeObject, current: String, localRow: Row?, report: inout ApplyReport) throws {
+        let localStamp = localRow?["_updated_at"].textValue
+        // An image of one audience that lost to the row in another: its readers there are
+        // told (a move crossed it).
+        if entry.kind == .upsert, let column = device.manifest.table(entry.table)?.audienceColumn {
+            let winner = localStamp == current ? localRow?[column].textValue : try sync.tombstoneAudience(table: entry.table, id: entry.id)
+            try crossed.imageLost(entry, audience: audience, winnerStamp: current, winnerAudience: winner ?? RowAudiences.store)
+        }
+        if entry.kind == .upsert, let localStamp, localStamp == current,
+           try !hadSeen(winnerStamp: localStamp, loser: (change.device, Int64(change.seq))) {
+            try sync.addLost(entry, device: change.device, winnerStamp: localStamp, why: .concurrent)
+            report.lost += 1
+        }
+        report.skipped += 1
+    }
+
+    /// `entry` wins over `localRow` (stamped `localStamp`): the value here is kept if the
+    /// winner's writer had not seen it (a retract is no edit: nothing of it is lost), the file
+    /// records it named and the winner drops are settled, and a crossed move is judged.
+    private mutating func win(_ entry: RowEntry, audience: String, change: ChangeObject, over localRow: Row, stamped localStamp: String,
+                              names: [String], report: inout ApplyReport) throws {
+        if entry.kind != .retract, let writer = HybridClock.device(of: localStamp), writer != change.device {
+            let writerSeq = try sync.seq(device: writer, holding: localStamp)
+            if !(writerSeq.map { Int64(change.frontier[writer] ?? 0) >= $0 } ?? false) {
+                try sync.addLost(RowEntry(kind: .upsert, table: entry.table, id: entry.id, stamp: localStamp, columns: names, values: localRow.values),
+                                 device: writer, winnerStamp: entry.stamp, why: .concurrent)
+                report.lost += 1
+            }
+        }
+        // A file record the row named here that the incoming write drops stays only while
+        // another row names it (its writer may never have held it: a concurrent write's).
+        for column in device.manifest.table(entry.table)?.files ?? [] {
+            guard let old = localRow[column.column].textValue, entry.kind != .upsert || entry.value(column.column)?.textValue != old else { continue }
+            if unsettled[old] == nil { unsettled[old] = changeEnd }
+        }
+        if entry.kind == .upsert, let column = device.manifest.table(entry.table)?.audienceColumn {
+            try crossed.imageWon(entry, audience: audience, change: change, localAudience: localRow[column].textValue ?? RowAudiences.store, localStamp: localStamp)
+        }
+    }
+
+    /// Counts an applied entry, and notes for this device's own gate filter what peers hold: a
+    /// row applied from another device is on its peers already.
+    private func notePeersHold(_ entry: RowEntry, audience: String, report: inout ApplyReport) throws {
         if gated.contains(entry.table) {
             let published = PublishedRows(database: database)
             if entry.kind == .upsert {
@@ -331,7 +369,6 @@ struct ChangeApplier {
             report.appliedFileEntries += 1
             report.appliedFileRecords.insert(entry.id)
         }
-        return true
     }
 
     /// Whether the sender of `change` had applied the write stamped `stamp` (a row here).
@@ -414,8 +451,8 @@ struct ChangeApplier {
     private mutating func settleFiles(report: inout ApplyReport) throws {
         let pending = unsettled
         unsettled = [:]
-        for (id, end) in pending.sorted(by: { $0.key < $1.key }) {
-            if let object = try records.endIfUnnamed(id, ended: end) { report.uncache.insert(object) }
+        for id in try records.unnamed(pending.keys.sorted()) {
+            if let end = pending[id], let object = try records.endIfUnnamed(id, ended: end) { report.uncache.insert(object) }
         }
     }
 

@@ -50,6 +50,19 @@ public struct PullReport: Sendable, Equatable {
     public var reopenUnavailable: [String: String] = [:]
 
     public var changes: Int { applied.values.reduce(0) { $0 + $1.count } }
+
+    /// Counts change `seq` of `device`, applied as `applied` says.
+    mutating func add(_ applied: ApplyReport, of device: String, seq: Int64) {
+        self.applied[device, default: []].append(seq)
+        entries += applied.applied
+        rows += applied.applied - applied.appliedFileEntries
+        fileRecords += applied.appliedFileRecords.count
+        skipped += applied.skipped
+        lost += applied.lost
+        refused += applied.refused
+        takenOut += applied.takenOut
+        clockAhead[device] = applied.clockAhead
+    }
 }
 
 /// A change in storage that fails its checks.
@@ -88,130 +101,26 @@ extension StoreSync {
     ///   not apply (naming the object; nothing of it is applied); `.storage`.
     public func pull(provider: StorageProvider, keys: Keyring, stop: Stop = Stop(), learned: [String]? = nil,
                      progress: ((SyncProgress) -> Void)? = nil) throws -> PullReport {
-        var report = PullReport()
+        var run = PullRun(applier: ChangeApplier(device: device, authorizer: MemberAuthorizer(keys: keys, database: database, store: storeID, manifest: manifest,
+                                                                                                audiences: try RowAudiences(device: device))))
         // `learned`: the caller listed devices/ already (sync does, before its push).
-        report.newDevices = try learned ?? refreshDevices(provider: provider, keys: keys)
-        report.refusedRemovals = try refusedRemovals()
-        var applier = ChangeApplier(device: device, authorizer: MemberAuthorizer(keys: keys, database: database, store: storeID, manifest: manifest,
-                                                                                       audiences: try RowAudiences(device: device)))
-        var uncache: Set<String> = []
-        defer { dropCachedBytes(of: uncache) }
-        let circles = Circles(device)
-        var circlesRefreshed = false
-        var moved = true
-        var finished: Set<String> = []
-        // Where each device's changes ran out, and the highest seq of each that a change read
-        // here says its writer applied: a change missing below that is a gap.
-        var missingAt: [String: Int64] = [:]
-        var claimed: [String: Int64] = [:]
-        // Devices gone for good that a change waits for, looked at again once in this pull with
-        // what the waiting change says its writer applied of them.
-        var rewoken: Set<String> = []
-        while moved {
-            moved = false
+        run.report.newDevices = try learned ?? refreshDevices(provider: provider, keys: keys)
+        run.report.refusedRemovals = try refusedRemovals()
+        defer { dropCachedBytes(of: run.uncache) }
+        let context = PullContext(provider: provider, keys: keys, stop: stop, circles: Circles(device), progress: progress)
+        while run.moved {
+            run.moved = false
             for row in try database.query("SELECT device, applied_seq, gone FROM coven_device_registry WHERE device <> ?1 ORDER BY device", [deviceID]) {
-                guard let other = row.string("device"), !finished.contains(other) else { continue }
-                var next = (row.int("applied_seq") ?? 0) + 1
-                // A device gone for good: only the changes of it that some device says it
-                // applied (its published frontier), so every device ends with the same rows;
-                // what it published that nobody applied is dropped with it.
-                let through = row.int("gone") == 1 ? max(try highestSeqKnown(of: other) ?? 0, claimed[other] ?? 0) : Int64.max
-                guard next <= through else { continue }
-                report.waiting[other] = nil
-                // One listing of what storage holds after the applied seq, in place of a GET
-                // of the next: a change absent below one that storage holds is a gap.
-                var listed = try listChanges(of: other, after: next - 1, provider: provider)
-                while next <= through {
-                    try stop.check("the sync")
-                    if listed.seqs.isEmpty {
-                        if listed.full { listed = try listChanges(of: other, after: next - 1, provider: provider) }
-                        if listed.seqs.isEmpty {
-                            // Of a device gone for good, a change some device applied that
-                            // storage no longer holds.
-                            if row.int("gone") == 1 {
-                                try skipLostChange(of: other, seq: next, why: .missing, report: &report)
-                                next += 1
-                                continue
-                            }
-                            missingAt[other] = next
-                            finished.insert(other)
-                            break
-                        }
-                    }
-                    let path = ChangeObject.path(device: other, seq: UInt64(next))
-                    if listed.seqs.first != next {
-                        // Storage holds a later change of this device but not this one.
-                        if row.int("gone") == 1 {
-                            try skipLostChange(of: other, seq: next, why: .missing, report: &report)
-                            next += 1
-                            continue
-                        }
-                        report.gaps[other] = next
-                        finished.insert(other)
-                        break
-                    }
-                    listed.seqs.removeFirst()
-                    switch try readChange(path, publisher: other, keys: keys, provider: provider) {
-                    case .missing:
-                        missingAt[other] = next
-                        finished.insert(other)
-                    case .keyUnavailable:
-                        report.keyUnavailable[other] = next
-                        finished.insert(other)
-                    case .damaged(let error):
-                        if row.int("gone") == 1 {
-                            try skipLostChange(of: other, seq: next, why: .damaged, report: &report)
-                            next += 1
-                            continue
-                        }
-                        report.damaged[other] = DamagedChange(seq: next, object: path, message: error.message)
-                        try ChangeDamage(device: device).report(path, device: other, seq: next, error: error, provider: provider, keys: keys)
-                        finished.insert(other)
-                    case .opened(let opened):
-                        // Sections this device holds no key of: a circle's it is in, of a
-                        // generation not read yet, waits for it (the chains are read again
-                        // once a pull); any other is gone past and remembered.
-                        guard let change = try withCircleKeys(opened, path: path, publisher: other, keys: keys, circles: circles,
-                                                              refreshed: &circlesRefreshed, provider: provider) else {
-                            report.keyUnavailable[other] = next
-                            finished.insert(other)
-                            break
-                        }
-                        for (device, seq) in change.frontier { claimed[device] = max(claimed[device] ?? 0, Int64(seq)) }
-                        if let missing = try unmetDependency(change.frontier.mapValues { Int64($0) }, writer: other) {
-                            report.waiting[other] = missing.seq
-                            if missing.gone, rewoken.insert(missing.device).inserted { moved = true }
-                            break
-                        }
-                        let applied = try applier.apply(change, path: path)
-                        report.applied[other, default: []].append(next)
-                        report.entries += applied.applied
-                        report.rows += applied.applied - applied.appliedFileEntries
-                        report.fileRecords += applied.appliedFileRecords.count
-                        report.skipped += applied.skipped
-                        report.lost += applied.lost
-                        report.refused += applied.refused
-                        report.takenOut += applied.takenOut
-                        if let ahead = applied.clockAhead { report.clockAhead[other] = ahead } else { report.clockAhead[other] = nil }
-                        // Kept for the end only where this device caches the bytes: a pull of
-                        // a library names 100,000 objects it never cached.
-                        if !applied.uncache.isEmpty, try database.scalar("SELECT EXISTS (SELECT 1 FROM coven_cache)").intValue == 1 {
-                            for object in applied.uncache where try device.cacheRow(object) != nil { uncache.insert(object) }
-                        }
-                        progress?(.applied(device: other, seq: next, entries: change.entries.count))
-                        moved = true
-                        next += 1
-                        continue
-                    }
-                    break
-                }
+                guard let other = row.string("device"), !run.finished.contains(other) else { continue }
+                try pullStream(of: other, after: row.int("applied_seq") ?? 0, gone: row.int("gone") == 1, run: &run, context: context)
             }
         }
+        var report = run.report
         // What every device's frontier says of each other device, read once (not once per
         // device whose changes ran out: a quiet sync of many devices).
-        let knownSeqs = missingAt.isEmpty ? [:] : try highestSeqsKnown()
-        for (other, seq) in missingAt where report.gaps[other] == nil {
-            let known = max(claimed[other] ?? 0, knownSeqs[other] ?? 0)
+        let knownSeqs = run.missingAt.isEmpty ? [:] : try highestSeqsKnown()
+        for (other, seq) in run.missingAt where report.gaps[other] == nil {
+            let known = max(run.claimed[other] ?? 0, knownSeqs[other] ?? 0)
             if known >= seq { report.gaps[other] = seq }
         }
         // A gap is reported to its publisher as damage is: it publishes the change again.
@@ -226,6 +135,121 @@ extension StoreSync {
         try setSetting(Self.keyUnavailableSetting, report.keyUnavailable.isEmpty ? nil
                        : Frontier.json(report.keyUnavailable))
         return report
+    }
+
+    /// What a pull keeps while it goes over the devices' streams, as often as one moves.
+    private struct PullRun {
+        var applier: ChangeApplier
+        var report = PullReport()
+        /// Objects whose cached bytes go at the end.
+        var uncache: Set<String> = []
+        var circlesRefreshed = false
+        var moved = true
+        /// Devices whose stream stopped for this pull.
+        var finished: Set<String> = []
+        /// Where each device's changes ran out, and the highest seq of each that a change read
+        /// here says its writer applied: a change missing below that is a gap.
+        var missingAt: [String: Int64] = [:]
+        var claimed: [String: Int64] = [:]
+        /// Devices gone for good that a change waits for, looked at again once in this pull with
+        /// what the waiting change says its writer applied of them.
+        var rewoken: Set<String> = []
+    }
+
+    /// What every stream of one pull reads with.
+    private struct PullContext {
+        let provider: StorageProvider
+        let keys: Keyring
+        let stop: Stop
+        let circles: Circles
+        let progress: ((SyncProgress) -> Void)?
+    }
+
+    /// Applies the changes of `other` after seq `applied` that can be applied now, in order,
+    /// until its stream stops (a gap, damage, a missing key, a change waiting for another
+    /// device's) or ends.
+    private func pullStream(of other: String, after applied: Int64, gone: Bool, run: inout PullRun, context: PullContext) throws {
+        var next = applied + 1
+        // A device gone for good: only the changes of it that some device says it applied (its
+        // published frontier, or a change read now), so every device ends with the same rows;
+        // what it published that nobody applied is dropped with it.
+        let through = gone ? max(try highestSeqKnown(of: other) ?? 0, run.claimed[other] ?? 0) : Int64.max
+        guard next <= through else { return }
+        run.report.waiting[other] = nil
+        // One listing of what storage holds after the applied seq, in place of a GET of the
+        // next: a change absent below one that storage holds is a gap.
+        var listed = try listChanges(of: other, after: next - 1, provider: context.provider)
+        while next <= through {
+            try context.stop.check("the sync")
+            if listed.seqs.isEmpty, listed.full { listed = try listChanges(of: other, after: next - 1, provider: context.provider) }
+            if listed.seqs.first != next {
+                // Of a device gone for good, a change some device applied that storage no
+                // longer holds is gone past; of another, storage holding a later change but not
+                // this one is a gap, and holding none may be one.
+                if gone {
+                    try skipLostChange(of: other, seq: next, why: .missing, report: &run.report)
+                    next += 1
+                    continue
+                }
+                if listed.seqs.isEmpty { run.missingAt[other] = next } else { run.report.gaps[other] = next }
+                run.finished.insert(other)
+                return
+            }
+            listed.seqs.removeFirst()
+            let path = ChangeObject.path(device: other, seq: UInt64(next))
+            switch try readChange(path, publisher: other, keys: context.keys, provider: context.provider) {
+            case .missing:
+                run.missingAt[other] = next
+                run.finished.insert(other)
+            case .keyUnavailable:
+                run.report.keyUnavailable[other] = next
+                run.finished.insert(other)
+            case .damaged(let error):
+                if gone {
+                    try skipLostChange(of: other, seq: next, why: .damaged, report: &run.report)
+                    next += 1
+                    continue
+                }
+                run.report.damaged[other] = DamagedChange(seq: next, object: path, message: error.message)
+                try ChangeDamage(device: device).report(path, device: other, seq: next, error: error, provider: context.provider, keys: context.keys)
+                run.finished.insert(other)
+            case .opened(let opened):
+                guard try apply(opened, path: path, of: other, seq: next, run: &run, context: context) else { return }
+                next += 1
+                continue
+            }
+            return
+        }
+    }
+
+    /// Applies change `seq` of `other` once its sections can be read and every change its
+    /// writer had applied is applied here; false when its stream stops or waits there.
+    private func apply(_ opened: ChangeObject, path: String, of other: String, seq: Int64, run: inout PullRun, context: PullContext) throws -> Bool {
+        // Sections this device holds no key of: a circle's it is in, of a generation not read
+        // yet, waits for it (the chains are read again once a pull); any other is gone past
+        // and remembered.
+        guard let change = try withCircleKeys(opened, path: path, publisher: other, keys: context.keys, circles: context.circles,
+                                              refreshed: &run.circlesRefreshed, provider: context.provider) else {
+            run.report.keyUnavailable[other] = seq
+            run.finished.insert(other)
+            return false
+        }
+        for (device, claimed) in change.frontier { run.claimed[device] = max(run.claimed[device] ?? 0, Int64(claimed)) }
+        if let missing = try unmetDependency(change.frontier.mapValues { Int64($0) }, writer: other) {
+            run.report.waiting[other] = missing.seq
+            if missing.gone, run.rewoken.insert(missing.device).inserted { run.moved = true }
+            return false
+        }
+        let applied = try run.applier.apply(change, path: path)
+        run.report.add(applied, of: other, seq: seq)
+        // Kept for the end only where this device caches the bytes: a pull of a library
+        // names 100,000 objects it never cached.
+        if !applied.uncache.isEmpty, try database.scalar("SELECT EXISTS (SELECT 1 FROM coven_cache)").intValue == 1 {
+            for object in applied.uncache where try device.cacheRow(object) != nil { run.uncache.insert(object) }
+        }
+        context.progress?(.applied(device: other, seq: seq, entries: change.entries.count))
+        run.moved = true
+        return true
     }
 
     /// `change` to apply, its unread sections all of circles this device's member is not in
