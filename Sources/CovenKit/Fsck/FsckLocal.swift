@@ -16,6 +16,18 @@ extension Fsck {
             let files = try device.database.query("SELECT id FROM coven_files WHERE object = ?1 ORDER BY id", [object]).compactMap { $0.string("id") }
             try checkLocal(row, subject: row.string("kind") == "user" ? .original : .copy, files: files)
         }
+        // A file on this device only whose bytes this device records nowhere (its database put
+        // back from a backup older than the write that placed it here, the bytes not found
+        // again: Sync/OwnNotes.swift) is missing, never held.
+        for row in try device.database.query("""
+            SELECT f.id, f.object FROM coven_files f WHERE f.place = \(Coordinates.Place.device.sql) AND f.device = ?1
+              AND NOT EXISTS (SELECT 1 FROM coven_local l WHERE l.object = f.object) ORDER BY f.id
+            """, [device.deviceID]) {
+            try checkStop()
+            let id = row.string("id") ?? ""
+            add(FsckProblem(subject: .original, kind: .missing, key: row.string("object") ?? "",
+                            message: "file '\(id)' is on this device only, but this device records no bytes of it", files: [id]))
+        }
         for row in try device.database.query("SELECT * FROM coven_staged ORDER BY id") {
             try checkStop()
             try checkLocal(row, subject: row.string("kind") == "user" ? .original : .staged, files: [])

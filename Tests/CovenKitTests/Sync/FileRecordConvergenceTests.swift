@@ -337,6 +337,8 @@ class FileRecordConvergenceTests: DeviceTestCase {
         try settle([a, b, c])
         XCTAssertEqual(try a.status().files.missing, 1)
         XCTAssertEqual(try a.status().files.deviceOnlyHere, 0)
+        let fsck = try Fsck(device: a, options: FsckOptions()).run(provider: nil)
+        XCTAssertTrue(fsck.problems.contains { $0.kind == .missing && $0.files.count == 1 }, "\(fsck.problems)")
     }
 
     // MARK: 9. A put-back device catches up in the order it wrote
