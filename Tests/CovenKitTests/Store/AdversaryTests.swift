@@ -126,6 +126,15 @@ class AdversaryTests: DeviceTestCase {
         try s.carol.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'carol stays')")
         try sync([s.carol, s.alice])
         XCTAssertEqual(try title(s.alice, Self.album), "carol stays")
+        // bob's old registry entry put back under a new device's name: it authenticates for
+        // its own path only, and no device takes it.
+        let fake = Identifier.uuid4()
+        try Adversary(provider: provider).replay(Device.registryEntryKey(s.bob.deviceID), at: Device.registryEntryKey(fake))
+        _ = try StoreSync(s.alice).sync()
+        XCTAssertNil(try s.alice.database.queryOne("SELECT device FROM coven_device_registry WHERE device = ?1", [fake]))
+        try s.carol.write(sql: "UPDATE albums SET title = 'carol syncs on' WHERE id = '\(Self.album)'")
+        try sync([s.carol, s.alice])
+        XCTAssertEqual(try title(s.alice, Self.album), "carol syncs on")
     }
 
     // MARK: - Anyone who can write to storage
@@ -212,4 +221,12 @@ class AdversaryTests: DeviceTestCase {
 /// The same adversaries against a real S3 server (moto, signature-checking).
 final class AdversaryS3Tests: AdversaryTests {
     override class var s3Server: S3TestServer.Kind? { .moto }
+
+    // Test discovery lists a class's own methods: these run the inherited ones here.
+    override func testARemovedMembersSavedKeysOpenNothingWrittenAfter() throws { try super.testARemovedMembersSavedKeysOpenNothingWrittenAfter() }
+    override func testARemovedMembersSavedDevicePublishesNothingTheOthersApply() throws { try super.testARemovedMembersSavedDevicePublishesNothingTheOthersApply() }
+    override func testARemovedMemberCannotReAddThemselvesOrRemoveOthers() throws { try super.testARemovedMemberCannotReAddThemselvesOrRemoveOthers() }
+    override func testAChangeReplayedAtANewSeqIsRefused() throws { try super.testAChangeReplayedAtANewSeqIsRefused() }
+    override func testAWholeStoreRolledBackIsNamed() throws { try super.testAWholeStoreRolledBackIsNamed() }
+    override func testPrefixesRolledBackAreNamedOrRefused() throws { try super.testPrefixesRolledBackAreNamedOrRefused() }
 }
