@@ -154,6 +154,15 @@ class AdversaryTests: DeviceTestCase {
         let report = try StoreSync(s.carol).sync()
         XCTAssertEqual(report.pulled.damaged[s.alice.deviceID]?.seq, Int64(published.count + 1))
         XCTAssertEqual(try title(s.carol, Self.album), "bob", "the replay applied nothing")
+        // alice's next change meets the replay at its path: her sync stops, naming it (not
+        // signed by her: no copy of her device made it), until a person deletes it.
+        try s.alice.write(sql: "UPDATE albums SET title = 'alice again' WHERE id = '\(Self.album)'")
+        let stopped = assertCovenError(.deviceConflict) { try StoreSync(s.alice).sync() }
+        XCTAssertTrue(stopped?.message.contains(next) ?? false, stopped?.message ?? "")
+        XCTAssertTrue(stopped?.message.contains("not signed by its device") ?? false, stopped?.message ?? "")
+        try adversary.provider.delete(next)
+        try sync([s.alice, s.carol])
+        XCTAssertEqual(try title(s.carol, Self.album), "alice again")
     }
 
     /// Storage rolled back whole (a NAS put back from a backup) after a member was added and
