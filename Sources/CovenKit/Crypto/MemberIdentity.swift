@@ -23,9 +23,20 @@ public struct MemberRecipient: Sendable, Hashable, CustomStringConvertible {
     ///   X25519 key of low order or an Ed25519 key that fails the screen (each named).
     public init(_ text: String) throws {
         let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        // Only what starts as a recipient does is echoed: a line pasted by mistake may be a
+        // secret (an identity's line, a store key), and an error is printed and logged.
+        let echoable = trimmed.lowercased().hasPrefix(Self.prefix + "1")
         func refuse(_ why: String) -> CovenError {
-            CovenError(.usage, "'\(trimmed.prefix(24))…' is not a member recipient: \(why)",
-                       hint: "pass the coven1… line 'coven member keygen' printed for that person", details: ["recipient": String(trimmed.prefix(120))])
+            guard echoable else {
+                return CovenError(.usage, "that is not a member recipient: \(why)",
+                                  hint: "pass the coven1… line 'coven member keygen' printed for that person (never an identity's secret line)")
+            }
+            return CovenError(.usage, "'\(trimmed.prefix(24))…' is not a member recipient: \(why)",
+                              hint: "pass the coven1… line 'coven member keygen' printed for that person", details: ["recipient": String(trimmed.prefix(120))])
+        }
+        guard echoable else {
+            throw refuse(MemberIdentity.looksLikeIdentity(trimmed) ? "it is a member's secret identity line (keep it secret; it was not echoed)"
+                         : "it does not start with 'coven1'")
         }
         let decoded: (hrp: String, data: [UInt8])
         do { decoded = try Bech32.decode(trimmed) } catch let error as CovenError { throw refuse(error.message.components(separatedBy: ": ").last ?? error.message) }
@@ -108,8 +119,17 @@ public final class MemberIdentity {
     ///
     /// - Throws: `.io` when it cannot be read; `.usage` as ``init(text:source:)``.
     public convenience init(contentsOf path: String) throws {
+        var isFolder: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), isFolder.boolValue {
+            throw CovenError(.usage, "'\(path)' is a folder, not a coven member identity", hint: "pass the file 'coven member keygen -o FILE' or 'coven member export' wrote",
+                             details: ["path": path])
+        }
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw CovenError(.io, "cannot read the identity file '\(path)'", details: ["path": path])
+            // FileManager says nothing of why: open(2) does (no such file, permission denied).
+            let descriptor = open(path, O_RDONLY)
+            let code = descriptor < 0 ? errno : EIO
+            if descriptor >= 0 { close(descriptor) }
+            throw CovenError.posix("read the identity file", path: path, errno: code)
         }
         try self.init(text: String(decoding: data, as: UTF8.self), source: path)
     }
@@ -126,8 +146,11 @@ public final class MemberIdentity {
     public var secretLine: String { Bech32.encode(hrp: Self.secretPrefix, data: secret) }
 
     /// Whether `text` holds an identity rather than a store key (`coven join --key-file`).
+    ///
+    /// A file whose secret line was damaged past its prefix (`COVEN-MEMBER-SECRT-1…`) or that
+    /// holds the comment coven writes is still an identity, damaged (`usage`), not a store key.
     public static func looksLikeIdentity(_ text: String) -> Bool {
-        text.range(of: secretPrefix + "1", options: .caseInsensitive) != nil
+        text.range(of: "COVEN-MEMBER", options: .caseInsensitive) != nil || text.range(of: "# coven member identity", options: .caseInsensitive) != nil
     }
 
     /// Writes the identity file at `path`, mode 0600, crash-safe.

@@ -52,7 +52,8 @@ struct OwnedRows {
                 guard let column = manifest.table(change.table)?.ownerColumn else { continue }
                 let mine = try me(change.table)
                 let details = ["table": change.table, "id": change.id]
-                let before = change.operation == .insert ? nil : change.oldFiles[column]?.textValue
+                let before = change.operation == .insert ? try Self.deletedOwner(table: change.table, id: change.id, database: database)
+                    : change.oldFiles[column]?.textValue
                 if let before, before != mine {
                     throw CovenError(.notOwner, "row '\(change.id)' of owner-only table '\(change.table)' is member \(before)'s: only that member's devices change or delete it",
                                      hint: "ask its owner", details: details.merging(["owner": before]) { first, _ in first })
@@ -74,6 +75,24 @@ struct OwnedRows {
                                  [try me(table), RecordedChanges.json(ids: ids)])
             }
         }
+    }
+
+    /// The member a deleted row of an owner-only table was the row of, as this device knows
+    /// it: the member of the device whose delete its tombstone holds. nil: no tombstone here, a
+    /// retract's (its stamp may be another device's), or a device no member vouched for.
+    ///
+    /// The failure story: alice deletes her journal row J; bob writes J again under its id. A
+    /// device that had applied the delete took bob's row (no row here, so no owner to keep), one
+    /// that had not yet refused it (`not_owner`, alice's row still here): the devices disagreed
+    /// for good, and bob wrote under an id alice's history names. The rule: only the owner's
+    /// devices delete an owner-only row (here and on every receiver), so the deleter's member is
+    /// the owner, and the id stays that member's: another member's write of it is `not_owner`
+    /// on the writer's device and on every receiver holding the tombstone. It does not apply
+    /// where the tombstone is gone (a device joined from a snapshot that did not carry it).
+    static func deletedOwner(table: String, id: String, database: Database) throws -> String? {
+        guard let tombstone = try database.queryOne("SELECT stamp, retracted FROM coven_tombstones WHERE tbl = ?1 AND id = ?2", [table, id]),
+              tombstone.int("retracted") != 1, let stamp = tombstone.string("stamp"), let deleter = HybridClock.device(of: stamp) else { return nil }
+        return try database.scalar("SELECT member FROM coven_device_registry WHERE device = ?1", [deleter]).textValue
     }
 
     /// A row of an owner-only table naming `file` whose owner is another member than this

@@ -39,27 +39,6 @@ public struct Members {
         try device.setting(Self.memberSetting)
     }
 
-    /// The identity of the member this device belongs to.
-    ///
-    /// - Throws: `.invalidState` when the device belongs to no member yet; `.io` / `.usage` when
-    ///   its identity file cannot be read or is damaged.
-    public func identity() throws -> MemberIdentity {
-        guard try memberID() != nil else {
-            throw CovenError(.invalidState, "this device belongs to no member of the store yet", hint: "make this device's store member-aware with 'coven member init NAME'")
-        }
-        do {
-            return try MemberIdentity(contentsOf: device.paths.memberIdentity)
-        } catch var error as CovenError where error.code == .usage {
-            // The device's own file, not a command line's: damage, as a damaged store key is.
-            error.code = .integrity
-            let path = device.paths.memberIdentity
-            error.message = "this device's member identity '\(path)' is damaged: "
-                + error.message.replacingOccurrences(of: "'\(path)' is not a coven member identity: ", with: "")
-            error.hint = "put it back from another device of the member: 'coven member export -o FILE' there, then copy FILE over that path here (mode 0600)"
-            throw error
-        }
-    }
-
     /// The chain of the store audience, checked with the device registry this device knows.
     func storeChain(provider: StorageProvider) throws -> AudienceChain {
         try chain(audience: RowAudiences.store, provider: provider)
@@ -147,7 +126,7 @@ public struct Members {
     /// This device's entry vouched for by its new member, and every other live device's (the
     /// owner holds every device of a store made before members), then the member recorded
     /// here with generation 1.
-    private func finishEstablishment(identity: MemberIdentity, memberID: String, provider: StorageProvider, onlyThisDevice: Bool = false) throws {
+    func finishEstablishment(identity: MemberIdentity, memberID: String, provider: StorageProvider, onlyThisDevice: Bool = false) throws {
         let rows = try device.database.query("SELECT device, name, joined_at, public_key FROM coven_device_registry WHERE gone = 0 AND public_key IS NOT NULL ORDER BY device <> ?1, device",
                                              [device.deviceID])
         for row in rows where !onlyThisDevice || row.string("device") == device.deviceID {
@@ -214,13 +193,6 @@ public struct Members {
             Member(id: $0.id, name: $0.name, role: $0.role.rawValue, recipient: $0.recipient.description, isThisDevicesMember: $0.id == own,
                    devices: counts[$0.id] ?? 0)
         }
-    }
-
-    /// This device's member is on no roster of the store since generation `removed`.
-    static func removed(since removed: UInt64) -> CovenError {
-        CovenError(.deviceGone, "this device's member is not on the store's roster since generation \(removed): it was removed, or its keys were replaced",
-                   hint: "this device no longer syncs; an admin of the store can add the member again, and a new device can join with 'coven join URL --identity FILE'",
-                   details: ["object": AudienceGeneration.path(audience: RowAudiences.store, generation: removed)])
     }
 
     /// Reads generations of the store audience this device has not learned yet, with its
@@ -329,8 +301,9 @@ public struct Members {
             if let same = roster.first(where: { $0.recipient == recipient }) {
                 throw CovenError(.refused, "that recipient is member '\(same.name)' (\(same.id)) already", details: ["member": same.id])
             }
-            if roster.contains(where: { $0.name == name }) {
-                throw CovenError(.refused, "a member is called '\(name)' already", hint: "give the new member another name", details: ["name": name])
+            // Names are what people type and read: two that differ only in case are one name.
+            if let same = roster.first(where: { $0.name.caseInsensitiveCompare(name) == .orderedSame }) {
+                throw CovenError(.exists, "a member is called '\(same.name)' already", hint: "give the new member another name", details: ["name": same.name, "member": same.id])
             }
             let member = AudienceGeneration.Member(id: newID, name: name, role: admin ? .admin : .member, recipient: recipient)
             return (roster + [member] as [AudienceGeneration.Member]?, member)
@@ -496,10 +469,11 @@ public struct Members {
             var replaced: AudienceGeneration.Member?
             let published = try chain.publishNext(identity: current, signer: device.deviceID, signingKey: try device.keys.signingKey()) { roster in
                 guard let me = roster.first(where: { $0.id == own }) else {
-                    throw CovenError(.deviceGone, "this device's member is not on the store's roster", hint: "an admin of the store can add the member again")
+                    throw CovenError(.deviceGone, "this device's member is not on the store's roster", hint: Self.removedHint)
                 }
-                replaced = AudienceGeneration.Member(id: me.id, name: me.name, role: me.role, recipient: next.recipient)
-                return roster.map { $0.id == own ? replaced! : $0 }
+                let new = AudienceGeneration.Member(id: me.id, name: me.name, role: me.role, recipient: next.recipient)
+                replaced = new
+                return roster.map { $0.id == own ? new : $0 }
             }
             generation = published.generation.generation
             guard let replaced else { throw CovenError(.internal, "a rekey without its member") }
@@ -551,47 +525,5 @@ public struct Members {
         guard !name.trimmingCharacters(in: .whitespaces).isEmpty, !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
             throw CovenError(.usage, "a member's name is a word, not '\(name)'")
         }
-    }
-
-    /// Makes this device one of the member's whose identity is at `path` (a device of a store
-    /// made before members, or of another member's): the identity is kept here, this device's
-    /// entry vouched for by it, and the store's keys read with it.
-    ///
-    /// - Throws: `.exists` when this device belongs to a member already; `.notFound` when the
-    ///   identity is on no roster of the store; `.usage` / `.io` for an unreadable identity.
-    public func adopt(identityAt path: String) throws -> Member {
-        let identity = try MemberIdentity(contentsOf: path)
-        let lock = try device.lock(wait: true)
-        defer { _ = lock }
-        if let current = try memberID() {
-            throw CovenError(.exists, "this device already belongs to member '\(current)'", details: ["member": current])
-        }
-        return try adopt(identity, provider: try device.connectStorage())
-    }
-
-    /// ``adopt(identityAt:)`` under the caller's lock (a join holds the device).
-    @discardableResult
-    func adopt(_ identity: MemberIdentity, provider: StorageProvider) throws -> Member {
-        try StoreSync(device).refreshDevices(provider: provider, keys: device.keys, rereadUnvouched: true)
-        guard let state = try storeChain(provider: provider).read(identity: identity), let newest = state.newest, state.unreadable.isEmpty,
-              let me = newest.generation.roster.first(where: { $0.recipient == identity.recipient }) else {
-            throw CovenError(.notFound, "that identity is not a member of this store's newest roster", hint: "ask an admin of the store to add it")
-        }
-        if FileManager.default.fileExists(atPath: device.paths.memberIdentity) {
-            // A run stopped after it kept the identity: the same one goes on, no other.
-            guard try MemberIdentity(contentsOf: device.paths.memberIdentity).recipient == identity.recipient else {
-                throw CovenError(.exists, "this device keeps another member's identity at '\(device.paths.memberIdentity)'", details: ["path": device.paths.memberIdentity])
-            }
-        } else {
-            try identity.write(to: device.paths.memberIdentity)
-        }
-        try finishEstablishment(identity: identity, memberID: me.id, provider: provider, onlyThisDevice: true)
-        return Member(id: me.id, name: me.name, role: me.role.rawValue, recipient: me.recipient.description, isThisDevicesMember: true, devices: 1)
-    }
-
-    /// Writes this device's member identity to `path` (mode 0600, never over a file), for
-    /// joining the member's other devices.
-    public func export(to path: String) throws {
-        try identity().write(to: path)
     }
 }

@@ -189,8 +189,10 @@ struct MemberAuthorizer: ChangeAuthorizer {
     private mutating func isOwners(_ entry: RowEntry, column: String, device: String) throws -> Bool {
         guard entry.kind != .retract, try keys.storeGeneration() != nil else { return true }
         guard let signer = try signerMember(device) else { return false }
-        if let current = try database.queryOne("SELECT \(RowCapture.quote(column)) AS owner FROM \(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id]),
-           let owner = current["owner"].textValue, owner != signer {
+        if let current = try database.queryOne("SELECT \(RowCapture.quote(column)) AS owner FROM \(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id]) {
+            if let owner = current["owner"].textValue, owner != signer { return false }
+        } else if entry.kind == .upsert, let owner = try OwnedRows.deletedOwner(table: entry.table, id: entry.id, database: database), owner != signer {
+            // A deleted row's id stays its owner's (OwnedRows.deletedOwner says why).
             return false
         }
         guard entry.kind == .upsert else { return true }

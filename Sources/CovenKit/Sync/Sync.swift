@@ -368,7 +368,11 @@ extension StoreSync {
 
     func refuseIfGone() throws {
         guard try database.scalar("SELECT gone FROM coven_device_registry WHERE device = ?1", [deviceID]).intValue == 1 else { return }
-        throw CovenError(.deviceGone, "this device ('\(deviceName)', \(deviceID)) was removed from the store", hint: "make a new device with 'coven join'",
+        // A join works for a member still on the roster, never for one removed from the store.
+        let offRoster = Members(device).readsNewestGeneration() == false
+        throw CovenError(.deviceGone, "this device ('\(deviceName)', \(deviceID)) was removed from the store",
+                         hint: offRoster ? "this device's member is not on the store's newest roster either (removed, or its keys replaced): if it was removed, "
+                             + Members.removedHint : "make a new device with 'coven join'",
                          details: ["device": deviceID])
     }
 

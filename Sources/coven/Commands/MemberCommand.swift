@@ -28,8 +28,9 @@ struct MemberCommand: Command {
     recipient is RECIPIENT (the coven1… line their 'coven member keygen' printed) as NAME, a \
     member, or an admin with --admin: a new generation of the store's key is published, wrapped \
     to every member and to them; their devices then join with 'coven join URL --identity FILE'. \
-    A recipient or a name that is a member's already is 'refused'; a malformed recipient is \
-    'usage'. Prints the new member's id; --json: {"member", "name", "role", "generation", \
+    A recipient that is a member's already is 'refused'; a name that is a member's already, \
+    or differs from one only in case, is 'exists'; a malformed recipient is 'usage' (a line \
+    that does not start with coven1, a secret one pasted by mistake, is never echoed). Prints the new member's id; --json: {"member", "name", "role", "generation", \
     "objects_written"}.
 
     'remove MEMBER' (its name or its id; a name two members share is 'usage') publishes a new \

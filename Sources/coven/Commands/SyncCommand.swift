@@ -54,7 +54,7 @@ struct SyncCommand: Command {
                     .merging(SyncProblemsText.pushedJSON(report.pushed)) { first, _ in first },
                 "pulled": ([
                     "changes": pulled.changes, "entries": pulled.entries, "rows": pulled.rows,
-                    "file_records": pulled.fileRecords, "skipped": pulled.skipped, "lost": pulled.lost,
+                    "file_records": pulled.fileRecords, "skipped": pulled.skipped, "lost": pulled.lost, "refused": pulled.refused,
                     "taken_out": pulled.takenOut, "devices": pulled.applied, "waiting": pulled.waiting,
                     "new_devices": pulled.newDevices,
                 ] as [String: Any]).merging(SyncProblemsText.pulledJSON(pulled)) { first, _ in first },
@@ -62,7 +62,10 @@ struct SyncCommand: Command {
             ])
         } else {
             if report.quiet {
-                context.report("nothing to do" + (report.pushed.held > 0 ? " (\(report.pushed.held.counted("write")) held by bound uploads)" : ""))
+                // A stream waiting for a key is not "nothing to do": changes are there, unread.
+                let waits = pulled.keyUnavailable.count
+                context.report((waits > 0 ? "nothing applied: the changes of \(waits.counted("device")) wait for a key generation this device has not read yet" : "nothing to do")
+                               + (report.pushed.held > 0 ? " (\(report.pushed.held.counted("write")) held by bound uploads)" : ""))
             } else {
                 var parts: [String] = []
                 // The app's rows, then coven's own file records when there are any.
@@ -75,6 +78,8 @@ struct SyncCommand: Command {
                 if !pushOnly {
                     var pull = "pulled \(pulled.changes.counted("change")) (\(entries(pulled.rows, files: pulled.fileRecords))"
                     if pulled.lost > 0 { pull += ", \(pulled.lost.counted("lost value"))" }
+                    // Entries their writers were not allowed to write: kept as lost values too.
+                    if pulled.refused > 0 { pull += ", \(pulled.refused.counted("entry", plural: "entries")) refused ('coven lost' lists why)" }
                     if pulled.takenOut > 0 { pull += ", \(pulled.takenOut.counted("row")) taken out" }
                     parts.append(pull + ")")
                 }

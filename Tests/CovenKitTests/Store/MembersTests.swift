@@ -205,7 +205,7 @@ class MembersTests: DeviceTestCase {
         // Bad input changes nothing.
         assertCovenError(.usage) { try Members(laptop).add(name: "carol", recipient: "coven1notarecipient", admin: false) }
         assertCovenError(.refused) { try Members(laptop).add(name: "bobby", recipient: bob.recipient.description, admin: false) }
-        assertCovenError(.refused) { try Members(laptop).add(name: "bob", recipient: try MemberIdentity().recipient.description, admin: false) }
+        assertCovenError(.exists) { try Members(laptop).add(name: "bob", recipient: try MemberIdentity().recipient.description, admin: false) }
         assertCovenError(.notAdmin) { try Members(bobLaptop).add(name: "carol", recipient: try MemberIdentity().recipient.description, admin: false) }
         assertCovenError(.notAdmin) { try Members(bobLaptop).remove("alice") }
         assertCovenError(.notFound) { try Members(laptop).remove("nobody") }
