@@ -458,6 +458,17 @@ extension StoreSync {
             }
             if !alreadyRegistered.contains(name) { learned.append(name) }
         }
+        try judge(marks, provider: provider, keys: keys)
+        try refuseIfGone()
+        return learned
+    }
+
+    /// Honours the removal marks `marks` (their keys under devices/ and the device each names)
+    /// whose remover may remove that device (``RemovalAuthority``), and remembers why the others
+    /// are not honoured (``refusedRemovals()``).
+    ///
+    /// - Throws: `.integrity` for a mark that fails authentication or names another device.
+    private func judge(_ marks: [(key: String, device: String)], provider: StorageProvider, keys: Keyring) throws {
         var refused: [String: String] = [:]
         let authority = RemovalAuthority(keys: keys, database: database, store: storeID)
         for (key, device) in marks {
@@ -484,8 +495,6 @@ extension StoreSync {
         if try refused != refusedRemovals() {
             try setSetting(Self.refusedRemovalsSetting, refused.isEmpty ? nil : String(decoding: try JSONSerialization.data(withJSONObject: refused, options: [.sortedKeys]), as: UTF8.self))
         }
-        try refuseIfGone()
-        return learned
     }
 
     /// The setting holding the removal marks the last look at `devices/` did not honour, by

@@ -53,11 +53,13 @@ struct TakenOutRows {
         return restored
     }
 
-    /// Whether the row is not here, no write of it came since, and every parent it names is
-    /// here.
+    /// Whether no write of the row as new as it is here (a row, or a tombstone), and every
+    /// parent it names is here.
     private func canComeBack(_ entry: RowEntry) throws -> Bool {
         let quoted = RowCapture.quote(entry.table)
-        if try database.scalar("SELECT count(*) FROM main.\(quoted) WHERE id = ?1", [entry.id]).intValue ?? 0 > 0 { return false }
+        // An older write of the row that arrived since (its parent here again) does not keep
+        // the newer one out: it wins here as it did where it was never taken out.
+        if let here = try database.scalar("SELECT _updated_at FROM main.\(quoted) WHERE id = ?1", [entry.id]).textValue, here >= entry.stamp { return false }
         if let tombstone = try SyncState(database: database).tombstone(table: entry.table, id: entry.id), tombstone >= entry.stamp { return false }
         for edge in (graph.parents[entry.table] ?? []) + (graph.selfEdges[entry.table] ?? []) {
             guard let value = entry.value(edge.column), !value.isNull else { continue }
