@@ -45,7 +45,7 @@ struct GetCommand: Command {
             if context.json {
                 try context.printJSON(object(id, path: path, report: report))
             } else {
-                context.line(path)
+                try context.record(bytes: [PathText.osBytes(path)], nulTerminated: false)
             }
             return 0
         }
@@ -77,7 +77,7 @@ struct GetCommand: Command {
                 if context.json {
                     context.out.write(try JSONText.render(object(outcome.file, path: held.path, report: held.report)) + "\n")
                 } else {
-                    try context.record([held.path], nulTerminated: nul)
+                    try context.record(bytes: [PathText.osBytes(held.path)], nulTerminated: nul)
                 }
             case .failure(let error):
                 if context.json {
@@ -106,6 +106,6 @@ struct GetCommand: Command {
 
     /// The JSON object of one held file.
     static func object(_ id: String, path: String, report: ReadReport) -> [String: Any] {
-        ["file": id, "path": path, "source": report.source.rawValue, "bytes_fetched": report.bytesFetched]
+        ["file": id, "path": PathText.text(PathText.osBytes(path)), "source": report.source.rawValue, "bytes_fetched": report.bytesFetched]
     }
 }
