@@ -162,6 +162,8 @@ public final class Fsck {
     var dueCache: Double?
     /// This device's own changes found damaged or missing, for the repair.
     var ownDamaged: [Int64] = []
+    /// Damage earlier runs found that this run has not checked again (Fsck/FsckKnown.swift).
+    var knownDamage: [String: FsckKnownDamage] = [:]
 
     /// Objects read at once by one batch; their times are committed together.
     static let batchSize = 64
@@ -188,6 +190,7 @@ public final class Fsck {
         let keys = device.keys
         _ = try keys.storeKey()
         try ledger.forgetUnnamedObjects()
+        try loadKnownDamage()
         if !options.fast {
             try checkSnapshots(provider: provider, keys: keys)
         }
@@ -197,6 +200,7 @@ public final class Fsck {
             try verifyObjects(given: given)
             try checkLocalBytes()
         }
+        reportKnownDamage()
         if options.repair {
             try repairObjects(provider: provider)
             try repairChanges(provider: provider, keys: keys)
@@ -232,9 +236,12 @@ public final class Fsck {
     private func checkSnapshots(provider: StorageProvider, keys: Keyring) throws {
         tell("snapshots")
         report.listings += 1
-        for info in try provider.list(prefix: "snapshots/") {
+        let listed = try provider.list(prefix: "snapshots/")
+        try forgetUnlisted(subject: "snapshot", prefix: "snapshots/", listed: Set(listed.map(\.key)))
+        for info in listed {
             try checkStop()
             guard Snapshot.parse(info.key) != nil else { continue }
+            checkedAgain(info.key)
             do {
                 let objects = try Device.snapshotObjects(provider: provider, info: info, keys: keys)
                 snapshotNamed.formUnion(objects)
@@ -332,9 +339,15 @@ public final class Fsck {
                             add(FsckProblem(subject: .object, kind: .size, key: record.object,
                                             message: "the stored object '\(record.object)' is \(info.size.counted("byte")), not \(expected) as file '\(record.file)' gives",
                                             files: []))
-                        } else if options.fast {
-                            report.objectsChecked += 1
-                            report.bytesChecked += record.size
+                        } else {
+                            // Present at its size: what an earlier listing found is mended.
+                            if let known = knownDamage[record.object], known.result == "missing" || known.result == "size" {
+                                checkedAgain(record.object)
+                            }
+                            if options.fast {
+                                report.objectsChecked += 1
+                                report.bytesChecked += record.size
+                            }
                         }
                     } else if !options.fast, try !isNamed(info.key) {
                         report.unnamed.append(info.key)
@@ -357,6 +370,7 @@ public final class Fsck {
     /// verified now, with that result.
     private func noteListedBad(_ item: StoredItem, result: FsckProblem.Kind) {
         listedBad.insert(item.object)
+        checkedAgain(item.object)
         if !options.fast {
             pending.append(.init(key: item.object, kind: "object", at: Date().timeIntervalSince1970, bytes: item.size, result: result.rawValue))
         }
@@ -412,6 +426,7 @@ public final class Fsck {
             for (item, outcome) in zip(items, outcomes) {
                 guard let outcome else { continue }  // not reached (time limit, stop)
                 report.objectsChecked += 1
+                checkedAgain(item.object)
                 switch outcome {
                 case .intact:
                     report.bytesChecked += item.size

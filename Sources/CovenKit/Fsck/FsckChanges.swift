@@ -47,6 +47,7 @@ extension Fsck {
                 after = last.key
             }
             seqs.sort()
+            try forgetUnlisted(subject: "change", prefix: prefix, listed: Set(seqs.map { ChangeObject.path(device: other, seq: UInt64($0)) }))
             var missing: [Int64] = []
             for (low, high) in zip(seqs, seqs.dropFirst()) where high > low + 1 {
                 missing += Array((low + 1)..<high)
@@ -75,9 +76,11 @@ extension Fsck {
                 // Under a time limit, a change is read when it was verified no later than the
                 // least recently verified stored object: the stalest first, whatever the kind,
                 // so neither starves the other.
-                if let due = changesDueBefore,
+                // A change an earlier run found damaged is read again every run (few, small).
+                if let due = changesDueBefore, !isKnownDamaged(path),
                    let at = Self.seconds(try device.database.scalar("SELECT verified_at FROM coven_fsck_verified WHERE key = ?1", [path])),
                    at > due { continue }
+                checkedAgain(path)
                 var result = "ok"
                 do {
                     guard let bytes = try provider.getObject(path) else {
