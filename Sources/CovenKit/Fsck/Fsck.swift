@@ -478,13 +478,20 @@ public final class Fsck {
     }
 
     /// Names the files whose stored object is damaged or missing and was not mended, and the
-    /// rows that reference them; fills in each problem's files.
+    /// rows that reference them; fills in each problem's files. A file this device still holds
+    /// a local source of (the original, coven's copy, a whole cache entry) is not lost: its
+    /// problem says `--repair` mends it from there.
     private func findLostFiles() throws {
         for index in report.problems.indices where report.problems[index].subject == .object {
             let object = report.problems[index].key
             let files = try device.database.query("SELECT id FROM coven_files WHERE object = ?1 ORDER BY id", [object]).compactMap { $0.string("id") }
             report.problems[index].files = files
             guard !report.problems[index].mended else { continue }
+            if !options.repair, let size = try device.database.scalar("SELECT min(size) FROM coven_files WHERE object = ?1", [object]).intValue,
+               let source = try sources(object: object, size: size).first {
+                report.problems[index].message += " ('coven fsck --repair' mends it from the \(source.0))"
+                continue
+            }
             for file in files {
                 report.lost.append(FsckLostFile(file: file, object: object, rows: try rows(naming: file)))
             }

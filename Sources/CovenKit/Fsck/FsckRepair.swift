@@ -29,7 +29,7 @@ extension Fsck {
 
     /// The local bytes that may hold an object's plaintext: the original or coven's copy this
     /// device records for it, then a cache entry holding every chunk.
-    private func sources(object: String, size: Int64) throws -> [(String, String)] {
+    func sources(object: String, size: Int64) throws -> [(String, String)] {
         var sources: [(String, String)] = []
         if let row = try device.database.queryOne("SELECT * FROM coven_local WHERE object = ?1", [object]) {
             sources.append((row.string("kind") == "user" ? "original" : "copy", localPath(row)))
