@@ -120,6 +120,7 @@ struct JoinCommand: Command {
                     .merging(SyncProblemsText.pulledJSON(report.pulled)) { first, _ in first },
                 "exit_code": status,
             ])
+            SyncProblemsText(device: device, context: context).write(report)
         } else {
             context.line(device.deviceID)
             for skip in skipped {

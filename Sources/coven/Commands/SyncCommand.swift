@@ -60,9 +60,12 @@ struct SyncCommand: Command {
                 ] as [String: Any]).merging(SyncProblemsText.pulledJSON(pulled)) { first, _ in first },
                 "exit_code": status,
             ])
+            problems.write(report)
         } else {
             if report.quiet {
-                context.report("nothing to do" + (report.pushed.held > 0 ? " (\(report.pushed.held.counted("write")) held by bound uploads)" : ""))
+                // Nothing moved; "nothing to do" only when nothing is stuck either (exit 0).
+                context.report((status == ExitCodes.success ? "nothing to do" : "nothing published or applied")
+                               + (report.pushed.held > 0 ? " (\(report.pushed.held.counted("write")) held by bound uploads)" : ""))
             } else {
                 var parts: [String] = []
                 // The app's rows, then coven's own file records when there are any.
