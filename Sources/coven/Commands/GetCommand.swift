@@ -22,7 +22,7 @@ struct GetCommand: Command {
     Several FILEs, or --files-from FILE (- for stdin; one id a line, or NUL-separated with -z), \
     hold many files in one run, paid per batch as fetch-kept: eight fetched at once, a batch of \
     them synced at once and recorded in one transaction before their lines are printed, one line \
-    per file in the order given (with -z each path ended by NUL). A file that cannot be held is reported on stderr on a line \
+    per file in the order given (with -z each path ended by NUL, and a failed file an empty field). A file that cannot be held is reported on stderr on a line \
     of its own ('coven: failed: CODE: message') and the others are held; when any failed, a last \
     line 'coven: error: partial: N files held, M failed' ends the run with status 10.
     """
@@ -80,6 +80,8 @@ struct GetCommand: Command {
                     try context.record(bytes: [PathText.osBytes(held.path)], nulTerminated: nul)
                 }
             case .failure(let error):
+                // Under -z the Nth field answers the Nth id: a failed one leaves an empty field.
+                if nul, !context.json { try context.record(bytes: [[]], nulTerminated: true) }
                 if context.json {
                     var object: [String: Any] = ["file": outcome.file, "error": error.code.rawValue, "message": error.message]
                     if let cause = error.cause { object["cause"] = cause }
