@@ -48,13 +48,13 @@ struct JoinCommand: Command {
         var keyStore: String?
         if let identityPath = invocation.value("identity") {
             if invocation.value("key-file") != nil { throw CovenError(.usage, "--identity and --key-file: pass one") }
-            let identity = try MemberIdentity(contentsOf: identityPath)
+            let identity = try decodingIdentity { try MemberIdentity(contentsOf: identityPath) }
             device = try Device.join(paths: DevicePaths(database: context.databasePath), storage: storage, identity: identity, name: invocation.value("name"))
         } else {
             let (text, source) = try readKeyText(invocation, context)
             if MemberIdentity.looksLikeIdentity(text) {
                 // What 'coven key export' prints in a store of members: the member's identity.
-                let identity = try MemberIdentity(text: text, source: source)
+                let identity = try decodingIdentity { try MemberIdentity(text: text, source: source) }
                 device = try Device.join(paths: DevicePaths(database: context.databasePath), storage: storage, identity: identity, name: invocation.value("name"))
             } else {
                 let key = try parseKey(text)
@@ -86,6 +86,18 @@ struct JoinCommand: Command {
                 throw CovenError(.usage, "no store key: pass --key-file FILE or pipe it on stdin", hint: "on a device of the store: coven key export")
             }
             return (String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self), "stdin")
+        }
+    }
+
+    /// An identity file join was given to read that is not one (damaged, no secret line, a
+    /// checksum that does not match) is bad data, `decoding` (6), as a bad store key is: the
+    /// command line itself was right.
+    private static func decodingIdentity(_ read: () throws -> MemberIdentity) throws -> MemberIdentity {
+        do {
+            return try read()
+        } catch var error as CovenError where error.code == .usage {
+            error.code = .decoding
+            throw error
         }
     }
 
