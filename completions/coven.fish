@@ -174,7 +174,7 @@ end
 complete -c coven -f
 
 # Commands.
-complete -c coven -n __coven_needs_command -a 'init' -d 'create a store at a storage URL and this device, its first'
+complete -c coven -n __coven_needs_command -a 'init' -d 'create a store at a storage URL, and this device as its first device'
 complete -c coven -n __coven_needs_command -a 'migrate' -d 'apply the new migrations of a manifest and record it'
 complete -c coven -n __coven_needs_command -a 'key' -d 'print the store key for joining another device'
 complete -c coven -n __coven_needs_command -a 'member' -d 'make a member\'s keys; add, remove and adopt the store\'s members'
