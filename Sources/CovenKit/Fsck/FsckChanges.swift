@@ -29,6 +29,21 @@ extension Fsck {
         }
     }
 
+    /// The seqs of `other`'s changes storage holds, in order, listed a page at a time.
+    private func listedChanges(of other: String, provider: StorageProvider) throws -> [Int64] {
+        let prefix = "changes/\(other)/"
+        var seqs: [Int64] = []
+        var after = prefix
+        while true {
+            let page = try provider.list(prefix: prefix, after: after, limit: Self.pageSize)
+            report.listings += 1
+            seqs += page.compactMap { ChangeObject.parsePath($0.key).flatMap { $0.device == other ? Int64($0.seq) : nil } }
+            guard page.count == Self.pageSize, let last = page.last else { break }
+            after = last.key
+        }
+        return seqs.sorted()
+    }
+
     func checkChanges(provider: StorageProvider, keys: Keyring) throws {
         tell("changes")
         let devices = try device.database.query("SELECT device, applied_seq, gone FROM coven_device_registry ORDER BY device")
@@ -36,18 +51,8 @@ extension Fsck {
             guard let other = row.string("device") else { continue }
             let applied = row.int("applied_seq") ?? 0
             let gone = row.int("gone") == 1
-            let prefix = "changes/\(other)/"
-            var seqs: [Int64] = []
-            var after = prefix
-            while true {
-                let page = try provider.list(prefix: prefix, after: after, limit: Self.pageSize)
-                report.listings += 1
-                seqs += page.compactMap { ChangeObject.parsePath($0.key).flatMap { $0.device == other ? Int64($0.seq) : nil } }
-                guard page.count == Self.pageSize, let last = page.last else { break }
-                after = last.key
-            }
-            seqs.sort()
-            try forgetUnlisted(subject: "change", prefix: prefix, listed: Set(seqs.map { ChangeObject.path(device: other, seq: UInt64($0)) }))
+            let seqs = try listedChanges(of: other, provider: provider)
+            try forgetUnlisted(subject: "change", prefix: "changes/\(other)/", listed: Set(seqs.map { ChangeObject.path(device: other, seq: UInt64($0)) }))
             var missing: [Int64] = []
             for (low, high) in zip(seqs, seqs.dropFirst()) where high > low + 1 {
                 missing += Array((low + 1)..<high)
