@@ -5,7 +5,7 @@
 
 # The command words.
 _coven_commands() {
-    echo 'init' 'migrate' 'key' 'member' 'members' 'circle' 'circles' 'stage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'fsck' 'join' 'snapshot' 'devices' 'device' 'storage' 'lost' 'completions' 'help'
+    echo 'init' 'migrate' 'key' 'member' 'members' 'circle' 'circles' 'stage' 'unstage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'fsck' 'join' 'snapshot' 'devices' 'device' 'storage' 'lost' 'completions' 'help'
 }
 
 # The option words of COMMAND ('' is coven itself, before any command).
@@ -20,6 +20,7 @@ _coven_options() {
         'circle') echo '--member' '--admin' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'circles') echo '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'stage') echo '--user' '--files-from' '--null' '-z' '--namespace' '-n' '--place' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'unstage') echo '--all' '--changed' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'write') echo '--param' '-p' '--each' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'sql') echo '--param' '-p' '--null-terminated' '-z' '--watch' '--until-empty' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'status') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
@@ -159,6 +160,10 @@ _coven_argument() {
             case $2 in
                 0) echo 'file' ;;
             esac ;;
+        'unstage')
+            case $2 in
+                *) echo 'none' ;;
+            esac ;;
         'write')
             case $2 in
                 0) echo 'none' ;;
@@ -232,7 +237,7 @@ _coven_argument() {
             esac ;;
         'help')
             case $2 in
-                0) echo 'choice init migrate key member members circle circles stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions' ;;
+                0) echo 'choice init migrate key member members circle circles stage unstage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions' ;;
             esac ;;
     esac
 }

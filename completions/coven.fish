@@ -174,7 +174,7 @@ end
 complete -c coven -f
 
 # Commands.
-complete -c coven -n __coven_needs_command -a 'init' -d 'create a store at a storage URL and this device, its first'
+complete -c coven -n __coven_needs_command -a 'init' -d 'create a store at a storage URL, and this device as its first device'
 complete -c coven -n __coven_needs_command -a 'migrate' -d 'apply the new migrations of a manifest and record it'
 complete -c coven -n __coven_needs_command -a 'key' -d 'print the store key for joining another device'
 complete -c coven -n __coven_needs_command -a 'member' -d 'make a member\'s keys; add, remove and adopt the store\'s members'
@@ -182,6 +182,7 @@ complete -c coven -n __coven_needs_command -a 'members' -d 'list the store\'s me
 complete -c coven -n __coven_needs_command -a 'circle' -d 'make a circle of members; add, remove and rotate its key'
 complete -c coven -n __coven_needs_command -a 'circles' -d 'list the circles this device\'s member is in'
 complete -c coven -n __coven_needs_command -a 'stage' -d 'stage app bytes or prepare a person\'s original for a write'
+complete -c coven -n __coven_needs_command -a 'unstage' -d 'take back staged files and prepared originals'
 complete -c coven -n __coven_needs_command -a 'write' -d 'run one transaction of app SQL that may put files in rows'
 complete -c coven -n __coven_needs_command -a 'sql' -d 'run read-only SQL over the app tables and coven\'s views'
 complete -c coven -n __coven_needs_command -a 'status' -d 'show the store, this device, its files, uploads and cache'
@@ -257,6 +258,10 @@ complete -c coven -n '__coven_using stage' -s 'z' -l 'null' -d 'the paths of --f
 complete -c coven -n '__coven_using stage' -s 'n' -l 'namespace' -x -d 'the declared namespace the file belongs to'
 complete -c coven -n '__coven_using stage' -l 'place' -x -a 'cloud device-only' -d 'cloud (uploaded, the default) or device-only'
 complete -c coven -n '__coven_at_argument stage 0' -F
+
+# coven unstage
+complete -c coven -n '__coven_using unstage' -l 'all' -d 'take back every staged file and prepared original'
+complete -c coven -n '__coven_using unstage' -l 'changed' -d 'take back those whose original or copy changed or went missing since'
 
 # coven write
 complete -c coven -n '__coven_using write' -s 'p' -l 'param' -x -d 'bind :NAME in the SQL to VALUE (text)'
@@ -362,4 +367,4 @@ complete -c coven -n '__coven_at_argument lost 0' -a 'restore drop'
 complete -c coven -n '__coven_at_argument completions 0' -a 'bash zsh fish'
 
 # coven help
-complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key member members circle circles stage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions'
+complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key member members circle circles stage unstage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions'

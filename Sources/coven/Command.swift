@@ -204,15 +204,36 @@ final class CommandContext {
 
     /// The text ``record(_:nulTerminated:)`` prints, for a listing built whole (`--watch`).
     static func recordText(_ fields: [String], nulTerminated: Bool) throws -> String {
-        guard nulTerminated else { return fields.joined(separator: "\t") + "\n" }
-        var text = ""
-        for field in fields {
-            guard !field.utf8.contains(0) else {
-                throw CovenError(.usage, "a value holds a NUL byte, which -z cannot print", hint: "print it with --json")
+        String(decoding: try recordBytes(fields.map { Array($0.utf8) }, nulTerminated: nulTerminated), as: UTF8.self)
+    }
+
+    /// Prints one record whose fields are bytes, as ``record(_:nulTerminated:)`` prints text:
+    /// a BLOB, or a path that is not UTF-8, goes out as the bytes it is (paths are bytes end to
+    /// end: what is printed names the file).
+    func record(bytes fields: [[UInt8]], nulTerminated: Bool) throws {
+        out.write(try Self.recordBytes(fields, nulTerminated: nulTerminated))
+    }
+
+    /// The bytes of one record: fields joined by tabs and ended by a newline, or each ended by
+    /// a NUL.
+    ///
+    /// - Throws: `.usage` under `-z` for a field holding a NUL byte.
+    static func recordBytes(_ fields: [[UInt8]], nulTerminated: Bool) throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        for (index, field) in fields.enumerated() {
+            if nulTerminated {
+                guard !field.contains(0) else {
+                    throw CovenError(.usage, "a value holds a NUL byte, which -z cannot print", hint: "print it with --json")
+                }
+                bytes += field
+                bytes.append(0)
+            } else {
+                if index > 0 { bytes.append(UInt8(ascii: "\t")) }
+                bytes += field
             }
-            text += field + "\0"
         }
-        return text
+        if !nulTerminated { bytes.append(UInt8(ascii: "\n")) }
+        return bytes
     }
 
     /// `--watch` of a listing: prints what `render` gives (its text, and whether the listing is
@@ -221,11 +242,20 @@ final class CommandContext {
     /// (under `-z` by one more NUL; `--json` text is one line already). Ends on a signal or,
     /// with `untilEmpty`, once the listing is empty (0).
     func watch(_ device: Device, untilEmpty: Bool, nulTerminated: Bool, render: () throws -> (text: String, empty: Bool)) throws -> Int32 {
+        try watch(device, untilEmpty: untilEmpty, nulTerminated: nulTerminated) {
+            let (text, empty) = try render()
+            return (Array(text.utf8), empty)
+        }
+    }
+
+    /// ``watch(_:untilEmpty:nulTerminated:render:)`` of a listing rendered as bytes (`sql -z`
+    /// of BLOBs).
+    func watch(_ device: Device, untilEmpty: Bool, nulTerminated: Bool, render: () throws -> (bytes: [UInt8], empty: Bool)) throws -> Int32 {
         let watch = try DatabaseWatch(device)
-        var last: String?
+        var last: [UInt8]?
         while true {
             let (text, empty) = try render()
-            let shown = json ? text : text + (nulTerminated ? "\0" : "\n")
+            let shown = json ? text : text + [nulTerminated ? 0 : UInt8(ascii: "\n")]
             if shown != last {
                 out.write(shown)
                 try out.flushChecked()

@@ -14,6 +14,7 @@ enum CommandRegistry {
         CircleCommand.self,
         CirclesCommand.self,
         StageCommand.self,
+        UnstageCommand.self,
         WriteCommand.self,
         SQLCommand.self,
         StatusCommand.self,

@@ -106,21 +106,28 @@ enum Parser {
     static func suggestion(for word: String, among candidates: [String]) -> String? {
         let extensions = candidates.filter { !word.isEmpty && $0.hasPrefix(word) }
         if extensions.count == 1 { return extensions[0] }
-        let scored = candidates.map { ($0, editDistance(word, $0)) }
+        // Case aside (`STATUS`), and a swap of two letters (`snyc`) counts as one edit.
+        let scored = candidates.map { ($0, editDistance(word.lowercased(), $0.lowercased())) }
         guard let best = scored.min(by: { $0.1 < $1.1 }) else { return nil }
         return best.1 <= max(1, min(word.count, best.0.count) / 3) ? best.0 : nil
     }
 
-    /// Levenshtein distance over characters.
+    /// Edit distance over characters, counting a swap of two neighbours as one edit (optimal
+    /// string alignment: the typo `snyc` is one edit from `sync`, not two).
     static func editDistance(_ a: String, _ b: String) -> Int {
         let a = Array(a), b = Array(b)
         if a.isEmpty || b.isEmpty { return max(a.count, b.count) }
+        var before = Array(0...b.count)
         var previous = Array(0...b.count)
         for i in 1...a.count {
             var current = [i] + Array(repeating: 0, count: b.count)
             for j in 1...b.count {
                 current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+                if i > 1, j > 1, a[i - 1] == b[j - 2], a[i - 2] == b[j - 1] {
+                    current[j] = min(current[j], before[j - 2] + 1)
+                }
             }
+            before = previous
             previous = current
         }
         return previous[b.count]

@@ -33,6 +33,10 @@ enum SQLInput {
             }
             var name = String(pair[..<equals])
             if let first = name.first, ":@$".contains(first) { name.removeFirst() }
+            // Two values for one name: neither is silently dropped.
+            guard parameters[name] == nil else {
+                throw CovenError(.usage, "--param '\(name)' is given twice", hint: "give each name one value")
+            }
             parameters[name] = .text(String(pair[pair.index(after: equals)...]))
         }
         return parameters

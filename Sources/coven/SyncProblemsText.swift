@@ -56,7 +56,7 @@ struct SyncProblemsText {
                  + "what it wrote after that backup and never published is gone")
         }
         for seq in pushed.republished {
-            context.note("published change \(seq) of this device again: another device reported it missing from storage or damaged")
+            note("published change \(seq) of this device again: another device reported it missing from storage or damaged")
         }
         for seq in pushed.unrecoverable {
             warn("change \(seq) of this device is damaged in storage and this device no longer holds what it published in it: the others stop there; "
@@ -90,13 +90,47 @@ struct SyncProblemsText {
             warn("device \(describe(other)) stays in the store: \(why) (only an admin's device, or a device of its own member, removes a member's device)")
         }
         for (other, seq) in pulled.waiting.sorted(by: { $0.key < $1.key }) {
-            context.note("warning: device \(describe(other))'s next change waits for change \(seq) of a device not applied here yet")
+            note("warning: device \(describe(other))'s next change waits for change \(seq) of a device not applied here yet")
+        }
+        if Self.incomplete(report) { writePartial(report) }
+    }
+
+    /// The last line of a run that stopped part way (exit 10), as a batch's: `coven: error:
+    /// partial: …` on stderr (one JSON object under `--json`), saying what stopped and that the
+    /// rest is done.
+    private func writePartial(_ report: SyncReport) {
+        let pulled = report.pulled
+        let stopped = Set(pulled.gaps.keys).union(pulled.damaged.keys).union(pulled.waiting.keys).count
+        var parts: [String] = []
+        if stopped > 0 { parts.append("the changes of \(stopped.counted("device")) stopped at a missing, damaged or waiting change") }
+        if !report.pushed.unrecoverable.isEmpty {
+            parts.append("\(report.pushed.unrecoverable.count.counted("change")) of this device cannot be published again")
+        }
+        let message = parts.joined(separator: "; ") + "; the rest is applied"
+        if context.json {
+            let object: [String: Any] = ["error": ErrorCode.partial.rawValue, "message": message, "exit_code": Int(ExitCodes.partial)]
+            context.err.write(((try? JSONText.render(object)) ?? "{\"error\":\"partial\"}") + "\n")
+        } else {
+            context.err.write("coven: error: partial: \(message)\n")
         }
     }
 
-    /// A warning on stderr, printed under `--quiet` too.
+    /// A warning on stderr, printed under `--quiet` too; under `--json` one object,
+    /// `{"warning": TEXT}`, a line.
     private func warn(_ text: String) {
-        context.err.write("coven: warning: " + text + "\n")
+        if context.json {
+            context.err.write(((try? JSONText.render(["warning": text])) ?? "{\"warning\":\"\"}") + "\n")
+        } else {
+            context.err.write("coven: warning: " + text + "\n")
+        }
+    }
+
+    /// A note for people on stderr, not under `--quiet`; under `--json` one object,
+    /// `{"note": TEXT}`, a line.
+    private func note(_ text: String) {
+        guard context.json else { return context.note(text) }
+        guard !context.quiet else { return }
+        context.err.write(((try? JSONText.render(["note": text])) ?? "{\"note\":\"\"}") + "\n")
     }
 }
 

@@ -179,6 +179,10 @@ final class ParserTests: XCTestCase {
         XCTAssertEqual(Parser.suggestion(for: "complet", among: ["completions", "cat"]), "completions")
         XCTAssertNil(Parser.suggestion(for: "s", among: ["status", "stage"]), "an ambiguous prefix suggests nothing")
         XCTAssertNil(Parser.suggestion(for: "zzzzzz", among: ["status"]))
+        XCTAssertEqual(Parser.suggestion(for: "snyc", among: ["sync", "sql", "stage"]), "sync", "a swap of two letters is one edit")
+        XCTAssertEqual(Parser.suggestion(for: "SYNC", among: ["sync", "sql"]), "sync", "case aside")
+        XCTAssertEqual(Parser.editDistance("ab", "ba"), 1)
+        XCTAssertEqual(Parser.editDistance("abc", "ca"), 3)
         XCTAssertEqual(Parser.alternatives(["a"]), "'a'")
         XCTAssertEqual(Parser.alternatives(["a", "b", "c"]), "'a', 'b' or 'c'")
     }

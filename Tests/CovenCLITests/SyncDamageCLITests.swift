@@ -67,6 +67,17 @@ final class SyncDamageCLITests: XCTestCase {
         let asJSON = try coven(["sync", "--json"], db: "b")
         XCTAssertEqual(asJSON.status, 10)
         XCTAssertEqual((try json(asJSON)["pulled"] as? [String: Any])?["gaps"] as? [String: Int], [a: 2])
+        // Issue 35 item 8: the warnings go to stderr under --json too, one object a line, and
+        // the run ends with the partial error, as a batch's.
+        let lines = try asJSON.stderrText.split(separator: "\n").map { line in
+            try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], String(line))
+        }
+        XCTAssertTrue(lines.contains { ($0["warning"] as? String)?.contains("change 2 of device 'a' (\(a)) is missing from storage") ?? false }, asJSON.stderrText)
+        XCTAssertEqual(lines.last?["error"] as? String, "partial", asJSON.stderrText)
+        XCTAssertEqual(lines.last?["exit_code"] as? Int, 10, asJSON.stderrText)
+        XCTAssertTrue(sync.stderrText.hasSuffix("coven: error: partial: the changes of 1 device stopped at a missing, damaged or waiting change; the rest is applied\n"), sync.stderrText)
+        // Nothing moved, but something is stuck: not "nothing to do".
+        XCTAssertEqual(try coven(["sync"], db: "b").stdoutText, "nothing published or applied\n")
         let status = try json(try coven(["status", "--json"], db: "b"))
         let problems = try XCTUnwrap((status["sync"] as? [String: Any])?["problems"] as? [[String: Any]])
         XCTAssertEqual(problems.map { "\($0["device"] ?? "") \($0["seq"] ?? "") \($0["kind"] ?? "")" }, ["\(a) 2 gap"])
@@ -76,6 +87,7 @@ final class SyncDamageCLITests: XCTestCase {
         let joined = try join("c")
         XCTAssertEqual(joined.status, 10, joined.stderrText)
         XCTAssertTrue(joined.stderrText.contains("change 2 of device 'a' (\(a)) is missing from storage"), joined.stderrText)
+        XCTAssertTrue(joined.stderrText.hasSuffix("coven: error: partial: the changes of 1 device stopped at a missing, damaged or waiting change; the rest is applied\n"), joined.stderrText)
         // a publishes it again at its next sync; the others go on.
         let republished = try coven(["sync"], db: "a")
         XCTAssertTrue(republished.stderrText.contains("published change 2 of this device again"), republished.stderrText)

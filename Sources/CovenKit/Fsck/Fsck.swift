@@ -159,7 +159,11 @@ public final class Fsck {
     private var snapshotNamed: Set<String> = []
     /// Verifications waiting for their batch's commit.
     var pending: [FsckLedger.Entry] = []
-    private var dueCache: Double?
+    var dueCache: Double?
+    /// This device's own changes found damaged or missing, for the repair.
+    var ownDamaged: [Int64] = []
+    /// Damage earlier runs found that this run has not checked again (Fsck/FsckKnown.swift).
+    var knownDamage: [String: FsckKnownDamage] = [:]
 
     /// Objects read at once by one batch; their times are committed together.
     static let batchSize = 64
@@ -186,6 +190,7 @@ public final class Fsck {
         let keys = device.keys
         _ = try keys.storeKey()
         try ledger.forgetUnnamedObjects()
+        try loadKnownDamage()
         if !options.fast {
             try checkSnapshots(provider: provider, keys: keys)
         }
@@ -195,6 +200,7 @@ public final class Fsck {
             try verifyObjects(given: given)
             try checkLocalBytes()
         }
+        reportKnownDamage()
         if options.repair {
             try repairObjects(provider: provider)
             try repairChanges(provider: provider, keys: keys)
@@ -230,9 +236,12 @@ public final class Fsck {
     private func checkSnapshots(provider: StorageProvider, keys: Keyring) throws {
         tell("snapshots")
         report.listings += 1
-        for info in try provider.list(prefix: "snapshots/") {
+        let listed = try provider.list(prefix: "snapshots/")
+        try forgetUnlisted(subject: "snapshot", prefix: "snapshots/", listed: Set(listed.map(\.key)))
+        for info in listed {
             try checkStop()
             guard Snapshot.parse(info.key) != nil else { continue }
+            checkedAgain(info.key)
             do {
                 let objects = try Device.snapshotObjects(provider: provider, info: info, keys: keys)
                 snapshotNamed.formUnion(objects)
@@ -246,150 +255,6 @@ public final class Fsck {
         }
         try ledger.record(pending)
         pending.removeAll()
-    }
-
-    // MARK: Changes
-
-    /// This device's own changes found damaged or missing, for the repair.
-    private var ownDamaged: [Int64] = []
-
-    /// Under a time limit: when the least recently verified stored object was verified (0 when
-    /// one never was); changes verified since are not read again this run.
-    private var changesDueBefore: Double? {
-        guard options.timeLimit != nil || options.maxObjects != nil else { return nil }
-        if let dueCache { return dueCache }
-        let oldest = (try? device.database.scalar("""
-            SELECT min(coalesce(v.verified_at, 0)) FROM coven_files AS f
-            LEFT JOIN coven_fsck_verified AS v ON v.key = f.object WHERE f.place = 'stored'
-            """)).flatMap(Self.seconds) ?? 0
-        dueCache = oldest
-        return oldest
-    }
-
-    /// A time of `coven_fsck_verified` (REAL), or nil for NULL.
-    static func seconds(_ value: SQLValue) -> Double? {
-        switch value {
-        case .real(let seconds): return seconds
-        case .integer(let seconds): return Double(seconds)
-        default: return nil
-        }
-    }
-
-    private func checkChanges(provider: StorageProvider, keys: Keyring) throws {
-        tell("changes")
-        let devices = try device.database.query("SELECT device, applied_seq, gone FROM coven_device_registry ORDER BY device")
-        for row in devices {
-            guard let other = row.string("device") else { continue }
-            let applied = row.int("applied_seq") ?? 0
-            let gone = row.int("gone") == 1
-            let prefix = "changes/\(other)/"
-            var seqs: [Int64] = []
-            var after = prefix
-            while true {
-                let page = try provider.list(prefix: prefix, after: after, limit: Self.pageSize)
-                report.listings += 1
-                seqs += page.compactMap { ChangeObject.parsePath($0.key).flatMap { $0.device == other ? Int64($0.seq) : nil } }
-                guard page.count == Self.pageSize, let last = page.last else { break }
-                after = last.key
-            }
-            seqs.sort()
-            var missing: [Int64] = []
-            for (low, high) in zip(seqs, seqs.dropFirst()) where high > low + 1 {
-                missing += Array((low + 1)..<high)
-            }
-            // gc keeps the latest change of every live device: storage holds up to what was
-            // applied (published, for this device) here.
-            if !gone, applied > (seqs.last ?? 0) {
-                missing += Array(((seqs.last ?? 0) + 1)...applied)
-            }
-            for seq in missing {
-                let path = ChangeObject.path(device: other, seq: UInt64(seq))
-                add(FsckProblem(subject: .change, kind: .missing, key: path,
-                                message: "change \(seq) of device \(other) is missing from storage", files: []))
-                if other == device.deviceID { ownDamaged.append(seq) }
-            }
-            guard !options.fast else { continue }
-            let publicKey: DevicePublicKey
-            do {
-                publicKey = try other == device.deviceID ? device.keys.signingKey().publicKey : device.keys.publicKey(of: other)
-            } catch let error as CovenError where error.code == .integrity {
-                continue  // a device that never registered a key published nothing this device can check
-            }
-            for seq in seqs {
-                try checkStop()
-                if pastDeadline { report.complete = false; break }
-                let path = ChangeObject.path(device: other, seq: UInt64(seq))
-                // Under a time limit, a change is read when it was verified no later than the
-                // least recently verified stored object: the stalest first, whatever the kind,
-                // so neither starves the other.
-                if let due = changesDueBefore,
-                   let at = Self.seconds(try device.database.scalar("SELECT verified_at FROM coven_fsck_verified WHERE key = ?1", [path])),
-                   at > due { continue }
-                var result = "ok"
-                do {
-                    guard let bytes = try provider.getObject(path) else {
-                        throw CovenError(.missing, "gone while checked", details: ["key": path])
-                    }
-                    let change = try ChangeObject.open(bytes, path: path, storeKey: try keys.storeKey(), publicKey: publicKey, storeID: device.storeID)
-                    if other == device.deviceID, let why = try ownDifference(change, seq: seq) {
-                        result = "differs"
-                        add(FsckProblem(subject: .change, kind: .differs, key: path,
-                                        message: "this device's change \(seq) is not what it recorded publishing: \(why)", files: []))
-                    }
-                } catch let error as CovenError where [.integrity, .decoding, .missing, .updateRequired].contains(error.code) {
-                    result = error.code == .missing ? "missing" : "damaged"
-                    add(FsckProblem(subject: .change, kind: error.code == .missing ? .missing : .damaged, key: path,
-                                    message: "change \(seq) of device \(other) fails its checks: \(error.message)", files: []))
-                    if other == device.deviceID { ownDamaged.append(seq) }
-                }
-                report.changesChecked += 1
-                pending.append(.init(key: path, kind: "change", at: Date().timeIntervalSince1970, bytes: 0, result: result))
-                if pending.count >= Self.batchSize {
-                    try ledger.record(pending)
-                    pending.removeAll()
-                }
-            }
-            try ledger.record(pending)
-            pending.removeAll()
-        }
-    }
-
-    /// How one of this device's own changes differs from what `coven_sync_log` recorded of its
-    /// publishing (the frontier it carried, its newest stamp), or nil when it does not (or
-    /// nothing was recorded: a database older than the change, which sync catches up with).
-    private func ownDifference(_ change: ChangeObject, seq: Int64) throws -> String? {
-        guard let row = try device.database.queryOne("SELECT max_stamp, frontier FROM coven_sync_log WHERE device = ?1 AND seq = ?2",
-                                                     [device.deviceID, seq]) else { return nil }
-        let recorded = Frontier.parse(row.string("frontier") ?? "{}").filter { $0.value > 0 }
-        let carried = change.frontier.mapValues { Int64($0) }.filter { $0.value > 0 }
-        if recorded != carried { return "it carries another frontier" }
-        let newest = row.string("max_stamp") ?? ""
-        if let late = change.entries.first(where: { $0.stamp > newest }) {
-            return "it holds a write stamped \(late.stamp), after the newest recorded (\(newest))"
-        }
-        return nil
-    }
-
-    /// Publishes this device's damaged or missing changes again, through ``ChangeDamage``.
-    private func repairChanges(provider: StorageProvider, keys: Keyring) throws {
-        guard !ownDamaged.isEmpty else { return }
-        tell("repair")
-        let damage = ChangeDamage(device: device)
-        for seq in ownDamaged { try damage.noteReport(seq: seq) }
-        let (republished, _) = try damage.republish(provider: provider, keys: keys)
-        let publicKey = try device.keys.signingKey().publicKey
-        for seq in republished {
-            let path = ChangeObject.path(device: device.deviceID, seq: UInt64(seq))
-            // Checked again before it counts as mended.
-            guard let bytes = try provider.getObject(path),
-                  (try? ChangeObject.open(bytes, path: path, storeKey: try keys.storeKey(), publicKey: publicKey, storeID: device.storeID)) != nil
-            else { continue }
-            for index in report.problems.indices where report.problems[index].subject == .change && report.problems[index].key == path {
-                report.problems[index].mended = true
-                report.problems[index].mendedFrom = "republished"
-            }
-            try ledger.record([.init(key: path, kind: "change", at: Date().timeIntervalSince1970, bytes: 0, result: "ok")])
-        }
     }
 
     // MARK: Listings
@@ -474,9 +339,15 @@ public final class Fsck {
                             add(FsckProblem(subject: .object, kind: .size, key: record.object,
                                             message: "the stored object '\(record.object)' is \(info.size.counted("byte")), not \(expected) as file '\(record.file)' gives",
                                             files: []))
-                        } else if options.fast {
-                            report.objectsChecked += 1
-                            report.bytesChecked += record.size
+                        } else {
+                            // Present at its size: what an earlier listing found is mended.
+                            if let known = knownDamage[record.object], known.result == "missing" || known.result == "size" {
+                                checkedAgain(record.object)
+                            }
+                            if options.fast {
+                                report.objectsChecked += 1
+                                report.bytesChecked += record.size
+                            }
                         }
                     } else if !options.fast, try !isNamed(info.key) {
                         report.unnamed.append(info.key)
@@ -499,6 +370,7 @@ public final class Fsck {
     /// verified now, with that result.
     private func noteListedBad(_ item: StoredItem, result: FsckProblem.Kind) {
         listedBad.insert(item.object)
+        checkedAgain(item.object)
         if !options.fast {
             pending.append(.init(key: item.object, kind: "object", at: Date().timeIntervalSince1970, bytes: item.size, result: result.rawValue))
         }
@@ -554,6 +426,7 @@ public final class Fsck {
             for (item, outcome) in zip(items, outcomes) {
                 guard let outcome else { continue }  // not reached (time limit, stop)
                 report.objectsChecked += 1
+                checkedAgain(item.object)
                 switch outcome {
                 case .intact:
                     report.bytesChecked += item.size
@@ -602,33 +475,6 @@ public final class Fsck {
                 """, [started.timeIntervalSince1970]).intValue ?? 0)
             if report.remaining > 0 { report.complete = false }
         }
-    }
-
-    /// Names the files whose stored object is damaged or missing and was not mended, and the
-    /// rows that reference them; fills in each problem's files.
-    private func findLostFiles() throws {
-        for index in report.problems.indices where report.problems[index].subject == .object {
-            let object = report.problems[index].key
-            let files = try device.database.query("SELECT id FROM coven_files WHERE object = ?1 ORDER BY id", [object]).compactMap { $0.string("id") }
-            report.problems[index].files = files
-            guard !report.problems[index].mended else { continue }
-            for file in files {
-                report.lost.append(FsckLostFile(file: file, object: object, rows: try rows(naming: file)))
-            }
-        }
-    }
-
-    /// `table/id` of every row of the app's tables whose file columns name `file`.
-    func rows(naming file: String) throws -> [String] {
-        var rows: [String] = []
-        for table in device.manifest.tables where !table.files.isEmpty {
-            for column in table.files {
-                let ids = try device.database.query(
-                    "SELECT id FROM main.\(RowCapture.quote(table.name)) WHERE \(RowCapture.quote(column.column)) = ?1 ORDER BY id", [file])
-                rows += ids.compactMap { $0.string("id") }.map { "\(table.name)/\($0)" }
-            }
-        }
-        return rows
     }
 }
 

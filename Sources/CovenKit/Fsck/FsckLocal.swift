@@ -30,7 +30,12 @@ extension Fsck {
         }
         for row in try device.database.query("SELECT * FROM coven_staged ORDER BY id") {
             try checkStop()
+            let before = report.problems.count
             try checkLocal(row, subject: row.string("kind") == "user" ? .original : .staged, files: [])
+            // Staged, not put: nothing but taking it back ends the problem.
+            if report.problems.count > before, let id = row.string("id") {
+                report.problems[before].message += " ('coven unstage \(id)' takes it back)"
+            }
         }
         for row in try device.database.query("SELECT object, size, chunks FROM coven_cache ORDER BY object") {
             try checkStop()

@@ -4,6 +4,40 @@ import Foundation
 // MARK: - Mending stored objects
 
 extension Fsck {
+    /// Names the files whose stored object is damaged or missing and was not mended, and the
+    /// rows that reference them; fills in each problem's files. A file this device still holds
+    /// a local source of (the original, coven's copy, a whole cache entry) is not lost: its
+    /// problem says `--repair` mends it from there.
+    func findLostFiles() throws {
+        for index in report.problems.indices where report.problems[index].subject == .object {
+            let object = report.problems[index].key
+            let files = try device.database.query("SELECT id FROM coven_files WHERE object = ?1 ORDER BY id", [object]).compactMap { $0.string("id") }
+            report.problems[index].files = files
+            guard !report.problems[index].mended else { continue }
+            if !options.repair, let size = try device.database.scalar("SELECT min(size) FROM coven_files WHERE object = ?1", [object]).intValue,
+               let source = try sources(object: object, size: size).first {
+                report.problems[index].message += " ('coven fsck --repair' mends it from the \(source.0))"
+                continue
+            }
+            for file in files {
+                report.lost.append(FsckLostFile(file: file, object: object, rows: try rows(naming: file)))
+            }
+        }
+    }
+
+    /// `table/id` of every row of the app's tables whose file columns name `file`.
+    func rows(naming file: String) throws -> [String] {
+        var rows: [String] = []
+        for table in device.manifest.tables where !table.files.isEmpty {
+            for column in table.files {
+                let ids = try device.database.query(
+                    "SELECT id FROM main.\(RowCapture.quote(table.name)) WHERE \(RowCapture.quote(column.column)) = ?1 ORDER BY id", [file])
+                rows += ids.compactMap { $0.string("id") }.map { "\(table.name)/\($0)" }
+            }
+        }
+        return rows
+    }
+
     /// Mends each stored object found damaged or missing from a local source whose SHA-256 is
     /// the record's: sealed again under the file's key (deterministic: the object comes back
     /// byte for byte), stored in its place atomically, then read and checked again.
@@ -29,7 +63,7 @@ extension Fsck {
 
     /// The local bytes that may hold an object's plaintext: the original or coven's copy this
     /// device records for it, then a cache entry holding every chunk.
-    private func sources(object: String, size: Int64) throws -> [(String, String)] {
+    func sources(object: String, size: Int64) throws -> [(String, String)] {
         var sources: [(String, String)] = []
         if let row = try device.database.queryOne("SELECT * FROM coven_local WHERE object = ?1", [object]) {
             sources.append((row.string("kind") == "user" ? "original" : "copy", localPath(row)))

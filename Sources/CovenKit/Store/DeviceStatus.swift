@@ -36,6 +36,8 @@ public struct DeviceStatus: Sendable {
     public var outbox: Int64 = 0
     public var cache: CacheSummary
     public var sync = SyncSummary()
+    /// The damage `coven fsck` found that no run has found whole or mended since.
+    public var fsckDamage: [FsckKnownDamage] = []
 }
 
 /// Sync at a glance: the last push and pull, what waits to be published, the lost values.
@@ -159,6 +161,7 @@ extension Device {
         status.sync.keyUnavailable = try StoreSync(self).keyUnavailable()
         status.sync.unreadSections = try CircleSections(database: database).unread().sections
         status.sync.keyChainsBehind = try ChainLosses(device: self).all()
+        status.fsckDamage = try knownFsckDamage()
         status.sync.goneDevices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1 AND gone = 1", [deviceID])
         return status
     }

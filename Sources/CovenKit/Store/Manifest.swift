@@ -200,12 +200,13 @@ extension Manifest {
 
     /// Reads and parses the manifest file at `path`.
     ///
-    /// - Throws: `.manifest` when the file cannot be read (with the system's reason) or is not
-    ///   a valid manifest.
+    /// - Throws: `.io` when the file cannot be read (missing, a folder, not a regular file:
+    ///   with the system's reason), as any local read that fails; `.manifest` when what it
+    ///   holds is not a valid manifest.
     public init(contentsOf path: String) throws {
         let display = PathText.display(path)
         func unreadable(_ code: Int32) -> CovenError {
-            CovenError(.manifest, "cannot read manifest '\(display)'", cause: String(cString: strerror(code)), details: ["path": display])
+            CovenError(.io, "cannot read manifest '\(display)'", cause: String(cString: strerror(code)), details: ["path": display])
         }
         // Non-blocking: a FIFO given as the manifest is refused, not waited on.
         let fd = PathText.withCString(path) { open($0, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
@@ -215,7 +216,7 @@ extension Manifest {
         guard fstat(fd, &info) == 0 else { throw unreadable(errno) }
         guard (info.st_mode & S_IFMT) == S_IFREG else {
             if (info.st_mode & S_IFMT) == S_IFDIR { throw unreadable(EISDIR) }
-            throw CovenError(.manifest, "cannot read manifest '\(display)'", cause: "not a regular file", details: ["path": display])
+            throw CovenError(.io, "cannot read manifest '\(display)'", cause: "not a regular file", details: ["path": display])
         }
         // A manifest is a small document; refuse anything absurd rather than read it whole.
         guard info.st_size <= 16 << 20 else { throw CovenError(.manifest, "manifest '\(display)' is larger than 16 MiB", details: ["path": display]) }

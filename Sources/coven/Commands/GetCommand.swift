@@ -22,7 +22,7 @@ struct GetCommand: Command {
     Several FILEs, or --files-from FILE (- for stdin; one id a line, or NUL-separated with -z), \
     hold many files in one run, paid per batch as fetch-kept: eight fetched at once, a batch of \
     them synced at once and recorded in one transaction before their lines are printed, one line \
-    per file in the order given (with -z each path ended by NUL). A file that cannot be held is reported on stderr on a line \
+    per file in the order given (with -z each path ended by NUL, and a failed file an empty field). A file that cannot be held is reported on stderr on a line \
     of its own ('coven: failed: CODE: message') and the others are held; when any failed, a last \
     line 'coven: error: partial: N files held, M failed' ends the run with status 10.
     """
@@ -45,7 +45,7 @@ struct GetCommand: Command {
             if context.json {
                 try context.printJSON(object(id, path: path, report: report))
             } else {
-                context.line(path)
+                try context.record(bytes: [PathText.osBytes(path)], nulTerminated: false)
             }
             return 0
         }
@@ -77,9 +77,11 @@ struct GetCommand: Command {
                 if context.json {
                     context.out.write(try JSONText.render(object(outcome.file, path: held.path, report: held.report)) + "\n")
                 } else {
-                    try context.record([held.path], nulTerminated: nul)
+                    try context.record(bytes: [PathText.osBytes(held.path)], nulTerminated: nul)
                 }
             case .failure(let error):
+                // Under -z the Nth field answers the Nth id: a failed one leaves an empty field.
+                if nul, !context.json { try context.record(bytes: [[]], nulTerminated: true) }
                 if context.json {
                     var object: [String: Any] = ["file": outcome.file, "error": error.code.rawValue, "message": error.message]
                     if let cause = error.cause { object["cause"] = cause }
@@ -106,6 +108,6 @@ struct GetCommand: Command {
 
     /// The JSON object of one held file.
     static func object(_ id: String, path: String, report: ReadReport) -> [String: Any] {
-        ["file": id, "path": path, "source": report.source.rawValue, "bytes_fetched": report.bytesFetched]
+        ["file": id, "path": PathText.text(PathText.osBytes(path)), "source": report.source.rawValue, "bytes_fetched": report.bytesFetched]
     }
 }

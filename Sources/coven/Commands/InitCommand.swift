@@ -4,7 +4,7 @@ import Foundation
 /// `coven init`: create a store and this device.
 struct InitCommand: Command {
     static let name = "init"
-    static let abstract = "create a store at a storage URL and this device, its first"
+    static let abstract = "create a store at a storage URL, and this device as its first device"
     static let synopsis = ["--storage URL --manifest FILE [--name NAME] [--member NAME | --no-member]"]
     static let discussion = """
     Creates the store (store.json at the storage, a random store id and a random 256-bit store \

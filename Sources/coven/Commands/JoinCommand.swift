@@ -48,13 +48,13 @@ struct JoinCommand: Command {
         var keyStore: String?
         if let identityPath = invocation.value("identity") {
             if invocation.value("key-file") != nil { throw CovenError(.usage, "--identity and --key-file: pass one") }
-            let identity = try MemberIdentity(contentsOf: identityPath)
+            let identity = try decodingIdentity { try MemberIdentity(contentsOf: identityPath) }
             device = try Device.join(paths: DevicePaths(database: context.databasePath), storage: storage, identity: identity, name: invocation.value("name"))
         } else {
             let (text, source) = try readKeyText(invocation, context)
             if MemberIdentity.looksLikeIdentity(text) {
                 // What 'coven key export' prints in a store of members: the member's identity.
-                let identity = try MemberIdentity(text: text, source: source)
+                let identity = try decodingIdentity { try MemberIdentity(text: text, source: source) }
                 device = try Device.join(paths: DevicePaths(database: context.databasePath), storage: storage, identity: identity, name: invocation.value("name"))
             } else {
                 let key = try parseKey(text)
@@ -89,6 +89,18 @@ struct JoinCommand: Command {
         }
     }
 
+    /// An identity file join was given to read that is not one (damaged, no secret line, a
+    /// checksum that does not match) is bad data, `decoding` (6), as a bad store key is: the
+    /// command line itself was right.
+    private static func decodingIdentity(_ read: () throws -> MemberIdentity) throws -> MemberIdentity {
+        do {
+            return try read()
+        } catch var error as CovenError where error.code == .usage {
+            error.code = .decoding
+            throw error
+        }
+    }
+
     /// Pulls what the device's snapshot does not hold, and prints the report.
     private static func pull(_ device: Device, storage: StorageLocation, _ context: CommandContext) throws -> Int32 {
         // The pull may replay a long history: a line of progress on a terminal, as sync shows.
@@ -120,6 +132,7 @@ struct JoinCommand: Command {
                     .merging(SyncProblemsText.pulledJSON(report.pulled)) { first, _ in first },
                 "exit_code": status,
             ])
+            SyncProblemsText(device: device, context: context).write(report)
         } else {
             context.line(device.deviceID)
             for skip in skipped {

@@ -53,7 +53,7 @@ struct SQLCommand: Command {
                 if context.json {
                     objects.append(jsonObject(row))
                 } else {
-                    try context.record(zero ? row.values.map(text) : row.values.map(escapedText), nulTerminated: zero)
+                    try context.record(bytes: fields(row, zero: zero), nulTerminated: zero)
                     try context.out.check()
                 }
             }
@@ -78,9 +78,19 @@ struct SQLCommand: Command {
         try context.watch(device, untilEmpty: untilEmpty, nulTerminated: zero) {
             var rows: [Row] = []
             try query(&rows)
-            if context.json { return (try JSONText.render(rows.map(jsonObject)) + "\n", rows.isEmpty) }
-            let listing = try rows.map { try CommandContext.recordText(zero ? $0.values.map(text) : $0.values.map(escapedText), nulTerminated: zero) }.joined()
+            if context.json { return (Array((try JSONText.render(rows.map(jsonObject)) + "\n").utf8), rows.isEmpty) }
+            let listing = try rows.flatMap { try CommandContext.recordBytes(fields($0, zero: zero), nulTerminated: zero) }
             return (listing, rows.isEmpty)
+        }
+    }
+
+    /// A row's fields as printed: escaped text on a line, or under `-z` each value as it is
+    /// (a BLOB's own bytes, never `\xNN`).
+    static func fields(_ row: Row, zero: Bool) -> [[UInt8]] {
+        guard zero else { return row.values.map { Array(escapedText($0).utf8) } }
+        return row.values.map { value in
+            if case .blob(let bytes) = value { return bytes }
+            return Array(text(value).utf8)
         }
     }
 

@@ -58,6 +58,10 @@ struct StatusCommand: Command {
             lines.append("sync     stopped at change \(problem.seq) of device \(problem.device): "
                          + (problem.kind == .gap ? "missing from storage" : "damaged in storage, reported to that device") + " ('coven sync' says more)")
         }
+        if let oldest = s.fsckDamage.first {
+            lines.append("fsck     \(s.fsckDamage.count.counted("problem")) found and not mended since (the first at \(Timestamp.iso8601(oldest.foundAt))): "
+                         + "'coven fsck' lists them, 'coven fsck --repair' mends what a local copy holds")
+        }
         lines.forEach(context.line)
         return 0
     }
@@ -94,6 +98,9 @@ struct StatusCommand: Command {
                     return item
                 },
             ] as [String: Any],
+            "fsck": [
+                "damage": s.fsckDamage.map { ["key": $0.key, "subject": $0.subject, "result": $0.result, "found_at": Timestamp.iso8601($0.foundAt)] },
+            ],
             "file_cache": [
                 "budget": s.cache.budget.map { $0 as Any } ?? NSNull(),
                 "budget_is_default": s.cache.budgetIsDefault,

@@ -60,11 +60,15 @@ struct SyncCommand: Command {
                 ] as [String: Any]).merging(SyncProblemsText.pulledJSON(pulled)) { first, _ in first },
                 "exit_code": status,
             ])
+            problems.write(report)
         } else {
             if report.quiet {
-                // A stream waiting for a key is not "nothing to do": changes are there, unread.
+                // Nothing moved: a stream waiting for a key is not "nothing to do" (changes are
+                // there, unread), nor is one stopped at damage (exit 10).
                 let waits = pulled.keyUnavailable.count
-                context.report((waits > 0 ? "nothing applied: the changes of \(waits.counted("device")) wait for a key generation this device has not read yet" : "nothing to do")
+                let quiet = waits > 0 ? "nothing applied: the changes of \(waits.counted("device")) wait for a key generation this device has not read yet"
+                    : status == ExitCodes.success ? "nothing to do" : "nothing published or applied"
+                context.report(quiet
                                + (report.pushed.held > 0 ? " (\(report.pushed.held.counted("write")) held by bound uploads)" : ""))
             } else {
                 var parts: [String] = []

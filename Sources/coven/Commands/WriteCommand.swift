@@ -170,7 +170,14 @@ final class JSONLineReader {
                 throw CovenError(.usage, "line \(line) of \(name) is not a JSON object", hint: "give one JSON object a line, as 'coven stage --files-from --json' prints", details: ["line": String(line)])
             }
             var parameters = base
-            for (key, value) in dictionary { parameters[key] = Self.value(value) }
+            for (key, value) in dictionary.sorted(by: { $0.key < $1.key }) {
+                // SQLite's text stops at a NUL: a value holding one would be cut short, silently.
+                if key.utf8.contains(0) || ((value as? String)?.utf8.contains(0) ?? false) {
+                    throw CovenError(.usage, "line \(line) of \(name): the value of '\(key.replacingOccurrences(of: "\0", with: "\\u0000"))' holds a NUL character (\\u0000), which a text value cannot carry",
+                                     hint: "nothing was written; pass such bytes as hex text", details: ["line": String(line), "key": key])
+                }
+                parameters[key] = Self.value(value)
+            }
             return (line, parameters)
         }
         return nil

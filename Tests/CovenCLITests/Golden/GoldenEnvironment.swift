@@ -68,9 +68,16 @@ struct GoldenNormalizer {
     /// The case's own rules, applied after the global ones.
     var caseRules: [Rule] = []
 
-    /// `bytes` normalized; output that is not UTF-8 is compared as it is.
+    /// `bytes` normalized; in output that is not UTF-8 (a path's own bytes) only the folder's
+    /// paths are replaced, byte for byte.
     func apply(_ bytes: [UInt8]) -> [UInt8] {
-        guard var text = String(validating: bytes, as: UTF8.self) else { return bytes }
+        guard var text = String(validating: bytes, as: UTF8.self) else {
+            var out = bytes
+            for path in workPaths.sorted(by: { $0.count > $1.count }) where !path.isEmpty {
+                out = Self.replacing(Array(path.utf8), with: Array("$WORK".utf8), in: out)
+            }
+            return out
+        }
         for path in workPaths.sorted(by: { $0.count > $1.count }) where !path.isEmpty {
             text = text.replacingOccurrences(of: path, with: "$WORK")
         }
@@ -79,6 +86,22 @@ struct GoldenNormalizer {
             text = rule.pattern.stringByReplacingMatches(in: text, range: range, withTemplate: rule.template)
         }
         return Array(text.utf8)
+    }
+
+    /// `bytes` with every occurrence of `old` replaced by `new`.
+    static func replacing(_ old: [UInt8], with new: [UInt8], in bytes: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        var index = 0
+        while index < bytes.count {
+            if index + old.count <= bytes.count, bytes[index..<index + old.count].elementsEqual(old) {
+                out += new
+                index += old.count
+            } else {
+                out.append(bytes[index])
+                index += 1
+            }
+        }
+        return out
     }
 
     /// A rule from a pattern known to compile.

@@ -183,6 +183,33 @@ class FsckTests: FsckTestCase {
         XCTAssertEqual(try fsck(device).changesChecked, changes, "a run without a limit reads every change")
     }
 
+    /// Issue 35 item 4: damage a run found counts in the runs under a limit that do not verify
+    /// that object again (their exit status, `status`), until a run finds it whole.
+    func testKnownDamageCountsInEveryRunUntilFoundWhole() throws {
+        let device = try makeDevice()
+        let stored = try storeFiles(device, count: 3)
+        let p = try provider(device)
+        let intact = try read(device, stored[0].object)
+        var flipped = intact
+        flipped[100] ^= 0x01
+        try p.put(stored[0].object, data: flipped)
+        XCTAssertEqual(try fsck(device).problems.map(\.key), [stored[0].object])
+        // The damaged object verified last of the three, so a run of one object takes another.
+        try device.database.run("UPDATE coven_fsck_verified SET verified_at = verified_at - 1 WHERE key <> ?1", [stored[0].object])
+        for fast in [false, true] {
+            let report = try fsck(device) { $0.maxObjects = 1; $0.fast = fast }
+            XCTAssertEqual(report.problems.map(\.key), [stored[0].object], "fast: \(fast)")
+            XCTAssertEqual(report.problems.first?.kind, .damaged)
+            XCTAssertTrue(report.problems.first?.message.contains("not verified again since") ?? false)
+            XCTAssertEqual(report.lost.map(\.file), [stored[0].file])
+        }
+        XCTAssertEqual(try device.knownFsckDamage().map(\.key), [stored[0].object])
+        try p.put(stored[0].object, data: intact)
+        XCTAssertEqual(try fsck(device).problems, [])
+        XCTAssertEqual(try fsck(device) { $0.maxObjects = 1 }.problems, [])
+        XCTAssertEqual(try device.knownFsckDamage(), [])
+    }
+
     /// A run stopped part way keeps what it verified (committed batch by batch); the next takes
     /// the rest first.
     func testAStoppedRunResumesWhereItStopped() throws {

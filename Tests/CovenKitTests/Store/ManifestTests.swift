@@ -163,7 +163,7 @@ final class ManifestTests: XCTestCase {
                 _ = try Manifest(contentsOf: path)
                 XCTFail("read \(path)")
             } catch let error as CovenError {
-                XCTAssertEqual(error.code, .manifest)
+                XCTAssertEqual(error.code, .io, "a file that cannot be read is a local read that failed, not a bad manifest")
                 XCTAssertEqual(error.message, "cannot read manifest '\(path)'")
                 XCTAssertEqual(error.cause, reason)
             }
