@@ -85,10 +85,3 @@ public struct FsckKnownDamage: Sendable, Equatable {
     /// When the run that found it verified it.
     public var foundAt: Date
 }
-
-extension Device {
-    /// The damage `coven fsck` found that no run has found whole or mended since (reads only).
-    public func knownFsckDamage() throws -> [FsckKnownDamage] {
-        try FsckLedger(database: database).knownDamage()
-    }
-}

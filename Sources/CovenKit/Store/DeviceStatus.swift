@@ -161,7 +161,7 @@ extension Device {
         status.sync.keyUnavailable = try StoreSync(self).keyUnavailable()
         status.sync.unreadSections = try CircleSections(database: database).unread().sections
         status.sync.keyChainsBehind = try ChainLosses(device: self).all()
-        status.fsckDamage = try knownFsckDamage()
+        status.fsckDamage = try FsckLedger(database: database).knownDamage()
         status.sync.goneDevices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1 AND gone = 1", [deviceID])
         return status
     }

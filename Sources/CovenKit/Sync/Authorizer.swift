@@ -103,22 +103,30 @@ struct MemberAuthorizer: ChangeAuthorizer {
     /// when this device still holds it), so it wrote the row where it last saw it, and last
     /// writer wins decides as for any concurrent edit.
     private mutating func mayTakeOut(_ entry: RowEntry, section: ChangeSection, change: ChangeObject, audiences: RowAudiences) throws -> Bool {
-        guard let column = entry.table == "coven_files" ? "audience" : audiences.manifest.table(entry.table)?.audienceColumn,
-              let here = try database.queryOne("SELECT \(RowCapture.quote(column)) AS audience, _updated_at FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1",
-                                               [entry.id])
-        else { return true }
-        let audience = here.string("audience") ?? RowAudiences.store
-        guard audience != section.audience, audience != RowAudiences.store else { return true }
-        if let newest = try database.scalar("SELECT max(generation) FROM coven_audience_rosters WHERE audience = ?1", [audience]).intValue,
-           try isOnRoster(change.device, audience: audience, generation: UInt64(newest)) {
-            return true
-        }
+        guard let here = try rowInACircleOtherThan(section, for: entry, writer: change.device, audiences: audiences) else { return true }
         let sync = SyncState(database: database)
         guard let stamp = here.string("_updated_at"), try !hasApplied(change, stamp: stamp) else { return false }
         if try sync.tombstoneAudience(table: entry.table, id: entry.id) == section.audience, let moved = try sync.tombstone(table: entry.table, id: entry.id) {
             return try !hasApplied(change, stamp: moved)
         }
         return true
+    }
+
+    /// The row `entry` names as this device holds it (its audience and stamp), when its own
+    /// column places it (or a file record) in a circle other than `section`'s that `writer`'s
+    /// member is not on the newest roster of (learned here); nil otherwise.
+    private mutating func rowInACircleOtherThan(_ section: ChangeSection, for entry: RowEntry, writer: String, audiences: RowAudiences) throws -> Row? {
+        guard let column = entry.table == "coven_files" ? "audience" : audiences.manifest.table(entry.table)?.audienceColumn,
+              let here = try database.queryOne("SELECT \(RowCapture.quote(column)) AS audience, _updated_at FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1",
+                                               [entry.id])
+        else { return nil }
+        let audience = here.string("audience") ?? RowAudiences.store
+        guard audience != section.audience, audience != RowAudiences.store else { return nil }
+        if let newest = try database.scalar("SELECT max(generation) FROM coven_audience_rosters WHERE audience = ?1", [audience]).intValue,
+           try isOnRoster(writer, audience: audience, generation: UInt64(newest)) {
+            return nil
+        }
+        return here
     }
 
     /// Whether `change`'s writer had applied the write stamped `stamp` (its own, or in a change
@@ -140,21 +148,7 @@ struct MemberAuthorizer: ChangeAuthorizer {
     /// them in the store's section. A row not here, or of the section's audience or the
     /// store's, is anyone's who may write the section.
     private mutating func mayEnd(_ entry: RowEntry, section: ChangeSection, change: ChangeObject, audiences: RowAudiences) throws -> Bool {
-        let column: String
-        if entry.table == "coven_files" {
-            column = "audience"
-        } else if let own = audiences.manifest.table(entry.table)?.audienceColumn {
-            column = own
-        } else {
-            return true
-        }
-        guard let here = try database.queryOne("SELECT \(RowCapture.quote(column)) AS audience, _updated_at FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id]) else { return true }
-        let audience = here.string("audience") ?? RowAudiences.store
-        guard audience != section.audience, audience != RowAudiences.store else { return true }
-        if let newest = try database.scalar("SELECT max(generation) FROM coven_audience_rosters WHERE audience = ?1", [audience]).intValue,
-           try isOnRoster(change.device, audience: audience, generation: UInt64(newest)) {
-            return true
-        }
+        guard let here = try rowInACircleOtherThan(section, for: entry, writer: change.device, audiences: audiences) else { return true }
         // A delete that crossed the row's move out of the section's audience.
         let sync = SyncState(database: database)
         guard try sync.tombstoneAudience(table: entry.table, id: entry.id) == section.audience,

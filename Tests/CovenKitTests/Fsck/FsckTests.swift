@@ -203,11 +203,11 @@ class FsckTests: FsckTestCase {
             XCTAssertTrue(report.problems.first?.message.contains("not verified again since") ?? false)
             XCTAssertEqual(report.lost.map(\.file), [stored[0].file])
         }
-        XCTAssertEqual(try device.knownFsckDamage().map(\.key), [stored[0].object])
+        XCTAssertEqual(try FsckLedger(database: device.database).knownDamage().map(\.key), [stored[0].object])
         try p.put(stored[0].object, data: intact)
         XCTAssertEqual(try fsck(device).problems, [])
         XCTAssertEqual(try fsck(device) { $0.maxObjects = 1 }.problems, [])
-        XCTAssertEqual(try device.knownFsckDamage(), [])
+        XCTAssertEqual(try FsckLedger(database: device.database).knownDamage(), [])
     }
 
     /// A run stopped part way keeps what it verified (committed batch by batch); the next takes

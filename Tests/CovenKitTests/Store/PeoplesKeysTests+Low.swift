@@ -64,9 +64,9 @@ extension PeoplesKeysTests {
         XCTAssertTrue(joined.stderr.contains("not_found") && joined.stderr.contains("coven member add"), joined.stderr)
     }
 
-    /// A damaged identity file is `usage` (2), however it came (--identity, --key-file); a
-    /// missing one `io` (1) saying why.
-    func testADamagedIdentityFileIsUsageAndAMissingOneSaysWhy() throws {
+    /// A damaged identity file is bad data, `decoding` (6), however it came (--identity,
+    /// --key-file); a missing one `io` (1) saying why.
+    func testADamagedIdentityFileIsDecodingAndAMissingOneSaysWhy() throws {
         let p = try threeMembers()
         let good = work + "/bob.identity"
         try Members(p.bob).export(to: good)
@@ -78,7 +78,8 @@ extension PeoplesKeysTests {
             try body.write(toFile: path, atomically: true, encoding: .utf8)
             for option in ["--identity", "--key-file"] {
                 let joined = try coven(p.bob, ["--db", work + "/j\(index)/device.db", "join", "file://" + storeFolder, option, path])
-                XCTAssertEqual(joined.status, 2, "\(option) \(index): " + joined.stderr)
+                XCTAssertEqual(joined.status, 6, "\(option) \(index): " + joined.stderr)
+                XCTAssertTrue(joined.stderr.contains("decoding"), "\(option) \(index): " + joined.stderr)
             }
         }
         let missing = try coven(p.bob, ["--db", work + "/j/device.db", "join", "file://" + storeFolder, "--identity", work + "/nowhere"])
