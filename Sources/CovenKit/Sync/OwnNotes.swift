@@ -46,19 +46,28 @@ struct OwnNotes {
     /// The sealed notes of the objects `entries` place on this device only, nil when none does.
     func seal(entries: [RowEntry], seq: Int64, keys: Keyring) throws -> [UInt8]? {
         var objects: [String] = []
+        var seen: Set<String> = []
         for entry in entries where entry.table == "coven_files" && entry.kind == .upsert {
-            guard let json = entry.value("coordinates")?.textValue, let coordinates = try? Coordinates(json: json),
-                  coordinates.at == .device, coordinates.device == device.deviceID, !objects.contains(coordinates.object) else { continue }
+            guard let json = entry.value("coordinates")?.textValue, json.contains(device.deviceID),
+                  let coordinates = try? Coordinates(json: json), coordinates.at == .device, coordinates.device == device.deviceID,
+                  seen.insert(coordinates.object).inserted else { continue }
             objects.append(coordinates.object)
         }
         var notes: [Note] = []
-        for object in objects {
-            guard let local = try database.queryOne("SELECT * FROM coven_local WHERE object = ?1", [object]) else { continue }
-            let made = try device.fileRecords.madeCopy(object: object)
-            notes.append(Note(object: object, kind: local.string("kind") ?? "user", path: local.bytes("path")?.hex, copy: local.string("copy"),
-                              size: local.int("size") ?? 0, seconds: local.int("modified_seconds"), nanos: local.int("modified_nanos"),
-                              changeStamp: local.string("change_stamp"), contentHash: (local.bytes("content_hash") ?? []).hex,
-                              upload: try device.uploadQueue.contains(object), made: made?.path.hex, madeFolders: made?.folders.map(\.hex)))
+        // A batch of objects a query (a change of an import places thousands on this device
+        // until their uploads finish).
+        for start in stride(from: 0, to: objects.count, by: 500) {
+            let json = RecordedChanges.json(ids: Array(objects[start..<min(start + 500, objects.count)]))
+            let queued = Set(try database.query("SELECT object FROM coven_upload_queue WHERE object IN (SELECT value FROM json_each(?1))", [json])
+                .compactMap { $0.string("object") })
+            for local in try database.query("SELECT * FROM coven_local WHERE object IN (SELECT value FROM json_each(?1)) ORDER BY object", [json]) {
+                guard let object = local.string("object") else { continue }
+                let made = local.string("kind") == FileKind.user.rawValue ? try device.fileRecords.madeCopy(object: object) : nil
+                notes.append(Note(object: object, kind: local.string("kind") ?? "user", path: local.bytes("path")?.hex, copy: local.string("copy"),
+                                  size: local.int("size") ?? 0, seconds: local.int("modified_seconds"), nanos: local.int("modified_nanos"),
+                                  changeStamp: local.string("change_stamp"), contentHash: (local.bytes("content_hash") ?? []).hex,
+                                  upload: queued.contains(object), made: made?.path.hex, madeFolders: made?.folders.map(\.hex)))
+            }
         }
         guard !notes.isEmpty else { return nil }
         let encoder = JSONEncoder()
