@@ -83,16 +83,15 @@ public enum SeededRuns {
 }
 
 extension SeededRuns {
-    /// A store on file:// in `work` and `count` devices of it, named d0, d1, … (d0 made it),
-    /// for one run of a model test.
-    public static func devices(_ count: Int, in work: String, manifest json: String) throws -> [Device] {
+    /// A store of `kind` on file:// in `work` and `count` devices of it, named d0, d1, … (d0 made
+    /// it; in a store of members, all of them the owner's), for one run of a model test.
+    public static func devices(_ count: Int, in work: String, manifest json: String, kind: TestStoreKind = .members) throws -> [Device] {
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-        let first = try Device.create(paths: DevicePaths(database: work + "/d0/device.db"), storage: .file(directory: work + "/store"),
-                                      manifest: try Manifest(json: Data(json.utf8)), name: "d0")
+        let first = try TestStores.create(paths: DevicePaths(database: work + "/d0/device.db"), storage: .file(directory: work + "/store"),
+                                          manifest: try Manifest(json: Data(json.utf8)), name: "d0", kind: kind)
         var devices = [first]
         for index in 1..<count {
-            devices.append(try Device.join(paths: DevicePaths(database: work + "/d\(index)/device.db"), storage: first.storage,
-                                           storeKey: try first.keys.storeKeyBytes(), name: "d\(index)"))
+            devices.append(try TestStores.join(paths: DevicePaths(database: work + "/d\(index)/device.db"), from: first, name: "d\(index)"))
         }
         return devices
     }

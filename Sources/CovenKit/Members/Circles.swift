@@ -68,25 +68,23 @@ public struct Circles {
         }
     }
 
-    /// The newest generation storage holds of each circle: one listing of `audiences/`.
+    /// The newest generation storage holds of each circle: one listing of `audiences/`, a page
+    /// at a time, that ends where the store's own generations begin (``Members`` reads those).
+    /// A circle's id is a lowercase UUID, and every hex digit sorts before the `s` of
+    /// `audiences/store/`: no circle is listed past it, and an object there that is no circle's
+    /// is not read.
     private func storageGenerations(provider: StorageProvider) throws -> [String: UInt64] {
         var highest: [String: UInt64] = [:]
+        let store = "audiences/\(RowAudiences.store)/"
         var after = "audiences/"
         while true {
             let page = try provider.list(prefix: "audiences/", after: after, limit: 1000)
-            // The store's own generations (Members reads them) are listed past, not paged
-            // through: the listing goes on after them.
-            let store = "audiences/\(RowAudiences.store)/"
-            let circles = page.prefix { !$0.key.hasPrefix(store) }
+            let circles = page.prefix { $0.key < store }
             for info in circles {
                 guard let (audience, generation) = AudienceGeneration.parsePath(info.key) else { continue }
                 highest[audience] = max(highest[audience] ?? 0, generation)
             }
-            if circles.count < page.count, after < store {
-                after = String(store.dropLast()) + "0"   // '0' sorts right after '/'
-                continue
-            }
-            guard page.count == 1000, let last = page.last else { break }
+            guard circles.count == page.count, page.count == 1000, let last = page.last else { break }
             after = last.key
         }
         return highest

@@ -20,7 +20,7 @@ final class DeviceTestFixture {
         root = try TestPaths.temporaryDirectory(label)
         let location = try StorageLocation(parsing: "file://" + root + "/store")
         provider = try StorageConnector(location: location).connect(create: true)
-        device = try Device.create(paths: DevicePaths(database: root + "/device.db"), storage: location,
+        device = try TestStores.create(paths: DevicePaths(database: root + "/device.db"), storage: location,
                                    manifest: try Manifest(json: Data(Self.manifest.utf8)), name: "test", provider: provider)
     }
 

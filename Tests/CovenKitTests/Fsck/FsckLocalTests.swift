@@ -178,10 +178,9 @@ class FsckLocalTests: FsckTestCase {
         }
         XCTAssertEqual(try fsck(a).problems, [])
         let path = ChangeObject.path(device: a.deviceID, seq: 2)
-        let signingKey = try a.keys.signingKey()
-        var change = try ChangeObject.open(try read(a, path), path: path, storeKey: try a.keys.storeKey(), publicKey: signingKey.publicKey)
+        var change = try a.keys.open(change: try read(a, path), path: path, publisher: a.deviceID, storeID: a.storeID)
         change.frontier[b.deviceID] = 7
-        try provider(a).put(path, data: try change.seal(storeKey: try a.keys.storeKey(), signingKey: signingKey))
+        try provider(a).put(path, data: try a.keys.seal(change))
         XCTAssertEqual(try fsck(a).problems.map { "\($0.kind.rawValue) \($0.key)" }, ["differs \(path)"])
         XCTAssertEqual(try fsck(b).problems, [])
     }

@@ -55,24 +55,20 @@ final class GCModelTests: XCTestCase {
 
     func run(seed: UInt64, work: String) throws -> (String?, Int) {
         var random = SeededRandom(state: seed)
-        // In half the runs (drawn from a second stream, so the others are the runs this model
-        // always made), a store of members: d0 and d1 the owner's, d2 another member's, whose
-        // removal is the member's.
+        // In half the runs (drawn from a second stream), a store of members as `coven init`
+        // makes it: d0 and d1 the owner's, d2 another member's, whose removal is the member's;
+        // in the others the variant without members, three devices of one key.
         var extra = SeededRandom(state: seed ^ 0x5EED_3E3B_0000_0020)
         let members = extra.below(2) == 0
         var devices: [Device]
         if members {
-            devices = try SeededRuns.devices(2, in: work, manifest: Self.manifest)
-            _ = try Members(devices[0]).establish(name: "m0")
-            // The owner's other device takes the owner's identity, as a person does.
-            try Members(devices[0]).export(to: work + "/m0.identity")
-            _ = try Members(devices[1]).adopt(identityAt: work + "/m0.identity")
+            devices = try SeededRuns.devices(2, in: work, manifest: Self.manifest, kind: .members)
             let identity = try MemberIdentity()
             _ = try Members(devices[0]).add(name: "m1", recipient: identity.recipient.description, admin: false)
             devices.append(try Device.join(paths: DevicePaths(database: work + "/d2/device.db"), storage: devices[0].storage, identity: identity, name: "d2"))
             _ = try StoreSync(devices[1]).sync()
         } else {
-            devices = try SeededRuns.devices(3, in: work, manifest: Self.manifest)
+            devices = try SeededRuns.devices(3, in: work, manifest: Self.manifest, kind: .noMember)
         }
         let first = devices[0]
         let provider = try first.connectStorage()

@@ -48,7 +48,7 @@ class ReadTestCase: XCTestCase {
         } else {
             provider = try StorageConnector(location: storage).connect()
         }
-        return try Device.create(
+        return try TestStores.create(
             paths: DevicePaths(database: folder + "/" + name), storage: storage,
             manifest: try Manifest(json: Data(manifest.utf8)), name: "test", provider: provider)
     }

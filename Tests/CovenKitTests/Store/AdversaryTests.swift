@@ -16,7 +16,6 @@ class AdversaryTests: DeviceTestCase {
 
     func store() throws -> Store {
         let alice = try makeDevice(name: "alice")
-        _ = try Members(alice).establish(name: "alice")
         let bob = try MemberIdentity(), carol = try MemberIdentity()
         _ = try Members(alice).add(name: "bob", recipient: bob.recipient.description, admin: false)
         _ = try Members(alice).add(name: "carol", recipient: carol.recipient.description, admin: false)

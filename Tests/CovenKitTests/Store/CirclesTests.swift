@@ -20,7 +20,6 @@ class CirclesTests: DeviceTestCase {
 
     func threeMembers() throws -> Store {
         let alice = try makeDevice(name: "alice")
-        _ = try Members(alice).establish(name: "alice")
         let bobIdentity = try MemberIdentity()
         let carolIdentity = try MemberIdentity()
         _ = try Members(alice).add(name: "bob", recipient: bobIdentity.recipient.description, admin: false)

@@ -12,6 +12,9 @@ class DeviceTestCase: XCTestCase {
     /// The S3 server the case's store is on (one per class, a prefix per test, through
     /// ``S3ClassServers``); nil: a `file://` store in the case's folder.
     class var s3Server: S3TestServer.Kind? { nil }
+    /// The kind of store ``makeDevice(_:name:)`` makes: the one `coven init` makes (members)
+    /// unless a class names the other.
+    class var storeKind: TestStoreKind { .members }
     private static var classKey: String { String(describing: self) }
     /// The store of this test on S3, and the credentials of its server.
     private(set) var s3: (location: StorageLocation, environment: [String: String])?
@@ -76,11 +79,17 @@ class DeviceTestCase: XCTestCase {
     /// Creates the store (on S3 when the class names a server) and the device of this case.
     @discardableResult
     func makeDevice(_ json: String = DeviceTestCase.albumManifest, name: String = "test") throws -> Device {
-        guard let s3 else { return try Device.create(paths: paths, storage: .file(directory: storeFolder), manifest: try manifest(json), name: name) }
+        try makeDevice(json, name: name, kind: Self.storeKind)
+    }
+
+    /// Creates the store of `kind` (on S3 when the class names a server) and the device of this
+    /// case.
+    @discardableResult
+    func makeDevice(_ json: String = DeviceTestCase.albumManifest, name: String = "test", kind: TestStoreKind) throws -> Device {
+        guard let s3 else { return try TestStores.create(paths: paths, storage: .file(directory: storeFolder), manifest: try manifest(json), name: name, kind: kind) }
         let provider = try StorageConnector(location: s3.location, environment: s3.environment).connect()
-        let device = try Device.create(paths: paths, storage: s3.location, manifest: try manifest(json), name: name, provider: provider)
-        device.storageEnvironment = s3.environment
-        return device
+        return try TestStores.create(paths: paths, storage: s3.location, manifest: try manifest(json), name: name, provider: provider,
+                                     environment: s3.environment, kind: kind)
     }
 
     /// The store's first device and `count - 1` more, named d0, d1, ….
@@ -89,16 +98,22 @@ class DeviceTestCase: XCTestCase {
         return try [first] + (1..<count).map { try join("d\($0)", from: first) }
     }
 
-    /// Another device of the store `device` is in, in the case's folder under `name`.
+    /// Another device of the store `device` is in, in the case's folder under `name`: of
+    /// `device`'s member in a store of members.
     func join(_ name: String, from device: Device) throws -> Device {
-        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, storeKey: try device.keys.storeKeyBytes(), name: name,
-                        environment: s3?.environment)
+        try TestStores.join(paths: DevicePaths(database: work + "/\(name)/device.db"), from: device, name: name, environment: s3?.environment)
     }
 
     /// A device of the store `device` is in, for the member whose identity is `identity`.
     func join(_ name: String, from device: Device, identity: MemberIdentity) throws -> Device {
         try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, identity: identity, name: name,
                         environment: s3?.environment)
+    }
+
+    /// The identity of the member `device` belongs to: in a store ``makeDevice(_:name:)`` made,
+    /// the store's first member (``TestStores/owner``), as `coven init` makes it.
+    func ownerIdentity(_ device: Device) throws -> MemberIdentity {
+        try XCTUnwrap(try TestStores.identity(of: device), "a store without members")
     }
 
     /// A circle of `device`'s member (made the store's first member, alice, when the store has

@@ -8,7 +8,7 @@ class MembersTests: DeviceTestCase {
     static let otherAlbum = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f41"
 
     func testTheFirstMemberOwnsTheStoreAndReadsItsRoster() throws {
-        let device = try makeDevice(name: "laptop")
+        let device = try makeDevice(name: "laptop", kind: .noMember)
         let members = Members(device)
         XCTAssertNil(try members.memberID())
         assertCovenError(.invalidState) { try members.roster() }
@@ -35,7 +35,10 @@ class MembersTests: DeviceTestCase {
         assertCovenError(.exists) { try members.export(to: exported) }
         // A second establish is refused; a new device joins as a member, not with the key.
         assertCovenError(.exists) { try members.establish(name: "alice") }
-        assertCovenError(.usage) { try join("keyed", from: device) }
+        assertCovenError(.usage) {
+            try Device.join(paths: DevicePaths(database: work + "/keyed/device.db"), storage: device.storage, storeKey: try device.keys.storeKeyBytes(),
+                            name: "keyed", environment: s3?.environment)
+        }
         XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/keyed/device.db"))
         let other = try join("desktop", from: device, identity: identity)
         XCTAssertEqual(try Members(other).memberID(), id)
@@ -51,7 +54,7 @@ class MembersTests: DeviceTestCase {
     /// Killed after generation 1 was published, before the member was recorded here: the next
     /// run finishes with the same member; another device's identity does not take it over.
     func testAnEstablishmentKilledAfterPublishingIsFinishedByTheNextRun() throws {
-        let device = try makeDevice(name: "laptop")
+        let device = try makeDevice(name: "laptop", kind: .noMember)
         let identity = try Members(device).establish(name: "alice")
         let id = try XCTUnwrap(try Members(device).memberID())
         try device.setSetting(Members.memberSetting, nil)
@@ -71,7 +74,6 @@ class MembersTests: DeviceTestCase {
     /// on its newest roster, every device reading the same.
     func testTwoAdminsAddingAtOnceMakeOneChainWithBoth() throws {
         let laptop = try makeDevice(name: "laptop")
-        _ = try Members(laptop).establish(name: "alice")
         let carol = try MemberIdentity()
         _ = try Members(laptop).add(name: "carol", recipient: carol.recipient.description, admin: true)
         let carolDevice = try join("carol", from: laptop, identity: carol)
@@ -98,7 +100,7 @@ class MembersTests: DeviceTestCase {
     /// the same new identity.
     func testRekeyLeavesTheMembersOtherDevicesOut() throws {
         let laptop = try makeDevice(name: "laptop")
-        let alice = try Members(laptop).establish(name: "alice")
+        let alice = try ownerIdentity(laptop)
         let bob = try MemberIdentity()
         _ = try Members(laptop).add(name: "bob", recipient: bob.recipient.description, admin: false)
         let phone = try join("phone", from: laptop, identity: alice)
@@ -131,7 +133,7 @@ class MembersTests: DeviceTestCase {
     /// not a forged generation.
     func testADeviceThatNeverSawTheRekeyingDeviceIsGoneNotRefusingTheChain() throws {
         let laptop = try makeDevice(name: "laptop")
-        let alice = try Members(laptop).establish(name: "alice")
+        let alice = try ownerIdentity(laptop)
         let phone = try join("phone", from: laptop, identity: alice)
         _ = try StoreSync(phone).sync()
         let desk = try join("desk", from: laptop, identity: alice)
@@ -146,7 +148,6 @@ class MembersTests: DeviceTestCase {
     /// it is gone too.
     func testARemovedDeviceLearnsItIsGoneAfterItsRemoverRekeyed() throws {
         let laptop = try makeDevice(name: "laptop")
-        _ = try Members(laptop).establish(name: "alice")
         let bob = try MemberIdentity(), carol = try MemberIdentity()
         _ = try Members(laptop).add(name: "bob", recipient: bob.recipient.description, admin: false)
         let bobLaptop = try join("bob-laptop", from: laptop, identity: bob)
@@ -162,7 +163,7 @@ class MembersTests: DeviceTestCase {
     /// both (the owner holds every existing device); the second reads new generations once it
     /// adopts the owner's identity, and its changes are the owner's all along.
     func testAStoreMadeBeforeMembersMigratesWithEveryDeviceTheOwners() throws {
-        let first = try makeDevice(name: "laptop")
+        let first = try makeDevice(name: "laptop", kind: .noMember)
         let second = try join("desktop", from: first)
         try second.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'before')")
         _ = try StoreSync(second).sync()
@@ -193,7 +194,7 @@ class MembersTests: DeviceTestCase {
     /// refused and cannot open what is published after, with every key they held.
     func testMembersAddJoinWriteAndRemove() throws {
         let laptop = try makeDevice(name: "laptop")
-        let alice = try Members(laptop).establish(name: "alice")
+        let alice = try ownerIdentity(laptop)
         let bob = try MemberIdentity()
         let added = try Members(laptop).add(name: "bob", recipient: bob.recipient.description, admin: false)
         XCTAssertEqual(added.generation, 2)
@@ -265,7 +266,7 @@ class MembersTests: DeviceTestCase {
     /// (the device stays, syncs, and sync reports the mark).
     func testOnlyAnAdminOrItsOwnMemberRemovesAMembersDevice() throws {
         let laptop = try makeDevice(name: "laptop")
-        let alice = try Members(laptop).establish(name: "alice")
+        let alice = try ownerIdentity(laptop)
         let bob = try MemberIdentity(), carol = try MemberIdentity()
         _ = try Members(laptop).add(name: "bob", recipient: bob.recipient.description, admin: false)
         _ = try Members(laptop).add(name: "carol", recipient: carol.recipient.description, admin: true)

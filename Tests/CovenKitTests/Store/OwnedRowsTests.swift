@@ -25,7 +25,6 @@ class OwnedRowsTests: DeviceTestCase {
     /// Alice (owner, admin) with a laptop, Bob (a member) with a laptop, synced.
     private func twoMembers() throws -> (alice: Device, bob: Device, aliceID: String, bobID: String) {
         let alice = try makeDevice(Self.journalManifest, name: "alice")
-        _ = try Members(alice).establish(name: "alice")
         let bobIdentity = try MemberIdentity()
         let added = try Members(alice).add(name: "bob", recipient: bobIdentity.recipient.description, admin: false)
         let bob = try join("bob", from: alice, identity: bobIdentity)
@@ -126,7 +125,7 @@ class OwnedRowsTests: DeviceTestCase {
     /// A store without members has no owners to keep: a write to an owner-only table is
     /// refused until it has.
     func testAnOwnerOnlyTableNeedsAMember() throws {
-        let device = try makeDevice(Self.journalManifest, name: "solo")
+        let device = try makeDevice(Self.journalManifest, name: "solo", kind: .noMember)
         assertCovenError(.invalidState) { try device.write(sql: "INSERT INTO journal (id, body) VALUES (coven_uuid7(), 'x')") }
         XCTAssertEqual(try device.database.scalar("SELECT count(*) FROM journal").intValue, 0)
         _ = try Members(device).establish(name: "solo")

@@ -13,7 +13,6 @@ extension PeoplesKeysTests {
     /// `coven lost` lists.
     func testADeletedOwnedRowsIdCannotBeTakenOver() throws {
         let alice = try makeDevice(OwnedRowsTests.journalManifest, name: "alice")
-        _ = try Members(alice).establish(name: "alice")
         let bobIdentity = try MemberIdentity()
         _ = try Members(alice).add(name: "bob", recipient: bobIdentity.recipient.description, admin: false)
         let bob = try join("bob", from: alice, identity: bobIdentity)

@@ -17,7 +17,6 @@ class PeoplesKeysTests: DeviceTestCase {
 
     func threeMembers() throws -> People {
         let alice = try makeDevice(name: "alice")
-        _ = try Members(alice).establish(name: "alice")
         let bob = try MemberIdentity(), carol = try MemberIdentity()
         _ = try Members(alice).add(name: "bob", recipient: bob.recipient.description, admin: false)
         _ = try Members(alice).add(name: "carol", recipient: carol.recipient.description, admin: false)
@@ -358,7 +357,6 @@ class PeoplesKeysTests: DeviceTestCase {
     /// `not_owner` on the writer's device, and change nothing.
     func testReplacingAnotherMembersOwnedRowIsNotOwner() throws {
         let alice = try makeDevice(OwnedRowsTests.journalManifest, name: "alice")
-        _ = try Members(alice).establish(name: "alice")
         let bobIdentity = try MemberIdentity()
         _ = try Members(alice).add(name: "bob", recipient: bobIdentity.recipient.description, admin: false)
         let bob = try join("bob", from: alice, identity: bobIdentity)

@@ -35,7 +35,7 @@ class FileRecordConvergenceTests: DeviceTestCase {
     /// A store of members (as `coven init` makes) with devices a, b and c of its owner.
     func store() throws -> (a: Device, b: Device, c: Device) {
         let a = try makeDevice(Self.music, name: "a")
-        let owner = try Members(a).establish(name: "alice")
+        let owner = try ownerIdentity(a)
         let b = try join("b", from: a, identity: owner)
         let c = try join("c", from: a, identity: owner)
         for device in [a, b, c] { _ = try StoreSync(device).sync() }

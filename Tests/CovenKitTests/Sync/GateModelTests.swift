@@ -18,10 +18,9 @@ final class GateModelTests: XCTestCase {
     func run(seed: UInt64, work: String) throws -> String? {
         var random = SeededRandom(state: seed)
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-        let owner = try Device.create(paths: DevicePaths(database: work + "/a/device.db"), storage: .file(directory: work + "/store"),
-                                      manifest: try Manifest(json: Data(GateTests.gateManifest.utf8)), name: "a")
-        let peer = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: owner.storage,
-                                   storeKey: try owner.keys.storeKeyBytes(), name: "b")
+        let owner = try TestStores.create(paths: DevicePaths(database: work + "/a/device.db"), storage: .file(directory: work + "/store"),
+                                          manifest: try Manifest(json: Data(GateTests.gateManifest.utf8)), name: "a")
+        let peer = try TestStores.join(paths: DevicePaths(database: work + "/b/device.db"), from: owner, name: "b")
         func id(_ prefix: Int, _ n: Int) -> String { String(format: "0193a9b2-4c1e-7d3a-9f20-5b8e1c%02x%04x", prefix, n) }
         let workspaces = (0..<3).map { id(1, $0) }
         let lists = (0..<4).map { id(2, $0) }
@@ -80,10 +79,9 @@ final class GateModelTests: XCTestCase {
             }
         }
         let folder = work + "/store/changes/" + owner.deviceID
-        let key = try DevicePublicKey(hex: owner.database.scalar("SELECT public_key FROM coven_device_registry WHERE device = ?1", [owner.deviceID]).textValue ?? "")
         for name in (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? [] {
-            let change = try ChangeObject.open(Array(try Data(contentsOf: URL(fileURLWithPath: folder + "/" + name))),
-                                               path: "changes/\(owner.deviceID)/\(name)", storeKey: try owner.keys.storeKey(), publicKey: key)
+            let change = try owner.keys.open(change: Array(try Data(contentsOf: URL(fileURLWithPath: folder + "/" + name))),
+                                             path: "changes/\(owner.deviceID)/\(name)", publisher: owner.deviceID, storeID: owner.storeID)
             for entry in change.entries where entry.kind == .upsert && !everKept.contains(entry.id) && entry.table != "coven_files" {
                 return "change \(name) published \(entry.table) \(entry.id), which was never kept"
             }

@@ -47,15 +47,14 @@ final class GateTests: DeviceTestCase {
         Set(try device.database.query("SELECT id FROM \(table)").compactMap { $0["id"].textValue })
     }
 
-    /// Every entry of every change `device` published, opened with its public key.
+    /// Every entry of every change `device` published, opened as pull opens them.
     func publishedEntries(_ device: Device) throws -> [RowEntry] {
         let folder = storeFolder + "/changes/" + device.deviceID
-        let key = try DevicePublicKey(hex: try XCTUnwrap(device.database.scalar("SELECT public_key FROM coven_device_registry WHERE device = ?1", [device.deviceID]).textValue))
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).sorted()
         return try names.flatMap { name -> [RowEntry] in
             let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: folder + "/" + name)))
             let path = "changes/\(device.deviceID)/\(name)"
-            return try ChangeObject.open(bytes, path: path, storeKey: try device.keys.storeKey(), publicKey: key).entries
+            return try device.keys.open(change: bytes, path: path, publisher: device.deviceID, storeID: device.storeID).entries
         }
     }
 

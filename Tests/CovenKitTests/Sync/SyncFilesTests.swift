@@ -123,7 +123,7 @@ final class SyncDeviceOnlyConflictTests: DeviceTestCase {
     /// picked folder (`picked-a`, then `picked-b`: b's switch is the later) at `names`.
     private func bothMakeDeviceOnly(_ names: [String]) throws -> (Device, Device, String) {
         let a = try makeDevice(name: "a")
-        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "b")
+        let b = try join("b", from: a)
         let song = try a.prepareUserFile(path: try file("song.flac", "the one song"), namespace: "music", place: .cloud)
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
         let track = try a.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_user_file('\(song.id)'))").files[0]

@@ -265,11 +265,23 @@ final class SyncTests: DeviceTestCase {
 
     /// A wrong key is refused before anything is written.
     func testJoinWithAWrongKeyWritesNothing() throws {
-        let a = try makeDevice(name: "a")
+        let a = try makeDevice(name: "a", kind: .noMember)
         let target = DevicePaths(database: work + "/wrong/device.db")
         XCTAssertThrowsError(try Device.join(paths: target, storage: a.storage, storeKey: [UInt8](repeating: 7, count: 32), name: "w")) {
             XCTAssertEqual(($0 as? CovenError)?.code, .integrity)
         }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: target.database))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: target.folder))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/devices").count, 1)
+    }
+
+    /// In a store of members, a join by key and one by an identity not on the roster are
+    /// refused and write nothing.
+    func testJoinOfAStoreOfMembersWithoutAMembersIdentityWritesNothing() throws {
+        let a = try makeDevice(name: "a")
+        let target = DevicePaths(database: work + "/wrong/device.db")
+        assertCovenError(.usage) { try Device.join(paths: target, storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "w") }
+        assertCovenError(.notFound) { try Device.join(paths: target, storage: a.storage, identity: try MemberIdentity(), name: "w") }
         XCTAssertFalse(FileManager.default.fileExists(atPath: target.database))
         XCTAssertFalse(FileManager.default.fileExists(atPath: target.folder))
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/devices").count, 1)
@@ -380,7 +392,7 @@ final class SyncCrashTests: DeviceTestCase {
     /// its own bytes there (no conflict), publishes nothing twice and goes on.
     func testACrashAfterAPutPublishesNothingTwice() throws {
         let a = try makeDevice(name: "a")
-        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "b")
+        let b = try join("b", from: a)
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
         let storage = CrashingStorage(try StorageConnector(location: a.storage).connect())
         storage.failAfterPut = true
@@ -405,7 +417,7 @@ final class SyncCrashTests: DeviceTestCase {
     /// nothing twice.
     func testACrashDuringAPullAppliesNothingTwice() throws {
         let a = try makeDevice(name: "a")
-        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "b")
+        let b = try join("b", from: a)
         for index in 0..<3 {
             try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(index)', '\(index)')")
             _ = try StoreSync(a).sync()
@@ -426,8 +438,8 @@ final class SyncCrashTests: DeviceTestCase {
     /// never skipping to the next.
     func testAGapStopsThatDevicesPull() throws {
         let a = try makeDevice(name: "a")
-        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "b")
-        let c = try Device.join(paths: DevicePaths(database: work + "/c/device.db"), storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "c")
+        let b = try join("b", from: a)
+        let c = try join("c", from: a)
         for index in 0..<3 {
             try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(index)', '\(index)')")
             _ = try StoreSync(a).sync()
@@ -466,7 +478,7 @@ final class SyncRefusalTests: DeviceTestCase {
 
     func testRefusedChangesNameTheObjectAndApplyNothing() throws {
         let a = try makeDevice(name: "a")
-        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "b")
+        let b = try join("b", from: a)
         func expect(_ code: ErrorCode, line: UInt = #line) {
             XCTAssertThrowsError(try StoreSync(b).sync(), line: line) { error in
                 XCTAssertEqual((error as? CovenError)?.code, code, "\(error)", line: line)
@@ -500,16 +512,17 @@ final class SyncRefusalTests: DeviceTestCase {
     }
 }
 
-final class SyncRequestTests: DeviceTestCase {
+class SyncRequestTests: DeviceTestCase {
     /// A quiet sync with 10 devices lists devices/ once, lists each other device's changes
     /// after the applied one (a gap shows there), and this device's own after the published
-    /// one (a restored database shows there): one request per device, nothing else.
+    /// one (a restored database shows there): one request per device; in a store of members
+    /// (as `coven init` makes it), one listing of the circles' key generations and one of the
+    /// store's newest two; nothing else.
     func testAQuietSyncOfTenDevicesMakesOneRequestPerDeviceAndOneListing() throws {
         let a = try makeDevice(name: "d0")
         var devices = [a]
         for index in 1..<10 {
-            devices.append(try Device.join(paths: DevicePaths(database: work + "/d\(index)/device.db"), storage: a.storage,
-                                           storeKey: try a.keys.storeKeyBytes(), name: "d\(index)"))
+            devices.append(try join("d\(index)", from: a))
         }
         for device in devices {
             try device.write(sql: "INSERT INTO settings (id, value) VALUES ('\(device.deviceName)', 'x')")
@@ -518,8 +531,18 @@ final class SyncRequestTests: DeviceTestCase {
         let counting = CrashingStorage(try StorageConnector(location: a.storage).connect())
         let report = try StoreSync(devices[3]).sync(provider: counting)
         XCTAssertTrue(report.quiet)
+        let keys = Self.storeKind == .members ? ["LIST audiences/", "LIST audiences/store/"] : []
         XCTAssertEqual(counting.requests.filter { $0.hasPrefix("LIST ") }.sorted(),
-                       (["LIST devices/"] + devices.map { "LIST changes/\($0.deviceID)/" }).sorted())
-        XCTAssertEqual(counting.requests.count, 11, counting.requests.joined(separator: "\n"))
+                       (["LIST devices/"] + devices.map { "LIST changes/\($0.deviceID)/" } + keys).sorted())
+        XCTAssertEqual(counting.requests.count, 11 + keys.count, counting.requests.joined(separator: "\n"))
+    }
+}
+
+/// The quiet sync on a store without members: the key generations are not listed.
+final class SyncRequestNoMemberTests: SyncRequestTests {
+    override class var storeKind: TestStoreKind { .noMember }
+
+    override func testAQuietSyncOfTenDevicesMakesOneRequestPerDeviceAndOneListing() throws {
+        try super.testAQuietSyncOfTenDevicesMakesOneRequestPerDeviceAndOneListing()
     }
 }

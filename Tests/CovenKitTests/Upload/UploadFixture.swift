@@ -35,7 +35,8 @@ final class UploadFixture {
         case .file: provider = try StorageConnector(location: location).connect(create: true)
         case .s3: provider = try S3Storage(location: location, options: StorageOptions(environment: [:]), environment: environment)
         }
-        device = try Device.create(paths: paths, storage: location, manifest: try Manifest(json: Data(Self.manifest.utf8)), name: "test", provider: provider)
+        device = try TestStores.create(paths: paths, storage: location, manifest: try Manifest(json: Data(Self.manifest.utf8)), name: "test", provider: provider,
+                                       environment: environment.isEmpty ? nil : environment)
     }
 
     deinit { try? FileManager.default.removeItem(atPath: directory) }
