@@ -10,7 +10,7 @@
 # - files over 600 lines, functions over 80 lines (from `func`/`init` to its closing brace).
 # - references up: identifiers in Core, Crypto, Storage and Store that name a type declared in
 #   a feature folder (Sync, Read, Upload, Files, GC, Fsck, Members, Snapshot, DeviceOnly,
-#   Moves); and in Crypto, any type declared outside Core and Crypto.
+#   Moves, Status); and in Crypto, any type declared outside Core and Crypto.
 # - coven_meta: the files that write a setting, and the distinct keys (or key families,
 #   `name:` prefixes) they write.
 # - ways into the outbox: files that write coven_outbox.
@@ -25,7 +25,7 @@ from collections import defaultdict
 
 ROOT = "Sources/CovenKit"
 LOWER = ["Core", "Crypto", "Storage", "Store"]
-FEATURES = ["Sync", "Read", "Upload", "Files", "GC", "Fsck", "Members", "Snapshot", "DeviceOnly", "Moves"]
+FEATURES = ["Sync", "Read", "Upload", "Files", "GC", "Fsck", "Members", "Snapshot", "DeviceOnly", "Moves", "Status"]
 detail = "--detail" in sys.argv[1:]
 
 def strip(text):

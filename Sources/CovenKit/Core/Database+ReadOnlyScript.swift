@@ -52,8 +52,14 @@ extension Database {
     static func pragmaReads(name: String, value: String?) -> Bool {
         if ["wal_checkpoint", "optimize", "incremental_vacuum"].contains(name) { return false }
         guard value != nil else { return true }
-        return WriteSession.readingPragmas.contains(name)
+        return readingPragmas.contains(name)
     }
+
+    /// Pragmas whose argument only says what to read.
+    static let readingPragmas: Set<String> = [
+        "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
+        "foreign_key_list", "foreign_key_check", "integrity_check", "quick_check",
+    ]
 
     /// A statement's text on one line, cut after 60 characters.
     static func oneLine(_ statement: String) -> String {

@@ -89,7 +89,7 @@ extension Device {
         folder: String, requests: [DeviceOnlyRequest], parallel: Int = 8, stop: Stop = Stop(),
         progress: (@Sendable (DeviceOnlyProgress) -> Void)? = nil
     ) throws -> [DeviceOnlyCopy] {
-        let plan = try planDeviceOnly(folder: folder, requests: requests)
+        let plan = try DeviceOnlyPlanner(device: self).plan(folder: folder, requests: requests)
         guard !plan.copies.isEmpty else { return [] }
         var entries = plan.folders.map { DeviceOnlyJournal.Entry(kind: "folder", path: $0, pair: nil) }
         for copy in plan.copies {
@@ -163,138 +163,6 @@ extension Device {
         return CovenError(code, "\(request.input): the path '\(request.given)' of file '\(request.file)' \(what)",
                           hint: code == .exists ? "coven never replaces a file: pick another path or folder" : nil,
                           details: ["input": request.input, "file": request.file, "path": request.given, "at": display])
-    }
-
-    /// The file columns of the tables under a remote root, each with its root (the schema's
-    /// graph is built once per call, not once per file).
-    func remoteRootColumns() throws -> [(table: String, column: String, root: String)] {
-        let graph = try schemaGraph()
-        return manifest.tables.filter { !$0.files.isEmpty }.flatMap { table -> [(table: String, column: String, root: String)] in
-            guard let root = graph.remoteRoot(of: table.name) else { return [] }
-            return table.files.map { (table.name, $0.column, root) }
-        }
-    }
-
-    /// The remote root whose row (or a descendant's) names `file`, if any, among `columns`
-    /// (``remoteRootColumns()``).
-    func remoteRootNaming(_ file: String, columns: [(table: String, column: String, root: String)]) throws -> String? {
-        for (table, column, root) in columns {
-            if try database.scalar("SELECT count(*) FROM main.\(RowCapture.quote(table)) WHERE \(RowCapture.quote(column)) = ?1", [file]).intValue ?? 0 > 0 {
-                return root
-            }
-        }
-        return nil
-    }
-
-    /// Checks every input and lays out the call; changes nothing.
-    func planDeviceOnly(folder given: String, requests: [DeviceOnlyRequest]) throws -> DeviceOnlyPlan {
-        // The folder's path must be valid Unicode: no byte that came in as an escape.
-        if given.unicodeScalars.contains(where: { $0.value >= PathText.escapeBase && $0.value <= PathText.escapeBase + 0xFF }) {
-            throw CovenError(.notUnicode, "the folder '\(PathText.display(given))' is not valid Unicode", details: ["input": "--folder", "path": PathText.display(given)])
-        }
-        var folder = DevicePaths.absolute(given)
-        while folder.count > 1 && folder.hasSuffix("/") { folder.removeLast() }
-        var info = stat()
-        guard stat(folder, &info) == 0 else {
-            throw CovenError.posix("open folder", path: folder)
-        }
-        guard (info.st_mode & S_IFMT) == S_IFDIR else {
-            throw CovenError(.io, "'\(folder)' is not a folder", details: ["path": folder])
-        }
-
-        var byFile: [String: DeviceOnlyRequest] = [:]
-        var copies: [PlannedCopy] = []
-        var writable: Set<String>?
-        let remoteColumns = try remoteRootColumns()
-        for request in requests {
-            try request.checkNotEmpty()
-            if let first = byFile[request.file] {
-                throw CovenError(.usage, "\(request.input): file '\(request.file)' is given twice (first in \(first.input))", details: ["input": request.input, "file": request.file])
-            }
-            byFile[request.file] = request
-            let details = ["input": request.input, "file": request.file, "path": request.given]
-            guard let record = try fileRecord(request.file) else {
-                throw CovenError(.fileAbsent, "\(request.input): no file '\(request.file)' on this device", details: details)
-            }
-            if manifest.namespace(record.namespace)?.kind != .user {
-                throw CovenError(.namespaceKind, "\(request.input): file '\(request.file)' holds app bytes, not a person's file", hint: "make-device-only brings back files of user namespaces only", details: details)
-            }
-            if let root = try remoteRootNaming(request.file, columns: remoteColumns) {
-                var more = details
-                more["remote_root"] = root
-                throw CovenError(.remoteRoot, "\(request.input): file '\(request.file)' belongs to a row under remote root '\(root)', whose files stay in the cloud",
-                                 details: more)
-            }
-            // A file of a circle this member was removed from: its record stays here, its rows
-            // are the circle's to change.
-            if record.audience != RowAudiences.store {
-                let audiences = try writable ?? Circles(self).writableAudiences()
-                writable = audiences
-                if !audiences.contains(record.audience) {
-                    throw CovenError(.notInCircle, "\(request.input): file '\(request.file)' is of circle '\(record.audience)', which this device's member is no longer in",
-                                     hint: "a member of the circle makes it device-only", details: details.merging(["circle": record.audience]) { first, _ in first })
-                }
-            }
-            if let owned = try OwnedRows(device: self).otherOwner(naming: request.file) {
-                throw CovenError(.notOwner, "\(request.input): file '\(request.file)' is named by row '\(owned.row)' of owner-only table '\(owned.table)', member \(owned.owner)'s",
-                                 hint: "only its owner's devices make it device-only", details: details.merging(["table": owned.table, "owner": owned.owner]) { first, _ in first })
-            }
-            guard record.coordinates.at == .stored, record.hash != nil else {
-                var more = details
-                more["device"] = record.coordinates.device ?? ""
-                throw CovenError(.notInCloud, "\(request.input): file '\(request.file)' is on one device only, not in the cloud", details: more)
-            }
-            let written = request.names.map(DeviceOnlyName.written)
-            let final = folder + "/" + written.joined(separator: "/")
-            let parent = (final as NSString).deletingLastPathComponent
-            copies.append(PlannedCopy(request: request, record: record, written: written, folder: parent, final: final,
-                                      temporary: parent + "/.coven-" + Identifier.objectName() + ".tmp"))
-        }
-
-        // Two paths that are one after the rule, case folding or Unicode normalization; a file
-        // where another path needs a folder is one too.
-        var files: [String: DeviceOnlyRequest] = [:]
-        var folders: [String: DeviceOnlyRequest] = [:]
-        for copy in copies {
-            let key = DeviceOnlyName.clashKey(copy.written)
-            if let other = files[key] ?? folders[key] {
-                throw clash(copy.request, other)
-            }
-            files[key] = copy.request
-            for depth in 1..<max(1, copy.written.count) {
-                let folderKey = DeviceOnlyName.clashKey(Array(copy.written.prefix(depth)))
-                if let other = files[folderKey] { throw clash(copy.request, other) }
-                if folders[folderKey] == nil { folders[folderKey] = copy.request }
-            }
-        }
-
-        // Links and what is already there, walking each path from the folder down.
-        var toMake: [String] = []
-        var planned: Set<String> = []
-        for copy in copies {
-            var path = folder
-            for (index, name) in copy.written.enumerated() {
-                path += "/" + name
-                let isLast = index == copy.written.count - 1
-                var info = stat()
-                if lstat(path, &info) != 0 {
-                    guard errno == ENOENT else { throw CovenError.posix("look at", path: path) }
-                    if !isLast, planned.insert(path).inserted { toMake.append(path) }
-                    continue
-                }
-                if (info.st_mode & S_IFMT) == S_IFLNK { throw Self.pathError(.link, copy.request, path: path) }
-                if isLast || (info.st_mode & S_IFMT) != S_IFDIR { throw Self.pathError(.exists, copy.request, path: path) }
-            }
-        }
-        toMake.sort { $0.split(separator: "/").count < $1.split(separator: "/").count }
-        return DeviceOnlyPlan(folder: folder, copies: copies, folders: toMake)
-    }
-
-    private func clash(_ request: DeviceOnlyRequest, _ other: DeviceOnlyRequest) -> CovenError {
-        CovenError(.clash, "\(request.input): the path '\(request.given)' of file '\(request.file)' is one with the path '\(other.given)' of file '\(other.file)' (\(other.input))",
-                   hint: "macOS and Windows volumes hold names equal after case folding and Unicode normalization as one",
-                   details: ["input": request.input, "file": request.file, "path": request.given,
-                             "other_input": other.input, "other_file": other.file, "other_path": other.given])
     }
 
     // MARK: Downloads

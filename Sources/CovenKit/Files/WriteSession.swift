@@ -306,7 +306,7 @@ final class WriteSession {
             // writable_schema = ON, journal_mode = …) is not.
             guard let argument = second else { return true }
             _ = argument
-            return WriteSession.readingPragmas.contains(first?.lowercased() ?? "")
+            return Database.readingPragmas.contains(first?.lowercased() ?? "")
         default:
             return true
         }
@@ -326,12 +326,6 @@ final class WriteSession {
             return try body()
         }
     }
-
-    /// Pragmas whose argument only says what to read.
-    static let readingPragmas: Set<String> = [
-        "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
-        "foreign_key_list", "foreign_key_check", "integrity_check", "quick_check",
-    ]
 
     // MARK: - Write functions
 

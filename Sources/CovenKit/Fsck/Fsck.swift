@@ -283,12 +283,7 @@ public final class Fsck {
     /// gives is a problem; an object nothing names is reported.
     private func checkListings(provider: StorageProvider) throws {
         tell("listing")
-        var prefixes = Set(try device.database.query("""
-            SELECT DISTINCT substr(object, 1, 6 + instr(substr(object, 7), '/')) AS prefix FROM coven_files WHERE place = 'stored'
-            """).compactMap { $0.string("prefix") }.filter { $0.hasPrefix("files/") && $0.hasSuffix("/") })
-        for row in try device.database.query("SELECT device FROM coven_device_registry") {
-            if let other = row.string("device") { prefixes.insert("files/\(other)/") }
-        }
+        let prefixes = try listingPrefixes()
         // Objects snapshots name that no listing shows (not already missing for a record).
         var snapshotUnseen = snapshotNamed
         defer {
@@ -299,70 +294,88 @@ public final class Fsck {
             }
         }
         for prefix in prefixes.sorted() {
-            // Every key with the prefix sorts before the prefix with its '/' made '0'.
-            let upper = String(prefix.dropLast()) + "0"
-            var records: [StoredItem] = []
-            var recordAfter = prefix
-            var recordsDone = false
-            func nextRecord() throws -> StoredItem? {
-                if records.isEmpty && !recordsDone {
-                    records = try device.database.query("""
-                        SELECT \(Self.itemColumns) FROM coven_files AS f
-                        WHERE f.place = 'stored' AND f.object > ?1 AND f.object < ?2 GROUP BY f.object ORDER BY f.object LIMIT ?3
-                        """, [recordAfter, upper, Self.pageSize]).compactMap(Self.item).reversed()
-                    if records.isEmpty { recordsDone = true }
-                    if let last = records.first { recordAfter = last.object }
-                }
-                return records.last
-            }
-            func listedMissing(_ item: StoredItem) {
-                noteListedBad(item, result: .missing)
-                add(FsckProblem(subject: .object, kind: .missing, key: item.object,
-                                message: "storage holds nothing at '\(item.object)', which file '\(item.file)' names", files: []))
-            }
-            var after = prefix
-            while true {
-                try checkStop()
-                let page = try provider.list(prefix: prefix, after: after, limit: Self.pageSize)
-                report.listings += 1
-                for info in page {
-                    snapshotUnseen.remove(info.key)
-                    while let record = try nextRecord(), record.object.utf8.lexicographicallyPrecedes(info.key.utf8) {
-                        listedMissing(record)
-                        records.removeLast()
-                    }
-                    if let record = try nextRecord(), record.object == info.key {
-                        records.removeLast()
-                        let expected = ObjectLayout.encryptedSize(plaintextSize: record.size)
-                        if info.size != expected {
-                            noteListedBad(record, result: .size)
-                            add(FsckProblem(subject: .object, kind: .size, key: record.object,
-                                            message: "the stored object '\(record.object)' is \(info.size.counted("byte")), not \(expected) as file '\(record.file)' gives",
-                                            files: []))
-                        } else {
-                            // Present at its size: what an earlier listing found is mended.
-                            if let known = knownDamage[record.object], known.result == "missing" || known.result == "size" {
-                                checkedAgain(record.object)
-                            }
-                            if options.fast {
-                                report.objectsChecked += 1
-                                report.bytesChecked += record.size
-                            }
-                        }
-                    } else if !options.fast, try !isNamed(info.key) {
-                        report.unnamed.append(info.key)
-                    }
-                }
-                guard page.count == Self.pageSize, let last = page.last else { break }
-                after = last.key
-                tell("listing")
-            }
-            while let record = try nextRecord() {
-                listedMissing(record)
-                records.removeLast()
-            }
+            try checkListing(prefix, provider: provider, snapshotUnseen: &snapshotUnseen)
             try ledger.record(pending)
             pending.removeAll()
+        }
+    }
+
+    /// The folders of stored objects to list: those this device's records name, and every
+    /// registered device's.
+    private func listingPrefixes() throws -> Set<String> {
+        var prefixes = Set(try device.database.query("""
+            SELECT DISTINCT substr(object, 1, 6 + instr(substr(object, 7), '/')) AS prefix FROM coven_files WHERE place = 'stored'
+            """).compactMap { $0.string("prefix") }.filter { $0.hasPrefix("files/") && $0.hasSuffix("/") })
+        for row in try device.database.query("SELECT device FROM coven_device_registry") {
+            if let other = row.string("device") { prefixes.insert("files/\(other)/") }
+        }
+        return prefixes
+    }
+
+    /// One folder of stored objects listed a page at a time beside this device's records of
+    /// it, both in key order.
+    private func checkListing(_ prefix: String, provider: StorageProvider, snapshotUnseen: inout Set<String>) throws {
+        // Every key with the prefix sorts before the prefix with its '/' made '0'.
+        let upper = String(prefix.dropLast()) + "0"
+        var records: [StoredItem] = []
+        var recordAfter = prefix
+        var recordsDone = false
+        func nextRecord() throws -> StoredItem? {
+            if records.isEmpty && !recordsDone {
+                records = try device.database.query("""
+                    SELECT \(Self.itemColumns) FROM coven_files AS f
+                    WHERE f.place = 'stored' AND f.object > ?1 AND f.object < ?2 GROUP BY f.object ORDER BY f.object LIMIT ?3
+                    """, [recordAfter, upper, Self.pageSize]).compactMap(Self.item).reversed()
+                if records.isEmpty { recordsDone = true }
+                if let last = records.first { recordAfter = last.object }
+            }
+            return records.last
+        }
+        func listedMissing(_ item: StoredItem) {
+            noteListedBad(item, result: .missing)
+            add(FsckProblem(subject: .object, kind: .missing, key: item.object,
+                            message: "storage holds nothing at '\(item.object)', which file '\(item.file)' names", files: []))
+        }
+        var after = prefix
+        while true {
+            try checkStop()
+            let page = try provider.list(prefix: prefix, after: after, limit: Self.pageSize)
+            report.listings += 1
+            for info in page {
+                snapshotUnseen.remove(info.key)
+                while let record = try nextRecord(), record.object.utf8.lexicographicallyPrecedes(info.key.utf8) {
+                    listedMissing(record)
+                    records.removeLast()
+                }
+                if let record = try nextRecord(), record.object == info.key {
+                    records.removeLast()
+                    let expected = ObjectLayout.encryptedSize(plaintextSize: record.size)
+                    if info.size != expected {
+                        noteListedBad(record, result: .size)
+                        add(FsckProblem(subject: .object, kind: .size, key: record.object,
+                                        message: "the stored object '\(record.object)' is \(info.size.counted("byte")), not \(expected) as file '\(record.file)' gives",
+                                        files: []))
+                    } else {
+                        // Present at its size: what an earlier listing found is mended.
+                        if let known = knownDamage[record.object], known.result == "missing" || known.result == "size" {
+                            checkedAgain(record.object)
+                        }
+                        if options.fast {
+                            report.objectsChecked += 1
+                            report.bytesChecked += record.size
+                        }
+                    }
+                } else if !options.fast, try !isNamed(info.key) {
+                    report.unnamed.append(info.key)
+                }
+            }
+            guard page.count == Self.pageSize, let last = page.last else { break }
+            after = last.key
+            tell("listing")
+        }
+        while let record = try nextRecord() {
+            listedMissing(record)
+            records.removeLast()
         }
     }
 

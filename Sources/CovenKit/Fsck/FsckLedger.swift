@@ -7,17 +7,7 @@ import Foundation
 struct FsckLedger {
     let database: Database
 
-    /// Schema step 11: the table and its index (the least recently verified first).
-    static let table = """
-    CREATE TABLE coven_fsck_verified (
-        key TEXT PRIMARY KEY,
-        kind TEXT NOT NULL CHECK (kind IN ('object', 'change', 'snapshot', 'cache', 'local')),
-        verified_at REAL NOT NULL,
-        bytes INTEGER NOT NULL DEFAULT 0,
-        result TEXT NOT NULL
-    ) STRICT;
-    CREATE INDEX coven_fsck_verified_at ON coven_fsck_verified (kind, verified_at);
-    """
+    // Its table, coven_fsck_verified, is made by schema step 11 (Store/Schema.swift).
 
     /// One verification to record.
     struct Entry {

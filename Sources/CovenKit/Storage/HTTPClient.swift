@@ -314,54 +314,11 @@ final class HTTPClient {
     private func perform(
         _ request: HTTPRequest, timeout: Double, body: UnsafeRawBufferPointer?, sink: HTTPBodySink?
     ) throws -> Outcome {
-        // Reset every option but keep live connections, so each request starts from defaults.
-        coven_curl_easy_reset(curl, handle)
-        errorBuffer[0] = 0
-        try set(coven_curl_setopt_pointer(curl, handle, CURLOPT_ERRORBUFFER, errorBuffer), "ERRORBUFFER")
-        try request.url.withCString { try set(coven_curl_setopt_string(curl, handle, CURLOPT_URL, $0), "URL") }
-        try set(coven_curl_setopt_long(curl, handle, CURLOPT_NOSIGNAL, 1), "NOSIGNAL")
-        // Keys may hold "." and ".." segments: send the path exactly as signed.
-        try set(coven_curl_setopt_long(curl, handle, CURLOPT_PATH_AS_IS, 1), "PATH_AS_IS")
-        try set(coven_curl_setopt_long(curl, handle, CURLOPT_CONNECTTIMEOUT_MS, Self.milliseconds(options.connectTimeout)), "CONNECTTIMEOUT_MS")
-        try set(coven_curl_setopt_long(curl, handle, CURLOPT_TIMEOUT_MS, Self.milliseconds(timeout)), "TIMEOUT_MS")
-        // A transfer slower than 1 byte/s for this long is stalled.
-        try set(coven_curl_setopt_long(curl, handle, CURLOPT_LOW_SPEED_LIMIT, 1), "LOW_SPEED_LIMIT")
-        try set(coven_curl_setopt_long(curl, handle, CURLOPT_LOW_SPEED_TIME, max(1, Int(min(timeout, 30).rounded(.up)))), "LOW_SPEED_TIME")
-        // A signal ends a request in flight, even a stalled one: libcurl calls this at least once
-        // a second.
-        try set(coven_curl_setopt_long(curl, handle, CURLOPT_NOPROGRESS, 0), "NOPROGRESS")
-        try set(coven_curl_setopt_xferinfo(curl, handle) { _, _, _, _, _ in Stop.signalled ? 1 : 0 }, "XFERINFOFUNCTION")
-        try set(coven_curl_setopt_long(curl, handle, CURLOPT_BUFFERSIZE, 512 * 1024), "BUFFERSIZE")
-        try set(coven_curl_setopt_long(curl, handle, CURLOPT_UPLOAD_BUFFERSIZE, 2 * 1024 * 1024), "UPLOAD_BUFFERSIZE")
-        if let caBundle {
-            try caBundle.withCString { try set(coven_curl_setopt_string(curl, handle, CURLOPT_CAINFO, $0), "CAINFO") }
-        }
-
-        var headerLines = request.headers.map { "\($0.0): \($0.1)" }
-        // No "Expect: 100-continue" round trip before bodies.
-        headerLines.append("Expect:")
-        let empty: [UInt8] = [0]
-        switch request.method {
-        case "GET":
-            try set(coven_curl_setopt_long(curl, handle, CURLOPT_HTTPGET, 1), "HTTPGET")
-        case "HEAD":
-            try set(coven_curl_setopt_long(curl, handle, CURLOPT_NOBODY, 1), "NOBODY")
-        case "PUT", "POST":
-            headerLines.append("Content-Type: \(request.contentType)")
-        default:
-            try request.method.withCString { try set(coven_curl_setopt_string(curl, handle, CURLOPT_CUSTOMREQUEST, $0), "CUSTOMREQUEST") }
-        }
-
+        try setCommonOptions(request, timeout: timeout)
         var list: UnsafeMutablePointer<curl_slist>?
         defer { coven_curl_slist_free_all(curl, list) }
-        for line in headerLines {
-            guard let appended = coven_curl_slist_append(curl, list, line) else {
-                throw CovenError(.internal, "libcurl could not add a header")
-            }
-            list = appended
-        }
-        try set(coven_curl_setopt_slist(curl, handle, CURLOPT_HTTPHEADER, list), "HTTPHEADER")
-
+        list = try setMethodAndHeaders(request)
+        let empty: [UInt8] = [0]
         let transfer = Transfer(sink: sink)
         return try withExtendedLifetime(transfer) {
             let context = Unmanaged.passUnretained(transfer).toOpaque()
@@ -405,6 +362,65 @@ final class HTTPClient {
             let response = HTTPResponse(status: transfer.head.status, headers: transfer.head.headers, body: transfer.body)
             return Outcome(result: .response(response), delivered: transfer.delivered)
         }
+    }
+
+    /// Resets the handle (keeping live connections, so each request starts from defaults) and
+    /// sets what every request shares: the URL, timeouts, the stall limit, the signal check,
+    /// buffers and the CA bundle.
+    private func setCommonOptions(_ request: HTTPRequest, timeout: Double) throws {
+        coven_curl_easy_reset(curl, handle)
+        errorBuffer[0] = 0
+        try set(coven_curl_setopt_pointer(curl, handle, CURLOPT_ERRORBUFFER, errorBuffer), "ERRORBUFFER")
+        try request.url.withCString { try set(coven_curl_setopt_string(curl, handle, CURLOPT_URL, $0), "URL") }
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_NOSIGNAL, 1), "NOSIGNAL")
+        // Keys may hold "." and ".." segments: send the path exactly as signed.
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_PATH_AS_IS, 1), "PATH_AS_IS")
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_CONNECTTIMEOUT_MS, Self.milliseconds(options.connectTimeout)), "CONNECTTIMEOUT_MS")
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_TIMEOUT_MS, Self.milliseconds(timeout)), "TIMEOUT_MS")
+        // A transfer slower than 1 byte/s for this long is stalled.
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_LOW_SPEED_LIMIT, 1), "LOW_SPEED_LIMIT")
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_LOW_SPEED_TIME, max(1, Int(min(timeout, 30).rounded(.up)))), "LOW_SPEED_TIME")
+        // A signal ends a request in flight, even a stalled one: libcurl calls this at least once
+        // a second.
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_NOPROGRESS, 0), "NOPROGRESS")
+        try set(coven_curl_setopt_xferinfo(curl, handle) { _, _, _, _, _ in Stop.signalled ? 1 : 0 }, "XFERINFOFUNCTION")
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_BUFFERSIZE, 512 * 1024), "BUFFERSIZE")
+        try set(coven_curl_setopt_long(curl, handle, CURLOPT_UPLOAD_BUFFERSIZE, 2 * 1024 * 1024), "UPLOAD_BUFFERSIZE")
+        if let caBundle {
+            try caBundle.withCString { try set(coven_curl_setopt_string(curl, handle, CURLOPT_CAINFO, $0), "CAINFO") }
+        }
+    }
+
+    /// Sets the request's method and headers: the header list, which the caller frees after
+    /// the transfer.
+    private func setMethodAndHeaders(_ request: HTTPRequest) throws -> UnsafeMutablePointer<curl_slist>? {
+        var headerLines = request.headers.map { "\($0.0): \($0.1)" }
+        // No "Expect: 100-continue" round trip before bodies.
+        headerLines.append("Expect:")
+        switch request.method {
+        case "GET":
+            try set(coven_curl_setopt_long(curl, handle, CURLOPT_HTTPGET, 1), "HTTPGET")
+        case "HEAD":
+            try set(coven_curl_setopt_long(curl, handle, CURLOPT_NOBODY, 1), "NOBODY")
+        case "PUT", "POST":
+            headerLines.append("Content-Type: \(request.contentType)")
+        default:
+            try request.method.withCString { try set(coven_curl_setopt_string(curl, handle, CURLOPT_CUSTOMREQUEST, $0), "CUSTOMREQUEST") }
+        }
+        var list: UnsafeMutablePointer<curl_slist>?
+        do {
+            for line in headerLines {
+                guard let appended = coven_curl_slist_append(curl, list, line) else {
+                    throw CovenError(.internal, "libcurl could not add a header")
+                }
+                list = appended
+            }
+            try set(coven_curl_setopt_slist(curl, handle, CURLOPT_HTTPHEADER, list), "HTTPHEADER")
+        } catch {
+            coven_curl_slist_free_all(curl, list)
+            throw error
+        }
+        return list
     }
 
     private static func milliseconds(_ seconds: Double) -> Int {

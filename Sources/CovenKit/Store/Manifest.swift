@@ -110,84 +110,22 @@ extension Manifest {
         let reader = JSONReader(path: "")
         let object = try reader.object(root)
         try reader.only(object, ["namespaces", "tables", "migrations"])
-
         var namespaces: [Namespace] = []
         for (index, item) in try reader.array(object["namespaces"] ?? [Any](), at: "namespaces").enumerated() {
-            let r = JSONReader(path: "namespaces[\(index)]")
-            let o = try r.object(item)
-            try r.only(o, ["name", "kind", "budget", "kept"])
-            let name = try r.name(o, "name")
-            guard let kind = FileKind(rawValue: try r.string(o, "kind")) else {
-                throw CovenError(.manifest, "\(r.path).kind must be 'user' or 'app'")
+            let namespace = try Self.namespace(item, at: "namespaces[\(index)]")
+            guard !namespaces.contains(where: { $0.name == namespace.name }) else {
+                throw CovenError(.manifest, "namespaces[\(index)].name: namespace '\(namespace.name)' is declared twice")
             }
-            let budget = try o["budget"].map { try ByteSize.parse($0, at: "\(r.path).budget") }
-            let kept = try r.bool(o, "kept") ?? false
-            guard !namespaces.contains(where: { $0.name == name }) else {
-                throw CovenError(.manifest, "\(r.path).name: namespace '\(name)' is declared twice")
-            }
-            namespaces.append(Namespace(name: name, kind: kind, budget: budget, kept: kept))
+            namespaces.append(namespace)
         }
-
         var tables: [SyncedTable] = []
         for (index, item) in try reader.array(object["tables"] ?? [Any](), at: "tables").enumerated() {
-            let r = JSONReader(path: "tables[\(index)]")
-            let o = try r.object(item)
-            try r.only(o, ["name", "identity", "audience_column", "audience_from", "gated_by", "gated_by_descendants", "remote_root", "files", "owner_only", "owner_column"])
-            let name = try r.name(o, "name")
-            guard !name.lowercased().hasPrefix("coven_"), !name.lowercased().hasPrefix("sqlite_") else {
-                throw CovenError(.manifest, "\(r.path).name: '\(name)' uses a reserved prefix")
+            let table = try Self.table(item, at: "tables[\(index)]")
+            guard !tables.contains(where: { $0.name == table.name }) else {
+                throw CovenError(.manifest, "tables[\(index)].name: table '\(table.name)' is declared twice")
             }
-            guard let identity = RowIdentity(rawValue: try r.string(o, "identity")) else {
-                throw CovenError(.manifest, "\(r.path).identity must be 'uuid' or 'shared-key'")
-            }
-            let audienceColumn = try r.optionalName(o, "audience_column")
-            let audienceFrom = try r.optionalName(o, "audience_from")
-            if audienceColumn != nil && audienceFrom != nil {
-                throw CovenError(.manifest, "\(r.path): a table has audience_column or audience_from, not both")
-            }
-            var gates: [Gate] = []
-            if let column = try r.optionalName(o, "gated_by") { gates.append(.gatedBy(column: column)) }
-            if try r.bool(o, "gated_by_descendants") == true { gates.append(.gatedByDescendants) }
-            if try r.bool(o, "remote_root") == true { gates.append(.remoteRoot) }
-            guard gates.count <= 1 else {
-                throw CovenError(.manifest, "\(r.path): table '\(name)' has more than one gate form", hint: "a table has at most one of gated_by, gated_by_descendants, remote_root")
-            }
-            var files: [FileColumn] = []
-            for (fileIndex, fileItem) in try r.array(o["files"] ?? [Any](), at: "\(r.path).files").enumerated() {
-                let f = JSONReader(path: "\(r.path).files[\(fileIndex)]")
-                let fo = try f.object(fileItem)
-                try f.only(fo, ["column", "bound", "bound_limit", "write_once"])
-                let column = try f.name(fo, "column")
-                let bound = try f.bool(fo, "bound") ?? false
-                let limit = try fo["bound_limit"].map { try ByteSize.parse($0, at: "\(f.path).bound_limit") }
-                if limit != nil && !bound {
-                    throw CovenError(.manifest, "\(f.path).bound_limit is set on a column that is not bound")
-                }
-                guard !files.contains(where: { $0.column == column }) else {
-                    throw CovenError(.manifest, "\(f.path).column: '\(column)' is declared twice")
-                }
-                files.append(FileColumn(column: column, bound: bound, boundLimit: limit ?? Manifest.defaultBoundLimit, writeOnce: try f.bool(fo, "write_once") ?? false))
-            }
-            guard !tables.contains(where: { $0.name == name }) else {
-                throw CovenError(.manifest, "\(r.path).name: table '\(name)' is declared twice")
-            }
-            let ownerOnly = try r.bool(o, "owner_only") ?? false
-            let ownerColumn = try r.optionalName(o, "owner_column")
-            if ownerColumn != nil && !ownerOnly {
-                throw CovenError(.manifest, "\(r.path).owner_column is set on a table that is not owner_only", hint: "add \"owner_only\": true, or drop owner_column")
-            }
-            if ownerOnly && identity == .sharedKey {
-                throw CovenError(.manifest, "\(r.path): table '\(name)' is owner_only with identity 'shared-key'",
-                                 hint: "a shared key names one row every member writes: an owner-only table takes uuid ids")
-            }
-            let owner = ownerOnly ? (ownerColumn ?? "owner") : nil
-            if let owner, owner == audienceColumn || owner == audienceFrom || files.contains(where: { $0.column == owner }) || owner == "id" || owner == "_updated_at" {
-                throw CovenError(.manifest, "\(r.path).owner_column: '\(owner)' is already a column coven gives another role")
-            }
-            tables.append(SyncedTable(name: name, identity: identity, audienceColumn: audienceColumn, audienceFrom: audienceFrom, gate: gates.first ?? .none, files: files,
-                                      ownerColumn: owner))
+            tables.append(table)
         }
-
         var migrations: [String] = []
         for (index, item) in try reader.array(object["migrations"] ?? [Any](), at: "migrations").enumerated() {
             guard let sql = item as? String, !sql.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
@@ -196,6 +134,82 @@ extension Manifest {
             migrations.append(sql)
         }
         self.init(namespaces: namespaces, tables: tables, migrations: migrations)
+    }
+
+    /// One namespace of the manifest, at `path` (`namespaces[i]`).
+    private static func namespace(_ item: Any, at path: String) throws -> Namespace {
+        let r = JSONReader(path: path)
+        let o = try r.object(item)
+        try r.only(o, ["name", "kind", "budget", "kept"])
+        let name = try r.name(o, "name")
+        guard let kind = FileKind(rawValue: try r.string(o, "kind")) else {
+            throw CovenError(.manifest, "\(r.path).kind must be 'user' or 'app'")
+        }
+        let budget = try o["budget"].map { try ByteSize.parse($0, at: "\(r.path).budget") }
+        return Namespace(name: name, kind: kind, budget: budget, kept: try r.bool(o, "kept") ?? false)
+    }
+
+    /// One synced table of the manifest, at `path` (`tables[i]`).
+    private static func table(_ item: Any, at path: String) throws -> SyncedTable {
+        let r = JSONReader(path: path)
+        let o = try r.object(item)
+        try r.only(o, ["name", "identity", "audience_column", "audience_from", "gated_by", "gated_by_descendants", "remote_root", "files", "owner_only", "owner_column"])
+        let name = try r.name(o, "name")
+        guard !name.lowercased().hasPrefix("coven_"), !name.lowercased().hasPrefix("sqlite_") else {
+            throw CovenError(.manifest, "\(r.path).name: '\(name)' uses a reserved prefix")
+        }
+        guard let identity = RowIdentity(rawValue: try r.string(o, "identity")) else {
+            throw CovenError(.manifest, "\(r.path).identity must be 'uuid' or 'shared-key'")
+        }
+        let audienceColumn = try r.optionalName(o, "audience_column")
+        let audienceFrom = try r.optionalName(o, "audience_from")
+        if audienceColumn != nil && audienceFrom != nil {
+            throw CovenError(.manifest, "\(r.path): a table has audience_column or audience_from, not both")
+        }
+        var gates: [Gate] = []
+        if let column = try r.optionalName(o, "gated_by") { gates.append(.gatedBy(column: column)) }
+        if try r.bool(o, "gated_by_descendants") == true { gates.append(.gatedByDescendants) }
+        if try r.bool(o, "remote_root") == true { gates.append(.remoteRoot) }
+        guard gates.count <= 1 else {
+            throw CovenError(.manifest, "\(r.path): table '\(name)' has more than one gate form", hint: "a table has at most one of gated_by, gated_by_descendants, remote_root")
+        }
+        var files: [FileColumn] = []
+        for (fileIndex, fileItem) in try r.array(o["files"] ?? [Any](), at: "\(r.path).files").enumerated() {
+            let column = try fileColumn(fileItem, at: "\(r.path).files[\(fileIndex)]")
+            guard !files.contains(where: { $0.column == column.column }) else {
+                throw CovenError(.manifest, "\(r.path).files[\(fileIndex)].column: '\(column.column)' is declared twice")
+            }
+            files.append(column)
+        }
+        let ownerOnly = try r.bool(o, "owner_only") ?? false
+        let ownerColumn = try r.optionalName(o, "owner_column")
+        if ownerColumn != nil && !ownerOnly {
+            throw CovenError(.manifest, "\(r.path).owner_column is set on a table that is not owner_only", hint: "add \"owner_only\": true, or drop owner_column")
+        }
+        if ownerOnly && identity == .sharedKey {
+            throw CovenError(.manifest, "\(r.path): table '\(name)' is owner_only with identity 'shared-key'",
+                             hint: "a shared key names one row every member writes: an owner-only table takes uuid ids")
+        }
+        let owner = ownerOnly ? (ownerColumn ?? "owner") : nil
+        if let owner, owner == audienceColumn || owner == audienceFrom || files.contains(where: { $0.column == owner }) || owner == "id" || owner == "_updated_at" {
+            throw CovenError(.manifest, "\(r.path).owner_column: '\(owner)' is already a column coven gives another role")
+        }
+        return SyncedTable(name: name, identity: identity, audienceColumn: audienceColumn, audienceFrom: audienceFrom, gate: gates.first ?? .none, files: files,
+                           ownerColumn: owner)
+    }
+
+    /// One file column of a table, at `path` (`tables[i].files[j]`).
+    private static func fileColumn(_ item: Any, at path: String) throws -> FileColumn {
+        let f = JSONReader(path: path)
+        let fo = try f.object(item)
+        try f.only(fo, ["column", "bound", "bound_limit", "write_once"])
+        let column = try f.name(fo, "column")
+        let bound = try f.bool(fo, "bound") ?? false
+        let limit = try fo["bound_limit"].map { try ByteSize.parse($0, at: "\(f.path).bound_limit") }
+        if limit != nil && !bound {
+            throw CovenError(.manifest, "\(f.path).bound_limit is set on a column that is not bound")
+        }
+        return FileColumn(column: column, bound: bound, boundLimit: limit ?? Manifest.defaultBoundLimit, writeOnce: try f.bool(fo, "write_once") ?? false)
     }
 
     /// Reads and parses the manifest file at `path`.

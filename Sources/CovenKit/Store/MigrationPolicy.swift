@@ -33,7 +33,7 @@ extension Migrations {
             return false
         case SQLITE_PRAGMA:
             guard second != nil else { return true }
-            return WriteSession.readingPragmas.contains(first?.lowercased() ?? "")
+            return Database.readingPragmas.contains(first?.lowercased() ?? "")
         default:
             return true
         }

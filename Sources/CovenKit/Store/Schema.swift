@@ -37,7 +37,18 @@ enum Schema {
         // 10: lost values of entries an authorizer refused (`not_authorized`, `not_owner`).
         { database in try database.execute(lostReasonsWidened) },
         // 11: fsck: when each stored object, change and snapshot was last verified (Fsck/FsckLedger.swift).
-        { database in try database.execute(FsckLedger.table) },
+        { database in
+            try database.execute("""
+                CREATE TABLE coven_fsck_verified (
+                    key TEXT PRIMARY KEY,
+                    kind TEXT NOT NULL CHECK (kind IN ('object', 'change', 'snapshot', 'cache', 'local')),
+                    verified_at REAL NOT NULL,
+                    bytes INTEGER NOT NULL DEFAULT 0,
+                    result TEXT NOT NULL
+                ) STRICT;
+                CREATE INDEX coven_fsck_verified_at ON coven_fsck_verified (kind, verified_at);
+                """)
+        },
         // 12: the upload queue read in claim order without a sort, and a move's uploads found
         // without a scan (a library of 100,000 files: Upload/).
         { database in try database.execute(uploadQueueIndexes) },
@@ -70,7 +81,7 @@ enum Schema {
                 """)
         },
         // 19: whether a tombstone is a retract's (the row lives on where this device does not read it: SyncState).
-        { database in try database.execute(SyncState.retractedColumn) },
+        { database in try database.execute("ALTER TABLE coven_tombstones ADD COLUMN retracted INTEGER NOT NULL DEFAULT 0") },
         // 20: the notes a frozen change goes with: where this device holds the bytes of the
         // files it places on itself, sealed for it alone (Sync/OwnNotes.swift).
         { database in try database.execute("ALTER TABLE coven_push ADD COLUMN notes BLOB") },

@@ -52,73 +52,91 @@ struct GateFilter {
         guard isActive else { return entries }
         var output: [RowEntry] = []
         var touched: Set<String> = []
-        // Whether each upserted row is kept now, asked a table at a time (a row absent was
-        // deleted since: its delete follows).
-        var upserted: [String: Set<String>] = [:]
-        for entry in entries where entry.kind == .upsert && kept[entry.table] != nil { upserted[entry.table, default: []].insert(entry.id) }
-        var keptNow: [RowKey: Bool] = [:]
-        // And where each goes (ChangeSections' rule), for a table that places rows elsewhere
-        // than the store.
-        var placedNow: [RowKey: String] = [:]
-        for (table, ids) in upserted {
-            for (id, isKept) in try audiences.kept(table: table, ids: ids) { keptNow[RowKey(table: table, id: id)] = isKept }
-            guard audiences.placesAudience(table) else { continue }
-            for (id, audience) in try audiences.audiences(table: table, ids: ids) { placedNow[RowKey(table: table, id: id)] = audience }
-        }
+        let standing = try standingNow(of: entries)
         for entry in entries {
             touched.insert(entry.table)
             guard kept[entry.table] != nil else {
                 output.append(entry)
                 continue
             }
-            // A move's retract where another device's image of the row lost to it: peers hold
-            // that image, whatever this device's gate says of the row (CrossedMoves).
-            if try AudienceMoves.isCrossed(entry, in: database) {
-                output.append(entry)
-                continue
-            }
-            let key = RowKey(table: entry.table, id: entry.id)
-            let state = try published.state(table: entry.table, id: entry.id)
-            // A move's retract of a row this change already retracts by its gate: peers drop it
-            // once (and where they hold it, which the change keeps).
-            if entry.kind == .retract, decided.contains(key), state == .retracted { continue }
-            if entry.kind != .upsert {
-                if state == .held {
-                    output.append(entry)
-                } else if state == nil {
-                    // Peers never held the row: its delete, and its id, stay here.
-                    try SyncState(database: database).markTombstonePrivate(table: entry.table, id: entry.id)
-                }
-                try published.forget(table: entry.table, id: entry.id)
-                decided.remove(key)
-                continue
-            }
-            guard !decided.contains(key) else { continue }
-            // A row deleted since: its delete follows.
-            guard let isKept = keptNow[key] else { continue }
-            switch (isKept, state) {
-            case (true, .held):
-                // Peers hold it where this image goes (a move takes it elsewhere).
-                if let audience = audiences.declaredAudience(of: entry) ?? placedNow[key], audience != (try published.heldAudience(table: entry.table, id: entry.id)) {
-                    try published.markHeld(table: entry.table, id: entry.id, audience: audience)
-                }
-                output.append(entry)
-            case (true, _):
-                guard !deferred.contains(key) else { continue }
-                output.append(try whole(key, restamp: state == .retracted))
-            case (false, .held):
-                output.append(try retract(key))
-            case (false, nil):
-                // Kept back as written, never published: where it was, should a pull make it
-                // kept (a row of a table whose rows are all the store's goes there anyway).
-                if audiences.placesAudience(entry.table) {
-                    try published.markPrivate(table: entry.table, id: entry.id,
-                                              audience: audiences.declaredAudience(of: entry) ?? placedNow[key] ?? RowAudiences.store)
-                }
-            case (false, _):
-                continue
-            }
+            try decide(entry, standing: standing, deferred: deferred, into: &output)
         }
+        try sweepGatedTables(touched: touched, pulled: pulled, deferred: deferred, into: &output)
+        return output
+    }
+
+    /// Whether each upserted row of a gated table is kept now, and where it goes
+    /// (ChangeSections' rule, for a table that places rows elsewhere than the store), asked a
+    /// table at a time. A row absent was deleted since: its delete follows.
+    private func standingNow(of entries: [RowEntry]) throws -> (kept: [RowKey: Bool], placed: [RowKey: String]) {
+        var upserted: [String: Set<String>] = [:]
+        for entry in entries where entry.kind == .upsert && kept[entry.table] != nil { upserted[entry.table, default: []].insert(entry.id) }
+        var keptNow: [RowKey: Bool] = [:]
+        var placedNow: [RowKey: String] = [:]
+        for (table, ids) in upserted {
+            for (id, isKept) in try audiences.kept(table: table, ids: ids) { keptNow[RowKey(table: table, id: id)] = isKept }
+            guard audiences.placesAudience(table) else { continue }
+            for (id, audience) in try audiences.audiences(table: table, ids: ids) { placedNow[RowKey(table: table, id: id)] = audience }
+        }
+        return (keptNow, placedNow)
+    }
+
+    /// What one entry of a gated table becomes: itself, the row whole, its retract, or nothing.
+    private mutating func decide(_ entry: RowEntry, standing: (kept: [RowKey: Bool], placed: [RowKey: String]), deferred: Set<RowKey>,
+                                 into output: inout [RowEntry]) throws {
+        // A move's retract where another device's image of the row lost to it: peers hold
+        // that image, whatever this device's gate says of the row (CrossedMoves).
+        if try AudienceMoves.isCrossed(entry, in: database) {
+            output.append(entry)
+            return
+        }
+        let key = RowKey(table: entry.table, id: entry.id)
+        let state = try published.state(table: entry.table, id: entry.id)
+        // A move's retract of a row this change already retracts by its gate: peers drop it
+        // once (and where they hold it, which the change keeps).
+        if entry.kind == .retract, decided.contains(key), state == .retracted { return }
+        if entry.kind != .upsert {
+            if state == .held {
+                output.append(entry)
+            } else if state == nil {
+                // Peers never held the row: its delete, and its id, stay here.
+                try SyncState(database: database).markTombstonePrivate(table: entry.table, id: entry.id)
+            }
+            try published.forget(table: entry.table, id: entry.id)
+            decided.remove(key)
+            return
+        }
+        guard !decided.contains(key) else { return }
+        // A row deleted since: its delete follows.
+        guard let isKept = standing.kept[key] else { return }
+        switch (isKept, state) {
+        case (true, .held):
+            // Peers hold it where this image goes (a move takes it elsewhere).
+            if let audience = audiences.declaredAudience(of: entry) ?? standing.placed[key], audience != (try published.heldAudience(table: entry.table, id: entry.id)) {
+                try published.markHeld(table: entry.table, id: entry.id, audience: audience)
+            }
+            output.append(entry)
+        case (true, _):
+            guard !deferred.contains(key) else { return }
+            output.append(try whole(key, restamp: state == .retracted))
+        case (false, .held):
+            output.append(try retract(key))
+        case (false, nil):
+            // Kept back as written, never published: where it was, should a pull make it
+            // kept (a row of a table whose rows are all the store's goes there anyway).
+            if audiences.placesAudience(entry.table) {
+                try published.markPrivate(table: entry.table, id: entry.id,
+                                          audience: audiences.declaredAudience(of: entry) ?? standing.placed[key] ?? RowAudiences.store)
+            }
+        case (false, _):
+            return
+        }
+    }
+
+    /// The gated tables this change wrote (or all of them after a pull): their rows kept now
+    /// that peers do not hold go whole, and rows peers hold that are no longer kept are
+    /// retracted.
+    private mutating func sweepGatedTables(touched: Set<String>, pulled: Bool, deferred: Set<RowKey>, into output: inout [RowEntry]) throws {
         for table in audiences.gatedTables {
             let written = !audiences.dependencies(of: table).isDisjoint(with: touched)
             guard written || pulled, let condition = kept[table] else { continue }
@@ -145,7 +163,6 @@ struct GateFilter {
                 output.append(try retract(key))
             }
         }
-        return output
     }
 
     // MARK: - Rows

@@ -34,25 +34,7 @@ extension Device {
         }
         // A member's device reads snapshots made under later generations of the store's key.
         let keys = Keyring(storeKey: try FileKey(bytes: keyBytes), generations: generations)
-        try refuseMissingFolder(storage)
-        let provider = try StorageConnector(location: storage, environment: environment).connect()
-        let storeID = try readStoreID(provider: provider, storage: storage)
-        if !asMember, try !provider.list(prefix: "audiences/\(RowAudiences.store)/", after: "audiences/\(RowAudiences.store)/", limit: 1).isEmpty {
-            throw CovenError(.usage, "the store at '\(storage)' has members: a new device joins as one of them",
-                             hint: "join with the member's identity: 'coven join URL --identity FILE' ('coven member export' writes it on one of the member's devices)")
-        }
-        guard let sealedManifest = try provider.getObject(manifestKey) else {
-            throw CovenError(.missing, "the store at '\(storage)' has no manifest", hint: "run 'coven migrate --manifest FILE' on one of its devices to publish it",
-                             details: ["object": manifestKey])
-        }
-        let manifestText: [UInt8]
-        do {
-            manifestText = try keys.open(sealedManifest)
-        } catch let error as CovenError where error.code == .integrity {
-            throw CovenError(.integrity, "this key does not open the store at '\(storage)'", hint: "pass the key 'coven key export' prints on one of its devices",
-                             cause: error.description, details: ["object": manifestKey])
-        }
-        let manifest = try Manifest(json: Data(manifestText))
+        let (provider, storeID, manifest) = try reachStore(storage, environment: environment, keys: keys, asMember: asMember)
         var unfinished: String?
         switch target {
         case .joined:
@@ -82,10 +64,8 @@ extension Device {
         // after a kill starts clean from it.
         try AtomicFile.write(joinMarker(paths), bytes: Array(deviceID.utf8), mode: 0o600)
         let signingKey = try DeviceSigningKey()
-        if let previous = unfinished, previous != deviceID,
-           try provider.head(registryEntryKey(previous)) != nil, try provider.head(registryEntryKey(previous) + goneSuffix) == nil {
-            let mark = GoneMark(device: previous, goneAt: Timestamp.iso8601(Date()), removedBy: deviceID)
-            _ = try provider.putIfAbsent(registryEntryKey(previous) + goneSuffix, data: try mark.seal(keys: keys, store: storeID, signer: signingKey))
+        if let previous = unfinished, previous != deviceID {
+            try markUnfinishedGone(previous, by: deviceID, signingKey: signingKey, provider: provider, keys: keys, storeID: storeID)
         }
         let deviceName = name ?? uniqueName(ProcessInfo.processInfo.hostName, taken: Set(taken.keys))
         let now = Timestamp.iso8601(Date())
@@ -115,6 +95,40 @@ extension Device {
         device.joinedFrom = snapshot
         try StoreSync(device).refreshDevices(provider: provider, keys: device.keys)
         return device
+    }
+
+    /// The store a join by key reaches at `storage`: its provider, id and manifest, opened with
+    /// `keys`. A join by key (`asMember` false) of a store of members is refused.
+    private static func reachStore(_ storage: StorageLocation, environment: [String: String]?, keys: Keyring,
+                                   asMember: Bool) throws -> (StorageProvider, String, Manifest) {
+        try refuseMissingFolder(storage)
+        let provider = try StorageConnector(location: storage, environment: environment).connect()
+        let storeID = try readStoreID(provider: provider, storage: storage)
+        if !asMember, try !provider.list(prefix: "audiences/\(RowAudiences.store)/", after: "audiences/\(RowAudiences.store)/", limit: 1).isEmpty {
+            throw CovenError(.usage, "the store at '\(storage)' has members: a new device joins as one of them",
+                             hint: "join with the member's identity: 'coven join URL --identity FILE' ('coven member export' writes it on one of the member's devices)")
+        }
+        guard let sealedManifest = try provider.getObject(manifestKey) else {
+            throw CovenError(.missing, "the store at '\(storage)' has no manifest", hint: "run 'coven migrate --manifest FILE' on one of its devices to publish it",
+                             details: ["object": manifestKey])
+        }
+        let manifestText: [UInt8]
+        do {
+            manifestText = try keys.open(sealedManifest)
+        } catch let error as CovenError where error.code == .integrity {
+            throw CovenError(.integrity, "this key does not open the store at '\(storage)'", hint: "pass the key 'coven key export' prints on one of its devices",
+                             cause: error.description, details: ["object": manifestKey])
+        }
+        return (provider, storeID, try Manifest(json: Data(manifestText)))
+    }
+
+    /// Marks gone the device `previous` that a killed join at the same path announced (it never
+    /// published anything), unless it is gone already.
+    private static func markUnfinishedGone(_ previous: String, by deviceID: String, signingKey: DeviceSigningKey, provider: StorageProvider,
+                                           keys: Keyring, storeID: String) throws {
+        guard try provider.head(registryEntryKey(previous)) != nil, try provider.head(registryEntryKey(previous) + goneSuffix) == nil else { return }
+        let mark = GoneMark(device: previous, goneAt: Timestamp.iso8601(Date()), removedBy: deviceID)
+        _ = try provider.putIfAbsent(registryEntryKey(previous) + goneSuffix, data: try mark.seal(keys: keys, store: storeID, signer: signingKey))
     }
 
     /// Makes a new device of the store at `storage` for the member whose identity is

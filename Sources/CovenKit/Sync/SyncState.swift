@@ -26,8 +26,8 @@ struct SyncState {
         try statement.runToEnd()
     }
 
-    /// Schema step 19: ``setTombstone(table:id:stamp:audience:retracted:)``'s `retracted`.
-    static let retractedColumn = "ALTER TABLE coven_tombstones ADD COLUMN retracted INTEGER NOT NULL DEFAULT 0"
+    // ``setTombstone(table:id:stamp:audience:retracted:)``'s `retracted` column is schema step
+    // 19's (Store/Schema.swift).
 
     /// Whether the newest tombstone of `table`/`id` is a retract another device sent: the row
     /// lives on out of this device's reach.

@@ -423,7 +423,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         // What a killed call leaves: its journal, a folder it made, a whole copy linked at its
         // final name with its temporary, and a folder that was there before.
         try FileManager.default.createDirectory(atPath: folder + "/Before", withIntermediateDirectories: true)
-        let plan = try device.planDeviceOnly(folder: folder, requests: [request(id, ["Before", "Made", "x.bin"])])
+        let plan = try DeviceOnlyPlanner(device: device).plan(folder: folder, requests: [request(id, ["Before", "Made", "x.bin"])])
         XCTAssertEqual(plan.folders, [folder + "/Before/Made"])
         let copy = plan.copies[0]
         var entries = plan.folders.map { DeviceOnlyJournal.Entry(kind: "folder", path: $0, pair: nil) }
@@ -453,7 +453,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
 
     func testACrashAfterTheSwitchCommittedRemovesOnlyTheTemporaries() throws {
         let id = try fixture.storedFile(DeviceTestFixture.bytes(1000))
-        let plan = try device.planDeviceOnly(folder: folder, requests: [request(id, ["x.bin"])])
+        let plan = try DeviceOnlyPlanner(device: device).plan(folder: folder, requests: [request(id, ["x.bin"])])
         let copy = plan.copies[0]
         let journal = try DeviceOnlyJournal.begin(database: device.database, entries: [
             .init(kind: "temporary", path: copy.temporary, pair: nil), .init(kind: "file", path: copy.final, pair: copy.temporary),
