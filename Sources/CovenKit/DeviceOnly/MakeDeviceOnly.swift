@@ -132,7 +132,7 @@ extension Device {
         defer { _ = lock }
         try switchToDeviceOnly(plan, digests: digests, journal: journal, madeFolders: made)
         committed = true
-        removeForgottenCacheFiles(objects: plan.copies.map(\.record.coordinates.object))
+        Cache(self).removeForgottenCacheFiles(objects: plan.copies.map(\.record.coordinates.object))
 
         // The temporaries go now; each copy's change time moves with its link count, so record
         // the time it settles at.
@@ -348,7 +348,7 @@ extension Device {
                 try fileRecords.noteMadeCopy(object: now.coordinates.object, path: PathText.osBytes(copy.final),
                                              folders: madeFolders.filter { copy.final.hasPrefix($0 + "/") }.map(PathText.osBytes))
                 // The copy holds the bytes now: the cache does not hold them twice.
-                try forgetCacheEntry(object: now.coordinates.object)
+                try Cache(self).forgetCacheEntry(object: now.coordinates.object)
             }
             try journal.markCommitted()
           }

@@ -113,7 +113,7 @@ extension Fsck {
         let held = (0..<bitmap.count).filter(bitmap.contains)
         guard !held.isEmpty else { return }
         report.localChecked += 1
-        let files = device.cachePaths(object: object)
+        let files = Cache(device).cachePaths(object: object)
         let display = "cache of \(object)"
         let dataFD = open(files.data, O_RDONLY | O_CLOEXEC)
         let tagsFD = open(files.tags, O_RDONLY | O_CLOEXEC)
@@ -143,7 +143,7 @@ extension Fsck {
             var next = bitmap
             for chunk in failed { next.remove(chunk) }
             try device.database.transaction {
-                try device.recordCacheChunks(object, chunks: next.bytes, bytes: next.heldBytes(size: size))
+                try Cache(device).recordCacheChunks(object, chunks: next.bytes, bytes: next.heldBytes(size: size))
                 try device.setSetting(Device.checkedKey("cache:" + object), nil)
             }
             problem.mended = true

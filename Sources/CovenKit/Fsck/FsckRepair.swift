@@ -68,9 +68,9 @@ extension Fsck {
         if let row = try device.database.queryOne("SELECT * FROM coven_local WHERE object = ?1", [object]) {
             sources.append((row.string("kind") == "user" ? "original" : "copy", localPath(row)))
         }
-        if let row = try device.cacheRow(object), row.size == size,
+        if let row = try Cache(device).cacheRow(object), row.size == size,
            ChunkBitmap(count: ObjectLayout.chunkCount(plaintextSize: size), bytes: row.chunks).isFull {
-            sources.append(("cache", device.cachePaths(object: object).data))
+            sources.append(("cache", Cache(device).cachePaths(object: object).data))
         }
         return sources
     }

@@ -16,18 +16,18 @@ public enum CacheBudget {
     }
 }
 
-extension Device {
+extension Cache {
     /// The bytes every cache entry holds (kept files and partials too), from the total the
     /// schema's triggers keep.
     func cacheBytes() throws -> Int64 {
-        try database.scalar("SELECT bytes FROM coven_cache_total WHERE id = 1").intValue ?? 0
+        try device.database.scalar("SELECT bytes FROM coven_cache_total WHERE id = 1").intValue ?? 0
     }
 
     /// The budget in force: the stored choice, or the default (nil means keep-all).
     public func cacheBudget() throws -> (bytes: Int64?, isDefault: Bool) {
-        switch try setting("cache_budget") {
+        switch try device.setting("cache_budget") {
         case nil, "default"?:
-            return (CacheBudget.defaultBudget(folder: paths.folder, currentlyUsed: try cacheBytes()), true)
+            return (CacheBudget.defaultBudget(folder: device.paths.folder, currentlyUsed: try cacheBytes()), true)
         case "keep-all"?:
             return (nil, false)
         case let value?:
@@ -37,11 +37,11 @@ extension Device {
 
     /// The bytes the budget covers (every entry but kept files') and the bytes of partials.
     public func cacheUsage() throws -> (used: Int64, partial: Int64) {
-        let used = try database.scalar("""
+        let used = try device.database.scalar("""
             SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c
             WHERE c.object NOT IN (SELECT f.object FROM coven_files f WHERE \(Self.keptFile))
             """, [try keptNamespaces()]).intValue ?? 0
-        let partial = try database.scalar("SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c WHERE c.complete = 0", []).intValue ?? 0
+        let partial = try device.database.scalar("SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c WHERE c.complete = 0", []).intValue ?? 0
         return (used, partial)
     }
 
@@ -53,7 +53,7 @@ extension Device {
         // grouped by why it is not held (NULL: held), so status costs one pass in SQLite
         // whatever the number of kept files. The reasons are documented in docs/json.md
         // ("file_cache").
-        let groups = try database.query("""
+        let groups = try device.database.query("""
             WITH kept AS (
                 SELECT f.size AS size, f.place AS at, f.device AS device, f.object AS object
                 FROM coven_files f
@@ -75,7 +75,7 @@ extension Device {
                    count(*) AS count, coalesce(sum(size), 0) AS bytes,
                    coalesce(sum(CASE WHEN here THEN size ELSE cached END), 0) AS held_bytes
             FROM looked GROUP BY reason ORDER BY reason
-            """, [try keptNamespaces(), deviceID, Coordinates.Place.device.rawValue])
+            """, [try keptNamespaces(), device.deviceID, Coordinates.Place.device.rawValue])
         var heldCount: Int64 = 0
         var heldBytes: Int64 = 0
         var notHeld: [CacheSummary.NotHeld] = []

@@ -275,7 +275,7 @@ final class FetchRun: @unchecked Sendable {
                     try reportSettled()
                     // A cache over its budget gives way once the batch is reported (the last
                     // file recorded spared, as a single `get` spares its own).
-                    if holding, let last = batch.last { _ = try? device.trimCache(sparing: last.object) }
+                    if holding, let last = batch.last { _ = try? Cache(device).trimCache(sparing: last.object) }
                 }
                 if prepare { try prepareWindow(device: device) }
             } catch {
@@ -338,14 +338,14 @@ final class FetchRun: @unchecked Sendable {
                         follow(index, first)
                         continue
                     }
-                    if let row = try device.cacheRow(object), row.size == record.size,
+                    if let row = try Cache(device).cacheRow(object), row.size == record.size,
                        !row.chunks.allSatisfy({ $0 == 0 }) || row.state != .partial {
                         // Chunks held already: resumed and checked the usual way.
                         remember(index, key: "id:" + id)
                         tasks.append(FetchTask(index: index, id: id))
                         continue
                     }
-                    try device.beginCacheEntry(object, size: record.size, chunks: ChunkBitmap(count: ObjectLayout.chunkCount(plaintextSize: record.size)).bytes)
+                    try Cache(device).beginCacheEntry(object, size: record.size, chunks: ChunkBitmap(count: ObjectLayout.chunkCount(plaintextSize: record.size)).bytes)
                     remember(index, key: "object:" + object)
                     tasks.append(FetchTask(index: index, id: id, record: record, deferred: DeferredCacheRecord()))
                 }
@@ -423,10 +423,10 @@ final class FetchRun: @unchecked Sendable {
         let now = cacheNow()
         try device.database.transaction {
             for fetched in batch where fetched.deferred.bytes > 0 || fetched.deferred.state != .partial {
-                try device.recordCacheEntry(fetched.object, size: fetched.size, chunks: fetched.deferred.chunks,
+                try Cache(device).recordCacheEntry(fetched.object, size: fetched.size, chunks: fetched.deferred.chunks,
                                             bytes: fetched.deferred.bytes, state: fetched.deferred.state, now: now)
                 guard fetched.deferred.state != .partial else { continue }
-                let data = device.cachePaths(object: fetched.object).data
+                let data = Cache(device).cachePaths(object: fetched.object).data
                 if let stamp = fetched.stamp, FileStamp(path: data) == stamp {
                     try device.setSetting(Device.checkedKey("cache:" + fetched.object), stamp.text)
                 } else {
@@ -438,7 +438,7 @@ final class FetchRun: @unchecked Sendable {
         // Held now: the files are durable and recorded complete.
         for fetched in batch where fetched.deferred.state != .partial {
             if let report = fetched.report {
-                settle(fetched.index, .success((device.cachePaths(object: fetched.object).data, report)), size: fetched.size, wake: false)
+                settle(fetched.index, .success((Cache(device).cachePaths(object: fetched.object).data, report)), size: fetched.size, wake: false)
             }
         }
     }
@@ -463,7 +463,7 @@ final class FetchRun: @unchecked Sendable {
                         do {
                             let report = try device.fetchKeptFileDeferred(record, stop: stop, deferred: deferred, session: session)
                             handOver(FetchedFile(index: index, object: object, size: record.size, deferred: deferred,
-                                                 stamp: FileStamp(path: device.cachePaths(object: object).data),
+                                                 stamp: FileStamp(path: Cache(device).cachePaths(object: object).data),
                                                  clearsFailure: failedBefore.contains("fetch_failed:" + object), report: report))
                         } catch {
                             // What was written before the failure stays, as a partial.

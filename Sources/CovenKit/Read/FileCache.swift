@@ -141,17 +141,33 @@ struct ChunkBitmap {
 /// The seconds since the epoch, as coven_cache stores times.
 func cacheNow() -> Double { Date().timeIntervalSince1970 }
 
-extension Device {
+/// The one owner of the file cache on a device: `coven_cache` (its entries, which chunks each
+/// holds, when each was read), the files under `<db>.d/cache/`, the budget and the trims, and
+/// the sweeps of what a crash left. Readers record what they fetched through it; `status`
+/// reads its summary.
+///
+/// ```swift
+/// let removed = try Cache(device).clearCache()
+/// try Cache(device).setCacheBudget("2GiB")
+/// ```
+public struct Cache {
+    let device: Device
+
+    public init(_ device: Device) {
+        self.device = device
+    }
+
+
     // MARK: The one writer of coven_cache (with the removals and trims below)
 
     /// Marks an entry read now, for the trims (oldest read first).
     func touchCacheEntry(_ object: String) throws {
-        try database.run("UPDATE coven_cache SET last_read = ?2 WHERE object = ?1", [object, cacheNow()])
+        try device.database.run("UPDATE coven_cache SET last_read = ?2 WHERE object = ?1", [object, cacheNow()])
     }
 
     /// Starts an entry for a read that fetches chunks of `object` (nothing held yet).
     func beginCacheEntry(_ object: String, size: Int64, chunks: [UInt8]) throws {
-        try database.run("""
+        try device.database.run("""
             INSERT INTO coven_cache (object, size, chunks, bytes, complete, last_read, touched)
             VALUES (?1, ?2, ?3, 0, 0, ?4, ?4) ON CONFLICT (object) DO NOTHING
             """, [object, size, chunks, cacheNow()])
@@ -159,42 +175,42 @@ extension Device {
 
     /// Records which chunks an entry holds, partial from now on (chunks forgotten, files gone).
     func recordCacheChunks(_ object: String, chunks: [UInt8], bytes: Int64) throws {
-        try database.run("UPDATE coven_cache SET chunks = ?2, bytes = ?3, complete = 0 WHERE object = ?1", [object, chunks, bytes])
+        try device.database.run("UPDATE coven_cache SET chunks = ?2, bytes = ?3, complete = 0 WHERE object = ?1", [object, chunks, bytes])
     }
 
     /// Records an entry's chunks and state after a read wrote into it.
     func recordCacheEntry(_ object: String, size: Int64, chunks: [UInt8], bytes: Int64, state: CacheState, now: Double) throws {
-        try database.run("""
+        try device.database.run("""
             INSERT INTO coven_cache (object, size, chunks, bytes, complete, last_read, touched) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
             ON CONFLICT (object) DO UPDATE SET size = excluded.size, chunks = excluded.chunks, bytes = excluded.bytes,
                 complete = excluded.complete, last_read = excluded.last_read, touched = excluded.touched
             """, [object, size, chunks, bytes, state.rawValue, now])
     }
 
-    /// The paths of the cache entry of `object`.
+    /// The device.paths of the cache entry of `object`.
     public func cachePaths(object: String) -> CacheEntryPaths {
-        CacheEntryPaths(paths: paths, object: object)
+        CacheEntryPaths(paths: device.paths, object: object)
     }
 
-    /// SQL true of a kept file record `f`: pinned, or in a namespace the manifest declares kept.
+    /// SQL true of a kept file record `f`: pinned, or in a namespace the device.manifest declares kept.
     /// `?1` is ``keptNamespaces()``.
     static let keptFile = "(f.id IN (SELECT file FROM coven_pins) OR f.namespace IN (SELECT value FROM json_each(?1)))"
 
-    /// The namespaces the manifest declares kept, as the JSON array ``keptFile`` takes.
+    /// The namespaces the device.manifest declares kept, as the JSON array ``keptFile`` takes.
     func keptNamespaces() throws -> String {
-        String(decoding: try JSONSerialization.data(withJSONObject: manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
+        String(decoding: try JSONSerialization.data(withJSONObject: device.manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
     }
 
-    /// Objects of kept files: pinned, or in a namespace the manifest declares kept.
+    /// Objects of kept files: pinned, or in a namespace the device.manifest declares kept.
     func keptObjects() throws -> Set<String> {
-        let rows = try database.query(
+        let rows = try device.database.query(
             "SELECT DISTINCT f.object AS object FROM coven_files f WHERE \(Self.keptFile)",
             [try keptNamespaces()])
         return Set(rows.compactMap { $0.string("object") })
     }
 
     func cacheRow(_ object: String) throws -> CacheEntryRow? {
-        try database.queryOne("SELECT * FROM coven_cache WHERE object = ?1", [object]).map(CacheEntryRow.init)
+        try device.database.queryOne("SELECT * FROM coven_cache WHERE object = ?1", [object]).map(CacheEntryRow.init)
     }
 
     /// Removes one cache entry if nobody reads it now. Returns the bytes it held, or nil when
@@ -208,12 +224,12 @@ extension Device {
         // coven_meta): never a row claiming chunks that are gone, and a crash before the
         // unlinks leaves the note, which the next open acts on (``removeUncachedFiles()``).
         let note = Self.uncacheNote + entry.object
-        try database.transaction {
-            try database.run("DELETE FROM coven_cache WHERE object = ?1", [entry.object])
-            try setSetting(Self.checkedKey("cache:" + entry.object), nil)
-            try setSetting(note, entry.object)
+        try device.database.transaction {
+            try device.database.run("DELETE FROM coven_cache WHERE object = ?1", [entry.object])
+            try device.setSetting(Device.checkedKey("cache:" + entry.object), nil)
+            try device.setSetting(note, entry.object)
         }
-        if unlinkCacheFiles(files) { try? settings.remove(note) }
+        if unlinkCacheFiles(files) { try? device.settings.remove(note) }
         return entry.bytes
     }
 
@@ -227,10 +243,10 @@ extension Device {
     /// crash before leaves the note, which the next open acts on).
     func forgetCacheEntry(object: String) throws {
         guard try cacheRow(object) != nil else { return }
-        let stored = try database.scalar("SELECT count(*) FROM coven_files WHERE object = ?1 AND place = \(Coordinates.Place.stored.sql)", [object])
+        let stored = try device.database.scalar("SELECT count(*) FROM coven_files WHERE object = ?1 AND place = \(Coordinates.Place.stored.sql)", [object])
         guard stored.intValue ?? 0 == 0 else { return }
-        try database.run("DELETE FROM coven_cache WHERE object = ?1", [object])
-        try setSetting(Self.uncacheNote + object, object)
+        try device.database.run("DELETE FROM coven_cache WHERE object = ?1", [object])
+        try device.setSetting(Self.uncacheNote + object, object)
     }
 
     /// Removes the files of the entries ``forgetCacheEntry(object:)`` forgot, once its
@@ -239,8 +255,8 @@ extension Device {
         for object in objects {
             let note = Self.uncacheNote + object
             // Only while noted and not made again since.
-            guard let forgotten = try? setting(note) != nil && cacheRow(object) == nil, forgotten else { continue }
-            if unlinkCacheFiles(cachePaths(object: object)) { try? settings.remove(note) }
+            guard let forgotten = try? device.setting(note) != nil && cacheRow(object) == nil, forgotten else { continue }
+            if unlinkCacheFiles(cachePaths(object: object)) { try? device.settings.remove(note) }
         }
     }
 
@@ -251,7 +267,7 @@ extension Device {
 
     // MARK: - Trimming
 
-    /// Trims the cache to its budgets: each namespace's own budget from the manifest, then the
+    /// Trims the cache to its budgets: each namespace's own budget from the device.manifest, then the
     /// device's. Removes what was read longest ago first; never a kept file's entry, never one
     /// being read, never `sparing`.
     ///
@@ -261,7 +277,7 @@ extension Device {
     @discardableResult
     public func trimCache(sparing: String? = nil) throws -> Int64 {
         var removed: Int64 = 0
-        for namespace in manifest.namespaces {
+        for namespace in device.manifest.namespaces {
             if let budget = namespace.budget {
                 removed += try trim(to: budget, namespace: namespace.name, sparing: sparing)
             }
@@ -274,7 +290,7 @@ extension Device {
 
     /// Entries the trims may take, as SQL over `coven_cache c`: not a kept file's, not `?2`
     /// (the entry spared), and with `?3` not NULL only those of that namespace's files. `?1` is
-    /// the manifest's kept namespaces, as a JSON array.
+    /// the device.manifest's kept namespaces, as a JSON array.
     private static let trimmable = """
         c.object != ?2
         AND c.object NOT IN (SELECT f.object FROM coven_files f WHERE \(keptFile))
@@ -292,7 +308,7 @@ extension Device {
         guard try cacheBytes() > budget else { return 0 }
         let parameters = try trimParameters(sparing: sparing ?? "", namespace: namespace)
         // The spared entry counts toward the budget; it is only never taken.
-        let used = try database.scalar("SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c WHERE \(Self.trimmable)",
+        let used = try device.database.scalar("SELECT coalesce(sum(c.bytes), 0) FROM coven_cache c WHERE \(Self.trimmable)",
                                        [parameters[0], SQLValue.text(""), parameters[2]]).intValue ?? 0
         return try removeOldest(parameters) { used - $0 <= budget }
     }
@@ -311,7 +327,7 @@ extension Device {
         var busy: Set<String> = []
         while !enough(removed) {
             // The oldest few not yet passed over, in the order trims take them.
-            let rows = try database.query(
+            let rows = try device.database.query(
                 "SELECT c.* FROM coven_cache c WHERE \(Self.trimmable) ORDER BY c.last_read, c.object LIMIT ?4",
                 parameters + [.integer(Int64(busy.count + Self.trimBatch))])
             let entries = rows.map(CacheEntryRow.init).filter { !busy.contains($0.object) }
@@ -338,7 +354,7 @@ extension Device {
         guard bytes > 0 else { return 0 }
         func free() -> Int64? {
             var info = statvfs()
-            guard statvfs(paths.cache, &info) == 0 else { return nil }
+            guard statvfs(device.paths.cache, &info) == 0 else { return nil }
             return Int64(info.f_bavail) * Int64(info.f_frsize)
         }
         guard let before = free(), before < bytes + Self.roomMargin else { return 0 }
@@ -372,7 +388,7 @@ extension Device {
             }
             value = String(bytes)
         }
-        try database.transaction { try setSetting("cache_budget", value) }
+        try device.database.transaction { try device.setSetting("cache_budget", value) }
         return try trimCache()
     }
 
@@ -383,7 +399,7 @@ extension Device {
     public func clearCache() throws -> Int64 {
         let kept = try keptObjects()
         var removed: Int64 = 0
-        for row in try database.query("SELECT * FROM coven_cache ORDER BY object") {
+        for row in try device.database.query("SELECT * FROM coven_cache ORDER BY object") {
             let entry = CacheEntryRow(row: row)
             guard !kept.contains(entry.object) else { continue }
             removed += try removeCacheEntry(entry) ?? 0
@@ -405,10 +421,10 @@ extension Device {
     /// opens for writing; with no partial and no crash behind it, that costs two small queries
     /// whatever the number of entries.
     func removeStalePartials(now: Date = Date()) {
-        guard !readOnly else { return }
+        guard !device.readOnly else { return }
         removeUncachedFiles(now: now)
         sweepCacheFolder(now: now)
-        guard let rows = try? database.query("SELECT * FROM coven_cache WHERE complete = 0"), !rows.isEmpty else { return }
+        guard let rows = try? device.database.query("SELECT * FROM coven_cache WHERE complete = 0"), !rows.isEmpty else { return }
         let kept = (try? keptObjects()) ?? []
         for row in rows {
             let entry = CacheEntryRow(row: row)
@@ -429,7 +445,7 @@ extension Device {
     /// (their `uncache:` notes), unless the entry was made again since.
     func removeUncachedFiles(now: Date = Date()) {
         let prefix = Self.uncacheNote
-        guard let rows = try? database.query(
+        guard let rows = try? device.database.query(
             "SELECT key, value FROM coven_meta WHERE key >= ?1 AND key < ?2", [prefix, String(prefix.dropLast()) + ";"]) else { return }
         for row in rows {
             guard let key = row.string("key"), let object = row.string("value") else { continue }
@@ -443,7 +459,7 @@ extension Device {
                 if stat(files.data, &info) == 0, now.timeIntervalSince1970 - Double(info.st_mtim.tv_sec) <= 60 { continue }
                 guard unlinkCacheFiles(files) else { continue }
             }
-            try? settings.remove(key)
+            try? device.settings.remove(key)
         }
     }
 
@@ -452,14 +468,14 @@ extension Device {
     /// for the disk), or by anything else. Listing the folder costs time in proportion to the
     /// entries (about 18 ms for 100,000), so not at every open.
     func sweepCacheFolder(now: Date = Date()) {
-        let last = ((try? setting("cache_swept_at")) ?? nil).flatMap(Double.init) ?? 0
+        let last = ((try? device.setting("cache_swept_at")) ?? nil).flatMap(Double.init) ?? 0
         guard now.timeIntervalSince1970 - last >= Self.cacheSweepInterval || now.timeIntervalSince1970 < last else { return }
-        try? database.transaction { try setSetting("cache_swept_at", String(Int64(now.timeIntervalSince1970))) }
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: paths.cache),
-              let objects = try? database.query("SELECT object FROM coven_cache") else { return }
+        try? device.database.transaction { try device.setSetting("cache_swept_at", String(Int64(now.timeIntervalSince1970))) }
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: device.paths.cache),
+              let objects = try? device.database.query("SELECT object FROM coven_cache") else { return }
         let known = Set(objects.compactMap { $0.string("object") }.map { cachePaths(object: $0).data })
         for name in names {
-            let path = paths.cache + "/" + name
+            let path = device.paths.cache + "/" + name
             let data = path.hasSuffix(".tags") ? String(path.dropLast(5)) : path
             guard !known.contains(data) else { continue }
             // A reader creates its row before its files, so an unnamed file is garbage unless a

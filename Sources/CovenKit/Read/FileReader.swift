@@ -105,7 +105,7 @@ extension Device {
         } catch let error as CovenError where error.code == .noRoom {
             // Not even the cache entry's record or files fit: what was read longest ago gives
             // way, and failing that the read goes on without the cache.
-            _ = try? makeRoom(for: min(Int64(wanted.count), record.size), sparing: coordinates.object)
+            _ = try? Cache(self).makeRoom(for: min(Int64(wanted.count), record.size), sparing: coordinates.object)
             do {
                 read = try StoredRead(device: self, record: record, durable: false, stop: stop)
             } catch let again as CovenError where again.code == .noRoom {
@@ -114,7 +114,7 @@ extension Device {
         }
         defer { read.close() }
         var report = try read.read(wanted, output: output)
-        if readOnly { report.notKept = false } else { _ = try? trimCache(sparing: coordinates.object) }
+        if readOnly { report.notKept = false } else { _ = try? Cache(self).trimCache(sparing: coordinates.object) }
         return report
     }
 
@@ -123,7 +123,7 @@ extension Device {
     /// the chunks the cache holds are read from it, each checked against its tag, the others
     /// fetched, and the whole file is checked against the record's hash before its last bytes go
     /// out. Nothing is added to the cache: the copy holds the bytes, and the cache entry goes
-    /// once the copy is the file's original here (``forgetCacheEntry(object:)``).
+    /// once the copy is the file's original here (``Cache(self).forgetCacheEntry(object:)``).
     ///
     /// - Parameter session: the connection and run buffers to read through (their count is the
     ///   read's depth), kept by a caller reading file after file, so their memory is touched
@@ -247,16 +247,16 @@ extension Device {
             if kind == .copy { try checkLocalCopy(record, copy: row.string("copy") ?? "", path: path, stop: stop) }
             return (path, ReadReport(source: kind))
         }
-        let files = cachePaths(object: record.coordinates.object)
+        let files = Cache(self).cachePaths(object: record.coordinates.object)
         let subject = "cache:" + record.coordinates.object
         // A complete entry whose data file was checked and not written since is handed out as
         // it is; one written since (or never checked) is read through first, every chunk
         // checked against its tag, any that fails fetched again.
-        if let row = try cacheRow(record.coordinates.object), row.complete, access(files.data, R_OK) == 0,
+        if let row = try Cache(self).cacheRow(record.coordinates.object), row.complete, access(files.data, R_OK) == 0,
            isStillChecked(subject, path: files.data) {
             if !readOnly {
                 try? database.transaction {
-                    try touchCacheEntry(record.coordinates.object)
+                    try Cache(self).touchCacheEntry(record.coordinates.object)
                 }
             }
             return (files.data, ReadReport(source: .cache))
@@ -272,7 +272,7 @@ extension Device {
         let report = try read.read(0..<record.size) { _ in }
         read.close()
         recordChecked(subject, path: files.data, stamp: report.chunksRefetched > 0 || report.bytesFetched > 0 ? FileStamp(path: files.data) : stamp)
-        _ = try? trimCache(sparing: record.coordinates.object)
+        _ = try? Cache(self).trimCache(sparing: record.coordinates.object)
         return (files.data, report)
     }
 
@@ -282,7 +282,7 @@ extension Device {
     ///   (a fetch-kept worker's fresh entry holds none: no query of the database per file).
     /// - Throws: `.noRoom` with the bytes needed and free.
     func checkRoom(for record: FileRecord, held: Int64? = nil) throws {
-        let held = try held ?? (cacheRow(record.coordinates.object)?.bytes ?? 0)
+        let held = try held ?? (Cache(self).cacheRow(record.coordinates.object)?.bytes ?? 0)
         let needed = record.size - held + Int64(ObjectLayout.chunkCount(plaintextSize: record.size)) * ObjectLayout.tagSize
         func freeBytes() -> Int64? {
             var info = statvfs()
@@ -290,9 +290,9 @@ extension Device {
             return Int64(info.f_bavail) * Int64(info.f_frsize)
         }
         guard var free = freeBytes() else { return }
-        if free < needed + Self.roomMargin {
+        if free < needed + Cache.roomMargin {
             // What was read longest ago gives way first.
-            _ = try? makeRoom(for: needed, sparing: record.coordinates.object)
+            _ = try? Cache(self).makeRoom(for: needed, sparing: record.coordinates.object)
             free = freeBytes() ?? free
         }
         if needed > free {
@@ -367,14 +367,14 @@ final class StoredRead {
         self.record = record
         self.object = record.coordinates.object
         self.size = record.size
-        self.files = device.cachePaths(object: record.coordinates.object)
+        self.files = Cache(device).cachePaths(object: record.coordinates.object)
         self.stop = stop
         self.durable = durable
         _ = try FileKey(hex: record.coordinates.key)  // a bad key fails here, before any file is made
         bitmap = ChunkBitmap(count: ObjectLayout.chunkCount(plaintextSize: record.size))
         if !caching {
             report.notKept = true
-        } else if try keepsFetched || device.cacheRow(object) != nil {
+        } else if try keepsFetched || Cache(device).cacheRow(object) != nil {
             try openEntry()
         }
     }
@@ -409,22 +409,22 @@ final class StoredRead {
         restoredSynchronous = try db.scalar("PRAGMA synchronous").intValue ?? 2
         try db.execute("PRAGMA synchronous = NORMAL")
         relaxed = true
-        if try device.cacheRow(object) == nil {
+        if try Cache(device).cacheRow(object) == nil {
             try db.transaction {
-                try device.beginCacheEntry(object, size: size, chunks: bitmap.bytes)
+                try Cache(device).beginCacheEntry(object, size: size, chunks: bitmap.bytes)
             }
         }
         // A cache folder someone removed is made again, and an entry whose files are gone is
         // not cached: its record is cleared before the files are made afresh.
         try Device.makeFolder(device.paths.cache, mode: 0o700)
-        if access(files.data, F_OK) != 0 || access(files.tags, F_OK) != 0, try device.cacheRow(object) != nil {
+        if access(files.data, F_OK) != 0 || access(files.tags, F_OK) != 0, try Cache(device).cacheRow(object) != nil {
             try db.transaction {
-                try device.recordCacheChunks(object, chunks: [], bytes: 0)
+                try Cache(device).recordCacheChunks(object, chunks: [], bytes: 0)
                 try device.setSetting(Device.checkedKey("cache:" + object), nil)
             }
         }
         try openFiles()
-        if let row = try device.cacheRow(object), row.size == size {
+        if let row = try Cache(device).cacheRow(object), row.size == size {
             bitmap = ChunkBitmap(count: bitmap.count, bytes: row.chunks)
             verified = row.verified && bitmap.isFull
         }
@@ -508,7 +508,7 @@ final class StoredRead {
                 return total + ObjectLayout.encryptedRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
                     - ObjectLayout.encryptedRange(chunk: run.lowerBound, plaintextSize: size).lowerBound
             }
-            _ = try? device.makeRoom(for: fetching, sparing: object)
+            _ = try? Cache(device).makeRoom(for: fetching, sparing: object)
         }
         // While this thread hashes, the producer opens and checks runs on one thread, so the two
         // keep both cores busy without queueing for one; otherwise it uses both.
@@ -646,7 +646,7 @@ final class StoredRead {
             return
         }
         let db = device.database
-        let existing = try device.cacheRow(object).flatMap { $0.size == size ? $0 : nil }
+        let existing = try Cache(device).cacheRow(object).flatMap { $0.size == size ? $0 : nil }
         var next = ChunkBitmap(count: bitmap.count, bytes: existing?.chunks ?? [])
         for chunk in chunks { next.insert(chunk) }
         // The chunks whose bytes this read made sure are on the disk.
@@ -657,7 +657,7 @@ final class StoredRead {
             synced = next
         }
         try db.transaction {
-            let row = try device.cacheRow(object).flatMap { $0.size == size ? $0 : nil }
+            let row = try Cache(device).cacheRow(object).flatMap { $0.size == size ? $0 : nil }
             var current = ChunkBitmap(count: bitmap.count, bytes: row?.chunks ?? [])
             for chunk in chunks { current.insert(chunk) }
             for chunk in dropped { current.remove(chunk) }
@@ -670,7 +670,7 @@ final class StoredRead {
             // recorded chunks since, unsynced: then it stays whole, for the next `get` to sync).
             let isSynced = (row?.complete ?? false) || (synced.map { current.isSubset(of: $0) } ?? false)
             let state = !current.isFull ? CacheState.partial : CacheState(synced: isSynced, verified: checked)
-            try device.recordCacheEntry(object, size: size, chunks: current.bytes, bytes: current.heldBytes(size: size), state: state, now: now)
+            try Cache(device).recordCacheEntry(object, size: size, chunks: current.bytes, bytes: current.heldBytes(size: size), state: state, now: now)
         }
         dropped.removeAll()
     }
@@ -679,10 +679,10 @@ final class StoredRead {
     private func forget(_ chunks: [Int64]) throws {
         let db = device.database
         try db.transaction {
-            guard let row = try device.cacheRow(object) else { return }
+            guard let row = try Cache(device).cacheRow(object) else { return }
             var current = ChunkBitmap(count: bitmap.count, bytes: row.chunks)
             for chunk in chunks { current.remove(chunk) }
-            try device.recordCacheChunks(object, chunks: current.bytes, bytes: current.heldBytes(size: size))
+            try Cache(device).recordCacheChunks(object, chunks: current.bytes, bytes: current.heldBytes(size: size))
         }
     }
 }

@@ -108,10 +108,10 @@ extension Device {
             SELECT f.id, f.place AS at, f.device AS device, f.object AS object, c.complete AS cache_state
             FROM coven_files f
             LEFT JOIN coven_cache c ON c.object = f.object
-            WHERE \(Self.keptFile)
+            WHERE \(Cache.keptFile)
             ORDER BY f.size, f.object, f.id
             """)
-        try rows.bind([try keptNamespaces()])
+        try rows.bind([try Cache(self).keptNamespaces()])
         // Records of the same bytes come together (by size, then object): no set of every
         // object seen (100,000 of them were a third of the command's memory).
         var previous: String?
@@ -128,7 +128,7 @@ extension Device {
             let state = row.int("cache_state").flatMap(CacheState.init(rawValue:))
             // Held: complete, and its data file checked and not written since (a file damaged
             // since is read through again by the fetch, every chunk checked).
-            let data = cachePaths(object: object).data
+            let data = Cache(self).cachePaths(object: object).data
             if state == .complete || state == .completeVerified, access(data, R_OK) == 0, isStillChecked("cache:" + object, path: data) {
                 held += 1
                 continue
@@ -238,7 +238,7 @@ extension Device {
         if coven_syncfs(folder) == 0 { return }
         guard errno == ENOSYS else { throw CovenError.posix("sync cache folder", path: paths.cache) }
         for object in objects {
-            let files = cachePaths(object: object)
+            let files = Cache(self).cachePaths(object: object)
             for path in [files.data, files.tags] {
                 let fd = Foundation.open(path, O_RDONLY | O_CLOEXEC)
                 guard fd >= 0 else { throw CovenError.posix("open cache file", path: path) }

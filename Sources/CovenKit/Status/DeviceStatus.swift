@@ -107,7 +107,7 @@ extension Device {
             storeID: storeID, storage: storage.description, deviceID: deviceID, deviceName: deviceName,
             database: paths.database, namespaces: manifest.namespaces, tables: manifest.tables.map(\.name),
             migrations: manifest.migrations.count, staged: try count("SELECT count(*) FROM coven_staged"),
-            cache: try cacheSummary())
+            cache: try Cache(self).cacheSummary())
         let me = deviceID
         // One pass over the file records for the places, and the queue (few rows) joined to
         // its records through their index for the rest.

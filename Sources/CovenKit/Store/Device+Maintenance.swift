@@ -82,7 +82,7 @@ extension Device {
         defer { _ = lock }
         removeReleasedCopies()
         // The file cache: partials untouched for seven days, files no entry names (Read/FileCache.swift).
-        removeStalePartials()
+        Cache(self).removeStalePartials()
         // make-device-only calls a crash or kill stopped before their switch.
         DeviceOnlyJournal.sweep(database: database)
         // The database copies and sealed packs of snapshots a kill stopped.

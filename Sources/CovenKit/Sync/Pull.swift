@@ -245,7 +245,7 @@ extension StoreSync {
         // Kept for the end only where this device caches the bytes: a pull of a library
         // names 100,000 objects it never cached.
         if !applied.uncache.isEmpty, try database.scalar("SELECT EXISTS (SELECT 1 FROM coven_cache)").intValue == 1 {
-            for object in applied.uncache where try device.cacheRow(object) != nil { run.uncache.insert(object) }
+            for object in applied.uncache where try Cache(device).cacheRow(object) != nil { run.uncache.insert(object) }
         }
         context.progress?(.applied(device: other, seq: seq, entries: change.entries.count))
         run.moved = true
@@ -391,8 +391,8 @@ extension StoreSync {
             let stillStored = (try? database.scalar("""
                 SELECT count(*) FROM coven_files WHERE object = ?1 AND place = \(Coordinates.Place.stored.sql)
                 """, [object]).intValue) ?? 0
-            guard stillStored == 0, let row = try? device.cacheRow(object) else { continue }
-            _ = try? device.removeCacheEntry(row)
+            guard stillStored == 0, let row = try? Cache(device).cacheRow(object) else { continue }
+            _ = try? Cache(device).removeCacheEntry(row)
         }
     }
 

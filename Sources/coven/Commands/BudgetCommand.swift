@@ -23,8 +23,8 @@ struct BudgetCommand: Command {
             let device = try context.openDevice()
             let lock = try device.lock(wait: !context.noWait)
             defer { _ = lock }
-            let removed = try device.setCacheBudget(choice)
-            let budget = try device.cacheBudget()
+            let removed = try Cache(device).setCacheBudget(choice)
+            let budget = try Cache(device).cacheBudget()
             if context.json {
                 try context.printJSON(["budget": budget.bytes.map { $0 as Any } ?? NSNull(), "budget_is_default": budget.isDefault, "removed": removed])
             } else {
@@ -33,8 +33,8 @@ struct BudgetCommand: Command {
             return 0
         }
         let device = try context.openDeviceReadOnly()
-        let budget = try device.cacheBudget()
-        let usage = try device.cacheUsage()
+        let budget = try Cache(device).cacheBudget()
+        let usage = try Cache(device).cacheUsage()
         if context.json {
             try context.printJSON(["budget": budget.bytes.map { $0 as Any } ?? NSNull(), "budget_is_default": budget.isDefault, "used": usage.used, "partial": usage.partial])
         } else {

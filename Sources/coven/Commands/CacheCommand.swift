@@ -22,7 +22,7 @@ struct CacheCommand: Command {
         let device = try context.openDevice()
         let lock = try device.lock(wait: !context.noWait)
         defer { _ = lock }
-        let removed = try device.clearCache()
+        let removed = try Cache(device).clearCache()
         if context.json {
             try context.printJSON(["removed": removed])
         } else {

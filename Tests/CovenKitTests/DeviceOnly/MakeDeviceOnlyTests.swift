@@ -92,7 +92,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let stored = try XCTUnwrap(device.fileRecord(a))
         XCTAssertEqual(stored.coordinates.at, .stored)
         // Read from storage: the cache cleared, and the copy here is no longer the file's bytes.
-        _ = try device.clearCache()
+        _ = try Cache(device).clearCache()
         var read: [UInt8] = []
         let report = try device.readFile(a) { read.append(contentsOf: $0) }
         XCTAssertEqual(report.source, .storage)
@@ -239,19 +239,19 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let bytes = DeviceTestFixture.bytes(300_000, seed: 9)
         let id = try fixture.storedFile(bytes)
         let object = try XCTUnwrap(device.fileRecord(id)).coordinates.object
-        let usedBefore = try device.cacheSummary().used
+        let usedBefore = try Cache(device).cacheSummary().used
         var read: [UInt8] = []
         try device.readFile(id) { read.append(contentsOf: $0) }
         XCTAssertEqual(read, bytes)
-        XCTAssertEqual(try device.cacheSummary().used, usedBefore + Int64(bytes.count))
+        XCTAssertEqual(try Cache(device).cacheSummary().used, usedBefore + Int64(bytes.count))
         try fixture.provider.delete(object)
 
         let copies = try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "cached.bin"])])
         XCTAssertEqual(FileManager.default.contents(atPath: copies[0].path).map([UInt8].init), bytes)
         XCTAssertEqual(try device.fileRecord(id)?.coordinates.at, .device)
-        XCTAssertEqual(try device.cacheSummary().used, usedBefore, "the entry is no longer counted")
-        XCTAssertNil(try device.cacheRow(object))
-        let files = device.cachePaths(object: object)
+        XCTAssertEqual(try Cache(device).cacheSummary().used, usedBefore, "the entry is no longer counted")
+        XCTAssertNil(try Cache(device).cacheRow(object))
+        let files = Cache(device).cachePaths(object: object)
         XCTAssertFalse(FileManager.default.fileExists(atPath: files.data))
         XCTAssertFalse(FileManager.default.fileExists(atPath: files.tags))
         XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_meta WHERE key LIKE 'uncache:%'").intValue, 0)
@@ -265,7 +265,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let id = try fixture.storedFile(bytes)
         let object = try XCTUnwrap(device.fileRecord(id)).coordinates.object
         try device.readFile(id, range: ReadRange(offset: 1 << 20, length: 100)) { _ in }
-        let cached = try XCTUnwrap(device.cacheRow(object)).bytes
+        let cached = try XCTUnwrap(Cache(device).cacheRow(object)).bytes
         XCTAssertGreaterThan(cached, 0)
         XCTAssertLessThan(cached, Int64(bytes.count))
         let progress = ProgressLog()
@@ -273,14 +273,14 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let seen = Samples()
         let copies = try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "partial.bin"])], progress: { report in
             // While it downloads, the cache holds no more than it did.
-            if !report.done, let row = try? Device.open(paths: paths, readOnly: true).cacheRow(object) { seen.add(row.bytes) }
+            if !report.done, let row = try? Cache(Device.open(paths: paths, readOnly: true)).cacheRow(object) { seen.add(row.bytes) }
             progress.record(report)
         })
         XCTAssertFalse(seen.values.isEmpty)
         XCTAssertTrue(seen.values.allSatisfy { $0 == cached }, "\(seen.values)")
         XCTAssertEqual(FileManager.default.contents(atPath: copies[0].path).map([UInt8].init), bytes)
-        XCTAssertNil(try device.cacheRow(object))
-        XCTAssertEqual(try device.cacheSummary().used, 0)
+        XCTAssertNil(try Cache(device).cacheRow(object))
+        XCTAssertEqual(try Cache(device).cacheSummary().used, 0)
         XCTAssertEqual(progress.reports.last?.callBytes, Int64(bytes.count))
     }
 
@@ -295,7 +295,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         try device.readFile(other) { _ in }
         _ = try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "shared.bin"])])
         XCTAssertEqual(try device.fileRecord(other)?.coordinates.at, .stored)
-        XCTAssertEqual(try device.cacheRow(object)?.bytes, Int64(bytes.count))
+        XCTAssertEqual(try Cache(device).cacheRow(object)?.bytes, Int64(bytes.count))
     }
 
     // MARK: - Until the switch commits, nothing stays

@@ -66,13 +66,13 @@ class FsckLocalTests: FsckTestCase {
         try flip(device.paths.folder + "/" + copyName, at: 10)
         let stagedName = try XCTUnwrap(device.database.scalar("SELECT copy FROM coven_staged WHERE id = ?1", [staged.id]).textValue)
         try flip(device.paths.folder + "/" + stagedName, at: 3)
-        try flip(device.cachePaths(object: stored.object).data, at: 70_000)
+        try flip(Cache(device).cachePaths(object: stored.object).data, at: 70_000)
         let report = try fsck(device)
         XCTAssertEqual(Set(report.problems.map { "\($0.subject.rawValue) \($0.kind.rawValue)" }), ["copy hash", "staged hash", "cache damaged"])
         XCTAssertEqual(report.problems.first { $0.subject == .copy }?.files, [copy])
         let mended = try fsck(device) { $0.repair = true }
         XCTAssertEqual(mended.problems.first { $0.subject == .cache }?.mendedFrom, "dropped")
-        XCTAssertFalse(try XCTUnwrap(device.cacheRow(stored.object)).whole, "the bad chunk is forgotten")
+        XCTAssertFalse(try XCTUnwrap(Cache(device).cacheRow(stored.object)).whole, "the bad chunk is forgotten")
         var read: [UInt8] = []
         try device.readFile(stored.file) { read += $0 }
         XCTAssertEqual(read, (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })

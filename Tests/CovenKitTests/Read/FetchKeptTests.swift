@@ -19,7 +19,7 @@ final class FetchKeptTests: ReadTestCase {
         XCTAssertEqual(result.fetched.map(\.file), [small, middle, big])
         XCTAssertEqual(result.alreadyHeld, 1)
         XCTAssertNil(try cacheRow(notKept))
-        let summary = try device.cacheSummary()
+        let summary = try Cache(device).cacheSummary()
         XCTAssertEqual(summary.heldCount, 4)
         XCTAssertEqual(summary.notHeld.count, 0)
         XCTAssertEqual(try device.fetchKept().fetched.count, 0, "nothing left to fetch")
@@ -57,7 +57,7 @@ final class FetchKeptTests: ReadTestCase {
         XCTAssertEqual(result.failed.map { $0.error?.code }, [.integrity, .missing])
         XCTAssertEqual(result.failed.last?.error?.details["file"], gone, "missing names the file and its device")
         XCTAssertEqual(result.failed.last?.error?.details["device"], device.deviceID)
-        let reasons = Dictionary(uniqueKeysWithValues: try device.cacheSummary().notHeld.map { ($0.reason, $0.count) })
+        let reasons = Dictionary(uniqueKeysWithValues: try Cache(device).cacheSummary().notHeld.map { ($0.reason, $0.count) })
         XCTAssertEqual(reasons, ["failed": 1, "missing": 1])
     }
 
@@ -190,7 +190,7 @@ final class NoRoomTests: ReadTestCase {
         XCTAssertEqual(result.remaining, 2)
         // Files fetch several at once: the others in flight when the disk ran out may have met
         // it too (each is larger than the room left), or not have started.
-        let reasons = Dictionary(uniqueKeysWithValues: try device.cacheSummary().notHeld.map { ($0.reason, $0.count) })
+        let reasons = Dictionary(uniqueKeysWithValues: try Cache(device).cacheSummary().notHeld.map { ($0.reason, $0.count) })
         XCTAssertGreaterThanOrEqual(reasons["too_large_for_disk"] ?? 0, 1)
         XCTAssertEqual((reasons["too_large_for_disk"] ?? 0) + (reasons["not_fetched"] ?? 0), 2)
         _ = (large, larger)
@@ -203,7 +203,7 @@ final class NoRoomTests: ReadTestCase {
         let keptID = try storedFile(pattern(3 << 20, seed: 6), namespace: "keep")
         let newID = try storedFile(new)
         try reopen()
-        _ = try device.setCacheBudget("keep-all")
+        _ = try Cache(device).setCacheBudget("keep-all")
         _ = try device.holdFile(keptID)
         _ = try device.holdFile(oldID)
         try fill(leaving: 2 << 20)
@@ -248,11 +248,11 @@ final class NoRoomTests: ReadTestCase {
         let new = pattern(2 << 20, seed: 9)
         let newID = try storedFile(new)
         try reopen()
-        _ = try device.setCacheBudget("keep-all")
+        _ = try Cache(device).setCacheBudget("keep-all")
         for id in ids { _ = try device.holdFile(id) }
         // A program holds the first file open (a path `coven get` printed): removing it frees
         // no blocks until it closes.
-        let held = open(device.cachePaths(object: try device.requireFile(ids[0]).coordinates.object).data, O_RDONLY)
+        let held = open(Cache(device).cachePaths(object: try device.requireFile(ids[0]).coordinates.object).data, O_RDONLY)
         XCTAssertGreaterThanOrEqual(held, 0)
         defer { close(held) }
         try fill(leaving: 1 << 20)

@@ -25,12 +25,12 @@ final class FileCacheTests: ReadTestCase {
         let ids = try cached([chunk, 2 * chunk, chunk, chunk])
         // Reading the first one again makes it the most recent.
         _ = try read(ids[0], ReadRange(offset: 0, length: 1))
-        let removed = try device.setCacheBudget(String(2 * chunk))
+        let removed = try Cache(device).setCacheBudget(String(2 * chunk))
         XCTAssertEqual(removed, Int64(3 * chunk), "ids[1] (read at 1001) then ids[2] (1002)")
         XCTAssertEqual(try ids.map(isCached), [true, false, false, true])
         XCTAssertEqual(try device.setting("cache_budget"), String(2 * chunk))
-        XCTAssertEqual(try device.cacheBudget().bytes, Int64(2 * chunk))
-        XCTAssertFalse(FileManager.default.fileExists(atPath: device.cachePaths(object: try device.requireFile(ids[1]).coordinates.object).data))
+        XCTAssertEqual(try Cache(device).cacheBudget().bytes, Int64(2 * chunk))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: Cache(device).cachePaths(object: try device.requireFile(ids[1]).coordinates.object).data))
         // A later read fetches it again.
         XCTAssertEqual(try read(ids[1]).1.source, .storage)
     }
@@ -40,14 +40,14 @@ final class FileCacheTests: ReadTestCase {
         let kept = try cached([chunk], namespace: "keep")
         XCTAssertEqual(try device.pin([ids[0]]), [ids[0]])
         XCTAssertEqual(try device.pin([ids[0]]), [], "pinning twice changes nothing")
-        XCTAssertEqual(try device.setCacheBudget("0"), Int64(2 * chunk))
+        XCTAssertEqual(try Cache(device).setCacheBudget("0"), Int64(2 * chunk))
         XCTAssertEqual(try ids.map(isCached), [true, false, false])
         XCTAssertTrue(try isCached(kept[0]))
-        XCTAssertEqual(try device.cacheSummary().used, 0, "kept files are outside the budget")
-        XCTAssertEqual(try device.clearCache(), 0)
+        XCTAssertEqual(try Cache(device).cacheSummary().used, 0, "kept files are outside the budget")
+        XCTAssertEqual(try Cache(device).clearCache(), 0)
         XCTAssertTrue(try isCached(ids[0]))
         XCTAssertEqual(try device.unpin([ids[0]]), [ids[0]])
-        XCTAssertEqual(try device.clearCache(), Int64(chunk))
+        XCTAssertEqual(try Cache(device).clearCache(), Int64(chunk))
         XCTAssertFalse(try isCached(ids[0]))
         XCTAssertTrue(try isCached(kept[0]), "a kept namespace stays kept")
         assertCode(.fileAbsent) { try device.pin(["01234567-0123-4123-8123-0123456789ab"]) }
@@ -56,7 +56,7 @@ final class FileCacheTests: ReadTestCase {
     func testTheTotalTheTriggersKeepMatchesTheEntries() throws {
         func check(_ step: String) throws {
             let sum = try device.database.scalar("SELECT coalesce(sum(bytes), 0) FROM coven_cache").intValue
-            XCTAssertEqual(try device.cacheBytes(), sum, step)
+            XCTAssertEqual(try Cache(device).cacheBytes(), sum, step)
         }
         let ids = try cached([chunk, 2 * chunk, 3 * chunk])
         try check("after whole reads")
@@ -65,14 +65,14 @@ final class FileCacheTests: ReadTestCase {
         try check("after a partial read")
         _ = try device.holdFile(partial)
         try check("after the partial was completed")
-        XCTAssertEqual(try device.cacheBytes(), Int64(6 * chunk + 5 * chunk + 3))
-        _ = try device.setCacheBudget(String(6 * chunk))
+        XCTAssertEqual(try Cache(device).cacheBytes(), Int64(6 * chunk + 5 * chunk + 3))
+        _ = try Cache(device).setCacheBudget(String(6 * chunk))
         try check("after a trim")
-        _ = try device.clearCache()
+        _ = try Cache(device).clearCache()
         try check("after clear")
-        XCTAssertEqual(try device.cacheBytes(), 0)
+        XCTAssertEqual(try Cache(device).cacheBytes(), 0)
         _ = try read(ids[1])
-        XCTAssertEqual(try device.cacheBytes(), Int64(2 * chunk))
+        XCTAssertEqual(try Cache(device).cacheBytes(), Int64(2 * chunk))
     }
 
     func testANamespaceBudgetTrimsThatNamespaceAloneAndKeptFilesOverTheBudgetTakeNothing() throws {
@@ -80,11 +80,11 @@ final class FileCacheTests: ReadTestCase {
             of: #"{ "name": "blobs", "kind": "app" }"#, with: #"{ "name": "blobs", "kind": "app", "budget": "\#(2 * chunk)" }"#)
         XCTAssertNotEqual(budgeted, ReadTestCase.manifest)
         device = try makeDevice(storage: .file(directory: folder + "/store2"), manifest: budgeted, name: "budgets.db")
-        _ = try device.setCacheBudget("keep-all")
+        _ = try Cache(device).setCacheBudget("keep-all")
         // Kept files far over any budget: outside every budget, they make no read trim.
         let kept = try cached([6 * chunk], namespace: "keep")
         let blobs = try cached([chunk, chunk])
-        XCTAssertEqual(try device.trimCache(), 0, "the namespace holds its budget; kept bytes do not count")
+        XCTAssertEqual(try Cache(device).trimCache(), 0, "the namespace holds its budget; kept bytes do not count")
         XCTAssertEqual(try blobs.map(isCached), [true, true])
         // A third file read goes past the namespace's budget: the one read longest ago goes,
         // never the one just read.
@@ -94,7 +94,7 @@ final class FileCacheTests: ReadTestCase {
         XCTAssertTrue(try isCached(third))
         XCTAssertTrue(try isCached(kept[0]))
         // The device's budget then covers every entry but the kept ones.
-        XCTAssertEqual(try device.setCacheBudget(String(chunk)), Int64(chunk))
+        XCTAssertEqual(try Cache(device).setCacheBudget(String(chunk)), Int64(chunk))
         XCTAssertEqual(try blobs.map(isCached), [false, false], "read before the third")
         XCTAssertTrue(try isCached(third))
         XCTAssertTrue(try isCached(kept[0]))
@@ -102,34 +102,34 @@ final class FileCacheTests: ReadTestCase {
 
     func testKeepAllAndDefault() throws {
         _ = try cached([chunk, chunk])
-        XCTAssertEqual(try device.setCacheBudget("keep-all"), 0)
-        XCTAssertNil(try device.cacheBudget().bytes)
-        XCTAssertEqual(try device.setCacheBudget("default"), 0)
-        XCTAssertTrue(try device.cacheBudget().isDefault)
-        XCTAssertGreaterThan(try device.cacheBudget().bytes ?? 0, 0)
-        XCTAssertEqual(try device.setCacheBudget("1MiB"), 0)
-        XCTAssertEqual(try device.cacheBudget().bytes, 1 << 20)
-        assertCode(.usage) { try device.setCacheBudget("lots") }
+        XCTAssertEqual(try Cache(device).setCacheBudget("keep-all"), 0)
+        XCTAssertNil(try Cache(device).cacheBudget().bytes)
+        XCTAssertEqual(try Cache(device).setCacheBudget("default"), 0)
+        XCTAssertTrue(try Cache(device).cacheBudget().isDefault)
+        XCTAssertGreaterThan(try Cache(device).cacheBudget().bytes ?? 0, 0)
+        XCTAssertEqual(try Cache(device).setCacheBudget("1MiB"), 0)
+        XCTAssertEqual(try Cache(device).cacheBudget().bytes, 1 << 20)
+        assertCode(.usage) { try Cache(device).setCacheBudget("lots") }
     }
 
     func testClearLeavesFilesBeingRead() throws {
         let ids = try cached([chunk, chunk])
-        let data = device.cachePaths(object: try device.requireFile(ids[0]).coordinates.object).data
+        let data = Cache(device).cachePaths(object: try device.requireFile(ids[0]).coordinates.object).data
         let fd = open(data, O_RDONLY)
         XCTAssertEqual(flock(fd, LOCK_SH), 0)
-        XCTAssertEqual(try device.clearCache(), Int64(chunk))
+        XCTAssertEqual(try Cache(device).clearCache(), Int64(chunk))
         XCTAssertEqual(try ids.map(isCached), [true, false])
         close(fd)
-        XCTAssertEqual(try device.clearCache(), Int64(chunk))
+        XCTAssertEqual(try Cache(device).clearCache(), Int64(chunk))
     }
 
     func testPartialsCountTowardTheBudgetAndAreTrimmed() throws {
         let id = try storedFile(pattern(10 * chunk))
         _ = try read(id, ReadRange(offset: 0, length: Int64(3 * chunk)))
-        let summary = try device.cacheSummary()
+        let summary = try Cache(device).cacheSummary()
         XCTAssertEqual(summary.partial, Int64(3 * chunk))
         XCTAssertEqual(summary.used, Int64(3 * chunk))
-        XCTAssertEqual(try device.setCacheBudget(String(chunk)), Int64(3 * chunk))
+        XCTAssertEqual(try Cache(device).setCacheBudget(String(chunk)), Int64(3 * chunk))
         XCTAssertFalse(try isCached(id))
     }
 
@@ -154,7 +154,7 @@ final class FileCacheTests: ReadTestCase {
         _ = try device.holdFile(complete)
         try device.pin([keptOld])
         func age(_ id: String, days: Double) throws {
-            let data = device.cachePaths(object: try device.requireFile(id).coordinates.object).data
+            let data = Cache(device).cachePaths(object: try device.requireFile(id).coordinates.object).data
             let when = Date().timeIntervalSince1970 - days * 86400
             var times = [timeval(tv_sec: Int(when), tv_usec: 0), timeval(tv_sec: Int(when), tv_usec: 0)]
             XCTAssertEqual(utimes(data, &times), 0)
@@ -169,7 +169,7 @@ final class FileCacheTests: ReadTestCase {
         XCTAssertEqual(try readOnly.database.scalar("SELECT count(*) FROM coven_cache").intValue, 4, "a reader removes nothing")
         device = try Device.open(paths: paths)
         XCTAssertEqual(try [old, recent, keptOld, complete].map(isCached), [false, true, true, true])
-        let oldData = device.cachePaths(object: try device.requireFile(old).coordinates.object).data
+        let oldData = Cache(device).cachePaths(object: try device.requireFile(old).coordinates.object).data
         XCTAssertFalse(FileManager.default.fileExists(atPath: oldData))
         XCTAssertFalse(FileManager.default.fileExists(atPath: oldData + ".tags"))
     }
@@ -187,7 +187,7 @@ final class FileCacheTests: ReadTestCase {
         device = nil
         device = try Device.open(paths: paths)
         XCTAssertTrue(FileManager.default.fileExists(atPath: orphan), "the folder is listed once a day, not at every open")
-        let dayAgo = Int64(Date().timeIntervalSince1970 - Device.cacheSweepInterval - 5)
+        let dayAgo = Int64(Date().timeIntervalSince1970 - Cache.cacheSweepInterval - 5)
         try device.database.run("UPDATE coven_meta SET value = ?1 WHERE key = 'cache_swept_at'", [dayAgo])
         device = nil
         device = try Device.open(paths: paths)
@@ -205,10 +205,10 @@ final class FileCacheTests: ReadTestCase {
         var files: [CacheEntryPaths] = []
         for id in [gone, again] {
             let object = try device.requireFile(id).coordinates.object
-            files.append(device.cachePaths(object: object))
+            files.append(Cache(device).cachePaths(object: object))
             try device.database.transaction {
                 try device.database.run("DELETE FROM coven_cache WHERE object = ?1", [object])
-                try device.setSetting(Device.uncacheNote + object, object)
+                try device.setSetting(Cache.uncacheNote + object, object)
             }
             var times = [timeval(tv_sec: 1000, tv_usec: 0), timeval(tv_sec: 1000, tv_usec: 0)]
             XCTAssertEqual(utimes(files.last!.data, &times), 0)
@@ -227,7 +227,7 @@ final class FileCacheTests: ReadTestCase {
     func testARemovedEntryLeavesNoNote() throws {
         let id = try storedFile(pattern(chunk))
         _ = try read(id)
-        XCTAssertGreaterThan(try device.clearCache(), 0)
+        XCTAssertGreaterThan(try Cache(device).clearCache(), 0)
         XCTAssertEqual(try device.database.scalar("SELECT count(*) FROM coven_meta WHERE key LIKE 'uncache:%'").intValue, 0)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: device.paths.cache), [])
     }
@@ -240,7 +240,7 @@ final class FileCacheTests: ReadTestCase {
         let elsewhere = try storedFile(pattern(5), namespace: "keep")
         try device.database.run("UPDATE coven_files SET coordinates = ?2 WHERE id = ?1",
                                 [elsewhere, #"{"at":"device","device":"11111111-1111-4111-8111-111111111111","object":"files/x/y","key":"00"}"#])
-        let summary = try device.cacheSummary()
+        let summary = try Cache(device).cacheSummary()
         XCTAssertEqual(summary.heldCount, 1)
         XCTAssertEqual(summary.heldBytes, Int64(chunk + chunk), "held files and partials' bytes")
         let groups = Dictionary(uniqueKeysWithValues: summary.notHeld.map { ($0.reason, ($0.count, $0.bytes)) })

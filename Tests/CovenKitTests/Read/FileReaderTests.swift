@@ -71,7 +71,7 @@ final class FileReaderTests: ReadTestCase {
         let id = try storedFile(bytes)
         _ = try read(id)
         let record = try device.requireFile(id)
-        let data = device.cachePaths(object: record.coordinates.object).data
+        let data = Cache(device).cachePaths(object: record.coordinates.object).data
         // Flip one byte of chunk 1 in the cache.
         let fd = open(data, O_RDWR)
         var byte: UInt8 = 0
@@ -92,7 +92,7 @@ final class FileReaderTests: ReadTestCase {
         // Cached chunk by chunk, then read whole: hashed once, marked verified.
         _ = try read(id, ReadRange(offset: 0, length: Int64(bytes.count)))
         XCTAssertEqual(try cacheRow(id)?.int("complete"), 4)
-        let data = device.cachePaths(object: try device.requireFile(id).coordinates.object).data
+        let data = Cache(device).cachePaths(object: try device.requireFile(id).coordinates.object).data
         let fd = open(data, O_RDWR)
         var byte: UInt8 = 0
         XCTAssertEqual(pread(fd, &byte, 1, off_t(19 * chunk)), 1)

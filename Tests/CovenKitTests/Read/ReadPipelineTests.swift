@@ -14,7 +14,7 @@ final class ReadPipelineTests: ReadTestCase {
 
     /// Flips one byte of the cached plaintext at `offset` (a chunk whose bytes a power cut lost).
     func corruptCachedData(_ id: String, at offset: Int) throws {
-        let fd = open(device.cachePaths(object: try object(id)).data, O_RDWR)
+        let fd = open(Cache(device).cachePaths(object: try object(id)).data, O_RDWR)
         defer { close(fd) }
         var byte: UInt8 = 0
         XCTAssertEqual(pread(fd, &byte, 1, off_t(offset)), 1)
@@ -24,7 +24,7 @@ final class ReadPipelineTests: ReadTestCase {
 
     /// Overwrites the cached tag of `chunk` with zeros.
     func corruptCachedTag(_ id: String, chunk index: Int) throws {
-        let fd = open(device.cachePaths(object: try object(id)).tags, O_RDWR)
+        let fd = open(Cache(device).cachePaths(object: try object(id)).tags, O_RDWR)
         defer { close(fd) }
         let zeros = [UInt8](repeating: 0, count: 16)
         XCTAssertEqual(zeros.withUnsafeBytes { pwrite(fd, $0.baseAddress, 16, off_t(index * 16)) }, 16)
@@ -39,8 +39,8 @@ final class ReadPipelineTests: ReadTestCase {
         XCTAssertEqual(try cacheRow(id)?.int("complete"), 4, "every chunk held and hash-checked, not synced")
         XCTAssertEqual(try cacheRow(id)?.int("bytes"), Int64(bytes.count))
         // A whole entry is no partial.
-        XCTAssertEqual(try device.cacheSummary().partial, 0)
-        XCTAssertEqual(try device.cacheSummary().used, Int64(bytes.count))
+        XCTAssertEqual(try Cache(device).cacheSummary().partial, 0)
+        XCTAssertEqual(try Cache(device).cacheSummary().used, Int64(bytes.count))
         // get reads it through (every tag checked), syncs it and hands it out; nothing is fetched.
         let (path, held) = try device.holdFile(id)
         XCTAssertEqual(held.bytesFetched, 0)
@@ -107,7 +107,7 @@ final class ReadPipelineTests: ReadTestCase {
         let bytes = pattern(2 * run + 3 * chunk)
         let id = try storedFile(bytes)
         _ = try read(id)
-        let files = device.cachePaths(object: try object(id))
+        let files = Cache(device).cachePaths(object: try object(id))
         // The data file loses its last 3.5 chunks (a reader makes it whole again: zeros, which
         // fail their tags); the tags file loses all but the first 20 tags (those runs fail whole).
         XCTAssertEqual(truncate(files.data, off_t(bytes.count - 3 * chunk - chunk / 2)), 0)
@@ -199,7 +199,7 @@ final class ReadPipelineTests: ReadTestCase {
         _ = try read(partial, ReadRange(offset: 0, length: 10))
         XCTAssertEqual(try cacheRow(whole)?.int("complete"), 4)
         XCTAssertEqual(try cacheRow(partial)?.int("complete"), 0)
-        device.removeStalePartials(now: Date().addingTimeInterval(30 * 86400))
+        Cache(device).removeStalePartials(now: Date().addingTimeInterval(30 * 86400))
         XCTAssertNotNil(try cacheRow(whole), "a whole entry is no partial")
         XCTAssertNil(try cacheRow(partial), "an old partial goes")
     }
@@ -212,11 +212,11 @@ final class ReadPipelineTests: ReadTestCase {
     func testAnEntryBegunWithoutFilesIsNoStalePartialUntilItsLifetimeIsOver() throws {
         let id = try storedFile(pattern(2 * chunk, seed: 3))
         let object = try device.requireFile(id).coordinates.object
-        try device.database.transaction { try device.beginCacheEntry(object, size: Int64(2 * chunk), chunks: [0]) }
-        XCTAssertFalse(FileManager.default.fileExists(atPath: device.cachePaths(object: object).data))
-        device.removeStalePartials()
+        try device.database.transaction { try Cache(device).beginCacheEntry(object, size: Int64(2 * chunk), chunks: [0]) }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: Cache(device).cachePaths(object: object).data))
+        Cache(device).removeStalePartials()
         XCTAssertNotNil(try cacheRow(id), "a row begun now stays")
-        device.removeStalePartials(now: Date().addingTimeInterval(8 * 86400))
+        Cache(device).removeStalePartials(now: Date().addingTimeInterval(8 * 86400))
         XCTAssertNil(try cacheRow(id), "one begun eight days ago goes")
     }
 
@@ -225,7 +225,7 @@ final class ReadPipelineTests: ReadTestCase {
         let id = try storedFile(bytes, namespace: "keep")
         _ = try read(id)
         XCTAssertEqual(try cacheRow(id)?.int("complete"), 4)
-        let summary = try device.cacheSummary()
+        let summary = try Cache(device).cacheSummary()
         XCTAssertEqual(summary.heldCount, 1, "every chunk is held")
         XCTAssertEqual(summary.partial, 0)
         XCTAssertEqual(summary.notHeld.count, 0)

@@ -116,7 +116,7 @@ final class ReadS3Tests: ReadTestCase {
         XCTAssertTrue([UInt8](FileManager.default.contents(atPath: path) ?? Data()) == bytes)
         // A server that answers 200 with the whole object: the bytes before the range are
         // dropped and the read is still exact.
-        try device.clearCache()
+        try Cache(device).clearCache()
         _ = try read(id, ReadRange(offset: 0, length: 10))
         try proxy.inject(#"{"mode": "ignore_range", "count": -1}"#)
         let whole = bodyBytes()
@@ -140,7 +140,7 @@ final class ReadS3Tests: ReadTestCase {
         XCTAssertTrue(got == Array(bytes[offset..<(offset + 5 * chunk)]))
         XCTAssertEqual(proxy.stats()["short_range"], 1)
         // Every time: a storage fault after the retries, never integrity (the object is intact).
-        try device.clearCache()
+        try Cache(device).clearCache()
         try proxy.inject(#"{"mode": "short_range", "after_bytes": 70000, "method": "GET", "path": "/files/", "count": -1}"#)
         do {
             _ = try read(id, ReadRange(offset: Int64(offset), length: Int64(5 * chunk)))
