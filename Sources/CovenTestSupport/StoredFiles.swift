@@ -16,14 +16,14 @@ public enum StoredFiles {
         let fd = open(source, O_RDONLY)
         guard fd >= 0 else { throw CovenError.posix("open", path: source) }
         defer { close(fd) }
-        let staged = try device.stageAppBytes(from: fd, sourceName: source, namespace: namespace, place: place)
+        let staged = try Staging(device).stageAppBytes(from: fd, sourceName: source, namespace: namespace, place: place)
         return try write(device, staged: staged.id, function: "coven_put_staged('\(staged.id)')", table: table)
     }
 
     /// Prepares the person's original at `path` in `namespace` and writes one row of `table`
     /// referencing it; returns the file id, still on this device only.
     public static func stageUser(_ device: Device, path: String, namespace: String, table: String, place: Place = .cloud) throws -> String {
-        let staged = try device.prepareUserFile(path: path, namespace: namespace, place: place)
+        let staged = try Staging(device).prepareUserFile(path: path, namespace: namespace, place: place)
         return try write(device, staged: staged.id, function: "coven_put_user_file('\(staged.id)')", table: table)
     }
 

@@ -45,21 +45,18 @@ struct OriginalIdentity: Equatable {
     }
 }
 
-extension Device {
-    // MARK: - Namespaces
+/// Staging: a person's originals prepared where they are (never copied, moved or changed),
+/// app bytes copied into coven's folder, both hashed, and batches of either; the staged files
+/// wait in `coven_staged` (``StagedFiles``) for a write to put them in rows.
+///
+/// ```swift
+/// let staged = try Staging(device).prepareUserFile(path: "/music/a.flac", namespace: "music", place: .cloud)
+/// ```
+public struct Staging {
+    let device: Device
 
-    /// The namespace, checked to exist and to be of `kind`.
-    ///
-    /// - Throws: `.undeclaredNamespace`, `.namespaceKind`.
-    func namespace(_ name: String, kind: FileKind) throws -> Manifest.Namespace {
-        guard let namespace = manifest.namespace(name) else {
-            throw CovenError(.undeclaredNamespace, "namespace '\(name)' is not declared in the manifest", details: ["namespace": name])
-        }
-        guard namespace.kind == kind else {
-            throw CovenError(.namespaceKind, "namespace '\(name)' holds \(namespace.kind == .user ? "the person's originals" : "app-provided bytes"), not \(kind == .user ? "a person's original" : "app bytes")",
-                             hint: kind == .user ? "stage app bytes without --user" : "stage a person's original with --user", details: ["namespace": name])
-        }
-        return namespace
+    public init(_ device: Device) {
+        self.device = device
     }
 
     /// `path` made absolute against the working folder (a String that may carry non-UTF-8 bytes).
@@ -106,17 +103,17 @@ extension Device {
     /// - Throws: `.undeclaredNamespace`, `.namespaceKind`, `.userFileMissing`,
     ///   `.userFileChanged` (it changed while being read), `.busy`, `.io`, `.interrupted`.
     public func prepareUserFile(path: String, namespace name: String, place: Place, wait: Bool = true, stop: Stop = Stop(), progress: ((Int64) -> Void)? = nil) throws -> StagedFile {
-        _ = try namespace(name, kind: .user)
+        _ = try device.manifest.namespace(name, kind: .user)
         // Under --no-wait a busy device fails before any byte is read.
-        let early = wait ? nil : try self.lock(wait: false)
+        let early = wait ? nil : try device.lock(wait: false)
         defer { _ = early }
         let absolute = Self.absolute(path)
         let (identity, digests) = try Self.readOriginal(absolute, stop: stop, progress: progress)
         let id = Identifier.uuid7()
-        let lock = try early ?? self.lock(wait: true)
+        let lock = try early ?? device.lock(wait: true)
         defer { _ = lock }
-        try database.transaction {
-            try stagedFiles.addOriginal(id: id, namespace: name, place: place, path: PathText.osBytes(absolute), identity: identity,
+        try device.database.transaction {
+            try device.stagedFiles.addOriginal(id: id, namespace: name, place: place, path: PathText.osBytes(absolute), identity: identity,
                                         contentHash: digests.content, chunkHashes: digests.chunks)
         }
         return StagedFile(id: id, kind: .user, namespace: name, place: place.rawValue, size: digests.size, modifiedSeconds: identity.modifiedSeconds, modifiedNanos: identity.modifiedNanos, contentHash: digests.content.hex)
@@ -139,13 +136,13 @@ extension Device {
     /// - Throws: `.undeclaredNamespace`, `.namespaceKind`, `.noRoom`, `.busy`, `.io`,
     ///   `.interrupted`.
     public func stageAppBytes(from descriptor: Int32, sourceName: String, namespace name: String, place: Place, wait: Bool = true, stop: Stop = Stop(), progress: ((Int64) -> Void)? = nil) throws -> StagedFile {
-        _ = try namespace(name, kind: .app)
-        let early = wait ? nil : try self.lock(wait: false)
+        _ = try device.manifest.namespace(name, kind: .app)
+        let early = wait ? nil : try device.lock(wait: false)
         defer { _ = early }
-        let copy = try Self.copyAppBytes(from: descriptor, sourceName: sourceName, temporaryFolder: paths.temporary, stop: stop, progress: progress)
+        let copy = try Self.copyAppBytes(from: descriptor, sourceName: sourceName, temporaryFolder: device.paths.temporary, stop: stop, progress: progress)
         defer { unlink(copy.temporary) }
         try stop.check("stage")
-        let lock = try early ?? self.lock(wait: true)
+        let lock = try early ?? device.lock(wait: true)
         defer { _ = lock }
         try recordCopies([copy], namespace: name, place: place)
         return copy.staged(namespace: name, place: place)
@@ -210,7 +207,7 @@ extension Device {
         do {
             var stamps: [String: FileStamp] = [:]
             for copy in copies {
-                let final = paths.folder + "/" + copy.relative
+                let final = device.paths.folder + "/" + copy.relative
                 // A link never replaces: the id is new, so anything already at `final` is a fault.
                 guard link(copy.temporary, final) == 0 else { throw CovenError.posix("link into", path: final) }
                 linked.append(final)
@@ -218,11 +215,11 @@ extension Device {
                 // `coven file-status` need not read it again until it is written.
                 stamps[copy.id] = FileStamp(path: final)
             }
-            try AtomicFile.syncFolder(paths.copies)
-            try database.transaction {
+            try AtomicFile.syncFolder(device.paths.copies)
+            try device.database.transaction {
                 for copy in copies {
-                    if let stamp = stamps[copy.id] { try setSetting(Self.checkedKey("copy:" + copy.relative), stamp.text) }
-                    try stagedFiles.addCopy(id: copy.id, namespace: name, place: place, copy: copy.relative, size: copy.digests.size,
+                    if let stamp = stamps[copy.id] { try device.setSetting(Device.checkedKey("copy:" + copy.relative), stamp.text) }
+                    try device.stagedFiles.addCopy(id: copy.id, namespace: name, place: place, copy: copy.relative, size: copy.digests.size,
                                             contentHash: copy.digests.content, chunkHashes: copy.digests.chunks)
                 }
             }
@@ -262,8 +259,8 @@ extension Device {
                            workers: Int = BatchStaging.workers, next: () throws -> String?,
                            report: (BatchStaging.Outcome) throws -> Void, windowReported: () throws -> Void = {},
                            afterRead: (@Sendable (String) -> Void)? = nil) throws -> BatchStaging.Summary {
-        _ = try namespace(name, kind: kind)
-        let early = wait ? nil : try self.lock(wait: false)
+        _ = try device.manifest.namespace(name, kind: kind)
+        let early = wait ? nil : try device.lock(wait: false)
         defer { _ = early }
         var summary = BatchStaging.Summary()
         var ended = false
@@ -286,14 +283,14 @@ extension Device {
             let slots = BatchSlots<Done>(count: window.count)
             let queue = BatchQueue(count: window.count)
             let paths = window.map(\.absolute)
-            let temporaryFolder = self.paths.temporary
+            let temporaryFolder = device.paths.temporary
             let work = { @Sendable in
                 while let index = queue.take() {
                     let absolute = paths[index]
                     do {
                         switch kind {
                         case .user:
-                            let (identity, digests) = try Device.readOriginal(absolute, stop: stop, afterRead: afterRead)
+                            let (identity, digests) = try Staging.readOriginal(absolute, stop: stop, afterRead: afterRead)
                             slots.set(index, .original(identity, digests))
                         case .app:
                             // As `coven stage PATH`: a path that cannot be opened is an `io` failure.
@@ -305,7 +302,7 @@ extension Device {
                                 throw CovenError(.io, "'\(PathText.display(absolute))' is not a regular file", details: ["path": PathText.display(absolute)])
                             }
                             _ = fcntl(file.fd, F_SETFL, fcntl(file.fd, F_GETFL) & ~O_NONBLOCK)
-                            slots.set(index, .copy(try Device.copyAppBytes(from: file.fd, sourceName: PathText.display(absolute), temporaryFolder: temporaryFolder, stop: stop)))
+                            slots.set(index, .copy(try Staging.copyAppBytes(from: file.fd, sourceName: PathText.display(absolute), temporaryFolder: temporaryFolder, stop: stop)))
                         }
                     } catch let error as CovenError {
                         slots.set(index, .failed(error))
@@ -343,13 +340,13 @@ extension Device {
             defer { copies.forEach { unlink($0.temporary) } }
             // Record the window in one transaction (one commit, one sync of copies/).
             do {
-                let lock = try early ?? self.lock(wait: true)
+                let lock = try early ?? device.lock(wait: true)
                 defer { _ = lock }
                 if !copies.isEmpty { try recordCopies(copies, namespace: name, place: place) }
                 if !originals.isEmpty {
-                    try database.transaction {
+                    try device.database.transaction {
                         for original in originals {
-                            try stagedFiles.addOriginal(id: original.id, namespace: name, place: place, path: PathText.osBytes(original.absolute), identity: original.identity,
+                            try device.stagedFiles.addOriginal(id: original.id, namespace: name, place: place, path: PathText.osBytes(original.absolute), identity: original.identity,
                                                         contentHash: original.digests.content, chunkHashes: original.digests.chunks)
                         }
                     }
@@ -364,7 +361,7 @@ extension Device {
         }
         if let reason = stop.reason {
             throw CovenError(.interrupted, "stage stopped: \(reason), after \(summary.staged.counted("file")) staged and \(summary.failed) failed of the \(summary.read) read",
-                             hint: "the staged files are kept and were printed; stage the paths after them again",
+                             hint: "the staged files are kept and were printed; stage the device.paths after them again",
                              details: ["staged": String(summary.staged), "failed": String(summary.failed), "read": String(summary.read)])
         }
         return summary
@@ -377,17 +374,17 @@ extension Device {
     ///
     /// - Throws: `.notFound` when no staged file has the id; `.busy`, `.sql`.
     public func discardStaged(_ id: String) throws {
-        let lock = try self.lock(wait: true)
+        let lock = try device.lock(wait: true)
         defer { _ = lock }
-        let copy: String? = try database.transaction {
-            guard let row = try stagedFiles.row(id) else {
+        let copy: String? = try device.database.transaction {
+            guard let row = try device.stagedFiles.row(id) else {
                 throw CovenError(.notFound, "no staged file '\(id)'", details: ["staged": id])
             }
-            try stagedFiles.remove(id)
+            try device.stagedFiles.remove(id)
             return row.string("copy")
         }
-        if let copy, !copy.contains(".."), try database.scalar("SELECT count(*) FROM coven_local WHERE copy = ?1", [copy]).intValue == 0 {
-            unlink(paths.folder + "/" + copy)
+        if let copy, !copy.contains(".."), try device.database.scalar("SELECT count(*) FROM coven_local WHERE copy = ?1", [copy]).intValue == 0 {
+            unlink(device.paths.folder + "/" + copy)
         }
     }
 

@@ -72,7 +72,7 @@ public struct Unstage {
             let identity = OriginalIdentity(size: size, modifiedSeconds: row.int("modified_seconds") ?? 0,
                                             modifiedNanos: row.int("modified_nanos") ?? 0, changeStamp: row.string("change_stamp") ?? "")
             do {
-                try device.checkOriginal(path: row.bytes("path") ?? [], recorded: identity, contentHash: hash)
+                try Staging(device).checkOriginal(path: row.bytes("path") ?? [], recorded: identity, contentHash: hash)
                 return false
             } catch let error as CovenError where error.code == .userFileMissing || error.code == .userFileChanged {
                 return true

@@ -375,7 +375,7 @@ final class WriteSession {
         let kind = FileKind(rawValue: row.string("kind") ?? "") ?? .app
         var namespace = row.string("namespace") ?? ""
         if let requested {
-            _ = try device.namespace(requested, kind: expectedKind)
+            _ = try device.manifest.namespace(requested, kind: expectedKind)
             namespace = requested
         }
         guard kind == expectedKind else {
@@ -383,11 +383,11 @@ final class WriteSession {
                 ? "'\(id)' is a person's original: put it with coven_put_user_file()"
                 : "'\(id)' holds app bytes: put it with coven_put_staged()", details: ["staged": id])
         }
-        _ = try device.namespace(namespace, kind: kind)
+        _ = try device.manifest.namespace(namespace, kind: kind)
         if kind == .user, let path = row.bytes("path") {
             let identity = OriginalIdentity(size: row.int("size") ?? 0, modifiedSeconds: row.int("modified_seconds") ?? 0,
                                             modifiedNanos: row.int("modified_nanos") ?? 0, changeStamp: row.string("change_stamp") ?? "")
-            try device.checkOriginal(path: path, recorded: identity, contentHash: row.bytes("content_hash") ?? [])
+            try Staging(device).checkOriginal(path: path, recorded: identity, contentHash: row.bytes("content_hash") ?? [])
         }
         let place = requestedPlace ?? Place(rawValue: row.string("place") ?? "") ?? .cloud
         let fileID = Identifier.uuid7()

@@ -187,21 +187,21 @@ public struct Cache {
             """, [object, size, chunks, bytes, state.rawValue, now])
     }
 
-    /// The device.paths of the cache entry of `object`.
+    /// The paths of the cache entry of `object`.
     public func cachePaths(object: String) -> CacheEntryPaths {
         CacheEntryPaths(paths: device.paths, object: object)
     }
 
-    /// SQL true of a kept file record `f`: pinned, or in a namespace the device.manifest declares kept.
+    /// SQL true of a kept file record `f`: pinned, or in a namespace the manifest declares kept.
     /// `?1` is ``keptNamespaces()``.
     static let keptFile = "(f.id IN (SELECT file FROM coven_pins) OR f.namespace IN (SELECT value FROM json_each(?1)))"
 
-    /// The namespaces the device.manifest declares kept, as the JSON array ``keptFile`` takes.
+    /// The namespaces the manifest declares kept, as the JSON array ``keptFile`` takes.
     func keptNamespaces() throws -> String {
         String(decoding: try JSONSerialization.data(withJSONObject: device.manifest.namespaces.filter(\.kept).map(\.name)), as: UTF8.self)
     }
 
-    /// Objects of kept files: pinned, or in a namespace the device.manifest declares kept.
+    /// Objects of kept files: pinned, or in a namespace the manifest declares kept.
     func keptObjects() throws -> Set<String> {
         let rows = try device.database.query(
             "SELECT DISTINCT f.object AS object FROM coven_files f WHERE \(Self.keptFile)",
@@ -267,7 +267,7 @@ public struct Cache {
 
     // MARK: - Trimming
 
-    /// Trims the cache to its budgets: each namespace's own budget from the device.manifest, then the
+    /// Trims the cache to its budgets: each namespace's own budget from the manifest, then the
     /// device's. Removes what was read longest ago first; never a kept file's entry, never one
     /// being read, never `sparing`.
     ///
@@ -290,7 +290,7 @@ public struct Cache {
 
     /// Entries the trims may take, as SQL over `coven_cache c`: not a kept file's, not `?2`
     /// (the entry spared), and with `?3` not NULL only those of that namespace's files. `?1` is
-    /// the device.manifest's kept namespaces, as a JSON array.
+    /// the manifest's kept namespaces, as a JSON array.
     private static let trimmable = """
         c.object != ?2
         AND c.object NOT IN (SELECT f.object FROM coven_files f WHERE \(keptFile))

@@ -162,7 +162,7 @@ extension Device {
         }
         if row.string("kind") == "user" {
             let pathBytes = row.bytes("path") ?? []
-            try checkOriginal(path: pathBytes, recorded: OriginalIdentity(
+            try Staging(self).checkOriginal(path: pathBytes, recorded: OriginalIdentity(
                 size: row.int("size") ?? 0, modifiedSeconds: row.int("modified_seconds") ?? 0,
                 modifiedNanos: row.int("modified_nanos") ?? 0, changeStamp: row.string("change_stamp") ?? ""),
                 contentHash: row.bytes("content_hash") ?? [])

@@ -369,3 +369,19 @@ public enum ByteSize {
         return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
     }
 }
+
+extension Manifest {
+    /// The namespace, checked to exist and to be of `kind`.
+    ///
+    /// - Throws: `.undeclaredNamespace`, `.namespaceKind`.
+    func namespace(_ name: String, kind: FileKind) throws -> Manifest.Namespace {
+        guard let namespace = self.namespace(name) else {
+            throw CovenError(.undeclaredNamespace, "namespace '\(name)' is not declared in the manifest", details: ["namespace": name])
+        }
+        guard namespace.kind == kind else {
+            throw CovenError(.namespaceKind, "namespace '\(name)' holds \(namespace.kind == .user ? "the person's originals" : "app-provided bytes"), not \(kind == .user ? "a person's original" : "app bytes")",
+                             hint: kind == .user ? "stage app bytes without --user" : "stage a person's original with --user", details: ["namespace": name])
+        }
+        return namespace
+    }
+}

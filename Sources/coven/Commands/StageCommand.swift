@@ -62,7 +62,7 @@ struct StageCommand: Command {
             }
             let progress = ProgressLine(context, label: "reading", total: total)
             defer { progress.finish() }
-            staged = try device.prepareUserFile(path: user, namespace: namespace, place: place, wait: !context.noWait, stop: Stop.process, progress: progress.update)
+            staged = try Staging(device).prepareUserFile(path: user, namespace: namespace, place: place, wait: !context.noWait, stop: Stop.process, progress: progress.update)
         } else {
             guard let source = invocation.arguments.first else {
                 throw CovenError(.usage, "missing PATH (or - for stdin, or --user PATH)")
@@ -88,7 +88,7 @@ struct StageCommand: Command {
             let total: Int64? = fstat(descriptor, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG ? Int64(info.st_size) : nil
             let progress = ProgressLine(context, label: "staging", total: total)
             defer { progress.finish() }
-            staged = try device.stageAppBytes(from: descriptor, sourceName: source == "-" ? "stdin" : source, namespace: namespace, place: place, wait: !context.noWait, stop: Stop.process, progress: progress.update)
+            staged = try Staging(device).stageAppBytes(from: descriptor, sourceName: source == "-" ? "stdin" : source, namespace: namespace, place: place, wait: !context.noWait, stop: Stop.process, progress: progress.update)
         }
         if context.json {
             var object: [String: Any] = [
@@ -107,7 +107,7 @@ struct StageCommand: Command {
             try context.out.flushChecked()
         } catch {
             // The id is lost: nothing could ever name the staged file, so it goes again.
-            try? device.discardStaged(staged.id)
+            try? Staging(device).discardStaged(staged.id)
             throw error
         }
         return 0
@@ -132,7 +132,7 @@ struct StageCommand: Command {
         defer { if descriptor != 0 { close(descriptor) } }
         let device = try context.openDevice()
         let reader = PathListReader(descriptor: descriptor, name: list == "-" ? "stdin" : PathText.display(list), separator: nul ? 0 : UInt8(ascii: "\n"))
-        let summary = try device.stageBatch(kind: kind, namespace: namespace, place: place, wait: !context.noWait, stop: Stop.process, next: reader.next, report: { outcome in
+        let summary = try Staging(device).stageBatch(kind: kind, namespace: namespace, place: place, wait: !context.noWait, stop: Stop.process, next: reader.next, report: { outcome in
             let shown = PathText.display(outcome.path)
             switch outcome.result {
             case .success(let staged):
@@ -154,7 +154,7 @@ struct StageCommand: Command {
                 do {
                     try context.out.check()
                 } catch {
-                    try? device.discardStaged(staged.id)
+                    try? Staging(device).discardStaged(staged.id)
                     throw error
                 }
             case .failure(let error):

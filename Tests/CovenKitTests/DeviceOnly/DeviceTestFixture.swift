@@ -38,7 +38,7 @@ final class DeviceTestFixture {
     /// Stages a person's original and puts it in a new row; returns the file id.
     func userFile(_ name: String, _ bytes: [UInt8], place: Place) throws -> String {
         let path = try writeFile(name, bytes)
-        let prepared = try device.prepareUserFile(path: path, namespace: "music", place: place)
+        let prepared = try Staging(device).prepareUserFile(path: path, namespace: "music", place: place)
         let result = try device.write(sql: "INSERT INTO tracks (id, file, _updated_at) VALUES (coven_uuid7(), coven_put_user_file(:p), '')", parameters: ["p": .text(prepared.id)])
         return result.files[0]
     }
@@ -48,7 +48,7 @@ final class DeviceTestFixture {
         let path = try writeFile("app-" + UUID().uuidString, bytes)
         let fd = open(path, O_RDONLY)
         defer { close(fd) }
-        let staged = try device.stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: place)
+        let staged = try Staging(device).stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: place)
         let result = try device.write(sql: "INSERT INTO tracks (id, file, _updated_at) VALUES (coven_uuid7(), coven_put_staged(:s), '')", parameters: ["s": .text(staged.id)])
         return result.files[0]
     }

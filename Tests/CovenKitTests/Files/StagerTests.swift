@@ -20,7 +20,7 @@ final class StagerTests: AlbumDeviceTestCase {
         let bytes = (0..<(65536 * 2 + 100)).map { UInt8(truncatingIfNeeded: $0 * 7) }
         let path = try file("song.flac", bytes)
         setModified(path, seconds: 1_767_323_045, nanos: 123_456_789)
-        let prepared = try device.prepareUserFile(path: path, namespace: "music", place: .cloud)
+        let prepared = try Staging(device).prepareUserFile(path: path, namespace: "music", place: .cloud)
         XCTAssertEqual(prepared.kind, .user)
         XCTAssertEqual(prepared.size, Int64(bytes.count))
         XCTAssertEqual(prepared.modifiedSeconds, 1_767_323_045)
@@ -40,7 +40,7 @@ final class StagerTests: AlbumDeviceTestCase {
         for (seconds, nanos) in [(-1, 500_000_000), (-2, 750_000_000), (-86_400 * 365 * 30, 1), (0, 0), (-1, 999_999_999)] {
             let path = try file("old-\(seconds)-\(nanos).flac", "old")
             setModified(path, seconds: seconds, nanos: nanos)
-            let prepared = try device.prepareUserFile(path: path, namespace: "music", place: .cloud)
+            let prepared = try Staging(device).prepareUserFile(path: path, namespace: "music", place: .cloud)
             XCTAssertEqual(prepared.modifiedSeconds, Int64(seconds))
             XCTAssertEqual(prepared.modifiedNanos, Int64(nanos))
             _ = try putTrack(prepared.id)
@@ -61,7 +61,7 @@ final class StagerTests: AlbumDeviceTestCase {
         XCTAssertEqual(write(fd, "abc", 3), 3)
         close(fd)
         let path = PathText.string(fromOSBytes: pathBytes)
-        let prepared = try device.prepareUserFile(path: path, namespace: "music", place: .cloud)
+        let prepared = try Staging(device).prepareUserFile(path: path, namespace: "music", place: .cloud)
         XCTAssertEqual(prepared.size, 3)
         let file = try putTrack(prepared.id).files[0]
         let row = try XCTUnwrap(try device.database.queryOne("SELECT path, coven_path_text(path) AS text FROM coven_user_files WHERE file = ?1", [file]))
@@ -75,7 +75,7 @@ final class StagerTests: AlbumDeviceTestCase {
 
     func testAMovedOriginalIsMissingAtTheWrite() throws {
         let path = try file("song.flac", "fLaC stream")
-        let prepared = try device.prepareUserFile(path: path, namespace: "music", place: .cloud)
+        let prepared = try Staging(device).prepareUserFile(path: path, namespace: "music", place: .cloud)
         XCTAssertEqual(rename(path, work + "/moved.flac"), 0)
         let error = assertCovenError(.userFileMissing) { try putTrack(prepared.id) }
         XCTAssertEqual(error?.details["path"], path)
@@ -88,7 +88,7 @@ final class StagerTests: AlbumDeviceTestCase {
 
     func testAnEditedOriginalIsChangedAtTheWrite() throws {
         let path = try file("song.flac", "fLaC stream")
-        let prepared = try device.prepareUserFile(path: path, namespace: "music", place: .cloud)
+        let prepared = try Staging(device).prepareUserFile(path: path, namespace: "music", place: .cloud)
         try Data("fLaC stream, longer".utf8).write(to: URL(fileURLWithPath: path))
         assertCovenError(.userFileChanged) { try putTrack(prepared.id) }
         XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_staged"), 1)
@@ -99,7 +99,7 @@ final class StagerTests: AlbumDeviceTestCase {
     func testAnEditWithSizeAndTimeRestoredIsChangedAtTheWrite() throws {
         let path = try file("song.flac", "fLaC stream")
         setModified(path, seconds: 1_588_748_889, nanos: 500_000_000)
-        let prepared = try device.prepareUserFile(path: path, namespace: "music", place: .cloud)
+        let prepared = try Staging(device).prepareUserFile(path: path, namespace: "music", place: .cloud)
         let fd = open(path, O_WRONLY)
         XCTAssertEqual(pwrite(fd, "X", 1, 3), 1)
         close(fd)
@@ -112,7 +112,7 @@ final class StagerTests: AlbumDeviceTestCase {
         assertCovenError(.userFileChanged) { try putTrack(prepared.id) }
         // Touched but with the same bytes: compared, and accepted.
         let same = try file("same.flac", "same bytes")
-        let preparedSame = try device.prepareUserFile(path: same, namespace: "music", place: .cloud)
+        let preparedSame = try Staging(device).prepareUserFile(path: same, namespace: "music", place: .cloud)
         chmod(same, 0o600)
         XCTAssertEqual(try putTrack(preparedSame.id).files.count, 1)
     }
@@ -121,17 +121,17 @@ final class StagerTests: AlbumDeviceTestCase {
         let path = try file("cover.png", "PNG")
         assertCovenError(.undeclaredNamespace) { try stageApp(device, path, namespace: "photos") }
         assertCovenError(.namespaceKind) { try stageApp(device, path, namespace: "music") }
-        assertCovenError(.namespaceKind) { try device.prepareUserFile(path: path, namespace: "covers", place: .cloud) }
-        assertCovenError(.undeclaredNamespace) { try device.prepareUserFile(path: path, namespace: "nope", place: .cloud) }
-        assertCovenError(.userFileMissing) { try device.prepareUserFile(path: work + "/none.flac", namespace: "music", place: .cloud) }
-        assertCovenError(.userFileMissing) { try device.prepareUserFile(path: path + "/below", namespace: "music", place: .cloud) }
-        assertCovenError(.io) { try device.prepareUserFile(path: work, namespace: "music", place: .cloud) }
+        assertCovenError(.namespaceKind) { try Staging(device).prepareUserFile(path: path, namespace: "covers", place: .cloud) }
+        assertCovenError(.undeclaredNamespace) { try Staging(device).prepareUserFile(path: path, namespace: "nope", place: .cloud) }
+        assertCovenError(.userFileMissing) { try Staging(device).prepareUserFile(path: work + "/none.flac", namespace: "music", place: .cloud) }
+        assertCovenError(.userFileMissing) { try Staging(device).prepareUserFile(path: path + "/below", namespace: "music", place: .cloud) }
+        assertCovenError(.io) { try Staging(device).prepareUserFile(path: work, namespace: "music", place: .cloud) }
         // A FIFO where an original should be is refused at once, not waited on.
         XCTAssertEqual(mkfifo(work + "/fifo.flac", 0o600), 0)
-        assertCovenError(.io) { try device.prepareUserFile(path: work + "/fifo.flac", namespace: "music", place: .cloud) }
+        assertCovenError(.io) { try Staging(device).prepareUserFile(path: work + "/fifo.flac", namespace: "music", place: .cloud) }
         let folder = open(work, O_RDONLY | O_DIRECTORY)
         defer { close(folder) }
-        assertCovenError(.io) { try device.stageAppBytes(from: folder, sourceName: work, namespace: "covers", place: .cloud) }
+        assertCovenError(.io) { try Staging(device).stageAppBytes(from: folder, sourceName: work, namespace: "covers", place: .cloud) }
         XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_staged"), 0)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: paths.copies), [])
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: paths.temporary), [])
@@ -246,7 +246,7 @@ final class StagerTests: AlbumDeviceTestCase {
             if index % 2 == 0 {
                 ids.append("coven_put_staged('\(try stageApp(device, source).id)')")
             } else {
-                ids.append("coven_put_user_file('\(try device.prepareUserFile(path: source, namespace: "music", place: .cloud).id)')")
+                ids.append("coven_put_user_file('\(try Staging(device).prepareUserFile(path: source, namespace: "music", place: .cloud).id)')")
             }
         }
         let staging = Date().timeIntervalSince(start)
@@ -273,7 +273,7 @@ final class StagerTests: AlbumDeviceTestCase {
     func testCovenSqlOverTheViews() throws {
         let song = try file("song.flac", "fLaC stream")
         setModified(song, seconds: -1, nanos: 500_000_000)
-        let prepared = try device.prepareUserFile(path: song, namespace: "music", place: .cloud)
+        let prepared = try Staging(device).prepareUserFile(path: song, namespace: "music", place: .cloud)
         let local = try stageApp(device, text: "local", place: .deviceOnly)
         let cover = try stageApp(device, text: "tiny")
         let result = try device.write(sql: """
@@ -331,7 +331,7 @@ final class StagerTests: AlbumDeviceTestCase {
         var outcomes: [BatchStaging.Outcome] = []
         var windows = 0
         // The 58th file changes between its read and the check after it.
-        let summary = try device.stageBatch(kind: .user, namespace: "music", place: .cloud, next: { remaining.popFirst() },
+        let summary = try Staging(device).stageBatch(kind: .user, namespace: "music", place: .cloud, next: { remaining.popFirst() },
                                             report: { outcomes.append($0) }, windowReported: { windows += 1 }, afterRead: { path in
             guard path == victim, let handle = FileHandle(forWritingAtPath: path) else { return }
             handle.seekToEndOfFile()
@@ -359,7 +359,7 @@ final class StagerTests: AlbumDeviceTestCase {
         var reported = 0
         let stop = Stop()
         let error = assertCovenError(.interrupted) {
-            try device.stageBatch(kind: .app, namespace: "covers", place: .cloud, stop: stop, next: { remaining.popFirst() },
+            try Staging(device).stageBatch(kind: .app, namespace: "covers", place: .cloud, stop: stop, next: { remaining.popFirst() },
                                   report: { _ in reported += 1 }, windowReported: { stop.request("asked by the test") })
         }
         XCTAssertEqual(reported, 256)

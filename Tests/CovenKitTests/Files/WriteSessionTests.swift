@@ -27,7 +27,7 @@ final class WriteSessionTests: AlbumDeviceTestCase {
         let cover = try stageApp(device, text: "PNG").id
         let big = try stageApp(device, text: String(repeating: "x", count: 17)).id
         let local = try stageApp(device, text: "local", place: .deviceOnly).id
-        let song = try device.prepareUserFile(path: try file("song.flac", "fLaC"), namespace: "music", place: .cloud).id
+        let song = try Staging(device).prepareUserFile(path: try file("song.flac", "fLaC"), namespace: "music", place: .cloud).id
         let first = try device.write(sql: insertTrack("coven_put_staged('\(try stageApp(device, text: "first").id)')", id: "'01a228b5-0000-7000-8000-000000000001'")).files[0]
         let other = try stageApp(device, text: "other").id
 

@@ -8,7 +8,7 @@ class FsckLocalTests: FsckTestCase {
     /// A track on this device only, from the person's original at `name`; returns the file id.
     func deviceOnlyTrack(_ device: Device, _ name: String, _ bytes: [UInt8]) throws -> String {
         let path = try file(name, bytes)
-        let staged = try device.prepareUserFile(path: path, namespace: "music", place: .deviceOnly)
+        let staged = try Staging(device).prepareUserFile(path: path, namespace: "music", place: .deviceOnly)
         try device.write(sql: "INSERT OR IGNORE INTO albums (id, title, _updated_at) VALUES ('\(Self.album)', 'a', coven_stamp())")
         let result = try device.write(sql: "INSERT INTO tracks (id, album_id, file, _updated_at) VALUES (coven_uuid7(), '\(Self.album)', coven_put_user_file('\(staged.id)'), coven_stamp())")
         return try XCTUnwrap(result.staged[staged.id])

@@ -115,11 +115,11 @@ final class GCModelTests: XCTestCase {
                     if random.below(2) == 0 {
                         // A person's original (never deleted by anything).
                         originals.append(path)
-                        put = "coven_put_user_file('\(try device.prepareUserFile(path: path, namespace: "music", place: place).id)')"
+                        put = "coven_put_user_file('\(try Staging(device).prepareUserFile(path: path, namespace: "music", place: place).id)')"
                     } else {
                         let fd = open(path, O_RDONLY)
                         defer { close(fd) }
-                        put = "coven_put_staged('\(try device.stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: place).id)')"
+                        put = "coven_put_staged('\(try Staging(device).stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: place).id)')"
                     }
                     try device.write(sql: "INSERT INTO settings (id, value, file) VALUES ('\(key)', 'v', \(put)) ON CONFLICT (id) DO UPDATE SET file = excluded.file")
                 case 2:

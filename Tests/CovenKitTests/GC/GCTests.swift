@@ -348,7 +348,7 @@ class GCTests: GCTestCase {
     /// A settings row `id` naming a new stored file of a user namespace (so it can be made
     /// device-only); returns the file id and object.
     func storedTrack(_ device: Device, id: String, _ text: String) throws -> (file: String, object: String) {
-        let staged = try device.prepareUserFile(path: try file("track-\(id).flac", text), namespace: "music", place: .cloud)
+        let staged = try Staging(device).prepareUserFile(path: try file("track-\(id).flac", text), namespace: "music", place: .cloud)
         let file = try device.write(sql: "INSERT INTO settings (id, value, file) VALUES ('\(id)', 'v', coven_put_user_file('\(staged.id)'))").files[0]
         return (file, try StoredFiles.store(device, file: file))
     }

@@ -454,7 +454,7 @@ class CirclesTests: DeviceTestCase {
     /// back brings them back to everyone.
     func testMovingAnAlbumWithItsTracksAndCoverIntoAndOutOfTheCircle() throws {
         let s = try threeMembers()
-        let song = try s.alice.prepareUserFile(path: try file("song.flac", "the first dance, recorded live"), namespace: "music", place: .cloud)
+        let song = try Staging(s.alice).prepareUserFile(path: try file("song.flac", "the first dance, recorded live"), namespace: "music", place: .cloud)
         let cover = try stageApp(s.alice, text: "cover art")
         let written = try s.alice.write(sql: """
             INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'Wedding', 'store');
@@ -508,7 +508,7 @@ class CirclesTests: DeviceTestCase {
     /// keeps its record), `file_absent` for one never in it.
     func testMakeDeviceOnlyOfACirclesFileNeedsTheCircle() throws {
         let s = try threeMembers()
-        let song = try s.alice.prepareUserFile(path: try file("song.flac", "our song"), namespace: "music", place: .cloud)
+        let song = try Staging(s.alice).prepareUserFile(path: try file("song.flac", "our song"), namespace: "music", place: .cloud)
         let written = try s.alice.write(sql: """
             INSERT INTO albums (id, title, audience) VALUES ('\(Self.album)', 'ours', '\(s.circle)');
             INSERT INTO tracks (id, album_id, title, file) VALUES (coven_uuid7(), '\(Self.album)', 'our song', coven_put_user_file('\(song.id)'));

@@ -29,8 +29,8 @@ final class DeviceLockTests: DeviceTestCase {
         let path = try file("cover.png", "PNG")
         let fd = open(path, O_RDONLY)
         defer { close(fd) }
-        assertCovenError(.busy) { try device.stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: .cloud, wait: false) }
-        assertCovenError(.busy) { try device.prepareUserFile(path: try file("song.flac", "fLaC"), namespace: "music", place: .cloud, wait: false) }
+        assertCovenError(.busy) { try Staging(device).stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: .cloud, wait: false) }
+        assertCovenError(.busy) { try Staging(device).prepareUserFile(path: try file("song.flac", "fLaC"), namespace: "music", place: .cloud, wait: false) }
         XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_staged"), 0)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: paths.copies), [], "--no-wait fails before copying anything")
         // Reads never need it.

@@ -138,7 +138,7 @@ class DeviceTestCase: XCTestCase {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw CovenError.posix("open", path: path) }
         defer { close(fd) }
-        return try device.stageAppBytes(from: fd, sourceName: path, namespace: namespace, place: place)
+        return try Staging(device).stageAppBytes(from: fd, sourceName: path, namespace: namespace, place: place)
     }
 
     /// Stages `text` as app bytes.

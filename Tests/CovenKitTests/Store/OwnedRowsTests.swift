@@ -105,7 +105,7 @@ class OwnedRowsTests: DeviceTestCase {
     /// refuses it (`not_owner`), before anything is fetched or written.
     func testMakeDeviceOnlyOfAFileInAnotherMembersRowIsNotOwner() throws {
         let (alice, bob, _, _) = try twoMembers()
-        let song = try alice.prepareUserFile(path: try file("song.flac", "the one song"), namespace: "music", place: .cloud)
+        let song = try Staging(alice).prepareUserFile(path: try file("song.flac", "the one song"), namespace: "music", place: .cloud)
         let file = try alice.write(sql: "INSERT INTO journal (id, body, file) VALUES (coven_uuid7(), 'a song', coven_put_user_file('\(song.id)'))").files[0]
         try StoredFiles.store(alice, file: file)
         for device in [alice, bob] { _ = try StoreSync(device).sync() }

@@ -253,7 +253,7 @@ final class CirclesModelTests: XCTestCase {
                         try Data("cover \(step) \(random.next())".utf8).write(to: URL(fileURLWithPath: path))
                         let fd = open(path, O_RDONLY)
                         defer { close(fd) }
-                        let staged = try device.stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: .cloud)
+                        let staged = try Staging(device).stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: .cloud)
                         try device.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(album)', coven_put_staged('\(staged.id)'))")
                         if random.below(2) == 0 { _ = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:])) }
                     }

@@ -88,7 +88,7 @@ final class ConvergenceModelTests: XCTestCase {
                 try Data("bytes \(value)".utf8).write(to: URL(fileURLWithPath: path))
                 let fd = open(path, O_RDONLY)
                 defer { close(fd) }
-                let staged = try device.stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: extra.below(2) == 0 ? .deviceOnly : .cloud)
+                let staged = try Staging(device).stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: extra.below(2) == 0 ? .deviceOnly : .cloud)
                 do {
                     try device.write(sql: "UPDATE tracks SET file = coven_put_staged('\(staged.id)') WHERE id = (SELECT id FROM tracks ORDER BY id LIMIT 1)")
                 } catch let error as CovenError where error.code == .fileUnreferenced {
@@ -266,7 +266,7 @@ final class ConvergenceModelTests: XCTestCase {
             // come first.
             let path = work + "/t-\(random.next())"
             try Data("track \(value)".utf8).write(to: URL(fileURLWithPath: path))
-            let staged = try device.prepareUserFile(path: path, namespace: "music", place: .cloud)
+            let staged = try Staging(device).prepareUserFile(path: path, namespace: "music", place: .cloud)
             let track = String(format: "0193a9b2-4c1e-7d3a-9f20-5b8e1c2e%04x", random.below(6))
             do {
                 try device.write(sql: """
@@ -285,7 +285,7 @@ final class ConvergenceModelTests: XCTestCase {
             try Data("cover \(value)".utf8).write(to: URL(fileURLWithPath: path))
             let fd = Foundation.open(path, O_RDONLY)
             defer { Foundation.close(fd) }
-            let staged = try device.stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: .cloud)
+            let staged = try Staging(device).stageAppBytes(from: fd, sourceName: path, namespace: "covers", place: .cloud)
             do {
                 try device.write(sql: "UPDATE albums SET cover = coven_put_staged('\(staged.id)') WHERE id = '\(album)'")
             } catch let error as CovenError where error.code == .fileUnreferenced {}

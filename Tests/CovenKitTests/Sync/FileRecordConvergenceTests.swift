@@ -52,7 +52,7 @@ class FileRecordConvergenceTests: DeviceTestCase {
     @discardableResult
     func addTrack(_ device: Device, id: String = FileRecordConvergenceTests.t, place: Place = .cloud, size: Int = 17) throws -> String {
         let path = try file("\(device.deviceName)-music-\(id).flac", (0..<size).map { _ in UInt8.random(in: 0...255) })
-        let prepared = try device.prepareUserFile(path: path, namespace: "tracks", place: place)
+        let prepared = try Staging(device).prepareUserFile(path: path, namespace: "tracks", place: place)
         return try device.write(sql: """
             INSERT INTO tracks (id, album_id, title, file, _updated_at)
             VALUES ('\(id)', '\(Self.x)', 'track', coven_put_user_file('tracks', '\(prepared.id)'), coven_stamp())

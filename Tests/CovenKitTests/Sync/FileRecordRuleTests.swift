@@ -11,7 +11,7 @@ final class FileRecordRuleTests: DeviceTestCase {
     private func storedTrack() throws -> (a: Device, b: Device, c: Device, track: String) {
         let devices = try makeDevices(3)
         let a = devices[0], b = devices[1], c = devices[2]
-        let song = try a.prepareUserFile(path: try file("song.flac", "the one song"), namespace: "music", place: .cloud)
+        let song = try Staging(a).prepareUserFile(path: try file("song.flac", "the one song"), namespace: "music", place: .cloud)
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
         let track = try a.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_user_file('\(song.id)'))").files[0]
         try StoredFiles.store(a, file: track)

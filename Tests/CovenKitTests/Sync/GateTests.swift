@@ -460,7 +460,7 @@ final class GateTests: DeviceTestCase {
 
         // make-device-only refuses a file of a remote root's row.
         let original = try file("original.jpg", "the person's photo")
-        let staged = try a.prepareUserFile(path: original, namespace: "originals", place: .cloud)
+        let staged = try Staging(a).prepareUserFile(path: original, namespace: "originals", place: .cloud)
         try a.write(sql: "INSERT INTO photos (id, album_id, file) VALUES ('\(Self.id(54))', '\(album)', coven_put_user_file('\(staged.id)'))")
         let fileID = try XCTUnwrap(a.database.scalar("SELECT file FROM photos WHERE id = ?1", [Self.id(54)]).textValue)
         try FileManager.default.createDirectory(atPath: work + "/back", withIntermediateDirectories: true)

@@ -67,7 +67,7 @@ final class SyncFilesTests: DeviceTestCase {
     func testMakeDeviceOnlyElsewhereDropsThePinAndTheCacheHere() throws {
         let a = try makeDevice(name: "a")
         let b = try join("b", from: a)
-        let song = try a.prepareUserFile(path: try file("song.flac", "bytes kept here and there"), namespace: "music", place: .cloud)
+        let song = try Staging(a).prepareUserFile(path: try file("song.flac", "bytes kept here and there"), namespace: "music", place: .cloud)
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
         let track = try a.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_user_file('\(song.id)'))").files[0]
         try StoredFiles.store(a, file: track)
@@ -101,7 +101,7 @@ final class SyncFilesTests: DeviceTestCase {
         let title = String(repeating: "t", count: 10_000)
         var values: [String] = []
         for index in 0..<120 {
-            let song = try a.prepareUserFile(path: try file("song\(index).flac", "song \(index)"), namespace: "music", place: .cloud)
+            let song = try Staging(a).prepareUserFile(path: try file("song\(index).flac", "song \(index)"), namespace: "music", place: .cloud)
             values.append("(coven_uuid7(), '\(Self.album)', '\(title)', coven_put_user_file('\(song.id)'))")
         }
         try a.write(sql: "INSERT INTO tracks (id, album_id, title, file) VALUES " + values.joined(separator: ", "))
@@ -124,7 +124,7 @@ final class SyncDeviceOnlyConflictTests: DeviceTestCase {
     private func bothMakeDeviceOnly(_ names: [String]) throws -> (Device, Device, String) {
         let a = try makeDevice(name: "a")
         let b = try join("b", from: a)
-        let song = try a.prepareUserFile(path: try file("song.flac", "the one song"), namespace: "music", place: .cloud)
+        let song = try Staging(a).prepareUserFile(path: try file("song.flac", "the one song"), namespace: "music", place: .cloud)
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
         let track = try a.write(sql: "INSERT INTO tracks (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_user_file('\(song.id)'))").files[0]
         try StoredFiles.store(a, file: track)

@@ -37,7 +37,7 @@ final class UploadBatchTests: XCTestCase {
         var prepared: [String] = []
         for index in 0..<count {
             let path = try fixture.original("p\(index)", UploadFixture.bytes(700 + index, seed: UInt8(index % 250 + 1)))
-            prepared.append(try fixture.device.prepareUserFile(path: path, namespace: "originals", place: .cloud).id)
+            prepared.append(try Staging(fixture.device).prepareUserFile(path: path, namespace: "originals", place: .cloud).id)
         }
         var index = 0
         try fixture.device.writeEach(sql: "INSERT INTO notes VALUES (coven_uuid7(), coven_put_user_file(:id), '')") {
@@ -181,7 +181,7 @@ final class UploadBatchTests: XCTestCase {
         for index in 0..<12 {
             let path = try fixture.original("c\(index)", UploadFixture.bytes(4000 + index, seed: UInt8(index + 100)))
             paths.append(path)
-            let staged = try fixture.device.prepareUserFile(path: path, namespace: "originals", place: .cloud)
+            let staged = try Staging(fixture.device).prepareUserFile(path: path, namespace: "originals", place: .cloud)
             files.append(try fixture.write("INSERT INTO notes VALUES (coven_uuid7(), coven_put_user_file('\(staged.id)'), '')").files[0])
         }
         var info = stat()

@@ -61,7 +61,7 @@ final class UploadFixture {
     /// Prepares an original and puts it in a new `notes` row; returns the file id.
     func addOriginal(_ name: String, _ bytes: [UInt8]) throws -> String {
         let path = try original(name, bytes)
-        let staged = try device.prepareUserFile(path: path, namespace: "originals", place: .cloud)
+        let staged = try Staging(device).prepareUserFile(path: path, namespace: "originals", place: .cloud)
         return try write("INSERT INTO notes VALUES (coven_uuid7(), coven_put_user_file('\(staged.id)'), '')").files[0]
     }
 
@@ -71,7 +71,7 @@ final class UploadFixture {
         try Data(bytes).write(to: URL(fileURLWithPath: path))
         let fd = open(path, O_RDONLY)
         defer { close(fd) }
-        return try device.stageAppBytes(from: fd, sourceName: path, namespace: "thumbs", place: .cloud).id
+        return try Staging(device).stageAppBytes(from: fd, sourceName: path, namespace: "thumbs", place: .cloud).id
     }
 
     @discardableResult

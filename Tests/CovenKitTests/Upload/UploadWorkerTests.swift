@@ -12,7 +12,7 @@ final class UploadWorkerTests: XCTestCase {
         let big = UploadFixture.bytes(1_000_000 + 17, seed: 3)
         let small = UploadFixture.bytes(5000, seed: 4)
         let bigPath = try fixture.original("big.bin", big)
-        let bigStaged = try fixture.device.prepareUserFile(path: bigPath, namespace: "originals", place: .cloud)
+        let bigStaged = try Staging(fixture.device).prepareUserFile(path: bigPath, namespace: "originals", place: .cloud)
         let smallStaged = try fixture.stageApp(small)
         let result = try fixture.write("""
             INSERT INTO notes VALUES (coven_uuid7(), coven_put_user_file('\(bigStaged.id)'), '');
@@ -78,8 +78,8 @@ final class UploadWorkerTests: XCTestCase {
         let bytes = UploadFixture.bytes(400_000, seed: 6)
         let path = try fixture.original("song.flac", bytes)
         let goodPath = try fixture.original("good.flac", good)
-        let a = try fixture.device.prepareUserFile(path: goodPath, namespace: "originals", place: .cloud)
-        let b = try fixture.device.prepareUserFile(path: path, namespace: "originals", place: .cloud)
+        let a = try Staging(fixture.device).prepareUserFile(path: goodPath, namespace: "originals", place: .cloud)
+        let b = try Staging(fixture.device).prepareUserFile(path: path, namespace: "originals", place: .cloud)
         let result = try fixture.write("""
             INSERT INTO notes VALUES (coven_uuid7(), coven_put_user_file('\(a.id)'), '');
             INSERT INTO notes VALUES (coven_uuid7(), coven_put_user_file('\(b.id)'), '');
