@@ -44,7 +44,7 @@ private struct FetchedFile {
     var report: ReadReport?
 }
 
-extension Device {
+extension KeptFiles {
     /// Files fetched at once, each on its own connection: the fetches overlap (eight: a small
     /// file's cost is its requests and its writes).
     public static let keptFetchesAtOnce = 8
@@ -74,14 +74,14 @@ extension Device {
         // The workers' rare writes (a failure, a resumed partial) and this thread's commits
         // queue here rather than in SQLite's busy handler.
         let writeGate = NSLock()
-        let ownGate = database.writeGate
-        database.writeGate = writeGate
-        defer { database.writeGate = ownGate }
+        let ownGate = device.database.writeGate
+        device.database.writeGate = writeGate
+        defer { device.database.writeGate = ownGate }
         // The first window is prepared before the workers start: no more workers than files.
-        try run.prepareFirst(device: self)
+        try run.prepareFirst(device: device)
         let workers = min(max(1, parallel), run.preparedCount)
-        let paths = self.paths
-        let environment = storageEnvironment
+        let paths = device.paths
+        let environment = device.storageEnvironment
         // A thread each: concurrentPerform runs no more at once than the pool has threads
         // (two on a machine of two cores, one when another is busy), and a fetch waits on the
         // network, not the CPU.
@@ -99,7 +99,7 @@ extension Device {
                 }
             }
         }
-        try run.coordinate(device: self)
+        try run.coordinate(device: device)
     }
 }
 
@@ -186,7 +186,7 @@ final class FetchRun: @unchecked Sendable {
             if ended { return nil }
             if readyAt < ready.count {
                 defer { readyAt += 1 }
-                if readyAt + 1 == ready.count || readyAt + 1 == ready.count - Device.keptPreparedAtOnce / 2 {
+                if readyAt + 1 == ready.count || readyAt + 1 == ready.count - KeptFiles.keptPreparedAtOnce / 2 {
                     // Half the prepared files taken (or all): let the coordinator prepare the
                     // next window.
                     condition.broadcast()
@@ -216,7 +216,7 @@ final class FetchRun: @unchecked Sendable {
         let full = locked { () -> Bool in
             if toRecord.isEmpty { oldestToRecord = Date() }
             toRecord.append(fetched)
-            return toRecord.count >= Device.keptRecordedAtOnce
+            return toRecord.count >= KeptFiles.keptRecordedAtOnce
         }
         if full { condition.broadcast() }
     }
@@ -247,11 +247,11 @@ final class FetchRun: @unchecked Sendable {
             condition.lock()
             // The next window is prepared while half of this one is left: the workers of small
             // files do not wait for it.
-            let prepare = failure == nil && !ended && readyAt >= ready.count - min(ready.count, Device.keptPreparedAtOnce / 2)
-                && !listEnded && (!holding || nextPrepared - reported < Device.heldAhead)
+            let prepare = failure == nil && !ended && readyAt >= ready.count - min(ready.count, KeptFiles.keptPreparedAtOnce / 2)
+                && !listEnded && (!holding || nextPrepared - reported < KeptFiles.heldAhead)
             let done = workersRunning == 0
-            let due = !toRecord.isEmpty && (done || toRecord.count >= Device.keptRecordedAtOnce
-                || Date().timeIntervalSince(oldestToRecord ?? Date()) >= Device.keptRecordWait || ended)
+            let due = !toRecord.isEmpty && (done || toRecord.count >= KeptFiles.keptRecordedAtOnce
+                || Date().timeIntervalSince(oldestToRecord ?? Date()) >= KeptFiles.keptRecordWait || ended)
             var batch: [FetchedFile] = []
             if due {
                 batch = toRecord
@@ -264,7 +264,7 @@ final class FetchRun: @unchecked Sendable {
                     condition.unlock()
                     break
                 }
-                condition.wait(until: Date().addingTimeInterval(Device.keptRecordWait / 2))
+                condition.wait(until: Date().addingTimeInterval(KeptFiles.keptRecordWait / 2))
                 condition.unlock()
                 continue
             }
@@ -307,7 +307,7 @@ final class FetchRun: @unchecked Sendable {
         let start = locked { nextPrepared }
         var given: [String] = []
         var endOfList = false
-        while given.count < Device.keptPreparedAtOnce {
+        while given.count < KeptFiles.keptPreparedAtOnce {
             guard let id = try next() else {
                 endOfList = true
                 break
@@ -419,7 +419,7 @@ final class FetchRun: @unchecked Sendable {
     /// and its failure cleared.
     private func record(_ batch: [FetchedFile], device: Device) throws {
         let whole = batch.filter { $0.deferred.state != .partial }
-        if !whole.isEmpty { try device.syncCacheFiles(whole.map(\.object)) }
+        if !whole.isEmpty { try KeptFiles(device).syncCacheFiles(whole.map(\.object)) }
         let now = cacheNow()
         try device.database.transaction {
             for fetched in batch where fetched.deferred.bytes > 0 || fetched.deferred.state != .partial {
@@ -461,7 +461,7 @@ final class FetchRun: @unchecked Sendable {
                     if let record = task.record, let deferred = task.deferred {
                         let object = record.coordinates.object
                         do {
-                            let report = try device.fetchKeptFileDeferred(record, stop: stop, deferred: deferred, session: session)
+                            let report = try KeptFiles(device).fetchKeptFileDeferred(record, stop: stop, deferred: deferred, session: session)
                             handOver(FetchedFile(index: index, object: object, size: record.size, deferred: deferred,
                                                  stamp: FileStamp(path: Cache(device).cachePaths(object: object).data),
                                                  clearsFailure: failedBefore.contains("fetch_failed:" + object), report: report))
@@ -478,7 +478,7 @@ final class FetchRun: @unchecked Sendable {
                     } else if holding {
                         settle(index, .success(try device.holdFile(id, stop: stop)))
                     } else {
-                        let (held, size) = try device.fetchKeptFile(id, stop: stop, failedBefore: failedBefore)
+                        let (held, size) = try KeptFiles(device).fetchKeptFile(id, stop: stop, failedBefore: failedBefore)
                         settle(index, .success(held), size: size)
                     }
                 } catch {
@@ -493,14 +493,14 @@ final class FetchRun: @unchecked Sendable {
                     case (.interrupted, _):
                         end(.interrupted, error)
                     case (.noRoom, _):
-                        try device.setFetchFailure(object, "too_large_for_disk")
+                        try KeptFiles(device).setFetchFailure(object, "too_large_for_disk")
                         end(.noRoom, error)
                     case (.storage, .network?):
                         end(.offline, error)
                     case (.storage, .throttled?):
                         let wait = error.retryAfter ?? 1
                         throttledTries += 1
-                        if wait <= Device.longestWaitedRetry && throttledTries <= 5 {
+                        if wait <= KeptFiles.longestWaitedRetry && throttledTries <= 5 {
                             locked { waited.append(wait) }
                             // One wait at a time (the waits a test records).
                             sleepLock.lock()
@@ -510,7 +510,7 @@ final class FetchRun: @unchecked Sendable {
                         }
                         end(.throttled, error)
                     default:
-                        try device.setFetchFailure(object, error.code == .missing ? "missing" : "failed")
+                        try KeptFiles(device).setFetchFailure(object, error.code == .missing ? "missing" : "failed")
                         settle(index, .failure(error), size: (try? device.requireFile(id))?.size ?? 0)
                     }
                 }

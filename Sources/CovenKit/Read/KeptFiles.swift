@@ -3,7 +3,20 @@ import Foundation
 
 // MARK: - Pins
 
-extension Device {
+/// Kept files: pins, and fetching every kept file (pinned, or of a namespace the manifest
+/// keeps) into the cache, with the failures remembered so that a retry waits its turn.
+///
+/// ```swift
+/// try KeptFiles(device).pin([id])
+/// let result = try KeptFiles(device).fetchKept()
+/// ```
+public struct KeptFiles {
+    let device: Device
+
+    public init(_ device: Device) {
+        self.device = device
+    }
+
     /// Keeps stored files offline: pinned files stay outside the budget and no trim takes them.
     ///
     /// - Parameter ids: file ids.
@@ -13,13 +26,13 @@ extension Device {
     @discardableResult
     public func pin(_ ids: [String]) throws -> [String] {
         for id in ids {
-            let record = try requireFile(id)
-            if record.coordinates.at == .device, record.coordinates.device != deviceID { throw deviceOnlyError(record) }
+            let record = try device.requireFile(id)
+            if record.coordinates.at == .device, record.coordinates.device != device.deviceID { throw device.deviceOnlyError(record) }
         }
         var added: [String] = []
-        try database.transaction {
+        try device.database.transaction {
             for id in ids {
-                if try fileRecords.pin(id) { added.append(id) }
+                if try device.fileRecords.pin(id) { added.append(id) }
             }
         }
         return added
@@ -32,9 +45,9 @@ extension Device {
     @discardableResult
     public func unpin(_ ids: [String]) throws -> [String] {
         var removed: [String] = []
-        try database.transaction {
+        try device.database.transaction {
             for id in ids {
-                if try fileRecords.unpin(id) { removed.append(id) } else { _ = try requireFile(id) }
+                if try device.fileRecords.unpin(id) { removed.append(id) } else { _ = try device.requireFile(id) }
             }
         }
         return removed
@@ -93,7 +106,7 @@ public struct FetchKeptResult: Sendable {
     public var waited: [Double] = []
 }
 
-extension Device {
+extension KeptFiles {
     /// The longest wait a server may ask for that fetch-kept waits out.
     public static let longestWaitedRetry: Double = 60
 
@@ -104,14 +117,14 @@ extension Device {
         // JSON decoding per file but for those to fetch (a library of 100,000 kept files all held
         // is looked over in well under a second).
         // Read a row at a time: 100,000 rows held at once were most of the command's memory.
-        let rows = try database.prepare("""
+        let rows = try device.database.prepare("""
             SELECT f.id, f.place AS at, f.device AS device, f.object AS object, c.complete AS cache_state
             FROM coven_files f
             LEFT JOIN coven_cache c ON c.object = f.object
             WHERE \(Cache.keptFile)
             ORDER BY f.size, f.object, f.id
             """)
-        try rows.bind([try Cache(self).keptNamespaces()])
+        try rows.bind([try Cache(device).keptNamespaces()])
         // Records of the same bytes come together (by size, then object): no set of every
         // object seen (100,000 of them were a third of the command's memory).
         var previous: String?
@@ -119,7 +132,7 @@ extension Device {
         var held = 0
         while let row = try rows.next() {
             if row.string("at") == Coordinates.Place.device.rawValue {
-                if row.string("device") == deviceID { held += 1 }
+                if row.string("device") == device.deviceID { held += 1 }
                 continue
             }
             let object = row.string("object") ?? ""
@@ -128,8 +141,8 @@ extension Device {
             let state = row.int("cache_state").flatMap(CacheState.init(rawValue:))
             // Held: complete, and its data file checked and not written since (a file damaged
             // since is read through again by the fetch, every chunk checked).
-            let data = Cache(self).cachePaths(object: object).data
-            if state == .complete || state == .completeVerified, access(data, R_OK) == 0, isStillChecked("cache:" + object, path: data) {
+            let data = Cache(device).cachePaths(object: object).data
+            if state == .complete || state == .completeVerified, access(data, R_OK) == 0, device.isStillChecked("cache:" + object, path: data) {
                 held += 1
                 continue
             }
@@ -159,13 +172,13 @@ extension Device {
     /// - Returns: what was fetched (smallest first), what failed and why it stopped.
     /// - Throws: an error of `each`, or of the device's database.
     public func fetchKept(
-        stop: Stop = Stop(), parallel: Int = Device.keptFetchesAtOnce, sleep: @escaping (Double) -> Void = { Thread.sleep(forTimeInterval: $0) },
+        stop: Stop = Stop(), parallel: Int = KeptFiles.keptFetchesAtOnce, sleep: @escaping (Double) -> Void = { Thread.sleep(forTimeInterval: $0) },
         each: ((FetchKeptItem) throws -> Void)? = nil
     ) throws -> FetchKeptResult {
         let (toFetch, held) = try keptFilesToFetch()
         // Failures recorded before: cleared as their files are fetched (no commit per file
         // otherwise).
-        let failedBefore = Set(try database.query("SELECT key FROM coven_meta WHERE key LIKE 'fetch_failed:%'").compactMap { $0.string("key") })
+        let failedBefore = Set(try device.database.query("SELECT key FROM coven_meta WHERE key LIKE 'fetch_failed:%'").compactMap { $0.string("key") })
         var list = toFetch.makeIterator()
         var result = FetchKeptResult()
         result.alreadyHeld = held
@@ -204,8 +217,8 @@ extension Device {
     ///
     /// - Returns: the held copy and what its read did, and the file's size.
     func fetchKeptFile(_ id: String, stop: Stop, failedBefore: Set<String>) throws -> (held: (path: String, report: ReadReport), size: Int64) {
-        let record = try requireFile(id)
-        let held = try holdFile(record.id, stop: stop)
+        let record = try device.requireFile(id)
+        let held = try device.holdFile(record.id, stop: stop)
         if failedBefore.contains("fetch_failed:" + record.coordinates.object) { try setFetchFailure(record.coordinates.object, nil) }
         return (held, record.size)
     }
@@ -214,8 +227,8 @@ extension Device {
     /// recording nothing: `deferred` says what it holds (also after a failure, for a partial).
     /// `session` is the worker's, kept from file to file (its connection and buffer).
     func fetchKeptFileDeferred(_ record: FileRecord, stop: Stop, deferred: DeferredCacheRecord, session: ReadSession) throws -> ReadReport {
-        try checkRoom(for: record, held: 0)
-        let read = try StoredRead(device: self, record: record, durable: true, stop: stop, deferred: deferred)
+        try device.checkRoom(for: record, held: 0)
+        let read = try StoredRead(device: device, record: record, durable: true, stop: stop, deferred: deferred)
         read.session = session
         defer { read.close() }
         return try read.read(0..<record.size) { _ in }
@@ -223,7 +236,7 @@ extension Device {
 
     /// Records (or clears) why a kept object could not be fetched, for `coven status`.
     func setFetchFailure(_ object: String, _ reason: String?) throws {
-        try database.transaction { try setSetting("fetch_failed:" + object, reason) }
+        try device.database.transaction { try device.setSetting("fetch_failed:" + object, reason) }
     }
 
     /// Makes the cache files written since the last sync durable: one sync of the cache's
@@ -232,13 +245,13 @@ extension Device {
     /// - Throws: `.io` when the sync reports a failed write (a sync of each file opened now
     ///   would not see it: the bytes are gone, and the entries are not recorded).
     func syncCacheFiles(_ objects: [String]) throws {
-        let folder = Foundation.open(paths.cache, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard folder >= 0 else { throw CovenError.posix("open cache folder", path: paths.cache) }
+        let folder = Foundation.open(device.paths.cache, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard folder >= 0 else { throw CovenError.posix("open cache folder", path: device.paths.cache) }
         defer { Foundation.close(folder) }
         if coven_syncfs(folder) == 0 { return }
-        guard errno == ENOSYS else { throw CovenError.posix("sync cache folder", path: paths.cache) }
+        guard errno == ENOSYS else { throw CovenError.posix("sync cache folder", path: device.paths.cache) }
         for object in objects {
-            let files = Cache(self).cachePaths(object: object)
+            let files = Cache(device).cachePaths(object: object)
             for path in [files.data, files.tags] {
                 let fd = Foundation.open(path, O_RDONLY | O_CLOEXEC)
                 guard fd >= 0 else { throw CovenError.posix("open cache file", path: path) }
@@ -246,6 +259,6 @@ extension Device {
                 guard fdatasync(fd) == 0 else { throw CovenError.posix("sync cache file", path: path) }
             }
         }
-        try AtomicFile.syncFolder(paths.cache)
+        try AtomicFile.syncFolder(device.paths.cache)
     }
 }

@@ -24,7 +24,7 @@ public struct ManyHolds {
     let device: Device
 
     /// Files fetched at once, each on a connection of its own (fetch-kept's count).
-    public static let atOnce = Device.keptFetchesAtOnce
+    public static let atOnce = KeptFiles.keptFetchesAtOnce
 
     public init(device: Device) {
         self.device = device
@@ -47,7 +47,7 @@ public struct ManyHolds {
             }
             try report(HoldOutcome(file: file, result: outcome.result))
         }
-        try device.runFetches(run, parallel: parallel)
+        try KeptFiles(device).runFetches(run, parallel: parallel)
         return summary
     }
 }

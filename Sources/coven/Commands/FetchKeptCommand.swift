@@ -30,7 +30,7 @@ struct FetchKeptCommand: Command {
         // Each file's item as it comes: a library of 100,000 files is never held as values.
         let fetched = OutputSpool(separator: ",", folder: device.paths.temporary)
         let failed = OutputSpool(separator: context.json ? "," : "\n", folder: device.paths.temporary)
-        let result = try device.fetchKept(stop: Stop.process, each: { item in
+        let result = try KeptFiles(device).fetchKept(stop: Stop.process, each: { item in
             if context.json {
                 if let error = item.error {
                     try failed.append("{\"code\":\(JSONText.string(error.code.rawValue)),\"file\":\(JSONText.string(item.file)),"

@@ -16,6 +16,6 @@ struct PinCommand: Command {
     static let mutates = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
-        try KeptFilesChange.run(invocation, context, listedAs: "pinned") { try $0.pin($1) }
+        try KeptFilesChange.run(invocation, context, listedAs: "pinned") { try KeptFiles($0).pin($1) }
     }
 }

@@ -15,6 +15,6 @@ struct UnpinCommand: Command {
     static let mutates = true
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
-        try KeptFilesChange.run(invocation, context, listedAs: "unpinned") { try $0.unpin($1) }
+        try KeptFilesChange.run(invocation, context, listedAs: "unpinned") { try KeptFiles($0).unpin($1) }
     }
 }

@@ -11,10 +11,10 @@ final class FetchKeptTests: ReadTestCase {
         let small = try storedFile(pattern(10, seed: 2), namespace: "keep")
         let middle = try storedFile(pattern(2 * chunk, seed: 3))
         let notKept = try storedFile(pattern(3, seed: 4))
-        try device.pin([middle])
+        try KeptFiles(device).pin([middle])
         let held = try storedFile(pattern(chunk, seed: 5), namespace: "keep")
         _ = try device.holdFile(held)
-        let result = try device.fetchKept()
+        let result = try KeptFiles(device).fetchKept()
         XCTAssertEqual(result.stop, .done)
         XCTAssertEqual(result.fetched.map(\.file), [small, middle, big])
         XCTAssertEqual(result.alreadyHeld, 1)
@@ -22,7 +22,7 @@ final class FetchKeptTests: ReadTestCase {
         let summary = try Cache(device).cacheSummary()
         XCTAssertEqual(summary.heldCount, 4)
         XCTAssertEqual(summary.notHeld.count, 0)
-        XCTAssertEqual(try device.fetchKept().fetched.count, 0, "nothing left to fetch")
+        XCTAssertEqual(try KeptFiles(device).fetchKept().fetched.count, 0, "nothing left to fetch")
     }
 
     func testStopsOnceStorageCannotBeReached() throws {
@@ -31,7 +31,7 @@ final class FetchKeptTests: ReadTestCase {
         _ = try storedFile(pattern(2 * chunk), namespace: "keep")
         _ = first
         try FileManager.default.moveItem(atPath: store, toPath: store + ".away")
-        let result = try device.fetchKept()
+        let result = try KeptFiles(device).fetchKept()
         XCTAssertEqual(result.stop, .offline)
         XCTAssertEqual(result.stopError?.storageFailure, .network)
         XCTAssertEqual(result.fetched.count, 0)
@@ -50,7 +50,7 @@ final class FetchKeptTests: ReadTestCase {
         bytes[20] ^= 1
         FileManager.default.createFile(atPath: path, contents: Data(bytes))
         unlink(store + "/" + (try device.requireFile(gone).coordinates.object))
-        let result = try device.fetchKept()
+        let result = try KeptFiles(device).fetchKept()
         XCTAssertEqual(result.stop, .done)
         XCTAssertEqual(result.fetched.map(\.file), [a, c])
         XCTAssertEqual(result.failed.map(\.file), [broken, gone])
@@ -72,7 +72,7 @@ final class FetchKeptTests: ReadTestCase {
         let gone = expected[17]
         unlink(store + "/" + (try device.requireFile(gone).coordinates.object))
         var taken: [FetchKeptItem] = []
-        let result = try device.fetchKept(each: { taken.append($0) })
+        let result = try KeptFiles(device).fetchKept(each: { taken.append($0) })
         XCTAssertEqual(taken.map(\.file), expected, "every file, smallest first, the failed one in its place")
         XCTAssertEqual(taken.filter { $0.error != nil }.map(\.file), [gone])
         XCTAssertEqual(taken[17].error?.code, .missing)
@@ -93,7 +93,7 @@ final class FetchKeptTests: ReadTestCase {
         let a = try storedFile(bytes[0], namespace: "keep")
         let b = try storedFile(bytes[1], namespace: "keep")
         try FileManager.default.removeItem(atPath: device.paths.cache)
-        let result = try device.fetchKept()
+        let result = try KeptFiles(device).fetchKept()
         XCTAssertEqual(result.fetched.map(\.file), [a, b])
         XCTAssertEqual(result.failed.count, 0)
         for (id, expected) in zip([a, b], bytes) {
@@ -109,7 +109,7 @@ final class FetchKeptTests: ReadTestCase {
         nonisolated(unsafe) var polls = 0
         // Stop inside the second file, after its first run of chunks. One file at a time: with
         // several at once, where the polls fall depends on the threads' timing.
-        let result = try device.fetchKept(stop: Stop(when: {
+        let result = try KeptFiles(device).fetchKept(stop: Stop(when: {
             polls += 1
             return polls > 4
         }), parallel: 1)
@@ -120,7 +120,7 @@ final class FetchKeptTests: ReadTestCase {
         XCTAssertEqual(partial.int("complete"), 0)
         XCTAssertEqual(partial.int("bytes"), Int64(16 * chunk), "the run fetched before the stop stays as a partial")
         // The next run resumes it.
-        let again = try device.fetchKept()
+        let again = try KeptFiles(device).fetchKept()
         XCTAssertEqual(again.fetched.map(\.file), [b])
         XCTAssertEqual(again.fetched.first?.bytesFetched, ObjectLayout.encryptedSize(plaintextSize: Int64(40 * chunk)) - 16 * ObjectLayout.sealedChunkSize - ObjectLayout.headerSize)
     }
@@ -183,7 +183,7 @@ final class NoRoomTests: ReadTestCase {
         device = nil
         device = try Device.open(paths: paths)  // releases the staged copies
         try fill(leaving: 1 << 20)
-        let result = try device.fetchKept()
+        let result = try KeptFiles(device).fetchKept()
         XCTAssertEqual(result.stop, .noRoom)
         XCTAssertEqual(result.stopError?.code, .noRoom)
         XCTAssertEqual(result.fetched.map(\.file), [small])
@@ -221,7 +221,7 @@ final class NoRoomTests: ReadTestCase {
         XCTAssertNotNil(try cacheRow(keptID))
         // With nothing left that may give way (the other file pinned now), a get is refused
         // before it fetches.
-        try device.pin([oldID])
+        try KeptFiles(device).pin([oldID])
         assertCode(.noRoom) { try device.holdFile(newID) }
         XCTAssertNotNil(try cacheRow(oldID))
         XCTAssertNotNil(try cacheRow(keptID))

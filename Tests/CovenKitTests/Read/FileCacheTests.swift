@@ -38,19 +38,19 @@ final class FileCacheTests: ReadTestCase {
     func testPinsAndKeptNamespacesSurviveTrimsAndClear() throws {
         let ids = try cached([chunk, chunk, chunk])
         let kept = try cached([chunk], namespace: "keep")
-        XCTAssertEqual(try device.pin([ids[0]]), [ids[0]])
-        XCTAssertEqual(try device.pin([ids[0]]), [], "pinning twice changes nothing")
+        XCTAssertEqual(try KeptFiles(device).pin([ids[0]]), [ids[0]])
+        XCTAssertEqual(try KeptFiles(device).pin([ids[0]]), [], "pinning twice changes nothing")
         XCTAssertEqual(try Cache(device).setCacheBudget("0"), Int64(2 * chunk))
         XCTAssertEqual(try ids.map(isCached), [true, false, false])
         XCTAssertTrue(try isCached(kept[0]))
         XCTAssertEqual(try Cache(device).cacheSummary().used, 0, "kept files are outside the budget")
         XCTAssertEqual(try Cache(device).clearCache(), 0)
         XCTAssertTrue(try isCached(ids[0]))
-        XCTAssertEqual(try device.unpin([ids[0]]), [ids[0]])
+        XCTAssertEqual(try KeptFiles(device).unpin([ids[0]]), [ids[0]])
         XCTAssertEqual(try Cache(device).clearCache(), Int64(chunk))
         XCTAssertFalse(try isCached(ids[0]))
         XCTAssertTrue(try isCached(kept[0]), "a kept namespace stays kept")
-        assertCode(.fileAbsent) { try device.pin(["01234567-0123-4123-8123-0123456789ab"]) }
+        assertCode(.fileAbsent) { try KeptFiles(device).pin(["01234567-0123-4123-8123-0123456789ab"]) }
     }
 
     func testTheTotalTheTriggersKeepMatchesTheEntries() throws {
@@ -152,7 +152,7 @@ final class FileCacheTests: ReadTestCase {
         let complete = try storedFile(pattern(chunk, seed: 4))
         for id in [old, recent, keptOld] { _ = try read(id, ReadRange(offset: 0, length: 10)) }
         _ = try device.holdFile(complete)
-        try device.pin([keptOld])
+        try KeptFiles(device).pin([keptOld])
         func age(_ id: String, days: Double) throws {
             let data = Cache(device).cachePaths(object: try device.requireFile(id).coordinates.object).data
             let when = Date().timeIntervalSince1970 - days * 86400

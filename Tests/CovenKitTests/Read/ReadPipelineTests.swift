@@ -230,11 +230,11 @@ final class ReadPipelineTests: ReadTestCase {
         XCTAssertEqual(summary.partial, 0)
         XCTAssertEqual(summary.notHeld.count, 0)
         // fetch-kept makes it durable: read through, checked, synced; nothing fetched.
-        let result = try device.fetchKept()
+        let result = try KeptFiles(device).fetchKept()
         XCTAssertEqual(result.fetched.map(\.file), [id])
         XCTAssertEqual(result.fetched.first?.bytesFetched, 0)
         XCTAssertEqual(try cacheRow(id)?.int("complete"), 2)
-        let again = try device.fetchKept()
+        let again = try KeptFiles(device).fetchKept()
         XCTAssertEqual(again.fetched.count, 0)
         XCTAssertEqual(again.alreadyHeld, 1)
     }

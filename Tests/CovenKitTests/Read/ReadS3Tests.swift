@@ -62,7 +62,7 @@ final class ReadS3Tests: ReadTestCase {
     func testFetchKeptKeepsEachWorkersConnectionFromFileToFile() throws {
         for index in 0..<24 { _ = try storedFile(pattern(1000 + index, seed: UInt64(index)), namespace: "keep") }
         let before = proxy.stats()["connections"] ?? 0
-        let result = try device.fetchKept(parallel: 2)
+        let result = try KeptFiles(device).fetchKept(parallel: 2)
         XCTAssertEqual(result.fetched.count, 24)
         let opened = (proxy.stats()["connections"] ?? 0) - before
         XCTAssertGreaterThan(opened, 0)
@@ -178,7 +178,7 @@ final class ReadS3Tests: ReadTestCase {
         try proxy.inject(#"{"mode": "status", "status": 503, "retry_after": 45, "method": "GET", "count": 1}"#)
         var slept: [Double] = []
         // One file at a time: the wait asked for is waited out once, then the fetch goes on.
-        let result = try device.fetchKept(parallel: 1, sleep: { slept.append($0) })
+        let result = try KeptFiles(device).fetchKept(parallel: 1, sleep: { slept.append($0) })
         XCTAssertEqual(result.stop, .done)
         XCTAssertEqual(slept, [45])
         XCTAssertEqual(result.waited, [45])
@@ -196,7 +196,7 @@ final class ReadS3Tests: ReadTestCase {
         let done = DispatchSemaphore(value: 0)
         let outcome = FetchOutcome()
         Thread.detachNewThread {
-            outcome.set(Result { try Device.open(paths: paths).fetchKept() })
+            outcome.set(Result { try KeptFiles(Device.open(paths: paths)).fetchKept() })
             done.signal()
         }
         let deadline = Date().addingTimeInterval(9.5)
@@ -222,7 +222,7 @@ final class ReadS3Tests: ReadTestCase {
         _ = try storedFile(pattern(chunk), namespace: "keep")
         try proxy.inject(#"{"mode": "status", "status": 503, "retry_after": 120, "method": "GET", "count": -1}"#)
         var slept: [Double] = []
-        let result = try device.fetchKept(sleep: { slept.append($0) })
+        let result = try KeptFiles(device).fetchKept(sleep: { slept.append($0) })
         XCTAssertEqual(result.stop, .throttled)
         XCTAssertEqual(result.stopError?.retryAfter, 120)
         XCTAssertEqual(slept, [])
@@ -250,7 +250,7 @@ final class ReadS3Tests: ReadTestCase {
             XCTAssertEqual(error.asCovenError.storageFailure, .network)
         }
         XCTAssertLessThan(Date().timeIntervalSince(started), 5)
-        let result = try device.fetchKept()
+        let result = try KeptFiles(device).fetchKept()
         XCTAssertEqual(result.stop, .offline)
     }
 }

@@ -73,7 +73,7 @@ final class SyncFilesTests: DeviceTestCase {
         try StoredFiles.store(a, file: track)
         _ = try StoreSync(a).sync()
         _ = try StoreSync(b).sync()
-        try b.pin([track])
+        try KeptFiles(b).pin([track])
         XCTAssertEqual(try read(b, track), Array("bytes kept here and there".utf8))
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM coven_cache").intValue, 1)
 
