@@ -148,7 +148,7 @@ extension WriteSession {
             case .move(let id, let files):
                 try applyMove(id: id, files: files)
             case .cancel(let id):
-                try device.cancelMoveInTransaction(id)
+                try Moves(device).cancelMoveInTransaction(id)
             }
         }
     }
@@ -212,7 +212,20 @@ extension WriteSession {
     }
 }
 
-extension Device {
+/// Moves of device-only files to the cloud, as writes of their own: starting one, cancelling
+/// one, and the listing of those under way or failed (`coven move`, `coven moves`). The
+/// records are ``MoveRecords``'; the uploads the queue's.
+///
+/// ```swift
+/// let move = try Moves(device).moveToCloud(files: ids)
+/// ```
+public struct Moves {
+    let device: Device
+
+    public init(_ device: Device) {
+        self.device = device
+    }
+
     // MARK: Moves as writes of their own
 
     /// Moves files that are on this device only to the cloud, as one move, in a write of its
@@ -227,7 +240,7 @@ extension Device {
     public func moveToCloud(files: [String]) throws -> String {
         guard !files.isEmpty else { throw CovenError(.usage, "no file to move") }
         let json = String(decoding: try JSONSerialization.data(withJSONObject: files), as: UTF8.self)
-        let result = try write(sql: "SELECT coven_move_to_cloud(:files) AS move", parameters: ["files": .text(json)])
+        let result = try device.write(sql: "SELECT coven_move_to_cloud(:files) AS move", parameters: ["files": .text(json)])
         guard let move = result.rows.first?.string("move") else {
             throw CovenError(.internal, "the move write returned no move id")
         }
@@ -240,12 +253,12 @@ extension Device {
     /// - Throws: `.notFound` for no such move; `.invalidState` for one already cancelled or
     ///   done.
     public func cancelMove(_ id: String) throws {
-        _ = try write(sql: "SELECT coven_cancel_move(:id)", parameters: ["id": .text(id)])
+        _ = try device.write(sql: "SELECT coven_cancel_move(:id)", parameters: ["id": .text(id)])
     }
 
     /// Cancels a move inside the caller's transaction.
     func cancelMoveInTransaction(_ id: String) throws {
-        guard let state = try moveRecords.state(id) else {
+        guard let state = try device.moveRecords.state(id) else {
             throw CovenError(.notFound, "no move '\(id)'", hint: "'coven moves' lists the moves under way or failed", details: ["move": id])
         }
         switch state {
@@ -256,16 +269,16 @@ extension Device {
         case .done:
             throw CovenError(.invalidState, "move '\(id)' is done: its files are stored", details: ["move": id, "state": state.rawValue])
         }
-        try moveRecords.markCancelled(id)
+        try device.moveRecords.markCancelled(id)
         // Whatever of its uploads reached storage is named by no stored record: gc's to delete.
-        for object in try database.query("SELECT object FROM coven_upload_queue WHERE move = ?1", [id]).compactMap({ $0.string("object") }) {
-            try candidates.add(object: object, stamp: nil, why: .moveCancelled, file: nil)
+        for object in try device.database.query("SELECT object FROM coven_upload_queue WHERE move = ?1", [id]).compactMap({ $0.string("object") }) {
+            try device.candidates.add(object: object, stamp: nil, why: .moveCancelled, file: nil)
         }
         // Uploads nothing was sent for go at once. One with a provider session, being sent or
         // already stored stays for the upload worker, which sees its move cancelled: it aborts
         // the session and drops the upload, switching nothing. The local bytes stay either way:
         // the files stay on this device only.
-        try uploadQueue.removeIdle(move: id)
+        try device.uploadQueue.removeIdle(move: id)
     }
 
     // MARK: Listing
@@ -273,7 +286,7 @@ extension Device {
     /// The moves under way or failed, one entry per file, oldest move first and its files in
     /// upload order (the `coven_moves` view, with each original's path as text).
     public func moves() throws -> [MoveListing] {
-        try database.query("""
+        try device.database.query("""
             SELECT m.move, m.state, m.file, m.error, m.error_message, m.created_at,
                    -- The original the failure names, as text: error_file holds a path, or the
                    -- id of the file whose original it is.

@@ -37,7 +37,7 @@ struct MoveCommand: Command {
                 throw CovenError(.usage, "give either FILE... or --cancel MOVE, not both")
             }
             let device = try context.openDevice()
-            try device.cancelMove(move)
+            try Moves(device).cancelMove(move)
             if context.json { try context.printJSON(["move": move, "state": MoveState.cancelled.rawValue]) }
             return 0
         }
@@ -45,7 +45,7 @@ struct MoveCommand: Command {
             throw CovenError(.usage, "missing FILE", hint: "name the files to move, or give --cancel MOVE")
         }
         let device = try context.openDevice()
-        let move = try device.moveToCloud(files: invocation.arguments)
+        let move = try Moves(device).moveToCloud(files: invocation.arguments)
         if context.json {
             try context.printJSON(["move": move, "files": invocation.arguments])
         } else {

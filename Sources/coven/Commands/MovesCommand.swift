@@ -23,7 +23,7 @@ struct MovesCommand: Command {
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let device = try context.openDeviceReadOnly()
-        let moves = try device.moves()
+        let moves = try Moves(device).moves()
         if context.json {
             try context.printJSON(moves.map { entry -> [String: Any] in
                 [

@@ -86,7 +86,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         XCTAssertEqual(progress.lastCallBytes, Int64(first.count + second.count))
         // A file made device-only can move back to the cloud, by the real upload worker: the
         // same bytes, stored again under a new object.
-        let move = try device.moveToCloud(files: [a])
+        let move = try Moves(device).moveToCloud(files: [a])
         XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_uploads WHERE move = ?1", [move]).intValue, 1)
         try StoredFiles.store(device, file: a)
         let stored = try XCTUnwrap(device.fileRecord(a))
@@ -132,7 +132,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         XCTAssertEqual(utimensat(AT_FDCWD, path, &times, 0), 0)
         let objectsBefore = try storedObjects()
 
-        let move = try device.moveToCloud(files: [id])
+        let move = try Moves(device).moveToCloud(files: [id])
         _ = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))
         XCTAssertEqual(try XCTUnwrap(device.fileRecord(id)).coordinates.at, .device)
         let states = try device.database.query("SELECT DISTINCT state, error FROM coven_moves WHERE move = ?1", [move])

@@ -137,9 +137,9 @@ final class GCModelTests: XCTestCase {
                     // A move of device-only files to the cloud, maybe cancelled before it is sent.
                     let files = try device.database.query("SELECT id FROM coven_files WHERE place = 'device' AND device = ?1", [device.deviceID]).compactMap { $0.string("id") }
                     if let file = files.first {
-                        let move = try device.moveToCloud(files: [file])
+                        let move = try Moves(device).moveToCloud(files: [file])
                         if random.below(2) == 0 { _ = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:])) }
-                        if random.below(2) == 0 { try device.cancelMove(move) }
+                        if random.below(2) == 0 { try Moves(device).cancelMove(move) }
                     }
                 case 7:
                     _ = try StoreSync(device).sync()

@@ -47,7 +47,7 @@ final class MovesTests: XCTestCase {
         let a = try fixture.userFile("a.flac", [1, 2, 3], place: .deviceOnly)
         let b = try fixture.appFile(DeviceTestFixture.bytes(100_000), place: .deviceOnly)
         let outbox = try fixture.scalar("SELECT count(*) FROM coven_outbox").intValue
-        let move = try device.moveToCloud(files: [a, b])
+        let move = try Moves(device).moveToCloud(files: [a, b])
         XCTAssertTrue(Identifier.isCanonicalUUID(move))
         XCTAssertEqual(try queued(move), 2)
         XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_move_state WHERE id = ?1", [move]).textValue, "moving")
@@ -58,7 +58,7 @@ final class MovesTests: XCTestCase {
         XCTAssertEqual(try fixture.scalar("SELECT group_concat(move) FROM (SELECT DISTINCT move FROM coven_uploads)").textValue, move)
 
         let reopened = try Device.open(paths: device.paths)
-        let listed = try reopened.moves()
+        let listed = try Moves(reopened).moves()
         XCTAssertEqual(Set(listed.map(\.file)), [a, b])
         XCTAssertTrue(listed.allSatisfy { $0.move == move && $0.state == .moving && $0.error == nil })
         XCTAssertEqual(listed.first { $0.file == a }?.path, fixture.root + "/a.flac")
@@ -72,10 +72,10 @@ final class MovesTests: XCTestCase {
                                               parameters: ["a": .text(a)]).files.first)
         // The original is unplugged: the move is still made (the worker waits for it).
         try FileManager.default.removeItem(atPath: fixture.root + "/gone.flac")
-        let move = try device.moveToCloud(files: [a, twin, a])
+        let move = try Moves(device).moveToCloud(files: [a, twin, a])
         XCTAssertEqual(try queued(move), 1)
-        XCTAssertEqual(Set(try device.moves().map(\.file)), [a, twin])
-        let error = assertCovenError(.fileInMove) { try device.moveToCloud(files: [twin]) }
+        XCTAssertEqual(Set(try Moves(device).moves().map(\.file)), [a, twin])
+        let error = assertCovenError(.fileInMove) { try Moves(device).moveToCloud(files: [twin]) }
         XCTAssertEqual(error?.details["move"], move)
     }
 
@@ -90,68 +90,68 @@ final class MovesTests: XCTestCase {
         // The staging writes' moves (the stored file's, done; the cloud file's, running).
         let moves = try XCTUnwrap(fixture.scalar("SELECT count(*) FROM coven_move_state").intValue)
 
-        var error = assertCovenError(.notThisDevice) { try device.moveToCloud(files: [here, elsewhere]) }
+        var error = assertCovenError(.notThisDevice) { try Moves(device).moveToCloud(files: [here, elsewhere]) }
         XCTAssertEqual(error?.details["device"], "another-device")
-        error = assertCovenError(.notDeviceOnlyHere) { try device.moveToCloud(files: [stored]) }
+        error = assertCovenError(.notDeviceOnlyHere) { try Moves(device).moveToCloud(files: [stored]) }
         XCTAssertEqual(error?.details["file"], stored)
         // Staged for the cloud: already in its staging write's move.
         let staging = try XCTUnwrap(fixture.scalar("SELECT move FROM coven_uploads WHERE file = ?1", [cloud]).textValue)
-        error = assertCovenError(.fileInMove) { try device.moveToCloud(files: [cloud]) }
+        error = assertCovenError(.fileInMove) { try Moves(device).moveToCloud(files: [cloud]) }
         XCTAssertEqual(error?.details["move"], staging)
-        assertCovenError(.fileAbsent) { try device.moveToCloud(files: ["01a228b9-0000-7000-8000-000000000000"]) }
-        assertCovenError(.usage) { try device.moveToCloud(files: []) }
+        assertCovenError(.fileAbsent) { try Moves(device).moveToCloud(files: ["01a228b9-0000-7000-8000-000000000000"]) }
+        assertCovenError(.usage) { try Moves(device).moveToCloud(files: []) }
         // Nothing of a refused move stays.
         XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_move_state").intValue, moves)
 
-        let move = try device.moveToCloud(files: [here])
-        error = assertCovenError(.fileInMove) { try device.moveToCloud(files: [here]) }
+        let move = try Moves(device).moveToCloud(files: [here])
+        error = assertCovenError(.fileInMove) { try Moves(device).moveToCloud(files: [here]) }
         XCTAssertEqual(error?.details["move"], move)
         XCTAssertTrue(error?.message.contains(move) == true)
         // A failed move holds its files too, until it is cancelled.
         try device.database.run("UPDATE coven_move_state SET state = 'failed', error_code = 'user_file_changed', error = 'changed', error_file = ?2 WHERE id = ?1", [move, fixture.root + "/here.flac"])
-        error = assertCovenError(.fileInMove) { try device.moveToCloud(files: [here]) }
+        error = assertCovenError(.fileInMove) { try Moves(device).moveToCloud(files: [here]) }
         XCTAssertEqual(error?.details["move"], move)
         // The worker may name the failing original by its file's id: listed as its path.
-        XCTAssertEqual(try device.moves().first { $0.move == move }?.errorFile, fixture.root + "/here.flac")
+        XCTAssertEqual(try Moves(device).moves().first { $0.move == move }?.errorFile, fixture.root + "/here.flac")
         try device.database.run("UPDATE coven_move_state SET error_file = ?2 WHERE id = ?1", [move, here])
-        let failed = try device.moves().filter { $0.move == move }
+        let failed = try Moves(device).moves().filter { $0.move == move }
         XCTAssertEqual(failed.map(\.state), [.failed])
         XCTAssertEqual(failed.first?.error, "user_file_changed")
         XCTAssertEqual(failed.first?.errorFile, fixture.root + "/here.flac")
-        try device.cancelMove(move)
-        XCTAssertEqual(try device.moves().map(\.move), [staging])
-        XCTAssertNotEqual(try device.moveToCloud(files: [here]), move)
+        try Moves(device).cancelMove(move)
+        XCTAssertEqual(try Moves(device).moves().map(\.move), [staging])
+        XCTAssertNotEqual(try Moves(device).moveToCloud(files: [here]), move)
     }
 
     func testCancelLeavesTheFilesOnThisDeviceAndEndsTheUploads() throws {
         let a = try fixture.userFile("a.flac", [1, 2], place: .deviceOnly)
         let b = try fixture.userFile("b.flac", [3, 4], place: .deviceOnly)
-        let move = try device.moveToCloud(files: [a, b])
+        let move = try Moves(device).moveToCloud(files: [a, b])
         // The worker began a provider session for b: that upload is retired for it to abort.
         try device.database.run("""
             UPDATE coven_upload_queue SET upload_id = 'mp-1' WHERE object = (SELECT json_extract(coordinates, '$.object') FROM coven_files WHERE id = ?1)
             """, [b])
-        try device.cancelMove(move)
+        try Moves(device).cancelMove(move)
         XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_move_state WHERE id = ?1", [move]).textValue, "cancelled")
         // a's upload sent nothing and is gone; b's stays, its move cancelled, for the worker to
         // abort its session and drop it.
         XCTAssertEqual(try fixture.scalar("SELECT group_concat(upload_id) FROM coven_upload_queue WHERE move = ?1", [move]).textValue, "mp-1")
         XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_upload_queue WHERE move = ?1", [move]).textValue, "queued")
         XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_upload_parts").intValue, 0)
-        XCTAssertEqual(try device.moves(), [])
+        XCTAssertEqual(try Moves(device).moves(), [])
         for id in [a, b] { XCTAssertEqual(try device.fileRecord(id)?.coordinates.device, device.deviceID) }
         XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_user_files").intValue, 2)
         XCTAssertTrue(FileManager.default.fileExists(atPath: fixture.root + "/a.flac"))
 
-        assertCovenError(.invalidState) { try device.cancelMove(move) }
-        let error = assertCovenError(.notFound) { try device.cancelMove("01a228b9-0000-7000-8000-000000000000") }
+        assertCovenError(.invalidState) { try Moves(device).cancelMove(move) }
+        let error = assertCovenError(.notFound) { try Moves(device).cancelMove("01a228b9-0000-7000-8000-000000000000") }
         XCTAssertEqual(error?.details["move"], "01a228b9-0000-7000-8000-000000000000")
         // a moves again at once; b waits until the worker has ended its session.
-        XCTAssertNoThrow(try device.moveToCloud(files: [a]))
-        let busy = assertCovenError(.fileInMove) { try device.moveToCloud(files: [b]) }
+        XCTAssertNoThrow(try Moves(device).moveToCloud(files: [a]))
+        let busy = assertCovenError(.fileInMove) { try Moves(device).moveToCloud(files: [b]) }
         XCTAssertEqual(busy?.details["move"], move)
         try device.database.run("UPDATE coven_move_state SET state = 'done' WHERE id = (SELECT move FROM coven_upload_queue WHERE state = 'queued')")
-        assertCovenError(.invalidState) { try device.cancelMove(try XCTUnwrap(fixture.scalar("SELECT id FROM coven_move_state WHERE state = 'done'").textValue)) }
+        assertCovenError(.invalidState) { try Moves(device).cancelMove(try XCTUnwrap(fixture.scalar("SELECT id FROM coven_move_state WHERE state = 'done'").textValue)) }
     }
 
     func testMoveAndCancelInsideAWrite() throws {
