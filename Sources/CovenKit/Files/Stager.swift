@@ -218,7 +218,7 @@ public struct Staging {
             try AtomicFile.syncFolder(device.paths.copies)
             try device.database.transaction {
                 for copy in copies {
-                    if let stamp = stamps[copy.id] { try device.setSetting(Device.checkedKey("copy:" + copy.relative), stamp.text) }
+                    if let stamp = stamps[copy.id] { try CheckedBytes(device).setProof("copy:" + copy.relative, stamp.text) }
                     try device.stagedFiles.addCopy(id: copy.id, namespace: name, place: place, copy: copy.relative, size: copy.digests.size,
                                             contentHash: copy.digests.content, chunkHashes: copy.digests.chunks)
                 }

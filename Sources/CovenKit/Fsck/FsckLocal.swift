@@ -144,7 +144,7 @@ extension Fsck {
             for chunk in failed { next.remove(chunk) }
             try device.database.transaction {
                 try Cache(device).recordCacheChunks(object, chunks: next.bytes, bytes: next.heldBytes(size: size))
-                try device.setSetting(Device.checkedKey("cache:" + object), nil)
+                try CheckedBytes(device).setProof("cache:" + object, nil)
             }
             problem.mended = true
             problem.mendedFrom = "dropped"

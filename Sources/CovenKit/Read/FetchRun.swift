@@ -428,9 +428,9 @@ final class FetchRun: @unchecked Sendable {
                 guard fetched.deferred.state != .partial else { continue }
                 let data = Cache(device).cachePaths(object: fetched.object).data
                 if let stamp = fetched.stamp, FileStamp(path: data) == stamp {
-                    try device.setSetting(Device.checkedKey("cache:" + fetched.object), stamp.text)
+                    try CheckedBytes(device).setProof("cache:" + fetched.object, stamp.text)
                 } else {
-                    try device.setSetting(Device.checkedKey("cache:" + fetched.object), nil)
+                    try CheckedBytes(device).setProof("cache:" + fetched.object, nil)
                 }
                 if fetched.clearsFailure { try device.setSetting("fetch_failed:" + fetched.object, nil) }
             }

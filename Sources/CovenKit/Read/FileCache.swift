@@ -226,7 +226,7 @@ public struct Cache {
         let note = Self.uncacheNote + entry.object
         try device.database.transaction {
             try device.database.run("DELETE FROM coven_cache WHERE object = ?1", [entry.object])
-            try device.setSetting(Device.checkedKey("cache:" + entry.object), nil)
+            try CheckedBytes(device).setProof("cache:" + entry.object, nil)
             try device.setSetting(note, entry.object)
         }
         if unlinkCacheFiles(files) { try? device.settings.remove(note) }

@@ -203,7 +203,7 @@ extension Device {
             // No chunk hashes recorded: one whole check first, nothing served before it.
             let content = row.bytes("content_hash") ?? []
             let chunks = try LocalRead.deriveChunkHashes(fd: fd, path: path, size: size, contentHash: content, stop: stop, changed: changed)
-            recordDerivedChunkHashes(object: record.coordinates.object, content: content, chunks: chunks)
+            CheckedBytes(self).recordDerivedChunkHashes(object: record.coordinates.object, content: content, chunks: chunks)
             read = LocalRead(fd: fd, size: size, chunkHashes: chunks, changed: changed, stop: stop)
         }
         try read.read(wanted, output: output)
@@ -217,10 +217,10 @@ extension Device {
     /// - Throws: `.integrity` when it fails its check; as ``readFile(_:range:stop:output:)``.
     private func checkLocalCopy(_ record: FileRecord, copy: String, path: String, stop: Stop) throws {
         let subject = "copy:" + copy
-        guard !isStillChecked(subject, path: path) else { return }
+        guard !CheckedBytes(self).isStillChecked(subject, path: path) else { return }
         let stamp = FileStamp(path: path)
         _ = try readLocal(record, range: .whole, stop: stop) { _ in }
-        recordChecked(subject, path: path, stamp: stamp)
+        CheckedBytes(self).recordChecked(subject, path: path, stamp: stamp)
     }
 
     // MARK: - Holding a whole file
@@ -253,7 +253,7 @@ extension Device {
         // it is; one written since (or never checked) is read through first, every chunk
         // checked against its tag, any that fails fetched again.
         if let row = try Cache(self).cacheRow(record.coordinates.object), row.complete, access(files.data, R_OK) == 0,
-           isStillChecked(subject, path: files.data) {
+           CheckedBytes(self).isStillChecked(subject, path: files.data) {
             if !readOnly {
                 try? database.transaction {
                     try Cache(self).touchCacheEntry(record.coordinates.object)
@@ -271,7 +271,7 @@ extension Device {
         let stamp = FileStamp(path: files.data)
         let report = try read.read(0..<record.size) { _ in }
         read.close()
-        recordChecked(subject, path: files.data, stamp: report.chunksRefetched > 0 || report.bytesFetched > 0 ? FileStamp(path: files.data) : stamp)
+        CheckedBytes(self).recordChecked(subject, path: files.data, stamp: report.chunksRefetched > 0 || report.bytesFetched > 0 ? FileStamp(path: files.data) : stamp)
         _ = try? Cache(self).trimCache(sparing: record.coordinates.object)
         return (files.data, report)
     }
@@ -420,7 +420,7 @@ final class StoredRead {
         if access(files.data, F_OK) != 0 || access(files.tags, F_OK) != 0, try Cache(device).cacheRow(object) != nil {
             try db.transaction {
                 try Cache(device).recordCacheChunks(object, chunks: [], bytes: 0)
-                try device.setSetting(Device.checkedKey("cache:" + object), nil)
+                try CheckedBytes(device).setProof("cache:" + object, nil)
             }
         }
         try openFiles()

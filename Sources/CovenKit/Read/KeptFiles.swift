@@ -142,7 +142,7 @@ extension KeptFiles {
             // Held: complete, and its data file checked and not written since (a file damaged
             // since is read through again by the fetch, every chunk checked).
             let data = Cache(device).cachePaths(object: object).data
-            if state == .complete || state == .completeVerified, access(data, R_OK) == 0, device.isStillChecked("cache:" + object, path: data) {
+            if state == .complete || state == .completeVerified, access(data, R_OK) == 0, CheckedBytes(device).isStillChecked("cache:" + object, path: data) {
                 held += 1
                 continue
             }

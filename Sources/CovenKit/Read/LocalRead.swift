@@ -9,7 +9,7 @@ import Foundation
 ///
 /// Local bytes with no chunk hashes recorded (a copy make-device-only wrote, whose content
 /// hash was checked) are read whole once and compared with the content hash; the chunk hashes
-/// derived then are recorded (``Device/recordDerivedChunkHashes(object:content:chunks:)``), so
+/// derived then are recorded (``CheckedBytes/recordDerivedChunkHashes(object:content:chunks:)``), so
 /// the next read checks chunk by chunk, and nothing is served before that whole check.
 struct LocalRead {
     let fd: Int32
@@ -91,33 +91,5 @@ struct FileStamp: Equatable {
         var info = stat()
         guard stat(path, &info) == 0 else { return nil }
         text = "\(info.st_dev):\(info.st_ino):\(info.st_size):\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec):\(info.st_ctim.tv_sec).\(info.st_ctim.tv_nsec)"
-    }
-}
-
-extension Device {
-    /// The `coven_meta` key of the proof that the bytes `subject` names were checked.
-    static func checkedKey(_ subject: String) -> String { "checked:" + subject }
-
-    /// Whether the file at `path` is still the one checked for `subject`: not written since
-    /// (``recordChecked(_:path:stamp:)``).
-    func isStillChecked(_ subject: String, path: String) -> Bool {
-        guard let stamp = FileStamp(path: path),
-              let recorded = try? setting(Self.checkedKey(subject)) else { return false }
-        return recorded == stamp.text
-    }
-
-    /// Records that the file at `path` was checked for `subject`, if it is still as it was
-    /// when the check began (`stamp`). Best effort: a device that cannot be written (a
-    /// read-only database) checks again next time.
-    func recordChecked(_ subject: String, path: String, stamp: FileStamp?) {
-        guard !readOnly, let stamp, FileStamp(path: path) == stamp else { return }
-        try? database.transaction { try setSetting(Self.checkedKey(subject), stamp.text) }
-    }
-
-    /// Records chunk hashes derived from local bytes that matched their content hash, only into
-    /// the row they were checked against (still without hashes, same content). Best effort.
-    func recordDerivedChunkHashes(object: String, content: [UInt8], chunks: [UInt8]) {
-        guard !readOnly else { return }
-        try? fileRecords.recordChunkHashes(object: object, chunkHashes: chunks, contentHash: content)
     }
 }

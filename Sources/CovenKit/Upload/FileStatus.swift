@@ -43,7 +43,7 @@ extension Device {
         let copy = row.string("copy") ?? ""
         let path = paths.folder + "/" + copy
         guard stat(path, &info) == 0, Int64(info.st_size) == size else { return .fileUnavailable }
-        if isStillChecked("copy:" + copy, path: path) { return nil }
+        if CheckedBytes(self).isStillChecked("copy:" + copy, path: path) { return nil }
         // Written since it was checked (or never checked): its bytes against its chunk hashes.
         let fd = Foundation.open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return .fileUnavailable }
@@ -59,7 +59,7 @@ extension Device {
                                                      changed: { _ in CovenError(.fileUnavailable, "coven's copy fails its check") })) != nil
             else { return .fileUnavailable }
         }
-        recordChecked("copy:" + copy, path: path, stamp: stamp)
+        CheckedBytes(self).recordChecked("copy:" + copy, path: path, stamp: stamp)
         return nil
     }
 

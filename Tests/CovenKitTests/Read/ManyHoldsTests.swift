@@ -83,7 +83,7 @@ final class ManyHoldsTests: ReadTestCase {
             XCTAssertEqual(source(id), .storage)
             XCTAssertEqual(try cacheRow(id)?.int("complete"), CacheState.completeVerified.rawValue, "recorded complete, synced and checked")
             let object = try device.requireFile(id).coordinates.object
-            XCTAssertTrue(device.isStillChecked("cache:" + object, path: Cache(device).cachePaths(object: object).data), "with the proof of its check")
+            XCTAssertTrue(CheckedBytes(device).isStillChecked("cache:" + object, path: Cache(device).cachePaths(object: object).data), "with the proof of its check")
         }
     }
 }
