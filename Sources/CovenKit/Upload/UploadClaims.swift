@@ -77,7 +77,7 @@ struct ClaimWait: Sendable {
     var heldElsewhere: Int
 }
 
-extension Device {
+extension Uploads {
     /// Claims the oldest eligible upload for `worker`, in one short IMMEDIATE transaction, so
     /// two workers (two cron runs, or two jobs of one run) never claim the same upload.
     ///
@@ -105,18 +105,18 @@ extension Device {
     ///
     /// - Returns: the claims (at least one), or why there is none.
     func claimUploads(worker: WorkerIdentity, lease: Double, excluded: Set<String>, limit: Int, objectBytes: Int64, batchBytes: Int64) throws -> Result<[UploadClaim], ClaimWaitBox> {
-        try database.transaction {
+        try device.database.transaction {
             let now = Date().timeIntervalSince1970
-            let paused = try setting("uploads_paused") == "1"
-            let networkBlocked = try setting("unmetered_only") == "1" && setting("network_metered") == "1"
-            let statement = try database.prepare("""
+            let paused = try device.setting("uploads_paused") == "1"
+            let networkBlocked = try device.setting("unmetered_only") == "1" && device.setting("network_metered") == "1"
+            let statement = try device.database.prepare("""
                 SELECT q.object, q.move, q.bound, q.state, q.attempts, q.next_attempt_at, q.upload_id, q.part_size,
                        q.bytes_total, q.worker, q.lease_until, m.state AS move_state
                 FROM coven_upload_queue q LEFT JOIN coven_move_state m ON m.id = q.move
                 WHERE q.uploaded = 0 AND q.state <> \(UploadState.failed.sql)
                 ORDER BY q.bound DESC, q.position
                 """)
-            let queue = uploadQueue
+            let queue = device.uploadQueue
             var wait = ClaimWait(nextAttempt: nil, heldElsewhere: 0)
             var retiredNow: [String] = []
             var claims: [UploadClaim] = []
@@ -174,8 +174,8 @@ extension Device {
             statement.reset()
             for object in retiredNow {
                 try queue.remove(object)
-                if try fileRecords.ids(object: object).isEmpty {
-                    try forgetLocalBytes(object: object)
+                if try device.fileRecords.ids(object: object).isEmpty {
+                    try device.forgetLocalBytes(object: object)
                 }
             }
             guard !claims.isEmpty else { return .failure(ClaimWaitBox(wait)) }
@@ -191,7 +191,7 @@ extension Device {
     ///
     /// - Returns: per object, nil when the worker may go on; otherwise why it must stop.
     func renewLeases(objects: [String], worker: WorkerIdentity, lease: Double) throws -> [UploadStop?] {
-        try database.transaction {
+        try device.database.transaction {
             try objects.map { try renewLeaseInTransaction(object: $0, worker: worker, lease: lease) }
         }
     }
@@ -200,11 +200,11 @@ extension Device {
     ///
     /// - Returns: nil when the worker may go on; otherwise why it must stop.
     func renewLease(object: String, worker: WorkerIdentity, lease: Double) throws -> UploadStop? {
-        try database.transaction { try renewLeaseInTransaction(object: object, worker: worker, lease: lease) }
+        try device.database.transaction { try renewLeaseInTransaction(object: object, worker: worker, lease: lease) }
     }
 
     private func renewLeaseInTransaction(object: String, worker: WorkerIdentity, lease: Double) throws -> UploadStop? {
-        guard let row = try database.queryOneCached("""
+        guard let row = try device.database.queryOneCached("""
             SELECT q.state, q.worker, m.state AS move_state FROM coven_upload_queue q
             LEFT JOIN coven_move_state m ON m.id = q.move WHERE q.object = ?1
             """, [object]) else { return .gone }
@@ -215,7 +215,7 @@ extension Device {
         case .failed: return .moveFailed
         case .moving, .done, nil: break
         }
-        try uploadQueue.renew(object, until: Date().timeIntervalSince1970 + lease)
+        try device.uploadQueue.renew(object, until: Date().timeIntervalSince1970 + lease)
         return nil
     }
 }

@@ -24,9 +24,9 @@ public enum UploadOutcome: Sendable, Equatable {
     case dropped
 }
 
-extension Device {
+extension Uploads {
     /// The record ids naming `object`.
-    func fileIDs(object: String) throws -> [String] { try fileRecords.ids(object: object) }
+    func fileIDs(object: String) throws -> [String] { try device.fileRecords.ids(object: object) }
 
     /// Records the end of `worker`'s attempt at `claim`, in one short transaction (and the
     /// device lock, since it may write file records): switches files to stored, schedules a
@@ -49,9 +49,9 @@ extension Device {
     func finishAttempts(_ attempts: [(claim: UploadClaim, end: AttemptEnd)], worker: WorkerIdentity, settings: UploadSettings)
         throws -> [(outcome: UploadOutcome, orphan: String?, abort: String?)]
     {
-        let lock = try self.lock(wait: true)
+        let lock = try device.lock(wait: true)
         defer { _ = lock }
-        let results: [(outcome: UploadOutcome, orphan: String?, abort: String?)] = try database.transaction {
+        let results: [(outcome: UploadOutcome, orphan: String?, abort: String?)] = try device.database.transaction {
             var switching = Switching()
             var results: [(outcome: UploadOutcome, orphan: String?, abort: String?)] = []
             for (claim, end) in attempts {
@@ -59,14 +59,14 @@ extension Device {
                 results.append((outcome, orphan, abort))
             }
             if !switching.isEmpty {
-                try recordWrite { write in
+                try device.recordWrite { write in
                     try switchToStored(switching.objects, stamp: write.stamp)
                     for move in switching.moves { try switchMoveToStored(move, stamp: write.stamp, pageSize: settings.pageSize) }
                 }
             }
             return results
         }
-        removeReleasedCopies()
+        device.removeReleasedCopies()
         return results
     }
 
@@ -83,7 +83,7 @@ extension Device {
     /// or the move it completes, goes in `switching`, for the caller's one write.
     private func finishInTransaction(_ claim: UploadClaim, worker: WorkerIdentity, end: AttemptEnd, settings: UploadSettings,
                                      switching: inout Switching) throws -> (UploadOutcome, String?, String?) {
-        guard let row = try database.queryOneCached("""
+        guard let row = try device.database.queryOneCached("""
             SELECT q.*, m.state AS move_state FROM coven_upload_queue q LEFT JOIN coven_move_state m ON m.id = q.move
             WHERE q.object = ?1
             """, [claim.object]) else {
@@ -103,7 +103,7 @@ extension Device {
             if uploadID != nil && !stored {
                 // A provider session to abort first: the upload stays queued (retired or
                 // cancelled) until a claim of its own aborts it.
-                try uploadQueue.unlease(claim.object)
+                try device.uploadQueue.unlease(claim.object)
                 return (.dropped, nil, nil)
             }
             try dropUpload(claim.object, forgetBytes: state == .retired)
@@ -111,7 +111,7 @@ extension Device {
             return (.dropped, nil, uploadID)
         }
         if moveState == .failed {
-            try uploadQueue.requeue(claim.object, clearingSession: true)
+            try device.uploadQueue.requeue(claim.object, clearingSession: true)
             if case .stored = end { return (.dropped, claim.object, nil) }
             return (.dropped, nil, uploadID)
         }
@@ -121,7 +121,7 @@ extension Device {
             return (.stored, nil, nil)
         case .stopped(let stop):
             if stop == .leaseLost || stop == .gone { return (.dropped, nil, nil) }
-            try uploadQueue.requeue(claim.object, clearingSession: false)
+            try device.uploadQueue.requeue(claim.object, clearingSession: false)
             return (.dropped, nil, nil)
         case .failed(let error):
             return try recordFailure(claim, error: error, row: row, settings: settings)
@@ -130,9 +130,9 @@ extension Device {
 
     /// Removes an upload from the queue; its local bytes go too when no record names them.
     func dropUpload(_ object: String, forgetBytes: Bool) throws {
-        try uploadQueue.remove(object)
+        try device.uploadQueue.remove(object)
         if forgetBytes, try fileIDs(object: object).isEmpty {
-            try forgetLocalBytes(object: object)
+            try device.forgetLocalBytes(object: object)
         }
     }
 
@@ -144,18 +144,18 @@ extension Device {
             switching.objects.append(object)
             return
         }
-        try uploadQueue.markUploaded(object)
-        guard try !uploadQueue.hasUnsent(move: move), moveState == nil || moveState == .moving else { return }
+        try device.uploadQueue.markUploaded(object)
+        guard try !device.uploadQueue.hasUnsent(move: move), moveState == nil || moveState == .moving else { return }
         // Switched by the caller's one write, with the batch's other files.
         if !switching.moves.contains(move) { switching.moves.append(move) }
-        try moveRecords.markDone(move)
+        try device.moveRecords.markDone(move)
     }
 
     /// Switches the stored objects of `move` (``switchToStored(_:stamp:)``), a page at a time
     /// in queue order: each page leaves the queue, so the next is read from its start.
     private func switchMoveToStored(_ move: String, stamp: String, pageSize: Int) throws {
         while true {
-            let page = try uploadQueue.uploaded(move: move, limit: pageSize)
+            let page = try device.uploadQueue.uploaded(move: move, limit: pageSize)
             guard !page.isEmpty else { return }
             try switchToStored(page, stamp: stamp)
             if page.count < pageSize { return }
@@ -166,10 +166,10 @@ extension Device {
     /// the uploads leave the queue and coven's copies are released.
     private func switchToStored(_ objects: [String], stamp: String) throws {
         for object in objects {
-            let hash = try database.queryOneCached("SELECT content_hash FROM coven_local WHERE object = ?1", [object])?[0].bytesValue?.hex
-            try fileRecords.switchToStored(object: object, hash: hash, stamp: stamp)
-            try uploadQueue.remove(object)
-            try forgetLocalBytes(object: object)
+            let hash = try device.database.queryOneCached("SELECT content_hash FROM coven_local WHERE object = ?1", [object])?[0].bytesValue?.hex
+            try device.fileRecords.switchToStored(object: object, hash: hash, stamp: stamp)
+            try device.uploadQueue.remove(object)
+            try device.forgetLocalBytes(object: object)
         }
     }
 
@@ -181,10 +181,10 @@ extension Device {
     /// - Throws: `.sql`, `.busy`.
     @discardableResult
     func requeueStorageFailures() throws -> Int {
-        let lock = try self.lock(wait: true)
+        let lock = try device.lock(wait: true)
         defer { _ = lock }
-        return try database.transaction {
-            try uploadQueue.requeueFailed(codes: [.storage, .noStorage, .storageFull])
+        return try device.database.transaction {
+            try device.uploadQueue.requeueFailed(codes: [.storage, .noStorage, .storageFull])
         }
     }
 
@@ -193,7 +193,7 @@ extension Device {
         let attempts = row.int("attempts") ?? claim.attempts
         let message = error.description
         func update(state: UploadState, next: Double) throws {
-            try uploadQueue.recordFailure(claim.object, state: state, retryAt: next, error: error)
+            try device.uploadQueue.recordFailure(claim.object, state: state, retryAt: next, error: error)
         }
         switch error.code {
         case .userFileMissing:
@@ -204,9 +204,9 @@ extension Device {
             // A changed original fails its move: no file of it switches.
             try update(state: .failed, next: 0)
             let uploadID = row.string("upload_id")
-            try uploadQueue.clearSession(claim.object)
+            try device.uploadQueue.clearSession(claim.object)
             if let move = row.string("move") {
-                try moveRecords.markFailed(move, error: error, file: try fileIDs(object: claim.object).first)
+                try device.moveRecords.markFailed(move, error: error, file: try fileIDs(object: claim.object).first)
             }
             return (.failed(code: error.code, message: message), nil, uploadID)
         case .storage where error.storageFailure == .denied:

@@ -99,12 +99,26 @@ let sourceErrorCodes: Set<ErrorCode> = [.userFileMissing, .userFileChanged, .fil
 
 // MARK: - The queue's commands
 
-extension Device {
+/// The upload queue's commands and its workers' side: the queue as people see it (`coven
+/// uploads`, pause and resume, retry), a worker's claims and leases, and the end of each
+/// attempt (a record switched to stored, a failure scheduled for retry, an upload dropped).
+/// The queue's table is ``UploadQueue``'s; this type holds the rules around it.
+///
+/// ```swift
+/// try Uploads(device).setUploadsPaused(true)
+/// let queue = try Uploads(device).uploads()
+/// ```
+public struct Uploads {
+    let device: Device
+
+    public init(_ device: Device) {
+        self.device = device
+    }
     /// The queue, oldest first, one entry per file record naming a queued object.
     ///
     /// - Throws: `.sql`.
     public func uploads() throws -> [QueuedUpload] {
-        try database.query("SELECT * FROM coven_uploads ORDER BY position, file").map { row in
+        try device.database.query("SELECT * FROM coven_uploads ORDER BY position, file").map { row in
             QueuedUpload(
                 file: row.string("file") ?? "", position: row.int("position") ?? 0, move: row.string("move"),
                 state: UploadState(rawValue: row.string("state") ?? "") ?? .queued, waitingFor: row.string("waiting_for") ?? "",
@@ -116,7 +130,7 @@ extension Device {
 
     /// The pause and network settings.
     public func uploadPause() throws -> UploadPause {
-        let row = try database.queryOne("SELECT p.paused AS paused, p.queued AS queued, n.metered AS metered, n.unmetered_only AS unmetered_only FROM coven_upload_pause p, coven_network n")
+        let row = try device.database.queryOne("SELECT p.paused AS paused, p.queued AS queued, n.metered AS metered, n.unmetered_only AS unmetered_only FROM coven_upload_pause p, coven_network n")
         return UploadPause(
             paused: (row?.int("paused") ?? 0) != 0, unmeteredOnly: (row?.int("unmetered_only") ?? 0) != 0,
             metered: (row?.int("metered") ?? 0) != 0, queued: row?.int("queued") ?? 0)
@@ -125,21 +139,21 @@ extension Device {
     /// Pauses or resumes trailing uploads; bound ones run on, since writes wait for them.
     /// The queue keeps every upload's place. Takes the device lock.
     public func setUploadsPaused(_ paused: Bool) throws {
-        let lock = try self.lock(wait: true)
+        let lock = try device.lock(wait: true)
         defer { _ = lock }
-        try database.transaction { try setSetting("uploads_paused", paused ? "1" : "0") }
+        try device.database.transaction { try device.setSetting("uploads_paused", paused ? "1" : "0") }
     }
 
     /// Sets whether trailing uploads wait while the network is metered. Takes the device lock.
     public func setUnmeteredOnly(_ on: Bool) throws {
-        let lock = try self.lock(wait: true)
+        let lock = try device.lock(wait: true)
         defer { _ = lock }
-        try database.transaction { try setSetting("unmetered_only", on ? "1" : "0") }
+        try device.database.transaction { try device.setSetting("unmetered_only", on ? "1" : "0") }
     }
 
     /// Records whether the network is metered (what `coven_network` shows).
     func setNetworkMetered(_ metered: Bool) throws {
-        try database.transaction { try setSetting("network_metered", metered ? "1" : "0") }
+        try device.database.transaction { try device.setSetting("network_metered", metered ? "1" : "0") }
     }
 
     /// Makes failed uploads (and ones waiting for a retry) eligible again now, with a fresh
@@ -153,15 +167,15 @@ extension Device {
     ///   with no upload queued here.
     @discardableResult
     public func retryUploads(files: [String] = []) throws -> [String] {
-        let lock = try self.lock(wait: true)
+        let lock = try device.lock(wait: true)
         defer { _ = lock }
-        return try database.transaction {
+        return try device.database.transaction {
             var objects: [String]? = nil
             if !files.isEmpty {
                 var list: [String] = []
                 for file in files {
-                    let record = try requireFile(file)
-                    guard try uploadQueue.contains(record.coordinates.object) else {
+                    let record = try device.requireFile(file)
+                    guard try device.uploadQueue.contains(record.coordinates.object) else {
                         throw CovenError(.notFound, "file '\(file)' has no upload queued on this device", details: ["file": file])
                     }
                     list.append(record.coordinates.object)
@@ -175,15 +189,15 @@ extension Device {
                   AND (q.move IS NULL OR m.state IS NULL OR m.state = \(MoveState.moving.sql))
                 """
             var chosen: [String] = []
-            for row in try database.query(eligible + " ORDER BY q.position") {
+            for row in try device.database.query(eligible + " ORDER BY q.position") {
                 guard let object = row.string("object") else { continue }
                 if let objects, !objects.contains(object) { continue }
                 chosen.append(object)
             }
             var retried: [String] = []
             for object in chosen {
-                try uploadQueue.retryNow(object)
-                retried += try fileRecords.ids(object: object)
+                try device.uploadQueue.retryNow(object)
+                retried += try device.fileRecords.ids(object: object)
             }
             return retried
         }

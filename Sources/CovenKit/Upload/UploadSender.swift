@@ -204,7 +204,7 @@ final class UploadSender {
     }
 
     private func stillWanted(_ object: String) throws {
-        if let stop = try device.renewLease(object: object, worker: worker, lease: settings.lease) { throw stop }
+        if let stop = try Uploads(device).renewLease(object: object, worker: worker, lease: settings.lease) { throw stop }
     }
 
     // MARK: One request

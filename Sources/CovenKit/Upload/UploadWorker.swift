@@ -63,8 +63,8 @@ public enum UploadWorker {
         let device = try Job.openDevice(paths)
         // A device removed from the store for good (as its last sync learned) uploads nothing.
         try StoreSync(device).refuseIfGone()
-        try device.setNetworkMetered(settings.networkMetered ?? false)
-        try device.requeueStorageFailures()
+        try Uploads(device).setNetworkMetered(settings.networkMetered ?? false)
+        try Uploads(device).requeueStorageFailures()
         let connector = StorageConnector(location: device.storage, options: storageOptions)
         let makeProvider: @Sendable () throws -> any StorageProvider = connect ?? { try connector.connect() }
         // Fail early, before any thread, when storage cannot be made at all.
@@ -101,7 +101,7 @@ public enum UploadWorker {
         for row in try device.database.query("""
             SELECT q.object, q.last_error_code, q.last_error FROM coven_upload_queue q WHERE q.state = \(UploadState.failed.sql) ORDER BY q.position
             """) {
-            let files = try device.fileIDs(object: row.string("object") ?? "")
+            let files = try Uploads(device).fileIDs(object: row.string("object") ?? "")
             guard !files.contains(where: reported.contains) else { continue }
             summary.failed.append((files, ErrorCode(rawValue: row.string("last_error_code") ?? "") ?? .storage, row.string("last_error") ?? ""))
         }
@@ -238,7 +238,7 @@ private final class Job {
             let claimed: Result<[UploadClaim], ClaimWaitBox>
             do {
                 let objectBytes = min(Self.batchObjectBytes, settings.singleRequestLimit, try storage().singleRequestLimit)
-                claimed = try device.claimUploads(worker: worker, lease: settings.lease, excluded: shared.excluded,
+                claimed = try Uploads(device).claimUploads(worker: worker, lease: settings.lease, excluded: shared.excluded,
                                                   limit: Self.batchLimit, objectBytes: objectBytes, batchBytes: Self.batchBytes)
             } catch let error as CovenError where error.code == .busy {
                 // Another job's record held the database past the busy timeout (the one write
@@ -317,7 +317,7 @@ private final class Job {
     /// ones storage already holds whole (`head`), makes them durable and records them without
     /// sending them again.
     private func handleBatch(_ claims: [UploadClaim]) throws {
-        let stops = try device.renewLeases(objects: claims.map(\.object), worker: worker, lease: settings.lease)
+        let stops = try Uploads(device).renewLeases(objects: claims.map(\.object), worker: worker, lease: settings.lease)
         let ends = BatchEnds(count: claims.count)
         var prepared: [(index: Int, source: UploadSource, sealer: ObjectSealer, total: Int64)] = []
         for (index, claim) in claims.enumerated() {
@@ -387,12 +387,12 @@ private final class Job {
             }
         }
         let attempts = claims.enumerated().map { ($0.element, ends[$0.offset]) }
-        let results = try device.finishAttempts(attempts, worker: worker, settings: settings)
+        let results = try Uploads(device).finishAttempts(attempts, worker: worker, settings: settings)
         for (index, claim) in claims.enumerated() {
             let (outcome, orphan, abort) = results[index]
             if let orphan { try? storage().delete(orphan) }
             if let abort { try? storage().abortMultipart(claim.object, uploadID: abort) }
-            let files = try device.fileIDs(object: claim.object)
+            let files = try Uploads(device).fileIDs(object: claim.object)
             if case .waitingForSource = outcome, once { shared.exclude(claim.object) }
             if case .failed(let error) = ends[index], error.code == .storage, error.storageFailure == .denied { shared.deny() }
             shared.record(outcome, files: files)
@@ -401,7 +401,7 @@ private final class Job {
     }
 
     private func handle(_ claim: UploadClaim) throws {
-        let files = try device.fileIDs(object: claim.object)
+        let files = try Uploads(device).fileIDs(object: claim.object)
         switch claim.task {
         case .retire, .cancel:
             try cleanUp(claim, files: files)
@@ -424,7 +424,7 @@ private final class Job {
         } catch {
             end = .failed(error.asCovenError)
         }
-        let (outcome, orphan, abort) = try device.finishAttempt(claim, worker: worker, end: end, settings: settings)
+        let (outcome, orphan, abort) = try Uploads(device).finishAttempt(claim, worker: worker, end: end, settings: settings)
         if let orphan {
             // Stored bytes nothing names: delete them now, best effort (gc finds any left).
             try? storage().delete(orphan)
@@ -451,7 +451,7 @@ private final class Job {
             }
             try device.lockedTransaction {
                 guard try device.uploadQueue.holder(claim.object) == worker.text else { return }
-                try device.dropUpload(claim.object, forgetBytes: claim.task == .retire)
+                try Uploads(device).dropUpload(claim.object, forgetBytes: claim.task == .retire)
             }
             device.removeReleasedCopies()
             shared.record(.dropped, files: files)

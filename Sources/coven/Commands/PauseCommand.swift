@@ -22,11 +22,11 @@ struct PauseCommand: Command {
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let device = try context.openDevice()
         if invocation.has("unmetered-only") {
-            try device.setUnmeteredOnly(true)
+            try Uploads(device).setUnmeteredOnly(true)
         } else {
-            try device.setUploadsPaused(true)
+            try Uploads(device).setUploadsPaused(true)
         }
-        if context.json { try context.printJSON(json(try device.uploadPause())) }
+        if context.json { try context.printJSON(json(try Uploads(device).uploadPause())) }
         return 0
     }
 

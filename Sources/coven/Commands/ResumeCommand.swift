@@ -20,11 +20,11 @@ struct ResumeCommand: Command {
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let device = try context.openDevice()
         if invocation.has("any-network") {
-            try device.setUnmeteredOnly(false)
+            try Uploads(device).setUnmeteredOnly(false)
         } else {
-            try device.setUploadsPaused(false)
+            try Uploads(device).setUploadsPaused(false)
         }
-        if context.json { try context.printJSON(PauseCommand.json(try device.uploadPause())) }
+        if context.json { try context.printJSON(PauseCommand.json(try Uploads(device).uploadPause())) }
         return 0
     }
 }

@@ -19,7 +19,7 @@ struct RetryCommand: Command {
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let device = try context.openDevice()
-        let files = try device.retryUploads(files: invocation.arguments)
+        let files = try Uploads(device).retryUploads(files: invocation.arguments)
         if context.json {
             try context.printJSON(files)
         } else {

@@ -36,7 +36,7 @@ struct UploadsCommand: Command {
             return try watch(invocation, context, device: device)
         }
         if invocation.has("until-empty") { throw CovenError(.usage, "--until-empty goes with --watch") }
-        let uploads = try device.uploads()
+        let uploads = try Uploads(device).uploads()
         if context.json {
             try context.printJSON(uploads.map(json))
             return 0
@@ -67,7 +67,7 @@ struct UploadsCommand: Command {
     static func watch(_ invocation: Invocation, _ context: CommandContext, device: Device) throws -> Int32 {
         let zero = invocation.has("null-terminated")
         return try context.watch(device, untilEmpty: invocation.has("until-empty"), nulTerminated: zero) {
-            let uploads = try device.uploads()
+            let uploads = try Uploads(device).uploads()
             if context.json { return (try JSONText.render(uploads.map(json)) + "\n", uploads.isEmpty) }
             return (try uploads.map { try CommandContext.recordText(fields($0, zero: zero), nulTerminated: zero) }.joined(), uploads.isEmpty)
         }

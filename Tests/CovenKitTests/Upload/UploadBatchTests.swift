@@ -79,7 +79,7 @@ final class UploadBatchTests: XCTestCase {
         // A worker a kill -9 stopped: it claimed the batch and stored three objects whole, but
         // never recorded them.
         let dead = WorkerIdentity(host: WorkerIdentity.hostName(), pid: 999_999, token: "dead")
-        let claims = try fixture.device.claimUploads(worker: dead, lease: 300, excluded: [], limit: 64, objectBytes: 1 << 20, batchBytes: 64 << 20).get()
+        let claims = try Uploads(fixture.device).claimUploads(worker: dead, lease: 300, excluded: [], limit: 64, objectBytes: 1 << 20, batchBytes: 64 << 20).get()
         XCTAssertEqual(claims.count, 6)
         let provider = try fixture.provider()
         var inodes: [String: ino_t] = [:]
@@ -111,11 +111,11 @@ final class UploadBatchTests: XCTestCase {
         _ = try fixture.addOriginal("big", UploadFixture.bytes(300_000, seed: 3))
         _ = try fixture.addOriginal("s2", UploadFixture.bytes(2000, seed: 4))
         let worker = WorkerIdentity.current()
-        let first = try fixture.device.claimUploads(worker: worker, lease: 60, excluded: [], limit: 64, objectBytes: 100_000, batchBytes: 1 << 20).get()
+        let first = try Uploads(fixture.device).claimUploads(worker: worker, lease: 60, excluded: [], limit: 64, objectBytes: 100_000, batchBytes: 1 << 20).get()
         XCTAssertEqual(first.map(\.bytesTotal), [2000, 2000].map { ObjectLayout.encryptedSize(plaintextSize: $0) })
-        let second = try fixture.device.claimUploads(worker: worker, lease: 60, excluded: [], limit: 64, objectBytes: 100_000, batchBytes: 1 << 20).get()
+        let second = try Uploads(fixture.device).claimUploads(worker: worker, lease: 60, excluded: [], limit: 64, objectBytes: 100_000, batchBytes: 1 << 20).get()
         XCTAssertEqual(second.map(\.bytesTotal), [ObjectLayout.encryptedSize(plaintextSize: 300_000)])
-        let third = try fixture.device.claimUploads(worker: worker, lease: 60, excluded: [], limit: 64, objectBytes: 100_000, batchBytes: 1 << 20).get()
+        let third = try Uploads(fixture.device).claimUploads(worker: worker, lease: 60, excluded: [], limit: 64, objectBytes: 100_000, batchBytes: 1 << 20).get()
         XCTAssertEqual(third.count, 1)
         XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_upload_queue WHERE state = 'sending'"), 4)
     }
@@ -155,7 +155,7 @@ final class UploadBatchTests: XCTestCase {
             files.append(try fixture.addOriginal("d\(index)", UploadFixture.bytes(3000 + index, seed: UInt8(index + 70))))
         }
         let dead = WorkerIdentity(host: WorkerIdentity.hostName(), pid: 999_999, token: "dead")
-        let claims = try fixture.device.claimUploads(worker: dead, lease: 300, excluded: [], limit: 64, objectBytes: 1 << 20, batchBytes: 64 << 20).get()
+        let claims = try Uploads(fixture.device).claimUploads(worker: dead, lease: 300, excluded: [], limit: 64, objectBytes: 1 << 20, batchBytes: 64 << 20).get()
         XCTAssertEqual(claims.count, 4)
         let provider = try fixture.provider()
         for claim in claims {

@@ -161,7 +161,7 @@ final class UploadS3Tests: S3StorageTestCase {
         XCTAssertEqual(proxy.stats()["status"], 6, "three more attempts")
         // coven retry, with storage back.
         try proxy.clear()
-        XCTAssertEqual(try fixture.device.retryUploads(files: [file]), [file])
+        XCTAssertEqual(try Uploads(fixture.device).retryUploads(files: [file]), [file])
         XCTAssertTrue(try fixture.run().complete)
         XCTAssertEqual(try fixture.record(file).coordinates.at, .stored)
     }

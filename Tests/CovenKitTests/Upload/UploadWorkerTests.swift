@@ -110,7 +110,7 @@ final class UploadWorkerTests: XCTestCase {
         XCTAssertFalse(fixture.storeFiles().contains { $0.hasPrefix(".uploads/") && !$0.hasSuffix("/info") && !$0.hasSuffix("/data") && $0.contains("part-") && $0.contains(changedObject) })
         XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_upload_parts WHERE object = ?1", [changedObject]), 0)
         // A retry does not revive a failed move.
-        XCTAssertEqual(try fixture.device.retryUploads(), [])
+        XCTAssertEqual(try Uploads(fixture.device).retryUploads(), [])
     }
 
     func testOriginalWithAnotherSizeFailsBeforeReadingAndMissingOriginalWaits() throws {
@@ -159,14 +159,14 @@ final class UploadWorkerTests: XCTestCase {
         let trailing = try fixture.addOriginal("t.bin", UploadFixture.bytes(1000))
         let staged = try fixture.stageApp(UploadFixture.bytes(1000, seed: 2))
         let bound = try fixture.write("INSERT INTO thumbnails VALUES (coven_uuid7(), coven_put_staged('\(staged)'), '')").files[0]
-        try fixture.device.setUploadsPaused(true)
-        XCTAssertEqual(try fixture.device.uploadPause().paused, true)
-        XCTAssertEqual(try fixture.device.uploadPause().queued, 1)
+        try Uploads(fixture.device).setUploadsPaused(true)
+        XCTAssertEqual(try Uploads(fixture.device).uploadPause().paused, true)
+        XCTAssertEqual(try Uploads(fixture.device).uploadPause().queued, 1)
         XCTAssertTrue(try fixture.run().complete)
         XCTAssertEqual(try fixture.record(bound).coordinates.at, .stored)
         XCTAssertEqual(try fixture.record(trailing).coordinates.at, .device)
         XCTAssertEqual(try fixture.scalar("SELECT waiting_for FROM coven_uploads").textValue, "pause")
-        try fixture.device.setUploadsPaused(false)
+        try Uploads(fixture.device).setUploadsPaused(false)
         try fixture.run()
         XCTAssertEqual(try fixture.record(trailing).coordinates.at, .stored)
     }
@@ -174,7 +174,7 @@ final class UploadWorkerTests: XCTestCase {
     func testUnmeteredOnlyWaitsOnAMeteredNetwork() throws {
         let fixture = try UploadFixture()
         let file = try fixture.addOriginal("t.bin", UploadFixture.bytes(1000))
-        try fixture.device.setUnmeteredOnly(true)
+        try Uploads(fixture.device).setUnmeteredOnly(true)
         try fixture.run(settings: ["COVEN_NETWORK_METERED": "1"])
         XCTAssertEqual(try fixture.scalar("SELECT waiting_for FROM coven_uploads").textValue, "network")
         XCTAssertEqual(try fixture.count("SELECT metered FROM coven_network"), 1)
@@ -187,15 +187,15 @@ final class UploadWorkerTests: XCTestCase {
         let staged = try fixture.stageApp(UploadFixture.bytes(1000, seed: 3))
         let bound = try fixture.write("INSERT INTO thumbnails VALUES (coven_uuid7(), coven_put_staged('\(staged)'), '')").files[0]
         let trailing = try fixture.addOriginal("t.bin", UploadFixture.bytes(1000))
-        try fixture.device.setUnmeteredOnly(true)
+        try Uploads(fixture.device).setUnmeteredOnly(true)
         try fixture.run(settings: ["COVEN_NETWORK_METERED": "1"])
         XCTAssertEqual(try fixture.record(bound).coordinates.at, .stored, "writes wait for bound uploads: they run on a metered network")
         XCTAssertEqual(try fixture.record(trailing).coordinates.at, .device)
         // An upload waiting out a long backoff is due at once after coven retry.
-        try fixture.device.setUnmeteredOnly(false)
+        try Uploads(fixture.device).setUnmeteredOnly(false)
         try fixture.device.database.run("UPDATE coven_upload_queue SET attempts = 1, next_attempt_at = ?1", [Date().timeIntervalSince1970 + 3600])
         XCTAssertEqual(try fixture.scalar("SELECT waiting_for FROM coven_uploads").textValue, "retry")
-        XCTAssertEqual(try fixture.device.retryUploads(), [trailing])
+        XCTAssertEqual(try Uploads(fixture.device).retryUploads(), [trailing])
         XCTAssertEqual(try fixture.count("SELECT attempts FROM coven_upload_queue"), 0)
         try fixture.run()
         XCTAssertEqual(try fixture.record(trailing).coordinates.at, .stored)
@@ -233,12 +233,12 @@ final class UploadWorkerTests: XCTestCase {
         let staged = try fixture.stageApp(UploadFixture.bytes(3000))
         let file = try fixture.write("INSERT INTO notes VALUES ('01a22c3e-0000-7000-8000-000000000002', coven_put_staged('\(staged)'), '')").files[0]
         let worker = WorkerIdentity.current()
-        let claim = try fixture.device.claimUpload(worker: worker, lease: 60, excluded: []).get()
+        let claim = try Uploads(fixture.device).claimUpload(worker: worker, lease: 60, excluded: []).get()
         try fixture.write("DELETE FROM notes")
         XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_upload_queue").textValue, "sending")
         let sender = UploadSender(device: fixture.device, providers: [try fixture.provider()], settings: UploadSettings(environment: [:]), worker: worker) { _, _, _ in }
         try sender.send(claim)
-        let end = try fixture.device.finishAttempt(claim, worker: worker, end: .stored, settings: UploadSettings(environment: [:]))
+        let end = try Uploads(fixture.device).finishAttempt(claim, worker: worker, end: .stored, settings: UploadSettings(environment: [:]))
         XCTAssertEqual(end.outcome, .stored)
         try fixture.run()
         XCTAssertNil(try fixture.device.fileRecord(file))
@@ -261,13 +261,13 @@ final class UploadWorkerTests: XCTestCase {
             if stopAfterTwo, confirmed >= 2 * 65552 { try? fixture.device.database.run("UPDATE coven_upload_queue SET worker = 'someone else'") }
         }
         // A whole upload: parts recorded with NORMAL, FULL again once it completed.
-        let first = try fixture.device.claimUpload(worker: worker, lease: 60, excluded: []).get()
+        let first = try Uploads(fixture.device).claimUpload(worker: worker, lease: 60, excluded: []).get()
         try sender.send(first)
         XCTAssertFalse(during.isEmpty)
         XCTAssertEqual(Set(during), [1])
         XCTAssertEqual(try synchronous(), 2)
         // An upload that stops part way (its lease lost) leaves FULL behind too.
-        let second = try fixture.device.claimUpload(worker: worker, lease: 60, excluded: [first.object]).get()
+        let second = try Uploads(fixture.device).claimUpload(worker: worker, lease: 60, excluded: [first.object]).get()
         stopAfterTwo = true
         XCTAssertThrowsError(try sender.send(second))
         XCTAssertEqual(try synchronous(), 2)
@@ -310,16 +310,16 @@ final class UploadWorkerTests: XCTestCase {
         let fixture = try UploadFixture()
         _ = try fixture.addOriginal("l.bin", UploadFixture.bytes(3000))
         let first = WorkerIdentity.current()
-        _ = try fixture.device.claimUpload(worker: first, lease: 60, excluded: []).get()
+        _ = try Uploads(fixture.device).claimUpload(worker: first, lease: 60, excluded: []).get()
         let second = WorkerIdentity.current()
-        guard case .failure(let box) = try fixture.device.claimUpload(worker: second, lease: 60, excluded: []) else {
+        guard case .failure(let box) = try Uploads(fixture.device).claimUpload(worker: second, lease: 60, excluded: []) else {
             return XCTFail("claimed an upload held by a live worker")
         }
         XCTAssertEqual(box.wait.heldElsewhere, 1)
         // A holder whose process is gone (kill -9) loses the upload at once.
         let dead = WorkerIdentity(host: WorkerIdentity.hostName(), pid: 999_999, token: "dead")
         try fixture.device.database.run("UPDATE coven_upload_queue SET worker = ?1", [dead.text])
-        XCTAssertNoThrow(try fixture.device.claimUpload(worker: second, lease: 60, excluded: []).get())
+        XCTAssertNoThrow(try Uploads(fixture.device).claimUpload(worker: second, lease: 60, excluded: []).get())
         XCTAssertEqual(try fixture.count("SELECT attempts FROM coven_upload_queue"), 2)
     }
 
