@@ -128,8 +128,8 @@ struct DeviceOnlyPlanner {
                     if !isLast, planned.insert(path).inserted { toMake.append(path) }
                     continue
                 }
-                if (info.st_mode & S_IFMT) == S_IFLNK { throw Device.pathError(.link, copy.request, path: path) }
-                if isLast || (info.st_mode & S_IFMT) != S_IFDIR { throw Device.pathError(.exists, copy.request, path: path) }
+                if (info.st_mode & S_IFMT) == S_IFLNK { throw DeviceOnlyMaker.pathError(.link, copy.request, path: path) }
+                if isLast || (info.st_mode & S_IFMT) != S_IFDIR { throw DeviceOnlyMaker.pathError(.exists, copy.request, path: path) }
             }
         }
         toMake.sort { $0.split(separator: "/").count < $1.split(separator: "/").count }

@@ -62,7 +62,20 @@ struct DeviceOnlyPlan: Sendable {
     var folders: [String]
 }
 
-extension Device {
+/// `coven make-device-only`: brings stored files back into a folder on this device, in parallel
+/// and crash-safe (a journal, temporaries renamed into place, one sync of the copies), then
+/// switches their records to device-only in one write. The plan and its refusals are
+/// ``DeviceOnlyPlanner``'s; the copies' bytes are read through the one reader of chunks.
+///
+/// ```swift
+/// let copies = try DeviceOnlyMaker(device).makeDeviceOnly(folder: "/music", requests: requests)
+/// ```
+public struct DeviceOnlyMaker {
+    let device: Device
+
+    public init(_ device: Device) {
+        self.device = device
+    }
     // MARK: - make-device-only
 
     /// Brings stored files back into `folder`, then switches every one to this device only in
@@ -89,14 +102,14 @@ extension Device {
         folder: String, requests: [DeviceOnlyRequest], parallel: Int = 8, stop: Stop = Stop(),
         progress: (@Sendable (DeviceOnlyProgress) -> Void)? = nil
     ) throws -> [DeviceOnlyCopy] {
-        let plan = try DeviceOnlyPlanner(device: self).plan(folder: folder, requests: requests)
+        let plan = try DeviceOnlyPlanner(device: device).plan(folder: folder, requests: requests)
         guard !plan.copies.isEmpty else { return [] }
         var entries = plan.folders.map { DeviceOnlyJournal.Entry(kind: "folder", path: $0, pair: nil) }
         for copy in plan.copies {
             entries.append(.init(kind: "temporary", path: copy.temporary, pair: nil))
             entries.append(.init(kind: "file", path: copy.final, pair: copy.temporary))
         }
-        let journal = try DeviceOnlyJournal.begin(database: database, entries: entries)
+        let journal = try DeviceOnlyJournal.begin(database: device.database, entries: entries)
         var committed = false
         defer { if !committed { try? journal.cleanUp() } }
 
@@ -128,21 +141,21 @@ extension Device {
             try AtomicFile.syncFolder(folder)
         }
 
-        let lock = try self.lock(wait: true)
+        let lock = try device.lock(wait: true)
         defer { _ = lock }
         try switchToDeviceOnly(plan, digests: digests, journal: journal, madeFolders: made)
         committed = true
-        Cache(self).removeForgottenCacheFiles(objects: plan.copies.map(\.record.coordinates.object))
+        Cache(device).removeForgottenCacheFiles(objects: plan.copies.map(\.record.coordinates.object))
 
         // The temporaries go now; each copy's change time moves with its link count, so record
         // the time it settles at.
         for copy in plan.copies { _ = PathText.withCString(copy.temporary) { unlink($0) } }
         for folder in synced { try? AtomicFile.syncFolder(folder) }
-        try? database.transaction {
+        try? device.database.transaction {
             for copy in plan.copies {
                 var info = stat()
                 guard PathText.withCString(copy.final, { stat($0, &info) }) == 0 else { continue }
-                try fileRecords.recordChangeStamp(object: copy.record.coordinates.object, path: PathText.osBytes(copy.final),
+                try device.fileRecords.recordChangeStamp(object: copy.record.coordinates.object, path: PathText.osBytes(copy.final),
                                                   changeStamp: OriginalIdentity(info).changeStamp)
             }
             try journal.forget()
@@ -206,8 +219,8 @@ extension Device {
     func downloadCopies(
         _ plan: DeviceOnlyPlan, parallel: Int, stop: Stop, progress: (@Sendable (DeviceOnlyProgress) -> Void)?
     ) throws -> [CopyDigests] {
-        let paths = self.paths
-        let environment = storageEnvironment
+        let paths = device.paths
+        let environment = device.storageEnvironment
         let state = DownloadState(count: plan.copies.count, callSize: plan.copies.reduce(0) { $0 + $1.record.size }, progress: progress)
         let workers = max(1, min(parallel, plan.copies.count))
         let group = DispatchGroup()
@@ -321,11 +334,11 @@ extension Device {
 
     /// One write switching every copied file to this device only, recorded for publishing.
     func switchToDeviceOnly(_ plan: DeviceOnlyPlan, digests: [CopyDigests], journal: DeviceOnlyJournal, madeFolders: [String] = []) throws {
-        try database.transaction {
-          try recordWrite { write in
+        try device.database.transaction {
+          try device.recordWrite { write in
             for (copy, digest) in zip(plan.copies, digests) {
                 let id = copy.record.id
-                guard let now = try fileRecord(id) else {
+                guard let now = try device.fileRecord(id) else {
                     throw CovenError(.fileAbsent, "\(copy.request.input): file '\(id)' was deleted meanwhile", details: ["input": copy.request.input, "file": id])
                 }
                 guard now.coordinates == copy.record.coordinates else {
@@ -336,19 +349,19 @@ extension Device {
                     throw CovenError.posix("look at", path: PathText.display(copy.final))
                 }
                 let identity = OriginalIdentity(info)
-                let coordinates = Coordinates(at: .device, device: deviceID, object: now.coordinates.object, key: now.coordinates.key)
-                try fileRecords.setCoordinates(id, coordinates, stamp: write.stamp)
-                try fileRecords.recordLocal(LocalBytes(
+                let coordinates = Coordinates(at: .device, device: device.deviceID, object: now.coordinates.object, key: now.coordinates.key)
+                try device.fileRecords.setCoordinates(id, coordinates, stamp: write.stamp)
+                try device.fileRecords.recordLocal(LocalBytes(
                     object: now.coordinates.object, kind: .user, path: PathText.osBytes(copy.final), copy: nil, size: identity.size,
                     modifiedSeconds: identity.modifiedSeconds, modifiedNanos: identity.modifiedNanos, changeStamp: identity.changeStamp,
                     contentHash: digest.content, chunkHashes: digest.chunks))
-                _ = try fileRecords.unpin(id)
+                _ = try device.fileRecords.unpin(id)
                 // Should another device's make-device-only of the file win, this copy and the
                 // folders made for it go again (FileRecords.applyRemote).
-                try fileRecords.noteMadeCopy(object: now.coordinates.object, path: PathText.osBytes(copy.final),
+                try device.fileRecords.noteMadeCopy(object: now.coordinates.object, path: PathText.osBytes(copy.final),
                                              folders: madeFolders.filter { copy.final.hasPrefix($0 + "/") }.map(PathText.osBytes))
                 // The copy holds the bytes now: the cache does not hold them twice.
-                try Cache(self).forgetCacheEntry(object: now.coordinates.object)
+                try Cache(device).forgetCacheEntry(object: now.coordinates.object)
             }
             try journal.markCommitted()
           }

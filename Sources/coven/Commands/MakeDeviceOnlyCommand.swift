@@ -87,7 +87,7 @@ struct MakeDeviceOnlyCommand: Command {
         let printer = DeviceOnlyProgressPrinter(context, json: invocation.has("progress-json"))
         let copies: [DeviceOnlyCopy]
         do {
-            copies = try device.makeDeviceOnly(folder: folder, requests: requests, parallel: Int(parallel), stop: Stop.process, progress: printer.show)
+            copies = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: requests, parallel: Int(parallel), stop: Stop.process, progress: printer.show)
         } catch {
             printer.finish()
             throw error

@@ -44,7 +44,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let c = try fixture.storedFile(empty)
         let outboxBefore = try fixture.scalar("SELECT count(*) FROM coven_outbox").intValue ?? 0
         let progress = ProgressLog()
-        let copies = try device.makeDeviceOnly(folder: folder, requests: [
+        let copies = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [
             request(a, ["AC/DC", "Back in Black.flac"]), request(b, ["AC/DC", "Hells Bells?.flac"], "argument 2"),
             request(c, ["Empty", "nothing"], "argument 3"),
         ], progress: progress.record)
@@ -104,7 +104,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
     func testDerivedChunkHashesAreRecordedForLaterAttempts() throws {
         let bytes = DeviceTestFixture.bytes(200_000, seed: 4)
         let id = try fixture.storedFile(bytes)
-        _ = try device.makeDeviceOnly(folder: folder, requests: [request(id, ["b.flac"])])
+        _ = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(id, ["b.flac"])])
         let object = try XCTUnwrap(device.fileRecord(id)).coordinates.object
         XCTAssertEqual(try fixture.scalar("SELECT length(chunk_hashes) FROM coven_local WHERE object = ?1", [object]).intValue, 0)
         let source = try UploadSource.open(object: object, device: device)
@@ -120,7 +120,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
     func testAnEditedCopyFailsItsMoveBeforeAnyByteIsSent() throws {
         let bytes = DeviceTestFixture.bytes(200_000, seed: 3)
         let id = try fixture.storedFile(bytes)
-        _ = try device.makeDeviceOnly(folder: folder, requests: [request(id, ["a.flac"])])
+        _ = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(id, ["a.flac"])])
         let path = folder + "/a.flac"
         var before = stat()
         XCTAssertEqual(stat(path, &before), 0)
@@ -151,7 +151,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
     func testAFolderThatWasThereStaysAndNewFoldersAreMade() throws {
         let a = try fixture.storedFile([1, 2, 3])
         try FileManager.default.createDirectory(atPath: folder + "/Existing", withIntermediateDirectories: true)
-        _ = try device.makeDeviceOnly(folder: folder, requests: [request(a, ["Existing", "New", "Deeper", "x.bin"])])
+        _ = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(a, ["Existing", "New", "Deeper", "x.bin"])])
         XCTAssertEqual(try tree(), ["Existing", "Existing/New", "Existing/New/Deeper", "Existing/New/Deeper/x.bin"])
     }
 
@@ -163,50 +163,50 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let deviceOnly = try fixture.userFile("orig.flac", [7, 8], place: .deviceOnly)
         let app = try fixture.storedFile([9], namespace: "covers")
 
-        var error = assertCovenError(.empty) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, [])]) }
+        var error = assertCovenError(.empty) { try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(stored, [])]) }
         XCTAssertEqual(error?.details["input"], "argument 1")
-        assertCovenError(.empty) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["a", ""])]) }
+        assertCovenError(.empty) { try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(stored, ["a", ""])]) }
         assertCovenError(.empty) { try DeviceOnlyRequest.argument("\(stored)=", position: 1) }
         assertCovenError(.empty) { try DeviceOnlyRequest.argument("\(stored)=a//b", position: 1) }
         assertCovenError(.empty) { try DeviceOnlyRequest.tabLine(stored, number: 1) }
         assertCovenError(.empty) { try DeviceOnlyRequest.jsonLine("{\"file\": \"\(stored)\", \"path\": []}", number: 4) }
 
         let latin1 = PathText.string(fromOSBytes: Array((fixture.root + "/Caf").utf8) + [0xE9])
-        error = assertCovenError(.notUnicode) { try device.makeDeviceOnly(folder: latin1, requests: [request(stored, ["a"])]) }
+        error = assertCovenError(.notUnicode) { try DeviceOnlyMaker(device).makeDeviceOnly(folder: latin1, requests: [request(stored, ["a"])]) }
         XCTAssertEqual(error?.details["path"], fixture.root + "/Caf\\xE9")
 
-        error = assertCovenError(.fileAbsent) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["a"]), request("01a228b9-0000-7000-8000-000000000000", ["b"], "argument 2")]) }
+        error = assertCovenError(.fileAbsent) { try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(stored, ["a"]), request("01a228b9-0000-7000-8000-000000000000", ["b"], "argument 2")]) }
         XCTAssertEqual(error?.details["input"], "argument 2")
-        error = assertCovenError(.notInCloud) { try device.makeDeviceOnly(folder: folder, requests: [request(deviceOnly, ["a"])]) }
+        error = assertCovenError(.notInCloud) { try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(deviceOnly, ["a"])]) }
         XCTAssertEqual(error?.details["device"], device.deviceID)
-        error = assertCovenError(.namespaceKind) { try device.makeDeviceOnly(folder: folder, requests: [request(app, ["a"], "line 3")]) }
+        error = assertCovenError(.namespaceKind) { try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(app, ["a"], "line 3")]) }
         XCTAssertEqual(error?.details["input"], "line 3")
 
         // Something already there: a file, or a file where a folder goes.
         try fixture.writeFile("Music/taken.flac", [0])
-        error = assertCovenError(.exists) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["taken.flac"])]) }
+        error = assertCovenError(.exists) { try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(stored, ["taken.flac"])]) }
         XCTAssertEqual(error?.details["path"], "[\"taken.flac\"]")
-        assertCovenError(.exists) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["taken.flac", "inside"])]) }
+        assertCovenError(.exists) { try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(stored, ["taken.flac", "inside"])]) }
         // The written name is what is checked: "Why?" is there as "Why？".
         try fixture.writeFile("Music/Why\u{FF1F}", [0])
-        assertCovenError(.exists) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["Why?"])]) }
+        assertCovenError(.exists) { try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(stored, ["Why?"])]) }
 
         // A symbolic link below the folder, to a folder or dangling.
         try FileManager.default.createDirectory(atPath: fixture.root + "/elsewhere", withIntermediateDirectories: true)
         XCTAssertEqual(symlink(fixture.root + "/elsewhere", folder + "/Linked"), 0)
-        error = assertCovenError(.link) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["Linked", "a.flac"])]) }
+        error = assertCovenError(.link) { try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(stored, ["Linked", "a.flac"])]) }
         XCTAssertEqual(error?.details["at"], folder + "/Linked")
         XCTAssertEqual(symlink("/nonexistent", folder + "/dangling"), 0)
-        assertCovenError(.link) { try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["dangling"])]) }
+        assertCovenError(.link) { try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(stored, ["dangling"])]) }
 
         // Clashes: by the rule, by case, by Unicode form, and a file where a folder goes.
         error = assertCovenError(.clash) {
-            try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["Why?.flac"]), request(other, ["Why\u{FF1F}.flac"], "argument 2")])
+            try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(stored, ["Why?.flac"]), request(other, ["Why\u{FF1F}.flac"], "argument 2")])
         }
         XCTAssertEqual(error?.details["path"], "[\"Why\u{FF1F}.flac\"]")
         XCTAssertEqual(error?.details["other_path"], "[\"Why?.flac\"]")
         error = assertCovenError(.clash) {
-            try device.makeDeviceOnly(folder: folder, requests: [
+            try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [
                 DeviceOnlyRequest(file: stored, names: ["Album", "Track.flac"], input: "argument 1", given: "Album/Track.flac"),
                 DeviceOnlyRequest(file: other, names: ["album", "track.flac"], input: "argument 2", given: "album/track.flac"),
             ])
@@ -215,13 +215,13 @@ final class MakeDeviceOnlyTests: XCTestCase {
         XCTAssertEqual(error?.details["other_path"], "Album/Track.flac")
         XCTAssertTrue(error?.message.contains("'album/track.flac'") == true && error?.message.contains("'Album/Track.flac'") == true, error?.message ?? "")
         assertCovenError(.clash) {
-            try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["Caf\u{E9}.flac"]), request(other, ["Cafe\u{301}.flac"], "argument 2")])
+            try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(stored, ["Caf\u{E9}.flac"]), request(other, ["Cafe\u{301}.flac"], "argument 2")])
         }
         assertCovenError(.clash) {
-            try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["Disc"]), request(other, ["disc", "1.flac"], "argument 2")])
+            try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(stored, ["Disc"]), request(other, ["disc", "1.flac"], "argument 2")])
         }
         assertCovenError(.usage) {
-            try device.makeDeviceOnly(folder: folder, requests: [request(stored, ["x"]), request(stored, ["y"], "argument 2")])
+            try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(stored, ["x"]), request(stored, ["y"], "argument 2")])
         }
 
         // Nothing was made or switched by any of them.
@@ -246,7 +246,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         XCTAssertEqual(try Cache(device).cacheSummary().used, usedBefore + Int64(bytes.count))
         try fixture.provider.delete(object)
 
-        let copies = try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "cached.bin"])])
+        let copies = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "cached.bin"])])
         XCTAssertEqual(FileManager.default.contents(atPath: copies[0].path).map([UInt8].init), bytes)
         XCTAssertEqual(try device.fileRecord(id)?.coordinates.at, .device)
         XCTAssertEqual(try Cache(device).cacheSummary().used, usedBefore, "the entry is no longer counted")
@@ -271,7 +271,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let progress = ProgressLog()
         let paths = device.paths
         let seen = Samples()
-        let copies = try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "partial.bin"])], progress: { report in
+        let copies = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "partial.bin"])], progress: { report in
             // While it downloads, the cache holds no more than it did.
             if !report.done, let row = try? Cache(Device.open(paths: paths, readOnly: true)).cacheRow(object) { seen.add(row.bytes) }
             progress.record(report)
@@ -293,7 +293,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let other = try device.write(sql: "INSERT INTO tracks (id, file, _updated_at) VALUES (coven_uuid7(), coven_existing_file(:f), '')",
                                      parameters: ["f": .text(id)]).files[0]
         try device.readFile(other) { _ in }
-        _ = try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "shared.bin"])])
+        _ = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "shared.bin"])])
         XCTAssertEqual(try device.fileRecord(other)?.coordinates.at, .stored)
         XCTAssertEqual(try Cache(device).cacheRow(object)?.bytes, Int64(bytes.count))
     }
@@ -305,7 +305,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let bad = try fixture.storedFile(DeviceTestFixture.bytes(1000, seed: 3), hash: String(repeating: "0", count: 64))
         try FileManager.default.createDirectory(atPath: folder + "/Kept", withIntermediateDirectories: true)
         assertCovenError(.integrity) {
-            try device.makeDeviceOnly(folder: folder, requests: [request(good, ["Kept", "New", "good.bin"]), request(bad, ["Other", "bad.bin"], "argument 2")], parallel: 1)
+            try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(good, ["Kept", "New", "good.bin"]), request(bad, ["Other", "bad.bin"], "argument 2")], parallel: 1)
         }
         XCTAssertEqual(try tree(), ["Kept"])
         XCTAssertEqual(try device.fileRecord(good)?.coordinates.at, .stored)
@@ -322,7 +322,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         bytes.removeLast(1000)
         try fixture.provider.put(object, data: bytes)
         let error = assertCovenError(.integrity) {
-            try device.makeDeviceOnly(folder: folder, requests: [request(good, ["A", "good.bin"]), request(bad, ["A", "bad.bin"], "argument 2")])
+            try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(good, ["A", "good.bin"]), request(bad, ["A", "bad.bin"], "argument 2")])
         }
         XCTAssertEqual(error?.details["reason"], "truncated")
         XCTAssertEqual(try tree(), [])
@@ -334,7 +334,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let id = try fixture.storedFile([1, 2, 3])
         let object = try XCTUnwrap(device.fileRecord(id)).coordinates.object
         try fixture.provider.delete(object)
-        let error = assertCovenError(.missing) { try device.makeDeviceOnly(folder: folder, requests: [request(id, ["a", "b"])]) }
+        let error = assertCovenError(.missing) { try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(id, ["a", "b"])]) }
         XCTAssertEqual(error?.details["file"], id)
         XCTAssertEqual(try tree(), [])
     }
@@ -343,7 +343,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let ids = try (0..<3).map { try fixture.storedFile(DeviceTestFixture.bytes(300_000, seed: UInt8($0))) }
         let stop = Stop()
         let error = assertCovenError(.interrupted) {
-            try device.makeDeviceOnly(folder: folder, requests: ids.enumerated().map { request($1, ["Album", "\($0).bin"], "argument \($0 + 1)") },
+            try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: ids.enumerated().map { request($1, ["Album", "\($0).bin"], "argument \($0 + 1)") },
                                       parallel: 1, stop: stop, progress: { progress in
                                           if progress.done { stop.request("interrupted by SIGINT") }
                                       })
@@ -357,7 +357,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let bytes = DeviceTestFixture.bytes(3 << 20 + 1000, seed: 4)
         let id = try fixture.storedFile(bytes)
         let progress = ProgressLog()
-        let copies = try device.makeDeviceOnly(folder: folder, requests: [request(id, ["big.bin"])], progress: progress.record)
+        let copies = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(id, ["big.bin"])], progress: progress.record)
         XCTAssertEqual(FileManager.default.contents(atPath: copies[0].path), Data(bytes))
         // The first chunk, then every MiB past the last report, then its whole size once it
         // is synced at its final name, then one report of it done.
@@ -371,7 +371,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let id = try fixture.storedFile(DeviceTestFixture.bytes(1000))
         let path = folder + "/Album/late.bin"
         let error = assertCovenError(.exists) {
-            try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "late.bin"])], progress: { progress in
+            try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "late.bin"])], progress: { progress in
                 // Someone saves a file at the path while the download runs.
                 if !progress.done, !FileManager.default.fileExists(atPath: path) {
                     _ = FileManager.default.createFile(atPath: path, contents: Data("mine".utf8))
@@ -393,7 +393,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
                                    (deleted, ErrorCode.fileAbsent, "DELETE FROM coven_files WHERE id = ?1")] {
             let changed = ProgressLog()
             let error = assertCovenError(code) {
-                try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "x.bin"])], progress: { progress in
+                try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "x.bin"])], progress: { progress in
                     if progress.done, changed.doneFiles.isEmpty {
                         changed.record(progress)
                         try? other.value.run(change, [id])
@@ -410,7 +410,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
     func testStorageThatIsNotThereFailsAndMakesNothing() throws {
         let id = try fixture.storedFile([1, 2, 3])
         try FileManager.default.removeItem(atPath: fixture.root + "/store")
-        let error = assertCovenError(.storage) { try device.makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "x.bin"])]) }
+        let error = assertCovenError(.storage) { try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "x.bin"])]) }
         XCTAssertEqual(error?.storageFailure, .network)
         XCTAssertEqual(try tree(), [])
         XCTAssertEqual(try device.fileRecord(id)?.coordinates.at, .stored)

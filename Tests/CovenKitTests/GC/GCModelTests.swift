@@ -151,7 +151,7 @@ final class GCModelTests: XCTestCase {
                     } else if let file = try device.database.scalar("SELECT id FROM coven_files WHERE place = 'stored' AND namespace = 'music' ORDER BY id LIMIT 1 OFFSET ?1", [random.below(2)]).textValue {
                         let folder = work + "/\(device.deviceName)-kept"
                         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-                        _ = try device.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["f-\(random.next())"], input: "argument 1")])
+                        _ = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["f-\(random.next())"], input: "argument 1")])
                     }
                 case 9, 10:
                     let report = try device.collectGarbage(goneDevices: random.below(3) == 0)

@@ -357,7 +357,7 @@ class GCTests: GCTestCase {
     func makeDeviceOnly(_ device: Device, _ file: String) throws {
         let folder = work + "/mdo-\(device.deviceName)"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        _ = try device.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["\(file).flac"], input: "argument 1")])
+        _ = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["\(file).flac"], input: "argument 1")])
     }
 
     /// Issue 19 item 22: the laptop uploads a track, the desktop makes it device-only and

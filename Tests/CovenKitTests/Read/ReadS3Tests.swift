@@ -82,7 +82,7 @@ final class ReadS3Tests: ReadTestCase {
         let back = folder + "/back"
         try FileManager.default.createDirectory(atPath: back, withIntermediateDirectories: true)
         let before = proxy.stats()["connections"] ?? 0
-        let copies = try device.makeDeviceOnly(folder: back, requests: requests, parallel: 2)
+        let copies = try DeviceOnlyMaker(device).makeDeviceOnly(folder: back, requests: requests, parallel: 2)
         XCTAssertEqual(copies.count, 24)
         let opened = (proxy.stats()["connections"] ?? 0) - before
         XCTAssertGreaterThan(opened, 0)

@@ -521,11 +521,11 @@ class CirclesTests: DeviceTestCase {
         let folder = work + "/Music"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let request = [DeviceOnlyRequest(file: written.files[0], names: ["song.flac"], input: "argument 1")]
-        let removed = assertCovenError(.notInCircle) { _ = try s.bob.makeDeviceOnly(folder: folder, requests: request) }
+        let removed = assertCovenError(.notInCircle) { _ = try DeviceOnlyMaker(s.bob).makeDeviceOnly(folder: folder, requests: request) }
         XCTAssertEqual(removed?.details["circle"], s.circle)
-        assertCovenError(.fileAbsent) { _ = try s.carol.makeDeviceOnly(folder: folder, requests: request) }
+        assertCovenError(.fileAbsent) { _ = try DeviceOnlyMaker(s.carol).makeDeviceOnly(folder: folder, requests: request) }
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: folder), [])
-        _ = try s.alice.makeDeviceOnly(folder: folder, requests: request)
+        _ = try DeviceOnlyMaker(s.alice).makeDeviceOnly(folder: folder, requests: request)
         XCTAssertEqual(try s.alice.fileRecord(written.files[0])?.coordinates.at, .device)
     }
 

@@ -112,13 +112,13 @@ class OwnedRowsTests: DeviceTestCase {
         let folder = work + "/Music"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let error = assertCovenError(.notOwner) {
-            _ = try bob.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["song.flac"], input: "argument 1")])
+            _ = try DeviceOnlyMaker(bob).makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["song.flac"], input: "argument 1")])
         }
         XCTAssertEqual(error?.details["table"], "journal")
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: folder), [])
         XCTAssertEqual(try bob.fileRecord(file)?.coordinates.at, .stored)
         // Its owner may.
-        _ = try alice.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["song.flac"], input: "argument 1")])
+        _ = try DeviceOnlyMaker(alice).makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["song.flac"], input: "argument 1")])
         XCTAssertEqual(try alice.fileRecord(file)?.coordinates.at, .device)
     }
 

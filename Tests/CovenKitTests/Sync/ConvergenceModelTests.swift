@@ -312,7 +312,7 @@ final class ConvergenceModelTests: XCTestCase {
                     """).textValue else { continue }
                 let folder = work + "/\(device.deviceName)-kept"
                 try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-                _ = try device.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["f-\(random.next())"], input: "argument 1")])
+                _ = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["f-\(random.next())"], input: "argument 1")])
             }
         case 7 where random.below(2) == 0:
             // gc, mid-run: it never deletes what a row still names, here or elsewhere.

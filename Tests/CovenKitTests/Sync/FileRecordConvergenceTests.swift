@@ -296,7 +296,7 @@ class FileRecordConvergenceTests: DeviceTestCase {
         let backup = try backUp(a)
         let folder = work + "/Restored"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        _ = try a.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["t.flac"], input: "argument 1")])
+        _ = try DeviceOnlyMaker(a).makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["t.flac"], input: "argument 1")])
         try sync(a, b)
         a = try putBack(backup, as: a)
         try settle([a, b, c])

@@ -22,7 +22,7 @@ final class FileRecordRuleTests: DeviceTestCase {
     private func makeDeviceOnly(_ device: Device, _ track: String, folder name: String, as file: String) throws {
         let folder = work + "/" + name
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        _ = try device.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: track, names: [file], input: "argument 1")])
+        _ = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: track, names: [file], input: "argument 1")])
     }
 
     private func syncAll(_ devices: [Device], rounds: Int = 2) throws {

@@ -465,7 +465,7 @@ final class GateTests: DeviceTestCase {
         let fileID = try XCTUnwrap(a.database.scalar("SELECT file FROM photos WHERE id = ?1", [Self.id(54)]).textValue)
         try FileManager.default.createDirectory(atPath: work + "/back", withIntermediateDirectories: true)
         let error = assertCovenError(.remoteRoot) {
-            try a.makeDeviceOnly(folder: work + "/back", requests: [DeviceOnlyRequest(file: fileID, names: ["original.jpg"], input: "FILE")])
+            try DeviceOnlyMaker(a).makeDeviceOnly(folder: work + "/back", requests: [DeviceOnlyRequest(file: fileID, names: ["original.jpg"], input: "FILE")])
         }
         XCTAssertEqual(error?.details["remote_root"], "albums")
     }

@@ -79,7 +79,7 @@ final class SyncFilesTests: DeviceTestCase {
 
         let folder = work + "/picked"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        _ = try a.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: track, names: ["song.flac"], input: "argument 1")])
+        _ = try DeviceOnlyMaker(a).makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: track, names: ["song.flac"], input: "argument 1")])
         _ = try StoreSync(a).sync()
         _ = try StoreSync(b).sync()
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM coven_pins").intValue, 0)
@@ -133,7 +133,7 @@ final class SyncDeviceOnlyConflictTests: DeviceTestCase {
         for (device, name) in [(a, "picked-a"), (b, "picked-b")] {
             let folder = work + "/" + name
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-            _ = try device.makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: track, names: names, input: "argument 1")])
+            _ = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: track, names: names, input: "argument 1")])
         }
         return (a, b, track)
     }
