@@ -284,7 +284,7 @@ public struct DeviceOnlyMaker {
         let writer = try CopyWriter(creating: copy.temporary, block: block, direct: record.size > Self.directCopyFrom)
         var reported: Int64 = 0
         do {
-            _ = try reader.readStoredFile(record, session: session, stop: stop) { plain in
+            _ = try Reader(reader).readStoredFile(record, session: session, stop: stop) { plain in
                 // A chunk at a time, so progress comes at the first bytes, then every MiB: a
                 // report takes the call's lock and draws, too dear for every chunk.
                 var offset = 0

@@ -476,7 +476,7 @@ final class FetchRun: @unchecked Sendable {
                             throw error
                         }
                     } else if holding {
-                        settle(index, .success(try device.holdFile(id, stop: stop)))
+                        settle(index, .success(try Reader(device).holdFile(id, stop: stop)))
                     } else {
                         let (held, size) = try KeptFiles(device).fetchKeptFile(id, stop: stop, failedBefore: failedBefore)
                         settle(index, .success(held), size: size)

@@ -64,7 +64,20 @@ public struct ReadRange: Sendable, Equatable {
 
 // MARK: - Reading
 
-extension Device {
+/// Reading files back: a whole file or any range, from the person's original, coven's copy,
+/// the cache or storage (fetching only the chunks the range needs, each checked), and holding
+/// a whole file in the cache for a path to hand out (`coven cat`, `coven get`). The cache's
+/// records are ``Cache``'s; the chunks are read by ``StoredRead``, the one reader of chunks.
+///
+/// ```swift
+/// let report = try Reader(device).readFile(id, range: .bytes(0..<100)) { bytes in ... }
+/// ```
+public struct Reader {
+    let device: Device
+
+    public init(_ device: Device) {
+        self.device = device
+    }
     /// Reads a file, or exactly a range of it, into `output`, from wherever it is: the person's
     /// original before upload (checked first), coven's own copy, the cache, or storage
     /// (spec/files.md "Reading a file").
@@ -89,10 +102,10 @@ extension Device {
         _ id: String, range: ReadRange = .whole, stop: Stop = Stop(),
         output: (UnsafeRawBufferPointer) throws -> Void
     ) throws -> ReadReport {
-        let record = try requireFile(id)
+        let record = try device.requireFile(id)
         let coordinates = record.coordinates
         if coordinates.at == .device {
-            guard coordinates.device == deviceID else {
+            guard coordinates.device == device.deviceID else {
                 throw deviceOnlyError(record)
             }
             return try readLocal(record, range: range, stop: stop, output: output)
@@ -101,20 +114,20 @@ extension Device {
         let read: StoredRead
         do {
             // A device that cannot be written keeps nothing: every chunk is fetched and checked.
-            read = try StoredRead(device: self, record: record, durable: false, stop: stop, caching: !readOnly)
+            read = try StoredRead(device: device, record: record, durable: false, stop: stop, caching: !device.readOnly)
         } catch let error as CovenError where error.code == .noRoom {
             // Not even the cache entry's record or files fit: what was read longest ago gives
             // way, and failing that the read goes on without the cache.
-            _ = try? Cache(self).makeRoom(for: min(Int64(wanted.count), record.size), sparing: coordinates.object)
+            _ = try? Cache(device).makeRoom(for: min(Int64(wanted.count), record.size), sparing: coordinates.object)
             do {
-                read = try StoredRead(device: self, record: record, durable: false, stop: stop)
+                read = try StoredRead(device: device, record: record, durable: false, stop: stop)
             } catch let again as CovenError where again.code == .noRoom {
-                read = try StoredRead(device: self, record: record, durable: false, stop: stop, caching: false)
+                read = try StoredRead(device: device, record: record, durable: false, stop: stop, caching: false)
             }
         }
         defer { read.close() }
         var report = try read.read(wanted, output: output)
-        if readOnly { report.notKept = false } else { _ = try? Cache(self).trimCache(sparing: coordinates.object) }
+        if device.readOnly { report.notKept = false } else { _ = try? Cache(device).trimCache(sparing: coordinates.object) }
         return report
     }
 
@@ -132,7 +145,7 @@ extension Device {
     func readStoredFile(
         _ record: FileRecord, session: ReadSession, stop: Stop, output: (UnsafeRawBufferPointer) throws -> Void
     ) throws -> ReadReport {
-        let read = try StoredRead(device: self, record: record, durable: false, stop: stop, keepsFetched: false)
+        let read = try StoredRead(device: device, record: record, durable: false, stop: stop, keepsFetched: false)
         defer { read.close() }
         read.buffers = session.buffers
         read.session = session
@@ -140,35 +153,35 @@ extension Device {
     }
 
     func deviceOnlyError(_ record: FileRecord) -> CovenError {
-        let device = record.coordinates.device ?? ""
-        if (try? isGone(device)) == true {
-            return CovenError(.deviceOnly, "file '\(record.id)' was on device '\(device)' only, which was removed from the store: its bytes went with it",
+        let holder = record.coordinates.device ?? ""
+        if (try? isGone(holder)) == true {
+            return CovenError(.deviceOnly, "file '\(record.id)' was on device '\(holder)' only, which was removed from the store: its bytes went with it",
                               hint: "write the file again from a copy you hold, or delete the rows naming it",
-                              details: ["file": record.id, "device": device, "device_gone": "true"])
+                              details: ["file": record.id, "device": holder, "device_gone": "true"])
         }
-        return CovenError(.deviceOnly, "file '\(record.id)' is on device '\(device)' only", hint: "read it on that device, or move it to the cloud there",
-                          details: ["file": record.id, "device": device])
+        return CovenError(.deviceOnly, "file '\(record.id)' is on device '\(holder)' only", hint: "read it on that device, or move it to the cloud there",
+                          details: ["file": record.id, "device": holder])
     }
 
     /// Whether `device` was removed from the store for good (as this device knows).
-    func isGone(_ device: String) throws -> Bool {
-        try database.scalar("SELECT gone FROM coven_device_registry WHERE device = ?1", [device]).intValue == 1
+    func isGone(_ other: String) throws -> Bool {
+        try device.database.scalar("SELECT gone FROM coven_device_registry WHERE device = ?1", [other]).intValue == 1
     }
 
     /// The local bytes of a file on this device only: the original's path or coven's copy.
     func localSource(_ record: FileRecord) throws -> (row: Row, path: String, kind: ReadSource) {
-        guard let row = try database.queryOne("SELECT * FROM coven_local WHERE object = ?1", [record.coordinates.object]) else {
-            throw CovenError(.missing, "this device holds no bytes of file '\(record.id)'", details: ["file": record.id, "device": deviceID])
+        guard let row = try device.database.queryOne("SELECT * FROM coven_local WHERE object = ?1", [record.coordinates.object]) else {
+            throw CovenError(.missing, "this device holds no bytes of file '\(record.id)'", details: ["file": record.id, "device": device.deviceID])
         }
         if row.string("kind") == "user" {
             let pathBytes = row.bytes("path") ?? []
-            try Staging(self).checkOriginal(path: pathBytes, recorded: OriginalIdentity(
+            try Staging(device).checkOriginal(path: pathBytes, recorded: OriginalIdentity(
                 size: row.int("size") ?? 0, modifiedSeconds: row.int("modified_seconds") ?? 0,
                 modifiedNanos: row.int("modified_nanos") ?? 0, changeStamp: row.string("change_stamp") ?? ""),
                 contentHash: row.bytes("content_hash") ?? [])
             return (row, PathText.string(fromOSBytes: pathBytes), .original)
         }
-        return (row, paths.folder + "/" + (row.string("copy") ?? ""), .copy)
+        return (row, device.paths.folder + "/" + (row.string("copy") ?? ""), .copy)
     }
 
     /// Reads the original or coven's copy of a file on this device only, each chunk checked
@@ -203,7 +216,7 @@ extension Device {
             // No chunk hashes recorded: one whole check first, nothing served before it.
             let content = row.bytes("content_hash") ?? []
             let chunks = try LocalRead.deriveChunkHashes(fd: fd, path: path, size: size, contentHash: content, stop: stop, changed: changed)
-            CheckedBytes(self).recordDerivedChunkHashes(object: record.coordinates.object, content: content, chunks: chunks)
+            CheckedBytes(device).recordDerivedChunkHashes(object: record.coordinates.object, content: content, chunks: chunks)
             read = LocalRead(fd: fd, size: size, chunkHashes: chunks, changed: changed, stop: stop)
         }
         try read.read(wanted, output: output)
@@ -217,10 +230,10 @@ extension Device {
     /// - Throws: `.integrity` when it fails its check; as ``readFile(_:range:stop:output:)``.
     private func checkLocalCopy(_ record: FileRecord, copy: String, path: String, stop: Stop) throws {
         let subject = "copy:" + copy
-        guard !CheckedBytes(self).isStillChecked(subject, path: path) else { return }
+        guard !CheckedBytes(device).isStillChecked(subject, path: path) else { return }
         let stamp = FileStamp(path: path)
         _ = try readLocal(record, range: .whole, stop: stop) { _ in }
-        CheckedBytes(self).recordChecked(subject, path: path, stamp: stamp)
+        CheckedBytes(device).recordChecked(subject, path: path, stamp: stamp)
     }
 
     // MARK: - Holding a whole file
@@ -238,41 +251,41 @@ extension Device {
     ///   room for the rest of it.
     @discardableResult
     public func holdFile(_ id: String, stop: Stop = Stop()) throws -> (path: String, report: ReadReport) {
-        let record = try requireFile(id)
+        let record = try device.requireFile(id)
         if record.coordinates.at == .device {
-            guard record.coordinates.device == deviceID else { throw deviceOnlyError(record) }
+            guard record.coordinates.device == device.deviceID else { throw deviceOnlyError(record) }
             let (row, path, kind) = try localSource(record)
             // An original is checked by localSource (size, time, and its bytes when touched);
             // coven's copy by its bytes, unless they were checked and not written since.
             if kind == .copy { try checkLocalCopy(record, copy: row.string("copy") ?? "", path: path, stop: stop) }
             return (path, ReadReport(source: kind))
         }
-        let files = Cache(self).cachePaths(object: record.coordinates.object)
+        let files = Cache(device).cachePaths(object: record.coordinates.object)
         let subject = "cache:" + record.coordinates.object
         // A complete entry whose data file was checked and not written since is handed out as
         // it is; one written since (or never checked) is read through first, every chunk
         // checked against its tag, any that fails fetched again.
-        if let row = try Cache(self).cacheRow(record.coordinates.object), row.complete, access(files.data, R_OK) == 0,
-           CheckedBytes(self).isStillChecked(subject, path: files.data) {
-            if !readOnly {
-                try? database.transaction {
-                    try Cache(self).touchCacheEntry(record.coordinates.object)
+        if let row = try Cache(device).cacheRow(record.coordinates.object), row.complete, access(files.data, R_OK) == 0,
+           CheckedBytes(device).isStillChecked(subject, path: files.data) {
+            if !device.readOnly {
+                try? device.database.transaction {
+                    try Cache(device).touchCacheEntry(record.coordinates.object)
                 }
             }
             return (files.data, ReadReport(source: .cache))
         }
-        guard !readOnly else {
-            throw CovenError(.io, "cannot hold file '\(id)' in the cache: the device database cannot be written",
-                             hint: "read it with 'coven cat', or make '\(paths.database)' writable", details: ["file": id])
+        guard !device.readOnly else {
+            throw CovenError(.io, "cannot hold file '\(id)' in the cache: the device device.database cannot be written",
+                             hint: "read it with 'coven cat', or make '\(device.paths.database)' writable", details: ["file": id])
         }
         try checkRoom(for: record)
-        let read = try StoredRead(device: self, record: record, durable: true, stop: stop)
+        let read = try StoredRead(device: device, record: record, durable: true, stop: stop)
         defer { read.close() }
         let stamp = FileStamp(path: files.data)
         let report = try read.read(0..<record.size) { _ in }
         read.close()
-        CheckedBytes(self).recordChecked(subject, path: files.data, stamp: report.chunksRefetched > 0 || report.bytesFetched > 0 ? FileStamp(path: files.data) : stamp)
-        _ = try? Cache(self).trimCache(sparing: record.coordinates.object)
+        CheckedBytes(device).recordChecked(subject, path: files.data, stamp: report.chunksRefetched > 0 || report.bytesFetched > 0 ? FileStamp(path: files.data) : stamp)
+        _ = try? Cache(device).trimCache(sparing: record.coordinates.object)
         return (files.data, report)
     }
 
@@ -282,17 +295,17 @@ extension Device {
     ///   (a fetch-kept worker's fresh entry holds none: no query of the database per file).
     /// - Throws: `.noRoom` with the bytes needed and free.
     func checkRoom(for record: FileRecord, held: Int64? = nil) throws {
-        let held = try held ?? (Cache(self).cacheRow(record.coordinates.object)?.bytes ?? 0)
+        let held = try held ?? (Cache(device).cacheRow(record.coordinates.object)?.bytes ?? 0)
         let needed = record.size - held + Int64(ObjectLayout.chunkCount(plaintextSize: record.size)) * ObjectLayout.tagSize
         func freeBytes() -> Int64? {
             var info = statvfs()
-            guard statvfs(paths.cache, &info) == 0 else { return nil }
+            guard statvfs(device.paths.cache, &info) == 0 else { return nil }
             return Int64(info.f_bavail) * Int64(info.f_frsize)
         }
         guard var free = freeBytes() else { return }
         if free < needed + Cache.roomMargin {
             // What was read longest ago gives way first.
-            _ = try? Cache(self).makeRoom(for: needed, sparing: record.coordinates.object)
+            _ = try? Cache(device).makeRoom(for: needed, sparing: record.coordinates.object)
             free = freeBytes() ?? free
         }
         if needed > free {

@@ -27,7 +27,7 @@ public struct KeptFiles {
     public func pin(_ ids: [String]) throws -> [String] {
         for id in ids {
             let record = try device.requireFile(id)
-            if record.coordinates.at == .device, record.coordinates.device != device.deviceID { throw device.deviceOnlyError(record) }
+            if record.coordinates.at == .device, record.coordinates.device != device.deviceID { throw Reader(device).deviceOnlyError(record) }
         }
         var added: [String] = []
         try device.database.transaction {
@@ -218,7 +218,7 @@ extension KeptFiles {
     /// - Returns: the held copy and what its read did, and the file's size.
     func fetchKeptFile(_ id: String, stop: Stop, failedBefore: Set<String>) throws -> (held: (path: String, report: ReadReport), size: Int64) {
         let record = try device.requireFile(id)
-        let held = try device.holdFile(record.id, stop: stop)
+        let held = try Reader(device).holdFile(record.id, stop: stop)
         if failedBefore.contains("fetch_failed:" + record.coordinates.object) { try setFetchFailure(record.coordinates.object, nil) }
         return (held, record.size)
     }
@@ -227,7 +227,7 @@ extension KeptFiles {
     /// recording nothing: `deferred` says what it holds (also after a failure, for a partial).
     /// `session` is the worker's, kept from file to file (its connection and buffer).
     func fetchKeptFileDeferred(_ record: FileRecord, stop: Stop, deferred: DeferredCacheRecord, session: ReadSession) throws -> ReadReport {
-        try device.checkRoom(for: record, held: 0)
+        try Reader(device).checkRoom(for: record, held: 0)
         let read = try StoredRead(device: device, record: record, durable: true, stop: stop, deferred: deferred)
         read.session = session
         defer { read.close() }

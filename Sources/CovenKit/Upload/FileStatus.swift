@@ -82,7 +82,7 @@ extension Device {
         case .device:
             let holder = record.coordinates.device ?? ""
             guard holder == deviceID else {
-                return try isGone(holder) ? .missing(device: holder, reason: .deviceRemoved) : .deviceOnly(device: holder)
+                return try Reader(self).isGone(holder) ? .missing(device: holder, reason: .deviceRemoved) : .deviceOnly(device: holder)
             }
             guard let row = try database.queryOne("""
                 SELECT q.state, q.last_error_code, m.state AS move_state FROM coven_upload_queue q

@@ -38,7 +38,7 @@ struct CatCommand: Command {
         guard let id = invocation.arguments.first else { throw CovenError(.usage, "missing FILE") }
         let range = ReadRange(offset: try invocation.integer("offset") ?? 0, length: try invocation.integer("length"))
         let device = try context.openDevice()
-        let report = try device.readFile(id, range: range, stop: Stop.process) {
+        let report = try Reader(device).readFile(id, range: range, stop: Stop.process) {
             context.out.write($0)
             // A full disk or a closed stdout stops the read at once: never a short output and 0.
             try context.out.check()

@@ -41,7 +41,7 @@ struct GetCommand: Command {
         if list == nil, invocation.arguments.count == 1 {
             let id = invocation.arguments[0]
             let device = try context.openDevice()
-            let (path, report) = try device.holdFile(id, stop: Stop.process)
+            let (path, report) = try Reader(device).holdFile(id, stop: Stop.process)
             if context.json {
                 try context.printJSON(object(id, path: path, report: report))
             } else {

@@ -94,7 +94,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         // Read from storage: the cache cleared, and the copy here is no longer the file's bytes.
         _ = try Cache(device).clearCache()
         var read: [UInt8] = []
-        let report = try device.readFile(a) { read.append(contentsOf: $0) }
+        let report = try Reader(device).readFile(a) { read.append(contentsOf: $0) }
         XCTAssertEqual(report.source, .storage)
         XCTAssertEqual(read, first)
     }
@@ -241,7 +241,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let object = try XCTUnwrap(device.fileRecord(id)).coordinates.object
         let usedBefore = try Cache(device).cacheSummary().used
         var read: [UInt8] = []
-        try device.readFile(id) { read.append(contentsOf: $0) }
+        try Reader(device).readFile(id) { read.append(contentsOf: $0) }
         XCTAssertEqual(read, bytes)
         XCTAssertEqual(try Cache(device).cacheSummary().used, usedBefore + Int64(bytes.count))
         try fixture.provider.delete(object)
@@ -264,7 +264,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let bytes = DeviceTestFixture.bytes(5 << 20 + 123, seed: 10)
         let id = try fixture.storedFile(bytes)
         let object = try XCTUnwrap(device.fileRecord(id)).coordinates.object
-        try device.readFile(id, range: ReadRange(offset: 1 << 20, length: 100)) { _ in }
+        try Reader(device).readFile(id, range: ReadRange(offset: 1 << 20, length: 100)) { _ in }
         let cached = try XCTUnwrap(Cache(device).cacheRow(object)).bytes
         XCTAssertGreaterThan(cached, 0)
         XCTAssertLessThan(cached, Int64(bytes.count))
@@ -292,7 +292,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let object = try XCTUnwrap(device.fileRecord(id)).coordinates.object
         let other = try device.write(sql: "INSERT INTO tracks (id, file, _updated_at) VALUES (coven_uuid7(), coven_existing_file(:f), '')",
                                      parameters: ["f": .text(id)]).files[0]
-        try device.readFile(other) { _ in }
+        try Reader(device).readFile(other) { _ in }
         _ = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [request(id, ["Album", "shared.bin"])])
         XCTAssertEqual(try device.fileRecord(other)?.coordinates.at, .stored)
         XCTAssertEqual(try Cache(device).cacheRow(object)?.bytes, Int64(bytes.count))

@@ -52,7 +52,7 @@ class FsckLocalTests: FsckTestCase {
         let copy = try StoredFiles.stageApp(device, bytes: Array(repeating: 5, count: 3000), namespace: "covers", table: "settings", place: .deviceOnly)
         let staged = try stageApp(device, text: "staged bytes, no row yet")
         let stored = try storeFiles(device, count: 1, size: 200_000)[0]
-        _ = try device.holdFile(stored.file)
+        _ = try Reader(device).holdFile(stored.file)
         XCTAssertEqual(try fsck(device).problems, [])
         func flip(_ path: String, at offset: UInt64) throws {
             let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
@@ -74,7 +74,7 @@ class FsckLocalTests: FsckTestCase {
         XCTAssertEqual(mended.problems.first { $0.subject == .cache }?.mendedFrom, "dropped")
         XCTAssertFalse(try XCTUnwrap(Cache(device).cacheRow(stored.object)).whole, "the bad chunk is forgotten")
         var read: [UInt8] = []
-        try device.readFile(stored.file) { read += $0 }
+        try Reader(device).readFile(stored.file) { read += $0 }
         XCTAssertEqual(read, (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
         XCTAssertEqual(try fsck(device).problems.filter { $0.subject == .cache }, [])
     }
@@ -87,7 +87,7 @@ class FsckLocalTests: FsckTestCase {
         let stored = try storeFiles(device, count: 3, size: 150_000)
         let p = try provider(device)
         let before = try stored.map { try read(device, $0.object) }
-        _ = try device.holdFile(stored[0].file)
+        _ = try Reader(device).holdFile(stored[0].file)
         // An original this device still records for the second (as before its upload finished).
         let bytes = (0..<151_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 1) }
         let original = try file("original.bin", bytes)
@@ -204,7 +204,7 @@ final class FsckMultipartRepairTests: FsckTestCase {
         let device = try makeDevice()
         let stored = try storeFiles(device, count: 1, size: (3 << 20) + 5)[0]
         let before = try read(device, stored.object)
-        _ = try device.holdFile(stored.file)
+        _ = try Reader(device).holdFile(stored.file)
         try provider(device).delete(stored.object)
         let report = try fsck(device) {
             $0.repair = true

@@ -140,7 +140,7 @@ class GCTests: GCTestCase {
         XCTAssertTrue(try stored(a, object))
         var bytes: [UInt8] = []
         let newFile = try XCTUnwrap(try a.database.scalar("SELECT file FROM settings WHERE id = 's2'").textValue)
-        try a.readFile(newFile) { bytes.append(contentsOf: $0) }
+        try Reader(a).readFile(newFile) { bytes.append(contentsOf: $0) }
         XCTAssertEqual(bytes, Array("shared bytes".utf8))
         // When b deletes that last record, b's gc deletes the bytes once a has seen it.
         try b.write(sql: "DELETE FROM settings WHERE id = 's2'")
@@ -180,7 +180,7 @@ class GCTests: GCTestCase {
         _ = try StoreSync(y).sync()
         var bytes: [UInt8] = []
         let named = try XCTUnwrap(try y.database.scalar("SELECT file FROM settings WHERE id = 's3'").textValue)
-        try y.readFile(named) { bytes.append(contentsOf: $0) }
+        try Reader(y).readFile(named) { bytes.append(contentsOf: $0) }
         XCTAssertEqual(bytes, Array("bytes two records name".utf8))
     }
 
@@ -251,7 +251,7 @@ class GCTests: GCTestCase {
         XCTAssertTrue(try a.collectGarbage().deleted.isEmpty)
         var bytes: [UInt8] = []
         let named = try XCTUnwrap(try a.database.scalar("SELECT file FROM todos WHERE id = ?1", [secret]).textValue)
-        try a.readFile(named) { bytes.append(contentsOf: $0) }
+        try Reader(a).readFile(named) { bytes.append(contentsOf: $0) }
         XCTAssertEqual(bytes, Array("a photo".utf8))
     }
 

@@ -13,7 +13,7 @@ final class FetchKeptTests: ReadTestCase {
         let notKept = try storedFile(pattern(3, seed: 4))
         try KeptFiles(device).pin([middle])
         let held = try storedFile(pattern(chunk, seed: 5), namespace: "keep")
-        _ = try device.holdFile(held)
+        _ = try Reader(device).holdFile(held)
         let result = try KeptFiles(device).fetchKept()
         XCTAssertEqual(result.stop, .done)
         XCTAssertEqual(result.fetched.map(\.file), [small, middle, big])
@@ -97,7 +97,7 @@ final class FetchKeptTests: ReadTestCase {
         XCTAssertEqual(result.fetched.map(\.file), [a, b])
         XCTAssertEqual(result.failed.count, 0)
         for (id, expected) in zip([a, b], bytes) {
-            let (path, report) = try device.holdFile(id)
+            let (path, report) = try Reader(device).holdFile(id)
             XCTAssertEqual(report.source, .cache, "held from the cache the fetch made again")
             XCTAssertEqual(FileManager.default.contents(atPath: path).map { [UInt8]($0) }, expected)
         }
@@ -204,11 +204,11 @@ final class NoRoomTests: ReadTestCase {
         let newID = try storedFile(new)
         try reopen()
         _ = try Cache(device).setCacheBudget("keep-all")
-        _ = try device.holdFile(keptID)
-        _ = try device.holdFile(oldID)
+        _ = try Reader(device).holdFile(keptID)
+        _ = try Reader(device).holdFile(oldID)
         try fill(leaving: 2 << 20)
         // `get` makes room before it fetches: the entry read longest ago that is not kept goes.
-        let (path, _) = try device.holdFile(newID)
+        let (path, _) = try Reader(device).holdFile(newID)
         XCTAssertTrue([UInt8](FileManager.default.contents(atPath: path) ?? Data()) == new)
         XCTAssertNil(try cacheRow(oldID))
         XCTAssertNotNil(try cacheRow(keptID), "a kept file never gives way")
@@ -222,7 +222,7 @@ final class NoRoomTests: ReadTestCase {
         // With nothing left that may give way (the other file pinned now), a get is refused
         // before it fetches.
         try KeptFiles(device).pin([oldID])
-        assertCode(.noRoom) { try device.holdFile(newID) }
+        assertCode(.noRoom) { try Reader(device).holdFile(newID) }
         XCTAssertNotNil(try cacheRow(oldID))
         XCTAssertNotNil(try cacheRow(keptID))
     }
@@ -240,7 +240,7 @@ final class NoRoomTests: ReadTestCase {
         let (part, ranged) = try read(id, ReadRange(offset: 1_000_000, length: 70_000))
         XCTAssertTrue(part == Array(bytes[1_000_000..<1_070_000]))
         XCTAssertTrue(ranged.notKept)
-        assertCode(.noRoom) { try device.holdFile(id) }
+        assertCode(.noRoom) { try Reader(device).holdFile(id) }
     }
 
     func testMakingRoomStopsOnceTheBytesRemovedCoverTheShortfall() throws {
@@ -249,14 +249,14 @@ final class NoRoomTests: ReadTestCase {
         let newID = try storedFile(new)
         try reopen()
         _ = try Cache(device).setCacheBudget("keep-all")
-        for id in ids { _ = try device.holdFile(id) }
+        for id in ids { _ = try Reader(device).holdFile(id) }
         // A program holds the first file open (a path `coven get` printed): removing it frees
         // no blocks until it closes.
         let held = open(Cache(device).cachePaths(object: try device.requireFile(ids[0]).coordinates.object).data, O_RDONLY)
         XCTAssertGreaterThanOrEqual(held, 0)
         defer { close(held) }
         try fill(leaving: 1 << 20)
-        let (path, _) = try device.holdFile(newID)
+        let (path, _) = try Reader(device).holdFile(newID)
         XCTAssertTrue([UInt8](FileManager.default.contents(atPath: path) ?? Data()) == new)
         XCTAssertEqual(try ids.map { try cacheRow($0) != nil }, [false, false, true],
                        "the two read longest ago cover the shortfall; the third stays though the disk shows less free")
@@ -279,10 +279,10 @@ final class NoRoomTests: ReadTestCase {
         // A read of what is held needs no room.
         XCTAssertFalse(try read(id, ReadRange(offset: 0, length: 10)).1.notKept)
         // `get` must keep the file whole: it refuses before fetching.
-        assertCode(.noRoom) { try device.holdFile(id) }
+        assertCode(.noRoom) { try Reader(device).holdFile(id) }
         // With room again, it fetches only what is missing.
         XCTAssertEqual(unlink(mountPoint + "/filler"), 0)
-        let (path, fetched) = try device.holdFile(id)
+        let (path, fetched) = try Reader(device).holdFile(id)
         XCTAssertEqual(fetched.bytesFetched, ObjectLayout.encryptedSize(plaintextSize: Int64(bytes.count))
             - ObjectLayout.headerSize * (held > 0 ? 1 : 0) - held / Int64(ObjectLayout.chunkSize) * ObjectLayout.sealedChunkSize)
         XCTAssertTrue([UInt8](FileManager.default.contents(atPath: path) ?? Data()) == bytes)

@@ -11,7 +11,7 @@ final class FileCacheTests: ReadTestCase {
         var ids: [String] = []
         for (index, size) in sizes.enumerated() {
             let id = try storedFile(pattern(size, seed: UInt64(index)), namespace: namespace)
-            _ = try device.holdFile(id)
+            _ = try Reader(device).holdFile(id)
             let object = try device.requireFile(id).coordinates.object
             try device.database.run("UPDATE coven_cache SET last_read = ?2 WHERE object = ?1", [object, Double(1000 + index)])
             ids.append(id)
@@ -63,7 +63,7 @@ final class FileCacheTests: ReadTestCase {
         let partial = try storedFile(pattern(5 * chunk + 3))
         _ = try read(partial, ReadRange(offset: Int64(chunk), length: 10))
         try check("after a partial read")
-        _ = try device.holdFile(partial)
+        _ = try Reader(device).holdFile(partial)
         try check("after the partial was completed")
         XCTAssertEqual(try Cache(device).cacheBytes(), Int64(6 * chunk + 5 * chunk + 3))
         _ = try Cache(device).setCacheBudget(String(6 * chunk))
@@ -138,7 +138,7 @@ final class FileCacheTests: ReadTestCase {
         let id = try storedFile(bytes)
         _ = try read(id, ReadRange(offset: Int64(chunk), length: Int64(2 * chunk)))
         XCTAssertEqual(try cacheRow(id)?.int("complete"), 0)
-        let (path, report) = try device.holdFile(id)
+        let (path, report) = try Reader(device).holdFile(id)
         // Only the missing chunks (0, 3, 4, 5, 6) were fetched, with the header: two ranged requests.
         XCTAssertEqual(report.requests, 2)
         XCTAssertEqual(report.bytesFetched, ObjectLayout.encryptedSize(plaintextSize: Int64(bytes.count)) - 2 * ObjectLayout.sealedChunkSize)
@@ -151,7 +151,7 @@ final class FileCacheTests: ReadTestCase {
         let keptOld = try storedFile(pattern(2 * chunk, seed: 3))
         let complete = try storedFile(pattern(chunk, seed: 4))
         for id in [old, recent, keptOld] { _ = try read(id, ReadRange(offset: 0, length: 10)) }
-        _ = try device.holdFile(complete)
+        _ = try Reader(device).holdFile(complete)
         try KeptFiles(device).pin([keptOld])
         func age(_ id: String, days: Double) throws {
             let data = Cache(device).cachePaths(object: try device.requireFile(id).coordinates.object).data

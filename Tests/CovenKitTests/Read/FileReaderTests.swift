@@ -43,7 +43,7 @@ final class FileReaderTests: ReadTestCase {
         XCTAssertEqual(try cacheRow(id)?.int("complete"), 4, "whole and hash-checked, not synced")
         XCTAssertEqual(try read(id).1.source, .cache)
         assertCode(.rangeOutOfBounds) { try read(id, ReadRange(offset: 0, length: 1)) }
-        let held = try device.holdFile(id)
+        let held = try Reader(device).holdFile(id)
         XCTAssertEqual(try FileManager.default.attributesOfItem(atPath: held.path)[.size] as? Int, 0)
     }
 
@@ -158,7 +158,7 @@ final class FileReaderTests: ReadTestCase {
         let id = try storedFile(bytes)
         try device.database.run("UPDATE coven_files SET hash = ?2 WHERE id = ?1", [id, String(repeating: "0", count: 64)])
         var out: [UInt8] = []
-        assertCode(.integrity) { try device.readFile(id) { out.append(contentsOf: $0) } }
+        assertCode(.integrity) { try Reader(device).readFile(id) { out.append(contentsOf: $0) } }
         XCTAssertTrue(out == Array(bytes[0..<(16 * chunk)]), "the last run's bytes never go out")
         XCTAssertEqual(try cacheRow(id)?.int("complete"), 0)
     }
@@ -198,11 +198,11 @@ final class FileReaderTests: ReadTestCase {
         XCTAssertEqual(got, bytes)
         XCTAssertEqual(report.source, .original)
         XCTAssertEqual(try read(id, ReadRange(offset: Int64(chunk), length: 77)).0, Array(bytes[chunk...]))
-        XCTAssertEqual(try device.holdFile(id).path, path)
+        XCTAssertEqual(try Reader(device).holdFile(id).path, path)
         // Changed (new size): refused before any byte.
         FileManager.default.createFile(atPath: path, contents: Data(bytes + [1]))
         var out: [UInt8] = []
-        assertCode(.userFileChanged) { try device.readFile(id) { out.append(contentsOf: $0) } }
+        assertCode(.userFileChanged) { try Reader(device).readFile(id) { out.append(contentsOf: $0) } }
         XCTAssertEqual(out, [])
         unlink(path)
         assertCode(.userFileMissing) { try read(id) }
@@ -214,7 +214,7 @@ final class FileReaderTests: ReadTestCase {
         let (got, report) = try read(id, ReadRange(offset: 3, length: Int64(chunk)))
         XCTAssertEqual(got, Array(bytes[3..<(chunk + 3)]))
         XCTAssertEqual(report.source, .copy)
-        XCTAssertTrue(try device.holdFile(id).path.hasPrefix(device.paths.copies))
+        XCTAssertTrue(try Reader(device).holdFile(id).path.hasPrefix(device.paths.copies))
     }
 
     func testGetHoldsTheWholeFileAndResumesAPartial() throws {
@@ -222,9 +222,9 @@ final class FileReaderTests: ReadTestCase {
         let id = try storedFile(bytes)
         _ = try read(id, ReadRange(offset: Int64(5 * chunk), length: Int64(3 * chunk)))
         XCTAssertEqual(try cacheRow(id)?.int("complete"), 0)
-        let (path, report) = try device.holdFile(id)
+        let (path, report) = try Reader(device).holdFile(id)
         XCTAssertEqual(report.bytesFetched, ObjectLayout.encryptedSize(plaintextSize: Int64(bytes.count)) - 3 * ObjectLayout.sealedChunkSize - ObjectLayout.headerSize + ObjectLayout.headerSize)
         XCTAssertEqual([UInt8](FileManager.default.contents(atPath: path) ?? Data()), bytes)
-        XCTAssertEqual(try device.holdFile(id).report.source, .cache)
+        XCTAssertEqual(try Reader(device).holdFile(id).report.source, .cache)
     }
 }

@@ -59,7 +59,7 @@ final class ManyHoldsTests: ReadTestCase {
         _ = try read(partial, ReadRange(offset: 0, length: 10))
         let held = try storedFile(pattern(500, seed: 51))
         bytes[held] = pattern(500, seed: 51)
-        _ = try device.holdFile(held)
+        _ = try Reader(device).holdFile(held)
         let local = try StoredFiles.stageApp(device, bytes: pattern(700, seed: 52), namespace: "blobs", table: "blobs", place: .deviceOnly)
         bytes[local] = pattern(700, seed: 52)
         let list = [fresh[0], partial, fresh[1], local] + fresh[2...] + [held, fresh[0]]

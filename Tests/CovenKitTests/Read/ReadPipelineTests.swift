@@ -42,14 +42,14 @@ final class ReadPipelineTests: ReadTestCase {
         XCTAssertEqual(try Cache(device).cacheSummary().partial, 0)
         XCTAssertEqual(try Cache(device).cacheSummary().used, Int64(bytes.count))
         // get reads it through (every tag checked), syncs it and hands it out; nothing is fetched.
-        let (path, held) = try device.holdFile(id)
+        let (path, held) = try Reader(device).holdFile(id)
         XCTAssertEqual(held.bytesFetched, 0)
         XCTAssertEqual(held.requests, 0)
         XCTAssertEqual(held.source, .cache)
         XCTAssertEqual(try cacheRow(id)?.int("complete"), 2, "synced now, and still hash-checked")
         XCTAssertTrue([UInt8](FileManager.default.contents(atPath: path) ?? Data()) == bytes)
         // A complete entry is handed out at once, and reads leave it complete.
-        XCTAssertEqual(try device.holdFile(id).path, path)
+        XCTAssertEqual(try Reader(device).holdFile(id).path, path)
         XCTAssertTrue(try read(id).0 == bytes)
         XCTAssertEqual(try cacheRow(id)?.int("complete"), 2, "a read never downgrades a synced entry")
     }
@@ -62,7 +62,7 @@ final class ReadPipelineTests: ReadTestCase {
         // As if a power cut lost the (unsynced) bytes of chunk 21 and the tag of chunk 40.
         try corruptCachedData(id, at: 21 * chunk + 100)
         try corruptCachedTag(id, chunk: 40)
-        let (path, report) = try device.holdFile(id)
+        let (path, report) = try Reader(device).holdFile(id)
         XCTAssertEqual(report.chunksRefetched, 2)
         XCTAssertEqual(report.bytesFetched, 2 * ObjectLayout.sealedChunkSize)
         XCTAssertTrue([UInt8](FileManager.default.contents(atPath: path) ?? Data()) == bytes, "the file handed out is the right one")
@@ -134,7 +134,7 @@ final class ReadPipelineTests: ReadTestCase {
             try FileManager.default.moveItem(atPath: store, toPath: store + ".away")
             var out: [UInt8] = []
             let started = Date()
-            XCTAssertThrowsError(try device.readFile(id) { out.append(contentsOf: $0) }) { error in
+            XCTAssertThrowsError(try Reader(device).readFile(id) { out.append(contentsOf: $0) }) { error in
                 XCTAssertEqual(error.asCovenError.code, .storage)
                 XCTAssertEqual(error.asCovenError.storageFailure, .network)
             }
@@ -155,7 +155,7 @@ final class ReadPipelineTests: ReadTestCase {
         XCTAssertEqual(try cacheRow(id)?.int("complete"), 4)
         nonisolated(unsafe) var polls = 0
         var out: [UInt8] = []
-        XCTAssertThrowsError(try device.readFile(id, stop: Stop(when: {
+        XCTAssertThrowsError(try Reader(device).readFile(id, stop: Stop(when: {
             polls += 1
             return polls > 2
         })) { out.append(contentsOf: $0) }) { error in
@@ -174,7 +174,7 @@ final class ReadPipelineTests: ReadTestCase {
         let id = try storedFile(bytes)
         nonisolated(unsafe) var polls = 0
         var out = 0
-        XCTAssertThrowsError(try device.readFile(id, stop: Stop(when: {
+        XCTAssertThrowsError(try Reader(device).readFile(id, stop: Stop(when: {
             polls += 1
             return polls > 2
         })) { out += $0.count }) { error in
@@ -256,7 +256,7 @@ final class ReadPipelineTests: ReadTestCase {
             }
             func start() {
                 Thread { [self] in
-                    do { try device.readFile(id) { out.append(contentsOf: $0) } } catch { self.error = error }
+                    do { try CovenKit.Reader(device).readFile(id) { out.append(contentsOf: $0) } } catch { self.error = error }
                     done.signal()
                 }.start()
             }

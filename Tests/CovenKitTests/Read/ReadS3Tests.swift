@@ -110,7 +110,7 @@ final class ReadS3Tests: ReadTestCase {
         _ = try read(id, ReadRange(offset: 0, length: Int64(4 * chunk)))
         let before = bodyBytes()
         // Resume: only the missing chunks cross, with Range requests.
-        let (path, report) = try device.holdFile(id)
+        let (path, report) = try Reader(device).holdFile(id)
         XCTAssertEqual(bodyBytes() - before, Int(ObjectLayout.encryptedSize(plaintextSize: Int64(bytes.count)) - ObjectLayout.headerSize - 4 * ObjectLayout.sealedChunkSize))
         XCTAssertEqual(report.requests, 2, "chunks 4-19 and 20: at most 1 MiB per request")
         XCTAssertTrue([UInt8](FileManager.default.contents(atPath: path) ?? Data()) == bytes)

@@ -72,7 +72,7 @@ class ReadTestCase: XCTestCase {
     /// Reads a range into memory.
     func read(_ id: String, _ range: ReadRange = .whole, on device: Device? = nil) throws -> ([UInt8], ReadReport) {
         var out: [UInt8] = []
-        let report = try (device ?? self.device).readFile(id, range: range) { out.append(contentsOf: $0) }
+        let report = try Reader(device ?? self.device).readFile(id, range: range) { out.append(contentsOf: $0) }
         return (out, report)
     }
 

@@ -49,7 +49,7 @@ final class SchemaMigrationTests: DeviceTestCase {
         // The device works as before: the stored file reads back, a new write is recorded.
         let stored = try XCTUnwrap(device.database.scalar("SELECT file FROM songs WHERE title = 'stored'").textValue)
         var bytes: [UInt8] = []
-        try device.readFile(stored) { bytes.append(contentsOf: $0) }
+        try Reader(device).readFile(stored) { bytes.append(contentsOf: $0) }
         XCTAssertEqual(bytes, Array(String(repeating: "stored bytes ", count: 5000).utf8))
         try device.write(sql: "UPDATE songs SET title = 'renamed' WHERE title = 'queued'")
         XCTAssertEqual(try device.database.scalar("SELECT count(DISTINCT hlc) FROM coven_outbox").intValue, 2)

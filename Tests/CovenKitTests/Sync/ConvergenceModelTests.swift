@@ -168,7 +168,7 @@ final class ConvergenceModelTests: XCTestCase {
                     let readable = compared.contains { _, device in
                         guard let record = try? device.fileRecord(file) else { return false }
                         var count: Int64 = 0
-                        return (try? device.readFile(file) { count += Int64($0.count) }) != nil && count == record.size
+                        return (try? Reader(device).readFile(file) { count += Int64($0.count) }) != nil && count == record.size
                     }
                     if !readable {
                         let places = try compared.map { "d\($0.0): \(try $0.1.fileRecord(file)?.coordinates.json ?? "none")" }

@@ -88,7 +88,7 @@ class FileRecordConvergenceTests: DeviceTestCase {
                 let id = row.string("f") ?? ""
                 let readers = devices.filter { device in
                     var bytes = 0
-                    guard (try? device.readFile(id) { bytes += $0.count }) != nil else { return false }
+                    guard (try? Reader(device).readFile(id) { bytes += $0.count }) != nil else { return false }
                     return Int64(bytes) == (try? device.fileRecord(id))??.size
                 }
                 XCTAssertFalse(readers.isEmpty, "\(table) row \(row.string("id") ?? "") names file \(id), which no device reads", file: file, line: line)

@@ -103,7 +103,7 @@ final class FileRecordRuleTests: DeviceTestCase {
             XCTAssertNotNil(try device.fileRecord(track), device.deviceName)
             XCTAssertFalse(try StoreSync(device).lostValues().contains { $0.why == "file_deleted" }, device.deviceName)
             var bytes: [UInt8] = []
-            try device.readFile(track) { bytes.append(contentsOf: $0) }
+            try Reader(device).readFile(track) { bytes.append(contentsOf: $0) }
             XCTAssertEqual(bytes, Array("the one song".utf8))
         }
         XCTAssertTrue(try b.collectGarbage().deleted.isEmpty, "a record names the bytes again")
@@ -299,7 +299,7 @@ final class FileRecordRuleTests: DeviceTestCase {
         for device in [a, b, c] {
             XCTAssertEqual(try device.database.scalar("SELECT cover FROM albums WHERE id = ?1", [Self.album]).textValue, s1, device.deviceName)
             var bytes: [UInt8] = []
-            try device.readFile(s1) { bytes.append(contentsOf: $0) }
+            try Reader(device).readFile(s1) { bytes.append(contentsOf: $0) }
             XCTAssertEqual(bytes, Array("cover one".utf8))
         }
     }

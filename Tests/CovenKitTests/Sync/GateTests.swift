@@ -394,7 +394,7 @@ final class GateTests: DeviceTestCase {
         _ = try a.collectGarbage()
         XCTAssertTrue(FileManager.default.fileExists(atPath: storeFolder + "/" + object), "the bytes a's kept-back todo names stay")
         XCTAssertEqual(try a.database.scalar("SELECT place FROM coven_files WHERE id = ?1", [record]).textValue, "stored")
-        let (path, _) = try a.holdFile(record)
+        let (path, _) = try Reader(a).holdFile(record)
         XCTAssertEqual(try String(contentsOfFile: path, encoding: .utf8), "milk bytes")
     }
 

@@ -9,7 +9,7 @@ final class SyncFilesTests: DeviceTestCase {
 
     private func read(_ device: Device, _ file: String) throws -> [UInt8] {
         var bytes: [UInt8] = []
-        try device.readFile(file) { bytes.append(contentsOf: $0) }
+        try Reader(device).readFile(file) { bytes.append(contentsOf: $0) }
         return bytes
     }
 
