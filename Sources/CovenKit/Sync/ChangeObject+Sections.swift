@@ -137,19 +137,7 @@ extension ChangeObject {
                 throw CovenError(.updateRequired, "a published change uses a newer format than this coven supports", hint: "update coven to read it",
                                  cause: "algorithm \(body[7])", details: ["version": String(sectionsFormat)])
             }
-            var reader = ByteReader(Array(body))
-            let clear: (store: String, device: String, seq: UInt64, generation: UInt64, envelope: [UInt8])
-            var sealedSections: [(audience: String, generation: UInt64, sealed: [UInt8])] = []
-            do {
-                _ = try reader.take(8)
-                clear = (try reader.string(), try reader.string(), try reader.varint(), try reader.varint(), try readBytes(&reader))
-                let count = try reader.varint()
-                guard count <= UInt64(reader.remaining) else { throw failure("a count past the end") }
-                for _ in 0..<count { sealedSections.append((try reader.string(), try reader.varint(), try readBytes(&reader))) }
-                guard reader.isAtEnd else { throw failure("trailing bytes") }
-            } catch let error as CovenError where error.code == .decoding {
-                throw CovenError(.integrity, "a published change is damaged", cause: error.cause, details: ["reason": "decoding"])
-            }
+            let (clear, sealedSections) = try clearPart(body)
             guard clear.device == device, clear.seq == seq else {
                 throw CovenError(.integrity, "a published change names another device or seq than its path",
                                  cause: "it says seq \(clear.seq) of '\(clear.device)'", details: ["reason": "misplaced"])
@@ -171,31 +159,61 @@ extension ChangeObject {
                 throw CovenError(.integrity, "a published change's envelope names another store, device or seq than its clear part", details: ["reason": "misplaced"])
             }
             change.generation = clear.generation
-            var seen: Set<String> = []
-            var size = 0
-            for section in sealedSections {
-                guard seen.insert(section.audience).inserted, section.generation >= 1 else { throw failure("a section of '\(section.audience)' twice, or of generation 0") }
-                guard section.audience != RowAudiences.store || section.generation == clear.generation else {
-                    throw failure("a section of the store audience under another generation than the envelope's")
-                }
-                guard let key = section.audience == RowAudiences.store ? storeKey : try keyOf(section.audience, section.generation) else {
-                    change.unreadSections.append(SectionKey(audience: section.audience, generation: section.generation))
-                    continue
-                }
-                let compressed = try StoreSealer.open(section.sealed, storeKey: key,
-                                                      boundTo: sectionBinding(path, audience: section.audience, generation: section.generation))
-                let plaintext = try Zstd.decompress(compressed, maximumSize: maximumPlaintextSize - size, sized: true)
-                size += plaintext.count
-                var entryReader = ByteReader(plaintext)
-                let entries = try decodeEntries(&entryReader)
-                guard !entries.isEmpty else { throw failure("an empty section") }
-                change.sections.append(ChangeSection(audience: section.audience, entries: entries, generation: section.generation))
-            }
+            try openSections(sealedSections, into: &change, path: path, storeKey: storeKey, keyOf: keyOf)
             return change
         } catch let error as CovenError {
             var error = error
             error.details["path"] = path
             throw error
+        }
+    }
+
+    /// The clear part of a sections-format change (its signature already checked): the store,
+    /// device, seq and generation it names, the sealed envelope, and the sealed sections.
+    private static func clearPart(_ body: ArraySlice<UInt8>) throws -> (
+        clear: (store: String, device: String, seq: UInt64, generation: UInt64, envelope: [UInt8]),
+        sections: [(audience: String, generation: UInt64, sealed: [UInt8])]
+    ) {
+        var reader = ByteReader(Array(body))
+        var sealedSections: [(audience: String, generation: UInt64, sealed: [UInt8])] = []
+        do {
+            _ = try reader.take(8)
+            let clear = (store: try reader.string(), device: try reader.string(), seq: try reader.varint(), generation: try reader.varint(),
+                         envelope: try readBytes(&reader))
+            let count = try reader.varint()
+            guard count <= UInt64(reader.remaining) else { throw failure("a count past the end") }
+            for _ in 0..<count { sealedSections.append((try reader.string(), try reader.varint(), try readBytes(&reader))) }
+            guard reader.isAtEnd else { throw failure("trailing bytes") }
+            return (clear, sealedSections)
+        } catch let error as CovenError where error.code == .decoding {
+            throw CovenError(.integrity, "a published change is damaged", cause: error.cause, details: ["reason": "decoding"])
+        }
+    }
+
+    /// Opens every section this device holds the key of into `change` (the store's under the
+    /// envelope's key), naming the others in its ``unreadSections``; the plaintexts together
+    /// stay within ``maximumPlaintextSize``.
+    private static func openSections(_ sealedSections: [(audience: String, generation: UInt64, sealed: [UInt8])], into change: inout ChangeObject,
+                                     path: String, storeKey: FileKey, keyOf: (String, UInt64) throws -> FileKey?) throws {
+        var seen: Set<String> = []
+        var size = 0
+        for section in sealedSections {
+            guard seen.insert(section.audience).inserted, section.generation >= 1 else { throw failure("a section of '\(section.audience)' twice, or of generation 0") }
+            guard section.audience != RowAudiences.store || section.generation == change.generation else {
+                throw failure("a section of the store audience under another generation than the envelope's")
+            }
+            guard let key = section.audience == RowAudiences.store ? storeKey : try keyOf(section.audience, section.generation) else {
+                change.unreadSections.append(SectionKey(audience: section.audience, generation: section.generation))
+                continue
+            }
+            let compressed = try StoreSealer.open(section.sealed, storeKey: key,
+                                                  boundTo: sectionBinding(path, audience: section.audience, generation: section.generation))
+            let plaintext = try Zstd.decompress(compressed, maximumSize: maximumPlaintextSize - size, sized: true)
+            size += plaintext.count
+            var entryReader = ByteReader(plaintext)
+            let entries = try decodeEntries(&entryReader)
+            guard !entries.isEmpty else { throw failure("an empty section") }
+            change.sections.append(ChangeSection(audience: section.audience, entries: entries, generation: section.generation))
         }
     }
 

@@ -127,42 +127,14 @@ extension Uploads {
             }
             while let row = try statement.next() {
                 guard let object = row.string("object"), !excluded.contains(object) else { continue }
-                let state = UploadState(rawValue: row.string("state") ?? "") ?? .queued
-                if state == .sending || row.string("worker") != nil {
-                    let leaseUntil = row["lease_until"].doubleValue ?? 0
-                    let holder = row.string("worker").flatMap(WorkerIdentity.init(text:))
-                    let live = leaseUntil > now && !(holder?.isGoneHere ?? true)
-                    if live {
-                        wait.heldElsewhere += 1
-                        continue
-                    }
-                }
-                let moveState = row.string("move_state").flatMap(MoveState.init(rawValue:))
-                var task = UploadClaim.Task.send
-                if state == .retired {
-                    if row["upload_id"].isNull {
-                        // Nothing at the provider to abort: dropped below, once the queue is read.
-                        retiredNow.append(object)
-                        continue
-                    }
-                    task = .retire
-                } else if moveState == .cancelled {
-                    task = .cancel
-                } else if moveState == .failed || moveState == .done {
+                let claim: UploadClaim
+                switch Self.claimable(row, object: object, now: now, holdsBack: paused || networkBlocked, wait: &wait) {
+                case .skip: continue
+                case .retiredNow:
+                    retiredNow.append(object)
                     continue
+                case .claim(let found): claim = found
                 }
-                let nextAttempt = row["next_attempt_at"].doubleValue ?? 0
-                if nextAttempt > now {
-                    wait.nextAttempt = min(wait.nextAttempt ?? nextAttempt, nextAttempt)
-                    continue
-                }
-                let bound = (row.int("bound") ?? 0) != 0
-                if task == .send && !bound && (paused || networkBlocked) { continue }
-                let attempts = (row.int("attempts") ?? 0) + (task == .send ? 1 : 0)
-                let claim = UploadClaim(
-                    task: task, object: object, move: row.string("move"), bound: bound, attempts: attempts,
-                    bytesTotal: row.int("bytes_total") ?? 0, uploadID: row.string("upload_id"), partSize: row.int("part_size"),
-                    resumed: row.string("worker") != nil)
                 if let first = claims.first {
                     // Only whole objects batch; the batch ends at the first that does not fit.
                     guard batches(first), batches(claim), bytes + claim.bytesTotal <= batchBytes else { break }
@@ -184,6 +156,51 @@ extension Uploads {
             }
             return .success(claims)
         }
+    }
+
+    /// What one queued upload's row says to a claim now: nothing (held by a live worker, waiting
+    /// its next attempt, its move over, or paused), a retired upload with nothing at the
+    /// provider to drop, or a claim. `wait` learns why nothing can be claimed yet.
+    private enum Claimable {
+        case skip
+        case retiredNow
+        case claim(UploadClaim)
+    }
+
+    private static func claimable(_ row: Row, object: String, now: Double, holdsBack: Bool, wait: inout ClaimWait) -> Claimable {
+        let state = UploadState(rawValue: row.string("state") ?? "") ?? .queued
+        if state == .sending || row.string("worker") != nil {
+            let leaseUntil = row["lease_until"].doubleValue ?? 0
+            let holder = row.string("worker").flatMap(WorkerIdentity.init(text:))
+            let live = leaseUntil > now && !(holder?.isGoneHere ?? true)
+            if live {
+                wait.heldElsewhere += 1
+                return .skip
+            }
+        }
+        let moveState = row.string("move_state").flatMap(MoveState.init(rawValue:))
+        var task = UploadClaim.Task.send
+        if state == .retired {
+            // Nothing at the provider to abort: dropped once the queue is read.
+            if row["upload_id"].isNull { return .retiredNow }
+            task = .retire
+        } else if moveState == .cancelled {
+            task = .cancel
+        } else if moveState == .failed || moveState == .done {
+            return .skip
+        }
+        let nextAttempt = row["next_attempt_at"].doubleValue ?? 0
+        if nextAttempt > now {
+            wait.nextAttempt = min(wait.nextAttempt ?? nextAttempt, nextAttempt)
+            return .skip
+        }
+        let bound = (row.int("bound") ?? 0) != 0
+        if task == .send && !bound && holdsBack { return .skip }
+        let attempts = (row.int("attempts") ?? 0) + (task == .send ? 1 : 0)
+        return .claim(UploadClaim(
+            task: task, object: object, move: row.string("move"), bound: bound, attempts: attempts,
+            bytesTotal: row.int("bytes_total") ?? 0, uploadID: row.string("upload_id"), partSize: row.int("part_size"),
+            resumed: row.string("worker") != nil))
     }
 
     /// Renews `worker`'s leases on `objects` and says, for each, whether its upload is still

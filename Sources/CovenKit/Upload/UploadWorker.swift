@@ -348,26 +348,7 @@ private final class Job {
                 let provider = handle.provider
                 while let item = work.next() {
                     defer { work.done(item) }
-                    if stop.isRequested {
-                        ends[item.index] = .stopped(.interrupted)
-                        continue
-                    }
-                    do {
-                        // Sent before by a run a kill stopped: storage holds it whole already.
-                        if item.resumed, let info = try? provider.head(item.object), info.size == item.total {
-                            ends[item.index] = .stored
-                            continue
-                        }
-                        let bytes = try UploadSender.sealWhole(source: item.source, sealer: item.sealer, total: item.total)
-                        try provider.putPending(item.object, data: bytes)
-                        ends[item.index] = .stored
-                    } catch let stopped as UploadStop {
-                        ends[item.index] = .stopped(stopped)
-                    } catch let error as CovenError where error.code == .interrupted {
-                        ends[item.index] = .stopped(.interrupted)
-                    } catch {
-                        ends[item.index] = .failed(error.asCovenError)
-                    }
+                    ends[item.index] = stop.isRequested ? .stopped(.interrupted) : Self.send(item, provider: provider)
                 }
             }
         }
@@ -397,6 +378,26 @@ private final class Job {
             if case .failed(let error) = ends[index], error.code == .storage, error.storageFailure == .denied { shared.deny() }
             shared.record(outcome, files: files)
             events(.finished(object: claim.object, files: files, outcome: outcome))
+        }
+    }
+
+    /// Seals and sends one whole object of a batch, not yet durable (the batch makes its
+    /// objects durable together): how its attempt ends.
+    private static func send(_ item: BatchItem, provider: any StorageProvider) -> AttemptEnd {
+        do {
+            // Sent before by a run a kill stopped: storage holds it whole already.
+            if item.resumed, let info = try? provider.head(item.object), info.size == item.total {
+                return .stored
+            }
+            let bytes = try UploadSender.sealWhole(source: item.source, sealer: item.sealer, total: item.total)
+            try provider.putPending(item.object, data: bytes)
+            return .stored
+        } catch let stopped as UploadStop {
+            return .stopped(stopped)
+        } catch let error as CovenError where error.code == .interrupted {
+            return .stopped(.interrupted)
+        } catch {
+            return .failed(error.asCovenError)
         }
     }
 
