@@ -39,9 +39,9 @@ public enum TestStores {
     public static func join(paths: DevicePaths, from first: Device, name: String?, environment: [String: String]? = nil) throws -> Device {
         if try Members(first).memberID() != nil {
             let identity = try MemberIdentity(contentsOf: first.paths.memberIdentity)
-            return try Device.join(paths: paths, storage: first.storage, identity: identity, name: name, environment: environment)
+            return try DeviceSetup.join(paths: paths, storage: first.storage, identity: identity, name: name, environment: environment)
         }
-        return try Device.join(paths: paths, storage: first.storage, storeKey: try first.keys.storeKeyBytes(), name: name, environment: environment)
+        return try DeviceSetup.join(paths: paths, storage: first.storage, storeKey: try first.keys.storeKeyBytes(), name: name, environment: environment)
     }
 
     /// The identity of the member `device` belongs to; nil in a store without members.

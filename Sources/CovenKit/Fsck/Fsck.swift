@@ -243,7 +243,7 @@ public final class Fsck {
             guard Snapshot.parse(info.key) != nil else { continue }
             checkedAgain(info.key)
             do {
-                let objects = try Device.snapshotObjects(provider: provider, info: info, keys: keys)
+                let objects = try DeviceSetup.snapshotObjects(provider: provider, info: info, keys: keys)
                 snapshotNamed.formUnion(objects)
                 pending.append(.init(key: info.key, kind: "snapshot", at: Date().timeIntervalSince1970, bytes: info.size, result: "ok"))
             } catch let error as CovenError where [.integrity, .decoding, .missing, .updateRequired].contains(error.code) {

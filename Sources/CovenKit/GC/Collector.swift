@@ -214,7 +214,7 @@ struct Collector {
         for info in listing {
             guard let (owner, seq) = Snapshot.parse(info.key) else { continue }
             do {
-                let manifest = try Device.peekManifest(provider: provider, info: info, keys: keys)
+                let manifest = try DeviceSetup.peekManifest(provider: provider, info: info, keys: keys)
                 var coverage = manifest.frontier
                 coverage[owner] = max(coverage[owner] ?? 0, seq)
                 let snapshot = SnapshotInfo(key: info.key, size: info.size, device: owner, seq: seq, coverage: coverage, newestStamp: manifest.createdAt,
@@ -610,14 +610,14 @@ final class SnapshotObjects {
         if let known = lists[snapshot.key] { return try known.get() }
         let result: Result<Set<String>, CovenError>
         do {
-            var objects = try Device.snapshotObjects(provider: provider, info: ObjectInfo(key: snapshot.key, size: snapshot.size), keys: keys)
+            var objects = try DeviceSetup.snapshotObjects(provider: provider, info: ObjectInfo(key: snapshot.key, size: snapshot.size), keys: keys)
             // And its circles' parts: a device joining from it reads those its member is in.
             for (circle, generation) in snapshot.parts.sorted(by: { $0.key < $1.key }) {
                 guard let part = snapshot.partObjects[circle] else { continue }  // never stored: names nothing
                 guard let key = try keys.key(audience: circle, generation: generation) else {
                     throw CovenError(.keyUnavailable, "its part '\(part.key)' is of a circle this device cannot read", details: ["object": part.key])
                 }
-                objects.formUnion(try Device.snapshotObjects(provider: provider, info: part, keys: keys, opening: key))
+                objects.formUnion(try DeviceSetup.snapshotObjects(provider: provider, info: part, keys: keys, opening: key))
             }
             result = .success(objects)
         } catch let error as CovenError {

@@ -24,7 +24,7 @@ public struct SnapshotJoin: Sendable, Equatable {
     public var resumed = false
 }
 
-extension Device {
+extension DeviceSetup {
     /// Finds the newest snapshot of the store whose schema this device can read and unpacks
     /// its database at `path`: the snapshots are ranked by how much history they hold (their
     /// seq and frontier, read from each one's first chunk), and one that is of a newer schema,

@@ -176,12 +176,12 @@ struct SnapshotParts {
     /// The manifest of part `info` of `circle`, and the key that opens it, from its first
     /// chunk. - Throws: `.keyUnavailable` when this device holds no key of its generation.
     private func peek(provider: StorageProvider, info: ObjectInfo, keys: Keyring, circle: String) throws -> (SnapshotManifest, FileKey) {
-        let first = try Device.firstChunk(provider: provider, info: info)
+        let first = try DeviceSetup.firstChunk(provider: provider, info: info)
         // Which generation: the part's own manifest says, inside; try the keys held, newest first.
         let generations = try keys.generations(audience: circle)
         for generation in generations {
             guard let key = try keys.key(audience: circle, generation: generation),
-                  let manifest = try Device.manifest(inFirstChunk: first, info: info, keys: keys, key: key) else { continue }
+                  let manifest = try DeviceSetup.manifest(inFirstChunk: first, info: info, keys: keys, key: key) else { continue }
             guard let part = Self.parse(info.key), manifest.audience == circle, manifest.device == part.device, manifest.seq == part.seq,
                   manifest.store == device.storeID, manifest.generation == generation else {
                 throw CovenError(.integrity, "snapshot part '\(info.key)' says it is another part", details: ["object": info.key])
@@ -202,7 +202,7 @@ struct SnapshotParts {
         let base = device.paths.temporary + "/" + Device.snapshotTemporaryPrefix + String(getpid()) + "-" + Identifier.objectName()
         let path = base + ".part.db"
         defer { for suffix in ["", "-journal", "-wal", "-shm"] { unlink(path + suffix) } }
-        try Device.unpackSnapshot(provider: provider, key: info.key, expected: manifest, keys: keys, opening: key, into: path, temporary: device.paths.temporary)
+        try DeviceSetup.unpackSnapshot(provider: provider, key: info.key, expected: manifest, keys: keys, opening: key, into: path, temporary: device.paths.temporary)
         let part = try Database(path: path, readOnly: true)
         var applier = ChangeApplier(device: device, authorizer: authorizer)
         let circle = manifest.audience

@@ -172,7 +172,7 @@ public final class Device {
     ) throws -> Device {
         let fm = FileManager.default
         try refuseExisting(paths)
-        if let name { try checkDeviceName(name) }
+        if let name { try DeviceNameText.check(name) }
         if try provider.head("store.json") != nil {
             throw CovenError(.alreadyExists, "a store already exists at '\(storage)'", hint: "join it from another device's snapshot, or use another storage URL")
         }

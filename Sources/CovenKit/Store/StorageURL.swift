@@ -24,9 +24,9 @@ public struct StorageURL {
     public func set(_ location: StorageLocation, environment: [String: String]? = nil, wait: Bool = true) throws {
         let lock = try device.lock(wait: wait)
         defer { _ = lock }
-        try Device.refuseMissingFolder(location)
+        try DeviceSetup.refuseMissingFolder(location)
         let provider = try StorageConnector(location: location, environment: environment ?? device.storageEnvironment).connect()
-        let storeID = try Device.readStoreID(provider: provider, storage: location)
+        let storeID = try DeviceSetup.readStoreID(provider: provider, storage: location)
         guard storeID == device.storeID else {
             throw CovenError(.invalidState, "the store at '\(location)' is store \(storeID), not this device's store \(device.storeID)",
                              hint: "give the URL where store \(device.storeID) now is", details: ["store": storeID, "storage": location.description])

@@ -1,6 +1,13 @@
 import Foundation
 
-extension Device {
+/// Making a device: joining a store (by its key, or as a member with an identity), from the
+/// newest snapshot this device can read, resumable after a kill. The first device of a store is
+/// made by ``Device/create(paths:storage:manifest:name:provider:)``.
+///
+/// ```swift
+/// let device = try DeviceSetup.join(paths: paths, storage: url, identity: identity, name: "laptop")
+/// ```
+public enum DeviceSetup {
     /// Makes a new device of the existing store at `storage`, with a fresh device id: reads the
     /// store's sealed manifest (refusing a wrong key before anything is written), builds the
     /// database by the manifest's migrations, announces the device in `devices/`, and learns of
@@ -27,7 +34,7 @@ extension Device {
     /// store of members is refused, as its device would belong to no member.
     static func join(paths: DevicePaths, storage: StorageLocation, storeKey keyBytes: [UInt8], name: String?,
                      environment: [String: String]?, asMember: Bool, generations: [UInt64: FileKey] = [:]) throws -> Device {
-        if let name { try checkDeviceName(name) }
+        if let name { try DeviceNameText.check(name) }
         let target = try joinTarget(paths)
         guard keyBytes.count == 32 else {
             throw CovenError(.usage, "a store key is 32 bytes (64 hex digits, as 'coven key export' prints it), not \(keyBytes.count)")
@@ -54,9 +61,9 @@ extension Device {
         let parent = (paths.database as NSString).deletingLastPathComponent
         var created = false
         defer { if !created { try? FileManager.default.removeItem(atPath: paths.folder) } }
-        try makeFolder(parent, mode: 0o700)
-        try makeFolder(paths.folder, mode: 0o700)
-        for folder in [paths.copies, paths.cache, paths.partial, paths.temporary] { try makeFolder(folder, mode: 0o700) }
+        try Device.makeFolder(parent, mode: 0o700)
+        try Device.makeFolder(paths.folder, mode: 0o700)
+        for folder in [paths.copies, paths.cache, paths.partial, paths.temporary] { try Device.makeFolder(folder, mode: 0o700) }
         let lock = try DeviceLock(path: paths.lock, wait: false)
         defer { _ = lock }
         let deviceID = Identifier.uuid4()
@@ -69,28 +76,28 @@ extension Device {
         }
         let deviceName = name ?? uniqueName(ProcessInfo.processInfo.hostName, taken: Set(taken.keys))
         let now = Timestamp.iso8601(Date())
-        defer { for suffix in ["", "-wal", "-shm"] { unlink(building(paths) + suffix) } }
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(Device.building(paths) + suffix) } }
         // The newest snapshot this device can read becomes its database; the pull that follows
         // brings the rest.
         let snapshot = try restoreSnapshot(provider: provider, keys: keys, storeID: storeID, manifest: manifest,
-                                           into: building(paths), temporary: paths.temporary)
-        try buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest,
+                                           into: Device.building(paths), temporary: paths.temporary)
+        try Device.buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest,
                           joinedAt: now, publicKey: signingKey.publicKey, storeKeyCheck: try Keyring.storeKeyCheck(keyBytes), fromSnapshot: snapshot.manifest)
         try AtomicFile.write(paths.storeKey, bytes: keyBytes, mode: 0o600)
         try signingKey.write(to: paths.signingKey)
-        let entry = registryEntryKey(deviceID)
+        let entry = Device.registryEntryKey(deviceID)
         let sealedEntry = try DeviceEntry(device: deviceID, name: deviceName, joinedAt: now, publicKey: signingKey.publicKey).seal(keys: keys)
         guard try provider.putIfAbsent(entry, data: sealedEntry) else {
             throw CovenError(.alreadyExists, "the device registry of '\(storage)' already has an entry '\(entry)'")
         }
-        guard rename(building(paths), paths.database) == 0 else {
+        guard rename(Device.building(paths), paths.database) == 0 else {
             try? provider.delete(entry)
             throw CovenError.posix("rename database into", path: paths.database)
         }
         try AtomicFile.syncFolder(parent)
         created = true
         unlink(joinMarker(paths))
-        let device = try open(paths: paths)
+        let device = try Device.open(paths: paths)
         device.storageEnvironment = environment
         device.joinedFrom = snapshot
         try StoreSync(device).refreshDevices(provider: provider, keys: device.keys)
@@ -108,16 +115,16 @@ extension Device {
             throw CovenError(.usage, "the store at '\(storage)' has members: a new device joins as one of them",
                              hint: "join with the member's identity: 'coven join URL --identity FILE' ('coven member export' writes it on one of the member's devices)")
         }
-        guard let sealedManifest = try provider.getObject(manifestKey) else {
+        guard let sealedManifest = try provider.getObject(Device.manifestKey) else {
             throw CovenError(.missing, "the store at '\(storage)' has no manifest", hint: "run 'coven migrate --manifest FILE' on one of its devices to publish it",
-                             details: ["object": manifestKey])
+                             details: ["object": Device.manifestKey])
         }
         let manifestText: [UInt8]
         do {
             manifestText = try keys.open(sealedManifest)
         } catch let error as CovenError where error.code == .integrity {
             throw CovenError(.integrity, "this key does not open the store at '\(storage)'", hint: "pass the key 'coven key export' prints on one of its devices",
-                             cause: error.description, details: ["object": manifestKey])
+                             cause: error.description, details: ["object": Device.manifestKey])
         }
         return (provider, storeID, try Manifest(json: Data(manifestText)))
     }
@@ -126,9 +133,9 @@ extension Device {
     /// published anything), unless it is gone already.
     private static func markUnfinishedGone(_ previous: String, by deviceID: String, signingKey: DeviceSigningKey, provider: StorageProvider,
                                            keys: Keyring, storeID: String) throws {
-        guard try provider.head(registryEntryKey(previous)) != nil, try provider.head(registryEntryKey(previous) + goneSuffix) == nil else { return }
+        guard try provider.head(Device.registryEntryKey(previous)) != nil, try provider.head(Device.registryEntryKey(previous) + Device.goneSuffix) == nil else { return }
         let mark = GoneMark(device: previous, goneAt: Timestamp.iso8601(Date()), removedBy: deviceID)
-        _ = try provider.putIfAbsent(registryEntryKey(previous) + goneSuffix, data: try mark.seal(keys: keys, store: storeID, signer: signingKey))
+        _ = try provider.putIfAbsent(Device.registryEntryKey(previous) + Device.goneSuffix, data: try mark.seal(keys: keys, store: storeID, signer: signingKey))
     }
 
     /// Makes a new device of the store at `storage` for the member whose identity is
@@ -142,7 +149,7 @@ extension Device {
     ///   join by key otherwise.
     public static func join(paths: DevicePaths, storage: StorageLocation, identity: MemberIdentity, name: String?,
                             environment: [String: String]? = nil) throws -> Device {
-        if let name { try checkDeviceName(name) }
+        if let name { try DeviceNameText.check(name) }
         try refuseMissingFolder(storage)
         let provider = try StorageConnector(location: storage, environment: environment).connect()
         let storeID = try readStoreID(provider: provider, storage: storage)
@@ -187,20 +194,20 @@ extension Device {
     ///   process is joining there now.
     static func joinTarget(_ paths: DevicePaths) throws -> JoinTarget {
         do {
-            try refuseExisting(paths)
+            try Device.refuseExisting(paths)
             return .fresh
         } catch let error as CovenError where error.code == .alreadyExists {
             var info = stat()
             if lstat(paths.database, &info) == 0 { return .joined }
             let marker = joinMarker(paths)
-            guard access(marker, F_OK) == 0 || access(building(paths), F_OK) == 0 else { throw error }
+            guard access(marker, F_OK) == 0 || access(Device.building(paths), F_OK) == 0 else { throw error }
             guard let lock = try? DeviceLock(path: paths.lock, wait: false) else {
                 throw CovenError(.alreadyExists, "a join into '\(paths.database)' is under way in another process",
                                  hint: "wait for it to finish, or pass another --db", details: ["path": paths.database])
             }
             defer { _ = lock }
             let previous = (try? String(contentsOfFile: marker, encoding: .utf8)).flatMap { $0.isEmpty ? nil : $0 }
-            for suffix in ["", "-wal", "-shm", "-journal"] { unlink(building(paths) + suffix) }
+            for suffix in ["", "-wal", "-shm", "-journal"] { unlink(Device.building(paths) + suffix) }
             // No database, so no journal of one: a stale one would be replayed into the new.
             for suffix in ["-wal", "-shm", "-journal"] { unlink(paths.database + suffix) }
             do {
@@ -217,7 +224,7 @@ extension Device {
     /// `storeID` under this key, for the caller's pull to finish.
     private static func resumeJoin(paths: DevicePaths, storage: StorageLocation, storeID: String, storeKey keyBytes: [UInt8],
                                    environment: [String: String]?) throws -> Device {
-        let device = try open(paths: paths)
+        let device = try Device.open(paths: paths)
         guard device.storeID == storeID, try device.keys.storeKeyBytes() == keyBytes else {
             throw CovenError(.alreadyExists, "a coven device ('\(device.deviceName)', \(device.deviceID)) of store \(device.storeID) already exists at '\(paths.database)'",
                              hint: "it is not of the store at '\(storage)': pass another --db to join that one", details: ["path": paths.database, "device": device.deviceID])
@@ -242,7 +249,7 @@ extension Device {
             throw CovenError(.decoding, "'\(storage)/store.json' is not a coven store", details: ["object": "store.json"])
         }
         let format = (store["coven_store"] as? NSNumber)?.intValue ?? 0
-        guard format <= storeFormat else {
+        guard format <= Device.storeFormat else {
             throw CovenError(.updateRequired, "the store at '\(storage)' has format \(format), newer than this coven writes", hint: "update coven")
         }
         return storeID
@@ -257,29 +264,15 @@ extension Device {
                          details: ["object": "store.json", "path": directory])
     }
 
-    /// Refuses a device name that is empty or holds a control character (a newline or tab
-    /// would break every line-based listing of devices).
-    ///
-    /// - Throws: `.usage`.
-    public static func checkDeviceName(_ name: String) throws {
-        guard !name.trimmingCharacters(in: .whitespaces).isEmpty else {
-            throw CovenError(.usage, "--name takes a name, not an empty word", hint: "leave --name out to use the host name")
-        }
-        if let bad = name.unicodeScalars.first(where: { $0.properties.generalCategory == .control }) {
-            throw CovenError(.usage, "a device name cannot hold a control character (\(DeviceNameText.escape(String(bad))) in '\(DeviceNameText.escape(name))')",
-                             hint: "pass a name of letters, digits, spaces and punctuation with --name", details: ["name": name])
-        }
-    }
-
     /// The names of the store's devices not gone for good, each with its device's id, read
     /// from `devices/` (one listing, one read per entry).
     static func liveDeviceNames(provider: StorageProvider, keys: Keyring) throws -> [String: String] {
         let listed = try provider.list(prefix: "devices/").map { String($0.key.dropFirst("devices/".count)) }
-        let gone = Set(listed.filter { $0.hasSuffix(goneSuffix) }.map { String($0.dropLast(goneSuffix.count)) })
+        let gone = Set(listed.filter { $0.hasSuffix(Device.goneSuffix) }.map { String($0.dropLast(Device.goneSuffix.count)) })
         var names: [String: String] = [:]
         for id in listed where Identifier.isCanonicalUUID(id) && !gone.contains(id) {
-            guard let sealed = try provider.getObject(registryEntryKey(id)) else { continue }
-            let entry = try DeviceEntry.open(sealed, path: registryEntryKey(id), keys: keys)
+            guard let sealed = try provider.getObject(Device.registryEntryKey(id)) else { continue }
+            let entry = try DeviceEntry.open(sealed, path: Device.registryEntryKey(id), keys: keys)
             names[entry.name] = entry.device
         }
         return names
@@ -291,28 +284,5 @@ extension Device {
         var number = 2
         while taken.contains("\(base)-\(number)") { number += 1 }
         return "\(base)-\(number)"
-    }
-}
-
-/// Device names in text output: a control character (left by an older coven) or a backslash
-/// printed as an escape (`\t`, `\n`, `\\`, `\xNN`), so one name stays on one line and field.
-public enum DeviceNameText {
-    public static func escape(_ name: String) -> String {
-        var text = ""
-        for scalar in name.unicodeScalars {
-            switch scalar {
-            case "\\": text += "\\\\"
-            case "\t": text += "\\t"
-            case "\n": text += "\\n"
-            case "\r": text += "\\r"
-            default:
-                if scalar.properties.generalCategory == .control {
-                    text += scalar.value < 0x100 ? String(format: "\\x%02x", scalar.value) : String(format: "\\u{%x}", scalar.value)
-                } else {
-                    text.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return text
     }
 }

@@ -49,17 +49,17 @@ struct JoinCommand: Command {
         if let identityPath = invocation.value("identity") {
             if invocation.value("key-file") != nil { throw CovenError(.usage, "--identity and --key-file: pass one") }
             let identity = try decodingIdentity { try MemberIdentity(contentsOf: identityPath) }
-            device = try Device.join(paths: DevicePaths(database: context.databasePath), storage: storage, identity: identity, name: invocation.value("name"))
+            device = try DeviceSetup.join(paths: DevicePaths(database: context.databasePath), storage: storage, identity: identity, name: invocation.value("name"))
         } else {
             let (text, source) = try readKeyText(invocation, context)
             if MemberIdentity.looksLikeIdentity(text) {
                 // What 'coven key export' prints in a store of members: the member's identity.
                 let identity = try decodingIdentity { try MemberIdentity(text: text, source: source) }
-                device = try Device.join(paths: DevicePaths(database: context.databasePath), storage: storage, identity: identity, name: invocation.value("name"))
+                device = try DeviceSetup.join(paths: DevicePaths(database: context.databasePath), storage: storage, identity: identity, name: invocation.value("name"))
             } else {
                 let key = try parseKey(text)
                 keyStore = key.store
-                device = try Device.join(paths: DevicePaths(database: context.databasePath), storage: storage, storeKey: key.bytes, name: invocation.value("name"))
+                device = try DeviceSetup.join(paths: DevicePaths(database: context.databasePath), storage: storage, storeKey: key.bytes, name: invocation.value("name"))
             }
         }
         if let store = keyStore, store != device.storeID {

@@ -65,7 +65,7 @@ final class GCModelTests: XCTestCase {
             devices = try SeededRuns.devices(2, in: work, manifest: Self.manifest, kind: .members)
             let identity = try MemberIdentity()
             _ = try Members(devices[0]).add(name: "m1", recipient: identity.recipient.description, admin: false)
-            devices.append(try Device.join(paths: DevicePaths(database: work + "/d2/device.db"), storage: devices[0].storage, identity: identity, name: "d2"))
+            devices.append(try DeviceSetup.join(paths: DevicePaths(database: work + "/d2/device.db"), storage: devices[0].storage, identity: identity, name: "d2"))
             _ = try StoreSync(devices[1]).sync()
         } else {
             devices = try SeededRuns.devices(3, in: work, manifest: Self.manifest, kind: .noMember)
@@ -82,10 +82,10 @@ final class GCModelTests: XCTestCase {
             // The newest two snapshots are retained: a device joining from one reads its files.
             // Ordered as a join picks them: coverage, then age.
             let snapshots = try provider.list(prefix: "snapshots/").map { info in
-                (info, try Device.peekManifest(provider: provider, info: info, keys: keys))
+                (info, try DeviceSetup.peekManifest(provider: provider, info: info, keys: keys))
             }.sorted { ($0.1.coverage, $0.1.createdAt, $0.0.key) > ($1.1.coverage, $1.1.createdAt, $1.0.key) }.map(\.0)
             for info in snapshots.prefix(2) {
-                let gone = try Device.snapshotObjects(provider: provider, info: info, keys: keys).subtracting(present)
+                let gone = try DeviceSetup.snapshotObjects(provider: provider, info: info, keys: keys).subtracting(present)
                 if !gone.isEmpty { return "\(when): objects snapshot \(info.key) names are gone: \(gone.sorted())" }
             }
             let missing = try named(live).subtracting(present)
@@ -211,7 +211,7 @@ final class GCModelTests: XCTestCase {
                 let report = try device.collectGarbage(goneDevices: true)
                 trace("final gc on \(device.deviceName): deleted \(report.deleted.map(\.key)) kept \(report.kept.map { "\($0.key) \($0.reason)" })")
                 for info in try provider.list(prefix: "snapshots/") {
-                    let manifest = try Device.peekManifest(provider: provider, info: info, keys: keys)
+                    let manifest = try DeviceSetup.peekManifest(provider: provider, info: info, keys: keys)
                     trace("  snapshot \(info.key) coverage \(manifest.coverage) at \(manifest.createdAt) frontier \(manifest.frontier)")
                 }
                 deleted += report.deleted.filter { $0.kind == .file }.count
@@ -223,7 +223,7 @@ final class GCModelTests: XCTestCase {
         }
         var referenced = try named(live, anyPlace: true)
         for info in try provider.list(prefix: "snapshots/") {
-            referenced.formUnion(try Device.snapshotObjects(provider: provider, info: info, keys: keys))
+            referenced.formUnion(try DeviceSetup.snapshotObjects(provider: provider, info: info, keys: keys))
         }
         let leaked = try stored().subtracting(referenced)
         if tracing {

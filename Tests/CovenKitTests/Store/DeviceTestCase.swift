@@ -106,7 +106,7 @@ class DeviceTestCase: XCTestCase {
 
     /// A device of the store `device` is in, for the member whose identity is `identity`.
     func join(_ name: String, from device: Device, identity: MemberIdentity) throws -> Device {
-        try Device.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, identity: identity, name: name,
+        try DeviceSetup.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, identity: identity, name: name,
                         environment: s3?.environment)
     }
 

@@ -36,7 +36,7 @@ class MembersTests: DeviceTestCase {
         // A second establish is refused; a new device joins as a member, not with the key.
         assertCovenError(.exists) { try members.establish(name: "alice") }
         assertCovenError(.usage) {
-            try Device.join(paths: DevicePaths(database: work + "/keyed/device.db"), storage: device.storage, storeKey: try device.keys.storeKeyBytes(),
+            try DeviceSetup.join(paths: DevicePaths(database: work + "/keyed/device.db"), storage: device.storage, storeKey: try device.keys.storeKeyBytes(),
                             name: "keyed", environment: s3?.environment)
         }
         XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/keyed/device.db"))
@@ -253,8 +253,8 @@ class MembersTests: DeviceTestCase {
         // device reads and a device joining later starts from.
         let snapshot = try laptop.snapshot()
         let info = try XCTUnwrap(try provider.list(prefix: "snapshots/").first { $0.key == snapshot.key })
-        assertCovenError(.integrity) { _ = try Device.peekManifest(provider: provider, info: info, keys: bobKeys) }
-        XCTAssertEqual(try Device.peekManifest(provider: provider, info: info, keys: phone.keys), snapshot.manifest)
+        assertCovenError(.integrity) { _ = try DeviceSetup.peekManifest(provider: provider, info: info, keys: bobKeys) }
+        XCTAssertEqual(try DeviceSetup.peekManifest(provider: provider, info: info, keys: phone.keys), snapshot.manifest)
         let tablet = try join("tablet", from: laptop, identity: alice)
         XCTAssertEqual(tablet.joinedFrom?.key, snapshot.key)
         _ = try StoreSync(tablet).sync()

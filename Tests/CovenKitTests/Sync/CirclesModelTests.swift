@@ -71,8 +71,8 @@ final class CirclesModelTests: XCTestCase {
         let bobIdentity = try MemberIdentity(), carolIdentity = try MemberIdentity()
         _ = try Members(a).add(name: "bob", recipient: bobIdentity.recipient.description, admin: false)
         _ = try Members(a).add(name: "carol", recipient: carolIdentity.recipient.description, admin: false)
-        let b = try Device.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, identity: bobIdentity, name: "b")
-        let c = try Device.join(paths: DevicePaths(database: work + "/c/device.db"), storage: a.storage, identity: carolIdentity, name: "c")
+        let b = try DeviceSetup.join(paths: DevicePaths(database: work + "/b/device.db"), storage: a.storage, identity: bobIdentity, name: "b")
+        let c = try DeviceSetup.join(paths: DevicePaths(database: work + "/c/device.db"), storage: a.storage, identity: carolIdentity, name: "c")
         let circle = try Circles(a).create(name: "couple", members: ["bob"]).circle.id
         let x = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d0001", y = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d0002"
         func syncAll() throws { for _ in 0..<2 { for device in [a, b, c] { _ = try StoreSync(device).sync() } } }
@@ -137,7 +137,7 @@ final class CirclesModelTests: XCTestCase {
         var nodes = [Node(first, member: ownerID)]
         var deviceCount = 1
         func join(_ member: String) throws -> Node {
-            let device = try Device.join(paths: DevicePaths(database: work + "/d\(deviceCount)/device.db"), storage: first.storage,
+            let device = try DeviceSetup.join(paths: DevicePaths(database: work + "/d\(deviceCount)/device.db"), storage: first.storage,
                                          identity: try XCTUnwrap(identities[member]), name: "d\(deviceCount)")
             deviceCount += 1
             let node = Node(device, member: member)

@@ -12,7 +12,7 @@ final class DeviceNameTests: DeviceTestCase {
         XCTAssertEqual(first.deviceName, host)
         var names: [String] = []
         for index in 1...2 {
-            let joined = try Device.join(paths: DevicePaths(database: work + "/j\(index)/device.db"), storage: first.storage,
+            let joined = try DeviceSetup.join(paths: DevicePaths(database: work + "/j\(index)/device.db"), storage: first.storage,
                                          storeKey: try first.keys.storeKeyBytes(), name: nil)
             names.append(joined.deviceName)
         }
@@ -20,13 +20,13 @@ final class DeviceNameTests: DeviceTestCase {
         // A gone device's name is free again.
         let removed = try StoreSync(first).removeDevice("\(host)-2")
         XCTAssertEqual(try StoreSync(first).devices().first { $0.id == removed.id }?.name, "\(host)-2")
-        let again = try Device.join(paths: DevicePaths(database: work + "/j3/device.db"), storage: first.storage,
+        let again = try DeviceSetup.join(paths: DevicePaths(database: work + "/j3/device.db"), storage: first.storage,
                                     storeKey: try first.keys.storeKeyBytes(), name: nil)
         XCTAssertEqual(again.deviceName, "\(host)-2")
     }
 
     func testUniqueNameSkipsTakenSuffixes() {
-        XCTAssertEqual(Device.uniqueName("host", taken: []), "host")
-        XCTAssertEqual(Device.uniqueName("host", taken: ["host", "host-2", "host-4"]), "host-3")
+        XCTAssertEqual(DeviceSetup.uniqueName("host", taken: []), "host")
+        XCTAssertEqual(DeviceSetup.uniqueName("host", taken: ["host", "host-2", "host-4"]), "host-3")
     }
 }

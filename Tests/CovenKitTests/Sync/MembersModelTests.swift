@@ -147,7 +147,7 @@ final class MembersModelTests: XCTestCase {
                 names[added.member.id] = name
                 memberIndex[added.member.id] = memberCount - 1
                 for _ in 0..<(1 + random.below(2)) {
-                    let device = try Device.join(paths: DevicePaths(database: work + "/d\(deviceCount)/device.db"), storage: first.storage, identity: identity,
+                    let device = try DeviceSetup.join(paths: DevicePaths(database: work + "/d\(deviceCount)/device.db"), storage: first.storage, identity: identity,
                                                  name: "d\(deviceCount)")
                     deviceCount += 1
                     nodes.append(Node(device, member: added.member.id))
@@ -173,7 +173,7 @@ final class MembersModelTests: XCTestCase {
                 // A device of a member on the roster joins again by identity.
                 guard random.below(3) == 0, let member = pick(Set(live.map(\.member)).sorted()),
                       let identity = identities[member] else { continue }
-                let device = try Device.join(paths: DevicePaths(database: work + "/d\(deviceCount)/device.db"), storage: first.storage, identity: identity,
+                let device = try DeviceSetup.join(paths: DevicePaths(database: work + "/d\(deviceCount)/device.db"), storage: first.storage, identity: identity,
                                              name: "d\(deviceCount)")
                 deviceCount += 1
                 nodes.append(Node(device, member: member))

@@ -267,7 +267,7 @@ final class SyncTests: DeviceTestCase {
     func testJoinWithAWrongKeyWritesNothing() throws {
         let a = try makeDevice(name: "a", kind: .noMember)
         let target = DevicePaths(database: work + "/wrong/device.db")
-        XCTAssertThrowsError(try Device.join(paths: target, storage: a.storage, storeKey: [UInt8](repeating: 7, count: 32), name: "w")) {
+        XCTAssertThrowsError(try DeviceSetup.join(paths: target, storage: a.storage, storeKey: [UInt8](repeating: 7, count: 32), name: "w")) {
             XCTAssertEqual(($0 as? CovenError)?.code, .integrity)
         }
         XCTAssertFalse(FileManager.default.fileExists(atPath: target.database))
@@ -280,8 +280,8 @@ final class SyncTests: DeviceTestCase {
     func testJoinOfAStoreOfMembersWithoutAMembersIdentityWritesNothing() throws {
         let a = try makeDevice(name: "a")
         let target = DevicePaths(database: work + "/wrong/device.db")
-        assertCovenError(.usage) { try Device.join(paths: target, storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "w") }
-        assertCovenError(.notFound) { try Device.join(paths: target, storage: a.storage, identity: try MemberIdentity(), name: "w") }
+        assertCovenError(.usage) { try DeviceSetup.join(paths: target, storage: a.storage, storeKey: try a.keys.storeKeyBytes(), name: "w") }
+        assertCovenError(.notFound) { try DeviceSetup.join(paths: target, storage: a.storage, identity: try MemberIdentity(), name: "w") }
         XCTAssertFalse(FileManager.default.fileExists(atPath: target.database))
         XCTAssertFalse(FileManager.default.fileExists(atPath: target.folder))
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/devices").count, 1)
