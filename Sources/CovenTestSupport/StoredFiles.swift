@@ -38,7 +38,7 @@ public enum StoredFiles {
           "tables": [ { "name": "\(table)", "identity": "uuid", "files": [ { "column": "file" } ] } ],
           "migrations": [ "CREATE TABLE \(table) (id TEXT PRIMARY KEY, file TEXT, _updated_at TEXT NOT NULL) STRICT" ] }
         """
-        return try Device.create(paths: paths, storage: storage, manifest: try Manifest(json: Data(manifest.utf8)), name: name,
+        return try DeviceSetup.create(paths: paths, storage: storage, manifest: try Manifest(json: Data(manifest.utf8)), name: name,
                                  provider: try provider ?? StorageConnector(location: storage).connect())
     }
 

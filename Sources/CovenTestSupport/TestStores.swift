@@ -27,8 +27,8 @@ public enum TestStores {
     public static func create(paths: DevicePaths, storage: StorageLocation, manifest: Manifest, name: String?,
                               provider: StorageProvider? = nil, environment: [String: String]? = nil,
                               kind: TestStoreKind = .members) throws -> Device {
-        let device = try provider.map { try Device.create(paths: paths, storage: storage, manifest: manifest, name: name, provider: $0) }
-            ?? Device.create(paths: paths, storage: storage, manifest: manifest, name: name)
+        let device = try provider.map { try DeviceSetup.create(paths: paths, storage: storage, manifest: manifest, name: name, provider: $0) }
+            ?? DeviceSetup.create(paths: paths, storage: storage, manifest: manifest, name: name)
         if let environment { device.storageEnvironment = environment }
         if kind == .members { try Members(device).establish(name: owner) }
         return device

@@ -50,3 +50,16 @@ public enum AtomicFile {
         guard fsync(fd) == 0 else { throw CovenError.posix("sync folder", path: folder) }
     }
 }
+
+extension AtomicFile {
+    static func makeFolder(_ path: String, mode: mode_t) throws {
+        if mkdir(path, mode) != 0 && errno != EEXIST {
+            // Create parents as needed.
+            do {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: Int(mode)])
+            } catch {
+                throw CovenError.posix("create folder", path: path)
+            }
+        }
+    }
+}

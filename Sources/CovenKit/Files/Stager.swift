@@ -361,7 +361,7 @@ public struct Staging {
         }
         if let reason = stop.reason {
             throw CovenError(.interrupted, "stage stopped: \(reason), after \(summary.staged.counted("file")) staged and \(summary.failed) failed of the \(summary.read) read",
-                             hint: "the staged files are kept and were printed; stage the device.paths after them again",
+                             hint: "the staged files are kept and were printed; stage the paths after them again",
                              details: ["staged": String(summary.staged), "failed": String(summary.failed), "read": String(summary.read)])
         }
         return summary

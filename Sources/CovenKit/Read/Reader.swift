@@ -275,7 +275,7 @@ public struct Reader {
             return (files.data, ReadReport(source: .cache))
         }
         guard !device.readOnly else {
-            throw CovenError(.io, "cannot hold file '\(id)' in the cache: the device device.database cannot be written",
+            throw CovenError(.io, "cannot hold file '\(id)' in the cache: the device database cannot be written",
                              hint: "read it with 'coven cat', or make '\(device.paths.database)' writable", details: ["file": id])
         }
         try checkRoom(for: record)

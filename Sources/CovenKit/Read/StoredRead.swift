@@ -114,7 +114,7 @@ final class StoredRead {
         }
         // A cache folder someone removed is made again, and an entry whose files are gone is
         // not cached: its record is cleared before the files are made afresh.
-        try Device.makeFolder(device.paths.cache, mode: 0o700)
+        try AtomicFile.makeFolder(device.paths.cache, mode: 0o700)
         if access(files.data, F_OK) != 0 || access(files.tags, F_OK) != 0, try Cache(device).cacheRow(object) != nil {
             try db.transaction {
                 try Cache(device).recordCacheChunks(object, chunks: [], bytes: 0)
@@ -135,7 +135,7 @@ final class StoredRead {
             var fd = Foundation.open(files.data, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
             if fd < 0, errno == ENOENT {
                 // The cache folder was removed: made again.
-                try Device.makeFolder(device.paths.cache, mode: 0o700)
+                try AtomicFile.makeFolder(device.paths.cache, mode: 0o700)
                 fd = Foundation.open(files.data, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
             }
             guard fd >= 0 else { throw CovenError.posix("open cache file", path: files.data) }

@@ -2,7 +2,7 @@ import Foundation
 
 /// Making a device: joining a store (by its key, or as a member with an identity), from the
 /// newest snapshot this device can read, resumable after a kill. The first device of a store is
-/// made by ``Device/create(paths:storage:manifest:name:provider:)``.
+/// made by ``create(paths:storage:manifest:name:provider:)`` (Create.swift).
 ///
 /// ```swift
 /// let device = try DeviceSetup.join(paths: paths, storage: url, identity: identity, name: "laptop")
@@ -61,9 +61,9 @@ public enum DeviceSetup {
         let parent = (paths.database as NSString).deletingLastPathComponent
         var created = false
         defer { if !created { try? FileManager.default.removeItem(atPath: paths.folder) } }
-        try Device.makeFolder(parent, mode: 0o700)
-        try Device.makeFolder(paths.folder, mode: 0o700)
-        for folder in [paths.copies, paths.cache, paths.partial, paths.temporary] { try Device.makeFolder(folder, mode: 0o700) }
+        try AtomicFile.makeFolder(parent, mode: 0o700)
+        try AtomicFile.makeFolder(paths.folder, mode: 0o700)
+        for folder in [paths.copies, paths.cache, paths.partial, paths.temporary] { try AtomicFile.makeFolder(folder, mode: 0o700) }
         let lock = try DeviceLock(path: paths.lock, wait: false)
         defer { _ = lock }
         let deviceID = Identifier.uuid4()
@@ -76,12 +76,12 @@ public enum DeviceSetup {
         }
         let deviceName = name ?? uniqueName(ProcessInfo.processInfo.hostName, taken: Set(taken.keys))
         let now = Timestamp.iso8601(Date())
-        defer { for suffix in ["", "-wal", "-shm"] { unlink(Device.building(paths) + suffix) } }
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(DeviceSetup.building(paths) + suffix) } }
         // The newest snapshot this device can read becomes its database; the pull that follows
         // brings the rest.
         let snapshot = try restoreSnapshot(provider: provider, keys: keys, storeID: storeID, manifest: manifest,
-                                           into: Device.building(paths), temporary: paths.temporary)
-        try Device.buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest,
+                                           into: DeviceSetup.building(paths), temporary: paths.temporary)
+        try DeviceSetup.buildDatabase(paths: paths, storeID: storeID, deviceID: deviceID, deviceName: deviceName, storage: storage, manifest: manifest,
                           joinedAt: now, publicKey: signingKey.publicKey, storeKeyCheck: try Keyring.storeKeyCheck(keyBytes), fromSnapshot: snapshot.manifest)
         try AtomicFile.write(paths.storeKey, bytes: keyBytes, mode: 0o600)
         try signingKey.write(to: paths.signingKey)
@@ -90,7 +90,7 @@ public enum DeviceSetup {
         guard try provider.putIfAbsent(entry, data: sealedEntry) else {
             throw CovenError(.alreadyExists, "the device registry of '\(storage)' already has an entry '\(entry)'")
         }
-        guard rename(Device.building(paths), paths.database) == 0 else {
+        guard rename(DeviceSetup.building(paths), paths.database) == 0 else {
             try? provider.delete(entry)
             throw CovenError.posix("rename database into", path: paths.database)
         }
@@ -194,20 +194,20 @@ public enum DeviceSetup {
     ///   process is joining there now.
     static func joinTarget(_ paths: DevicePaths) throws -> JoinTarget {
         do {
-            try Device.refuseExisting(paths)
+            try DeviceSetup.refuseExisting(paths)
             return .fresh
         } catch let error as CovenError where error.code == .alreadyExists {
             var info = stat()
             if lstat(paths.database, &info) == 0 { return .joined }
             let marker = joinMarker(paths)
-            guard access(marker, F_OK) == 0 || access(Device.building(paths), F_OK) == 0 else { throw error }
+            guard access(marker, F_OK) == 0 || access(DeviceSetup.building(paths), F_OK) == 0 else { throw error }
             guard let lock = try? DeviceLock(path: paths.lock, wait: false) else {
                 throw CovenError(.alreadyExists, "a join into '\(paths.database)' is under way in another process",
                                  hint: "wait for it to finish, or pass another --db", details: ["path": paths.database])
             }
             defer { _ = lock }
             let previous = (try? String(contentsOfFile: marker, encoding: .utf8)).flatMap { $0.isEmpty ? nil : $0 }
-            for suffix in ["", "-wal", "-shm", "-journal"] { unlink(Device.building(paths) + suffix) }
+            for suffix in ["", "-wal", "-shm", "-journal"] { unlink(DeviceSetup.building(paths) + suffix) }
             // No database, so no journal of one: a stale one would be replayed into the new.
             for suffix in ["-wal", "-shm", "-journal"] { unlink(paths.database + suffix) }
             do {

@@ -400,6 +400,6 @@ extension StoreSync {
     /// join next: `coven migrate` calls it after migrating.
     public func publishManifest() throws {
         let provider = try connectStorage()
-        try Device.publishManifest(manifest, provider: provider, keys: keys, replace: true)
+        try DeviceSetup.publishManifest(manifest, provider: provider, keys: keys, replace: true)
     }
 }

@@ -46,7 +46,7 @@ struct InitCommand: Command {
         let memberName = invocation.has("no-member") ? nil : (invocation.value("member") ?? loginName())
         let storage = try StorageLocation(parsing: storageText)
         let manifest = try Manifest(contentsOf: manifestPath)
-        let device = try Device.create(paths: DevicePaths(database: context.databasePath), storage: storage, manifest: manifest,
+        let device = try DeviceSetup.create(paths: DevicePaths(database: context.databasePath), storage: storage, manifest: manifest,
                                        name: invocation.value("name"))
         var member: [String: Any]?
         if let name = memberName {

@@ -9,7 +9,7 @@ import XCTest
 final class DeviceCreateTests: DeviceTestCase {
     func testRandomIdsKeyAndModes() throws {
         let device = try makeDevice()
-        let other = try Device.create(paths: DevicePaths(database: work + "/dev2/device.db"), storage: .file(directory: work + "/store2"),
+        let other = try DeviceSetup.create(paths: DevicePaths(database: work + "/dev2/device.db"), storage: .file(directory: work + "/store2"),
                                       manifest: try manifest(), name: nil)
         for id in [device.storeID, device.deviceID, other.storeID, other.deviceID] {
             XCTAssertTrue(Identifier.isCanonicalUUID(id), id)
@@ -77,7 +77,7 @@ final class DeviceCreateTests: DeviceTestCase {
         let before = try FileManager.default.subpathsOfDirectory(atPath: storeFolder).sorted()
         let second = DevicePaths(database: work + "/a/b/device.db")
         let error = assertCovenError(.alreadyExists) {
-            try Device.create(paths: second, storage: .file(directory: storeFolder), manifest: try manifest(), name: "x")
+            try DeviceSetup.create(paths: second, storage: .file(directory: storeFolder), manifest: try manifest(), name: "x")
         }
         XCTAssertEqual(error?.message, "a store already exists at 'file://\(storeFolder)'")
         XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/a"), "the refused device's folders are gone")
@@ -87,7 +87,7 @@ final class DeviceCreateTests: DeviceTestCase {
     func testRefusesAnExistingDeviceAndLeavesNothing() throws {
         try makeDevice()
         let error = assertCovenError(.alreadyExists) {
-            try Device.create(paths: paths, storage: .file(directory: work + "/new/store"), manifest: try manifest(), name: "x")
+            try DeviceSetup.create(paths: paths, storage: .file(directory: work + "/new/store"), manifest: try manifest(), name: "x")
         }
         XCTAssertEqual(error?.details["path"], paths.database)
         XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/new"), "no storage folder made for a refused init")
@@ -95,7 +95,7 @@ final class DeviceCreateTests: DeviceTestCase {
         let half = DevicePaths(database: work + "/half/device.db")
         try FileManager.default.createDirectory(atPath: half.folder, withIntermediateDirectories: true)
         assertCovenError(.alreadyExists) {
-            try Device.create(paths: half, storage: .file(directory: work + "/s3"), manifest: try manifest(), name: "x")
+            try DeviceSetup.create(paths: half, storage: .file(directory: work + "/s3"), manifest: try manifest(), name: "x")
         }
         XCTAssertTrue(FileManager.default.fileExists(atPath: half.folder), "what was there stays")
     }

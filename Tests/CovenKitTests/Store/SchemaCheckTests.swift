@@ -58,7 +58,7 @@ final class SchemaCheckTests: DeviceTestCase {
             let paths = DevicePaths(database: work + "/d\(index)/device.db")
             let json = manifest(table: item.table, migrations: item.migrations)
             let error = assertCovenError(.schema) {
-                try Device.create(paths: paths, storage: .file(directory: work + "/s\(index)"), manifest: try self.manifest(json), name: "t")
+                try DeviceSetup.create(paths: paths, storage: .file(directory: work + "/s\(index)"), manifest: try self.manifest(json), name: "t")
             }
             XCTAssertEqual(error?.message, item.message, json)
             XCTAssertEqual(error?.details["table"], "notes", json)

@@ -73,7 +73,7 @@ final class SchemaMigrationTests: DeviceTestCase {
     /// A row's lost values are found by index, not a scan: a pull bringing back 100,000 rows
     /// taken out marks each restored (step 14).
     func testARowsLostValuesAreFoundByIndex() throws {
-        let device = try Device.create(paths: DevicePaths(database: work + "/plan/device.db"), storage: .file(directory: work + "/planstore"),
+        let device = try DeviceSetup.create(paths: DevicePaths(database: work + "/plan/device.db"), storage: .file(directory: work + "/planstore"),
                                        manifest: try Manifest(json: Data(DeviceTestCase.albumManifest.utf8)), name: "plan")
         let plan = try device.database.query("""
             EXPLAIN QUERY PLAN UPDATE coven_lost_values SET restored_at = 'x' WHERE tbl = 'albums' AND row_id = 'a' AND restored_at IS NULL

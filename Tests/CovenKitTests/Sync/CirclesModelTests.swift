@@ -65,7 +65,7 @@ final class CirclesModelTests: XCTestCase {
     func testRowsKeptBackGoWhereTheyWereWrittenOrToFewerReaders() throws {
         let work = NSTemporaryDirectory() + "coven-kept-back-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: work) }
-        let a = try Device.create(paths: DevicePaths(database: work + "/a/device.db"), storage: .file(directory: work + "/store"),
+        let a = try DeviceSetup.create(paths: DevicePaths(database: work + "/a/device.db"), storage: .file(directory: work + "/store"),
                                   manifest: try Manifest(json: Data(Self.manifest.utf8)), name: "a")
         _ = try Members(a).establish(name: "alice")
         let bobIdentity = try MemberIdentity(), carolIdentity = try MemberIdentity()
@@ -129,7 +129,7 @@ final class CirclesModelTests: XCTestCase {
         var random = SeededRandom(state: seed)
         func pick<T>(_ items: [T]) -> T? { items.isEmpty ? nil : items[random.below(items.count)] }
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-        let first = try Device.create(paths: DevicePaths(database: work + "/d0/device.db"), storage: .file(directory: work + "/store"),
+        let first = try DeviceSetup.create(paths: DevicePaths(database: work + "/d0/device.db"), storage: .file(directory: work + "/store"),
                                       manifest: try Manifest(json: Data(Self.manifest.utf8)), name: "d0")
         let owner = try Members(first).establish(name: "m0")
         let ownerID = try XCTUnwrap(try Members(first).memberID())

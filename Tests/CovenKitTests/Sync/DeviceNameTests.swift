@@ -8,7 +8,7 @@ import XCTest
 final class DeviceNameTests: DeviceTestCase {
     func testJoinsWithoutANameTakeTheHostNameMadeUnique() throws {
         let host = ProcessInfo.processInfo.hostName
-        let first = try Device.create(paths: paths, storage: .file(directory: storeFolder), manifest: try manifest(), name: nil)
+        let first = try DeviceSetup.create(paths: paths, storage: .file(directory: storeFolder), manifest: try manifest(), name: nil)
         XCTAssertEqual(first.deviceName, host)
         var names: [String] = []
         for index in 1...2 {

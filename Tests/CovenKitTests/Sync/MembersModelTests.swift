@@ -48,7 +48,7 @@ final class MembersModelTests: XCTestCase {
         var random = SeededRandom(state: seed)
         func pick<T>(_ items: [T]) -> T? { items.isEmpty ? nil : items[random.below(items.count)] }
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-        let first = try Device.create(paths: DevicePaths(database: work + "/d0/device.db"), storage: .file(directory: work + "/store"),
+        let first = try DeviceSetup.create(paths: DevicePaths(database: work + "/d0/device.db"), storage: .file(directory: work + "/store"),
                                       manifest: try Manifest(json: Data(Self.manifest.utf8)), name: "d0")
         let owner = try Members(first).establish(name: "m0")
         var identities: [String: MemberIdentity] = [try XCTUnwrap(try Members(first).memberID()): owner]
