@@ -257,7 +257,7 @@ struct ChangeApplier {
             let sql = upsertSQL[entry.table]?[entry.columns] ?? RowEntry.upsertSQL(table: entry.table, columns: entry.columns)
             upsertSQL[entry.table, default: [:]][entry.columns] = sql
             let statement = try database.cached(sql)
-            try statement.bind(entry.values)
+            try statement.bind(values: entry.values)
             try statement.runToEnd()
         case (.delete, true), (.retract, true):
             preconditionFailure("internal error: a file record's delete is settled, never applied as such")
