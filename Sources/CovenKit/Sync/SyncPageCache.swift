@@ -8,8 +8,8 @@ import Foundation
 /// `sqlite3PcacheFetchStress` and its writes). The cache grows only as pages are used and is
 /// set back, its pages freed, when the sync ends; durability is the commit's, unchanged.
 struct SyncPageCache {
-    /// The cache a sync uses: 16 MiB (negative: KiB, as `PRAGMA cache_size` takes it).
-    static let kibibytes = 16 << 10
+    /// The cache a sync uses: 8 MiB (negative: KiB, as `PRAGMA cache_size` takes it).
+    static let kibibytes = 8 << 10
 
     let database: Database
     private let before: Int64
