@@ -411,14 +411,6 @@ public final class Statement {
         }
     }
 
-    /// Binds `values` in order from parameter 1, as ``bind(_:)-([SQLBindable])`` does, with no
-    /// array of existentials made of them (a pull binds every row's values so).
-    public func bind(values: [SQLValue]) throws {
-        for index in values.indices {
-            try bind(values[index], at: Int32(index + 1))
-        }
-    }
-
     /// Binds a named parameter (`:name`, `@name` or `$name`); unknown names are ignored.
     public func bind(_ value: SQLValue, named name: String) throws {
         for prefix in [":", "@", "$"] {
