@@ -159,6 +159,7 @@ print(f"{label}: {count} files, {size / 1e6:.0f} MB")
 print(f"  coven   {coven:7.2f} s  (stage {stage:.2f} s {r_stage} MiB, write --each {write:.2f} s {r_write} MiB, upload-worker --once {upload:.2f} s {r_upload} MiB)")
 print(f"  restic  {restic:7.2f} s  ({r_restic} MiB)   coven/restic {coven / restic:.2f}x (target <= 2)")
 print(f"  rclone  {rclone:7.2f} s  ({r_rclone} MiB)   coven/rclone {coven / rclone:.2f}x (target <= 2)")
+print(f"  issue 38 bars (small files): coven/restic <= 1, coven/rclone <= 1.5; load {open('/proc/loadavg').read().split()[:3]}")
 print(f"  annex   {annex:7.2f} s             annex/coven {annex / coven:.2f}x (target >= 5)")
 print(f"  per file: stage {stage / count * 1e3:.2f} ms, write {write / count * 1e3:.3f} ms, upload {upload / count * 1e3:.2f} ms")
 failed = []

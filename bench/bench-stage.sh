@@ -49,11 +49,14 @@ rate() { python3 -c "import sys; print(f'{int(sys.argv[1]) / float(sys.argv[2]) 
 
 echo
 echo "-- 1. prepare a ${size_mib} MiB original (stage --user) vs sha256sum"
+load_user=$(cut -d' ' -f1-3 /proc/loadavg)
 hyperfine --shell bash --style basic --runs 5 --warmup 1 --export-json user.json \
     --command-name sha256sum "sha256sum data.bin" \
-    --command-name "coven stage --user" "$COVEN --db dev/device.db stage --user data.bin --namespace originals"
+    --command-name "coven stage --user" "$COVEN --db dev/device.db stage --user data.bin --namespace originals" \
+    --command-name "openssl dgst -sha256" "openssl dgst -sha256 data.bin"
 sha=$(median 0 user.json)
 user=$(median 1 user.json)
+openssl_sha=$(median 2 user.json)
 
 echo
 echo "-- 2. stage ${size_mib} MiB of app bytes from stdin (written and fsynced) vs cat > COPY"
@@ -100,6 +103,7 @@ echo
 echo "== stage figures (medians of 5)"
 printf '%-34s %8.3f s  %6s GB/s\n' "sha256sum ${size_mib} MiB" "$sha" "$(rate "$bytes" "$sha")"
 printf '%-34s %8.3f s  %6s GB/s   %sx faster than sha256sum (target >= 4)\n' "coven stage --user ${size_mib} MiB" "$user" "$(rate "$bytes" "$user")" "$(ratio "$sha" "$user")"
+printf '%-34s %8.3f s  %6s GB/s   coven stage --user / openssl = %sx (issue 38: <= 0.9; load %s)\n' "openssl dgst -sha256 ${size_mib} MiB" "$openssl_sha" "$(rate "$bytes" "$openssl_sha")" "$(ratio "$user" "$openssl_sha")" "$load_user"
 printf '%-34s %8.3f s  %6s GB/s\n' "cat > COPY ${size_mib} MiB" "$cat_time" "$(rate "$bytes" "$cat_time")"
 printf '%-34s %8.3f s  %6s GB/s   (the same durability as coven: the copy synced)\n' "cat > COPY; sync COPY ${size_mib} MiB" "$cat_sync" "$(rate "$bytes" "$cat_sync")"
 printf '%-34s %8.3f s  %6s GB/s   %sx the time of cat (target <= 1.5); %sx cat + sync\n' "coven stage - ${size_mib} MiB" "$app" "$(rate "$bytes" "$app")" "$(ratio "$app" "$cat_time")" "$(ratio "$app" "$cat_sync")"

@@ -127,7 +127,7 @@ if [[ -d /dev/shm && $(df --output=avail -B1 /dev/shm | tail -1) -gt $((3 * SIZE
     coven_shm=$(jq -r '.results[0].median' shm.json)
     rclone_shm=$(jq -r '.results[1].median' shm.json)
     cp_shm=$(jq -r '.results[2].median' shm.json)
-    echo "file:// on tmpfs: rclone crypt / coven = $(ratio "$rclone_shm" "$coven_shm")x (target >= 5); coven / cp = $(ratio "$coven_shm" "$cp_shm")x"
+    echo "file:// on tmpfs: rclone crypt / coven = $(ratio "$rclone_shm" "$coven_shm")x (target >= 5; issue 38: >= 6); coven / cp = $(ratio "$coven_shm" "$cp_shm")x; load $(cut -d' ' -f1-3 /proc/loadavg)"
     rm -rf "$SHM"
     trap - EXIT
 fi

@@ -8,8 +8,9 @@ import Foundation
 /// Writes are crash-safe: bytes go to a temporary name in the same folder, are fsynced, renamed
 /// over the key, and the folder is fsynced, so a reader (or a restart after `kill -9`) sees the
 /// old object or the new one, never part of one. Temporary names start with `.coven-tmp-` and
-/// are never listed. The objects of a batch (``putPending(_:data:)``) share one sync of their
-/// folder (``makeDurable(_:)``), made before the caller counts any of them stored.
+/// are never listed. The objects of a batch (``putPending(_:data:)``) share one sync of the
+/// filesystem and one of each folder (``makeDurable(_:)``), made before the caller counts any
+/// of them stored (FileStorage+Batch.swift).
 ///
 /// Multipart uploads live in `DIR/.uploads/<uploadID>/`, built under `.coven-tmp-<uploadID>` and
 /// renamed into place whole: a `data` file the size of the object,
@@ -76,7 +77,7 @@ public final class FileStorage: StorageProvider {
     // MARK: - Errors
 
     /// The error for a failed system call.
-    private func failure(_ operation: String, key: String?, path: String, errno code: Int32) -> CovenError {
+    func failure(_ operation: String, key: String?, path: String, errno code: Int32) -> CovenError {
         // A signal cut the call short (a read of a hung mount or a FIFO): that is the signal's
         // stop, `interrupted` (130), not a storage failure.
         if code == EINTR { return interruption(operation, key: key, path: path) }
@@ -128,7 +129,7 @@ public final class FileStorage: StorageProvider {
     // MARK: - Keys and paths
 
     /// The file path of a key, after checking the key names a file inside the store.
-    private func path(for key: String) throws -> String {
+    func path(for key: String) throws -> String {
         let segments = key.split(separator: "/", omittingEmptySubsequences: false)
         let valid = !key.isEmpty && !key.contains("\0")
             && segments.allSatisfy { !$0.isEmpty && $0 != "." && $0 != ".." && !$0.hasPrefix(Self.temporaryPrefix) }
@@ -141,7 +142,7 @@ public final class FileStorage: StorageProvider {
         return directory + "/" + key
     }
 
-    private static func parent(of path: String) -> String {
+    static func parent(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         return slash == path.startIndex ? "/" : String(path[..<slash])
     }
@@ -152,7 +153,7 @@ public final class FileStorage: StorageProvider {
 
     /// Creates the folders of `folder` below the store directory (never the directory itself),
     /// fsyncing each parent that gained an entry.
-    private func makeFolders(_ folder: String, key: String?) throws {
+    func makeFolders(_ folder: String, key: String?) throws {
         guard folder.count > directory.count, folder.hasPrefix(directory + "/") else { return }
         var info = stat()
         if stat(folder, &info) == 0, info.st_mode & S_IFMT == S_IFDIR { return }
@@ -179,7 +180,7 @@ public final class FileStorage: StorageProvider {
     private static let folderSyncCount = LockedCount()
 
     /// fsyncs a folder so a rename or a new entry in it survives a crash.
-    private func syncFolder(_ folder: String, key: String?) throws {
+    func syncFolder(_ folder: String, key: String?) throws {
         Self.folderSyncCount.withLock { $0 += 1 }
         let fd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw failure("open folder of", key: key, path: folder, errno: errno) }
@@ -210,14 +211,15 @@ public final class FileStorage: StorageProvider {
         }
     }
 
-    /// Writes `bytes` to a new temporary file in `folder`, fsynced and closed; returns its path.
-    private func writeTemporary(_ bytes: UnsafeRawBufferPointer, in folder: String, key: String?) throws -> String {
+    /// Writes `bytes` to a new temporary file in `folder`, fsynced (unless `syncing` is false:
+    /// a batch's, synced by ``makeDurable(_:)`` before it is renamed) and closed; returns its path.
+    func writeTemporary(_ bytes: UnsafeRawBufferPointer, in folder: String, key: String?, syncing: Bool = true) throws -> String {
         let temporary = folder + "/" + Self.temporaryName()
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw failure("write", key: key, path: temporary, errno: errno) }
         do {
             try writeAll(fd, bytes, offset: nil, key: key, path: temporary)
-            guard fsync(fd) == 0 else { throw failure("sync", key: key, path: temporary, errno: errno) }
+            guard !syncing || fsync(fd) == 0 else { throw failure("sync", key: key, path: temporary, errno: errno) }
         } catch {
             close(fd)
             unlink(temporary)
@@ -250,24 +252,6 @@ public final class FileStorage: StorageProvider {
         let path = try path(for: key)
         try makeFolders(Self.parent(of: path), key: key)
         try data.withUnsafeBytes { try replaceFile(path, with: $0, key: key) }
-    }
-
-    /// ``put(_:data:)`` but the folder's sync: the bytes are synced under a temporary name and
-    /// renamed into place (a reader, or a restart after a kill, sees the whole object), and the
-    /// rename is durable once ``makeDurable(_:)`` synced the folder, once for a batch.
-    public func putPending(_ key: String, data: [UInt8]) throws {
-        let path = try path(for: key)
-        try makeFolders(Self.parent(of: path), key: key)
-        try data.withUnsafeBytes { try replaceFile(path, with: $0, key: key, syncingFolder: false) }
-    }
-
-    /// Syncs the folder of each of `keys` once: their renames survive a power cut after it.
-    public func makeDurable(_ keys: [String]) throws {
-        var synced: Set<String> = []
-        for key in keys {
-            let folder = Self.parent(of: try path(for: key))
-            if synced.insert(folder).inserted { try syncFolder(folder, key: key) }
-        }
     }
 
     /// Stores `data` at `key` unless a file is there, atomically across processes and devices

@@ -181,9 +181,10 @@ public protocol StorageProvider: AnyObject {
     func putIfAbsent(_ key: String, data: [UInt8]) throws -> Bool
 
     /// Stores `data` at `key` as one object of a batch: atomically, as ``put(_:data:)``, but the
-    /// object may be durable only once ``makeDurable(_:)`` of its key has returned (file://
-    /// syncs the folder of a batch's objects once, not once an object). Nothing may count the
-    /// object stored before that.
+    /// object may be durable, and at `key` at all, only once ``makeDurable(_:)`` of its key has
+    /// returned (file:// syncs the filesystem once for a batch's bytes, then renames them into
+    /// place and syncs each folder once, not once an object). Nothing may count the object
+    /// stored before that.
     func putPending(_ key: String, data: [UInt8]) throws
 
     /// Makes durable the objects at `keys`, whole ones that ``putPending(_:data:)`` stored or a

@@ -341,7 +341,12 @@ extension ChangeObject {
         var shapeIndex: [ShapeKey: Int] = [:]
         var references: [Int] = []
         references.reserveCapacity(entries.count)
-        for entry in entries {
+        // The shape of the entry before: a change's upserts mostly repeat it, compared rather
+        // than hashed again.
+        var last: (table: Int, columns: [String], shape: Int)?
+        // Entries are read in place (by index), not copied out of the array one by one.
+        for index in entries.indices {
+            let entry = entries[index]
             let table: Int
             if let known = tableIndex[entry.table] {
                 table = known
@@ -354,14 +359,21 @@ extension ChangeObject {
                 references.append(table)
                 continue
             }
+            if let last, last.table == table, last.columns == entry.columns {
+                references.append(last.shape)
+                continue
+            }
             let key = ShapeKey(table: table, columns: entry.columns)
+            let shape: Int
             if let known = shapeIndex[key] {
-                references.append(known)
+                shape = known
             } else {
-                references.append(shapes.count)
+                shape = shapes.count
                 shapeIndex[key] = shapes.count
                 shapes.append((table, entry.columns))
             }
+            references.append(shape)
+            last = (table, entry.columns, shape)
         }
         RowEntryCodec.writeVarint(UInt64(tables.count), into: &out)
         for table in tables { RowEntryCodec.writeString(table, into: &out) }
@@ -372,7 +384,8 @@ extension ChangeObject {
             for column in shape.columns { RowEntryCodec.writeString(column, into: &out) }
         }
         RowEntryCodec.writeVarint(UInt64(entries.count), into: &out)
-        for (entry, reference) in zip(entries, references) {
+        for index in entries.indices {
+            let entry = entries[index], reference = references[index]
             out.append(entry.kind.rawValue)
             RowEntryCodec.writeVarint(UInt64(reference), into: &out)
             RowEntryCodec.writeString(entry.id, into: &out)

@@ -65,6 +65,8 @@ extension StoreSync {
                      progress: ((SyncProgress) -> Void)? = nil) throws -> SyncReport {
         let lock = try self.lock(wait: wait)
         defer { _ = lock }
+        let cache = try SyncPageCache(database: database)
+        defer { cache.restore() }
         return try sync(provider: try connectStorage(), push: push, pull: pull, stop: stop, progress: progress)
     }
 

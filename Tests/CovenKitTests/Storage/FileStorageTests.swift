@@ -73,8 +73,9 @@ final class FileStorageTests: XCTestCase {
         XCTAssertEqual(entries(""), ["files", "store.json"])
     }
 
-    /// A batch's objects go in whole (a reader sees each once it returns) with no folder sync of
-    /// their own; makeDurable syncs each of their folders once, and refuses a bad key as put does.
+    /// A batch's objects go in whole, at their keys once makeDurable has synced their bytes (one
+    /// sync of the filesystem) and renamed them, with no sync of their own; it syncs each of
+    /// their folders once, and refuses a bad key as put does.
     func testPendingPutsAreWholeAndTheirFoldersSyncedOnceForTheBatch() throws {
         try storage.put("files/dev/first", data: bytes(5))
         try storage.put("files/other/first", data: bytes(5))
@@ -83,11 +84,13 @@ final class FileStorageTests: XCTestCase {
         try storage.putPending("files/other/p", data: bytes(7))
         try storage.putPending("files/dev/o3", data: bytes(3, seed: 42))
         XCTAssertEqual(FileStorage.folderSyncs, before, "no folder sync yet")
+        XCTAssertNil(try storage.head("files/dev/o9"), "not at its key before its bytes are synced")
+        XCTAssertEqual(try storage.list(prefix: "files/dev/").map(\.key), ["files/dev/first"], "temporaries are never listed")
+        try storage.makeDurable((0..<10).map { "files/dev/o\($0)" } + ["files/other/p", "files/dev/o3"])
+        XCTAssertEqual(FileStorage.folderSyncs - before, 2, "one sync a folder")
         XCTAssertEqual(try read("files/dev/o9").bytes, bytes(109, seed: 9))
         XCTAssertEqual(try read("files/dev/o3").bytes, bytes(3, seed: 42))
         XCTAssertEqual(entries("files/dev").count, 11, "no temporary left: \(entries("files/dev"))")
-        try storage.makeDurable((0..<10).map { "files/dev/o\($0)" } + ["files/other/p", "files/dev/o3"])
-        XCTAssertEqual(FileStorage.folderSyncs - before, 2, "one sync a folder")
         XCTAssertThrowsError(try storage.makeDurable(["files/../x"])) { XCTAssertEqual($0.asCovenError.code, .storage) }
         XCTAssertThrowsError(try storage.putPending("a/.coven-tmp-1", data: [1])) { XCTAssertEqual($0.asCovenError.code, .storage) }
     }
