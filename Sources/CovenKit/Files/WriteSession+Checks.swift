@@ -158,7 +158,7 @@ extension WriteSession {
             guard let fileID = row[column.column].textValue, let record = try device.fileRecord(fileID), record.coordinates.at == .device else { continue }
             if let intent = try intent(for: fileID), case .staged = intent.source, intent.place == .cloud { continue }
             // Already on its way to the cloud (an upload or a move queued).
-            if try !device.isUploaded(record.coordinates.object) { continue }
+            if try !device.uploadQueue.isUploaded(record.coordinates.object) { continue }
             throw CovenError(.remoteRoot, "'\(table.name).\(column.column)' of row '\(rowID)' names file '\(fileID)', which is on one device only, but '\(table.name)' is under remote root '\(root)'",
                              hint: "files of a remote root's rows are in the cloud: stage it with --place cloud, or move it to the cloud first",
                              details: ["table": table.name, "column": column.column, "id": rowID, "file": fileID, "remote_root": root])

@@ -198,7 +198,7 @@ final class WriteSession {
             throw error
         }
         if listsFiles { try? puts.clear() }
-        device.removeReleasedCopies()
+        Sweeps(device).removeReleasedCopies()
         return result
     }
 

@@ -145,7 +145,7 @@ extension Device {
         let unfinished = "state IN (\(queuedState), \(sending), \(failed))"
         status.uploads.bytesConfirmed = try count("SELECT coalesce(sum(bytes_confirmed), 0) FROM coven_upload_queue WHERE \(unfinished)")
         status.uploads.bytesTotal = try count("SELECT coalesce(sum(bytes_total), 0) FROM coven_upload_queue WHERE \(unfinished)")
-        let waiting = try Outbox(database: database).waiting(isStored: isUploaded)
+        let waiting = try Outbox(database: database).waiting(isStored: { try uploadQueue.isUploaded($0) })
         status.outbox = waiting.writes
         status.sync.waiting = waiting.writes
         status.sync.heldByUploads = waiting.held

@@ -108,7 +108,7 @@ public final class Device {
         }
         try SQLFunctions.install(on: device)
         try SchemaCheck(database: database, manifest: device.manifest).run()
-        device.sweepAfterCrash()
+        Sweeps(device).afterCrash()
         return device
     }
 
@@ -168,11 +168,6 @@ public final class Device {
     /// The schema this device writes under: its migration count and their digest.
     var schemaVersion: (count: Int, digest: String) {
         (manifest.migrations.count, SHA256.digest(Array(manifest.migrations.joined(separator: "\u{0}").utf8)).hex)
-    }
-
-    /// Whether a bound reference's upload is done (its object no longer waits in the queue).
-    func isUploaded(_ object: String) throws -> Bool {
-        try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE object = ?1 AND state <> \(UploadState.retired.sql)", [object]).intValue ?? 0 == 0
     }
 
     // MARK: State

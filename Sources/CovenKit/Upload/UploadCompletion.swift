@@ -66,7 +66,7 @@ extension Uploads {
             }
             return results
         }
-        device.removeReleasedCopies()
+        Sweeps(device).removeReleasedCopies()
         return results
     }
 

@@ -238,6 +238,11 @@ struct UploadQueue {
 
     // MARK: Reading
 
+    /// Whether a bound reference's upload is done (its object no longer waits in the queue).
+    func isUploaded(_ object: String) throws -> Bool {
+        try database.scalar("SELECT count(*) FROM coven_upload_queue WHERE object = ?1 AND state <> \(UploadState.retired.sql)", [object]).intValue ?? 0 == 0
+    }
+
     /// The worker holding an upload's claim, or nil (no claim, or no such upload).
     func holder(_ object: String) throws -> String? {
         try database.scalar("SELECT worker FROM coven_upload_queue WHERE object = ?1", [object]).textValue

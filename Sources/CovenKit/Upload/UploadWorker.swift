@@ -454,7 +454,7 @@ private final class Job {
                 guard try device.uploadQueue.holder(claim.object) == worker.text else { return }
                 try Uploads(device).dropUpload(claim.object, forgetBytes: claim.task == .retire)
             }
-            device.removeReleasedCopies()
+            Sweeps(device).removeReleasedCopies()
             shared.record(.dropped, files: files)
             events(.finished(object: claim.object, files: files, outcome: .dropped))
         } catch {
