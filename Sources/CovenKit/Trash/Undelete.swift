@@ -43,7 +43,7 @@ public struct Undelete {
         var keys: [(String, String)] = []
         var seen: Set<String> = []
         for id in ids where seen.insert(id).inserted { keys.append((table, id)) }
-        return try bringBack(try plan(roots: keys, what: { "row '\($0.1)' of '\($0.0)'" }))
+        return try bringBack(try plan(roots: keys, strict: true))
     }
 
     /// Brings back every row change `seq` of `writer` deleted.
@@ -65,7 +65,7 @@ public struct Undelete {
             throw CovenError(.notFound, "the trash holds no row that change \(writer):\(seq) deleted", hint: "'coven trash' lists what can come back",
                              details: ["change": "\(writer):\(seq)"])
         }
-        return try bringBack(try plan(roots: keys, what: { "row '\($0.1)' of '\($0.0)'" }))
+        return try bringBack(try plan(roots: keys, strict: false))
     }
 
     // MARK: Plan
@@ -81,8 +81,11 @@ public struct Undelete {
     }
 
     /// The rows `roots` name and the rows deleted with them (children first found through
-    /// their parent link), checked: each in the trash, seen and writable by this device.
-    func plan(roots: [(String, String)], what: ((String, String)) -> String) throws -> [Planned] {
+    /// their parent link), checked: each in the trash, seen and writable by this device. A
+    /// root this device may not bring back is refused when `strict` (rows named one by one),
+    /// left out otherwise (a change's rows), as every row deleted with a root is.
+    func plan(roots: [(String, String)], strict: Bool) throws -> [Planned] {
+        let what = { (key: (String, String)) in "row '\(key.1)' of '\(key.0)'" }
         let me = try Members(device).memberID()
         let writable = try Circles(device).writableAudiences()
         let select = try database.cached("SELECT image, audience, owner FROM coven_trash WHERE tbl = ?1 AND id = ?2")
@@ -110,13 +113,13 @@ public struct Undelete {
             select.reset()
             // A row this device may not see is as unknown here as one never deleted.
             guard writable.contains(audience) else {
-                if index <= roots.count, audience != RowAudiences.store {
+                if strict, index <= roots.count, audience != RowAudiences.store {
                     throw CovenError(.notInCircle, "\(what(key)) is in a circle this device's member is not in", details: ["table": key.0, "id": key.1, "audience": audience])
                 }
                 continue
             }
             if let owner, owner != me {
-                if index <= roots.count {
+                if strict, index <= roots.count {
                     throw CovenError(.notOwner, "\(what(key)) is of an owner-only table and belongs to another member", details: ["table": key.0, "id": key.1, "owner": owner])
                 }
                 continue
