@@ -109,6 +109,7 @@ public struct Trash {
     ) STRICT;
     CREATE INDEX coven_trash_deleted ON coven_trash (deleted_at);
     CREATE INDEX coven_trash_change ON coven_trash (device, stamp);
+    CREATE INDEX coven_trash_parent ON coven_trash (parent_tbl, parent_id) WHERE parent_tbl IS NOT NULL;
     CREATE TABLE coven_trash_files (
         tbl    TEXT NOT NULL,
         id     TEXT NOT NULL,
