@@ -35,6 +35,7 @@ public struct StoreSettings {
     let device: Device
     var database: Database { device.database }
 
+    /// The settings of `device`'s store, as it knows them.
     public init(_ device: Device) { self.device = device }
 
     /// The value of setting `key`, nil when it was never set.

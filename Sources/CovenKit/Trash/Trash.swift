@@ -4,11 +4,15 @@ import Foundation
 public struct TrashedRow: Sendable, Equatable {
     /// A file the row named when it was deleted.
     public struct File: Sendable, Equatable {
+        /// The file record's id.
         public var id: String
+        /// Its size in bytes.
         public var size: Int64
     }
 
+    /// The synced table the row was in.
     public var table: String
+    /// The row's id.
     public var id: String
     /// The wall time of the delete (ISO 8601, UTC), and its hybrid-clock stamp.
     public var deletedAt: String
@@ -23,9 +27,10 @@ public struct TrashedRow: Sendable, Equatable {
     /// The row whose delete took this one with it (a cascade of the same change), if any.
     public var parentTable: String?
     public var parentID: String?
-    /// The row's last values, in its columns' order.
+    /// The row's stored columns, in order, and its last values.
     public var columns: [String]
     public var values: [SQLValue]
+    /// The files it named when it was deleted.
     public var files: [File]
 
     /// `DEVICE:SEQ`, what `coven undelete --change` takes; nil until published.
@@ -34,6 +39,7 @@ public struct TrashedRow: Sendable, Equatable {
 
 /// What ``Trash/summary()`` counts: the trash `status` shows.
 public struct TrashSummary: Sendable, Equatable {
+    /// Rows in the window this device may see, the files they name, and those files' bytes.
     public var rows: Int64
     public var files: Int64
     public var bytes: Int64
@@ -45,9 +51,11 @@ public struct TrashSummary: Sendable, Equatable {
 
 /// A change that deleted many rows at once, as a pull applied it (``Trash/judgeMassDelete``).
 public struct MassDelete: Sendable, Equatable {
+    /// The device that published the change, its name and member, when known.
     public var device: String
     public var deviceName: String?
     public var member: String?
+    /// The change's seq.
     public var seq: Int64
     /// Rows deleted, by table, in table order.
     public var tables: [(table: String, rows: Int)]
@@ -57,6 +65,7 @@ public struct MassDelete: Sendable, Equatable {
     /// The command that undoes it.
     public var undo: String { "coven undelete --change \(device):\(seq)" }
 
+    /// Equal when every field is (tuples are not Equatable by themselves).
     public static func == (a: MassDelete, b: MassDelete) -> Bool {
         a.device == b.device && a.seq == b.seq && a.tables.map(\.table) == b.tables.map(\.table) && a.tables.map(\.rows) == b.tables.map(\.rows)
             && a.appliedAt == b.appliedAt && a.member == b.member && a.deviceName == b.deviceName
@@ -87,6 +96,7 @@ public struct Trash {
     let device: Device
     var database: Database { device.database }
 
+    /// The trash of `device`.
     public init(_ device: Device) { self.device = device }
 
     /// Version 21 of the device schema: the trash, and the files each trashed row named (by
@@ -403,14 +413,17 @@ public struct Trash {
     public func empty(before: Date?) throws -> Int {
         let lock = try device.lock(wait: true)
         defer { _ = lock }
+        return try database.transaction { try empty(inTransactionBefore: before) }
+    }
+
+    /// ``empty(before:)`` inside the caller's transaction, under its lock.
+    func empty(inTransactionBefore before: Date?) throws -> Int {
         let visible = try visibility()
-        return try database.transaction {
-            try database.run("""
-                DELETE FROM coven_trash AS t WHERE (?3 IS NULL OR t.deleted_at < ?3) AND \(visible.sql)
-                """, visible.values + [before.map { SQLValue.text(Timestamp.iso8601($0)) } ?? .null])
-            let emptied = database.changes
-            try database.run("DELETE FROM coven_trash_files AS f WHERE NOT EXISTS (SELECT 1 FROM coven_trash t WHERE t.tbl = f.tbl AND t.id = f.id)")
-            return emptied
-        }
+        try database.run("""
+            DELETE FROM coven_trash AS t WHERE (?3 IS NULL OR t.deleted_at < ?3) AND \(visible.sql)
+            """, visible.values + [before.map { SQLValue.text(Timestamp.iso8601($0)) } ?? .null])
+        let emptied = database.changes
+        try database.run("DELETE FROM coven_trash_files AS f WHERE NOT EXISTS (SELECT 1 FROM coven_trash t WHERE t.tbl = f.tbl AND t.id = f.id)")
+        return emptied
     }
 }

@@ -9,6 +9,7 @@ public struct UndeleteReport: Sendable, Equatable {
     /// The write's stamp.
     public var stamp: String = ""
 
+    /// Two reports are equal when they brought back the same rows and files in one write.
     public static func == (a: UndeleteReport, b: UndeleteReport) -> Bool {
         a.rows.map(\.table) == b.rows.map(\.table) && a.rows.map(\.id) == b.rows.map(\.id) && a.files == b.files && a.stamp == b.stamp
     }
@@ -27,13 +28,15 @@ public struct Undelete {
     let device: Device
     var database: Database { device.database }
 
+    /// Undeletes on `device`.
     public init(_ device: Device) { self.device = device }
 
     /// Brings back rows `ids` of `table`, with the rows deleted with them.
     ///
     /// - Throws: `.usage` for a table that is not synced; `.notFound` for a row not in the
-    ///   trash (or one this device may not see); `.notOwner`, `.notInCircle`; `.bytesAbsent`
-    ///   naming the file whose bytes are gone; `.storage`.
+    ///   trash (or one this device may not see); `.notOwner`, `.notInCircle`; `.invalidState`
+    ///   for a row whose parent is deleted and not coming back with it; `.bytesAbsent` naming
+    ///   the file whose bytes are gone; `.storage`.
     public func rows(table: String, ids: [String]) throws -> UndeleteReport {
         guard device.manifest.table(table) != nil else {
             throw CovenError(.usage, "'\(table)' is not a synced table of this store", hint: "'coven trash' lists what can come back")
@@ -172,10 +175,30 @@ public struct Undelete {
         }
     }
 
+    /// Refuses a row whose parent (through a foreign key to its id) is neither here nor
+    /// coming back with it: the row would fail its key. Its parent comes back first, and the
+    /// rows deleted with it come back with it.
+    ///
+    /// - Throws: `.invalidState`, naming the parent.
+    func checkParents(_ planned: [Planned]) throws {
+        let graph = try device.schemaGraph()
+        let coming = Set(planned.map { $0.table + "\u{0}" + $0.id })
+        for row in planned {
+            for edge in graph.parents[row.table] ?? [] where edge.parentColumn == "id" {
+                guard let parent = row.entry.value(edge.column)?.textValue, !coming.contains(edge.parent + "\u{0}" + parent) else { continue }
+                let here = try database.scalar("SELECT count(*) FROM main.\(RowCapture.quote(edge.parent)) WHERE id = ?1", [parent]).intValue ?? 0 > 0
+                guard !here else { continue }
+                throw CovenError(.invalidState, "row '\(row.id)' of '\(row.table)' names row '\(parent)' of '\(edge.parent)', which is deleted",
+                                 hint: "undelete that row: the rows deleted with it come back with it", details: ["table": row.table, "id": row.id, "parent": parent])
+            }
+        }
+    }
+
     /// Writes `planned` back as one recorded write, in one transaction, and forgets them from
     /// the trash.
     func bringBack(_ planned: [Planned]) throws -> UndeleteReport {
         try checkBytes(planned)
+        try checkParents(planned)
         var report = UndeleteReport()
         let trash = Trash(device)
         report.stamp = try database.transaction {

@@ -205,6 +205,26 @@ class TrashTests: DeviceTestCase {
         XCTAssertEqual(try StoreSync(a).sync().pulled.massDeletes.map { $0.tables.map(\.rows) }, [[11]], "11 of 31 rows")
     }
 
+    /// The trash adds nothing to a quiet sync: the same requests with rows in the trash as
+    /// with none.
+    func testAQuietSyncMakesTheSameRequestsWithATrash() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a)
+        try a.write(sql: "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) INSERT INTO settings (id, value) SELECT 'k' || i, 'v' FROM n")
+        for device in [a, b, a, b] { _ = try StoreSync(device).sync() }
+        func quietRequests() throws -> [String] {
+            let counting = CrashingStorage(try b.connectStorage())
+            let report = try StoreSync(b).sync(provider: counting)
+            XCTAssertTrue(report.quiet)
+            return counting.requests.sorted()
+        }
+        let before = try quietRequests()
+        try a.write(sql: "DELETE FROM settings")
+        for device in [a, b, a, b] { _ = try StoreSync(device).sync() }
+        XCTAssertEqual(try Trash(b).summary().rows, 300)
+        XCTAssertEqual(try quietRequests(), before)
+    }
+
     // MARK: Refusals
 
     /// Bad input changes nothing: an unknown table, a row not in the trash (one undeleted
@@ -218,6 +238,9 @@ class TrashTests: DeviceTestCase {
         assertCovenError(.notFound) { try Undelete(a).rows(table: "albums", ids: [Self.album, Self.second]) }
         assertCovenError(.notFound) { try Undelete(a).change(device: b.deviceID, seq: 99) }
         assertCovenError(.usage) { try Trash(a).setRetention(0) }
+        // A cover whose album is still deleted: its album comes back first.
+        let orphan = assertCovenError(.invalidState) { try Undelete(a).rows(table: "covers", ids: [Self.cover]) }
+        XCTAssertEqual(orphan?.details["parent"], Self.album)
         XCTAssertEqual(try count(a, "SELECT count(*) FROM albums"), 0)
         XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_outbox"), outbox)
         XCTAssertEqual(try listed(a).count, 2)
