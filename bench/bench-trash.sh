@@ -53,12 +53,12 @@ python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 1 and float(sys.argv[
 
 echo
 echo "-- 3. a quiet sync's requests, with $rows rows in b's trash and with none"
-"$COVEN" --quiet sync --pull --db "$T/b/device.db"
+"$COVEN" --quiet sync --pull --db "$T/b/device.db" 2>/dev/null
 count_requests() {
     strace -f -qq -e trace=%file,getdents64 -o "$T/strace.txt" "$COVEN" --quiet sync --db "$1" >/dev/null
     grep -c "$T/store" "$T/strace.txt" || true
 }
-"$COVEN" --quiet sync --db "$T/b/device.db"
+"$COVEN" --quiet sync --db "$T/b/device.db" 2>/dev/null
 with_trash=$(count_requests "$T/b/device.db")
 "$COVEN" --db "$T/b/device.db" --quiet trash empty --all
 without_trash=$(count_requests "$T/b/device.db")
@@ -67,9 +67,9 @@ without_trash=$(count_requests "$T/b/device.db")
 echo
 echo "-- 4. sync --pull of a change deleting $rows rows"
 hyperfine --shell bash --style basic --runs "$runs" --warmup 1 --export-json pull.json \
-    --command-name "coven sync --pull (trash)" --prepare "restore b; restore store" "$COVEN sync --pull --db $T/b/device.db > /dev/null"
+    --command-name "coven sync --pull (trash)" --prepare "restore b; restore store" "$COVEN sync --pull --db $T/b/device.db > /dev/null 2>&1"
 restore b; restore store
-/usr/bin/time -v -o rss-pull.txt "$COVEN" --quiet sync --pull --db "$T/b/device.db"
+/usr/bin/time -v -o rss-pull.txt "$COVEN" --quiet sync --pull --db "$T/b/device.db" 2>/dev/null
 kept=$(sqlite3 "$T/b/device.db" "SELECT count(*) FROM coven_trash")
 [[ $kept == "$rows" ]] || { echo "bench-trash: b's trash holds $kept rows, not $rows" >&2; exit 1; }
 pull=$(median 0 pull.json)
@@ -92,7 +92,7 @@ if [[ -n ${COVEN_BASELINE:-} ]]; then
     )
     hyperfine --shell bash --style basic --runs "$runs" --warmup 1 --export-json base.json \
         --command-name "baseline sync --pull (no trash)" --prepare "restore baseline/b; restore baseline/store" \
-        "$COVEN_BASELINE sync --pull --db $B/b/device.db > /dev/null"
+        "$COVEN_BASELINE sync --pull --db $B/b/device.db > /dev/null 2>&1"
     baseline=$(median 0 base.json)
     python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1.1 * float(sys.argv[2]) else 1)" "$pull" "$baseline" || status=1
 fi
@@ -127,7 +127,7 @@ write=$(python3 -c "import statistics, sys; print(statistics.median(float(x) for
 "$COVEN" --quiet --db "$F/fa/device.db" sync
 "$COVEN" --db "$F/fa/device.db" write "DELETE FROM tracks" >/dev/null
 "$COVEN" --quiet --db "$F/fa/device.db" sync
-change=$("$COVEN" --db "$F/fa/device.db" trash | head -1 | cut -f4)
+change=$("$COVEN" --db "$F/fa/device.db" trash | awk -F"\t" "NR == 1 { print \$4 }")
 sqlite3 "$F/fa/device.db" "PRAGMA wal_checkpoint(TRUNCATE)" >/dev/null
 cp -a "$F/fa" "$F/fa.deleted"
 hyperfine --shell bash --style basic --runs "$runs" --warmup 1 --export-json undelete.json \

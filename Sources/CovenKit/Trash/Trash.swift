@@ -99,8 +99,13 @@ public struct Trash {
     /// The trash of `device`.
     public init(_ device: Device) { self.device = device }
 
+
     /// Version 21 of the device schema: the trash, and the files each trashed row named (by
     /// object, for gc).
+    ///
+    /// The trash is written once per row a pull deletes, so it holds one b-tree: its rows by
+    /// (table, id), without a rowid, and no index but the partial one of the rows deleted with
+    /// a parent. A listing sorts what it reads; `--change` and the window scan.
     static let tables = """
     CREATE TABLE coven_trash (
         tbl        TEXT NOT NULL,
@@ -116,9 +121,7 @@ public struct Trash {
         parent_id  TEXT,
         files      TEXT NOT NULL DEFAULT '[]',
         PRIMARY KEY (tbl, id)
-    ) STRICT;
-    CREATE INDEX coven_trash_deleted ON coven_trash (deleted_at);
-    CREATE INDEX coven_trash_change ON coven_trash (device, stamp);
+    ) STRICT, WITHOUT ROWID;
     CREATE INDEX coven_trash_parent ON coven_trash (parent_tbl, parent_id) WHERE parent_tbl IS NOT NULL;
     CREATE TABLE coven_trash_files (
         tbl    TEXT NOT NULL,
@@ -130,6 +133,14 @@ public struct Trash {
     ) STRICT, WITHOUT ROWID;
     CREATE INDEX coven_trash_files_object ON coven_trash_files (object);
     """
+
+    /// Statements a pull runs once per row it deletes, prepared once per ``Trash``.
+    private final class Prepared {
+        var insert: Statement?
+        var dropFiles: Statement?
+        var fileSize: Statement?
+    }
+    private let prepared = Prepared()
 
     // MARK: The retention window
 
@@ -171,15 +182,21 @@ public struct Trash {
     func record(table: String, id: String, columns: [String], values: [SQLValue], stamp: String, writer: String, seq: Int64?,
                 audience: String, parent: (table: String, id: String)?) throws {
         guard let spec = device.manifest.table(table) else { return }
-        let lastStamp = zip(columns, values).first { $0.0 == "_updated_at" }?.1.textValue ?? ""
-        let image = RowEntryCodec.encode([RowEntry(kind: .upsert, table: table, id: id, stamp: lastStamp, columns: columns, values: values)])
-        let owner = spec.ownerColumn.flatMap { column in zip(columns, values).first { $0.0 == column }?.1.textValue }
+        var lastStamp = "", owner: String?
+        for (column, value) in zip(columns, values) {
+            if column == "_updated_at" { lastStamp = value.textValue ?? "" } else if column == spec.ownerColumn { owner = value.textValue }
+        }
+        var image: [UInt8] = []
+        image.reserveCapacity(256)
+        RowEntryCodec.encode([RowEntry(kind: .upsert, table: table, id: id, stamp: lastStamp, columns: columns, values: values)], into: &image)
         var files: [(id: String, size: Int64, object: String?)] = []
         for column in spec.files {
-            guard let file = zip(columns, values).first(where: { $0.0 == column.column })?.1.textValue else { continue }
-            let found = try database.cached("""
+            guard let index = columns.firstIndex(of: column.column), let file = values[index].textValue else { continue }
+            let found = try prepared.fileSize ?? database.prepare("""
                 SELECT size, object FROM coven_files WHERE id = ?1 UNION ALL SELECT size, object FROM coven_deleted_files WHERE id = ?1 LIMIT 1
                 """)
+            prepared.fileSize = found
+            found.reset()
             try found.bind([file])
             let row = try found.next()
             files.append((file, row?[0].intValue ?? 0, row?[1].textValue))
@@ -191,16 +208,26 @@ public struct Trash {
             json += "{\"id\":" + RecordedChanges.json(ids: [file.id]).dropFirst().dropLast() + ",\"size\":" + String(file.size) + "}"
         }
         json += "]"
-        try database.runCached("""
+        let insert = try prepared.insert ?? database.prepare("""
             INSERT INTO coven_trash (tbl, id, image, stamp, deleted_at, device, seq, audience, owner, parent_tbl, parent_id, files)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
             ON CONFLICT (tbl, id) DO UPDATE SET image = excluded.image, stamp = excluded.stamp, deleted_at = excluded.deleted_at,
                 device = excluded.device, seq = excluded.seq, audience = excluded.audience, owner = excluded.owner,
                 parent_tbl = excluded.parent_tbl, parent_id = excluded.parent_id, files = excluded.files
-            """, [table, id, image, stamp, Self.time(of: stamp), writer, seq.map { SQLValue.integer($0) } ?? .null, audience,
-                  owner.map { SQLValue.text($0) } ?? .null, parent.map { SQLValue.text($0.table) } ?? .null,
-                  parent.map { SQLValue.text($0.id) } ?? .null, json])
-        try database.runCached("DELETE FROM coven_trash_files WHERE tbl = ?1 AND id = ?2", [table, id])
+            """)
+        prepared.insert = insert
+        insert.reset()
+        try insert.bind([SQLValue.text(table), .text(id), .blob(image), .text(stamp), .text(Self.time(of: stamp)), .text(writer),
+                         seq.map { SQLValue.integer($0) } ?? .null, .text(audience), owner.map { SQLValue.text($0) } ?? .null,
+                         parent.map { SQLValue.text($0.table) } ?? .null, parent.map { SQLValue.text($0.id) } ?? .null, .text(json)])
+        try insert.runToEnd()
+        // A table with no file column never has rows in coven_trash_files.
+        guard !spec.files.isEmpty else { return }
+        let drop = try prepared.dropFiles ?? database.prepare("DELETE FROM coven_trash_files WHERE tbl = ?1 AND id = ?2")
+        prepared.dropFiles = drop
+        drop.reset()
+        try drop.bind([table, id])
+        try drop.runToEnd()
         for file in files {
             try database.runCached("INSERT OR REPLACE INTO coven_trash_files (tbl, id, file, object, size) VALUES (?1, ?2, ?3, ?4, ?5)",
                                    [table, id, file.id, file.object.map { SQLValue.text($0) } ?? .null, file.size])
@@ -299,15 +326,23 @@ public struct Trash {
         var floor = try cutoff()
         if let since { floor = max(floor, Timestamp.iso8601(since)) }
         let visible = try visibility()
-        let statement = try database.prepare("""
-            SELECT t.tbl, t.id, t.image, t.stamp, t.deleted_at, t.device, r.name, r.member, \(Self.seqSQL), t.parent_tbl, t.parent_id, t.files
-            FROM coven_trash t LEFT JOIN coven_device_registry r ON r.device = t.device
+        // The keys sorted first (small: the sorter never holds the images), then each row by
+        // its key, as read.
+        let keys = try database.prepare("""
+            SELECT t.tbl, t.id FROM coven_trash t
             WHERE t.deleted_at >= ?3 AND (?4 IS NULL OR t.tbl = ?4) AND \(visible.sql)
             ORDER BY t.deleted_at DESC, t.tbl, t.id
             """)
-        try statement.bind(visible.values + [.text(floor), table.map { SQLValue.text($0) } ?? .null])
-        while let row = try statement.next() {
-            try body(try Self.trashed(row))
+        try keys.bind(visible.values + [.text(floor), table.map { SQLValue.text($0) } ?? .null])
+        let row = try database.prepare("""
+            SELECT t.tbl, t.id, t.image, t.stamp, t.deleted_at, t.device, r.name, r.member, \(Self.seqSQL), t.parent_tbl, t.parent_id, t.files
+            FROM coven_trash t LEFT JOIN coven_device_registry r ON r.device = t.device WHERE t.tbl = ?1 AND t.id = ?2
+            """)
+        while let key = try keys.next() {
+            row.reset()
+            try row.bind([key[0], key[1]])
+            guard let found = try row.next() else { continue }
+            try body(try Self.trashed(found))
         }
     }
 

@@ -68,10 +68,11 @@ struct TrashCommand: Command {
         if context.json {
             // The array a row at a time, as read: never the whole trash in memory.
             let writer = JSONText.Writer()
+            var order: (columns: [String], positions: [Int]) = ([], [])
             context.out.write("[")
             var first = true
             try trash.forEach(table: table, since: since) { row in
-                context.out.write((first ? "" : ",") + (try jsonObject(row, writer: writer)))
+                context.out.write((first ? "" : ",") + (try jsonObject(row, writer: writer, order: &order)))
                 first = false
             }
             context.out.write("]\n")
@@ -157,7 +158,7 @@ struct TrashCommand: Command {
 
     /// One trashed row as the JSON object `trash --json` prints, keys sorted as Foundation
     /// sorts them, written by hand (a row at a time, 100,000 of them under a second).
-    static func jsonObject(_ row: TrashedRow, writer: JSONText.Writer) throws -> String {
+    static func jsonObject(_ row: TrashedRow, writer: JSONText.Writer, order: inout (columns: [String], positions: [Int])) throws -> String {
         var text = "{\"change\":"
         LostCommand.writeOptional(row.change, into: &text)
         text += ",\"deleted_at\":"
@@ -192,12 +193,17 @@ struct TrashCommand: Command {
         text += ",\"table\":"
         JSONText.Writer.writeString(row.table, into: &text)
         text += ",\"values\":{"
-        let values = Dictionary(zip(row.columns, row.values), uniquingKeysWith: { first, _ in first })
-        for (index, column) in try writer.order(of: values).enumerated() {
+        // The columns in the order Foundation sorts keys, found once per list of columns.
+        if order.columns != row.columns {
+            let values = Dictionary(zip(row.columns, row.values), uniquingKeysWith: { first, _ in first })
+            let sorted = try writer.order(of: values)
+            order = (row.columns, sorted.compactMap { row.columns.firstIndex(of: $0) })
+        }
+        for (index, position) in order.positions.enumerated() {
             if index > 0 { text += "," }
-            JSONText.Writer.writeString(column, into: &text)
+            JSONText.Writer.writeString(row.columns[position], into: &text)
             text += ":"
-            try LostCommand.writeValue(values[column] ?? .null, into: &text)
+            try LostCommand.writeValue(row.values[position], into: &text)
         }
         return text + "}}"
     }
