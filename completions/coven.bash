@@ -5,7 +5,7 @@
 
 # The command words.
 _coven_commands() {
-    echo 'init' 'migrate' 'key' 'member' 'members' 'circle' 'circles' 'stage' 'unstage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'fsck' 'join' 'snapshot' 'devices' 'device' 'storage' 'lost' 'completions' 'help'
+    echo 'init' 'migrate' 'key' 'member' 'members' 'circle' 'circles' 'stage' 'unstage' 'write' 'sql' 'status' 'upload-worker' 'uploads' 'pause' 'resume' 'retry' 'file-status' 'cat' 'get' 'pin' 'unpin' 'budget' 'cache' 'fetch-kept' 'move' 'moves' 'make-device-only' 'sync' 'gc' 'fsck' 'join' 'snapshot' 'devices' 'device' 'storage' 'lost' 'trash' 'undelete' 'completions' 'help'
 }
 
 # The option words of COMMAND ('' is coven itself, before any command).
@@ -49,6 +49,8 @@ _coven_options() {
         'device') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'storage') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'lost') echo '--all' '--before' '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'trash') echo '--table' '--since' '--all' '--before' '--null-terminated' '-z' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
+        'undelete') echo '--change' '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'completions') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
         'help') echo '--db' '--json' '--quiet' '-q' '--no-wait' '--help' '-h' ;;
     esac
@@ -132,6 +134,16 @@ _coven_option_value() {
         'lost')
             case $2 in
                 --before) echo 'none'; return 0 ;;
+            esac ;;
+        'trash')
+            case $2 in
+                --table) echo 'none'; return 0 ;;
+                --since) echo 'none'; return 0 ;;
+                --before) echo 'none'; return 0 ;;
+            esac ;;
+        'undelete')
+            case $2 in
+                --change) echo 'none'; return 0 ;;
             esac ;;
     esac
     return 1
@@ -231,13 +243,23 @@ _coven_argument() {
                 0) echo 'choice restore drop' ;;
                 *) echo 'none' ;;
             esac ;;
+        'trash')
+            case $2 in
+                0) echo 'choice empty retention' ;;
+                1) echo 'none' ;;
+            esac ;;
+        'undelete')
+            case $2 in
+                0) echo 'none' ;;
+                *) echo 'none' ;;
+            esac ;;
         'completions')
             case $2 in
                 0) echo 'choice bash zsh fish' ;;
             esac ;;
         'help')
             case $2 in
-                0) echo 'choice init migrate key member members circle circles stage unstage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions' ;;
+                0) echo 'choice init migrate key member members circle circles stage unstage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost trash undelete completions' ;;
             esac ;;
     esac
 }

@@ -85,6 +85,16 @@ function __coven_takes_value --argument-names command option
                 case '--before'
                     return 0
             end
+        case 'trash'
+            switch $option
+                case '--table' '--since' '--before'
+                    return 0
+            end
+        case 'undelete'
+            switch $option
+                case '--change'
+                    return 0
+            end
     end
     return 1
 end
@@ -211,6 +221,8 @@ complete -c coven -n __coven_needs_command -a 'devices' -d 'list the store\'s de
 complete -c coven -n __coven_needs_command -a 'device' -d 'mark a device of the store gone for good'
 complete -c coven -n __coven_needs_command -a 'storage' -d 'show this device\'s storage URL, or point it where the store now is'
 complete -c coven -n __coven_needs_command -a 'lost' -d 'list the values lost to concurrent edits, restore one, or drop them'
+complete -c coven -n __coven_needs_command -a 'trash' -d 'list the rows deleted within the store\'s retention window, empty the trash, or set the window'
+complete -c coven -n __coven_needs_command -a 'undelete' -d 'bring deleted rows back from the trash, with their files and the rows deleted with them'
 complete -c coven -n __coven_needs_command -a 'completions' -d 'print the completion script for bash, zsh or fish'
 complete -c coven -n __coven_needs_command -a 'help' -d 'show the help of coven or of one command'
 
@@ -363,8 +375,19 @@ complete -c coven -n '__coven_using lost' -l 'before' -x -d 'drop the values los
 complete -c coven -n '__coven_using lost' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
 complete -c coven -n '__coven_at_argument lost 0' -a 'restore drop'
 
+# coven trash
+complete -c coven -n '__coven_using trash' -l 'table' -x -d 'list only the rows of TABLE'
+complete -c coven -n '__coven_using trash' -l 'since' -x -d 'list only the rows deleted at or after TIME (ISO 8601, UTC unless it says)'
+complete -c coven -n '__coven_using trash' -l 'all' -d 'empty: drop every row'
+complete -c coven -n '__coven_using trash' -l 'before' -x -d 'empty: drop the rows deleted before TIME'
+complete -c coven -n '__coven_using trash' -s 'z' -l 'null-terminated' -d 'end each field with NUL instead of a tab or newline'
+complete -c coven -n '__coven_at_argument trash 0' -a 'empty retention'
+
+# coven undelete
+complete -c coven -n '__coven_using undelete' -l 'change' -x -d 'bring back every row this published change deleted'
+
 # coven completions
 complete -c coven -n '__coven_at_argument completions 0' -a 'bash zsh fish'
 
 # coven help
-complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key member members circle circles stage unstage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost completions'
+complete -c coven -n '__coven_at_argument help 0' -a 'init migrate key member members circle circles stage unstage write sql status upload-worker uploads pause resume retry file-status cat get pin unpin budget cache fetch-kept move moves make-device-only sync gc fsck join snapshot devices device storage lost trash undelete completions'

@@ -43,6 +43,8 @@ enum CommandRegistry {
         DeviceCommand.self,
         StorageCommand.self,
         LostCommand.self,
+        TrashCommand.self,
+        UndeleteCommand.self,
         CompletionsCommand.self,
     ]
 

@@ -42,6 +42,21 @@ struct SyncProblemsText {
         ]
     }
 
+    /// A mass delete for people: who, how many rows of which tables, and the command that
+    /// undoes it (`device` as ``describe(_:)`` names it).
+    static func describe(_ mass: MassDelete, device: String) -> String {
+        let rows = mass.tables.reduce(0) { $0 + $1.rows }
+        return "device \(device)\(mass.member.map { " of member \($0)" } ?? "") deleted \(rows.counted("row")) in change \(mass.device):\(mass.seq) ("
+            + mass.tables.map { "\($0.table): \($0.rows)" }.joined(separator: ", ") + "), applied here; '\(mass.undo)' brings them back"
+    }
+
+    /// A mass delete as `sync --json`'s `mass_deletes` and `status --json` give it.
+    static func json(_ mass: MassDelete) -> [String: Any] {
+        ["device": mass.device, "name": mass.deviceName.map { $0 as Any } ?? NSNull(), "member": mass.member.map { $0 as Any } ?? NSNull(),
+         "seq": mass.seq, "change": "\(mass.device):\(mass.seq)", "rows": mass.tables.reduce(0) { $0 + $1.rows },
+         "tables": mass.tables.map { ["table": $0.table, "rows": $0.rows] as [String: Any] }, "undo": mass.undo, "applied_at": mass.appliedAt]
+    }
+
     /// The JSON members of a push's recoveries.
     static func pushedJSON(_ pushed: PushReport) -> [String: Any] {
         ["caught_up": pushed.caughtUp, "republished": pushed.republished, "unrecoverable": pushed.unrecoverable]
@@ -88,6 +103,9 @@ struct SyncProblemsText {
         }
         for (other, why) in pulled.refusedRemovals.sorted(by: { $0.key < $1.key }) {
             warn("device \(describe(other)) stays in the store: \(why) (only an admin's device, or a device of its own member, removes a member's device)")
+        }
+        for mass in pulled.massDeletes {
+            warn(Self.describe(mass, device: describe(mass.device)))
         }
         for (other, seq) in pulled.waiting.sorted(by: { $0.key < $1.key }) {
             note("warning: device \(describe(other))'s next change waits for change \(seq) of a device not applied here yet")

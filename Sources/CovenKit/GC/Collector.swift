@@ -25,6 +25,9 @@ public struct GCReport: Sendable, Equatable {
         case heldByDevice = "held_by_device"
         /// This device applied sections of circles it cannot read, whose records may name it.
         case unreadSections = "unread_sections"
+        /// A row deleted within the store's retention window names it (the trash): it goes
+        /// once the window ends, or after `coven trash empty`.
+        case trash
         /// The provider refused the delete (403).
         case refused = "storage_refused"
         /// The delete failed (the network, the provider): it is not taken as deleted.
@@ -118,6 +121,9 @@ extension Device {
         report.pulled = try StoreSync(self).sync(provider: provider, push: !dryRun, pull: true, stop: stop).pulled.changes
         try stop.check("gc")
         var collector = Collector(device: self, provider: provider, keys: keys, dryRun: dryRun, confirmed: confirmed)
+        // Rows past the window that keep no bytes leave the trash (those whose bytes this pass
+        // frees stay until the next, so undelete can say so).
+        if !dryRun { try database.transaction { try Trash(self).expire() } }
         try collector.prepare()
         try collector.collectFiles(into: &report)
         try collector.collectLeftovers(into: &report, age: Collector.leftoverAge)
@@ -299,6 +305,7 @@ struct Collector {
     /// harmless.
     mutating func collectFiles(into report: inout GCReport) throws {
         let candidates = device.candidates
+        let trash = Trash(device)
         let sync = SyncState(database: database)
         let published = applied[me] ?? 0
         let hasUnpublished = try database.scalar("SELECT count(*) FROM coven_push").intValue ?? 0 > 0
@@ -342,6 +349,11 @@ struct Collector {
                 if named { continue }
                 if let (reason, devices, detail) = hold {
                     report.kept.append(.init(key: object, kind: .file, reason: reason, devices: devices, detail: detail))
+                    continue
+                }
+                // The proof says the object may go; the trash's window says when.
+                if let until = try trash.holds(object: object) {
+                    report.kept.append(.init(key: object, kind: .file, reason: .trash, detail: "a row deleted within the retention window names it, until \(until)"))
                     continue
                 }
                 deletable.append(object)
@@ -519,6 +531,7 @@ struct Collector {
                 report.abortedUploads.append(upload.key)
             }
             var deletable: [String] = []
+            let trash = Trash(device)
             for info in try provider.list(prefix: folder) {
                 let object = info.key
                 if try !device.fileRecords.ids(object: object).isEmpty { continue }
@@ -534,6 +547,11 @@ struct Collector {
                 }
                 if let (reason, devices, detail) = hold {
                     report.kept.append(.init(key: object, kind: .file, reason: reason, devices: devices, detail: detail))
+                    continue
+                }
+                // The proof says the object may go; the trash's window says when.
+                if let until = try trash.holds(object: object) {
+                    report.kept.append(.init(key: object, kind: .file, reason: .trash, detail: "a row deleted within the retention window names it, until \(until)"))
                     continue
                 }
                 deletable.append(object)

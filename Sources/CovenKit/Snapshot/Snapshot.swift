@@ -288,6 +288,10 @@ extension Device {
             let sync = SyncState(database: database)
             try sync.copyForSnapshot(into: schema, tables: manifest.tables.map(\.name) + ["coven_files"])
             try CircleSections(database: database).copyForSnapshot(into: schema)
+            // The trash and the store's settings, which a joining device learns here
+            // (docs/format.md, "Snapshots").
+            try Trash(self).copyForSnapshot(into: schema)
+            try StoreSettings(self).copyForSnapshot(into: schema)
             if let parts {
                 try SnapshotParts(device: self).fill("coven_parts", circles: parts.circles, tables: manifest.tables.map(\.name))
             }

@@ -112,6 +112,8 @@ final class RecordedWrite {
             return (table.name, columns)
         }
         tables.append(("coven_files", ["audience"]))
+        // The store's settings travel as rows (Sync/StoreSettings.swift).
+        tables.append((StoreSettings.table, []))
         return tables
     }
 
@@ -185,6 +187,18 @@ final class RecordedWrite {
         let rowAudiences = try RowAudiences(device: device)
         let placing = device.manifest.tables.contains { rowAudiences.placesAudience($0.name) }
         let deletedAudiences = try placing && changes.hasDeletes() ? rowAudiences.audiencesOfDeleted(changes) : [:]
+        // The rows it deletes go to the trash with their last images (Trash), each with the
+        // row whose delete took it along; rows it writes are in the trash no more.
+        let trash = Trash(device)
+        let deletes = try changes.hasDeletes()
+        let trashHolds = try !trash.isEmpty()
+        var deleted: Set<String> = []
+        if deletes {
+            try changes.forEachBatch(oldFiles: false) { batch in
+                for change in batch where change.operation == .delete { deleted.insert(change.table + "\u{0}" + change.id) }
+            }
+        }
+        let graph = deletes ? try device.schemaGraph() : nil
         // Rows the write moved to another audience leave the old one first (AudienceMoves).
         for retract in try AudienceMoves.retracts(in: database, stamp: stamp) {
             piece.add(retract)
@@ -223,10 +237,18 @@ final class RecordedWrite {
                     let entry: RowEntry
                     if change.operation != .delete, let values = images[change.table]?[change.id] {
                         entry = RowEntry(kind: .upsert, table: change.table, id: change.id, stamp: stamp, columns: try columns(change.table), values: values)
+                        if trashHolds, change.operation == .insert { try trash.forget(table: change.table, id: change.id) }
                     } else {
                         entry = RowEntry(kind: .delete, table: change.table, id: change.id, stamp: stamp)
-                        try sync.setTombstone(table: change.table, id: change.id, stamp: stamp,
-                                              audience: deletedAudiences[change.table]?[change.id] ?? RowAudiences.store)
+                        let audience = deletedAudiences[change.table]?[change.id] ?? RowAudiences.store
+                        try sync.setTombstone(table: change.table, id: change.id, stamp: stamp, audience: audience)
+                        if let graph, let image = try capture.image(table: change.table, id: change.id) {
+                            let parent = Trash.parent(of: change.table, columns: image.columns, values: image.values, graph: graph) {
+                                deleted.contains($0 + "\u{0}" + $1)
+                            }
+                            try trash.record(table: change.table, id: change.id, columns: image.columns, values: image.values, stamp: stamp,
+                                             writer: device.deviceID, seq: nil, audience: audience, parent: parent)
+                        }
                     }
                     piece.add(entry)
                     recorded += 1

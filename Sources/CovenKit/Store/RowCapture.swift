@@ -48,6 +48,17 @@ final class RowCapture {
         try database.createFunction("coven_capturing", arguments: 0, deterministic: false) { [unowned capture] _ in
             .integer(capture.active ? 1 : 0)
         }
+        // The last image of a deleted row, for the trash (Trash/Trash.swift): its table, its
+        // stored columns joined by U+0001, then their values, encoded as one row entry.
+        try database.createFunction("coven_row_image", arguments: -1, deterministic: true) { arguments in
+            guard arguments.count >= 2, let table = arguments[0].textValue, let names = arguments[1].textValue else { return .null }
+            let columns = names.split(separator: "\u{1}", omittingEmptySubsequences: false).map(String.init)
+            let values = Array(arguments.dropFirst(2))
+            guard columns.count == values.count else { return .null }
+            let id = zip(columns, values).first { $0.0 == "id" }?.1.textValue ?? ""
+            let stamp = zip(columns, values).first { $0.0 == "_updated_at" }?.1.textValue ?? ""
+            return .blob(RowEntryCodec.encode([RowEntry(kind: .upsert, table: table, id: id, stamp: stamp, columns: columns, values: values)]))
+        }
         database.rowCapture = capture
         return capture
     }
@@ -63,13 +74,16 @@ final class RowCapture {
         try createTables()
         var present = Set(try database.query("SELECT name FROM temp.sqlite_master WHERE type = 'trigger' AND name LIKE 'coven\\_capture\\_%' ESCAPE '\\'").compactMap { $0.string("name") })
         for table in tables {
-            let name = Self.triggerName(table: table.name, fileColumns: table.fileColumns)
+            // A synced table's delete keeps the row's last image (the trash), so its triggers
+            // name its stored columns too: a migration that adds one replaces them.
+            let stored = table.name == "coven_files" ? [] : try database.storedColumns(table.name)
+            let name = Self.triggerName(table: table.name, fileColumns: table.fileColumns + (stored.isEmpty ? [] : ["\u{1}"] + stored))
             if present.remove(name + "_i") != nil, present.remove(name + "_u") != nil, present.remove(name + "_d") != nil,
                present.remove(name + "_r") != nil { continue }
-            try install(name: name, table: table.name, fileColumns: table.fileColumns)
+            try install(name: name, table: table.name, fileColumns: table.fileColumns, imageColumns: stored)
         }
         for stale in present { try database.execute("DROP TRIGGER IF EXISTS temp.\(Self.quote(stale))") }
-        try database.execute("DELETE FROM temp.coven_capture; DELETE FROM temp.coven_capture_rows")
+        try database.execute("DELETE FROM temp.coven_capture; DELETE FROM temp.coven_capture_rows; DELETE FROM temp.coven_capture_images")
         newestOldStamp = nil
         generation += 1
     }
@@ -97,6 +111,14 @@ final class RowCapture {
                 INSERT INTO coven_capture (tbl, id, old_id, op, old_files, old_stamp)
                 VALUES ('coven_files', NEW.id, OLD.id, 'u', json_array('text', OLD.audience), OLD._updated_at);
             END;
+            -- The last image of each row a write deletes (``image(table:id:)``), for the trash.
+            CREATE TEMP TABLE IF NOT EXISTS coven_capture_images (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                tbl TEXT NOT NULL,
+                id ANY,
+                image BLOB
+            );
+            CREATE INDEX IF NOT EXISTS temp.coven_capture_images_row ON coven_capture_images (tbl, id);
             CREATE TEMP TABLE IF NOT EXISTS coven_capture_rows (
                 pos INTEGER PRIMARY KEY,
                 tbl TEXT NOT NULL,
@@ -127,9 +149,16 @@ final class RowCapture {
     /// as the row's first firing (it existed before the write) and never as its last (an insert
     /// ignored, `OR IGNORE` or `DO NOTHING`, or an upsert's update, decides that). It does not
     /// see a row REPLACE deletes for another unique column than the id.
-    private func install(name: String, table: String, fileColumns: [String]) throws {
+    private func install(name: String, table: String, fileColumns: [String], imageColumns: [String]) throws {
         let quoted = Self.quote(table)
         let literal = "'" + table.replacingOccurrences(of: "'", with: "''") + "'"
+        let image: String
+        if imageColumns.isEmpty {
+            image = ""
+        } else {
+            let list = imageColumns.map { "OLD." + Self.quote($0) }.joined(separator: ", ")
+            image = "INSERT INTO coven_capture_images (tbl, id, image) VALUES (\(literal), OLD.id, coven_row_image(\(literal), \(Self.nulJoined(imageColumns)), \(list)));"
+        }
         // [typeof, value] per file column: a file id is text; anything else is reported by the
         // write's checks, and a BLOB cannot go in JSON as itself.
         func files(_ row: String) -> String {
@@ -156,6 +185,7 @@ final class RowCapture {
             END;
             CREATE TEMP TRIGGER \(name)_d AFTER DELETE ON main.\(quoted) WHEN coven_capturing() BEGIN
                 INSERT INTO coven_capture (tbl, id, old_id, op, old_files, old_stamp) VALUES (\(literal), OLD.id, NULL, 'd', \(files("OLD")), OLD._updated_at);
+                \(image)
             END;
             """)
     }
@@ -247,6 +277,21 @@ final class RowCapture {
             }
         }
         return old
+    }
+
+    /// `names` joined by U+0001 as an SQL literal (no column name holds it).
+    static func nulJoined(_ names: [String]) -> String {
+        "'" + names.joined(separator: "\u{1}").replacingOccurrences(of: "'", with: "''") + "'"
+    }
+
+    /// The last image the write being captured took of row `id` of `table` when it deleted it
+    /// (the newest, when it deleted it twice), decoded; nil when none.
+    func image(table: String, id: String) throws -> RowEntry? {
+        let statement = try database.cached("SELECT image FROM temp.coven_capture_images WHERE tbl = ?1 AND id = ?2 ORDER BY seq DESC LIMIT 1")
+        try statement.bind([table, id])
+        defer { statement.reset() }
+        guard let bytes = try statement.next()?[0].bytesValue else { return nil }
+        return try RowEntryCodec.decode(bytes).first
     }
 
     /// `identifier` as an SQL identifier, quoted.

@@ -85,6 +85,10 @@ enum Schema {
         // 20: the notes a frozen change goes with: where this device holds the bytes of the
         // files it places on itself, sealed for it alone (Sync/OwnNotes.swift).
         { database in try database.execute("ALTER TABLE coven_push ADD COLUMN notes BLOB") },
+        // 21: the trash: the last image of every row deleted on any device, who deleted it in
+        // which change, and the files it named, kept for the store's retention window (Trash/Trash.swift);
+        // and the store's settings, an admin's, published as rows (Sync/StoreSettings.swift).
+        { database in try database.execute(Trash.tables + StoreSettings.schema) },
     ]
 
     /// Version 15: the circles this device's member knows of, owned by ``Circles``: every

@@ -20,6 +20,10 @@ struct ApplyReport {
     /// How far the change's writer stamps ahead of this device's wall clock, when past
     /// ``HybridClock/maximumAhead`` (milliseconds).
     var clockAhead: Int64?
+    /// Rows of synced tables the change deleted here, by table.
+    var deletedRows: [String: Int] = [:]
+    /// The change deleted many rows at once (``Trash/judgeMassDelete(writer:seq:deleted:)``).
+    var massDelete: MassDelete?
 }
 
 /// Applies another device's change (DESIGN.md "Pull"): in one transaction with foreign keys
@@ -66,12 +70,17 @@ struct ChangeApplier {
     private var changeEnd: FileRecords.End = ("", nil, "")
     /// Whether the change's signer may write each entry.
     private var authorizer: any ChangeAuthorizer
+    /// The trash, which keeps the last image of every row a change deletes here; whether it
+    /// held rows when the change began (a row written back is forgotten from it only then).
+    private let trash: Trash
+    private var trashHolds = false
 
     init(device: Device, authorizer: any ChangeAuthorizer = AcceptEveryEntry()) {
         self.device = device
         self.authorizer = authorizer
         records = FileRecords(device: device)
         crossed = CrossedMoves(device: device, gated: [])
+        trash = Trash(device)
     }
 
     /// How a change is applied.
@@ -107,7 +116,11 @@ struct ChangeApplier {
         try database.execute("BEGIN IMMEDIATE")
         do {
             try database.execute("PRAGMA defer_foreign_keys = ON")
+            trashHolds = try !trash.isEmpty()
             var touched = try applyEntries(of: change, path: path, report: &report)
+            if source == .pulled {
+                report.massDelete = try trash.judgeMassDelete(writer: change.device, seq: Int64(change.seq), deleted: report.deletedRows)
+            }
             let restored = try TakenOutRows(device: device, graph: graph).restore()
             report.restored += restored.count
             for row in restored { touched[row.table, default: []].insert(row.id) }
@@ -175,6 +188,12 @@ struct ChangeApplier {
                         continue
                     }
                     try sync.addLost(entry, device: change.device, winnerStamp: nil, why: why)
+                    report.refused += 1
+                    continue
+                }
+                // The store's settings are an admin's (StoreSettings).
+                if entry.table == StoreSettings.table, try !StoreSettings(device).mayWrite(device: change.device, generation: change.generation) {
+                    try sync.addLost(entry, device: change.device, winnerStamp: nil, why: .notAuthorized)
                     report.refused += 1
                     continue
                 }
@@ -272,9 +291,21 @@ struct ChangeApplier {
             }
             try statement.bind(values: entry.values)
             try statement.runToEnd()
+            if trashHolds, localRow == nil { try trash.forget(table: entry.table, id: entry.id) }
         case (.delete, true), (.retract, true):
             preconditionFailure("internal error: a file record's delete is settled, never applied as such")
         case (.delete, false), (.retract, false):
+            if entry.kind == .delete, let localRow, let graph {
+                // The row's last image goes to the trash, with the row whose delete in this
+                // change took it along (a cascade on its writer).
+                let deleted = deletedByChange
+                let parent = Trash.parent(of: entry.table, columns: names, values: localRow.values, graph: graph) {
+                    deleted[RowKey(table: $0, id: $1)] != nil
+                }
+                try trash.record(table: entry.table, id: entry.id, columns: names, values: localRow.values, stamp: entry.stamp,
+                                 writer: change.device, seq: Int64(change.seq), audience: audience, parent: parent)
+                report.deletedRows[entry.table, default: 0] += 1
+            }
             try takeOutChildren(of: entry.table, id: entry.id, report: &report)
             try database.run("DELETE FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id])
             try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience, retracted: entry.kind == .retract)
@@ -290,7 +321,7 @@ struct ChangeApplier {
     /// - Throws: `.decoding`, `.invalidId`, naming the object.
     private mutating func check(_ entry: RowEntry, path: String) throws -> [String] {
         let synced = device.manifest.table(entry.table)
-        guard synced != nil || entry.table == "coven_files" else {
+        guard synced != nil || entry.table == "coven_files" || entry.table == StoreSettings.table else {
             throw CovenError(.decoding, "change '\(path)' names table '\(entry.table)', which is not synced here", details: ["object": path, "table": entry.table])
         }
         if synced?.identity == .uuid, !Identifier.isCanonicalUUID(entry.id) {

@@ -49,6 +49,10 @@ public struct PullReport: Sendable, Equatable {
     /// by path, why.
     public var reopenUnavailable: [String: String] = [:]
 
+    /// Changes that deleted many rows at once (Trash/Trash.swift): `sync` warns of each, even
+    /// under -q, with the command that undoes it.
+    public var massDeletes: [MassDelete] = []
+
     public var changes: Int { applied.values.reduce(0) { $0 + $1.count } }
 
     /// Counts change `seq` of `device`, applied as `applied` says.
@@ -62,6 +66,7 @@ public struct PullReport: Sendable, Equatable {
         refused += applied.refused
         takenOut += applied.takenOut
         clockAhead[device] = applied.clockAhead
+        if let mass = applied.massDelete { massDeletes.append(mass) }
     }
 }
 

@@ -23,6 +23,12 @@ struct StatusCommand: Command {
             var about = object["device"] as? [String: Any] ?? [:]
             about["removed_at"] = try StoreSync(device).removedAt() ?? NSNull()
             object["device"] = about
+            let trash = try Trash(device).summary()
+            object["trash"] = [
+                "rows": trash.rows, "files": trash.files, "bytes": trash.bytes, "oldest": trash.oldest.map { $0 as Any } ?? NSNull(),
+                "retention_seconds": trash.retention,
+                "last_mass_delete": try Trash(device).lastMassDelete().map(SyncProblemsText.json) ?? NSNull(),
+            ] as [String: Any]
             try context.printJSON(object)
             return 0
         }
@@ -44,6 +50,13 @@ struct StatusCommand: Command {
         if s.sync.lostValues > 0 { sync += ", \(s.sync.lostValues.counted("lost value"))" }
         sync += "; \(s.sync.devices.counted("other device"))" + (s.sync.goneDevices > 0 ? " (\(s.sync.goneDevices) gone)" : "")
         lines.append(sync)
+        let trash = try Trash(device).summary()
+        lines.append("trash    \(trash.rows.counted("row")), \(trash.files.counted("file")), \(ByteSize.format(trash.bytes))"
+                     + (trash.oldest.map { ", the oldest from \($0)" } ?? "") + "; kept \(TrashCommand.formatDuration(trash.retention))")
+        if let mass = try Trash(device).lastMassDelete() {
+            let rows = mass.tables.reduce(0) { $0 + $1.rows }
+            lines.append("deletes  the last mass delete: \(rows.counted("row")) by device \(mass.deviceName.map { "'\(DeviceNameText.escape($0))' " } ?? "")(\(mass.device)) in change \(mass.device):\(mass.seq), applied \(mass.appliedAt); '\(mass.undo)' brings them back")
+        }
         if let removed = try StoreSync(device).removedAt() {
             lines.append("removed  this device was removed from the store at \(removed): nothing written here will be published; make a new device with 'coven join'")
         }

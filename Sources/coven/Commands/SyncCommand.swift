@@ -58,6 +58,7 @@ struct SyncCommand: Command {
                     "taken_out": pulled.takenOut, "devices": pulled.applied, "waiting": pulled.waiting,
                     "new_devices": pulled.newDevices,
                 ] as [String: Any]).merging(SyncProblemsText.pulledJSON(pulled)) { first, _ in first },
+                "mass_deletes": pulled.massDeletes.map(SyncProblemsText.json),
                 "exit_code": status,
             ])
             problems.write(report)

@@ -208,7 +208,7 @@ final class WriteSessionTests: AlbumDeviceTestCase {
         // Uploaded and published: gc frees the bytes, the image and coven's copy.
         _ = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))
         _ = try StoreSync(device).sync()
-        XCTAssertEqual(try device.collectGarbage().deleted.map(\.key), [put.object])
+        XCTAssertEqual(try collectGarbageByProof(device).deleted.map(\.key), [put.object])
         XCTAssertNil(try device.fileRecords.image(put.file))
         XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_local WHERE object = ?1", [put.object]), 0)
         XCTAssertFalse(FileManager.default.fileExists(atPath: put.copy), "coven's copy is removed")

@@ -154,7 +154,7 @@ final class GCModelTests: XCTestCase {
                         _ = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: [DeviceOnlyRequest(file: file, names: ["f-\(random.next())"], input: "argument 1")])
                     }
                 case 9, 10:
-                    let report = try device.collectGarbage(goneDevices: random.below(3) == 0)
+                    let report = try collectGarbageByProof(device, goneDevices: random.below(3) == 0)
                     deleted += report.deleted.filter { $0.kind == .file }.count
                     if let failure = try check("after gc on \(device.deviceName) at step \(step)") { return (failure, deleted) }
                 case 12:
@@ -208,7 +208,7 @@ final class GCModelTests: XCTestCase {
                     for row in try device.database.query("SELECT id, file FROM settings") { trace("before final gc \(device.deviceName) settings \(row.values)") }
                     for row in try device.database.query("SELECT object, device, seq, why, files FROM coven_gc_candidates") { trace("before final gc \(device.deviceName) candidate \(row.values)") }
                 }
-                let report = try device.collectGarbage(goneDevices: true)
+                let report = try collectGarbageByProof(device, goneDevices: true)
                 trace("final gc on \(device.deviceName): deleted \(report.deleted.map(\.key)) kept \(report.kept.map { "\($0.key) \($0.reason)" })")
                 for info in try provider.list(prefix: "snapshots/") {
                     let manifest = try DeviceSetup.peekManifest(provider: provider, info: info, keys: keys)
@@ -243,7 +243,7 @@ final class GCModelTests: XCTestCase {
         if !leaked.isEmpty {
             var why: [String] = []
             for device in live {
-                let report = try device.collectGarbage(dryRun: true, goneDevices: true)
+                let report = try collectGarbageByProof(device, dryRun: true, goneDevices: true)
                 why += report.kept.filter { leaked.contains($0.key) }.map { "\(device.deviceName): \($0.key) \($0.reason.rawValue) \($0.devices) \($0.detail ?? "")" }
             }
             return ("unreferenced objects left: \(leaked.sorted()); kept: \(why)", deleted)

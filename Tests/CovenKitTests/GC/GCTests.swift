@@ -35,7 +35,7 @@ class GCTests: GCTestCase {
         _ = try StoreSync(a).sync()
         _ = try StoreSync(b).sync()
         try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
-        let first = try a.collectGarbage()
+        let first = try collectGarbageByProof(a)
         XCTAssertEqual(reasons(first, object), [.deviceBehind])
         XCTAssertEqual(first.kept.first?.devices, [b.deviceID])
         XCTAssertTrue(try stored(a, object))
@@ -43,13 +43,13 @@ class GCTests: GCTestCase {
         let idle = try StoreSync(b).sync()
         XCTAssertEqual(idle.pushed.published.count, 1)
         XCTAssertEqual(idle.pushed.entries, 0)
-        let dry = try a.collectGarbage(dryRun: true)
+        let dry = try collectGarbageByProof(a, dryRun: true)
         XCTAssertEqual(dry.deleted.map(\.key), [object])
         XCTAssertTrue(try stored(a, object), "a dry run deletes nothing")
-        let second = try a.collectGarbage()
+        let second = try collectGarbageByProof(a)
         XCTAssertEqual(second.deleted.map(\.key), [object])
         XCTAssertFalse(try stored(a, object))
-        let third = try a.collectGarbage()
+        let third = try collectGarbageByProof(a)
         XCTAssertTrue(third.deleted.isEmpty && third.kept.isEmpty, "the candidate is settled")
         // Neither b's empty change nor a's next sync asks for another frontier: no ping-pong.
         _ = try StoreSync(a).sync()
@@ -70,10 +70,10 @@ class GCTests: GCTestCase {
         _ = try StoredFiles.store(a, file: try XCTUnwrap(try a.database.scalar("SELECT id FROM coven_files LIMIT 1").textValue))
         _ = try StoreSync(a).sync()
         _ = try StoreSync(b).sync()
-        _ = try a.collectGarbage()
+        _ = try collectGarbageByProof(a)
         let counting = CrashingStorage(try a.connectStorage())
         let lock = try a.lock(wait: true)
-        let report = try a.collectGarbage(provider: counting, dryRun: false, goneDevices: false, stop: Stop())
+        let report = try collectGarbageByProof(a, provider: counting, dryRun: false, goneDevices: false, stop: Stop())
         _ = lock
         XCTAssertTrue(report.deleted.isEmpty && report.kept.isEmpty)
         // In a store of members, the sync's look for new key generations: the circles', the store's.
@@ -98,7 +98,7 @@ class GCTests: GCTestCase {
                 try a.candidates.setSeq(object: folder + String(format: "gone-%06d", n), seq: 1)
             }
         }
-        let report = try a.collectGarbage()
+        let report = try collectGarbageByProof(a)
         XCTAssertFalse(report.hasFailures)
         // The made-up objects were never stored: file:// says they are gone already; S3, which
         // answers a delete of nothing as done, does not.
@@ -115,9 +115,9 @@ class GCTests: GCTestCase {
         let (_, object) = try storedSetting(a, id: "s1", "bytes")
         _ = try StoreSync(a).sync()
         try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
-        let dry = try a.collectGarbage(dryRun: true)
+        let dry = try collectGarbageByProof(a, dryRun: true)
         XCTAssertEqual(reasons(dry, object), [.unpublished])
-        let real = try a.collectGarbage()
+        let real = try collectGarbageByProof(a)
         XCTAssertEqual(real.deleted.map(\.key), [object], "alone in the store, once published it goes")
     }
 
@@ -134,7 +134,7 @@ class GCTests: GCTestCase {
         // b, not having seen the delete, names the object again.
         try b.write(sql: "INSERT INTO settings (id, value, file) VALUES ('s2', 'again', coven_existing_file('\(file)'))")
         _ = try StoreSync(b).sync()
-        let report = try a.collectGarbage()
+        let report = try collectGarbageByProof(a)
         XCTAssertTrue(report.deleted.isEmpty)
         XCTAssertEqual(report.renamed, 1)
         XCTAssertTrue(try stored(a, object))
@@ -144,9 +144,9 @@ class GCTests: GCTestCase {
         XCTAssertEqual(bytes, Array("shared bytes".utf8))
         // When b deletes that last record, b's gc deletes the bytes once a has seen it.
         try b.write(sql: "DELETE FROM settings WHERE id = 's2'")
-        XCTAssertEqual(reasons(try b.collectGarbage(), object), [.deviceBehind])
+        XCTAssertEqual(reasons(try collectGarbageByProof(b), object), [.deviceBehind])
         _ = try StoreSync(a).sync()
-        XCTAssertEqual(try b.collectGarbage().deleted.map(\.key), [object])
+        XCTAssertEqual(try collectGarbageByProof(b).deleted.map(\.key), [object])
     }
 
     /// Two records naming one object, deleted on two devices at once: the bytes wait for
@@ -171,7 +171,7 @@ class GCTests: GCTestCase {
         // y, not having seen a's delete, names the object again through s1's record.
         try y.write(sql: "INSERT INTO settings (id, value, file) VALUES ('s3', 'v', coven_existing_file('\(file)'))")
         for device in [x, a] {
-            let report = try device.collectGarbage()
+            let report = try collectGarbageByProof(device)
             XCTAssertTrue(report.deleted.isEmpty, "\(device.deviceName) deleted \(report.deleted)")
             XCTAssertEqual(reasons(report, object), [.deviceBehind], "\(device.deviceName): \(report.kept)")
             XCTAssertEqual(report.kept.first?.devices, [y.deviceID])
@@ -202,7 +202,7 @@ class GCTests: GCTestCase {
         let synced = try StoreSync(b).sync()
         XCTAssertEqual(synced.pushed.held, 2)
         XCTAssertEqual(synced.pushed.entries, 0, "only b's frontier went out, with its held objects")
-        let report = try a.collectGarbage()
+        let report = try collectGarbageByProof(a)
         XCTAssertEqual(reasons(report, object), [.heldByDevice])
         XCTAssertEqual(report.kept.first?.devices, [b.deviceID])
         XCTAssertTrue(try stored(a, object))
@@ -239,7 +239,7 @@ class GCTests: GCTestCase {
         try b.write(sql: "INSERT INTO notes (id, body) VALUES ('\(G.id(60))', 'later')")
         _ = try StoreSync(b).sync()
         XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_files"), 0, "a never saw b's private record")
-        let report = try a.collectGarbage()
+        let report = try collectGarbageByProof(a)
         XCTAssertEqual(reasons(report, object), [.heldByDevice])
         XCTAssertEqual(report.kept.first?.devices, [b.deviceID])
         XCTAssertTrue(try stored(a, object))
@@ -248,7 +248,7 @@ class GCTests: GCTestCase {
         _ = try StoreSync(b).sync()
         _ = try StoreSync(a).sync()
         XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_files"), 1)
-        XCTAssertTrue(try a.collectGarbage().deleted.isEmpty)
+        XCTAssertTrue(try collectGarbageByProof(a).deleted.isEmpty)
         var bytes: [UInt8] = []
         let named = try XCTUnwrap(try a.database.scalar("SELECT file FROM todos WHERE id = ?1", [secret]).textValue)
         try Reader(a).readFile(named) { bytes.append(contentsOf: $0) }
@@ -266,7 +266,7 @@ class GCTests: GCTestCase {
         try a.write(sql: "UPDATE settings SET file = NULL WHERE id = 's1'")  // later: wins, releases the file
         _ = try StoreSync(a).sync()
         _ = try StoreSync(b).sync()
-        let report = try a.collectGarbage()
+        let report = try collectGarbageByProof(a)
         XCTAssertEqual(try StoreSync(a).lostValues().count, 1)
         XCTAssertEqual(reasons(report, object), [.lostValue])
         XCTAssertTrue(try stored(a, object))
@@ -286,12 +286,12 @@ class GCTests: GCTestCase {
         _ = try StoreSync(b).sync()
         _ = try StoreSync(a).sync()
         let lost = try XCTUnwrap(try StoreSync(a).lostValues().first)
-        XCTAssertEqual(reasons(try a.collectGarbage(), object), [.lostValue])
+        XCTAssertEqual(reasons(try collectGarbageByProof(a), object), [.lostValue])
         XCTAssertThrowsError(try StoreSync(a).dropLost([lost.id, 99])) { XCTAssertEqual(($0 as? CovenError)?.code, .notFound) }
         XCTAssertEqual(try StoreSync(a).lostValues().count, 1, "a refused drop forgets nothing")
         XCTAssertEqual(try StoreSync(a).dropLost([lost.id]), [lost.id])
         XCTAssertTrue(try StoreSync(a).lostValues().isEmpty)
-        XCTAssertEqual(try a.collectGarbage().deleted.map(\.key), [object])
+        XCTAssertEqual(try collectGarbageByProof(a).deleted.map(\.key), [object])
         XCTAssertFalse(try stored(a, object))
     }
 
@@ -308,11 +308,11 @@ class GCTests: GCTestCase {
         try a.write(sql: "DELETE FROM settings WHERE id = 's1'")
         _ = try StoreSync(a).sync()
         _ = try StoreSync(b).sync()
-        let held = try a.collectGarbage()
+        let held = try collectGarbageByProof(a)
         XCTAssertEqual(reasons(held, object), [.deviceBehind])
         XCTAssertEqual(held.kept.first?.devices, [c.deviceID])
         try StoreSync(a).removeDevice(c.deviceID)
-        XCTAssertEqual(try a.collectGarbage().deleted.map(\.key), [object])
+        XCTAssertEqual(try collectGarbageByProof(a).deleted.map(\.key), [object])
         XCTAssertThrowsError(try StoreSync(c).sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceGone) }
     }
 
@@ -329,18 +329,18 @@ class GCTests: GCTestCase {
         _ = try StoreSync(c).sync()
         _ = try StoreSync(a).sync()
         try StoreSync(a).removeDevice(c.deviceID)
-        let held = try a.collectGarbage()
+        let held = try collectGarbageByProof(a)
         XCTAssertEqual(reasons(held, object), [.deviceBehind])
         XCTAssertEqual(held.kept.first?.devices, [b.deviceID])
         // b learns of the removal, and still applies c's delete that a applied (a's frontier
         // says so): both end with the same rows.
         _ = try StoreSync(b).sync()
         XCTAssertEqual(try count(b, "SELECT count(*) FROM settings WHERE id = 's1'"), 0)
-        let report = try a.collectGarbage()
+        let report = try collectGarbageByProof(a)
         XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
         XCTAssertFalse(try stored(a, object))
         // b judged it too: deleting it again is harmless, and settles b's candidate.
-        let fromB = try b.collectGarbage()
+        let fromB = try collectGarbageByProof(b)
         XCTAssertFalse(fromB.hasFailures)
         XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_gc_candidates"), 0)
     }
@@ -372,18 +372,18 @@ class GCTests: GCTestCase {
         try makeDeviceOnly(desktop, file)
         _ = try StoreSync(desktop).sync()
         _ = try StoreSync(laptop).sync()
-        let held = try laptop.collectGarbage()
+        let held = try collectGarbageByProof(laptop)
         XCTAssertEqual(reasons(held, object), [.deviceBehind], "the phone has not applied the switch yet")
         XCTAssertEqual(held.kept.first?.devices, [phone.deviceID])
         XCTAssertTrue(try stored(laptop, object))
         _ = try StoreSync(phone).sync()
-        let report = try laptop.collectGarbage()
+        let report = try collectGarbageByProof(laptop)
         XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
         XCTAssertFalse(try stored(laptop, object))
         XCTAssertEqual(try desktop.fileStatus(file), .deviceOnly(device: desktop.deviceID))
         // The desktop's own gc judges it too: deleting it again is harmless.
-        XCTAssertFalse(try desktop.collectGarbage().hasFailures)
-        XCTAssertTrue(try laptop.collectGarbage().kept.isEmpty)
+        XCTAssertFalse(try collectGarbageByProof(desktop).hasFailures)
+        XCTAssertTrue(try collectGarbageByProof(laptop).kept.isEmpty)
     }
 
     /// Item 22, the desktop removed before its own gc ran: the laptop, which applied the
@@ -398,7 +398,7 @@ class GCTests: GCTestCase {
         _ = try StoreSync(desktop).sync()
         _ = try StoreSync(laptop).sync()
         try StoreSync(laptop).removeDevice(desktop.deviceID)
-        let report = try laptop.collectGarbage()
+        let report = try collectGarbageByProof(laptop)
         XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
         XCTAssertFalse(try stored(laptop, object))
     }
@@ -423,11 +423,11 @@ class GCTests: GCTestCase {
         let oldSession = try provider.createMultipart(orphan, totalSize: 10, partSize: 10)
         try FileManager.default.setAttributes([.modificationDate: twoDaysAgo], ofItemAtPath: storeFolder + "/.uploads/\(oldSession)/info")
         let freshSession = try provider.createMultipart(orphan + "-fresh", totalSize: 10, partSize: 10)
-        let dry = try a.collectGarbage(dryRun: true)
+        let dry = try collectGarbageByProof(a, dryRun: true)
         XCTAssertEqual(dry.deleted, [.init(key: "files/\(a.deviceID)/.coven-tmp-0123456789abcdef", kind: .temporary)])
         XCTAssertEqual(dry.abortedUploads, [orphan])
         XCTAssertTrue(FileManager.default.fileExists(atPath: old), "a dry run deletes nothing")
-        let report = try a.collectGarbage()
+        let report = try collectGarbageByProof(a)
         XCTAssertEqual(report.deleted, [.init(key: "files/\(a.deviceID)/.coven-tmp-0123456789abcdef", kind: .temporary)])
         XCTAssertFalse(FileManager.default.fileExists(atPath: old))
         XCTAssertEqual(report.abortedUploads, [orphan])
@@ -450,15 +450,15 @@ class GCTests: GCTestCase {
         let unfinished = "files/\(c.deviceID)/unfinished"
         _ = try provider.createMultipart(unfinished, totalSize: 10, partSize: 10)
         try StoreSync(a).removeDevice(c.deviceID)
-        let plain = try a.collectGarbage()
+        let plain = try collectGarbageByProof(a)
         XCTAssertTrue(plain.deleted.isEmpty, "without --gone-devices nothing is listed")
-        let report = try a.collectGarbage(goneDevices: true)
+        let report = try collectGarbageByProof(a, goneDevices: true)
         XCTAssertEqual(report.deleted.map(\.key), [orphan])
         XCTAssertEqual(report.abortedUploads, [unfinished])
         XCTAssertTrue(try provider.uploadsInProgress(prefix: "files/\(c.deviceID)/").isEmpty)
         XCTAssertTrue(try stored(a, named))
         XCTAssertFalse(try stored(a, orphan))
-        let again = try a.collectGarbage(goneDevices: true)
+        let again = try collectGarbageByProof(a, goneDevices: true)
         XCTAssertTrue(again.deleted.isEmpty && again.abortedUploads.isEmpty)
     }
 
@@ -475,13 +475,13 @@ class GCTests: GCTestCase {
         try a.connectStorage().put("files/\(c.deviceID)/stray", data: [1, 2, 3])
         try StoreSync(a).removeDevice(c.deviceID)
         let stray = "files/\(c.deviceID)/stray"
-        let fromA = try a.collectGarbage(dryRun: true, goneDevices: true)
-        let fromB = try b.collectGarbage(goneDevices: true)
+        let fromA = try collectGarbageByProof(a, dryRun: true, goneDevices: true)
+        let fromB = try collectGarbageByProof(b, goneDevices: true)
         XCTAssertEqual(fromA.deleted.map(\.key), [stray])
         XCTAssertEqual(fromB.deleted.map(\.key), [stray])
         // a deletes what it judged while b already did: deleting twice succeeds.
         XCTAssertTrue(try a.connectStorage().deleteObjects([stray]).isEmpty)
-        let rerun = try a.collectGarbage(goneDevices: true)
+        let rerun = try collectGarbageByProof(a, goneDevices: true)
         XCTAssertFalse(rerun.hasFailures)
         XCTAssertTrue(try stored(a, named))
         XCTAssertTrue(try stored(b, named))
@@ -502,7 +502,7 @@ class GCTests: GCTestCase {
         try b.write(sql: "INSERT INTO settings (id, value) VALUES ('b1', 'v')")
         _ = try StoreSync(b).sync()
         let provider = try a.connectStorage()
-        XCTAssertTrue(try a.collectGarbage().deleted.isEmpty, "no snapshot: every change stays")
+        XCTAssertTrue(try collectGarbageByProof(a).deleted.isEmpty, "no snapshot: every change stays")
         // Snapshots of a at its seqs 3, 4 and 5 (each a new write published first).
         var keys: [String] = []
         for n in 4...6 {
@@ -510,7 +510,7 @@ class GCTests: GCTestCase {
             keys.append(try a.snapshot().key)
         }
         _ = try StoreSync(b).sync()
-        let report = try a.collectGarbage()
+        let report = try collectGarbageByProof(a)
         // b has published a frontier over a's first three changes only (it published nothing
         // since); the newest snapshot covers those and b's one change, which is b's latest
         // and stays.
@@ -522,7 +522,7 @@ class GCTests: GCTestCase {
         XCTAssertNotNil(try provider.head(ChangeObject.path(device: a.deviceID, seq: 4)), "b has not published a frontier over it")
         XCTAssertNotNil(try provider.head(keys[1]))
         XCTAssertNotNil(try provider.head(keys[2]))
-        XCTAssertTrue(try a.collectGarbage().deleted.isEmpty, "a rerun finds nothing more")
+        XCTAssertTrue(try collectGarbageByProof(a).deleted.isEmpty, "a rerun finds nothing more")
         // A new device joins from the newest snapshot and holds every row.
         let c = try join("c", from: a)
         XCTAssertEqual(try c.database.scalar("SELECT count(*) FROM settings").intValue, 7)

@@ -383,7 +383,7 @@ class CirclesTests: DeviceTestCase {
         try syncAll(s)
         let third = try s.alice.snapshot()
         try syncAll(s)
-        let gc = try s.alice.collectGarbage()
+        let gc = try collectGarbageByProof(s.alice)
         let deleted = Set(gc.deleted.filter { $0.kind == .snapshot }.map(\.key))
         XCTAssertEqual(deleted, [first.key, first.parts[0].key])
         for kept in [second, third] {
@@ -414,12 +414,12 @@ class CirclesTests: DeviceTestCase {
         try settle("1")
         XCTAssertEqual(try s.carol.snapshot().parts, [], "Carol is in no circle")
         try settle("2")
-        _ = try s.alice.collectGarbage()
+        _ = try collectGarbageByProof(s.alice)
         XCTAssertEqual(try present(), circleSeqs, "the newest snapshot has no part of the circle")
         let snapshot = try s.alice.snapshot()
         XCTAssertEqual(snapshot.parts.map(\.circle), [s.circle])
         try settle("3")
-        let gc = try s.alice.collectGarbage()
+        let gc = try collectGarbageByProof(s.alice)
         XCTAssertTrue(gc.deleted.contains { $0.kind == .change })
         XCTAssertEqual(try present(), [], "the part holds them: \(gc.deleted.map(\.key)) kept \(gc.kept.map { "\($0.key) \($0.reason)" })")
         _ = try Circles(s.alice).add(s.circle, member: "carol")
@@ -607,7 +607,7 @@ class CirclesTests: DeviceTestCase {
         // Every device publishes a frontier past the delete.
         for device in [s.bob, s.carol] { try device.write(sql: "INSERT INTO settings (id, value) VALUES ('\(device.deviceName)', 'x')") }
         try syncAll(s)
-        let gc = try s.alice.collectGarbage()
+        let gc = try collectGarbageByProof(s.alice)
         XCTAssertEqual(gc.deleted.filter { $0.kind == .file }.map(\.key), [object])
         XCTAssertNil(try s.alice.connectStorage().head(object))
     }
@@ -626,7 +626,7 @@ class CirclesTests: DeviceTestCase {
         try syncAll(s)
         try s.carol.write(sql: "DELETE FROM covers WHERE id = '\(Self.album)'")
         try syncAll(s)
-        let report = try s.carol.collectGarbage()
+        let report = try collectGarbageByProof(s.carol)
         XCTAssertEqual(report.deleted.filter { $0.kind == .file }, [])
         XCTAssertEqual(report.kept.map(\.reason), [.unreadSections])
     }

@@ -79,7 +79,7 @@ final class FileRecordRuleTests: DeviceTestCase {
             XCTAssertEqual(try count(device, "SELECT count(*) FROM tracks"), 0)
         }
         XCTAssertTrue(try a.connectStorage().head(object) != nil)
-        let report = try a.collectGarbage()
+        let report = try collectGarbageByProof(a)
         XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
         XCTAssertNil(try a.connectStorage().head(object))
     }
@@ -106,8 +106,8 @@ final class FileRecordRuleTests: DeviceTestCase {
             try Reader(device).readFile(track) { bytes.append(contentsOf: $0) }
             XCTAssertEqual(bytes, Array("the one song".utf8))
         }
-        XCTAssertTrue(try b.collectGarbage().deleted.isEmpty, "a record names the bytes again")
-        XCTAssertTrue(try a.collectGarbage().deleted.isEmpty)
+        XCTAssertTrue(try collectGarbageByProof(b).deleted.isEmpty, "a record names the bytes again")
+        XCTAssertTrue(try collectGarbageByProof(a).deleted.isEmpty)
     }
 
     /// A device that joins from a snapshot made after the delete brings the record back too
@@ -292,7 +292,7 @@ final class FileRecordRuleTests: DeviceTestCase {
         XCTAssertTrue(try StoreSync(c).sync().pushed.held > 0, "c's writes wait for the bound upload")
         _ = try StoreSync(a).sync()
         _ = try StoreSync(b).sync()
-        _ = try b.collectGarbage()
+        _ = try collectGarbageByProof(b)
         XCTAssertTrue(try b.connectStorage().head(object) != nil, "the bytes the held write names stay")
         try uploadAll([c])
         try syncAll([a, b, c])

@@ -221,7 +221,7 @@ final class UploadWorkerTests: XCTestCase {
         let switched = try RowEntryCodec.decode(try XCTUnwrap(fixture.device.database.scalar("SELECT entries FROM coven_outbox ORDER BY seq DESC LIMIT 1").bytesValue))
         XCTAssertTrue(switched.contains { $0.table == "coven_files" && $0.kind == .upsert && $0.id == file && $0.value("coordinates")?.textValue?.contains("stored") == true })
         _ = try StoreSync(fixture.device).sync()
-        XCTAssertEqual(try fixture.device.collectGarbage().deleted.map(\.key), [object])
+        XCTAssertEqual(try collectGarbageByProof(fixture.device).deleted.map(\.key), [object])
         XCTAssertEqual(fixture.storeFiles().filter { $0.hasPrefix("files/") }, [])
         XCTAssertNil(try fixture.device.fileRecords.image(file))
         XCTAssertFalse(FileManager.default.fileExists(atPath: fixture.paths.folder + "/" + copy))
