@@ -339,7 +339,7 @@ class TrashTests: DeviceTestCase {
 enum FileReaderHelper {
     static func read(_ device: Device, _ file: String) throws -> [UInt8] {
         var bytes: [UInt8] = []
-        try device.readFile(file) { bytes.append(contentsOf: $0) }
+        try Reader(device).readFile(file) { bytes.append(contentsOf: $0) }
         return bytes
     }
 }
