@@ -25,7 +25,7 @@ from collections import defaultdict
 
 ROOT = "Sources/CovenKit"
 LOWER = ["Core", "Crypto", "Storage", "Store"]
-FEATURES = ["Sync", "Read", "Upload", "Files", "GC", "Fsck", "Members", "Snapshot", "DeviceOnly", "Moves", "Status"]
+FEATURES = ["Sync", "Read", "Upload", "Files", "GC", "Fsck", "Members", "Snapshot", "DeviceOnly", "Moves", "Status", "Trash"]
 detail = "--detail" in sys.argv[1:]
 
 def strip(text):

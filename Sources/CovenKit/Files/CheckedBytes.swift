@@ -52,3 +52,43 @@ struct CheckedBytes {
         try? device.fileRecords.recordChunkHashes(object: object, chunkHashes: chunks, contentHash: content)
     }
 }
+
+extension CheckedBytes {
+    /// What keeps an upload's local bytes from being sent, judged cheaply: an original missing
+    /// or of another size or time; coven's copy missing, of another size, or written since it
+    /// was last checked and now failing its chunk hashes. Nil when the bytes are there.
+    func localSourceProblem(_ object: String) -> ErrorCode? {
+        guard let row = try? device.database.queryOne("SELECT * FROM coven_local WHERE object = ?1", [object]) else { return nil }
+        let size = row.int("size") ?? 0
+        var info = stat()
+        if row.string("kind") == FileKind.user.rawValue {
+            let path = PathText.string(fromOSBytes: row.bytes("path") ?? [])
+            guard PathText.withCString(path, { stat($0, &info) }) == 0 else { return .userFileMissing }
+            let now = OriginalIdentity(info)
+            guard (info.st_mode & S_IFMT) == S_IFREG, now.size == size, now.modifiedSeconds == row.int("modified_seconds"),
+                  now.modifiedNanos == row.int("modified_nanos") else { return .userFileChanged }
+            return nil
+        }
+        let copy = row.string("copy") ?? ""
+        let path = device.paths.folder + "/" + copy
+        guard stat(path, &info) == 0, Int64(info.st_size) == size else { return .fileUnavailable }
+        if isStillChecked("copy:" + copy, path: path) { return nil }
+        // Written since it was checked (or never checked): its bytes against its chunk hashes.
+        let fd = Foundation.open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return .fileUnavailable }
+        defer { Foundation.close(fd) }
+        let stamp = FileStamp(path: path)
+        let read = LocalRead(fd: fd, size: size, chunkHashes: row.bytes("chunk_hashes") ?? [],
+                             changed: { _ in CovenError(.fileUnavailable, "coven's copy fails its check") }, stop: Stop())
+        if read.hasChunkHashes {
+            guard (try? read.read(0..<size) { _ in }) != nil else { return .fileUnavailable }
+        } else {
+            let content = row.bytes("content_hash") ?? []
+            guard (try? LocalRead.deriveChunkHashes(fd: fd, path: path, size: size, contentHash: content, stop: Stop(),
+                                                     changed: { _ in CovenError(.fileUnavailable, "coven's copy fails its check") })) != nil
+            else { return .fileUnavailable }
+        }
+        recordChecked("copy:" + copy, path: path, stamp: stamp)
+        return nil
+    }
+}

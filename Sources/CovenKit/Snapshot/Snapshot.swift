@@ -159,14 +159,39 @@ public enum Snapshot {
 
 // MARK: - Making a snapshot
 
-extension Device {
+/// `coven snapshot`: the store's rows as this device holds them (a part per audience it may
+/// read), packed as a sealed tar + zstd archive and put to `snapshots/`, so a new device starts
+/// from it and gc may delete the changes it covers.
+///
+/// ```swift
+/// let report = try Snapshots(device).snapshot()
+/// ```
+public struct Snapshots {
+    let device: Device
+
+    public init(_ device: Device) {
+        self.device = device
+    }
+
+    // What a snapshot reads of its device.
+    private var database: Database { device.database }
+    private var paths: DevicePaths { device.paths }
+    private var manifest: Manifest { device.manifest }
+    private var keys: Keyring { device.keys }
+    private var storeID: String { device.storeID }
+    private var deviceID: String { device.deviceID }
+    private var fileRecords: FileRecords { device.fileRecords }
+    private var schemaVersion: (count: Int, digest: String) { device.schemaVersion }
+    private func connectStorage() throws -> StorageProvider { try device.connectStorage() }
+    private func lock(wait: Bool) throws -> DeviceLock { try device.lock(wait: wait) }
+
     /// The rows of `table` a snapshot keeps: an SQL condition over `main.<table>`, the same
     /// kept rule the push filter uses (``RowAudiences``), so a snapshot holds exactly the rows
     /// this device's changes would have given a peer, and no private one; and the store's rows
     /// only (a snapshot is sealed under the store's key): a circle's rows and file records are
     /// read from the changes that hold them, which stay (``CircleSections``).
     func snapshotCondition(table: String) throws -> String {
-        let audiences = try RowAudiences(device: self)
+        let audiences = try RowAudiences(device: device)
         try audiences.checkKeptTable(table)
         let alias = RowCapture.quote(table)
         let kept = audiences.keptCondition(table: table, alias: alias)
@@ -191,9 +216,9 @@ extension Device {
         defer { _ = lock }
         let provider = try connectStorage()
         _ = try keys.storeKey()
-        try StoreSync(self).refreshDevices(provider: provider, keys: keys)
-        try StoreSync(self).ensureSigningKey(provider: provider)
-        let pushed = try StoreSync(self).push(provider: provider, keys: keys, stop: stop)
+        try StoreSync(device).refreshDevices(provider: provider, keys: keys)
+        try StoreSync(device).ensureSigningKey(provider: provider)
+        let pushed = try StoreSync(device).push(provider: provider, keys: keys, stop: stop)
         try stop.check("the snapshot")
 
         // tmp/snapshot-<pid>-<name>.*: a kill leaves them to the next open's sweep.
@@ -202,7 +227,7 @@ extension Device {
         defer { for path in [databasePath, databasePath + "-journal", sealedPath] { unlink(path) } }
         // The circles' parts: their rows copied in the same read transaction into one more
         // database, then split a circle a database.
-        let parts = SnapshotParts(device: self)
+        let parts = SnapshotParts(device: device)
         let circles = try parts.circlesToWrite()
         let partsPath = base + ".parts.db"
         func partPath(_ circle: String) -> String { base + "." + circle + ".db" }
@@ -290,16 +315,16 @@ extension Device {
             try CircleSections(database: database).copyForSnapshot(into: schema)
             // The trash and the store's settings, which a joining device learns here
             // (docs/format.md, "Snapshots").
-            try Trash(self).copyForSnapshot(into: schema)
-            try StoreSettings(self).copyForSnapshot(into: schema)
+            try Trash(device).copyForSnapshot(into: schema)
+            try StoreSettings(device).copyForSnapshot(into: schema)
             if let parts {
-                try SnapshotParts(device: self).fill("coven_parts", circles: parts.circles, tables: manifest.tables.map(\.name))
+                try SnapshotParts(device: device).fill("coven_parts", circles: parts.circles, tables: manifest.tables.map(\.name))
             }
             let seq = try database.scalar("SELECT applied_seq FROM main.coven_device_registry WHERE device = ?1", [deviceID]).intValue ?? 0
             let version = schemaVersion
             let result = SnapshotManifest(
-                store: storeID, device: deviceID, seq: seq, frontier: try StoreSync(self).ownFrontier(), covenSchema: Schema.version,
-                migrations: version.count, migrationsDigest: version.digest, hlc: try setting("hlc") ?? "",
+                store: storeID, device: deviceID, seq: seq, frontier: try StoreSync(device).ownFrontier(), covenSchema: Schema.version,
+                migrations: version.count, migrationsDigest: version.digest, hlc: try device.setting("hlc") ?? "",
                 createdAt: Timestamp.iso8601(Date()), rows: rows, objects: 0)
             try database.execute("COMMIT")
             return result

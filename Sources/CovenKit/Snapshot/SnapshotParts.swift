@@ -84,7 +84,7 @@ struct SnapshotParts {
         let audiences = try RowAudiences(device: device)
         var counts: [String: Int64] = [:]
         for circle in circles {
-            try Device.buildSnapshotDatabase(at: path(circle), manifest: device.manifest)
+            try Snapshots.buildSnapshotDatabase(at: path(circle), manifest: device.manifest)
             let part = try Database(path: path(circle))
             try part.execute("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA foreign_keys = OFF")
             try part.run("ATTACH DATABASE ?1 AS coven_parts", [all])

@@ -330,7 +330,7 @@ extension StoreSync {
                              hint: "restore the file from the device that holds it", details: ["lost": String(lost.id), "file": file, "device": coordinates.device ?? ""])
         }
         let recorded = try database.scalar("SELECT count(*) FROM coven_local WHERE object = ?1", [coordinates.object]).intValue ?? 0 > 0
-        guard recorded, device.localSourceProblem(coordinates.object) == nil else {
+        guard recorded, CheckedBytes(device).localSourceProblem(coordinates.object) == nil else {
             throw CovenError(.bytesAbsent, "lost value \(lost.id) says file '\(file)' is on this device only, whose copy is gone",
                              hint: "the file's bytes are where its record says now ('coven ls' shows it)", details: ["lost": String(lost.id), "file": file, "device": deviceID])
         }
@@ -350,7 +350,7 @@ extension StoreSync {
         case .device:
             guard coordinates.device == deviceID else { return }
             let recorded = try database.scalar("SELECT count(*) FROM coven_local WHERE object = ?1", [coordinates.object]).intValue ?? 0 > 0
-            guard !recorded || device.localSourceProblem(coordinates.object) != nil else { return }
+            guard !recorded || CheckedBytes(device).localSourceProblem(coordinates.object) != nil else { return }
             throw CovenError(.bytesAbsent, "lost value \(lost.id) names file '\(file)', which was on this device only and whose bytes are gone", details: details)
         }
     }

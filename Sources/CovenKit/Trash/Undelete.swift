@@ -167,7 +167,7 @@ public struct Undelete {
                 case .device:
                     guard record.coordinates.device == device.deviceID else { continue }
                     let recorded = try database.scalar("SELECT count(*) FROM coven_local WHERE object = ?1", [object]).intValue ?? 0 > 0
-                    guard !recorded || device.localSourceProblem(object) != nil else { continue }
+                    guard !recorded || CheckedBytes(device).localSourceProblem(object) != nil else { continue }
                     throw CovenError(.bytesAbsent, "row '\(row.id)' of '\(row.table)' names file '\(file)', which was on this device only and whose bytes are gone",
                                      details: details)
                 }

@@ -24,46 +24,7 @@ public enum FileStatus: Sendable, Equatable {
     case missing(device: String?, reason: MissingReason)
 }
 
-extension Device {
-    /// What keeps an upload's local bytes from being sent, judged cheaply: an original missing
-    /// or of another size or time; coven's copy missing, of another size, or written since it
-    /// was last checked and now failing its chunk hashes. Nil when the bytes are there.
-    func localSourceProblem(_ object: String) -> ErrorCode? {
-        guard let row = try? database.queryOne("SELECT * FROM coven_local WHERE object = ?1", [object]) else { return nil }
-        let size = row.int("size") ?? 0
-        var info = stat()
-        if row.string("kind") == FileKind.user.rawValue {
-            let path = PathText.string(fromOSBytes: row.bytes("path") ?? [])
-            guard PathText.withCString(path, { stat($0, &info) }) == 0 else { return .userFileMissing }
-            let now = OriginalIdentity(info)
-            guard (info.st_mode & S_IFMT) == S_IFREG, now.size == size, now.modifiedSeconds == row.int("modified_seconds"),
-                  now.modifiedNanos == row.int("modified_nanos") else { return .userFileChanged }
-            return nil
-        }
-        let copy = row.string("copy") ?? ""
-        let path = paths.folder + "/" + copy
-        guard stat(path, &info) == 0, Int64(info.st_size) == size else { return .fileUnavailable }
-        if CheckedBytes(self).isStillChecked("copy:" + copy, path: path) { return nil }
-        // Written since it was checked (or never checked): its bytes against its chunk hashes.
-        let fd = Foundation.open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return .fileUnavailable }
-        defer { Foundation.close(fd) }
-        let stamp = FileStamp(path: path)
-        let read = LocalRead(fd: fd, size: size, chunkHashes: row.bytes("chunk_hashes") ?? [],
-                             changed: { _ in CovenError(.fileUnavailable, "coven's copy fails its check") }, stop: Stop())
-        if read.hasChunkHashes {
-            guard (try? read.read(0..<size) { _ in }) != nil else { return .fileUnavailable }
-        } else {
-            let content = row.bytes("content_hash") ?? []
-            guard (try? LocalRead.deriveChunkHashes(fd: fd, path: path, size: size, contentHash: content, stop: Stop(),
-                                                     changed: { _ in CovenError(.fileUnavailable, "coven's copy fails its check") })) != nil
-            else { return .fileUnavailable }
-        }
-        CheckedBytes(self).recordChecked("copy:" + copy, path: path, stamp: stamp)
-        return nil
-    }
-
-    /// Judges a file's status as the spec's table says. A stored file is checked with one HEAD
+extension Uploads {    /// Judges a file's status as the spec's table says. A stored file is checked with one HEAD
     /// of its object; a file on one device only needs no storage request.
     ///
     /// - Parameters:
@@ -76,15 +37,15 @@ extension Device {
     ///   network or permission failure (never taken for absence).
     public func fileStatus(_ id: String, environment: [String: String] = ProcessInfo.processInfo.environment,
                            options: StorageOptions = StorageOptions()) throws -> FileStatus {
-        let record = try requireFile(id)
+        let record = try device.requireFile(id)
         let object = record.coordinates.object
         switch record.coordinates.at {
         case .device:
             let holder = record.coordinates.device ?? ""
-            guard holder == deviceID else {
-                return try Reader(self).isGone(holder) ? .missing(device: holder, reason: .deviceRemoved) : .deviceOnly(device: holder)
+            guard holder == device.deviceID else {
+                return try Reader(device).isGone(holder) ? .missing(device: holder, reason: .deviceRemoved) : .deviceOnly(device: holder)
             }
-            guard let row = try database.queryOne("""
+            guard let row = try device.database.queryOne("""
                 SELECT q.state, q.last_error_code, m.state AS move_state FROM coven_upload_queue q
                 LEFT JOIN coven_move_state m ON m.id = q.move WHERE q.object = ?1
                 """, [object]) else { return .deviceOnly(device: holder) }
@@ -97,12 +58,12 @@ extension Device {
                 return .missing(device: holder, reason: .source(code))
             }
             // The source this status reports on, as it is now, not as the last attempt found it.
-            if let code = localSourceProblem(object) {
+            if let code = CheckedBytes(device).localSourceProblem(object) {
                 return .missing(device: holder, reason: .source(code))
             }
             return .uploading
         case .stored:
-            if case .s3 = storage {
+            if case .s3 = device.storage {
                 let key = environment["AWS_ACCESS_KEY_ID"] ?? ""
                 let secret = environment["AWS_SECRET_ACCESS_KEY"] ?? ""
                 if key.isEmpty || secret.isEmpty {
@@ -110,10 +71,10 @@ extension Device {
                 }
             }
             let provider: any StorageProvider
-            if case .s3 = storage {
-                provider = try S3Storage(location: storage, options: options, environment: environment)
+            if case .s3 = device.storage {
+                provider = try S3Storage(location: device.storage, options: options, environment: environment)
             } else {
-                provider = try StorageConnector(location: storage, options: options, environment: environment).connect()
+                provider = try StorageConnector(location: device.storage, options: options, environment: environment).connect()
             }
             guard let info = try provider.head(object) else {
                 return .missing(device: nil, reason: .lost)

@@ -24,7 +24,7 @@ struct FileStatusCommand: Command {
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         guard let file = invocation.arguments.first else { throw CovenError(.usage, "missing FILE") }
         let device = try context.openDeviceReadOnly()
-        let status = try device.fileStatus(file, environment: context.environment, options: StorageOptions(environment: context.environment))
+        let status = try Uploads(device).fileStatus(file, environment: context.environment, options: StorageOptions(environment: context.environment))
         var object: [String: Any] = ["file": file, "device": NSNull(), "this_device": NSNull(), "reason": NSNull(), "source_error": NSNull()]
         let text: String
         switch status {

@@ -36,7 +36,7 @@ struct GcCommand: Command {
         // Each delete is printed once storage confirmed it, so a run killed later leaves a
         // record of what went (--json prints everything at the end).
         var printFailure: Error?
-        let report = try device.collectGarbage(dryRun: invocation.has("dry-run"), goneDevices: invocation.has("gone-devices"),
+        let report = try GarbageCollection(device).collectGarbage(dryRun: invocation.has("dry-run"), goneDevices: invocation.has("gone-devices"),
                                                wait: !context.noWait, stop: Stop.process) { deleted, gone in
             guard !context.json, printFailure == nil else { return }
             do {

@@ -24,7 +24,7 @@ struct SnapshotCommand: Command {
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let device = try context.openDevice()
-        let report = try device.snapshot(stop: Stop.process)
+        let report = try Snapshots(device).snapshot(stop: Stop.process)
         let manifest = report.manifest
         if context.json {
             try context.printJSON([

@@ -127,7 +127,7 @@ class FsckLocalTests: FsckTestCase {
             try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(n)', 'v')")
             _ = try StoreSync(a).sync()
         }
-        _ = try a.snapshot()
+        _ = try Snapshots(a).snapshot()
         _ = try StoreSync(b).sync()
         XCTAssertEqual(try fsck(b).problems, [])
         XCTAssertGreaterThanOrEqual(try fsck(b).changesChecked, 5)
@@ -160,7 +160,7 @@ class FsckLocalTests: FsckTestCase {
         let device = try makeDevice()
         let stored = try storeFiles(device, count: 1)[0]
         _ = try StoreSync(device).sync()
-        _ = try device.snapshot()
+        _ = try Snapshots(device).snapshot()
         try device.write(sql: "DELETE FROM settings WHERE file = '\(stored.file)'")
         XCTAssertEqual(try fsck(device).problems, [])
         try provider(device).delete(stored.object)

@@ -147,7 +147,7 @@ final class GCModelTests: XCTestCase {
                     // A stored file of a row made device-only here (a copy in a folder of this
                     // device), or a snapshot.
                     if random.below(2) == 0 {
-                        _ = try device.snapshot()
+                        _ = try Snapshots(device).snapshot()
                     } else if let file = try device.database.scalar("SELECT id FROM coven_files WHERE place = 'stored' AND namespace = 'music' ORDER BY id LIMIT 1 OFFSET ?1", [random.below(2)]).textValue {
                         let folder = work + "/\(device.deviceName)-kept"
                         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)

@@ -16,7 +16,7 @@ final class GCReportTests: GCTestCase {
         // The trash would keep the bytes for its window (TrashTests): the proof is judged here.
         try Trash(a).empty(before: nil)
         var told: [(key: String, gone: Bool, stillCandidate: Bool)] = []
-        let report = try a.collectGarbage { deleted, gone in
+        let report = try GarbageCollection(a).collectGarbage { deleted, gone in
             let left = (try? a.database.scalar("SELECT count(*) FROM coven_gc_candidates WHERE object = ?1", [deleted.key]).intValue) ?? -1
             told.append((deleted.key, gone, left != 0))
         }

@@ -380,7 +380,7 @@ class GCTests: GCTestCase {
         let report = try collectGarbageByProof(laptop)
         XCTAssertEqual(report.deleted.map(\.key), [object], "\(report.kept)")
         XCTAssertFalse(try stored(laptop, object))
-        XCTAssertEqual(try desktop.fileStatus(file), .deviceOnly(device: desktop.deviceID))
+        XCTAssertEqual(try Uploads(desktop).fileStatus(file), .deviceOnly(device: desktop.deviceID))
         // The desktop's own gc judges it too: deleting it again is harmless.
         XCTAssertFalse(try collectGarbageByProof(desktop).hasFailures)
         XCTAssertTrue(try collectGarbageByProof(laptop).kept.isEmpty)
@@ -507,7 +507,7 @@ class GCTests: GCTestCase {
         var keys: [String] = []
         for n in 4...6 {
             try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k\(n)', 'v')")
-            keys.append(try a.snapshot().key)
+            keys.append(try Snapshots(a).snapshot().key)
         }
         _ = try StoreSync(b).sync()
         let report = try collectGarbageByProof(a)

@@ -7,12 +7,12 @@ import Foundation
 @discardableResult
 func collectGarbageByProof(_ device: Device, dryRun: Bool = false, goneDevices: Bool = false) throws -> GCReport {
     try Trash(device).empty(before: nil)
-    return try device.collectGarbage(dryRun: dryRun, goneDevices: goneDevices)
+    return try GarbageCollection(device).collectGarbage(dryRun: dryRun, goneDevices: goneDevices)
 }
 
-/// ``Device/collectGarbage(provider:dryRun:goneDevices:stop:confirmed:)`` under the caller's
+/// ``GarbageCollection/collectGarbage(provider:dryRun:goneDevices:stop:confirmed:)`` under the caller's
 /// lock, the trash emptied first.
 func collectGarbageByProof(_ device: Device, provider: StorageProvider, dryRun: Bool, goneDevices: Bool, stop: Stop) throws -> GCReport {
     _ = try device.database.transaction { try Trash(device).empty(inTransactionBefore: nil) }
-    return try device.collectGarbage(provider: provider, dryRun: dryRun, goneDevices: goneDevices, stop: stop)
+    return try GarbageCollection(device).collectGarbage(provider: provider, dryRun: dryRun, goneDevices: goneDevices, stop: stop)
 }

@@ -48,7 +48,7 @@ final class SnapshotTests: DeviceTestCase {
 
     func testJoiningFromASnapshotEqualsApplyingEveryChangeAndSyncsOnAsAnyDevice() throws {
         let (a, b, full) = try history()
-        let report = try a.snapshot()
+        let report = try Snapshots(a).snapshot()
         XCTAssertEqual(report.key, Snapshot.path(device: a.deviceID, seq: report.manifest.seq))
         XCTAssertTrue(report.key.hasSuffix(String(format: "-%016lld", report.manifest.seq)))
         XCTAssertEqual(report.manifest.frontier[b.deviceID], try StoreSync(a).devices().first { $0.id == b.deviceID }?.seq)
@@ -97,9 +97,9 @@ final class SnapshotTests: DeviceTestCase {
         for n in 0..<3 {
             try a.write(sql: "INSERT INTO albums (id, title) VALUES ('0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4\(n)', hex(randomblob(60000)))")
         }
-        let older = try a.snapshot()
+        let older = try Snapshots(a).snapshot()
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f49', 'later')")
-        let newer = try a.snapshot()
+        let newer = try Snapshots(a).snapshot()
         XCTAssertNotEqual(older.key, newer.key)
         XCTAssertGreaterThan(newer.bytes, Int64(StoreSealer.headerSize + 2 * ChunkRun.sealedChunkSize))
         _ = try StoreSync(full).sync()
@@ -137,13 +137,13 @@ final class SnapshotTests: DeviceTestCase {
     func testASnapshotOfANewerSchemaIsSkipped() throws {
         let a = try makeDevice(name: "a")
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'Abbey Road')")
-        let old = try a.snapshot()
+        let old = try Snapshots(a).snapshot()
         // A migration the store's published manifest does not have yet.
         var json = try JSONSerialization.jsonObject(with: Data(Self.albumManifest.utf8)) as? [String: Any] ?? [:]
         json["migrations"] = (json["migrations"] as? [String] ?? []) + ["CREATE INDEX albums_title ON albums (title)"]
         try a.migrate(to: try Manifest(json: try JSONSerialization.data(withJSONObject: json)))
         try a.write(sql: "UPDATE albums SET title = 'Abbey Road (remastered)'")
-        let newer = try a.snapshot()
+        let newer = try Snapshots(a).snapshot()
         XCTAssertEqual(newer.manifest.migrations, 5)
         let joined = try join("joined", from: a)
         XCTAssertEqual(joined.joinedFrom?.key, old.key)
@@ -159,7 +159,7 @@ final class SnapshotTests: DeviceTestCase {
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'x')")
         let cover = try stageApp(a, text: "tiny")
         try a.write(sql: "INSERT INTO covers (id, album_id, file) VALUES (coven_uuid7(), '\(Self.album)', coven_put_staged('\(cover.id)'))")
-        XCTAssertThrowsError(try a.snapshot()) { XCTAssertEqual(($0 as? CovenError)?.code, .invalidState) }
+        XCTAssertThrowsError(try Snapshots(a).snapshot()) { XCTAssertEqual(($0 as? CovenError)?.code, .invalidState) }
         XCTAssertFalse(FileManager.default.fileExists(atPath: snapshotsFolder + "/" + Snapshot.path(device: a.deviceID, seq: 1).dropFirst("snapshots/".count)))
     }
 
@@ -172,7 +172,7 @@ final class SnapshotTests: DeviceTestCase {
             INSERT INTO albums (id, title, _updated_at)
             SELECT printf('0193a9b2-4c1e-7d3a-9f20-%012x', i), hex(randomblob(5000)), coven_stamp() FROM n
             """)
-        let report = try a.snapshot()
+        let report = try Snapshots(a).snapshot()
         XCTAssertGreaterThan(report.bytes, Snapshot.partSize)
         XCTAssertEqual(report.manifest.rows, 2000)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: a.paths.temporary), [])

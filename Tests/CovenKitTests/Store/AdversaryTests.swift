@@ -58,7 +58,7 @@ class AdversaryTests: DeviceTestCase {
             """)
         try StoredFiles.store(s.alice, file: written.files[0])
         try sync([s.alice, s.carol])
-        _ = try s.alice.snapshot()
+        _ = try Snapshots(s.alice).snapshot()
         let after = try adversary.copy()
         let keys = try Adversary.keys(of: saved)
         let identity = try Members(saved).identity()

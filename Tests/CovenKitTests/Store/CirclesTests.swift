@@ -152,7 +152,7 @@ class CirclesTests: DeviceTestCase {
         try syncAll(s)
         XCTAssertNil(try title(s.alice, secret))
         XCTAssertEqual(try s.alice.database.scalar("SELECT count(*) FROM tracks").intValue, 0)
-        let snapshot = try s.alice.snapshot()
+        let snapshot = try Snapshots(s.alice).snapshot()
         _ = snapshot
         try s.carol.database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         XCTAssertEqual(try leaks([secret, track, kept], store: s, outsider: s.carol), [], "no delete, tombstone or snapshot names the circle's rows")
@@ -290,14 +290,14 @@ class CirclesTests: DeviceTestCase {
         // latest is stored).
         for device in s.all { try device.write(sql: "INSERT INTO settings (id, value) VALUES ('\(device.deviceName)', 'x')") }
         try syncAll(s)
-        let snapshot = try s.bob.snapshot()
+        let snapshot = try Snapshots(s.bob).snapshot()
         XCTAssertEqual(snapshot.manifest.rows, 7, "the store's album and settings only")
         XCTAssertEqual(snapshot.manifest.parts, [s.circle: 1])
         XCTAssertEqual(snapshot.parts.map(\.circle), [s.circle])
         XCTAssertEqual(snapshot.parts.first?.rows, 2, "the circle's album and track")
         XCTAssertEqual(snapshot.parts.first?.key, snapshot.key + "." + s.circle)
         // Carol's snapshot has no part: she is in no circle.
-        XCTAssertEqual(try s.carol.snapshot().parts, [])
+        XCTAssertEqual(try Snapshots(s.carol).snapshot().parts, [])
         try syncAll(s)
         XCTAssertEqual(try leaks([Self.secretTitle, "First dance", secret, gone], store: s, outsider: s.carol), [])
         // The changes holding the circle's sections are gone (as if lost): the part has them.
@@ -359,12 +359,12 @@ class CirclesTests: DeviceTestCase {
         let early = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f4c"
         try s.alice.write(sql: "INSERT INTO albums (id, title, audience) VALUES ('\(early)', 'for two', '\(s.circle)')")
         try syncAll(s)
-        let first = try s.alice.snapshot()
+        let first = try Snapshots(s.alice).snapshot()
         try s.alice.write(sql: "UPDATE albums SET title = 'still for two' WHERE id = '\(early)'")
         try syncAll(s)
         try s.alice.write(sql: "INSERT INTO settings (id, value) VALUES ('latest', 'x')")
         try syncAll(s)
-        let second = try s.alice.snapshot()
+        let second = try Snapshots(s.alice).snapshot()
         XCTAssertEqual(second.parts.count, 1)
         let provider = try s.alice.connectStorage()
         for seq in try CircleSections(database: s.alice.database).circleSections(of: s.alice.deviceID, from: 1, through: 1000).keys {
@@ -381,7 +381,7 @@ class CirclesTests: DeviceTestCase {
         // A third snapshot: gc deletes the first with its part, and keeps the newest two's.
         for device in s.all { try device.write(sql: "INSERT INTO settings (id, value) VALUES ('\(device.deviceName)-2', 'x')") }
         try syncAll(s)
-        let third = try s.alice.snapshot()
+        let third = try Snapshots(s.alice).snapshot()
         try syncAll(s)
         let gc = try collectGarbageByProof(s.alice)
         let deleted = Set(gc.deleted.filter { $0.kind == .snapshot }.map(\.key))
@@ -412,11 +412,11 @@ class CirclesTests: DeviceTestCase {
             try syncAll(s)
         }
         try settle("1")
-        XCTAssertEqual(try s.carol.snapshot().parts, [], "Carol is in no circle")
+        XCTAssertEqual(try Snapshots(s.carol).snapshot().parts, [], "Carol is in no circle")
         try settle("2")
         _ = try collectGarbageByProof(s.alice)
         XCTAssertEqual(try present(), circleSeqs, "the newest snapshot has no part of the circle")
-        let snapshot = try s.alice.snapshot()
+        let snapshot = try Snapshots(s.alice).snapshot()
         XCTAssertEqual(snapshot.parts.map(\.circle), [s.circle])
         try settle("3")
         let gc = try collectGarbageByProof(s.alice)

@@ -251,7 +251,7 @@ class MembersTests: DeviceTestCase {
         }
         // Nor a snapshot made after: it is sealed under generation 4, which alice's other
         // device reads and a device joining later starts from.
-        let snapshot = try laptop.snapshot()
+        let snapshot = try Snapshots(laptop).snapshot()
         let info = try XCTUnwrap(try provider.list(prefix: "snapshots/").first { $0.key == snapshot.key })
         assertCovenError(.integrity) { _ = try DeviceSetup.peekManifest(provider: provider, info: info, keys: bobKeys) }
         XCTAssertEqual(try DeviceSetup.peekManifest(provider: provider, info: info, keys: phone.keys), snapshot.manifest)

@@ -308,7 +308,7 @@ final class CirclesModelTests: XCTestCase {
                         log.append("\(device.deviceName) rotates \(circle.name)")
                     }
                 case 10:
-                    _ = try device.snapshot()
+                    _ = try Snapshots(device).snapshot()
                     log.append("\(device.deviceName) snapshots")
                 case 13:
                     // The album's gate: kept back on this device (its peers drop it), or shared again.
@@ -344,7 +344,7 @@ final class CirclesModelTests: XCTestCase {
                     if try device.database.scalar("SELECT count(*) FROM coven_upload_queue").intValue ?? 0 > 0 {
                         _ = try UploadWorker.run(paths: device.paths, jobs: 1, once: true, settings: UploadSettings(environment: [:]))
                     }
-                    let report = try device.collectGarbage()
+                    let report = try GarbageCollection(device).collectGarbage()
                     deletedObjects += report.deleted.filter { $0.kind == .file }.count
                     log.append("\(device.deviceName) gc deletes \(report.deleted.count)")
                     if let failure = try gcSafety("after gc on \(device.deviceName) at step \(step)") { return failure + "; \(log)" }
@@ -374,7 +374,7 @@ final class CirclesModelTests: XCTestCase {
         // Every device runs gc, twice (the second sees every frontier past the first's deletes).
         for round in 0..<2 {
             for node in nodes {
-                let report = try node.device.collectGarbage()
+                let report = try GarbageCollection(node.device).collectGarbage()
                 deletedObjects += report.deleted.filter { $0.kind == .file }.count
                 if let failure = try gcSafety("after the final gc \(round) on \(node.device.deviceName)") { return failure + "; \(log)" }
                 _ = try StoreSync(node.device).sync()

@@ -145,7 +145,7 @@ final class ConvergenceModelTests: XCTestCase {
         // gc everywhere, twice, with syncs: it deletes nothing a row still names.
         for _ in 0..<2 {
             for device in devices {
-                _ = try device.collectGarbage()
+                _ = try GarbageCollection(device).collectGarbage()
                 try damage.sync(device)
             }
         }
@@ -316,7 +316,7 @@ final class ConvergenceModelTests: XCTestCase {
             }
         case 7 where random.below(2) == 0:
             // gc, mid-run: it never deletes what a row still names, here or elsewhere.
-            _ = try device.collectGarbage()
+            _ = try GarbageCollection(device).collectGarbage()
         default:
             try damage.sync(device)
         }

@@ -81,7 +81,7 @@ class FileRecordConvergenceTests: DeviceTestCase {
     /// twice everywhere (with syncs), and every row's file still reads on some device.
     func assertConverged(_ devices: [Device], file: StaticString = #filePath, line: UInt = #line) throws {
         try assertSame(devices, file: file, line: line)
-        for _ in 0..<2 { for device in devices { _ = try device.collectGarbage(); _ = try StoreSync(device).sync() } }
+        for _ in 0..<2 { for device in devices { _ = try GarbageCollection(device).collectGarbage(); _ = try StoreSync(device).sync() } }
         try assertSame(devices, file: file, line: line)
         for (table, column) in [("albums", "cover"), ("tracks", "file")] {
             for row in try devices[0].database.query("SELECT id, \(column) AS f FROM \(table) WHERE \(column) IS NOT NULL") {

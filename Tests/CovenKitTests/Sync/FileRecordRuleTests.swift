@@ -117,7 +117,7 @@ final class FileRecordRuleTests: DeviceTestCase {
         try b.write(sql: "DELETE FROM tracks")
         try c.write(sql: "UPDATE tracks SET title = 'later'")
         _ = try StoreSync(b).sync()
-        _ = try b.snapshot()
+        _ = try Snapshots(b).snapshot()
         let d = try join("d", from: a)
         XCTAssertEqual(try count(d, "SELECT count(*) FROM tracks"), 0)
         try syncAll([a, b, c, d])

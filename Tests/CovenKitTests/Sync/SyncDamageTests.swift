@@ -269,7 +269,7 @@ class SyncDamageTests: DeviceTestCase {
         let a = try makeDevice(name: "a")
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
         _ = try StoreSync(a).sync()
-        _ = try a.snapshot()
+        _ = try Snapshots(a).snapshot()
         let b = try join("b", from: a)
         XCTAssertEqual(try StoreSync(b).devices().first { $0.id == a.deviceID }?.seq, 1, "from the snapshot")
         let report = try StoreSync(b).sync()

@@ -91,7 +91,7 @@ class TrashTests: DeviceTestCase {
         try b.write(sql: "DELETE FROM covers; DELETE FROM albums")
         for device in [b, a, b] { _ = try StoreSync(device).sync() }
         for device in [a, b] {
-            let report = try device.collectGarbage()
+            let report = try GarbageCollection(device).collectGarbage()
             XCTAssertEqual(report.kept.filter { $0.key == object }.map(\.reason), [.trash], "the window keeps the bytes")
             XCTAssertTrue(report.deleted.isEmpty)
         }
@@ -108,7 +108,7 @@ class TrashTests: DeviceTestCase {
         XCTAssertEqual(try b.database.scalar("SELECT file FROM covers").textValue, file)
         XCTAssertEqual(try FileReaderHelper.read(b, file), Array("cover bytes".utf8))
         // A later gc on either keeps the bytes: a row names them again.
-        for device in [a, b] { _ = try device.collectGarbage() }
+        for device in [a, b] { _ = try GarbageCollection(device).collectGarbage() }
         XCTAssertNotNil(try a.connectStorage().head(object))
     }
 
@@ -122,7 +122,7 @@ class TrashTests: DeviceTestCase {
         for device in [a, b, a] { _ = try StoreSync(device).sync() }
         XCTAssertEqual(try Trash(b).retention(), 1, "the window is the store's: b applied a's setting")
         Thread.sleep(forTimeInterval: 1.2)
-        XCTAssertEqual(try b.collectGarbage().deleted.map(\.key), [object])
+        XCTAssertEqual(try GarbageCollection(b).collectGarbage().deleted.map(\.key), [object])
         XCTAssertNil(try a.connectStorage().head(object))
         // The album named no file: past the window it left the trash; the cover stays one more
         // pass, so undelete can say its bytes are gone.
@@ -137,7 +137,7 @@ class TrashTests: DeviceTestCase {
         let seq = try XCTUnwrap(try a.database.scalar("SELECT seq FROM coven_trash WHERE tbl = 'covers'").intValue)
         assertCovenError(.bytesAbsent) { try Undelete(a).change(device: b.deviceID, seq: seq) }
         XCTAssertEqual(try count(a, "SELECT count(*) FROM albums"), 0, "all or nothing: the album stays deleted too")
-        _ = try b.collectGarbage()
+        _ = try GarbageCollection(b).collectGarbage()
         XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_trash"), 0, "past the window and keeping nothing, the rows leave")
     }
 
@@ -148,9 +148,9 @@ class TrashTests: DeviceTestCase {
         try b.write(sql: "DELETE FROM covers; DELETE FROM albums")
         for device in [b, a, b] { _ = try StoreSync(device).sync() }
         XCTAssertEqual(try Trash(b).empty(before: Date().addingTimeInterval(-3600)), 0)
-        XCTAssertEqual(try b.collectGarbage().kept.map(\.reason), [.trash])
+        XCTAssertEqual(try GarbageCollection(b).collectGarbage().kept.map(\.reason), [.trash])
         XCTAssertEqual(try Trash(b).empty(before: nil), 2)
-        XCTAssertEqual(try b.collectGarbage().deleted.map(\.key), [object])
+        XCTAssertEqual(try GarbageCollection(b).collectGarbage().deleted.map(\.key), [object])
         XCTAssertEqual(try listed(a).count, 2, "a's trash is its own: it lists the rows, whose bytes are gone")
         assertCovenError(.bytesAbsent) { try Undelete(a).rows(table: "covers", ids: [Self.cover]) }
     }
@@ -324,7 +324,7 @@ class TrashTests: DeviceTestCase {
         try Trash(a).setRetention(7 * 86_400)
         try b.write(sql: "DELETE FROM covers; DELETE FROM albums")
         for device in [b, a] { _ = try StoreSync(device).sync() }
-        _ = try a.snapshot()
+        _ = try Snapshots(a).snapshot()
         let c = try join("c", from: a, identity: try Members(a).identity())
         XCTAssertEqual(try listed(c).map(\.id), try listed(a).map(\.id))
         XCTAssertEqual(try listed(c).map(\.change), try listed(a).map(\.change))

@@ -45,7 +45,7 @@ final class UploadS3Tests: S3StorageTestCase {
         XCTAssertTrue(summary.complete)
         XCTAssertEqual(try fixture.storedPlaintext(file), big)
         XCTAssertEqual(try fixture.storedPlaintext(small), UploadFixture.bytes(10, seed: 22))
-        XCTAssertEqual(try fixture.device.fileStatus(file, environment: server.environment), .available)
+        XCTAssertEqual(try Uploads(fixture.device).fileStatus(file, environment: server.environment), .available)
         let object = try fixture.record(file).coordinates.object
         // Five parts of whole sealed chunks, each sent once.
         let parts = forwarded(object, method: "PUT")
@@ -210,20 +210,20 @@ final class UploadS3Tests: S3StorageTestCase {
         let file = try fixture.addOriginal("a.bin", UploadFixture.bytes(1000))
         try fixture.run()
         let object = try fixture.record(file).coordinates.object
-        XCTAssertEqual(try fixture.device.fileStatus(file, environment: server.environment), .available)
+        XCTAssertEqual(try Uploads(fixture.device).fileStatus(file, environment: server.environment), .available)
         // No credentials: no storage set up.
-        XCTAssertThrowsError(try fixture.device.fileStatus(file, environment: [:])) { XCTAssertEqual($0.asCovenError.code, .noStorage) }
+        XCTAssertThrowsError(try Uploads(fixture.device).fileStatus(file, environment: [:])) { XCTAssertEqual($0.asCovenError.code, .noStorage) }
         // A network failure is an error, never absence.
         try proxy.inject(#"{"mode": "status", "status": 403, "method": "HEAD", "count": 1}"#)
         var options = StorageOptions(environment: [:])
         options.requestRetries = 0
-        XCTAssertThrowsError(try fixture.device.fileStatus(file, environment: server.environment, options: options)) { XCTAssertEqual($0.asCovenError.code, .storage) }
+        XCTAssertThrowsError(try Uploads(fixture.device).fileStatus(file, environment: server.environment, options: options)) { XCTAssertEqual($0.asCovenError.code, .storage) }
         // Another size is damage.
         try fixture.provider().put(object, data: [1, 2, 3])
-        XCTAssertThrowsError(try fixture.device.fileStatus(file, environment: server.environment)) { XCTAssertEqual($0.asCovenError.code, .integrity) }
+        XCTAssertThrowsError(try Uploads(fixture.device).fileStatus(file, environment: server.environment)) { XCTAssertEqual($0.asCovenError.code, .integrity) }
         // Gone: lost.
         try fixture.provider().delete(object)
-        XCTAssertEqual(try fixture.device.fileStatus(file, environment: server.environment), .missing(device: nil, reason: .lost))
+        XCTAssertEqual(try Uploads(fixture.device).fileStatus(file, environment: server.environment), .missing(device: nil, reason: .lost))
     }
 }
 
@@ -239,6 +239,6 @@ final class UploadSeaweedFSTests: S3StorageTestCase {
         let summary = try fixture.run(settings: ["COVEN_UPLOAD_PART_SIZE": String(5 << 20), "COVEN_UPLOAD_SINGLE_LIMIT": "100000"])
         XCTAssertTrue(summary.complete, "\(summary.failed)")
         XCTAssertEqual(try fixture.storedPlaintext(file), bytes)
-        XCTAssertEqual(try fixture.device.fileStatus(file, environment: server.environment), .available)
+        XCTAssertEqual(try Uploads(fixture.device).fileStatus(file, environment: server.environment), .available)
     }
 }

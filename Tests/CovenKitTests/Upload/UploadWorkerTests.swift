@@ -42,7 +42,7 @@ final class UploadWorkerTests: XCTestCase {
         // coven's copy is released; the original is never touched.
         XCTAssertFalse(FileManager.default.fileExists(atPath: fixture.paths.folder + "/" + copy))
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: bigPath)), Data(big))
-        XCTAssertEqual(try fixture.device.fileStatus(files[0]), .available)
+        XCTAssertEqual(try Uploads(fixture.device).fileStatus(files[0]), .available)
         XCTAssertEqual(try fixture.device.status().uploads.queued, 0)
         XCTAssertEqual(try fixture.device.status().files.stored, 2)
     }
@@ -64,7 +64,7 @@ final class UploadWorkerTests: XCTestCase {
         let staged = try fixture.stageApp(UploadFixture.bytes(2000))
         let file = try fixture.write("INSERT INTO thumbnails VALUES (coven_uuid7(), coven_put_staged('\(staged)'), '')").files[0]
         XCTAssertEqual(try fixture.count("SELECT bound FROM coven_upload_queue"), 1)
-        XCTAssertEqual(try fixture.device.fileStatus(file), .uploading)
+        XCTAssertEqual(try Uploads(fixture.device).fileStatus(file), .uploading)
         try fixture.run()
         XCTAssertEqual(try fixture.record(file).coordinates.at, .stored)
         XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_outbox"), 2)
@@ -103,7 +103,7 @@ final class UploadWorkerTests: XCTestCase {
         // No file switched; both stay on this device only and coven_moves lists them, failed.
         for file in result.files { XCTAssertEqual(try fixture.record(file).coordinates.at, .device) }
         XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_moves WHERE state = 'failed'"), 2)
-        XCTAssertEqual(try fixture.device.fileStatus(result.files[1]), .deviceOnly(device: fixture.device.deviceID))
+        XCTAssertEqual(try Uploads(fixture.device).fileStatus(result.files[1]), .deviceOnly(device: fixture.device.deviceID))
         // Nothing of the changed file reached storage: no object, no part, no session.
         let changedObject = try fixture.record(result.files[1]).coordinates.object
         XCTAssertFalse(fixture.storeFiles().contains(changedObject))
@@ -122,7 +122,7 @@ final class UploadWorkerTests: XCTestCase {
         XCTAssertEqual(rename(path, path + ".away"), 0)
         let first = try fixture.run()
         XCTAssertEqual(first.waiting.first?.code, .userFileMissing)
-        XCTAssertEqual(try fixture.device.fileStatus(file), .missing(device: fixture.device.deviceID, reason: .source(.userFileMissing)))
+        XCTAssertEqual(try Uploads(fixture.device).fileStatus(file), .missing(device: fixture.device.deviceID, reason: .source(.userFileMissing)))
         XCTAssertEqual(try fixture.scalar("SELECT waiting_for FROM coven_uploads").textValue, "source")
         XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_move_state").textValue, "moving")
         XCTAssertEqual(try fixture.device.status().files.missing, 1)
@@ -148,7 +148,7 @@ final class UploadWorkerTests: XCTestCase {
         let summary = try fixture.run(settings: ["COVEN_UPLOAD_ATTEMPTS": "2"])
         XCTAssertEqual(summary.failed.first?.code, .fileUnavailable)
         XCTAssertEqual(try fixture.scalar("SELECT last_error_code FROM coven_upload_queue").textValue, "file_unavailable")
-        XCTAssertEqual(try fixture.device.fileStatus(file), .missing(device: fixture.device.deviceID, reason: .source(.fileUnavailable)))
+        XCTAssertEqual(try Uploads(fixture.device).fileStatus(file), .missing(device: fixture.device.deviceID, reason: .source(.fileUnavailable)))
         XCTAssertEqual(fixture.storeFiles().filter { $0.hasPrefix("files/") }, [])
     }
 
@@ -300,7 +300,7 @@ final class UploadWorkerTests: XCTestCase {
         XCTAssertEqual(try fixture.record(file).coordinates.at, .device)
         XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_upload_queue"), 0)
         XCTAssertEqual(try fixture.count("SELECT count(*) FROM coven_local"), 1)
-        XCTAssertEqual(try fixture.device.fileStatus(file), .deviceOnly(device: fixture.device.deviceID))
+        XCTAssertEqual(try Uploads(fixture.device).fileStatus(file), .deviceOnly(device: fixture.device.deviceID))
         XCTAssertEqual(fixture.storeFiles().filter { $0.hasPrefix("files/") }, [])
     }
 
