@@ -15,7 +15,6 @@ class TrashTests: DeviceTestCase {
     /// file is stored; returns them and the cover's file and object.
     func albumWithCover() throws -> (a: Device, b: Device, file: String, object: String) {
         let a = try makeDevice(name: "a")
-        _ = try Members(a).establish(name: "alice")
         let b = try join("b", from: a, identity: try Members(a).identity())
         let staged = try stageApp(a, text: "cover bytes")
         let file = try a.write(sql: """
@@ -159,7 +158,6 @@ class TrashTests: DeviceTestCase {
     /// --change brings every row back, on every device.
     func testAMassDeleteIsReportedAndUndeleteChangeBringsEveryRowBack() throws {
         let a = try makeDevice(name: "a")
-        _ = try Members(a).establish(name: "alice")
         let b = try join("b", from: a, identity: try Members(a).identity())
         try a.write(sql: "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 150) INSERT INTO settings (id, value) SELECT 'k' || i, 'v' || i FROM n")
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.album)', 'kept')")
@@ -264,7 +262,6 @@ class TrashTests: DeviceTestCase {
             }
             """
         let alice = try makeDevice(manifest, name: "alice")
-        _ = try Members(alice).establish(name: "alice")
         let bobIdentity = try MemberIdentity()
         _ = try Members(alice).add(name: "bob", recipient: bobIdentity.recipient.description, admin: false)
         let bob = try join("bob", from: alice, identity: bobIdentity)
@@ -302,7 +299,6 @@ class TrashTests: DeviceTestCase {
     /// that skipped the local check): kept as a lost value, never applied.
     func testARetentionFromANonAdminIsRefusedOnApply() throws {
         let alice = try makeDevice(name: "alice")
-        _ = try Members(alice).establish(name: "alice")
         let bobIdentity = try MemberIdentity()
         _ = try Members(alice).add(name: "bob", recipient: bobIdentity.recipient.description, admin: false)
         let bob = try join("bob", from: alice, identity: bobIdentity)
