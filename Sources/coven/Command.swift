@@ -134,6 +134,17 @@ struct Invocation {
     func values(_ long: String) -> [String] { options[long] ?? [] }
 
     /// An option's value as an integer, or a usage error naming it.
+    /// The ISO 8601 date or time an option holds (`--since`, `--before`); nil when not given.
+    ///
+    /// - Throws: `.usage` for anything else.
+    func time(_ long: String) throws -> Date? {
+        guard let text = value(long) else { return nil }
+        guard let time = LostCommand.parseTime(text) else {
+            throw CovenError(.usage, "option '--\(long)' takes an ISO 8601 date or time (2026-11-01, 2026-11-01T12:00:00Z), not '\(text)'")
+        }
+        return time
+    }
+
     func integer(_ long: String) throws -> Int64? {
         guard let text = value(long) else { return nil }
         guard let number = Int64(text) else {

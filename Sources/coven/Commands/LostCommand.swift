@@ -84,10 +84,7 @@ struct LostCommand: Command {
         }
         let device = try context.openDevice()
         let dropped: [Int64]
-        if let text = invocation.value("before") {
-            guard let time = parseTime(text) else {
-                throw CovenError(.usage, "option '--before' takes an ISO 8601 date or time (2026-11-01, 2026-11-01T12:00:00Z), not '\(text)'")
-            }
+        if let time = try invocation.time("before") {
             dropped = try StoreSync(device).dropLost(before: time)
         } else if invocation.has("all") {
             dropped = try StoreSync(device).dropLost(before: nil)

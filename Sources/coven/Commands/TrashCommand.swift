@@ -52,13 +52,7 @@ struct TrashCommand: Command {
         if invocation.has("all") || invocation.has("before") {
             throw CovenError(.usage, "--all and --before go with 'empty'", hint: "coven trash empty --all")
         }
-        var since: Date?
-        if let text = invocation.value("since") {
-            guard let time = LostCommand.parseTime(text) else {
-                throw CovenError(.usage, "option '--since' takes an ISO 8601 date or time (2026-11-01, 2026-11-01T12:00:00Z), not '\(text)'")
-            }
-            since = time
-        }
+        let since = try invocation.time("since")
         let device = try context.openDeviceReadOnly()
         let table = invocation.value("table")
         if let table, device.manifest.table(table) == nil {
@@ -102,13 +96,7 @@ struct TrashCommand: Command {
         guard invocation.has("all") != invocation.has("before") else {
             throw CovenError(.usage, "empty takes --all or --before TIME (one of them)", hint: "coven trash empty --all")
         }
-        var before: Date?
-        if let text = invocation.value("before") {
-            guard let time = LostCommand.parseTime(text) else {
-                throw CovenError(.usage, "option '--before' takes an ISO 8601 date or time (2026-11-01, 2026-11-01T12:00:00Z), not '\(text)'")
-            }
-            before = time
-        }
+        let before = try invocation.time("before")
         let device = try context.openDevice()
         let emptied = try Trash(device).empty(before: before)
         if context.json { try context.printJSON(["emptied": emptied]) } else { context.report("emptied \(emptied.counted("row")) from the trash: the next 'coven gc' frees their bytes") }
