@@ -12,8 +12,9 @@
 #   8. coven sync; a second device of the same member joins with its identity, reads the file
 #      and edits a row,
 #      which travels back;
-#   9. the laptop deletes that row; coven gc there deletes its stored bytes once the first
-#      device has synced (and never a person's original);
+#   9. the laptop deletes that row: it goes to the trash, which keeps its bytes for the store's
+#      window (30 days); the trash emptied, coven gc there deletes its stored bytes once the
+#      first device has synced (and never a person's original);
 #  10. coven status, then coven status --json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -109,10 +110,13 @@ step "an edit on the laptop travels back"
 "$coven" sql "SELECT title FROM songs ORDER BY title"
 "$coven" devices
 
-step "a delete on the laptop; coven gc deletes the stored bytes once both devices have seen it"
+step "a delete on the laptop: the row goes to the trash, which keeps its bytes for 30 days"
 "$coven" write --db "$DEMO/laptop/device.db" "DELETE FROM songs WHERE title = 'renamed on the laptop'"
+"$coven" trash --db "$DEMO/laptop/device.db"
 "$coven" gc --db "$DEMO/laptop/device.db"
+step "the trash emptied, coven gc deletes the stored bytes once both devices have seen the delete"
 "$coven" sync
+"$coven" trash empty --all --db "$DEMO/laptop/device.db"
 "$coven" gc --db "$DEMO/laptop/device.db"
 ls Music/ && echo "the person's original is untouched"
 
