@@ -24,8 +24,8 @@ import os, re, sys
 from collections import defaultdict
 
 ROOT = "Sources/CovenKit"
-LOWER = ["Core", "Crypto", "Storage", "Store"]
-FEATURES = ["Sync", "Read", "Upload", "Files", "GC", "Fsck", "Members", "Snapshot", "DeviceOnly", "Moves", "Status", "Trash"]
+LOWER = ["Core", "Crypto", "Storage", "Store", "Keys"]
+FEATURES = ["Writes", "Sync", "Read", "Upload", "Files", "GC", "Fsck", "Members", "Snapshot", "DeviceOnly", "Moves", "Status", "Trash"]
 detail = "--detail" in sys.argv[1:]
 
 def strip(text):

@@ -36,12 +36,13 @@ public enum TestStores {
 
     /// Joins another device to the store `first` is in, the way a person would for its kind: with
     /// the identity of `first`'s member in a store of members, with the store key otherwise.
-    public static func join(paths: DevicePaths, from first: Device, name: String?, environment: [String: String]? = nil) throws -> Device {
+    public static func join(paths: DevicePaths, from first: Device, name: String?, environment: [String: String]? = nil,
+                            started: (SnapshotJoin) -> Void = { _ in }) throws -> Device {
         if try Members(first).memberID() != nil {
             let identity = try MemberIdentity(contentsOf: first.paths.memberIdentity)
-            return try DeviceSetup.join(paths: paths, storage: first.storage, identity: identity, name: name, environment: environment)
+            return try DeviceSetup.join(paths: paths, storage: first.storage, identity: identity, name: name, environment: environment, started: started)
         }
-        return try DeviceSetup.join(paths: paths, storage: first.storage, storeKey: try first.keys.storeKeyBytes(), name: name, environment: environment)
+        return try DeviceSetup.join(paths: paths, storage: first.storage, storeKey: try first.keys.storeKeyBytes(), name: name, environment: environment, started: started)
     }
 
     /// The identity of the member `device` belongs to; nil in a store without members.

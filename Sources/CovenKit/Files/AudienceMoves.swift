@@ -95,10 +95,10 @@ struct AudienceMoves {
     /// receiver refuses such an entry too (``MemberAuthorizer``); this says so first, and
     /// records nothing.
     private func refuseRetracted(_ changes: RecordedChanges) throws {
-        let sync = SyncState(database: database)
+        let tombstones = Tombstones(database: database)
         try changes.forEachBatch(oldFiles: false) { batch in
             for change in batch where change.operation == .insert && manifest.table(change.table)?.audienceColumn != nil {
-                guard try sync.isRetracted(table: change.table, id: change.id) else { continue }
+                guard try tombstones.isRetracted(table: change.table, id: change.id) else { continue }
                 throw CovenError(.notInCircle, "row '\(change.id)' of '\(change.table)' was retracted from this device: it lives on where this device's member does not read it (a circle it is not in)",
                                  hint: "a member of that circle changes the row; a new row takes a new id", details: ["table": change.table, "id": change.id])
             }
@@ -150,12 +150,12 @@ struct AudienceMoves {
     /// retracts it there is frozen (``leftAudience(of:)``). Empty when the write moved nothing.
     static func retracts(in database: Database, stamp: String) throws -> [RowEntry] {
         guard try database.scalar("SELECT count(*) FROM temp.sqlite_master WHERE name = 'coven_write_moves'").intValue == 1 else { return [] }
-        let sync = SyncState(database: database)
+        let tombstones = Tombstones(database: database)
         let entries = try database.query("SELECT tbl, id, old_audience FROM temp.coven_write_moves ORDER BY rowid").compactMap { row -> RowEntry? in
             guard let table = row.string("tbl"), let id = row.string("id"), let from = row.string("old_audience") else { return nil }
             // Its tombstone in the audience it left (the row lives on in the other): a delete of
             // it there that crossed the move is heard (MemberAuthorizer).
-            try sync.setTombstone(table: table, id: id, stamp: stamp, audience: from)
+            try tombstones.set(table: table, id: id, stamp: stamp, audience: from)
             return RowEntry(kind: .retract, table: table, id: id, stamp: stamp)
         }
         try database.run("""

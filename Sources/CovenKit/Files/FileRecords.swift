@@ -157,7 +157,7 @@ final class FileRecords {
         guard let record = try device.fileRecord(id), try !isNamed(id),
               let stamp = try register(id)?.stamp else { return nil }
         try delete(id, stamp: nil)
-        try SyncState(database: database).setTombstone(table: "coven_files", id: id, stamp: max(stamp, ended.stamp), audience: record.audience)
+        try Tombstones(database: database).set(table: "coven_files", id: id, stamp: max(stamp, ended.stamp), audience: record.audience)
         let object = record.coordinates.object
         if ended.device == device.deviceID {
             try device.candidates.add(object: object, stamp: ended.stamp, why: .deleted, file: id)

@@ -22,6 +22,13 @@ public struct SnapshotJoin: Sendable, Equatable {
     /// The device was there already, of this store (a join run again after a kill or a
     /// failure): nothing was built, and the pull finishes the join.
     public var resumed = false
+
+    public init(key: String? = nil, manifest: SnapshotManifest? = nil, skipped: [SnapshotSkip] = [], resumed: Bool = false) {
+        self.key = key
+        self.manifest = manifest
+        self.skipped = skipped
+        self.resumed = resumed
+    }
 }
 
 extension DeviceSetup {

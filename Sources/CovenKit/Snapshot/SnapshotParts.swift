@@ -101,10 +101,7 @@ struct SnapshotParts {
                         """, [table, circle])
                     rows += try part.scalar("SELECT changes()").intValue ?? 0
                 }
-                try part.run("""
-                    INSERT INTO main.coven_tombstones (tbl, id, stamp, audience)
-                    SELECT tbl, id, stamp, audience FROM coven_parts.coven_tombstones WHERE audience = ?1
-                    """, [circle])
+                try Tombstones(database: part).adopt(from: "coven_parts", audience: circle)
             }
             try part.execute("DETACH DATABASE coven_parts")
             counts[circle] = rows

@@ -30,8 +30,6 @@ public final class Device {
     /// The keys this device holds (the store key, its signing key, the other devices' public
     /// keys), read when first needed: the one owner of key material.
     public private(set) lazy var keys = Keyring(paths: paths, database: database, deviceID: deviceID)
-    /// For a device `join` made now: the snapshot it started from and those it passed over.
-    public internal(set) var joinedFrom: SnapshotJoin?
 
     /// A provider for this device's storage, for sync.
     func connectStorage() throws -> StorageProvider {

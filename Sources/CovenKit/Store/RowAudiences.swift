@@ -86,7 +86,7 @@ struct RowAudiences {
         let parent = try database.queryOne("SELECT id FROM main.\(RowCapture.quote(edge.parent)) WHERE \(RowCapture.quote(edge.parentColumn)) = ?1", [value])
         if let id = parent?.string("id") { return try audience(table: edge.parent, id: id) }
         guard edge.parentColumn == "id", let id = value.textValue else { return nil }
-        return try SyncState(database: database).tombstoneAudience(table: edge.parent, id: id)
+        return try Tombstones(database: database).audience(table: edge.parent, id: id)
     }
 
     /// The audience each row a write deleted was in, by table and id (rows of tables that

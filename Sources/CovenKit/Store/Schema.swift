@@ -88,7 +88,41 @@ enum Schema {
         // 21: the trash: the last image of every row deleted on any device, who deleted it in
         // which change, and the files it named, kept for the store's retention window (Trash/Trash.swift);
         // and the store's settings, an admin's, published as rows (Sync/StoreSettings.swift).
-        { database in try database.execute(Trash.tables + StoreSettings.schema) },
+        // The trash is written once per row a pull deletes, so it holds one b-tree: its rows by
+        // (table, id), without a rowid, and no index but the partial one of the rows deleted
+        // with a parent. A listing sorts what it reads; `--change` and the window scan.
+        { database in try database.execute("""
+                CREATE TABLE coven_trash (
+                    tbl        TEXT NOT NULL,
+                    id         TEXT NOT NULL,
+                    image      BLOB NOT NULL,
+                    stamp      TEXT NOT NULL,
+                    deleted_at TEXT NOT NULL,
+                    device     TEXT NOT NULL,
+                    seq        INTEGER,
+                    audience   TEXT NOT NULL DEFAULT 'store',
+                    owner      TEXT,
+                    parent_tbl TEXT,
+                    parent_id  TEXT,
+                    files      TEXT NOT NULL DEFAULT '[]',
+                    PRIMARY KEY (tbl, id)
+                ) STRICT, WITHOUT ROWID;
+                CREATE INDEX coven_trash_parent ON coven_trash (parent_tbl, parent_id) WHERE parent_tbl IS NOT NULL;
+                CREATE TABLE coven_trash_files (
+                    tbl    TEXT NOT NULL,
+                    id     TEXT NOT NULL,
+                    file   TEXT NOT NULL,
+                    object TEXT,
+                    size   INTEGER NOT NULL,
+                    PRIMARY KEY (tbl, id, file)
+                ) STRICT, WITHOUT ROWID;
+                CREATE INDEX coven_trash_files_object ON coven_trash_files (object);
+                CREATE TABLE coven_store_settings (
+                    id          TEXT PRIMARY KEY,
+                    value       TEXT,
+                    _updated_at TEXT NOT NULL
+                ) STRICT;
+            """) },
     ]
 
     /// Version 15: the circles this device's member knows of, owned by ``Circles``: every

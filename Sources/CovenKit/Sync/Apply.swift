@@ -166,7 +166,7 @@ struct ChangeApplier {
                 if entry.kind == .retract, let newest = upserted[RowKey(table: entry.table, id: entry.id)], newest >= entry.stamp {
                     // The row moved out of this audience: its tombstone there says it was
                     // here (a delete of it that crossed the move is heard: MemberAuthorizer).
-                    try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp, audience: section.audience)
+                    try sync.tombstones.set(table: entry.table, id: entry.id, stamp: entry.stamp, audience: section.audience)
                     report.skipped += 1
                     continue
                 }
@@ -244,7 +244,7 @@ struct ChangeApplier {
         // still does (``settleFiles(report:)``), and its tombstone decides nothing.
         let isFile = entry.table == "coven_files"
         if isFile, entry.kind != .upsert {
-            try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience)
+            try sync.tombstones.set(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience)
             // gc on the writer waits until this device publishes a frontier over the delete
             // (also when the record was gone here already: two devices deleting it at once each
             // wait for the other).
@@ -254,7 +254,7 @@ struct ChangeApplier {
         }
         let localRow = try row(entry.table, id: entry.id, names: names)
         let localStamp = localRow?["_updated_at"].textValue
-        let tombstone = isFile ? nil : try sync.tombstone(table: entry.table, id: entry.id)
+        let tombstone = isFile ? nil : try sync.tombstones.stamp(table: entry.table, id: entry.id)
         let image = isFile && localStamp == nil ? try records.register(entry.id)?.stamp : nil
         let current = max(localStamp ?? "", tombstone ?? "", image ?? "")
 
@@ -308,7 +308,7 @@ struct ChangeApplier {
             }
             try takeOutChildren(of: entry.table, id: entry.id, report: &report)
             try database.run("DELETE FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id])
-            try sync.setTombstone(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience, retracted: entry.kind == .retract)
+            try sync.tombstones.set(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience, retracted: entry.kind == .retract)
         }
         try notePeersHold(entry, audience: audience, report: &report)
         return true
@@ -365,7 +365,7 @@ struct ChangeApplier {
         // An image of one audience that lost to the row in another: its readers there are
         // told (a move crossed it).
         if entry.kind == .upsert, let column = device.manifest.table(entry.table)?.audienceColumn {
-            let winner = localStamp == current ? localRow?[column].textValue : try sync.tombstoneAudience(table: entry.table, id: entry.id)
+            let winner = localStamp == current ? localRow?[column].textValue : try sync.tombstones.audience(table: entry.table, id: entry.id)
             try crossed.imageLost(entry, audience: audience, winnerStamp: current, winnerAudience: winner ?? RowAudiences.store)
         }
         if entry.kind == .upsert, let localStamp, localStamp == current,
@@ -490,7 +490,7 @@ struct ChangeApplier {
         if entry.kind != .upsert {
             if entry.stamp > unsettled[entry.id]?.stamp ?? "" { unsettled[entry.id] = (change.device, Int64(change.seq), entry.stamp) }
         } else if unsettled[entry.id] == nil {
-            if let tombstone = try sync.tombstone(table: "coven_files", id: entry.id), let writer = HybridClock.device(of: tombstone) {
+            if let tombstone = try sync.tombstones.stamp(table: "coven_files", id: entry.id), let writer = HybridClock.device(of: tombstone) {
                 unsettled[entry.id] = (writer, try sync.seq(device: writer, holding: tombstone), tombstone)
             } else {
                 unsettled[entry.id] = changeEnd

@@ -106,7 +106,7 @@ struct MemberAuthorizer: ChangeAuthorizer {
         guard let here = try rowInACircleOtherThan(section, for: entry, writer: change.device, audiences: audiences) else { return true }
         let sync = SyncState(database: database)
         guard let stamp = here.string("_updated_at"), try !hasApplied(change, stamp: stamp) else { return false }
-        if try sync.tombstoneAudience(table: entry.table, id: entry.id) == section.audience, let moved = try sync.tombstone(table: entry.table, id: entry.id) {
+        if try sync.tombstones.audience(table: entry.table, id: entry.id) == section.audience, let moved = try sync.tombstones.stamp(table: entry.table, id: entry.id) {
             return try !hasApplied(change, stamp: moved)
         }
         return true
@@ -151,7 +151,7 @@ struct MemberAuthorizer: ChangeAuthorizer {
         guard let here = try rowInACircleOtherThan(section, for: entry, writer: change.device, audiences: audiences) else { return true }
         // A delete that crossed the row's move out of the section's audience.
         let sync = SyncState(database: database)
-        guard try sync.tombstoneAudience(table: entry.table, id: entry.id) == section.audience,
+        guard try sync.tombstones.audience(table: entry.table, id: entry.id) == section.audience,
               let stamp = here.string("_updated_at"), let writer = HybridClock.device(of: stamp) else { return false }
         guard writer != change.device, let seq = try sync.seq(device: writer, holding: stamp) else { return writer != change.device }
         return Int64(change.frontier[writer] ?? 0) < seq

@@ -84,7 +84,7 @@ struct ChangeSections {
         } else {
             // A row deleted with no image in this change: where it was when deleted (its
             // tombstone says), so its id reaches no one outside that audience.
-            return try SyncState(database: audiences.database).tombstoneAudience(table: entry.table, id: entry.id) ?? RowAudiences.store
+            return try Tombstones(database: audiences.database).audience(table: entry.table, id: entry.id) ?? RowAudiences.store
         }
     }
 }

@@ -35,11 +35,11 @@ struct CrossedMoves {
         guard winnerAudience != audience, winnerAudience != RowAudiences.store else { return }
         let sync = SyncState(database: database)
         // The move's retract in A already beat this image on A's devices.
-        if let tombstone = try sync.tombstone(table: entry.table, id: entry.id), tombstone > entry.stamp,
-           try sync.tombstoneAudience(table: entry.table, id: entry.id) == audience {
+        if let tombstone = try sync.tombstones.stamp(table: entry.table, id: entry.id), tombstone > entry.stamp,
+           try sync.tombstones.audience(table: entry.table, id: entry.id) == audience {
             return
         }
-        try retract(entry.table, id: entry.id, in: audience, stamp: stamp, rowStays: stamp != (try sync.tombstone(table: entry.table, id: entry.id)))
+        try retract(entry.table, id: entry.id, in: audience, stamp: stamp, rowStays: stamp != (try sync.tombstones.stamp(table: entry.table, id: entry.id)))
     }
 
     /// An image of `audience`, stamped `entry.stamp`, won over the row here in `localAudience`
@@ -66,7 +66,7 @@ struct CrossedMoves {
         if writable == nil { writable = try Circles(device).writableAudiences() }
         guard writable?.contains(audience) == true else { return }
         guard try AudienceMoves.recordCrossed(table: table, id: id, stamp: stamp, audience: audience, in: database) else { return }
-        if rowStays { try SyncState(database: database).setTombstone(table: table, id: id, stamp: stamp, audience: audience) }
+        if rowStays { try Tombstones(database: database).set(table: table, id: id, stamp: stamp, audience: audience) }
         try Outbox(database: database).append([RowEntry(kind: .retract, table: table, id: id, stamp: stamp)], stamp: stamp)
     }
 }

@@ -100,7 +100,7 @@ struct GateFilter {
                 output.append(entry)
             } else if state == nil {
                 // Peers never held the row: its delete, and its id, stay here.
-                try SyncState(database: database).markTombstonePrivate(table: entry.table, id: entry.id)
+                try Tombstones(database: database).markPrivate(table: entry.table, id: entry.id)
             }
             try published.forget(table: entry.table, id: entry.id)
             decided.remove(key)
@@ -211,7 +211,7 @@ struct GateFilter {
         let stamp = try stamp()
         // Where peers hold it: the retract goes there (ChangeSections), and its tombstone.
         let audience = try published.heldAudience(table: key.table, id: key.id) ?? audienceNow(key)
-        try SyncState(database: database).setTombstone(table: key.table, id: key.id, stamp: stamp, audience: audience)
+        try Tombstones(database: database).set(table: key.table, id: key.id, stamp: stamp, audience: audience)
         return RowEntry(kind: .retract, table: key.table, id: key.id, stamp: stamp)
     }
 

@@ -25,15 +25,19 @@ public enum DeviceSetup {
     /// join), and what an unfinished join left (`<db>.d/` with its marker, `<db>.init`) is
     /// removed and the join starts clean; the device that join announced, if it got that far,
     /// is marked gone (it never published anything).
+    ///
+    /// `started` is told what the device started from: the snapshot used and those passed over,
+    /// or that an earlier join here is resumed (``SnapshotJoin``), for the caller to report.
     public static func join(paths: DevicePaths, storage: StorageLocation, storeKey keyBytes: [UInt8], name: String?,
-                            environment: [String: String]? = nil) throws -> Device {
-        try join(paths: paths, storage: storage, storeKey: keyBytes, name: name, environment: environment, asMember: false)
+                            environment: [String: String]? = nil, started: (SnapshotJoin) -> Void = { _ in }) throws -> Device {
+        try join(paths: paths, storage: storage, storeKey: keyBytes, name: name, environment: environment, asMember: false, started: started)
     }
 
     /// `asMember`: the join by identity, which vouches for the device next; a join by key of a
     /// store of members is refused, as its device would belong to no member.
     static func join(paths: DevicePaths, storage: StorageLocation, storeKey keyBytes: [UInt8], name: String?,
-                     environment: [String: String]?, asMember: Bool, generations: [UInt64: FileKey] = [:]) throws -> Device {
+                     environment: [String: String]?, asMember: Bool, generations: [UInt64: FileKey] = [:],
+                     started: (SnapshotJoin) -> Void) throws -> Device {
         if let name { try DeviceNameText.check(name) }
         let target = try joinTarget(paths)
         guard keyBytes.count == 32 else {
@@ -45,7 +49,9 @@ public enum DeviceSetup {
         var unfinished: String?
         switch target {
         case .joined:
-            return try resumeJoin(paths: paths, storage: storage, storeID: storeID, storeKey: keyBytes, environment: environment)
+            let device = try resumeJoin(paths: paths, storage: storage, storeID: storeID, storeKey: keyBytes, environment: environment)
+            started(SnapshotJoin(resumed: true))
+            return device
         case .unfinished(let previous):
             unfinished = previous
         case .fresh:
@@ -99,7 +105,7 @@ public enum DeviceSetup {
         unlink(joinMarker(paths))
         let device = try Device.open(paths: paths)
         device.storageEnvironment = environment
-        device.joinedFrom = snapshot
+        started(snapshot)
         try StoreSync(device).refreshDevices(provider: provider, keys: device.keys)
         return device
     }
@@ -148,7 +154,7 @@ public enum DeviceSetup {
     ///   newest roster; `.integrity` naming the object for a forged or broken chain; as the
     ///   join by key otherwise.
     public static func join(paths: DevicePaths, storage: StorageLocation, identity: MemberIdentity, name: String?,
-                            environment: [String: String]? = nil) throws -> Device {
+                            environment: [String: String]? = nil, started: (SnapshotJoin) -> Void = { _ in }) throws -> Device {
         if let name { try DeviceNameText.check(name) }
         try refuseMissingFolder(storage)
         let provider = try StorageConnector(location: storage, environment: environment).connect()
@@ -166,7 +172,7 @@ public enum DeviceSetup {
         var generations: [UInt64: FileKey] = [:]
         for opened in state.opened { generations[opened.generation.generation] = try FileKey(bytes: opened.key) }
         let device = try join(paths: paths, storage: storage, storeKey: first.key, name: name, environment: environment, asMember: true,
-                              generations: generations)
+                              generations: generations, started: started)
         try Members(device).adopt(identity, provider: provider)
         return device
     }
@@ -231,7 +237,6 @@ public enum DeviceSetup {
         }
         unlink(joinMarker(paths))
         device.storageEnvironment = environment
-        device.joinedFrom = SnapshotJoin(resumed: true)
         return device
     }
 

@@ -23,14 +23,6 @@ public struct StoreSettings {
     /// The trash's retention window, in seconds (``Trash/retention()``).
     public static let trashRetention = "trash_retention"
 
-    /// Version 21 of the device schema (with the trash): the store's settings.
-    static let schema = """
-    CREATE TABLE coven_store_settings (
-        id          TEXT PRIMARY KEY,
-        value       TEXT,
-        _updated_at TEXT NOT NULL
-    ) STRICT;
-    """
 
     let device: Device
     var database: Database { device.database }

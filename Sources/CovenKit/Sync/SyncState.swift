@@ -1,63 +1,13 @@
 import Foundation
 
-/// The owner of what sync keeps on this device: `coven_tombstones`, `coven_sync_log`,
+/// The owner of what sync keeps on this device: `coven_sync_log`,
 /// `coven_lost_values` and the sync columns of `coven_device_registry`. Every method runs
 /// inside the caller's transaction.
 struct SyncState {
     let database: Database
 
-    // MARK: Tombstones
-
-    /// Records that `table`/`id`, a row of `audience`, was deleted at `stamp` (keeping the
-    /// newest, its audience, and whether it was a retract).
-    ///
-    /// - Parameter retracted: the row was retracted, not deleted: it lives on where this device
-    ///   does not read it (moved into a circle its member is not in, or kept back by its
-    ///   writer's gate), so a write here of its id is not this device's to make
-    ///   (``isRetracted(table:id:)``).
-    func setTombstone(table: String, id: String, stamp: String, audience: String = RowAudiences.store, retracted: Bool = false) throws {
-        let statement = try database.cached("""
-            INSERT INTO coven_tombstones (tbl, id, stamp, audience, retracted) VALUES (?1, ?2, ?3, ?4, ?5)
-            ON CONFLICT (tbl, id) DO UPDATE SET stamp = max(stamp, excluded.stamp), private = 0,
-              audience = CASE WHEN excluded.stamp >= stamp THEN excluded.audience ELSE audience END,
-              retracted = CASE WHEN excluded.stamp >= stamp THEN excluded.retracted ELSE retracted END
-            """)
-        try statement.bind([table, id, stamp, audience, retracted ? 1 : 0])
-        try statement.runToEnd()
-    }
-
-    // ``setTombstone(table:id:stamp:audience:retracted:)``'s `retracted` column is schema step
-    // 19's (Store/Schema.swift).
-
-    /// Whether the newest tombstone of `table`/`id` is a retract another device sent: the row
-    /// lives on out of this device's reach.
-    func isRetracted(table: String, id: String) throws -> Bool {
-        try database.scalar("SELECT retracted FROM coven_tombstones WHERE tbl = ?1 AND id = ?2", [table, id]).intValue == 1
-    }
-
-    /// The audience the row was in when it was deleted, if it was.
-    func tombstoneAudience(table: String, id: String) throws -> String? {
-        let statement = try database.cached("SELECT audience FROM coven_tombstones WHERE tbl = ?1 AND id = ?2")
-        try statement.bind([table, id])
-        defer { statement.reset() }
-        return try statement.next()?[0].textValue
-    }
-
-    /// Marks the tombstone of a row peers never held, whose delete the push did not send: it
-    /// stays on this device, out of snapshots too (its id is as private as the row was).
-    func markTombstonePrivate(table: String, id: String) throws {
-        let statement = try database.cached("UPDATE coven_tombstones SET private = 1 WHERE tbl = ?1 AND id = ?2")
-        try statement.bind([table, id])
-        try statement.runToEnd()
-    }
-
-    /// The stamp of the row's deletion, if it was deleted.
-    func tombstone(table: String, id: String) throws -> String? {
-        let statement = try database.cached("SELECT stamp FROM coven_tombstones WHERE tbl = ?1 AND id = ?2")
-        try statement.bind([table, id])
-        defer { statement.reset() }
-        return try statement.next()?[0].textValue
-    }
+    /// The rows deleted here or by the changes applied (Store/Tombstones.swift).
+    var tombstones: Tombstones { Tombstones(database: database) }
 
     // MARK: The log of published and applied changes
 
@@ -213,22 +163,12 @@ extension SyncState {
     /// says whether a row's writer had seen another write) and the device registry (every
     /// device's applied seq and last frontier).
     func copyForSnapshot(into schema: String, tables: [String]) throws {
-        try copyTombstones(into: schema, tables: tables, audience: RowAudiences.store)
+        try Tombstones(database: database).copy(into: schema, tables: tables, audience: RowAudiences.store)
         try database.execute("""
             INSERT INTO \(schema).coven_sync_log (device, seq, max_stamp, frontier, applied_at)
             SELECT device, seq, max_stamp, frontier, applied_at FROM main.coven_sync_log;
             INSERT INTO \(schema).coven_device_registry (device, name, joined_at, gone, public_key, applied_seq, frontier, gone_at)
             SELECT device, name, joined_at, gone, public_key, applied_seq, frontier, gone_at FROM main.coven_device_registry;
             """)
-    }
-
-    /// Copies the tombstones of `tables` of rows of `audience` (but private ones) into `schema`.
-    func copyTombstones(into schema: String, tables: [String], audience: String) throws {
-        let names = String(decoding: try JSONSerialization.data(withJSONObject: tables), as: UTF8.self)
-        try database.run("""
-            INSERT INTO \(schema).coven_tombstones (tbl, id, stamp, audience)
-            SELECT tbl, id, stamp, audience FROM main.coven_tombstones
-            WHERE tbl IN (SELECT value FROM json_each(?1)) AND private = 0 AND audience = ?2
-            """, [names, audience])
     }
 }

@@ -60,7 +60,7 @@ struct TakenOutRows {
         // An older write of the row that arrived since (its parent here again) does not keep
         // the newer one out: it wins here as it did where it was never taken out.
         if let here = try database.scalar("SELECT _updated_at FROM main.\(quoted) WHERE id = ?1", [entry.id]).textValue, here >= entry.stamp { return false }
-        if let tombstone = try SyncState(database: database).tombstone(table: entry.table, id: entry.id), tombstone >= entry.stamp { return false }
+        if let tombstone = try Tombstones(database: database).stamp(table: entry.table, id: entry.id), tombstone >= entry.stamp { return false }
         for edge in (graph.parents[entry.table] ?? []) + (graph.selfEdges[entry.table] ?? []) {
             guard let value = entry.value(edge.column), !value.isNull else { continue }
             let found = try database.scalar("""

@@ -100,39 +100,6 @@ public struct Trash {
     public init(_ device: Device) { self.device = device }
 
 
-    /// Version 21 of the device schema: the trash, and the files each trashed row named (by
-    /// object, for gc).
-    ///
-    /// The trash is written once per row a pull deletes, so it holds one b-tree: its rows by
-    /// (table, id), without a rowid, and no index but the partial one of the rows deleted with
-    /// a parent. A listing sorts what it reads; `--change` and the window scan.
-    static let tables = """
-    CREATE TABLE coven_trash (
-        tbl        TEXT NOT NULL,
-        id         TEXT NOT NULL,
-        image      BLOB NOT NULL,
-        stamp      TEXT NOT NULL,
-        deleted_at TEXT NOT NULL,
-        device     TEXT NOT NULL,
-        seq        INTEGER,
-        audience   TEXT NOT NULL DEFAULT 'store',
-        owner      TEXT,
-        parent_tbl TEXT,
-        parent_id  TEXT,
-        files      TEXT NOT NULL DEFAULT '[]',
-        PRIMARY KEY (tbl, id)
-    ) STRICT, WITHOUT ROWID;
-    CREATE INDEX coven_trash_parent ON coven_trash (parent_tbl, parent_id) WHERE parent_tbl IS NOT NULL;
-    CREATE TABLE coven_trash_files (
-        tbl    TEXT NOT NULL,
-        id     TEXT NOT NULL,
-        file   TEXT NOT NULL,
-        object TEXT,
-        size   INTEGER NOT NULL,
-        PRIMARY KEY (tbl, id, file)
-    ) STRICT, WITHOUT ROWID;
-    CREATE INDEX coven_trash_files_object ON coven_trash_files (object);
-    """
 
     /// Statements a pull runs once per row it deletes, prepared once per ``Trash``.
     private final class Prepared {

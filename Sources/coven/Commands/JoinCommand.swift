@@ -46,26 +46,27 @@ struct JoinCommand: Command {
         let storage = try StorageLocation(parsing: url)
         let device: Device
         var keyStore: String?
+        var joined = SnapshotJoin()
         if let identityPath = invocation.value("identity") {
             if invocation.value("key-file") != nil { throw CovenError(.usage, "--identity and --key-file: pass one") }
             let identity = try decodingIdentity { try MemberIdentity(contentsOf: identityPath) }
-            device = try DeviceSetup.join(paths: DevicePaths(database: context.databasePath), storage: storage, identity: identity, name: invocation.value("name"))
+            device = try DeviceSetup.join(paths: DevicePaths(database: context.databasePath), storage: storage, identity: identity, name: invocation.value("name"), started: { joined = $0 })
         } else {
             let (text, source) = try readKeyText(invocation, context)
             if MemberIdentity.looksLikeIdentity(text) {
                 // What 'coven key export' prints in a store of members: the member's identity.
                 let identity = try decodingIdentity { try MemberIdentity(text: text, source: source) }
-                device = try DeviceSetup.join(paths: DevicePaths(database: context.databasePath), storage: storage, identity: identity, name: invocation.value("name"))
+                device = try DeviceSetup.join(paths: DevicePaths(database: context.databasePath), storage: storage, identity: identity, name: invocation.value("name"), started: { joined = $0 })
             } else {
                 let key = try parseKey(text)
                 keyStore = key.store
-                device = try DeviceSetup.join(paths: DevicePaths(database: context.databasePath), storage: storage, storeKey: key.bytes, name: invocation.value("name"))
+                device = try DeviceSetup.join(paths: DevicePaths(database: context.databasePath), storage: storage, storeKey: key.bytes, name: invocation.value("name"), started: { joined = $0 })
             }
         }
         if let store = keyStore, store != device.storeID {
             context.note("warning: the key names store \(store), but the store at \(storage) is \(device.storeID)")
         }
-        return try pull(device, storage: storage, context)
+        return try pull(device, storage: storage, joined: joined, context)
     }
 
     /// The text of --key-file or stdin, and where it came from: a store key, or a member's
@@ -102,7 +103,7 @@ struct JoinCommand: Command {
     }
 
     /// Pulls what the device's snapshot does not hold, and prints the report.
-    private static func pull(_ device: Device, storage: StorageLocation, _ context: CommandContext) throws -> Int32 {
+    private static func pull(_ device: Device, storage: StorageLocation, joined: SnapshotJoin, _ context: CommandContext) throws -> Int32 {
         // The pull may replay a long history: a line of progress on a terminal, as sync shows.
         let line = StatusLine(context)
         var applied = 0, rows = 0
@@ -116,12 +117,12 @@ struct JoinCommand: Command {
         // A gap or damage met while pulling: the device is made, its stream of that device stops
         // there (exit 10, as sync).
         let status = SyncProblemsText.incomplete(report) ? ExitCodes.partial : ExitCodes.success
-        let snapshotKey = device.joinedFrom?.key
-        let snapshotRows = device.joinedFrom?.manifest?.rows ?? 0
-        let skipped = device.joinedFrom?.skipped ?? []
+        let snapshotKey = joined.key
+        let snapshotRows = joined.manifest?.rows ?? 0
+        let skipped = joined.skipped
         if context.json {
             var used: Any = NSNull()
-            if let snapshotKey { used = ["key": snapshotKey, "seq": device.joinedFrom?.manifest?.seq ?? 0, "rows": snapshotRows] as [String: Any] }
+            if let snapshotKey { used = ["key": snapshotKey, "seq": joined.manifest?.seq ?? 0, "rows": snapshotRows] as [String: Any] }
             let passed: [[String: String]] = skipped.map { ["key": $0.key, "reason": $0.reason, "message": $0.message] }
             try context.printJSON([
                 "store": ["id": device.storeID, "storage": device.storage.description],
@@ -138,7 +139,7 @@ struct JoinCommand: Command {
             for skip in skipped {
                 context.note("warning: passed over snapshot '\(skip.key)' (\(skip.reason)): \(skip.message)")
             }
-            if device.joinedFrom?.resumed == true {
+            if joined.resumed {
                 context.note("device '\(device.deviceName)' had joined already: finished its pull")
             } else if let snapshotKey {
                 context.note("started from snapshot '\(snapshotKey)' (\(snapshotRows.counted("row")))")

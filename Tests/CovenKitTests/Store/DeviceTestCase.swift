@@ -100,14 +100,15 @@ class DeviceTestCase: XCTestCase {
 
     /// Another device of the store `device` is in, in the case's folder under `name`: of
     /// `device`'s member in a store of members.
-    func join(_ name: String, from device: Device) throws -> Device {
-        try TestStores.join(paths: DevicePaths(database: work + "/\(name)/device.db"), from: device, name: name, environment: s3?.environment)
+    /// `started` is told the snapshot the join started from (``DeviceSetup/join(paths:storage:storeKey:name:environment:started:)``).
+    func join(_ name: String, from device: Device, started: (SnapshotJoin) -> Void = { _ in }) throws -> Device {
+        try TestStores.join(paths: DevicePaths(database: work + "/\(name)/device.db"), from: device, name: name, environment: s3?.environment, started: started)
     }
 
     /// A device of the store `device` is in, for the member whose identity is `identity`.
-    func join(_ name: String, from device: Device, identity: MemberIdentity) throws -> Device {
+    func join(_ name: String, from device: Device, identity: MemberIdentity, started: (SnapshotJoin) -> Void = { _ in }) throws -> Device {
         try DeviceSetup.join(paths: DevicePaths(database: work + "/\(name)/device.db"), storage: device.storage, identity: identity, name: name,
-                        environment: s3?.environment)
+                        environment: s3?.environment, started: started)
     }
 
     /// The identity of the member `device` belongs to: in a store ``makeDevice(_:name:)`` made,

@@ -255,8 +255,9 @@ class MembersTests: DeviceTestCase {
         let info = try XCTUnwrap(try provider.list(prefix: "snapshots/").first { $0.key == snapshot.key })
         assertCovenError(.integrity) { _ = try DeviceSetup.peekManifest(provider: provider, info: info, keys: bobKeys) }
         XCTAssertEqual(try DeviceSetup.peekManifest(provider: provider, info: info, keys: phone.keys), snapshot.manifest)
-        let tablet = try join("tablet", from: laptop, identity: alice)
-        XCTAssertEqual(tablet.joinedFrom?.key, snapshot.key)
+        var joined = SnapshotJoin()
+        let tablet = try join("tablet", from: laptop, identity: alice, started: { joined = $0 })
+        XCTAssertEqual(joined.key, snapshot.key)
         _ = try StoreSync(tablet).sync()
         XCTAssertEqual(try tablet.database.scalar("SELECT title FROM albums WHERE id = '\(Self.album)'").textValue, "after")
     }

@@ -98,7 +98,7 @@ class TrashTests: DeviceTestCase {
         let back = try Undelete(a).rows(table: "albums", ids: [Self.album])
         XCTAssertEqual(back.rows.map(\.id), [Self.album, Self.cover], "the cover deleted with it comes back too")
         XCTAssertEqual(back.files, [file])
-        let tombstone = try XCTUnwrap(try SyncState(database: a.database).tombstone(table: "albums", id: Self.album))
+        let tombstone = try XCTUnwrap(try Tombstones(database: a.database).stamp(table: "albums", id: Self.album))
         XCTAssertGreaterThan(try XCTUnwrap(try a.database.scalar("SELECT _updated_at FROM albums").textValue), tombstone)
         XCTAssertEqual(try listed(a), [], "what came back leaves the trash")
         for device in [a, b, a] { _ = try StoreSync(device).sync() }

@@ -16,7 +16,7 @@ public final class Keyring {
     /// The device's database (its registry and settings); nil as `paths`.
     private let database: Database?
     /// The device, whose registered key the signing key must be.
-    private let deviceID: String?
+    let deviceID: String?
     private var loadedStoreKey: FileKey?
     private var loadedSigningKey: DeviceSigningKey?
     /// The other devices' public keys, screened once, by their hex.
@@ -306,33 +306,6 @@ public final class Keyring {
     func newestGeneration(audience: String) throws -> UInt64? {
         if audience == RowAudiences.store { return try storeGeneration() }
         return try loadedGenerationBytes()[audience]?.keys.max()
-    }
-
-    /// A change signed by this device: the bytes to publish. In a store of members, format 2
-    /// under the newest generation of the store audience's key this device holds; before
-    /// members, format 1 under the store key.
-    func seal(_ change: ChangeObject) throws -> [UInt8] {
-        guard let generation = try storeGeneration(), let key = try key(audience: RowAudiences.store, generation: generation) else {
-            return try change.seal(storeKey: try storeKey(), signingKey: try signingKey())
-        }
-        return try change.sealSections(storeKey: (generation, key), keyOf: { audience in
-            guard let newest = try self.newestGeneration(audience: audience), let key = try self.key(audience: audience, generation: newest) else {
-                throw CovenError(.notInCircle, "this device holds no key of circle '\(audience)', whose rows a change to publish holds",
-                                 hint: "a member of the circle writes its rows", details: ["audience": audience])
-            }
-            return (newest, key)
-        }, signingKey: try signingKey())
-    }
-
-    /// A published change of `publisher` (this device's own included), checked against its
-    /// registered key, authenticated and decoded.
-    ///
-    /// - Throws: as ``ChangeObject/open(_:path:storeKey:publicKey:storeID:)``; `.integrity`
-    ///   when the publisher has no registered key.
-    func open(change bytes: [UInt8], path: String, publisher: String, storeID: String? = nil) throws -> ChangeObject {
-        let key = publisher == deviceID ? try signingKey().publicKey : try publicKey(of: publisher)
-        return try ChangeObject.open(bytes, path: path, keyOf: { audience, generation in try self.key(audience: audience, generation: generation) },
-                                     publicKey: key, storeID: storeID)
     }
 
     // MARK: This device's signing key
