@@ -53,7 +53,7 @@ enum Schema {
         // without a scan (a library of 100,000 files: Upload/).
         { database in try database.execute(uploadQueueIndexes) },
         // 13: members: the member each device belongs to, as its entry says, and the rosters
-        // of the store audience's key generations this device learned (Crypto/Keyring.swift).
+        // of the store audience's key generations this device learned (Keys/Keyring.swift).
         { database in try database.execute(membersTables) },
         // 14: a row's lost values found without a scan: a pull that brings back many rows taken
         // out (their parent or file record in a later change) marks each restored (Sync/).
