@@ -90,7 +90,7 @@ extension KeptFiles {
             Thread.detachNewThread {
                 defer { run.workerEnded() }
                 do {
-                    let device = try Device.open(paths: paths)
+                    let device = try Device.openKernel(paths: paths)
                     device.storageEnvironment = environment
                     device.database.writeGate = writeGate
                     try run.work(device: device)

@@ -93,7 +93,7 @@ extension DeviceSetup {
         }
         try AtomicFile.syncFolder(parent)
         created = true
-        return try Device.open(paths: paths)
+        return try Device.openKernel(paths: paths)
     }
 
     /// Where ``buildDatabase`` builds a device's database before it is renamed into place.

@@ -255,7 +255,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: files.data))
         XCTAssertFalse(FileManager.default.fileExists(atPath: files.tags))
         XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_meta WHERE key LIKE 'uncache:%'").intValue, 0)
-        XCTAssertEqual(try device.status().files.deviceOnlyHere, 1)
+        XCTAssertEqual(try DeviceStatus(of: device).files.deviceOnlyHere, 1)
     }
 
     /// A partial entry gives its chunks, storage the rest; the download adds nothing to the
