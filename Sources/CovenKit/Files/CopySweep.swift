@@ -15,26 +15,34 @@ struct CopySweep {
         self.device = device
     }
 
-    /// Deletes coven's copies that a committed transaction released (recorded as
-    /// `release:<copy>` in `coven_meta`), then forgets them. Runs after each such commit and at
+    /// The journal of copies released by committed transactions, not deleted yet
+    /// (`coven_released_copies`, whose one writer this is).
+    private var released: Journal { Journal(database: device.database, table: "coven_released_copies") }
+
+    /// Notes that `copy` is to be deleted once the caller's transaction commits (a copy no
+    /// local bytes name any more).
+    func release(_ copy: String) throws {
+        try released.set(copy, copy)
+    }
+
+    /// Deletes coven's copies that a committed transaction released (``release(_:)``), then
+    /// forgets them. Runs after each such commit and at
     /// every open, so a crash in between only delays the deletion.
     ///
     /// Read a page at a time (a write releasing 100,000 copies holds none of their names at once).
     func removeReleased() {
         guard !device.readOnly else { return }
-        var after = "release:"
-        while let rows = try? device.database.query("SELECT key, value FROM coven_meta WHERE key LIKE 'release:%' AND key > ?1 ORDER BY key LIMIT 500", [after]),
-              let last = rows.last?.string("key") {
+        var after: String?
+        while let rows = try? released.page(after: after, limit: 500), let last = rows.last?.key {
             after = last
-            for row in rows {
-                guard let copy = row.string("value"), let key = row.string("key") else { continue }
+            for (key, copy) in rows {
                 // Still named by local bytes or a staged file (a copy can be shared): keep it.
                 let used = (try? device.database.scalar("SELECT (SELECT count(*) FROM coven_local WHERE copy = ?1) + (SELECT count(*) FROM coven_staged WHERE copy = ?1)", [copy]).intValue) ?? 1
                 if used == 0, !copy.contains("..") {
                     let path = device.paths.folder + "/" + copy
                     if unlink(path) != 0 && errno != ENOENT { continue }
                 }
-                try? device.settings.remove(key)
+                try? released.set(key, nil)
             }
             if rows.count < 500 { return }
         }

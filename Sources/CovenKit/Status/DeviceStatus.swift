@@ -149,8 +149,8 @@ extension DeviceStatus {
         status.outbox = waiting.writes
         status.sync.waiting = waiting.writes
         status.sync.heldByUploads = waiting.held
-        status.sync.lastPush = try device.setting("last_push")
-        status.sync.lastPull = try device.setting("last_pull")
+        status.sync.lastPush = try SyncFlags(database: db).lastPush
+        status.sync.lastPull = try SyncFlags(database: db).lastPull
         status.sync.frozen = try count("SELECT count(*) FROM coven_push")
         // A change frozen before its count was kept holds at least one write if any entry.
         status.sync.frozenWrites = try count("SELECT coalesce(sum(coalesce(writes, min(entries, 1))), 0) FROM coven_push")

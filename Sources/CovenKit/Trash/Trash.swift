@@ -113,7 +113,6 @@ public struct Trash {
 
     /// The store's window when none was set: 30 days, as the services people compare coven with.
     public static let defaultRetention: Int64 = 30 * 86_400
-    static let lastMassDeleteSetting = "trash_last_mass_delete"
 
     /// The retention window, in seconds: the store's setting (``StoreSettings``).
     public func retention() throws -> Int64 {
@@ -254,13 +253,13 @@ public struct Trash {
         if let name = found.deviceName { json["name"] = name }
         if let member = found.member { json["member"] = member }
         let text = String(decoding: try JSONSerialization.data(withJSONObject: json, options: [.sortedKeys]), as: UTF8.self)
-        try device.setSetting(Self.lastMassDeleteSetting, text)
+        try SyncFlags(database: device.database).setLastMassDelete(text)
         return found
     }
 
     /// The last mass delete a pull applied here, if any.
     public func lastMassDelete() throws -> MassDelete? {
-        guard let text = try device.setting(Self.lastMassDeleteSetting),
+        guard let text = try SyncFlags(database: device.database).lastMassDelete,
               let json = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any],
               let writer = json["device"] as? String, let seq = (json["seq"] as? NSNumber)?.int64Value else { return nil }
         let tables = (json["tables"] as? [[String: Any]] ?? []).compactMap { item -> (table: String, rows: Int)? in

@@ -254,7 +254,7 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let files = Cache(device).cachePaths(object: object)
         XCTAssertFalse(FileManager.default.fileExists(atPath: files.data))
         XCTAssertFalse(FileManager.default.fileExists(atPath: files.tags))
-        XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_meta WHERE key LIKE 'uncache:%'").intValue, 0)
+        XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_uncache").intValue, 0)
         XCTAssertEqual(try DeviceStatus(of: device).files.deviceOnlyHere, 1)
     }
 
