@@ -245,7 +245,12 @@ final class BatchImportCLITests: XCTestCase {
         let child = try Spawn.start(binary, ["stage", "--files-from", "list", "--namespace", "blobs", "--json"], environment: environment,
                                     directory: work, stdout: work + "/first.jsonl", stderr: work + "/first.err")
         let deadline = Date().addingTimeInterval(60)
-        while Date() < deadline, Spawn.isRunning(child), (try? Data(contentsOf: URL(fileURLWithPath: work + "/first.jsonl")).count) ?? 0 == 0 {
+        // The kill comes once the first window is out whole: its lines may reach the file in
+        // more than one write, and a kill between them is a kill before the window was printed.
+        func linesOut() -> Int {
+            ((try? Data(contentsOf: URL(fileURLWithPath: work + "/first.jsonl"))) ?? Data()).reduce(0) { $0 + ($1 == 0x0a ? 1 : 0) }
+        }
+        while Date() < deadline, Spawn.isRunning(child), linesOut() < 256 {
             usleep(2000)
         }
         kill(child.pid, SIGKILL)

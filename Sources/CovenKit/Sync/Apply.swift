@@ -236,14 +236,19 @@ struct ChangeApplier {
         return names
     }
 
-    /// Applies one entry; true when it changed a row here.
+    /// Applies one entry; true when it changed a row here. What last writer wins decides is
+    /// ``EntryDecision``'s; this carries it out.
     private mutating func applyEntry(_ entry: RowEntry, audience: String, change: ChangeObject, path: String, report: inout ApplyReport) throws -> Bool {
         let names = try check(entry, path: path)
-        // A file record is a register of its place that every write of it updates, whether a
-        // row names it here or not (FileRecords): its deletes only say to look whether a row
-        // still does (``settleFiles(report:)``), and its tombstone decides nothing.
         let isFile = entry.table == "coven_files"
-        if isFile, entry.kind != .upsert {
+        let localRow = isFile && entry.kind != .upsert ? nil : try row(entry.table, id: entry.id, names: names)
+        let localStamp = localRow?["_updated_at"].textValue
+        let decision = EntryDecision.decide(
+            kind: entry.kind, isFileRecord: isFile, stamp: entry.stamp, local: localStamp,
+            tombstone: isFile ? nil : try sync.tombstones.stamp(table: entry.table, id: entry.id),
+            image: isFile && entry.kind == .upsert && localStamp == nil ? try records.register(entry.id)?.stamp : nil)
+        switch decision {
+        case .settleFileRecord:
             try sync.tombstones.set(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience)
             // gc on the writer waits until this device publishes a frontier over the delete
             // (also when the record was gone here already: two devices deleting it at once each
@@ -251,67 +256,68 @@ struct ChangeApplier {
             try SyncFlags(database: device.database).markFrontierDue()
             try notePeersHold(entry, audience: audience, report: &report)
             return true
-        }
-        let localRow = try row(entry.table, id: entry.id, names: names)
-        let localStamp = localRow?["_updated_at"].textValue
-        let tombstone = isFile ? nil : try sync.tombstones.stamp(table: entry.table, id: entry.id)
-        let image = isFile && localStamp == nil ? try records.register(entry.id)?.stamp : nil
-        let current = max(localStamp ?? "", tombstone ?? "", image ?? "")
-
-        // The same stamp is the same write, but for one case: a row moved between audiences is
-        // retracted in one section and written in the other by one write, and the retract leaves
-        // a tombstone of that stamp. The image still lands: here with the retract just passed
-        // over, or on a device that applied the retract (not reading the new audience then) and
-        // opens the image later (its member added to the circle).
-        if entry.stamp == current, !(entry.kind == .upsert && localStamp != entry.stamp && tombstone == entry.stamp) {
+        case .skip:
             report.skipped += 1
             return false
-        }
-        if entry.stamp < current {
+        case .lose(let current):
             try lose(entry, audience: audience, change: change, current: current, localRow: localRow, report: &report)
             return false
-        }
-        if let localRow, let localStamp {
-            try win(entry, audience: audience, change: change, over: localRow, stamped: localStamp, names: names, report: &report)
+        case .win, .crossedImage:
+            if let localRow, let localStamp {
+                try win(entry, audience: audience, change: change, over: localRow, stamped: localStamp, names: names, report: &report)
+            }
         }
         switch (entry.kind, isFile) {
         case (.upsert, true):
             if let object = try records.applyRemote(entry, by: change.device, seq: Int64(change.seq)) { report.uncache.insert(object) }
         case (.upsert, false):
-            let statement: Statement
-            if let last = lastUpsert, last.table == entry.table, last.columns == entry.columns {
-                statement = last.statement
-                statement.reset()
-                statement.clearBindings()
-            } else {
-                let sql = upsertSQL[entry.table]?[entry.columns] ?? RowEntry.upsertSQL(table: entry.table, columns: entry.columns)
-                upsertSQL[entry.table, default: [:]][entry.columns] = sql
-                statement = try database.cached(sql)
-                lastUpsert = (entry.table, entry.columns, statement)
-            }
-            try statement.bind(values: entry.values)
-            try statement.runToEnd()
-            if trashHolds, localRow == nil { try trash.forget(table: entry.table, id: entry.id) }
+            try upsert(entry, wasHere: localRow != nil)
         case (.delete, true), (.retract, true):
             preconditionFailure("internal error: a file record's delete is settled, never applied as such")
         case (.delete, false), (.retract, false):
-            if entry.kind == .delete, let localRow, let graph {
-                // The row's last image goes to the trash, with the row whose delete in this
-                // change took it along (a cascade on its writer).
-                let deleted = deletedByChange
-                let parent = Trash.parent(of: entry.table, columns: names, values: localRow.values, graph: graph) {
-                    deleted[RowKey(table: $0, id: $1)] != nil
-                }
-                try trash.record(table: entry.table, id: entry.id, columns: names, values: localRow.values, stamp: entry.stamp,
-                                 writer: change.device, seq: Int64(change.seq), audience: audience, parent: parent)
-                report.deletedRows[entry.table, default: 0] += 1
-            }
-            try takeOutChildren(of: entry.table, id: entry.id, report: &report)
-            try database.run("DELETE FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id])
-            try sync.tombstones.set(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience, retracted: entry.kind == .retract)
+            try delete(entry, audience: audience, change: change, localRow: localRow, names: names, report: &report)
         }
         try notePeersHold(entry, audience: audience, report: &report)
         return true
+    }
+
+    /// Writes a winning row image (an upsert, never REPLACE: no cascade fires for an update),
+    /// with the statement of the last table and shape applied when it is the same.
+    private mutating func upsert(_ entry: RowEntry, wasHere: Bool) throws {
+        let statement: Statement
+        if let last = lastUpsert, last.table == entry.table, last.columns == entry.columns {
+            statement = last.statement
+            statement.reset()
+            statement.clearBindings()
+        } else {
+            let sql = upsertSQL[entry.table]?[entry.columns] ?? RowEntry.upsertSQL(table: entry.table, columns: entry.columns)
+            upsertSQL[entry.table, default: [:]][entry.columns] = sql
+            statement = try database.cached(sql)
+            lastUpsert = (entry.table, entry.columns, statement)
+        }
+        try statement.bind(values: entry.values)
+        try statement.runToEnd()
+        if trashHolds, !wasHere { try trash.forget(table: entry.table, id: entry.id) }
+    }
+
+    /// Deletes (or retracts) a row for a winning entry: its last image to the trash (a delete
+    /// of a row here), its children taken out, the row gone, and its tombstone kept.
+    private mutating func delete(_ entry: RowEntry, audience: String, change: ChangeObject, localRow: Row?, names: [String],
+                                 report: inout ApplyReport) throws {
+        if entry.kind == .delete, let localRow, let graph {
+            // The row's last image goes to the trash, with the row whose delete in this
+            // change took it along (a cascade on its writer).
+            let deleted = deletedByChange
+            let parent = Trash.parent(of: entry.table, columns: names, values: localRow.values, graph: graph) {
+                deleted[RowKey(table: $0, id: $1)] != nil
+            }
+            try trash.record(table: entry.table, id: entry.id, columns: names, values: localRow.values, stamp: entry.stamp,
+                             writer: change.device, seq: Int64(change.seq), audience: audience, parent: parent)
+            report.deletedRows[entry.table, default: 0] += 1
+        }
+        try takeOutChildren(of: entry.table, id: entry.id, report: &report)
+        try database.run("DELETE FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id])
+        try sync.tombstones.set(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience, retracted: entry.kind == .retract)
     }
 
     /// The stored columns of `entry`'s table, once the entry is one this device may apply: a

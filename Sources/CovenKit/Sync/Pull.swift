@@ -112,7 +112,7 @@ extension StoreSync {
         run.report.newDevices = try learned ?? refreshDevices(provider: provider, keys: keys)
         run.report.refusedRemovals = try refusedRemovals()
         defer { dropCachedBytes(of: run.uncache) }
-        let context = PullContext(provider: provider, keys: keys, stop: stop, circles: Circles(device), progress: progress)
+        let context = PullContext(provider: provider, keys: keys, stop: stop, circles: Circles(device), progress: progress, storeID: storeID)
         while run.moved {
             run.moved = false
             for row in try database.query("SELECT device, applied_seq, gone FROM coven_device_registry WHERE device <> ?1 ORDER BY device", [deviceID]) {
@@ -167,61 +167,41 @@ extension StoreSync {
         let stop: Stop
         let circles: Circles
         let progress: ((SyncProgress) -> Void)?
+        let storeID: String
+        var reader: ChangeStream.Reader { ChangeStream.Reader(provider: provider, keys: keys, storeID: storeID, stop: stop) }
     }
 
     /// Applies the changes of `other` after seq `applied` that can be applied now, in order,
-    /// until its stream stops (a gap, damage, a missing key, a change waiting for another
-    /// device's) or ends.
+    /// until its stream (``ChangeStream``) stops (a gap, damage, a missing key, a change waiting
+    /// for another device's) or ends.
     private func pullStream(of other: String, after applied: Int64, gone: Bool, run: inout PullRun, context: PullContext) throws {
-        var next = applied + 1
         // A device gone for good: only the changes of it that some device says it applied (its
         // published frontier, or a change read now), so every device ends with the same rows;
         // what it published that nobody applied is dropped with it.
         let through = gone ? max(try highestSeqKnown(of: other) ?? 0, run.claimed[other] ?? 0) : Int64.max
-        guard next <= through else { return }
+        guard applied + 1 <= through else { return }
         run.report.waiting[other] = nil
-        // One listing of what storage holds after the applied seq, in place of a GET of the
-        // next: a change absent below one that storage holds is a gap.
-        var listed = try listChanges(of: other, after: next - 1, provider: context.provider)
-        while next <= through {
-            try context.stop.check("the sync")
-            if listed.seqs.isEmpty, listed.full { listed = try listChanges(of: other, after: next - 1, provider: context.provider) }
-            if listed.seqs.first != next {
-                // Of a device gone for good, a change some device applied that storage no
-                // longer holds is gone past; of another, storage holding a later change but not
-                // this one is a gap, and holding none may be one.
-                if gone {
-                    try skipLostChange(of: other, seq: next, why: .missing, report: &run.report)
-                    next += 1
-                    continue
-                }
-                if listed.seqs.isEmpty { run.missingAt[other] = next } else { run.report.gaps[other] = next }
-                run.finished.insert(other)
-                return
-            }
-            listed.seqs.removeFirst()
-            let path = ChangeObject.path(device: other, seq: UInt64(next))
-            switch try readChange(path, publisher: other, keys: context.keys, provider: context.provider) {
-            case .missing:
-                run.missingAt[other] = next
-                run.finished.insert(other)
-            case .keyUnavailable:
-                run.report.keyUnavailable[other] = next
-                run.finished.insert(other)
-            case .damaged(let error):
-                if gone {
-                    try skipLostChange(of: other, seq: next, why: .damaged, report: &run.report)
-                    next += 1
-                    continue
-                }
-                run.report.damaged[other] = DamagedChange(seq: next, object: path, message: error.message)
-                try ChangeDamage(device: device).report(path, device: other, seq: next, error: error, provider: context.provider, keys: context.keys)
-                run.finished.insert(other)
-            case .opened(let opened):
-                guard try apply(opened, path: path, of: other, seq: next, run: &run, context: context) else { return }
-                next += 1
+        var stream = ChangeStream(device: other, after: applied, through: through, gone: gone, reader: context.reader)
+        while true {
+            let next = try stream.next(lost: { seq, why in try skipLostChange(of: other, seq: seq, why: why, report: &run.report) })
+            switch next {
+            case .change(let change, let path, let seq):
+                guard try apply(change, path: path, of: other, seq: seq, run: &run, context: context) else { return }
+                stream.advance()
                 continue
+            case .end:
+                return
+            case .missing(let seq):
+                run.missingAt[other] = seq
+            case .gap(let seq):
+                run.report.gaps[other] = seq
+            case .keyUnavailable(let seq):
+                run.report.keyUnavailable[other] = seq
+            case .damaged(let seq, let path, let error):
+                run.report.damaged[other] = DamagedChange(seq: seq, object: path, message: error.message)
+                try ChangeDamage(device: device).report(path, device: other, seq: seq, error: error, provider: context.provider, keys: context.keys)
             }
+            run.finished.insert(other)
             return
         }
     }
@@ -274,7 +254,8 @@ extension StoreSync {
         guard try change.unreadSections.contains(where: { try keys.key(audience: $0.audience, generation: $0.generation) != nil }) else {
             return try waits(change) ? nil : change
         }
-        guard case .opened(let again) = try readChange(path, publisher: publisher, keys: keys, provider: provider), try !waits(again) else { return nil }
+        let reader = ChangeStream.Reader(provider: provider, keys: keys, storeID: storeID, stop: Stop())
+        guard case .opened(let again) = try ChangeStream.read(path, publisher: publisher, reader: reader), try !waits(again) else { return nil }
         return again
     }
 
@@ -282,43 +263,6 @@ extension StoreSync {
     /// hold, that change's seq, as the last pull found (``SyncFlags/keyUnavailable``).
     func keyUnavailable() throws -> [String: Int64] {
         Frontier.parse(try SyncFlags(database: database).keyUnavailable ?? "{}")
-    }
-
-    /// The seqs of `device`'s changes that storage holds after `seq`, a page at a time.
-    private func listChanges(of device: String, after seq: Int64, provider: StorageProvider) throws -> (seqs: [Int64], full: Bool) {
-        let page = 1000
-        let listed = try provider.list(prefix: "changes/\(device)/", after: ChangeObject.path(device: device, seq: UInt64(max(0, seq))), limit: page)
-        let seqs = listed.compactMap { ChangeObject.parsePath($0.key).flatMap { $0.device == device ? Int64($0.seq) : nil } }
-        return (seqs, listed.count >= page)
-    }
-
-    /// What reading a change gave: nothing there, bytes that fail their checks (read twice, so
-    /// a bad transfer is not taken for damage), or the change.
-    private enum ReadChange {
-        case missing
-        case keyUnavailable
-        case damaged(CovenError)
-        case opened(ChangeObject)
-    }
-
-    private func readChange(_ path: String, publisher: String, keys: Keyring, provider: StorageProvider) throws -> ReadChange {
-        // A publisher without a usable key stops the pull: that is not damage to report.
-        _ = try keys.publicKey(of: publisher)
-        var failure: CovenError?
-        for _ in 0..<2 {
-            guard let sealed = try provider.getObject(path) else { return .missing }
-            do {
-                return .opened(try keys.open(change: sealed, path: path, publisher: publisher, storeID: storeID))
-            } catch let error as CovenError where error.code == .keyUnavailable {
-                return .keyUnavailable
-            } catch var error as CovenError where error.code == .integrity || error.code == .decoding {
-                // Sync's errors name the object they are about.
-                error.details["object"] = path
-                if !error.message.contains(path) { error.message = "change '\(path)': " + error.message }
-                failure = error
-            }
-        }
-        return .damaged(failure ?? CovenError(.integrity, "change '\(path)' fails its checks", details: ["object": path]))
     }
 
     /// Goes past a change of a device gone for good that storage lost or damaged: nobody can
