@@ -8,13 +8,15 @@
 #   3. a quiet `coven sync` makes the same requests with 100,000 rows in the trash as with
 #      none (file operations on the store counted by strace; SyncRequestTests and TrashTests
 #      assert the request list).
-#   4. `coven sync --pull` of a change deleting 100,000 rows, with the trash (this coven) and
-#      without (COVEN_BASELINE, a coven built before the trash, when given): target <= 1.1x.
+#   4. `coven sync --pull` of a change deleting 100,000 rows, with the trash and without: the
+#      same device copied before the pull, the copy's trash turned off (`coven trash retention
+#      0`, a store setting written there and not published), the same change pulled from the
+#      same store on the same filesystem, each from a fresh copy, `sync` before each run:
+#      target <= 1.1x.
 #
 # hyperfine medians of BENCH_TRASH_RUNS runs (default 5), each from the same starting state.
-# Environment: COVEN and BENCH_TMP from bench/run.sh; COVEN_BASELINE (optional) for 4;
-# BENCH_TRASH_ROWS (100000) and BENCH_TRASH_FILES (10000) change the counts. Fails when a
-# target it can judge is missed.
+# Environment: COVEN and BENCH_TMP from bench/run.sh; BENCH_TRASH_ROWS (100000) and
+# BENCH_TRASH_FILES (10000) change the counts. Fails when a target is missed.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -40,6 +42,10 @@ echo "-- setup: a writes $rows rows, b pulls them, a deletes them all and publis
 "$COVEN" --quiet sync --push --db "$T/a/device.db"
 for d in a b; do sqlite3 "$T/$d/device.db" "PRAGMA wal_checkpoint(TRUNCATE)" >/dev/null; done
 cp -a b b.before && cp -a store store.before
+# The same device without the trash: its window set to 0 (nothing else differs).
+cp -a b b0.before
+"$COVEN" --db "$T/b0.before/device.db" trash retention 0 >/dev/null
+sqlite3 "$T/b0.before/device.db" "PRAGMA wal_checkpoint(TRUNCATE)" >/dev/null
 
 echo
 echo "-- 1. trash --json of $rows deleted rows"
@@ -65,37 +71,22 @@ without_trash=$(count_requests "$T/b/device.db")
 [[ $with_trash == "$without_trash" ]] || status=1
 
 echo
-echo "-- 4. sync --pull of a change deleting $rows rows"
+echo "-- 4. sync --pull of a change deleting $rows rows, with the trash and without (retention 0)"
 hyperfine --shell bash --style basic --runs "$runs" --warmup 1 --export-json pull.json \
-    --command-name "coven sync --pull (trash)" --prepare "restore b; restore store" "$COVEN sync --pull --db $T/b/device.db > /dev/null 2>&1"
-restore b; restore store
+    --command-name "coven sync --pull (trash)" --prepare "restore b; restore store; sync" "$COVEN sync --pull --db $T/b/device.db > /dev/null 2>&1" \
+    --command-name "coven sync --pull (retention 0)" --prepare "restore b0; restore store; sync" "$COVEN sync --pull --db $T/b0/device.db > /dev/null 2>&1"
+restore b; restore store; sync
 /usr/bin/time -v -o rss-pull.txt "$COVEN" --quiet sync --pull --db "$T/b/device.db" 2>/dev/null
 kept=$(sqlite3 "$T/b/device.db" "SELECT count(*) FROM coven_trash")
 [[ $kept == "$rows" ]] || { echo "bench-trash: b's trash holds $kept rows, not $rows" >&2; exit 1; }
+restore b0; restore store; sync
+/usr/bin/time -v -o rss-pull0.txt "$COVEN" --quiet sync --pull --db "$T/b0/device.db" 2>/dev/null
+kept0=$(sqlite3 "$T/b0/device.db" "SELECT count(*) FROM coven_trash")
+left0=$(sqlite3 "$T/b0/device.db" "SELECT count(*) FROM items")
+[[ $kept0 == 0 && $left0 == 0 ]] || { echo "bench-trash: without the trash, b0 holds $kept0 trashed and $left0 live rows" >&2; exit 1; }
 pull=$(median 0 pull.json)
-baseline=""
-if [[ -n ${COVEN_BASELINE:-} ]]; then
-    B=$T/baseline
-    mkdir -p "$B" && cp coven.json coven.sql "$B/"
-    (
-        cd "$B"
-        "$COVEN_BASELINE" --quiet init --storage "file://$B/store" --manifest coven.json --name a --db "$B/a/device.db" >/dev/null
-        "$COVEN_BASELINE" key export --db "$B/a/device.db" > key.txt
-        "$COVEN_BASELINE" --quiet join "file://$B/store" --key-file key.txt --name b --db "$B/b/device.db" >/dev/null
-        "$COVEN_BASELINE" write --db "$B/a/device.db" - < coven.sql >/dev/null
-        "$COVEN_BASELINE" --quiet sync --db "$B/a/device.db"
-        "$COVEN_BASELINE" --quiet sync --db "$B/b/device.db"
-        "$COVEN_BASELINE" --db "$B/a/device.db" write "DELETE FROM items" >/dev/null
-        "$COVEN_BASELINE" --quiet sync --push --db "$B/a/device.db"
-        sqlite3 "$B/b/device.db" "PRAGMA wal_checkpoint(TRUNCATE)" >/dev/null
-        cp -a b b.before && cp -a store store.before
-    )
-    hyperfine --shell bash --style basic --runs "$runs" --warmup 1 --export-json base.json \
-        --command-name "baseline sync --pull (no trash)" --prepare "restore baseline/b; restore baseline/store" \
-        "$COVEN_BASELINE sync --pull --db $B/b/device.db > /dev/null 2>&1"
-    baseline=$(median 0 base.json)
-    python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1.1 * float(sys.argv[2]) else 1)" "$pull" "$baseline" || status=1
-fi
+baseline=$(median 1 pull.json)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1.1 * float(sys.argv[2]) else 1)" "$pull" "$baseline" || status=1
 
 echo
 echo "-- 2. undelete --change of $files rows with files, beside the write that inserted them"
@@ -146,9 +137,5 @@ printf 'write of %s rows with files:     %.3f s\n' "$files" "$write"
 printf 'undelete --change of them:         %.3f s  (%sx the write; target <= 2x)\n' "$undelete" "$(ratio "$undelete" "$write")"
 printf 'quiet sync, store operations:      %s with %s rows in the trash, %s with none (target: equal)\n' "$with_trash" "$rows" "$without_trash"
 printf 'sync --pull of %s deletes:      %.3f s   peak RSS %s MiB\n' "$rows" "$pull" "$(peak rss-pull.txt)"
-if [[ -n $baseline ]]; then
-    printf '  without the trash (baseline):    %.3f s  (%sx; target <= 1.1x)\n' "$baseline" "$(ratio "$pull" "$baseline")"
-else
-    echo '  without the trash: set COVEN_BASELINE to a coven built before the trash to compare'
-fi
+printf '  without the trash (retention 0): %.3f s   peak RSS %s MiB  (%sx; target <= 1.1x)\n' "$baseline" "$(peak rss-pull0.txt)" "$(ratio "$pull" "$baseline")"
 exit $status
