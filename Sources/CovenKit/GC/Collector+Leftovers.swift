@@ -114,7 +114,7 @@ extension Collector {
                 }
                 // The proof says the object may go; the trash's window says when.
                 if let until = try trash.holds(object: object) {
-                    report.kept.append(.init(key: object, kind: .file, reason: .trash, detail: "a row deleted within the retention window names it, until \(until)"))
+                    report.kept.append(.init(key: object, kind: .file, reason: .trash, detail: trashDetail.text(until: until)))
                     continue
                 }
                 deletable.append(object)

@@ -27,6 +27,9 @@ struct Collector {
     private(set) var retained: [SnapshotInfo] = []
     /// The object lists of retained snapshots, read when a candidate needs one.
     let snapshotObjects = SnapshotObjects()
+    /// Why the trash keeps an object, one text for every object its window keeps until the same
+    /// time (a mass delete's 100,000 objects share one).
+    let trashDetail = TrashDetail()
 
     init(device: Device, provider: StorageProvider, keys: Keyring, dryRun: Bool,
          confirmed: ((_ deleted: GCReport.Deleted, _ gone: Bool) -> Void)? = nil) {
@@ -219,7 +222,7 @@ struct Collector {
                 }
                 // The proof says the object may go; the trash's window says when.
                 if let until = try trash.holds(object: object) {
-                    report.kept.append(.init(key: object, kind: .file, reason: .trash, detail: "a row deleted within the retention window names it, until \(until)"))
+                    report.kept.append(.init(key: object, kind: .file, reason: .trash, detail: trashDetail.text(until: until)))
                     continue
                 }
                 deletable.append(object)
@@ -313,5 +316,18 @@ final class SnapshotObjects {
         }
         lists[snapshot.key] = result
         return try result.get()
+    }
+}
+
+/// The detail of an object the trash's window keeps, made once for each end of the window in a
+/// row: the objects of one delete share one string instead of each holding a copy.
+final class TrashDetail {
+    private var last: (until: String, text: String)?
+
+    func text(until: String) -> String {
+        if let last, last.until == until { return last.text }
+        let text = "a row deleted within the retention window names it, until \(until)"
+        last = (until, text)
+        return text
     }
 }
