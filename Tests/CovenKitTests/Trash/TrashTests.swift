@@ -184,6 +184,22 @@ class TrashTests: DeviceTestCase {
         assertCovenError(.notFound) { try Undelete(a).rows(table: "covers", ids: [Self.cover]) }
     }
 
+    /// Schema step 22 keeps every trashed row of step 21's table, keyed by (table, id) as before:
+    /// a second image of the same row replaces the first.
+    func testSchemaStep22KeepsTheTrashedRows() throws {
+        let raw = try Database(path: ":memory:", create: true)
+        for step in Schema.steps.prefix(21) { try step(raw) }
+        try raw.run("INSERT INTO coven_trash (tbl, id, image, stamp, deleted_at, device) VALUES ('notes', 'n1', x'00', 's1', 'd1', 'dev')")
+        try Schema.steps[21](raw)
+        XCTAssertEqual(try raw.scalar("SELECT tbl || '/' || id || '/' || stamp FROM coven_trash").textValue, "notes/n1/s1")
+        try raw.run("""
+            INSERT INTO coven_trash (tbl, id, image, stamp, deleted_at, device) VALUES ('notes', 'n1', x'00', 's2', 'd2', 'dev')
+            ON CONFLICT (tbl, id) DO UPDATE SET stamp = excluded.stamp
+            """)
+        XCTAssertEqual(try raw.scalar("SELECT group_concat(stamp) FROM coven_trash").textValue, "s2")
+        XCTAssertEqual(try raw.scalar("SELECT count(*) FROM sqlite_schema WHERE name IN ('coven_trash_row', 'coven_trash_parent')").intValue, 2)
+    }
+
     /// A mass delete applied by a pull is reported (and kept as the last one), and undelete
     /// --change brings every row back, on every device.
     func testAMassDeleteIsReportedAndUndeleteChangeBringsEveryRowBack() throws {
