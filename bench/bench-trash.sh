@@ -14,6 +14,23 @@
 #      same store on the same filesystem, each from a fresh copy, `sync` before each run:
 #      target <= 1.1x.
 #
+# Figures, 2026-12-04 (h37), on disk (ext4), load 3.9-4.4 all along (two other sessions
+# building on the 2 cores), one run of this script: trash --json 1.124 s 29.6 MiB (0.92-0.98 s
+# side by side with the binary before, which took the same); undelete --change 1.227 s, 0.82x
+# the write of 1.490 s; a quiet sync 19 store operations with 100,000 rows in the trash and
+# with none; the pull 2.570 s 62.9 MiB, without the trash 1.862 s 62.2 MiB: 1.38x (another
+# run 1.25x), target 1.1x MISSED. The same pull by hand, alternating, `sync` before each:
+#   before (schema 21, rows keyed by (table, id) WITHOUT ROWID, full-entry images):
+#       2.82 s, user 1.36 s, sys 0.75 s, 384 MiB written;
+#   now (schema 22, rows appended by rowid, a unique index on (table, id), images of 306
+#   bytes instead of 413): 1.75-2.12 s, user 1.14 s, sys 0.36 s, 229 MiB written;
+#   retention 0 (no trash): 1.26-1.38 s, user 0.87 s, sys 0.20 s, 141 MiB written.
+# What is left is the trash itself: 100,000 rows of about 480 bytes (image, stamp, device,
+# key) and their index entries, 88 MiB more through the WAL and its checkpoint, and about
+# 2.8 us of CPU a row (building the image, binding, SQLite's insert into the table and the
+# index). Under 1.1x would take a tenth of that: images batched many rows to one SQLite row
+# (and compressed), a change of format not made here.
+#
 # hyperfine medians of BENCH_TRASH_RUNS runs (default 5), each from the same starting state.
 # Environment: COVEN and BENCH_TMP from bench/run.sh; BENCH_TRASH_ROWS (100000) and
 # BENCH_TRASH_FILES (10000) change the counts. Fails when a target is missed.
