@@ -22,7 +22,7 @@
 # run 1.25x), target 1.1x MISSED. The same pull by hand, alternating, `sync` before each:
 #   before (schema 21, rows keyed by (table, id) WITHOUT ROWID, full-entry images):
 #       2.82 s, user 1.36 s, sys 0.75 s, 384 MiB written;
-#   now (schema 22, rows appended by rowid, a unique index on (table, id), images of 306
+#   now (schema 23, rows appended by rowid, a unique index on (table, id), images of 306
 #   bytes instead of 413): 1.75-2.12 s, user 1.14 s, sys 0.36 s, 229 MiB written;
 #   retention 0 (no trash): 1.26-1.38 s, user 0.87 s, sys 0.20 s, 141 MiB written.
 # What is left is the trash itself: 100,000 rows of about 480 bytes (image, stamp, device,

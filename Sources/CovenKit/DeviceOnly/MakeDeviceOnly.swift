@@ -239,7 +239,7 @@ public struct DeviceOnlyMaker {
                     let copy = plan.copies[index]
                     do {
                         if reader == nil {
-                            reader = try Device.open(paths: paths)
+                            reader = try Device.openKernel(paths: paths)
                             // The storage credentials this device was given, if any.
                             reader?.storageEnvironment = environment
                         }

@@ -20,14 +20,15 @@ struct CheckedBytes {
         self.device = device
     }
 
-    /// The `coven_meta` key of the proof that the bytes `subject` names were checked.
-    private static func key(_ subject: String) -> String { "checked:" + subject }
+    /// The proofs that the bytes each subject names were checked (`coven_checked`, whose one
+    /// writer this is): the file stamp they had when checked.
+    private var proofs: Journal { Journal(database: device.database, table: "coven_checked") }
 
     /// Whether the file at `path` is still the one checked for `subject`: not written since
     /// (``recordChecked(_:path:stamp:)``).
     func isStillChecked(_ subject: String, path: String) -> Bool {
         guard let stamp = FileStamp(path: path),
-              let recorded = try? device.setting(Self.key(subject)) else { return false }
+              let recorded = try? proofs.value(subject) else { return false }
         return recorded == stamp.text
     }
 
@@ -36,13 +37,13 @@ struct CheckedBytes {
     /// read-only database) checks again next time.
     func recordChecked(_ subject: String, path: String, stamp: FileStamp?) {
         guard !device.readOnly, let stamp, FileStamp(path: path) == stamp else { return }
-        try? device.database.transaction { try device.setSetting(Self.key(subject), stamp.text) }
+        try? device.database.transaction { try proofs.set(subject, stamp.text) }
     }
 
     /// Sets or (nil) forgets the proof of `subject`, inside the caller's transaction: a check
     /// that ended with the stamp `stamp`, or bytes that changed or went.
     func setProof(_ subject: String, _ stamp: String?) throws {
-        try device.setSetting(Self.key(subject), stamp)
+        try proofs.set(subject, stamp)
     }
 
     /// Records chunk hashes derived from local bytes that matched their content hash, only into

@@ -164,7 +164,7 @@ final class FileRecords {
         } else if let seq = ended.seq {
             try device.candidates.addElsewhere(object: object, device: ended.device, seq: seq, stamp: ended.stamp, file: id)
         }
-        try device.setSetting(StoreSync.frontierDueSetting, "1")
+        try SyncFlags(database: database).markFrontierDue()
         return object
     }
 
@@ -284,7 +284,7 @@ final class FileRecords {
         if let before, before.coordinates.at == .stored {
             try device.candidates.addElsewhere(object: before.coordinates.object, device: writer, seq: seq, stamp: entry.stamp, file: entry.id)
             // gc on the writer waits until this device publishes a frontier over the switch.
-            try device.setSetting(StoreSync.frontierDueSetting, "1")
+            try SyncFlags(database: database).markFrontierDue()
         }
         guard coordinates.device != device.deviceID else { return nil }
         _ = try unpin(entry.id)
@@ -294,7 +294,7 @@ final class FileRecords {
         if let before, before.coordinates.at == .device, before.coordinates.device == device.deviceID,
            let note = try madeCopy(object: before.coordinates.object) {
             let local = try database.queryOne("SELECT * FROM coven_local WHERE object = ?1 AND kind = 'user'", [before.coordinates.object])
-            try device.setSetting(Self.madeCopyKey + before.coordinates.object, nil)
+            try madeCopies.set(before.coordinates.object, nil)
             try database.run("DELETE FROM coven_local WHERE object = ?1", [before.coordinates.object])
             if let local, local.bytes("path") == note.path {
                 removals.append(LosingCopy(path: note.path, folders: note.folders, size: local.int("size") ?? -1,
@@ -306,7 +306,8 @@ final class FileRecords {
 
     // MARK: Copies make-device-only made
 
-    static let madeCopyKey = "made-copy:"
+    /// The copies make-device-only made, by object (`coven_made_copies`, whose one writer this is).
+    private var madeCopies: Journal { Journal(database: database, table: "coven_made_copies") }
 
     /// A copy make-device-only made of a stored file, and the folders it made for it.
     struct MadeCopy { var path: [UInt8]; var folders: [[UInt8]] }
@@ -338,11 +339,11 @@ final class FileRecords {
         // The JSON JSONSerialization wrote with sorted keys (hex needs no escaping), without it:
         // make-device-only notes a copy per file, and it cost more than the rest of the switch.
         let json = #"{"folders":["# + folders.map { "\"" + $0.hex + "\"" }.joined(separator: ",") + #"],"path":""# + path.hex + #""}"#
-        try device.setSetting(Self.madeCopyKey + object, json)
+        try madeCopies.set(object, json)
     }
 
     func madeCopy(object: String) throws -> MadeCopy? {
-        guard let text = try device.setting(Self.madeCopyKey + object),
+        guard let text = try madeCopies.value(object),
               let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any],
               let path = (object["path"] as? String).flatMap({ [UInt8](hex: $0) }) else { return nil }
         return MadeCopy(path: path, folders: (object["folders"] as? [String] ?? []).compactMap { [UInt8](hex: $0) })
@@ -383,7 +384,7 @@ final class FileRecords {
     /// the next open removes).
     func forgetLocalBytes(object: String) throws {
         if let copy = try database.scalar("SELECT copy FROM coven_local WHERE object = ?1 AND kind = 'app'", [object]).textValue {
-            try device.setSetting("release:" + copy, copy)
+            try CopySweep(device).release(copy)
         }
         try database.run("DELETE FROM coven_local WHERE object = ?1", [object])
     }

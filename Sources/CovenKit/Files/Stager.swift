@@ -169,7 +169,7 @@ public struct Staging {
     ///
     /// The temporary name goes only after the record commits (``recordCopies(_:namespace:place:)``),
     /// so a crash anywhere in between leaves it behind, stamped with this process's pid, and the
-    /// next open finds its copy from it without listing copies/ (Sweeps.afterCrash).
+    /// next open finds its copy from it without listing copies/ (CopySweep.removeDeadWriters, at open).
     /// On a throw the temporary file is already gone.
     static func copyAppBytes(from descriptor: Int32, sourceName: String, temporaryFolder: String, stop: Stop, progress: ((Int64) -> Void)? = nil) throws -> AppCopy {
         let id = Identifier.uuid7()

@@ -198,7 +198,7 @@ final class WriteSession {
             throw error
         }
         if listsFiles { try? puts.clear() }
-        Sweeps(device).removeReleasedCopies()
+        CopySweep(device).removeReleased()
         return result
     }
 

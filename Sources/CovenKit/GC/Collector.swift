@@ -242,7 +242,7 @@ struct Collector {
     func collectChanges(into report: inout GCReport) throws {
         guard let newest = retained.first(where: { $0.coverage != nil }), let coverage = newest.coverage else { return }
         for (writer, _) in applied.sorted(by: { $0.key < $1.key }) {
-            let floor = Int64(try device.setting(Self.changesSetting(writer)) ?? "0") ?? 0
+            let floor = Int64(try deletedChanges.value(writer) ?? "0") ?? 0
             var upTo = coverage[writer] ?? 0
             if writer != me { upTo = min(upTo, applied[writer] ?? 0) }
             for other in others where other.id != writer { upTo = min(upTo, other.frontier[writer] ?? 0) }
@@ -274,12 +274,14 @@ struct Collector {
                     let notes = try provider.list(prefix: "notes/\(me)/").map(\.key).filter { (Int64($0.split(separator: "/").last ?? "") ?? .max) <= newFloor }
                     if !notes.isEmpty { _ = try provider.deleteObjects(notes) }
                 }
-                try device.setSetting(Self.changesSetting(writer), String(newFloor))
+                try deletedChanges.set(writer, String(newFloor))
             }
         }
     }
 
-    static func changesSetting(_ device: String) -> String { "gc_changes_deleted:" + device }
+    /// Up to which seq each device's changes were deleted from storage (`coven_gc_floors`,
+    /// whose one writer this is): the next pass starts above it.
+    private var deletedChanges: Journal { Journal(database: device.database, table: "coven_gc_floors") }
 
     /// Snapshots past the newest two this device can read the coverage of.
     func collectSnapshots(into report: inout GCReport) throws {

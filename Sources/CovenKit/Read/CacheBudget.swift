@@ -59,11 +59,11 @@ extension Cache {
                 FROM coven_files f
                 WHERE \(Self.keptFile)
             ), looked AS (
-                SELECT k.size, coalesce(c.bytes, 0) AS cached, coalesce(c.complete, 0) AS state, m.value AS failure,
+                SELECT k.size, coalesce(c.bytes, 0) AS cached, coalesce(c.complete, 0) AS state, failed.value AS failure,
                        (k.at = ?3 AND k.device = ?2) AS here, k.at AS at
                 FROM kept k
                 LEFT JOIN coven_cache c ON c.object = k.object
-                LEFT JOIN coven_meta m ON m.key = 'fetch_failed:' || k.object
+                LEFT JOIN coven_fetch_failures failed ON failed.key = k.object
             )
             SELECT CASE
                      WHEN here OR state >= 1 THEN NULL

@@ -90,7 +90,7 @@ extension KeptFiles {
             Thread.detachNewThread {
                 defer { run.workerEnded() }
                 do {
-                    let device = try Device.open(paths: paths)
+                    let device = try Device.openKernel(paths: paths)
                     device.storageEnvironment = environment
                     device.database.writeGate = writeGate
                     try run.work(device: device)
@@ -432,7 +432,7 @@ final class FetchRun: @unchecked Sendable {
                 } else {
                     try CheckedBytes(device).setProof("cache:" + fetched.object, nil)
                 }
-                if fetched.clearsFailure { try device.setSetting("fetch_failed:" + fetched.object, nil) }
+                if fetched.clearsFailure { try KeptFiles(device).noteFetchFailure(fetched.object, nil) }
             }
         }
         // Held now: the files are durable and recorded complete.
@@ -464,7 +464,7 @@ final class FetchRun: @unchecked Sendable {
                             let report = try KeptFiles(device).fetchKeptFileDeferred(record, stop: stop, deferred: deferred, session: session)
                             handOver(FetchedFile(index: index, object: object, size: record.size, deferred: deferred,
                                                  stamp: FileStamp(path: Cache(device).cachePaths(object: object).data),
-                                                 clearsFailure: failedBefore.contains("fetch_failed:" + object), report: report))
+                                                 clearsFailure: failedBefore.contains(object), report: report))
                         } catch {
                             // What was written before the failure stays, as a partial.
                             if deferred.bytes > 0 {

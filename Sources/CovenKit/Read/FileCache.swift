@@ -220,21 +220,22 @@ public struct Cache {
         let fd = Foundation.open(files.data, O_RDONLY | O_CLOEXEC)
         defer { if fd >= 0 { close(fd) } }
         if fd >= 0 { guard flock(fd, LOCK_EX | LOCK_NB) == 0 else { return nil } }
-        // Forget the entry first, noting its files as to be removed (`uncache:<object>` in
-        // coven_meta): never a row claiming chunks that are gone, and a crash before the
-        // unlinks leaves the note, which the next open acts on (``removeUncachedFiles()``).
-        let note = Self.uncacheNote + entry.object
+        // Forget the entry first, noting its files as to be removed (``uncacheNotes``): never a
+        // row claiming chunks that are gone, and a crash before the unlinks leaves the note,
+        // which the next open acts on (``removeUncachedFiles()``).
+        let note = entry.object
         try device.database.transaction {
             try device.database.run("DELETE FROM coven_cache WHERE object = ?1", [entry.object])
             try CheckedBytes(device).setProof("cache:" + entry.object, nil)
-            try device.setSetting(note, entry.object)
+            try uncacheNotes.set(note, entry.object)
         }
-        if unlinkCacheFiles(files) { try? device.settings.remove(note) }
+        if unlinkCacheFiles(files) { try? uncacheNotes.set(note, nil) }
         return entry.bytes
     }
 
-    /// The `coven_meta` key prefix of a forgotten entry whose files are still to be removed.
-    static let uncacheNote = "uncache:"
+    /// The forgotten entries whose files are still to be removed, by object (`coven_uncache`,
+    /// whose one writer this is).
+    var uncacheNotes: Journal { Journal(database: device.database, table: "coven_uncache") }
 
     /// Forgets the cache entry of `object`, inside the caller's transaction, once no record
     /// here reads the object from storage any more (make-device-only switched its files: the
@@ -246,17 +247,16 @@ public struct Cache {
         let stored = try device.database.scalar("SELECT count(*) FROM coven_files WHERE object = ?1 AND place = \(Coordinates.Place.stored.sql)", [object])
         guard stored.intValue ?? 0 == 0 else { return }
         try device.database.run("DELETE FROM coven_cache WHERE object = ?1", [object])
-        try device.setSetting(Self.uncacheNote + object, object)
+        try uncacheNotes.set(object, object)
     }
 
     /// Removes the files of the entries ``forgetCacheEntry(object:)`` forgot, once its
     /// transaction has committed; best effort.
     func removeForgottenCacheFiles(objects: [String]) {
         for object in objects {
-            let note = Self.uncacheNote + object
             // Only while noted and not made again since.
-            guard let forgotten = try? device.setting(note) != nil && cacheRow(object) == nil, forgotten else { continue }
-            if unlinkCacheFiles(cachePaths(object: object)) { try? device.settings.remove(note) }
+            guard let forgotten = try? uncacheNotes.value(object) != nil && cacheRow(object) == nil, forgotten else { continue }
+            if unlinkCacheFiles(cachePaths(object: object)) { try? uncacheNotes.set(object, nil) }
         }
     }
 
@@ -444,11 +444,8 @@ public struct Cache {
     /// Removes the files of entries forgotten by a process that died before removing them
     /// (their `uncache:` notes), unless the entry was made again since.
     func removeUncachedFiles(now: Date = Date()) {
-        let prefix = Self.uncacheNote
-        guard let rows = try? device.database.query(
-            "SELECT key, value FROM coven_meta WHERE key >= ?1 AND key < ?2", [prefix, String(prefix.dropLast()) + ";"]) else { return }
-        for row in rows {
-            guard let key = row.string("key"), let object = row.string("value") else { continue }
+        guard let rows = try? uncacheNotes.page(after: nil, limit: Int.max) else { return }
+        for (key, object) in rows {
             let files = cachePaths(object: object)
             let made: Bool
             do { made = try cacheRow(object) != nil } catch { continue }
@@ -459,7 +456,7 @@ public struct Cache {
                 if stat(files.data, &info) == 0, now.timeIntervalSince1970 - Double(info.st_mtim.tv_sec) <= 60 { continue }
                 guard unlinkCacheFiles(files) else { continue }
             }
-            try? device.settings.remove(key)
+            try? uncacheNotes.set(key, nil)
         }
     }
 

@@ -178,7 +178,7 @@ extension KeptFiles {
         let (toFetch, held) = try keptFilesToFetch()
         // Failures recorded before: cleared as their files are fetched (no commit per file
         // otherwise).
-        let failedBefore = Set(try device.database.query("SELECT key FROM coven_meta WHERE key LIKE 'fetch_failed:%'").compactMap { $0.string("key") })
+        let failedBefore = try fetchFailures.keys()
         var list = toFetch.makeIterator()
         var result = FetchKeptResult()
         result.alreadyHeld = held
@@ -219,7 +219,7 @@ extension KeptFiles {
     func fetchKeptFile(_ id: String, stop: Stop, failedBefore: Set<String>) throws -> (held: (path: String, report: ReadReport), size: Int64) {
         let record = try device.requireFile(id)
         let held = try Reader(device).holdFile(record.id, stop: stop)
-        if failedBefore.contains("fetch_failed:" + record.coordinates.object) { try setFetchFailure(record.coordinates.object, nil) }
+        if failedBefore.contains(record.coordinates.object) { try setFetchFailure(record.coordinates.object, nil) }
         return (held, record.size)
     }
 
@@ -234,9 +234,19 @@ extension KeptFiles {
         return try read.read(0..<record.size) { _ in }
     }
 
-    /// Records (or clears) why a kept object could not be fetched, for `coven status`.
+    /// Why each kept object could not be fetched, by object (`coven_fetch_failures`, whose one
+    /// writer this is), for `coven status`.
+    private var fetchFailures: Journal { Journal(database: device.database, table: "coven_fetch_failures") }
+
+    /// Records (or clears) why a kept object could not be fetched, in a transaction of its own.
     func setFetchFailure(_ object: String, _ reason: String?) throws {
-        try device.database.transaction { try device.setSetting("fetch_failed:" + object, reason) }
+        try device.database.transaction { try noteFetchFailure(object, reason) }
+    }
+
+    /// Records (or, nil, clears) why a kept object could not be fetched, inside the caller's
+    /// transaction.
+    func noteFetchFailure(_ object: String, _ reason: String?) throws {
+        try fetchFailures.set(object, reason)
     }
 
     /// Makes the cache files written since the last sync durable: one sync of the cache's

@@ -197,17 +197,7 @@ final class StoredRead {
         // holds exactly the bytes checked, so it is not hashed again.
         let allCached = steps.allSatisfy { if case .cached = $0 { return true } else { return false } }
         let hasher = whole && !(verified && allCached) ? try SHA256() : nil
-        // Room for what this read fetches: on a full disk the entries read longest ago give way.
-        // (A durable read, `get`, made room before it began, and was refused if even that left
-        // too little: ``Device/checkRoom(for:)``.)
-        if !durable && caching && keepsFetched {
-            let fetching = steps.reduce(Int64(0)) { total, step in
-                guard case .fetch(let run) = step else { return total }
-                return total + ObjectLayout.encryptedRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
-                    - ObjectLayout.encryptedRange(chunk: run.lowerBound, plaintextSize: size).lowerBound
-            }
-            _ = try? Cache(device).makeRoom(for: fetching, sparing: object)
-        }
+        makeRoom(fetching: steps)
         // While this thread hashes, the producer opens and checks runs on one thread, so the two
         // keep both cores busy without queueing for one; otherwise it uses both.
         let producer = Prefetcher(
@@ -228,55 +218,10 @@ final class StoredRead {
                 }
                 let run = try producer.next()
                 defer { producer.recycle(run) }
-                if run.transferred > 0 {
-                    report.source = .storage
-                    report.bytesFetched += run.transferred
-                    report.requests += run.fromCache ? 0 : 1
-                }
-                if run.fromCache {
-                    if !run.refetched.isEmpty {
-                        // Forget the bad chunks first, so a crash now never leaves them recorded;
-                        // then write the good bytes fetched for them.
-                        report.chunksRefetched += run.refetched.count
-                        report.requests += 1
-                        try forget(run.refetched)
-                        if keepsFetched { try keepingIfRoom { try store(run, only: run.refetched) } }
-                    }
-                } else if run.stored {
-                    // The producer wrote the run to the cache files: record it (later).
-                    pending.append(contentsOf: run.chunks)
-                    pendingBytes += Int64(run.plainCount)
-                    if pendingBytes >= Self.recordEvery { try keepingIfRoom { try recordChunks() } }
-                } else if run.noRoom {
-                    report.notKept = true
-                }
-                let runStart = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
-                let from = Int(max(runStart, wanted.lowerBound) - runStart)
-                let to = Int(min(runStart + Int64(run.plainCount), wanted.upperBound) - runStart)
-                let slice = from < to ? UnsafeRawBufferPointer(rebasing: run.plainBytes[from..<to]) : UnsafeRawBufferPointer(start: nil, count: 0)
-                if let hasher {
-                    hasher.update(slice)
-                    if index == steps.count - 1 {
-                        let digest = hasher.finish().hex
-                        if let expected = record.hash, digest != expected {
-                            // The chunks passed their tags but the file is not the one the
-                            // record names: forget them, serve nothing more.
-                            dropped.append(contentsOf: run.chunks)
-                            throw CovenError(.integrity, "file '\(record.id)' does not match its recorded hash",
-                                             cause: "sha256 \(digest), recorded \(expected)", details: ["file": record.id, "reason": "hash"])
-                        }
-                        hashChecked = record.hash != nil
-                    }
-                }
-                if from < to { try output(slice) }
-                report.bytesRead += Int64(max(0, to - from))
+                try take(run, wanted: wanted, last: index == steps.count - 1, hasher: hasher, output: output)
             }
         } catch let error as CovenError where error.code == .missing {
-            // Storage confirms nothing at the path: name the file and the device that stored it.
-            let parts = object.split(separator: "/")
-            let uploader = parts.count >= 3 ? String(parts[1]) : ""
-            failure = CovenError(.missing, "storage holds nothing at the path file '\(record.id)' names", cause: error.cause,
-                                 details: ["file": record.id, "device": uploader, "key": object])
+            failure = missing(error)
         } catch {
             failure = error
         }
@@ -289,6 +234,76 @@ final class StoredRead {
         } catch {}
         if let failure { throw failure }
         return report
+    }
+
+    /// Room for what this read fetches: on a full disk the entries read longest ago give way.
+    /// (A durable read, `get`, made room before it began, and was refused if even that left
+    /// too little: ``Device/checkRoom(for:)``.)
+    private func makeRoom(fetching steps: [ReadStep]) {
+        guard !durable && caching && keepsFetched else { return }
+        let fetching = steps.reduce(Int64(0)) { total, step in
+            guard case .fetch(let run) = step else { return total }
+            return total + ObjectLayout.encryptedRange(chunk: run.upperBound - 1, plaintextSize: size).upperBound
+                - ObjectLayout.encryptedRange(chunk: run.lowerBound, plaintextSize: size).lowerBound
+        }
+        _ = try? Cache(device).makeRoom(for: fetching, sparing: object)
+    }
+
+    /// One run the producer opened and checked: counted, kept (recorded later, or its bad
+    /// chunks forgotten and rewritten), hashed on a whole read (the last run checks the
+    /// record's hash before its bytes go out), and the part of it in `wanted` handed to `output`.
+    private func take(_ run: RunBuffer, wanted: Range<Int64>, last: Bool, hasher: SHA256?,
+                      output: (UnsafeRawBufferPointer) throws -> Void) throws {
+        if run.transferred > 0 {
+            report.source = .storage
+            report.bytesFetched += run.transferred
+            report.requests += run.fromCache ? 0 : 1
+        }
+        if run.fromCache {
+            if !run.refetched.isEmpty {
+                // Forget the bad chunks first, so a crash now never leaves them recorded;
+                // then write the good bytes fetched for them.
+                report.chunksRefetched += run.refetched.count
+                report.requests += 1
+                try forget(run.refetched)
+                if keepsFetched { try keepingIfRoom { try store(run, only: run.refetched) } }
+            }
+        } else if run.stored {
+            // The producer wrote the run to the cache files: record it (later).
+            pending.append(contentsOf: run.chunks)
+            pendingBytes += Int64(run.plainCount)
+            if pendingBytes >= Self.recordEvery { try keepingIfRoom { try recordChunks() } }
+        } else if run.noRoom {
+            report.notKept = true
+        }
+        let runStart = ObjectLayout.plaintextRange(chunk: run.chunks.lowerBound, plaintextSize: size).lowerBound
+        let from = Int(max(runStart, wanted.lowerBound) - runStart)
+        let to = Int(min(runStart + Int64(run.plainCount), wanted.upperBound) - runStart)
+        let slice = from < to ? UnsafeRawBufferPointer(rebasing: run.plainBytes[from..<to]) : UnsafeRawBufferPointer(start: nil, count: 0)
+        if let hasher {
+            hasher.update(slice)
+            if last {
+                let digest = hasher.finish().hex
+                if let expected = record.hash, digest != expected {
+                    // The chunks passed their tags but the file is not the one the
+                    // record names: forget them, serve nothing more.
+                    dropped.append(contentsOf: run.chunks)
+                    throw CovenError(.integrity, "file '\(record.id)' does not match its recorded hash",
+                                     cause: "sha256 \(digest), recorded \(expected)", details: ["file": record.id, "reason": "hash"])
+                }
+                hashChecked = record.hash != nil
+            }
+        }
+        if from < to { try output(slice) }
+        report.bytesRead += Int64(max(0, to - from))
+    }
+
+    /// Storage confirms nothing at the path: the error names the file and the device that stored it.
+    private func missing(_ error: CovenError) -> CovenError {
+        let parts = object.split(separator: "/")
+        let uploader = parts.count >= 3 ? String(parts[1]) : ""
+        return CovenError(.missing, "storage holds nothing at the path file '\(record.id)' names", cause: error.cause,
+                          details: ["file": record.id, "device": uploader, "key": object])
     }
 
     /// Runs a write to the cache, or to its records; when the disk has no room, a read that need

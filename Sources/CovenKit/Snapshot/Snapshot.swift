@@ -222,7 +222,7 @@ public struct Snapshots {
         try stop.check("the snapshot")
 
         // tmp/snapshot-<pid>-<name>.*: a kill leaves them to the next open's sweep.
-        let base = paths.temporary + "/" + Sweeps.snapshotTemporaryPrefix + String(getpid()) + "-" + Identifier.objectName()
+        let base = paths.temporary + "/" + SnapshotSweep.temporaryPrefix + String(getpid()) + "-" + Identifier.objectName()
         let databasePath = base + ".db", sealedPath = base + ".sealed"
         defer { for path in [databasePath, databasePath + "-journal", sealedPath] { unlink(path) } }
         // The circles' parts: their rows copied in the same read transaction into one more

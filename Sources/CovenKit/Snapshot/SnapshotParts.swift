@@ -196,7 +196,7 @@ struct SnapshotParts {
     /// the circle it covers opened.
     private func apply(_ info: ObjectInfo, manifest: SnapshotManifest, key: FileKey, provider: StorageProvider, keys: Keyring,
                        authorizer: any ChangeAuthorizer) throws -> (entries: Int, sections: Int) {
-        let base = device.paths.temporary + "/" + Sweeps.snapshotTemporaryPrefix + String(getpid()) + "-" + Identifier.objectName()
+        let base = device.paths.temporary + "/" + SnapshotSweep.temporaryPrefix + String(getpid()) + "-" + Identifier.objectName()
         let path = base + ".part.db"
         defer { for suffix in ["", "-journal", "-wal", "-shm"] { unlink(path + suffix) } }
         try DeviceSetup.unpackSnapshot(provider: provider, key: info.key, expected: manifest, keys: keys, opening: key, into: path, temporary: device.paths.temporary)

@@ -96,19 +96,19 @@ public struct CacheSummary: Sendable {
     public var notHeld: [NotHeld]
 }
 
-extension Device {
-    /// Gathers the device's status (reads only).
-    public func status() throws -> DeviceStatus {
-        let db = database
+extension DeviceStatus {
+    /// Gathers `device`'s status (reads only).
+    public init(of device: Device) throws {
+        let db = device.database
         func count(_ sql: String, _ parameters: [SQLBindable] = []) throws -> Int64 {
             try db.scalar(sql, parameters).intValue ?? 0
         }
         var status = DeviceStatus(
-            storeID: storeID, storage: storage.description, deviceID: deviceID, deviceName: deviceName,
-            database: paths.database, namespaces: manifest.namespaces, tables: manifest.tables.map(\.name),
-            migrations: manifest.migrations.count, staged: try count("SELECT count(*) FROM coven_staged"),
-            cache: try Cache(self).cacheSummary())
-        let me = deviceID
+            storeID: device.storeID, storage: device.storage.description, deviceID: device.deviceID, deviceName: device.deviceName,
+            database: device.paths.database, namespaces: device.manifest.namespaces, tables: device.manifest.tables.map(\.name),
+            migrations: device.manifest.migrations.count, staged: try count("SELECT count(*) FROM coven_staged"),
+            cache: try Cache(device).cacheSummary())
+        let me = device.deviceID
         // One pass over the file records for the places, and the queue (few rows) joined to
         // its records through their index for the rest.
         let places = try db.queryOne("""
@@ -141,28 +141,28 @@ extension Device {
         status.uploads.sending = try count("SELECT count(*) FROM coven_upload_queue WHERE state = \(sending) AND lease_until > ?1", [Date().timeIntervalSince1970])
         status.uploads.queued += try count("SELECT count(*) FROM coven_upload_queue WHERE state = \(sending) AND NOT (lease_until > ?1)", [Date().timeIntervalSince1970])
         status.uploads.failed = try count("SELECT count(*) FROM coven_upload_queue WHERE state = \(failed)")
-        status.uploads.paused = try setting("uploads_paused") == "1"
+        status.uploads.paused = try device.setting("uploads_paused") == "1"
         let unfinished = "state IN (\(queuedState), \(sending), \(failed))"
         status.uploads.bytesConfirmed = try count("SELECT coalesce(sum(bytes_confirmed), 0) FROM coven_upload_queue WHERE \(unfinished)")
         status.uploads.bytesTotal = try count("SELECT coalesce(sum(bytes_total), 0) FROM coven_upload_queue WHERE \(unfinished)")
-        let waiting = try Outbox(database: database).waiting(isStored: { try uploadQueue.isUploaded($0) })
+        let waiting = try Outbox(database: db).waiting(isStored: { try device.uploadQueue.isUploaded($0) })
         status.outbox = waiting.writes
         status.sync.waiting = waiting.writes
         status.sync.heldByUploads = waiting.held
-        status.sync.lastPush = try setting("last_push")
-        status.sync.lastPull = try setting("last_pull")
+        status.sync.lastPush = try SyncFlags(database: db).lastPush
+        status.sync.lastPull = try SyncFlags(database: db).lastPull
         status.sync.frozen = try count("SELECT count(*) FROM coven_push")
         // A change frozen before its count was kept holds at least one write if any entry.
         status.sync.frozenWrites = try count("SELECT coalesce(sum(coalesce(writes, min(entries, 1))), 0) FROM coven_push")
         status.sync.waiting += status.sync.frozenWrites
         status.sync.lostValues = try count("SELECT count(*) FROM coven_lost_values WHERE restored_at IS NULL")
-        status.sync.devices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1", [deviceID])
-        status.sync.problems = try ChangeDamage(device: self).problems()
-        status.sync.keyUnavailable = try StoreSync(self).keyUnavailable()
-        status.sync.unreadSections = try CircleSections(database: database).unread().sections
-        status.sync.keyChainsBehind = try ChainLosses(device: self).all()
-        status.fsckDamage = try FsckLedger(database: database).knownDamage()
-        status.sync.goneDevices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1 AND gone = 1", [deviceID])
-        return status
+        status.sync.devices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1", [device.deviceID])
+        status.sync.problems = try ChangeDamage(device: device).problems()
+        status.sync.keyUnavailable = try StoreSync(device).keyUnavailable()
+        status.sync.unreadSections = try CircleSections(database: db).unread().sections
+        status.sync.keyChainsBehind = try ChainLosses(device: device).all()
+        status.fsckDamage = try FsckLedger(database: db).knownDamage()
+        status.sync.goneDevices = try count("SELECT count(*) FROM coven_device_registry WHERE device <> ?1 AND gone = 1", [device.deviceID])
+        self = status
     }
 }

@@ -61,11 +61,13 @@ public final class Device {
 
     // MARK: Opening
 
-    /// Opens the device at `paths`, checks its schema and installs coven's views and functions.
+    /// The kernel's open: opens the device at `paths`, migrates and checks its schema and
+    /// installs coven's views and functions. A device a person uses is opened with
+    /// ``open(paths:readOnly:)`` (Open/), which sweeps what crashes left after this.
     ///
     /// - Throws: `.noDevice` when there is none; `.schema` when a synced table breaks a rule;
     ///   `.updateRequired` when a newer coven wrote it.
-    public static func open(paths: DevicePaths, readOnly: Bool = false) throws -> Device {
+    public static func openKernel(paths: DevicePaths, readOnly: Bool = false) throws -> Device {
         var info = stat()
         guard stat(paths.database, &info) == 0 else {
             throw CovenError(.noDevice, "no coven device at '\(paths.database)'", hint: "run 'coven init --storage URL --manifest FILE', or pass --db")
@@ -106,7 +108,6 @@ public final class Device {
         }
         try SQLFunctions.install(on: device)
         try SchemaCheck(database: database, manifest: device.manifest).run()
-        Sweeps(device).afterCrash()
         return device
     }
 
@@ -137,7 +138,7 @@ public final class Device {
 
     /// Another connection to the same device, for a thread of its own.
     public func openConnection() throws -> Device {
-        try Device.open(paths: paths, readOnly: readOnly)
+        try Device.openKernel(paths: paths, readOnly: readOnly)
     }
 
     static func configure(_ database: Database, readOnly: Bool) throws {

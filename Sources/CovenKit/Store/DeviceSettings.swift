@@ -1,9 +1,10 @@
 import Foundation
 
-/// The one writer of `coven_meta`: this device's settings and the notes coven keeps beside
-/// them (the ids, the storage and the manifest, the hybrid clock's last stamp, pause and
-/// network settings, proofs of checked bytes, and work left for after a commit such as
-/// `release:<copy>` and `uncache:<object>`). ``Device/setting(_:)`` and
+/// The one writer of `coven_meta`: this device's settings and its own single values (the ids,
+/// the storage and the manifest, the member, the cache budget, pause and network settings, the
+/// hybrid clock's last stamp, the views' digest, when the cache and gc last swept). Journals
+/// (work left for after a commit, proofs, failures) and sync's flags are not settings: each is
+/// a table of its owner's (``Journal``, ``SyncFlags``). ``Device/setting(_:)`` and
 /// ``Device/setSetting(_:_:)`` call it, and so does the build of a new device's database;
 /// nothing else runs its SQL.
 ///

@@ -16,6 +16,12 @@ public enum HybridClock {
         return try keep(millis: wall, counter: 0, device: device)
     }
 
+    /// Moves the device's clock to `stamp` if it is later than its last (the receive rule,
+    /// ``receive(_:)``, applied to a change from another device).
+    static func advance(to stamp: String, device: Device) throws {
+        if stamp > (try device.setting("hlc") ?? "") { try device.setSetting("hlc", stamp) }
+    }
+
     /// The stamp of `millis` and `counter` on this device, recorded as its last.
     private static func keep(millis: Int64, counter: Int64, device: Device) throws -> String {
         var millis = millis, counter = counter
@@ -59,9 +65,17 @@ public enum HybridClock {
         return try keep(millis: millis, counter: counter + 1, device: device)
     }
 
-    /// The setting holding how far `device`'s last change applied here was stamped ahead of
-    /// this device's wall clock (milliseconds; absent when within ``maximumAhead``).
-    static func aheadSetting(_ device: String) -> String { "clock_ahead:" + device }
+    /// How far `device`'s last change applied here was stamped ahead of this device's wall
+    /// clock (milliseconds; nil when within ``maximumAhead``): `coven_clock_ahead`, whose one
+    /// writer this is.
+    static func ahead(of device: String, in database: Database) throws -> Int64? {
+        try Journal(database: database, table: "coven_clock_ahead").value(device).flatMap { Int64($0) }
+    }
+
+    /// Records (nil: forgets) how far `device`'s last change applied here was ahead.
+    static func setAhead(of device: String, _ milliseconds: Int64?, in database: Database) throws {
+        try Journal(database: database, table: "coven_clock_ahead").set(device, milliseconds.map(String.init))
+    }
 
     /// The milliseconds and counter of a stamp.
     static func parse(_ stamp: String) -> (Int64, Int64)? {

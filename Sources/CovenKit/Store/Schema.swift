@@ -123,7 +123,50 @@ enum Schema {
                     _updated_at TEXT NOT NULL
                 ) STRICT;
             """) },
-        // 22: the trash's rows by rowid, in the order deletes arrive, with a unique index on
+        // 22: coven_meta holds the device's settings only. The journals features kept there under
+        // a prefix move to tables of their own, each written by one owner through ``Journal``:
+        // released copies and make-device-only's copies (Files), checked bytes (CheckedBytes),
+        // uncache notes (Cache), fetch failures (KeptFiles), clocks ahead (HybridClock), gc's
+        // floors of deleted changes (GC); and sync's flags and last times go to coven_sync_flags
+        // (Sync/SyncFlags.swift).
+        { database in try database.execute("""
+                CREATE TABLE coven_released_copies (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT, WITHOUT ROWID;
+                INSERT INTO coven_released_copies (key, value) SELECT substr(key, 9), value FROM coven_meta WHERE substr(key, 1, 8) = 'release:' AND value IS NOT NULL;
+                DELETE FROM coven_meta WHERE substr(key, 1, 8) = 'release:';
+                CREATE TABLE coven_made_copies (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT, WITHOUT ROWID;
+                INSERT INTO coven_made_copies (key, value) SELECT substr(key, 11), value FROM coven_meta WHERE substr(key, 1, 10) = 'made-copy:' AND value IS NOT NULL;
+                DELETE FROM coven_meta WHERE substr(key, 1, 10) = 'made-copy:';
+                CREATE TABLE coven_checked (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT, WITHOUT ROWID;
+                INSERT INTO coven_checked (key, value) SELECT substr(key, 9), value FROM coven_meta WHERE substr(key, 1, 8) = 'checked:' AND value IS NOT NULL;
+                DELETE FROM coven_meta WHERE substr(key, 1, 8) = 'checked:';
+                CREATE TABLE coven_uncache (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT, WITHOUT ROWID;
+                INSERT INTO coven_uncache (key, value) SELECT substr(key, 9), value FROM coven_meta WHERE substr(key, 1, 8) = 'uncache:' AND value IS NOT NULL;
+                DELETE FROM coven_meta WHERE substr(key, 1, 8) = 'uncache:';
+                CREATE TABLE coven_fetch_failures (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT, WITHOUT ROWID;
+                INSERT INTO coven_fetch_failures (key, value) SELECT substr(key, 14), value FROM coven_meta WHERE substr(key, 1, 13) = 'fetch_failed:' AND value IS NOT NULL;
+                DELETE FROM coven_meta WHERE substr(key, 1, 13) = 'fetch_failed:';
+                CREATE TABLE coven_clock_ahead (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT, WITHOUT ROWID;
+                INSERT INTO coven_clock_ahead (key, value) SELECT substr(key, 13), value FROM coven_meta WHERE substr(key, 1, 12) = 'clock_ahead:' AND value IS NOT NULL;
+                DELETE FROM coven_meta WHERE substr(key, 1, 12) = 'clock_ahead:';
+                CREATE TABLE coven_gc_floors (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT, WITHOUT ROWID;
+                INSERT INTO coven_gc_floors (key, value) SELECT substr(key, 20), value FROM coven_meta WHERE substr(key, 1, 19) = 'gc_changes_deleted:' AND value IS NOT NULL;
+                DELETE FROM coven_meta WHERE substr(key, 1, 19) = 'gc_changes_deleted:';
+                CREATE TABLE coven_sync_flags (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT, WITHOUT ROWID;
+                INSERT INTO coven_sync_flags (key, value) SELECT CASE key
+                    WHEN 'sync_frontier_due' THEN 'frontier_due'
+                    WHEN 'sync_gate_due' THEN 'gate_due'
+                    WHEN 'sync_key_unavailable' THEN 'key_unavailable'
+                    WHEN 'sync_problems' THEN 'problems'
+                    WHEN 'sync_republish' THEN 'republish'
+                    WHEN 'sync_refused_removals' THEN 'refused_removals'
+                    WHEN 'key_chains_behind' THEN 'key_chains_behind'
+                    WHEN 'last_push' THEN 'last_push'
+                    WHEN 'last_pull' THEN 'last_pull'
+                    WHEN 'trash_last_mass_delete' THEN 'last_mass_delete'
+                    END, value FROM coven_meta WHERE key IN ('sync_frontier_due', 'sync_gate_due', 'sync_key_unavailable', 'sync_problems', 'sync_republish', 'sync_refused_removals', 'key_chains_behind', 'last_push', 'last_pull', 'trash_last_mass_delete') AND value IS NOT NULL;
+                DELETE FROM coven_meta WHERE key IN ('sync_frontier_due', 'sync_gate_due', 'sync_key_unavailable', 'sync_problems', 'sync_republish', 'sync_refused_removals', 'key_chains_behind', 'last_push', 'last_pull', 'trash_last_mass_delete');
+            """) },
+        // 23: the trash's rows by rowid, in the order deletes arrive, with a unique index on
         // (table, id) (Trash/Trash.swift): a pull's deletes come in no key order, and a table
         // keyed by (table, id) was written a page per row again and again as they landed all
         // over it (a pull of 100,000 deletes wrote 2.7 times the bytes of one without the trash;

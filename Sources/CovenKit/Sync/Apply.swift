@@ -129,11 +129,11 @@ struct ChangeApplier {
             // notes of an album kept back here, shared again by a newer write from elsewhere):
             // the next push sends them (GateFilter).
             if gated.contains(where: { !graph.dependencies(of: $0).isDisjoint(with: touched.keys) }) {
-                try device.setSetting(StoreSync.gateDueSetting, "1")
+                try SyncFlags(database: device.database).markGateDue()
             }
             try settleFiles(report: &report)
             try record(change, as: source, report: &report)
-            try device.setSetting("last_pull", Timestamp.iso8601(Date()))
+            try SyncFlags(database: device.database).notePull(at: Timestamp.iso8601(Date()))
             try commitTakingOutOrphans(report: &report)
         } catch {
             if database.inTransaction { try? database.execute("ROLLBACK") }
@@ -220,9 +220,9 @@ struct ChangeApplier {
         // one of its rows is still stamped after it: HybridClock.after).
         if let newest = change.entries.map(\.stamp).max(), HybridClock.device(of: newest) == change.device {
             let (kept, ahead) = HybridClock.receive(newest)
-            if kept > (try device.setting("hlc") ?? "") { try device.setSetting("hlc", kept) }
+            try HybridClock.advance(to: kept, device: device)
             report.clockAhead = ahead
-            try device.setSetting(HybridClock.aheadSetting(change.device), ahead.map(String.init))
+            try HybridClock.setAhead(of: change.device, ahead, in: device.database)
         }
     }
 
@@ -248,7 +248,7 @@ struct ChangeApplier {
             // gc on the writer waits until this device publishes a frontier over the delete
             // (also when the record was gone here already: two devices deleting it at once each
             // wait for the other).
-            try device.setSetting(StoreSync.frontierDueSetting, "1")
+            try SyncFlags(database: device.database).markFrontierDue()
             try notePeersHold(entry, audience: audience, report: &report)
             return true
         }

@@ -28,8 +28,6 @@ public struct KeyChainLoss: Equatable, Sendable {
 struct ChainLosses {
     let device: Device
 
-    /// The setting holding the record (JSON: one object per audience).
-    static let setting = "key_chains_behind"
 
     typealias Loss = KeyChainLoss
 
@@ -57,7 +55,7 @@ struct ChainLosses {
 
     /// What the last reads found, by audience.
     func all() throws -> [Loss] {
-        guard let text = try device.setting(Self.setting),
+        guard let text = try SyncFlags(database: device.database).keyChainsBehind,
               let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: [String: Any]] else { return [] }
         return object.keys.sorted().compactMap { audience in
             guard let item = object[audience], let path = item["object"] as? String,
@@ -74,6 +72,6 @@ struct ChainLosses {
         current[audience] = loss
         let object = current.mapValues { ["object": $0.object, "storage_generation": $0.storageGeneration, "held_generation": $0.heldGeneration] as [String: Any] }
         let text = current.isEmpty ? nil : String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
-        try device.setSetting(Self.setting, text)
+        try SyncFlags(database: device.database).setKeyChainsBehind(text)
     }
 }

@@ -10,10 +10,6 @@ struct ChangeDamage {
     let device: Device
     private var database: Database { device.database }
 
-    /// The setting that holds what last stopped this device's pull (JSON), for status.
-    static let problemsSetting = "sync_problems"
-    /// The setting that holds the seqs of this device's own changes reported damaged.
-    static let republishSetting = "sync_republish"
     /// `devices/<device>.damaged.<seq>`: the name of a damage report.
     static func reportKey(device: String, seq: Int64) -> String { Device.registryEntryKey(device) + damagedInfix + String(seq) }
     static let damagedInfix = ".damaged."
@@ -41,13 +37,14 @@ struct ChangeDamage {
             problems.append(["device": other, "seq": change.seq, "kind": "damaged", "object": change.object, "message": change.message])
         }
         let text = problems.isEmpty ? nil : String(decoding: try JSONSerialization.data(withJSONObject: problems, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
-        guard try device.setting(Self.problemsSetting) != text else { return }
-        try database.transaction { try device.setSetting(Self.problemsSetting, text) }
+        let flags = SyncFlags(database: database)
+        guard try flags.problems != text else { return }
+        try database.transaction { try flags.setProblems(text) }
     }
 
     /// What stopped this device's pull at its last sync: one entry per device.
     func problems() throws -> [SyncProblem] {
-        guard let text = try device.setting(Self.problemsSetting),
+        guard let text = try SyncFlags(database: database).problems,
               let list = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [[String: Any]] else { return [] }
         return list.compactMap { item in
             guard let other = item["device"] as? String, let seq = (item["seq"] as? NSNumber)?.int64Value,
@@ -64,11 +61,11 @@ struct ChangeDamage {
         var due = try dueSeqs()
         guard !due.contains(seq) else { return }
         due.insert(seq)
-        try database.transaction { try device.setSetting(Self.republishSetting, due.sorted().map(String.init).joined(separator: ",")) }
+        try database.transaction { try SyncFlags(database: database).setRepublish(due.sorted().map(String.init).joined(separator: ",")) }
     }
 
     private func dueSeqs() throws -> Set<Int64> {
-        Set((try device.setting(Self.republishSetting) ?? "").split(separator: ",").compactMap { Int64($0) })
+        Set((try SyncFlags(database: database).republish ?? "").split(separator: ",").compactMap { Int64($0) })
     }
 
     /// Publishes again each change of this device reported damaged, built from what this device
@@ -109,7 +106,7 @@ struct ChangeDamage {
         }
         // What cannot be rebuilt keeps its report in storage (seen again, and said again, at
         // every sync) until a person removes this device.
-        try database.transaction { try device.setSetting(Self.republishSetting, nil) }
+        try database.transaction { try SyncFlags(database: database).setRepublish(nil) }
         return (republished, unrecoverable)
     }
 

@@ -93,7 +93,7 @@ extension DeviceSetup {
         }
         try AtomicFile.syncFolder(parent)
         created = true
-        return try Device.open(paths: paths)
+        return try Device.openKernel(paths: paths)
     }
 
     /// Where ``buildDatabase`` builds a device's database before it is renamed into place.
@@ -128,7 +128,7 @@ extension DeviceSetup {
                 if let snapshot, snapshot.seq > 0 || snapshot.frontier.contains(where: { $0.value > 0 }) {
                     // What the snapshot holds is applied here: the first sync publishes that
                     // frontier, which gc on the others waits for, even before this device writes.
-                    try settings.add(StoreSync.frontierDueSetting, "1")
+                    try SyncFlags(database: database).markFrontierDue()
                 }
                 for (key, value) in [
                     ("store_id", storeID), ("device_id", deviceID), ("device_name", deviceName),

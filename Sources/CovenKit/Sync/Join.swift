@@ -103,7 +103,7 @@ public enum DeviceSetup {
         try AtomicFile.syncFolder(parent)
         created = true
         unlink(joinMarker(paths))
-        let device = try Device.open(paths: paths)
+        let device = try Device.openKernel(paths: paths)
         device.storageEnvironment = environment
         started(snapshot)
         try StoreSync(device).refreshDevices(provider: provider, keys: device.keys)
@@ -230,7 +230,7 @@ public enum DeviceSetup {
     /// `storeID` under this key, for the caller's pull to finish.
     private static func resumeJoin(paths: DevicePaths, storage: StorageLocation, storeID: String, storeKey keyBytes: [UInt8],
                                    environment: [String: String]?) throws -> Device {
-        let device = try Device.open(paths: paths)
+        let device = try Device.openKernel(paths: paths)
         guard device.storeID == storeID, try device.keys.storeKeyBytes() == keyBytes else {
             throw CovenError(.alreadyExists, "a coven device ('\(device.deviceName)', \(device.deviceID)) of store \(device.storeID) already exists at '\(paths.database)'",
                              hint: "it is not of the store at '\(storage)': pass another --db to join that one", details: ["path": paths.database, "device": device.deviceID])

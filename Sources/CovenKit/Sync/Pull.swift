@@ -137,8 +137,7 @@ extension StoreSync {
         try ChangeDamage(device: device).remember(gaps: report.gaps, damaged: report.damaged)
         // Streams waiting for a key: this device is behind by what it cannot read, and gc
         // holds back what those changes might name (``Collector``); status shows them.
-        try setSetting(Self.keyUnavailableSetting, report.keyUnavailable.isEmpty ? nil
-                       : Frontier.json(report.keyUnavailable))
+        try SyncFlags(database: database).setKeyUnavailable(report.keyUnavailable.isEmpty ? nil : Frontier.json(report.keyUnavailable))
         return report
     }
 
@@ -279,13 +278,10 @@ extension StoreSync {
         return again
     }
 
-    /// The setting holding, for each device whose next change is sealed under a key generation
-    /// this device does not hold, that change's seq (as the last pull found), as JSON.
-    static let keyUnavailableSetting = "sync_key_unavailable"
-
-    /// What ``keyUnavailableSetting`` holds.
+    /// For each device whose next change is sealed under a key generation this device does not
+    /// hold, that change's seq, as the last pull found (``SyncFlags/keyUnavailable``).
     func keyUnavailable() throws -> [String: Int64] {
-        Frontier.parse(try setting(Self.keyUnavailableSetting) ?? "{}")
+        Frontier.parse(try SyncFlags(database: database).keyUnavailable ?? "{}")
     }
 
     /// The seqs of `device`'s changes that storage holds after `seq`, a page at a time.
@@ -493,22 +489,19 @@ extension StoreSync {
                 // The others apply of a gone device what some device's frontier says it
                 // applied: this one's frontier must say what it applied of it.
                 if try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [device]).intValue ?? 0 > 0 {
-                    try setSetting(Self.frontierDueSetting, "1")
+                    try SyncFlags(database: database).markFrontierDue()
                 }
             }
         }
         if try refused != refusedRemovals() {
-            try setSetting(Self.refusedRemovalsSetting, refused.isEmpty ? nil : String(decoding: try JSONSerialization.data(withJSONObject: refused, options: [.sortedKeys]), as: UTF8.self))
+            try SyncFlags(database: database).setRefusedRemovals(refused.isEmpty ? nil : String(decoding: try JSONSerialization.data(withJSONObject: refused, options: [.sortedKeys]), as: UTF8.self))
         }
     }
 
-    /// The setting holding the removal marks the last look at `devices/` did not honour, by
-    /// device: JSON `{device: why}`.
-    static let refusedRemovalsSetting = "sync_refused_removals"
-
-    /// What ``refusedRemovalsSetting`` holds.
+    /// The removal marks the last look at `devices/` did not honour, by device (``SyncFlags``
+    /// holds them as JSON `{device: why}`).
     func refusedRemovals() throws -> [String: String] {
-        guard let text = try setting(Self.refusedRemovalsSetting),
+        guard let text = try SyncFlags(database: database).refusedRemovals,
               let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: String] else { return [:] }
         return object
     }

@@ -96,9 +96,9 @@ extension StoreSync {
             // Nothing to publish, but a pull applied a delete or a switch of a file record that
             // gc elsewhere waits for this device to have seen: an empty change carries the
             // frontier (an empty change applied does not ask for one back).
-            let frontierDue = try setting(Self.frontierDueSetting) == "1"
+            let frontierDue = try SyncFlags(database: database).frontierDue
             // A pull changed what a gate keeps: rows kept now that peers never held go whole.
-            let gateDue = try setting(Self.gateDueSetting) == "1"
+            let gateDue = try SyncFlags(database: database).gateDue
             guard !batch.isEmpty || frontierDue || gateDue else { return false }
             var recorded: [RowEntry] = []
             for pending in batch { recorded.append(contentsOf: try RowEntryCodec.decode(pending.entries)) }
@@ -112,7 +112,7 @@ extension StoreSync {
                 }
             }
             let entries = try gate.filter(recorded, deferred: deferred, pulled: gateDue)
-            if gateDue { try setSetting(Self.gateDueSetting, nil) }
+            if gateDue { try SyncFlags(database: database).clearGateDue() }
             guard !entries.isEmpty || frontierDue else {
                 // Nothing of the batch may leave: it is done with, and no change is made.
                 try outbox.remove(batch.map(\.seq))
@@ -128,7 +128,7 @@ extension StoreSync {
                                       frontier: frontier.mapValues { UInt64($0) },
                                       heldObjects: try heldObjects(publishedUpTo: lastStamp, gated: gate.audiences.gatedTables.contains("coven_files")),
                                       sections: try ChangeSections(audiences: gate.audiences, keys: keys).build(entries))
-            try setSetting(Self.frontierDueSetting, nil)
+            try SyncFlags(database: database).clearFrontierDue()
             let sealed = try keys.seal(change)
             try database.run("""
                 INSERT INTO coven_push (seq, object, max_stamp, frontier, entries, frozen_at, writes, notes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
@@ -148,14 +148,6 @@ extension StoreSync {
         let files = entries.filter { $0.table == "coven_files" }
         return (files.count, Set(files.map(\.id)).count)
     }
-
-    /// The setting that says a pull applied something gc waits for this device to publish a
-    /// frontier over.
-    static let frontierDueSetting = "sync_frontier_due"
-
-    /// The setting that says a pull wrote rows a gate's kept rule reads: the next push looks
-    /// for rows kept now that peers do not hold.
-    static let gateDueSetting = "sync_gate_due"
 
     /// The stored objects that records of this device name but that no published change of it
     /// holds yet (their newest image, stamped here, is newer than what this change publishes):
@@ -232,7 +224,7 @@ extension StoreSync {
             try sync.log(device: deviceID, seq: seq, maxStamp: frozen.string("max_stamp") ?? "", frontier: frontier)
             try sync.setPublished(device: deviceID, seq: seq, frontier: frontier)
             try database.run("DELETE FROM coven_push WHERE seq = ?1", [seq])
-            try setSetting("last_push", Timestamp.iso8601(Date()))
+            try SyncFlags(database: database).notePush(at: Timestamp.iso8601(Date()))
         }
     }
 }

@@ -31,7 +31,5 @@ public struct StoreSync {
 
     func lock(wait: Bool) throws -> DeviceLock { try device.lock(wait: wait) }
     func connectStorage() throws -> StorageProvider { try device.connectStorage() }
-    func setting(_ key: String) throws -> String? { try device.setting(key) }
-    func setSetting(_ key: String, _ value: String?) throws { try device.setSetting(key, value) }
     func isUploaded(_ object: String) throws -> Bool { try device.uploadQueue.isUploaded(object) }
 }

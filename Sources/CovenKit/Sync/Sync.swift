@@ -118,7 +118,7 @@ extension StoreSync {
             DeviceInfo(id: row.string("device") ?? "", name: row.string("name") ?? "", joinedAt: row.string("joined_at") ?? "",
                        seq: row.int("applied_seq") ?? 0, frontier: Frontier.parse(row.string("frontier") ?? "{}"),
                        gone: row.int("gone") == 1, thisDevice: row.string("device") == deviceID,
-                       clockAhead: try setting(HybridClock.aheadSetting(row.string("device") ?? "")).flatMap { Int64($0) })
+                       clockAhead: try HybridClock.ahead(of: row.string("device") ?? "", in: database))
         }
     }
 
@@ -190,7 +190,7 @@ extension StoreSync {
             // The others apply of a gone device only what some device's published frontier
             // says it applied: this one's next sync publishes what it applied of it (as a
             // removal learned from `devices/` does), so no device is left without it.
-            if (row.int("applied_seq") ?? 0) > 0 { try setSetting(Self.frontierDueSetting, "1") }
+            if (row.int("applied_seq") ?? 0) > 0 { try SyncFlags(database: database).markFrontierDue() }
         }
         return DeviceRemoval(id: id, name: row.string("name") ?? "", droppedChanges: dropped)
     }

@@ -94,11 +94,11 @@ public struct MassDelete: Sendable, Equatable {
 /// at all (the values are the row as this device held it). The rule: each trashed row holds
 /// its own image, in the compact binary form a change carries (``RowEntryCodec``, one upsert
 /// entry) but without what the trash row holds beside it: its table, id and stamp are empty
-/// (the row's `tbl`, `id` and its `_updated_at` value say them); rows trashed before schema 22
+/// (the row's `tbl`, `id` and its `_updated_at` value say them); rows trashed before schema 23
 /// hold full entries, and a reader reads only the columns and values of either. Where it does
 /// not apply: a snapshot copies the images as they are (``copyForSnapshot(into:)``).
 ///
-/// The rows are appended in the order a change deletes them (a table with a rowid, schema 22):
+/// The rows are appended in the order a change deletes them (a table with a rowid, schema 23):
 /// a pull writes each trashed row's page once, and only the small unique index on (table, id)
 /// takes the deletes in key order.
 ///
@@ -131,7 +131,6 @@ public struct Trash {
 
     /// The store's window when none was set: 30 days, as the services people compare coven with.
     public static let defaultRetention: Int64 = 30 * 86_400
-    static let lastMassDeleteSetting = "trash_last_mass_delete"
 
     /// The retention window, in seconds: the store's setting (``StoreSettings``).
     public func retention() throws -> Int64 {
@@ -314,13 +313,13 @@ public struct Trash {
         if let name = found.deviceName { json["name"] = name }
         if let member = found.member { json["member"] = member }
         let text = String(decoding: try JSONSerialization.data(withJSONObject: json, options: [.sortedKeys]), as: UTF8.self)
-        try device.setSetting(Self.lastMassDeleteSetting, text)
+        try SyncFlags(database: device.database).setLastMassDelete(text)
         return found
     }
 
     /// The last mass delete a pull applied here, if any.
     public func lastMassDelete() throws -> MassDelete? {
-        guard let text = try device.setting(Self.lastMassDeleteSetting),
+        guard let text = try SyncFlags(database: device.database).lastMassDelete,
               let json = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any],
               let writer = json["device"] as? String, let seq = (json["seq"] as? NSNumber)?.int64Value else { return nil }
         let tables = (json["tables"] as? [[String: Any]] ?? []).compactMap { item -> (table: String, rows: Int)? in

@@ -66,7 +66,7 @@ extension Uploads {
             }
             return results
         }
-        Sweeps(device).removeReleasedCopies()
+        CopySweep(device).removeReleased()
         return results
     }
 

@@ -213,10 +213,10 @@ private final class Job {
         self.events = events
     }
 
-    /// Opens a connection for a job. (Device.open changes the schema only when coven's views
+    /// Opens a connection for a job. (Device.openKernel changes the schema only when coven's views
     /// changed, in one transaction, so jobs and other processes may open at once.)
     static func openDevice(_ paths: DevicePaths) throws -> Device {
-        try Device.open(paths: paths)
+        try Device.openKernel(paths: paths)
     }
 
     func storage() throws -> any StorageProvider {
@@ -454,7 +454,7 @@ private final class Job {
                 guard try device.uploadQueue.holder(claim.object) == worker.text else { return }
                 try Uploads(device).dropUpload(claim.object, forgetBytes: claim.task == .retire)
             }
-            Sweeps(device).removeReleasedCopies()
+            CopySweep(device).removeReleased()
             shared.record(.dropped, files: files)
             events(.finished(object: claim.object, files: files, outcome: .dropped))
         } catch {

@@ -17,7 +17,7 @@ struct StatusCommand: Command {
 
     static func run(_ invocation: Invocation, _ context: CommandContext) throws -> Int32 {
         let device = try context.openDeviceReadOnly()
-        let status = try device.status()
+        let status = try DeviceStatus(of: device)
         if context.json {
             var object = json(status)
             var about = object["device"] as? [String: Any] ?? [:]

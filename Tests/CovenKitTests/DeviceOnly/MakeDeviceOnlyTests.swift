@@ -254,8 +254,8 @@ final class MakeDeviceOnlyTests: XCTestCase {
         let files = Cache(device).cachePaths(object: object)
         XCTAssertFalse(FileManager.default.fileExists(atPath: files.data))
         XCTAssertFalse(FileManager.default.fileExists(atPath: files.tags))
-        XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_meta WHERE key LIKE 'uncache:%'").intValue, 0)
-        XCTAssertEqual(try device.status().files.deviceOnlyHere, 1)
+        XCTAssertEqual(try fixture.scalar("SELECT count(*) FROM coven_uncache").intValue, 0)
+        XCTAssertEqual(try DeviceStatus(of: device).files.deviceOnlyHere, 1)
     }
 
     /// A partial entry gives its chunks, storage the rest; the download adds nothing to the

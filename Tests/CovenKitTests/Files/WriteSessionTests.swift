@@ -301,7 +301,7 @@ final class WriteSessionTests: AlbumDeviceTestCase {
         }
         // A trailing reference may name it: other devices see it on that device.
         XCTAssertNoThrow(try device.write(sql: "INSERT INTO settings (id, file) VALUES ('there', '\(elsewhere)')"))
-        XCTAssertEqual(try device.status().files.deviceOnlyElsewhere, 1)
+        XCTAssertEqual(try DeviceStatus(of: device).files.deviceOnlyElsewhere, 1)
     }
 
     /// A bound reference may name a file uploading for another bound reference; the write

@@ -208,7 +208,7 @@ final class FileCacheTests: ReadTestCase {
             files.append(Cache(device).cachePaths(object: object))
             try device.database.transaction {
                 try device.database.run("DELETE FROM coven_cache WHERE object = ?1", [object])
-                try device.setSetting(Cache.uncacheNote + object, object)
+                try Cache(device).uncacheNotes.set(object, object)
             }
             var times = [timeval(tv_sec: 1000, tv_usec: 0), timeval(tv_sec: 1000, tv_usec: 0)]
             XCTAssertEqual(utimes(files.last!.data, &times), 0)
@@ -220,7 +220,7 @@ final class FileCacheTests: ReadTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: files[0].data))
         XCTAssertFalse(FileManager.default.fileExists(atPath: files[0].tags))
         XCTAssertTrue(FileManager.default.fileExists(atPath: files[1].data), "made again: its files are the new entry's")
-        XCTAssertEqual(try device.database.scalar("SELECT count(*) FROM coven_meta WHERE key LIKE 'uncache:%'").intValue, 0)
+        XCTAssertEqual(try device.database.scalar("SELECT count(*) FROM coven_uncache").intValue, 0)
         XCTAssertEqual(try read(again).1.source, .cache)
     }
 
@@ -228,7 +228,7 @@ final class FileCacheTests: ReadTestCase {
         let id = try storedFile(pattern(chunk))
         _ = try read(id)
         XCTAssertGreaterThan(try Cache(device).clearCache(), 0)
-        XCTAssertEqual(try device.database.scalar("SELECT count(*) FROM coven_meta WHERE key LIKE 'uncache:%'").intValue, 0)
+        XCTAssertEqual(try device.database.scalar("SELECT count(*) FROM coven_uncache").intValue, 0)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: device.paths.cache), [])
     }
 

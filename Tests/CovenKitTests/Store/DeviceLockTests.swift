@@ -35,7 +35,7 @@ final class DeviceLockTests: DeviceTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: paths.copies), [], "--no-wait fails before copying anything")
         // Reads never need it.
         let reader = try Device.open(paths: paths, readOnly: true)
-        XCTAssertEqual(try reader.status().files.total, 0)
+        XCTAssertEqual(try DeviceStatus(of: reader).files.total, 0)
     }
 
     /// The real binary: a mutating command waits while another holds the lock and runs once

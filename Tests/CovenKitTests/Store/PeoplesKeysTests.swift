@@ -239,13 +239,13 @@ class PeoplesKeysTests: DeviceTestCase {
         XCTAssertEqual(member.status, 6, member.stderr)
         XCTAssertTrue(member.stderr.contains(lost), member.stderr)
         assertCovenError(.integrity) { try StoreSync(p.alice).sync() }
-        XCTAssertEqual(try p.alice.status().sync.keyChainsBehind.map(\.object), [lost])
+        XCTAssertEqual(try DeviceStatus(of: p.alice).sync.keyChainsBehind.map(\.object), [lost])
         let status = try coven(p.alice, ["status"])
         XCTAssertTrue(status.stdout.contains("keys") && status.stdout.contains(lost), status.stdout)
         // Put back, the chain is whole again: the record goes, and dave is added after bob's removal.
         try backup.write(to: URL(fileURLWithPath: storeFolder + "/" + lost))
         _ = try StoreSync(p.alice).sync()
-        XCTAssertEqual(try p.alice.status().sync.keyChainsBehind, [])
+        XCTAssertEqual(try DeviceStatus(of: p.alice).sync.keyChainsBehind, [])
         let added = try Members(p.alice).add(name: "dave", recipient: dave.recipient.description, admin: false)
         XCTAssertEqual(added.generation, 5)
         XCTAssertEqual(try Members(p.alice).roster().members.map(\.name).sorted(), ["alice", "carol", "dave"])
@@ -263,7 +263,7 @@ class PeoplesKeysTests: DeviceTestCase {
         XCTAssertEqual(refused?.details["object"], lost)
         XCTAssertFalse(FileManager.default.fileExists(atPath: storeFolder + "/" + lost), "a generation was published on the shorter chain")
         XCTAssertEqual(try Circles(p.alice).listFresh().first?.storageBehind?.object, lost)
-        XCTAssertEqual(try p.alice.status().sync.keyChainsBehind.map(\.object), [lost])
+        XCTAssertEqual(try DeviceStatus(of: p.alice).sync.keyChainsBehind.map(\.object), [lost])
     }
 
     // MARK: 4. An outsider cannot pull a circle's row back into the store

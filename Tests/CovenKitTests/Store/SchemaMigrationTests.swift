@@ -62,6 +62,58 @@ final class SchemaMigrationTests: DeviceTestCase {
 
     /// A read-only open (coven sql, cat) of an old device migrates it first, never reading an
     /// old schema through new views.
+    /// Step 22: what features journaled in coven_meta under a prefix moves to their own tables,
+    /// sync's flags to coven_sync_flags, and coven_meta keeps the settings.
+    func testStepTwentyTwoMovesTheJournalsOutOfTheSettings() throws {
+        let device = try makeDevice()
+        let database = device.database
+        // The device as a release of schema 21 left it: its journals in coven_meta.
+        try database.execute("""
+            DROP TABLE coven_released_copies; DROP TABLE coven_made_copies; DROP TABLE coven_checked; DROP TABLE coven_uncache;
+            DROP TABLE coven_fetch_failures; DROP TABLE coven_clock_ahead; DROP TABLE coven_gc_floors; DROP TABLE coven_sync_flags;
+            INSERT INTO coven_meta (key, value) VALUES
+              ('release:copies/c1', 'copies/c1'), ('made-copy:o1', '{"folders":[],"path":"2f61"}'), ('checked:cache:o2', '1:2:3'),
+              ('uncache:o3', 'o3'), ('fetch_failed:o4', 'missing'), ('clock_ahead:d1', '90000'), ('gc_changes_deleted:d1', '12'),
+              ('sync_frontier_due', '1'), ('sync_gate_due', '1'), ('sync_key_unavailable', '{"d1":3}'), ('sync_problems', '{}'),
+              ('sync_republish', '4,5'), ('sync_refused_removals', '{"d2":"x"}'), ('key_chains_behind', '[]'),
+              ('last_push', '2026-12-01T00:00:00Z'), ('last_pull', '2026-12-02T00:00:00Z'), ('trash_last_mass_delete', '{"n":1}');
+            PRAGMA user_version = 21;
+            """)
+        try Schema.migrate(database, from: 21)
+        XCTAssertEqual(try database.scalar("PRAGMA user_version").intValue, Schema.version)
+        func value(_ table: String, _ key: String) throws -> String? {
+            try database.scalar("SELECT value FROM \(table) WHERE key = ?1", [key]).textValue
+        }
+        XCTAssertEqual(try value("coven_released_copies", "copies/c1"), "copies/c1")
+        XCTAssertEqual(try value("coven_made_copies", "o1"), #"{"folders":[],"path":"2f61"}"#)
+        XCTAssertEqual(try value("coven_checked", "cache:o2"), "1:2:3")
+        XCTAssertEqual(try value("coven_uncache", "o3"), "o3")
+        XCTAssertEqual(try value("coven_fetch_failures", "o4"), "missing")
+        XCTAssertEqual(try HybridClock.ahead(of: "d1", in: database), 90000)
+        XCTAssertEqual(try value("coven_gc_floors", "d1"), "12")
+        let flags = SyncFlags(database: database)
+        XCTAssertTrue(try flags.frontierDue)
+        XCTAssertTrue(try flags.gateDue)
+        XCTAssertEqual(try flags.keyUnavailable, #"{"d1":3}"#)
+        XCTAssertEqual(try flags.problems, "{}")
+        XCTAssertEqual(try flags.republish, "4,5")
+        XCTAssertEqual(try flags.refusedRemovals, #"{"d2":"x"}"#)
+        XCTAssertEqual(try flags.keyChainsBehind, "[]")
+        XCTAssertEqual(try flags.lastPush, "2026-12-01T00:00:00Z")
+        XCTAssertEqual(try flags.lastPull, "2026-12-02T00:00:00Z")
+        XCTAssertEqual(try flags.lastMassDelete, #"{"n":1}"#)
+        // coven_meta keeps the settings, and nothing of the journals.
+        let keys = Set(try database.query("SELECT key FROM coven_meta").compactMap { $0.string("key") })
+        XCTAssertTrue(keys.isSuperset(of: ["store_id", "device_id", "device_name", "storage", "manifest"]))
+        XCTAssertEqual(keys.filter { $0.contains(":") || $0.hasPrefix("sync_") || $0.hasPrefix("last_") || $0 == "key_chains_behind" || $0.hasPrefix("trash_") }, [])
+        // The device opens and works on the moved state: the released copy is swept.
+        try FileManager.default.createDirectory(atPath: device.paths.folder + "/copies", withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: device.paths.folder + "/copies/c1", contents: Data("x".utf8))
+        CopySweep(device).removeReleased()
+        XCTAssertFalse(FileManager.default.fileExists(atPath: device.paths.folder + "/copies/c1"))
+        XCTAssertNil(try value("coven_released_copies", "copies/c1"))
+    }
+
     func testAReadOnlyOpenMigratesFirst() throws {
         let paths = try copyFixture()
         let device = try Device.open(paths: paths, readOnly: true)

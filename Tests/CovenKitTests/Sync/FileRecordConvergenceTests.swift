@@ -301,8 +301,8 @@ class FileRecordConvergenceTests: DeviceTestCase {
         a = try putBack(backup, as: a)
         try settle([a, b, c])
         XCTAssertEqual(try a.fileRecord(file)?.coordinates.device, a.deviceID)
-        XCTAssertEqual(try a.status().files.missing, 0)
-        XCTAssertEqual(try a.status().files.deviceOnlyHere, 1)
+        XCTAssertEqual(try DeviceStatus(of: a).files.missing, 0)
+        XCTAssertEqual(try DeviceStatus(of: a).files.deviceOnlyHere, 1)
         try assertConverged([a, b, c])
         XCTAssertEqual(try a.connectStorage().list(prefix: "files/").count, 0, "the stored copy went once the file was on a only")
     }
@@ -335,8 +335,8 @@ class FileRecordConvergenceTests: DeviceTestCase {
         try FileManager.default.removeItem(atPath: work + "/a-music-\(Self.t).flac")
         a = try putBack(backup, as: a)
         try settle([a, b, c])
-        XCTAssertEqual(try a.status().files.missing, 1)
-        XCTAssertEqual(try a.status().files.deviceOnlyHere, 0)
+        XCTAssertEqual(try DeviceStatus(of: a).files.missing, 1)
+        XCTAssertEqual(try DeviceStatus(of: a).files.deviceOnlyHere, 0)
         let fsck = try Fsck(device: a, options: FsckOptions()).run(provider: nil)
         XCTAssertTrue(fsck.problems.contains { $0.kind == .missing && $0.files.count == 1 }, "\(fsck.problems)")
     }

@@ -25,7 +25,7 @@ final class SyncFilesTests: DeviceTestCase {
         let held = try StoreSync(a).sync()
         XCTAssertEqual(held.pushed.published, [1], "the album's first write goes; the cover's and the later write wait")
         XCTAssertEqual(held.pushed.held, 2)
-        XCTAssertEqual(try a.status().sync.heldByUploads, 2)
+        XCTAssertEqual(try DeviceStatus(of: a).sync.heldByUploads, 2)
         _ = try StoreSync(b).sync()
         XCTAssertEqual(try b.database.scalar("SELECT title FROM albums").textValue, "x")
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM covers").intValue, 0)
@@ -54,12 +54,12 @@ final class SyncFilesTests: DeviceTestCase {
             XCTAssertEqual((error as? CovenError)?.code, .deviceOnly)
             XCTAssertEqual((error as? CovenError)?.details["device"], a.deviceID)
         }
-        XCTAssertEqual(try b.status().files.deviceOnlyElsewhere, 1)
+        XCTAssertEqual(try DeviceStatus(of: b).files.deviceOnlyElsewhere, 1)
         try StoredFiles.store(a, file: track)
         _ = try StoreSync(a).sync()
         _ = try StoreSync(b).sync()
         XCTAssertEqual(try read(b, track), Array("a song's bytes".utf8))
-        XCTAssertEqual(try b.status().files.stored, 1)
+        XCTAssertEqual(try DeviceStatus(of: b).files.stored, 1)
     }
 
     /// make-device-only on one device: the other drops its pin and cached bytes of the file,
@@ -85,7 +85,7 @@ final class SyncFilesTests: DeviceTestCase {
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM coven_pins").intValue, 0)
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM coven_cache").intValue, 0)
         XCTAssertThrowsError(try read(b, track)) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceOnly) }
-        XCTAssertEqual(try b.status().cache.used, 0)
+        XCTAssertEqual(try DeviceStatus(of: b).cache.used, 0)
     }
     /// A write of many rows, each naming a file it puts, published in several changes: each
     /// change carries the records before the rows naming them, so a device pulling them change
@@ -156,8 +156,8 @@ final class SyncDeviceOnlyConflictTests: DeviceTestCase {
         for device in [a, b] {
             XCTAssertTrue(try StoreSync(device).lostValues().contains { $0.table == "coven_files" && $0.rowID == track }, "the losing switch is a lost value")
         }
-        XCTAssertEqual(try b.status().files.deviceOnlyHere, 1)
-        XCTAssertEqual(try a.status().files.deviceOnlyElsewhere, 1)
+        XCTAssertEqual(try DeviceStatus(of: b).files.deviceOnlyHere, 1)
+        XCTAssertEqual(try DeviceStatus(of: a).files.deviceOnlyElsewhere, 1)
     }
 
     /// A losing copy the person changed stays.

@@ -184,13 +184,13 @@ class TrashTests: DeviceTestCase {
         assertCovenError(.notFound) { try Undelete(a).rows(table: "covers", ids: [Self.cover]) }
     }
 
-    /// Schema step 22 keeps every trashed row of step 21's table, keyed by (table, id) as before:
+    /// Schema step 23 keeps every trashed row of step 21's table, keyed by (table, id) as before:
     /// a second image of the same row replaces the first.
-    func testSchemaStep22KeepsTheTrashedRows() throws {
+    func testSchemaStep23KeepsTheTrashedRows() throws {
         let raw = try Database(path: ":memory:", create: true)
-        for step in Schema.steps.prefix(21) { try step(raw) }
+        for step in Schema.steps.prefix(22) { try step(raw) }
         try raw.run("INSERT INTO coven_trash (tbl, id, image, stamp, deleted_at, device) VALUES ('notes', 'n1', x'00', 's1', 'd1', 'dev')")
-        try Schema.steps[21](raw)
+        try Schema.steps[22](raw)
         XCTAssertEqual(try raw.scalar("SELECT tbl || '/' || id || '/' || stamp FROM coven_trash").textValue, "notes/n1/s1")
         try raw.run("""
             INSERT INTO coven_trash (tbl, id, image, stamp, deleted_at, device) VALUES ('notes', 'n1', x'00', 's2', 'd2', 'dev')

@@ -153,7 +153,7 @@ final class UploadS3Tests: S3StorageTestCase {
         XCTAssertEqual(summary.failed.first?.code, .storage)
         XCTAssertEqual(proxy.stats()["status"], 3, "three attempts, then failed for good")
         XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_upload_queue").textValue, "failed")
-        XCTAssertEqual(try fixture.device.status().uploads.failed, 1)
+        XCTAssertEqual(try DeviceStatus(of: fixture.device).uploads.failed, 1)
         // Failed for good because of the storage: a new run (maybe with another endpoint or new
         // credentials) tries it again with fresh attempts before it reports it.
         let again = try fixture.run(settings: ["COVEN_UPLOAD_ATTEMPTS": "3"])

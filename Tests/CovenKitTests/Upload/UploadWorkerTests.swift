@@ -43,8 +43,8 @@ final class UploadWorkerTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: fixture.paths.folder + "/" + copy))
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: bigPath)), Data(big))
         XCTAssertEqual(try Uploads(fixture.device).fileStatus(files[0]), .available)
-        XCTAssertEqual(try fixture.device.status().uploads.queued, 0)
-        XCTAssertEqual(try fixture.device.status().files.stored, 2)
+        XCTAssertEqual(try DeviceStatus(of: fixture.device).uploads.queued, 0)
+        XCTAssertEqual(try DeviceStatus(of: fixture.device).files.stored, 2)
     }
 
     func testEmptyFileAndExactChunkBoundaries() throws {
@@ -125,7 +125,7 @@ final class UploadWorkerTests: XCTestCase {
         XCTAssertEqual(try Uploads(fixture.device).fileStatus(file), .missing(device: fixture.device.deviceID, reason: .source(.userFileMissing)))
         XCTAssertEqual(try fixture.scalar("SELECT waiting_for FROM coven_uploads").textValue, "source")
         XCTAssertEqual(try fixture.scalar("SELECT state FROM coven_move_state").textValue, "moving")
-        XCTAssertEqual(try fixture.device.status().files.missing, 1)
+        XCTAssertEqual(try DeviceStatus(of: fixture.device).files.missing, 1)
         // Back again: stored.
         XCTAssertEqual(rename(path + ".away", path), 0)
         Thread.sleep(forTimeInterval: 0.3)
