@@ -25,6 +25,9 @@
 #   now (schema 23, rows appended by rowid, a unique index on (table, id), images of 306
 #   bytes instead of 413): 1.75-2.12 s, user 1.14 s, sys 0.36 s, 229 MiB written;
 #   retention 0 (no trash): 1.26-1.38 s, user 0.87 s, sys 0.20 s, 141 MiB written.
+# Again with the binary merged with main (schema 23), load 2.4, three runs each: before
+# 2.28-2.49 s; now 1.53-1.98 s (user 1.06-1.14 s, sys 0.30-0.34 s, 63-65 MiB); retention 0
+# 1.01-1.44 s (user 0.77-0.86 s, sys 0.15-0.21 s, 62-64 MiB): 1.4-1.5x, against 2.2x before.
 # What is left is the trash itself: 100,000 rows of about 480 bytes (image, stamp, device,
 # key) and their index entries, 88 MiB more through the WAL and its checkpoint, and about
 # 2.8 us of CPU a row (building the image, binding, SQLite's insert into the table and the
