@@ -155,6 +155,11 @@ class TrashCLITests: XCTestCase {
         let unknown = try folder.coven(["undelete", "--change", "\(b):1"], db: "a")
         XCTAssertEqual(unknown.status, 3, unknown.stderrText)
         XCTAssertTrue(unknown.stderrText.hasPrefix("coven: error: not_found: "), unknown.stderrText)
+        // A window of 0 turns the trash off: a delete keeps nothing.
+        XCTAssertEqual(try ok(folder, ["trash", "retention", "0"], db: "a"), "0d\n")
+        XCTAssertEqual(try ok(folder, ["--json", "trash", "retention"], db: "a"), "{\"default\":false,\"retention\":\"0d\",\"seconds\":0}\n")
+        try ok(folder, ["write", "DELETE FROM notes"], db: "a")
+        XCTAssertEqual(try ok(folder, ["sql", "SELECT count(*) FROM coven_trash"], db: "a"), "0\n")
     }
 
     func testCircleAndOwnerOnlyRowsAreNeitherListedNorUndeletableByOthers() throws {

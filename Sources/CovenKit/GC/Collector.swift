@@ -1,150 +1,5 @@
 import Foundation
 
-/// What one `coven gc` did (or, with `dryRun`, would do).
-public struct GCReport: Sendable, Equatable {
-    /// What kind of stored object an entry is.
-    public enum Kind: String, Sendable {
-        case file, change, snapshot
-        /// A temporary file an interrupted write left (file://).
-        case temporary
-    }
-
-    /// Why an object stays.
-    public enum KeepReason: String, Sendable {
-        /// This device's upload queue still names it.
-        case uploadQueued = "upload_queued"
-        /// The write that made it a candidate is not published yet.
-        case unpublished = "unpublished_write"
-        /// A device not gone for good has not published a frontier that includes that write.
-        case deviceBehind = "device_behind"
-        /// A lost value names it (or the record it was).
-        case lostValue = "lost_value"
-        /// A retained snapshot may name it.
-        case snapshot
-        /// Another device's latest change says its unpublished records name it.
-        case heldByDevice = "held_by_device"
-        /// This device applied sections of circles it cannot read, whose records may name it.
-        case unreadSections = "unread_sections"
-        /// A row deleted within the store's retention window names it (the trash): it goes
-        /// once the window ends, or after `coven trash empty`.
-        case trash
-        /// The provider refused the delete (403).
-        case refused = "storage_refused"
-        /// The delete failed (the network, the provider): it is not taken as deleted.
-        case failed = "storage_failed"
-    }
-
-    /// An object deleted.
-    public struct Deleted: Sendable, Equatable {
-        public var key: String
-        public var kind: Kind
-    }
-
-    /// An object kept back, and why; `devices` names the devices holding it back.
-    public struct Kept: Sendable, Equatable {
-        public var key: String
-        public var kind: Kind
-        public var reason: KeepReason
-        public var devices: [String] = []
-        public var detail: String?
-    }
-
-    public var dryRun = false
-    public var deleted: [Deleted] = []
-    /// Objects gc was to delete that storage said were not there (deleted by hand, by another
-    /// device's gc, or lost): their candidates are settled as for a delete.
-    public var alreadyGone: [Deleted] = []
-    public var kept: [Kept] = []
-    /// Unfinished uploads aborted: of gone devices (`--gone-devices`), and this device's own
-    /// that no queued upload names (a start whose answer was lost).
-    public var abortedUploads: [String] = []
-    /// Changes applied by the pull that gc starts with.
-    public var pulled = 0
-    /// Candidates settled while a record names their object again, dropped from the table
-    /// (the object stays; ending that record makes it a candidate anew).
-    public var renamed = 0
-
-    /// Whether a deletion failed (refused or not confirmed).
-    public var hasFailures: Bool { kept.contains { $0.reason == .refused || $0.reason == .failed } }
-}
-
-/// A snapshot in storage and what it covers, as far as this device can tell.
-struct SnapshotInfo {
-    var key: String
-    var size: Int64
-    var device: String
-    var seq: Int64
-    /// For each device, the highest seq of it whose writes the snapshot holds; nil when this
-    /// device cannot tell (it then may name anything).
-    var coverage: [String: Int64]?
-    /// The newest stamp it holds (orders snapshots).
-    var newestStamp: String
-    /// Its circles' parts, as its manifest lists them (circle → generation), and as storage
-    /// holds them (circle → object).
-    var parts: [String: UInt64] = [:]
-    var partObjects: [String: ObjectInfo] = [:]
-}
-
-/// `coven gc`: one pass of deleting stored bytes nothing can still point at, under the device
-/// lock (the pass itself is ``Collector``'s).
-///
-/// ```swift
-/// let report = try GarbageCollection(device).collectGarbage()
-/// ```
-public struct GarbageCollection {
-    let device: Device
-
-    public init(_ device: Device) {
-        self.device = device
-    }
-    /// Deletes the stored objects nothing can still point at (DESIGN.md "Deleting stored
-    /// bytes"), under the device lock: syncs first (pulls only, with `dryRun`); then settles the
-    /// candidates, deletes change objects every live device has applied that the newest retained
-    /// snapshot covers, and snapshots past the newest two. With `goneDevices`, also ends the
-    /// unfinished uploads of devices gone for good and deletes what no record names in their
-    /// folders (one listing each).
-    ///
-    /// A quiet pass lists no files: it reads the candidates, the devices' frontiers and one
-    /// listing of `snapshots/`.
-    ///
-    /// - Throws: `.storage` when storage cannot be reached or refuses a listing (deletes that
-    ///   fail one by one are reported in the result, never taken as done); the errors of sync.
-    ///
-    /// - Parameter confirmed: called for each object as soon as its delete is confirmed (and
-    ///   recorded here), `gone` true when storage said it was not there: a caller prints it
-    ///   then, so a run killed later leaves a record of what went.
-    public func collectGarbage(dryRun: Bool = false, goneDevices: Bool = false, wait: Bool = true, stop: Stop = Stop(),
-                               confirmed: ((_ deleted: GCReport.Deleted, _ gone: Bool) -> Void)? = nil) throws -> GCReport {
-        let lock = try device.lock(wait: wait)
-        defer { _ = lock }
-        return try collectGarbage(provider: try device.connectStorage(), dryRun: dryRun, goneDevices: goneDevices, stop: stop, confirmed: confirmed)
-    }
-
-    /// ``collectGarbage(dryRun:goneDevices:wait:stop:confirmed:)`` through `provider`, under
-    /// the caller's lock.
-    func collectGarbage(provider: StorageProvider, dryRun: Bool, goneDevices: Bool, stop: Stop,
-                        confirmed: ((_ deleted: GCReport.Deleted, _ gone: Bool) -> Void)? = nil) throws -> GCReport {
-        // A missing or damaged store key stops gc before anything else.
-        _ = try device.keys.storeKey()
-        var report = GCReport()
-        report.dryRun = dryRun
-        // One listing of devices/ serves the whole pass.
-        report.pulled = try StoreSync(device).sync(provider: provider, push: !dryRun, pull: true, stop: stop).pulled.changes
-        try stop.check("gc")
-        var collector = Collector(device: device, provider: provider, keys: device.keys, dryRun: dryRun, confirmed: confirmed)
-        // Rows past the window that keep no bytes leave the trash (those whose bytes this pass
-        // frees stay until the next, so undelete can say so).
-        if !dryRun { try device.database.transaction { try Trash(device).expire() } }
-        try collector.prepare()
-        try collector.collectFiles(into: &report)
-        try collector.collectLeftovers(into: &report, age: Collector.leftoverAge)
-        if goneDevices { try collector.collectGoneDevices(into: &report, stop: stop) }
-        try collector.collectChanges(into: &report)
-        try collector.collectSnapshots(into: &report)
-        return report
-    }
-}
-
 /// One gc pass: what names objects, read once, and the deletes.
 struct Collector {
     let device: Device
@@ -157,21 +12,24 @@ struct Collector {
     var me: String { device.deviceID }
 
     /// Devices not gone for good, but this one: their published frontier and held objects.
-    private var others: [(id: String, frontier: [String: Int64])] = []
-    private var applied: [String: Int64] = [:]
-    private var gone: [String] = []
-    private var held: [String: Set<String>] = [:]
-    private var lostFiles: Set<String> = []
-    private var lostObjects: Set<String> = []
+    private(set) var others: [(id: String, frontier: [String: Int64])] = []
+    private(set) var applied: [String: Int64] = [:]
+    private(set) var gone: [String] = []
+    private(set) var held: [String: Set<String>] = [:]
+    private(set) var lostFiles: Set<String> = []
+    private(set) var lostObjects: Set<String> = []
     /// Sections of applied changes this device could not open, and of how many circles.
-    private var unread: (sections: Int64, circles: Int64) = (0, 0)
-    private var snapshots: [SnapshotInfo] = []
+    private(set) var unread: (sections: Int64, circles: Int64) = (0, 0)
+    private(set) var snapshots: [SnapshotInfo] = []
     /// Every circle's part in storage, and the snapshot it is of.
-    private var partKeys: [(key: String, snapshot: String)] = []
+    private(set) var partKeys: [(key: String, snapshot: String)] = []
     /// The newest two snapshots this device can read the coverage of, and those it cannot.
-    private var retained: [SnapshotInfo] = []
+    private(set) var retained: [SnapshotInfo] = []
     /// The object lists of retained snapshots, read when a candidate needs one.
-    private let snapshotObjects = SnapshotObjects()
+    let snapshotObjects = SnapshotObjects()
+    /// Why the trash keeps an object, one text for every object its window keeps until the same
+    /// time (a mass delete's 100,000 objects share one).
+    let trashDetail = TrashDetail()
 
     init(device: Device, provider: StorageProvider, keys: Keyring, dryRun: Bool,
          confirmed: ((_ deleted: GCReport.Deleted, _ gone: Bool) -> Void)? = nil) {
@@ -255,7 +113,7 @@ struct Collector {
     /// Why the bytes of `object` must stay, judged for a write of `writer`'s change `seq` (0:
     /// no write of any device is known to have ended a record naming it): nil when nothing
     /// holds them.
-    private func holdBack(object: String, files: [String], writer: String, seq: Int64) throws -> (GCReport.KeepReason, [String], String?)? {
+    func holdBack(object: String, files: [String], writer: String, seq: Int64) throws -> (GCReport.KeepReason, [String], String?)? {
         if try device.uploadQueue.contains(object) { return (.uploadQueued, [], nil) }
         if lostObjects.contains(object) || files.contains(where: lostFiles.contains) { return (.lostValue, [], nil) }
         let holders = held.filter { $0.value.contains(object) }.map(\.key).sorted()
@@ -364,211 +222,13 @@ struct Collector {
                 }
                 // The proof says the object may go; the trash's window says when.
                 if let until = try trash.holds(object: object) {
-                    report.kept.append(.init(key: object, kind: .file, reason: .trash, detail: "a row deleted within the retention window names it, until \(until)"))
+                    report.kept.append(.init(key: object, kind: .file, reason: .trash, detail: trashDetail.text(until: until)))
                     continue
                 }
                 deletable.append(object)
             }
             try delete(deletable, kind: .file, into: &report) { object in
                 try candidates.removeAll(object: object)
-                try device.fileRecords.forgetDeleted(object: object)
-            }
-        }
-    }
-
-    /// Deletes `keys` (only what may be deleted: files/, changes/, snapshots/), reporting each;
-    /// `done` runs for each key the provider confirmed.
-    private func delete(_ keys: [String], kind: GCReport.Kind, into report: inout GCReport, done: (String) throws -> Void) throws {
-        let keys = keys.filter { $0.hasPrefix("files/") || $0.hasPrefix("changes/") || $0.hasPrefix("snapshots/") }
-        guard !keys.isEmpty else { return }
-        if dryRun {
-            report.deleted += keys.map { .init(key: $0, kind: kind) }
-            return
-        }
-        let (failed, absent) = try deleteInParallel(keys)
-        for key in keys {
-            if let error = failed[key] {
-                let reason: GCReport.KeepReason = error.storageFailure == .denied ? .refused : .failed
-                report.kept.append(.init(key: key, kind: kind, reason: reason, detail: error.message + (error.cause.map { ": \($0)" } ?? "")))
-                continue
-            }
-            try database.transaction { try done(key) }
-            let deleted = GCReport.Deleted(key: key, kind: kind)
-            let gone = absent.contains(key)
-            if gone { report.alreadyGone.append(deleted) } else { report.deleted.append(deleted) }
-            confirmed?(deleted, gone)
-        }
-    }
-
-    /// How many objects' candidates one page of ``collectFiles(into:)`` reads (their deletes go
-    /// before the next page is read).
-    static let candidatePage = parallelDeletes * deleteBatch
-
-    /// How many batches of deletes go at once, each over its own connection.
-    static let parallelDeletes = 4
-    /// The keys one batch holds (S3 DeleteObjects takes up to 1,000).
-    static let deleteBatch = 1000
-
-    /// Deletes `keys` in batches, up to ``parallelDeletes`` at once; the keys not deleted, with
-    /// why. A batch whose request fails as a whole counts every key of it as not deleted.
-    private func deleteInParallel(_ keys: [String]) throws -> (failed: [String: CovenError], absent: Set<String>) {
-        let batches = stride(from: 0, to: keys.count, by: Self.deleteBatch).map { Array(keys[$0..<min(keys.count, $0 + Self.deleteBatch)]) }
-        guard batches.count > 1 else { return Self.run(keys, on: provider) }
-        let connector = StorageConnector(location: device.storage, environment: device.storageEnvironment)
-        let results = DeleteResults(count: batches.count)
-        let next = DeleteResults.Counter()
-        DispatchQueue.concurrentPerform(iterations: min(Self.parallelDeletes, batches.count)) { _ in
-            guard let connection = try? connector.connect() else { return }
-            while let index = next.take(below: batches.count) {
-                results.set(index, Self.run(batches[index], on: connection))
-            }
-        }
-        var failed: [String: CovenError] = [:]
-        var absent: Set<String> = []
-        for (index, batch) in batches.enumerated() {
-            guard let result = results.get(index) else {
-                // No connection could be made for it: nothing of it was sent.
-                let error = CovenError.storage("storage could not be reached to delete \(batch.count) objects", failure: .network, cause: "no connection")
-                for key in batch { failed[key] = error }
-                continue
-            }
-            failed.merge(result.failed) { first, _ in first }
-            absent.formUnion(result.absent)
-        }
-        return (failed, absent)
-    }
-
-    /// One batch's delete; every key of it not deleted when the request fails as a whole.
-    private static func run(_ batch: [String], on provider: StorageProvider) -> (failed: [String: CovenError], absent: Set<String>) {
-        do {
-            return try provider.deleteObjectsNotingAbsent(batch)
-        } catch let error as CovenError {
-            return (Dictionary(uniqueKeysWithValues: batch.map { ($0, error) }), [])
-        } catch {
-            let failure = CovenError.storage("storage failed to delete \(batch.count) objects", failure: .provider, cause: String(describing: error))
-            return (Dictionary(uniqueKeysWithValues: batch.map { ($0, failure) }), [])
-        }
-    }
-
-    // MARK: Leftovers of interrupted uploads
-
-    /// How old a leftover must be to go: a day.
-    static let leftoverAge: TimeInterval = 86400
-
-    /// The setting holding when leftovers were last looked for.
-    static let leftoversSetting = "gc_leftovers_at"
-
-    /// The leftovers of this device's interrupted writes, looked for at most once per `age` (a
-    /// dry run looks every time)
-    /// (one listing of this device's folders and of its unfinished uploads): temporary files
-    /// a kill left in `files/<this device>/` and `changes/<this device>/` (file://), removed
-    /// once older than `age` while no upload of this device is being sent; and multipart
-    /// sessions under `files/<this device>/` started more than `age` ago for an object no
-    /// queued upload names (a start whose answer was lost: nothing else will abort them; a
-    /// queued upload's own sessions are the upload worker's to end).
-    mutating func collectLeftovers(into report: inout GCReport, age: TimeInterval) throws {
-        let now = Date()
-        if !dryRun, let last = try device.setting(Self.leftoversSetting).flatMap(Double.init), now.timeIntervalSince1970 - last < age, last <= now.timeIntervalSince1970 {
-            return
-        }
-        let before = now.addingTimeInterval(-age)
-        let queue = device.uploadQueue
-        // A temporary file of a write running now is fresh; one of an upload being sent now is
-        // left to a later pass whatever its age.
-        if try !queue.isSending(at: now.timeIntervalSince1970) {
-            for prefix in ["files/\(me)/", "changes/\(me)/"] {
-                for leftover in try provider.leftoverTemporaries(prefix: prefix) where leftover.modified <= before {
-                    if !dryRun {
-                        do {
-                            try provider.removeLeftoverTemporary(leftover.key)
-                        } catch let error as CovenError {
-                            let reason: GCReport.KeepReason = error.storageFailure == .denied ? .refused : .failed
-                            report.kept.append(.init(key: leftover.key, kind: .temporary, reason: reason, detail: error.message))
-                            continue
-                        }
-                    }
-                    report.deleted.append(.init(key: leftover.key, kind: .temporary))
-                }
-            }
-        }
-        // Listed before the queue is read: a session listed was started after its upload was
-        // queued, so a queue without it means that upload is over.
-        let sessions: [UploadInProgress]
-        do {
-            sessions = try provider.uploadsInProgress(prefix: "files/\(me)/")
-        } catch let error as CovenError where error.storageFailure == .denied {
-            // Credentials without the right to list unfinished uploads: said, and the rest goes on.
-            report.kept.append(.init(key: "files/\(me)/", kind: .file, reason: .refused, detail: "its unfinished uploads cannot be listed: " + error.message))
-            if !dryRun { try device.setSetting(Self.leftoversSetting, String(now.timeIntervalSince1970)) }
-            return
-        }
-        for upload in sessions where (upload.initiated ?? now) <= before {
-            if try queue.contains(upload.key) { continue }
-            if !dryRun { try provider.abortMultipart(upload.key, uploadID: upload.uploadID) }
-            report.abortedUploads.append(upload.key)
-        }
-        if !dryRun { try device.setSetting(Self.leftoversSetting, String(now.timeIntervalSince1970)) }
-    }
-
-    // MARK: Gone devices
-
-    /// For each device gone for good: delete its published changes no device applied (one
-    /// listing of its changes), abort its unfinished uploads, list its folder once and delete
-    /// what nothing names.
-    mutating func collectGoneDevices(into report: inout GCReport, stop: Stop) throws {
-        // Changes this device cannot read yet (sealed under a key generation it does not hold)
-        // may name a gone device's bytes, and the frontiers that would say so: keep them all.
-        let waiting = try StoreSync(device).keyUnavailable()
-        for goneDevice in gone.sorted() {
-            try stop.check("gc")
-            if !waiting.isEmpty {
-                report.kept.append(.init(key: "files/\(goneDevice)/", kind: .file, reason: .deviceBehind, devices: waiting.keys.sorted(),
-                                         detail: "this device cannot read their changes yet: sealed under a key generation it does not hold"))
-                continue
-            }
-            // Its published changes no device applied: every device dropped them with it.
-            try delete(try StoreSync(device).droppedChanges(of: goneDevice, provider: provider), kind: .change, into: &report) { _ in }
-            let folder = "files/\(goneDevice)/"
-            // What other devices applied of it, this device must have applied too (pull no longer
-            // reads a gone device's changes): else a record naming its bytes may be missing here.
-            let ahead = others.filter { ($0.frontier[goneDevice] ?? 0) > (applied[goneDevice] ?? 0) }.map(\.id)
-            if !ahead.isEmpty {
-                report.kept.append(.init(key: folder, kind: .file, reason: .deviceBehind, devices: ahead.sorted(),
-                                         detail: "they applied changes of gone device \(goneDevice) that this device has not"))
-                continue
-            }
-            for upload in try provider.uploadsInProgress(prefix: folder) {
-                if !dryRun { try provider.abortMultipart(upload.key, uploadID: upload.uploadID) }
-                report.abortedUploads.append(upload.key)
-            }
-            var deletable: [String] = []
-            let trash = Trash(device)
-            for info in try provider.list(prefix: folder) {
-                let object = info.key
-                if try !device.fileRecords.ids(object: object).isEmpty { continue }
-                let rows = try device.candidates.naming(object)
-                if rows.contains(where: { $0.device == me }) { continue }  // this device's own: collectFiles judges it
-                var hold: (GCReport.KeepReason, [String], String?)?
-                let files = rows.flatMap(\.files)
-                if rows.isEmpty {
-                    hold = try holdBack(object: object, files: [], writer: me, seq: 0)
-                }
-                for row in rows where hold == nil {
-                    hold = try holdBack(object: object, files: files, writer: row.device, seq: row.seq ?? Int64.max)
-                }
-                if let (reason, devices, detail) = hold {
-                    report.kept.append(.init(key: object, kind: .file, reason: reason, devices: devices, detail: detail))
-                    continue
-                }
-                // The proof says the object may go; the trash's window says when.
-                if let until = try trash.holds(object: object) {
-                    report.kept.append(.init(key: object, kind: .file, reason: .trash, detail: "a row deleted within the retention window names it, until \(until)"))
-                    continue
-                }
-                deletable.append(object)
-            }
-            try delete(deletable, kind: .file, into: &report) { object in
-                try device.candidates.removeAll(object: object)
                 try device.fileRecords.forgetDeleted(object: object)
             }
         }
@@ -635,7 +295,7 @@ struct Collector {
 
 /// The object lists of the snapshots one gc pass reads, each read once.
 final class SnapshotObjects {
-    private var lists: [String: Result<Set<String>, CovenError>] = [:]
+    var lists: [String: Result<Set<String>, CovenError>] = [:]
 
     func of(_ snapshot: SnapshotInfo, provider: StorageProvider, keys: Keyring) throws -> Set<String> {
         if let known = lists[snapshot.key] { return try known.get() }
@@ -661,38 +321,15 @@ final class SnapshotObjects {
     }
 }
 
-/// The answers of parallel delete batches, behind one lock.
-final class DeleteResults: @unchecked Sendable {
-    // @unchecked: every access goes through `lock`.
-    private let lock = NSLock()
-    private var results: [(failed: [String: CovenError], absent: Set<String>)?]
+/// The detail of an object the trash's window keeps, made once for each end of the window in a
+/// row: the objects of one delete share one string instead of each holding a copy.
+final class TrashDetail {
+    private var last: (until: String, text: String)?
 
-    init(count: Int) { results = Array(repeating: nil, count: count) }
-
-    func set(_ index: Int, _ result: (failed: [String: CovenError], absent: Set<String>)) {
-        lock.lock()
-        defer { lock.unlock() }
-        results[index] = result
-    }
-
-    func get(_ index: Int) -> (failed: [String: CovenError], absent: Set<String>)? {
-        lock.lock()
-        defer { lock.unlock() }
-        return results[index]
-    }
-
-    /// Hands out batch indexes, each once.
-    final class Counter: @unchecked Sendable {
-        // @unchecked: every access goes through `lock`.
-        private let lock = NSLock()
-        private var next = 0
-
-        func take(below count: Int) -> Int? {
-            lock.lock()
-            defer { lock.unlock() }
-            guard next < count else { return nil }
-            next += 1
-            return next - 1
-        }
+    func text(until: String) -> String {
+        if let last, last.until == until { return last.text }
+        let text = "a row deleted within the retention window names it, until \(until)"
+        last = (until, text)
+        return text
     }
 }

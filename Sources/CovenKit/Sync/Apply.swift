@@ -116,7 +116,7 @@ struct ChangeApplier {
         try database.execute("BEGIN IMMEDIATE")
         do {
             try database.execute("PRAGMA defer_foreign_keys = ON")
-            trashHolds = try !trash.isEmpty()
+            trashHolds = try trash.begin()
             var touched = try applyEntries(of: change, path: path, report: &report)
             if source == .pulled {
                 report.massDelete = try trash.judgeMassDelete(writer: change.device, seq: Int64(change.seq), deleted: report.deletedRows)

@@ -84,7 +84,23 @@ public struct MassDelete: Sendable, Equatable {
 /// name for the store's retention window (``holds(object:now:)``), and a row comes back as a
 /// new write, stamped later, that every device applies as any other. Where it does not apply:
 /// a retract (a gate keeping a row back) deletes nothing, and a row taken out for its parent
-/// is a lost value that comes back with it by itself.
+/// is a lost value that comes back with it by itself; and a store whose window is 0 keeps no
+/// trash at all (``setRetention(_:)``: its deletes are final, as before the trash).
+///
+/// The image is a copy, never a reference to the change that wrote the row. The failure story:
+/// the trash pointing at the upsert entry of the change that last wrote the row would lose the
+/// row once gc deletes that change (it does, once a retained snapshot covers it), would need
+/// storage to be reached to list or undelete offline, and a delete's own entry carries no image
+/// at all (the values are the row as this device held it). The rule: each trashed row holds
+/// its own image, in the compact binary form a change carries (``RowEntryCodec``, one upsert
+/// entry) but without what the trash row holds beside it: its table, id and stamp are empty
+/// (the row's `tbl`, `id` and its `_updated_at` value say them); rows trashed before schema 23
+/// hold full entries, and a reader reads only the columns and values of either. Where it does
+/// not apply: a snapshot copies the images as they are (``copyForSnapshot(into:)``).
+///
+/// The rows are appended in the order a change deletes them (a table with a rowid, schema 23):
+/// a pull writes each trashed row's page once, and only the small unique index on (table, id)
+/// takes the deletes in key order.
 ///
 /// Every method that writes runs inside the caller's transaction.
 ///
@@ -101,11 +117,13 @@ public struct Trash {
 
 
 
-    /// Statements a pull runs once per row it deletes, prepared once per ``Trash``.
+    /// Statements a pull runs once per row it deletes, prepared once per ``Trash``; and
+    /// whether the store's window keeps anything, read once per change (``begin()``).
     private final class Prepared {
         var insert: Statement?
         var dropFiles: Statement?
         var fileSize: Statement?
+        var keeps: Bool?
     }
     private let prepared = Prepared()
 
@@ -122,13 +140,33 @@ public struct Trash {
     /// Whether the store's retention window was set (else it is the default).
     public func retentionIsSet() throws -> Bool { try StoreSettings(device).value(StoreSettings.trashRetention) != nil }
 
-    /// Sets the store's retention window (`seconds`, at least 1), an admin's setting published
-    /// at the next sync.
+    /// Sets the store's retention window (`seconds`), an admin's setting published at the next
+    /// sync. A window of 0 turns the trash off for the store: no device keeps a deleted row
+    /// (its deletes are final, as before the trash), gc no longer waits to free bytes, and the
+    /// rows already in the trash are past the window (the next gc drops them).
     ///
-    /// - Throws: `.usage` for a window under one second; `.notAdmin`.
+    /// - Throws: `.usage` for a negative window; `.notAdmin`.
     public func setRetention(_ seconds: Int64) throws {
-        guard seconds >= 1 else { throw CovenError(.usage, "the retention window is at least one second") }
+        guard seconds >= 0 else { throw CovenError(.usage, "the retention window is not negative") }
         try StoreSettings(device).set(StoreSettings.trashRetention, String(seconds))
+    }
+
+    /// Whether the store's window keeps deleted rows (it is not 0), read once per ``Trash``
+    /// or per ``begin()``.
+    func keeps() throws -> Bool {
+        if let known = prepared.keeps { return known }
+        let keeps = try retention() > 0
+        prepared.keeps = keeps
+        return keeps
+    }
+
+    /// Starts recording the deletes of one change (a pull's): reads the store's window again
+    /// (a change applied before may have set it) and says whether the trash holds any row (a
+    /// row written back is forgotten from it only then).
+    func begin() throws -> Bool {
+        prepared.keeps = nil
+        _ = try keeps()
+        return try !isEmpty()
     }
 
     /// The delete time before which rows are past the window at `now`.
@@ -147,14 +185,10 @@ public struct Trash {
     /// it along.
     func record(table: String, id: String, columns: [String], values: [SQLValue], stamp: String, writer: String, seq: Int64?,
                 audience: String, parent: (table: String, id: String)?) throws {
-        guard let spec = device.manifest.table(table) else { return }
-        var lastStamp = "", owner: String?
-        for (column, value) in zip(columns, values) {
-            if column == "_updated_at" { lastStamp = value.textValue ?? "" } else if column == spec.ownerColumn { owner = value.textValue }
-        }
-        var image: [UInt8] = []
-        image.reserveCapacity(256)
-        RowEntryCodec.encode([RowEntry(kind: .upsert, table: table, id: id, stamp: lastStamp, columns: columns, values: values)], into: &image)
+        guard let spec = device.manifest.table(table), try keeps() else { return }
+        var owner: String?
+        if let ownerColumn = spec.ownerColumn, let index = columns.firstIndex(of: ownerColumn) { owner = values[index].textValue }
+        let image = Self.image(columns: columns, values: values)
         var files: [(id: String, size: Int64, object: String?)] = []
         for column in spec.files {
             guard let index = columns.firstIndex(of: column.column), let file = values[index].textValue else { continue }
@@ -168,12 +202,12 @@ public struct Trash {
             files.append((file, row?[0].intValue ?? 0, row?[1].textValue))
             found.reset()
         }
-        var json = "["
+        var json = files.isEmpty ? "[]" : "["
         for (index, file) in files.enumerated() {
             if index > 0 { json += "," }
             json += "{\"id\":" + RecordedChanges.json(ids: [file.id]).dropFirst().dropLast() + ",\"size\":" + String(file.size) + "}"
         }
-        json += "]"
+        if !files.isEmpty { json += "]" }
         let insert = try prepared.insert ?? database.prepare("""
             INSERT INTO coven_trash (tbl, id, image, stamp, deleted_at, device, seq, audience, owner, parent_tbl, parent_id, files)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
@@ -183,9 +217,19 @@ public struct Trash {
             """)
         prepared.insert = insert
         insert.reset()
-        try insert.bind([SQLValue.text(table), .text(id), .blob(image), .text(stamp), .text(Self.time(of: stamp)), .text(writer),
-                         seq.map { SQLValue.integer($0) } ?? .null, .text(audience), owner.map { SQLValue.text($0) } ?? .null,
-                         parent.map { SQLValue.text($0.table) } ?? .null, parent.map { SQLValue.text($0.id) } ?? .null, .text(json)])
+        // One value at a time: no array of values made for each of a pull's 100,000 rows.
+        try insert.bind(.text(table), at: 1)
+        try insert.bind(.text(id), at: 2)
+        try insert.bind(.blob(image), at: 3)
+        try insert.bind(.text(stamp), at: 4)
+        try insert.bind(.text(Self.time(of: stamp)), at: 5)
+        try insert.bind(.text(writer), at: 6)
+        try insert.bind(seq.map { SQLValue.integer($0) } ?? .null, at: 7)
+        try insert.bind(.text(audience), at: 8)
+        try insert.bind(owner.map { SQLValue.text($0) } ?? .null, at: 9)
+        try insert.bind(parent.map { SQLValue.text($0.table) } ?? .null, at: 10)
+        try insert.bind(parent.map { SQLValue.text($0.id) } ?? .null, at: 11)
+        try insert.bind(.text(json), at: 12)
         try insert.runToEnd()
         // A table with no file column never has rows in coven_trash_files.
         guard !spec.files.isEmpty else { return }
@@ -200,6 +244,15 @@ public struct Trash {
         }
     }
 
+    /// A trashed row's image: its stored columns and values as one upsert entry whose table,
+    /// id and stamp are empty (the trash row holds them beside it).
+    static func image(columns: [String], values: [SQLValue]) -> [UInt8] {
+        var image: [UInt8] = []
+        image.reserveCapacity(64 + values.count * 16)
+        RowEntryCodec.encode([RowEntry(kind: .upsert, table: "", id: "", stamp: "", columns: columns, values: values)], into: &image)
+        return image
+    }
+
     /// The row whose delete in the same change took row (`table`, `values`) along: a parent
     /// through a foreign key to its id that `isDeleted` says the change deletes too.
     static func parent(of table: String, columns: [String], values: [SQLValue], graph: SchemaGraph,
@@ -209,6 +262,12 @@ public struct Trash {
             if isDeleted(edge.parent, id) { return (edge.parent, id) }
         }
         return nil
+    }
+
+    /// The tables whose delete can take a row along (``parent(of:columns:values:graph:isDeleted:)``):
+    /// those some table names as its parent by id. A write remembers its deletes of these only.
+    static func parentTables(_ graph: SchemaGraph) -> Set<String> {
+        Set(graph.parents.values.joined().filter { $0.parentColumn == "id" }.map(\.parent))
     }
 
     /// Forgets row `id` of `table`: it is here again (a write or a pull brought it back).
@@ -235,7 +294,8 @@ public struct Trash {
     /// as the last one and returned.
     func judgeMassDelete(writer: String, seq: Int64, deleted: [String: Int]) throws -> MassDelete? {
         let total = deleted.values.reduce(0, +)
-        guard total > 0 else { return nil }
+        // Without a trash (a window of 0) there is nothing to undo it with: no warning.
+        guard total > 0, try keeps() else { return nil }
         var mass = total >= Self.massRows
         if !mass {
             for (table, count) in deleted where count >= Self.quarterFloor {

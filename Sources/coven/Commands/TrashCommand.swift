@@ -25,8 +25,10 @@ struct TrashCommand: Command {
     TIME): their bytes no longer wait for the window, and the next 'coven gc' frees them; \
     prints how many rows were dropped. 'retention' prints the store's window; 'retention \
     DURATION' sets it (a number with a unit: 90d, 12h, 30m, 45s; a bare number is days), an \
-    admin's setting published at the next sync. A trashed row stays after the window until \
-    gc freed its bytes, so 'coven undelete' can say 'bytes_absent'.
+    admin's setting published at the next sync; 'retention 0' turns the trash off for the \
+    store (deletes are final, and gc frees bytes as soon as every device has seen the delete). \
+    A trashed row stays after the window until gc freed its bytes, so 'coven undelete' can say \
+    'bytes_absent'.
     """
     static let options: [OptionSpec] = [
         OptionSpec("table", value: "TABLE", help: "list only the rows of TABLE"),
@@ -128,13 +130,13 @@ struct TrashCommand: Command {
         return 0
     }
 
-    /// A duration: a whole number with a unit (d, h, m, s, w), or a bare number of days.
+    /// A duration: a whole number (0 or more) with a unit (d, h, m, s, w), or a bare number of days.
     static func parseDuration(_ text: String) -> Int64? {
         let units: [Character: Int64] = ["w": 604_800, "d": 86_400, "h": 3_600, "m": 60, "s": 1]
         guard let last = text.last else { return nil }
         let (digits, unit) = units[last].map { (String(text.dropLast()), $0) } ?? (text, 86_400)
         guard !digits.isEmpty, digits.allSatisfy(\.isASCII), digits.allSatisfy(\.isNumber), let number = Int64(digits),
-              number > 0, number <= Int64.max / unit else { return nil }
+              number >= 0, number <= Int64.max / unit else { return nil }
         return number * unit
     }
 

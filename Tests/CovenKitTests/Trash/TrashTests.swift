@@ -154,6 +154,52 @@ class TrashTests: DeviceTestCase {
         assertCovenError(.bytesAbsent) { try Undelete(a).rows(table: "covers", ids: [Self.cover]) }
     }
 
+    /// A window of 0 turns the trash off for the store: the devices that applied the setting
+    /// keep no deleted row, here or from a pull, and gc frees the bytes as soon as every device has seen the delete; rows trashed
+    /// before are past the window, and the next gc drops them. Its image, while kept, holds
+    /// the row's columns and values only (the trash row holds its table, id and stamp).
+    func testARetentionOfZeroKeepsNoTrash() throws {
+        let (a, b, _, object) = try albumWithCover()
+        try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.second)', 'kept before')")
+        _ = try StoreSync(a).sync()
+        try a.write(sql: "DELETE FROM albums WHERE id = '\(Self.second)'")
+        let entry = try XCTUnwrap(try RowEntryCodec.decode(XCTUnwrap(a.database.scalar("SELECT image FROM coven_trash").bytesValue)).first)
+        XCTAssertEqual([entry.table, entry.id, entry.stamp], ["", "", ""])
+        XCTAssertEqual(entry.value("title"), .text("kept before"))
+        try Trash(a).setRetention(0)
+        XCTAssertEqual(try Trash(a).retention(), 0)
+        XCTAssertEqual(try listed(a), [], "the row trashed before is past the window")
+        for device in [a, b, a] { _ = try StoreSync(device).sync() }
+        XCTAssertEqual(try Trash(b).retention(), 0, "b applied a's setting")
+        try b.write(sql: "DELETE FROM covers; DELETE FROM albums")
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_trash WHERE id IN ('\(Self.album)', '\(Self.cover)')"), 0, "a delete here keeps nothing")
+        for device in [b, a] { _ = try StoreSync(device).sync() }
+        XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_trash WHERE id IN ('\(Self.album)', '\(Self.cover)')"), 0, "nor does a pull")
+        XCTAssertEqual(try count(a, "SELECT count(*) FROM covers"), 0)
+        _ = try StoreSync(b).sync()
+        let report = try GarbageCollection(b).collectGarbage()
+        XCTAssertEqual(report.deleted.map(\.key), [object], "no window to wait for")
+        _ = try GarbageCollection(a).collectGarbage()
+        XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_trash"), 0, "gc dropped the row trashed before")
+        assertCovenError(.notFound) { try Undelete(a).rows(table: "covers", ids: [Self.cover]) }
+    }
+
+    /// Schema step 23 keeps every trashed row of step 21's table, keyed by (table, id) as before:
+    /// a second image of the same row replaces the first.
+    func testSchemaStep23KeepsTheTrashedRows() throws {
+        let raw = try Database(path: ":memory:", create: true)
+        for step in Schema.steps.prefix(22) { try step(raw) }
+        try raw.run("INSERT INTO coven_trash (tbl, id, image, stamp, deleted_at, device) VALUES ('notes', 'n1', x'00', 's1', 'd1', 'dev')")
+        try Schema.steps[22](raw)
+        XCTAssertEqual(try raw.scalar("SELECT tbl || '/' || id || '/' || stamp FROM coven_trash").textValue, "notes/n1/s1")
+        try raw.run("""
+            INSERT INTO coven_trash (tbl, id, image, stamp, deleted_at, device) VALUES ('notes', 'n1', x'00', 's2', 'd2', 'dev')
+            ON CONFLICT (tbl, id) DO UPDATE SET stamp = excluded.stamp
+            """)
+        XCTAssertEqual(try raw.scalar("SELECT group_concat(stamp) FROM coven_trash").textValue, "s2")
+        XCTAssertEqual(try raw.scalar("SELECT count(*) FROM sqlite_schema WHERE name IN ('coven_trash_row', 'coven_trash_parent')").intValue, 2)
+    }
+
     /// A mass delete applied by a pull is reported (and kept as the last one), and undelete
     /// --change brings every row back, on every device.
     func testAMassDeleteIsReportedAndUndeleteChangeBringsEveryRowBack() throws {
@@ -235,7 +281,7 @@ class TrashTests: DeviceTestCase {
         assertCovenError(.usage) { try Undelete(a).rows(table: "nope", ids: [Self.album]) }
         assertCovenError(.notFound) { try Undelete(a).rows(table: "albums", ids: [Self.album, Self.second]) }
         assertCovenError(.notFound) { try Undelete(a).change(device: b.deviceID, seq: 99) }
-        assertCovenError(.usage) { try Trash(a).setRetention(0) }
+        assertCovenError(.usage) { try Trash(a).setRetention(-1) }
         // A cover whose album is still deleted: its album comes back first.
         let orphan = assertCovenError(.invalidState) { try Undelete(a).rows(table: "covers", ids: [Self.cover]) }
         XCTAssertEqual(orphan?.details["parent"], Self.album)
