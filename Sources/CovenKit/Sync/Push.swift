@@ -75,7 +75,7 @@ extension StoreSync {
             }
             guard try freezeNextChange(keys: keys, fileEntries: &fileEntries) else { break }
         }
-        report.held = try Outbox(database: database).waiting(isStored: isUploaded).held
+        report.held = try Outbox(database: database).waiting(isStored: { try device.uploadQueue.isUploaded($0) }).held
         return report
     }
 
@@ -87,7 +87,7 @@ extension StoreSync {
             var held = false
             for pending in try outbox.oldest(bytes: Self.changeBytes) {
                 // A bound upload holds its write and every later one, in order.
-                if try pending.waitsFor.contains(where: { try !isUploaded($0) }) {
+                if try pending.waitsFor.contains(where: { try !device.uploadQueue.isUploaded($0) }) {
                     held = true
                     break
                 }

@@ -28,8 +28,4 @@ public struct StoreSync {
     var paths: DevicePaths { device.paths }
     var keys: Keyring { device.keys }
     var schemaVersion: (count: Int, digest: String) { device.schemaVersion }
-
-    func lock(wait: Bool) throws -> DeviceLock { try device.lock(wait: wait) }
-    func connectStorage() throws -> StorageProvider { try device.connectStorage() }
-    func isUploaded(_ object: String) throws -> Bool { try device.uploadQueue.isUploaded(object) }
 }

@@ -63,11 +63,11 @@ extension StoreSync {
     /// pull, push), under the device lock.
     public func sync(push: Bool = true, pull: Bool = true, wait: Bool = true, stop: Stop = Stop(),
                      progress: ((SyncProgress) -> Void)? = nil) throws -> SyncReport {
-        let lock = try self.lock(wait: wait)
+        let lock = try device.lock(wait: wait)
         defer { _ = lock }
         let cache = try SyncPageCache(database: database)
         defer { cache.restore() }
-        return try sync(provider: try connectStorage(), push: push, pull: pull, stop: stop, progress: progress)
+        return try sync(provider: try device.connectStorage(), push: push, pull: pull, stop: stop, progress: progress)
     }
 
     /// ``sync(push:pull:wait:stop:progress:)`` through `provider`, under the caller's lock.
@@ -134,9 +134,9 @@ extension StoreSync {
     ///   devices share (the error lists their ids); `.invalidState` for this device.
     @discardableResult
     public func removeDevice(_ device: String) throws -> DeviceRemoval {
-        let lock = try self.lock(wait: true)
+        let lock = try self.device.lock(wait: true)
         defer { _ = lock }
-        let provider = try connectStorage()
+        let provider = try self.device.connectStorage()
         _ = try keys.storeKey()
         try refreshDevices(provider: provider, keys: keys)
         let id: String
@@ -226,7 +226,7 @@ extension StoreSync {
     ///   parent that has not come back (it still may, as on the devices where it never left).
     @discardableResult
     public func dropLost(_ ids: [Int64]) throws -> [Int64] {
-        let lock = try self.lock(wait: true)
+        let lock = try device.lock(wait: true)
         defer { _ = lock }
         let known = Dictionary(try lostValues().map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
         for id in ids {
@@ -246,7 +246,7 @@ extension StoreSync {
     /// out for their parent that have not come back. Returns the ids forgotten.
     @discardableResult
     public func dropLost(before: Date?) throws -> [Int64] {
-        let lock = try self.lock(wait: true)
+        let lock = try device.lock(wait: true)
         defer { _ = lock }
         return try database.transaction { try SyncState(database: database).dropLost(ids: nil, before: before.map(Timestamp.iso8601)) }
     }
@@ -259,7 +259,7 @@ extension StoreSync {
     ///   has; `.bytesAbsent` for an image of a file record naming bytes nobody holds.
     @discardableResult
     public func restoreLost(_ id: Int64) throws -> String {
-        let lock = try self.lock(wait: true)
+        let lock = try device.lock(wait: true)
         defer { _ = lock }
         guard let lost = try lostValues().first(where: { $0.id == id }) else {
             throw CovenError(.notFound, "no lost value \(id)", hint: "'coven lost' lists them", details: ["lost": String(id)])
@@ -345,7 +345,7 @@ extension StoreSync {
         let details = ["lost": String(lost.id), "file": file]
         switch coordinates.at {
         case .stored:
-            guard try connectStorage().head(coordinates.object) == nil else { return }
+            guard try device.connectStorage().head(coordinates.object) == nil else { return }
             throw CovenError(.bytesAbsent, "lost value \(lost.id) names file '\(file)', whose stored bytes are gone", details: details)
         case .device:
             guard coordinates.device == deviceID else { return }
@@ -401,7 +401,7 @@ extension StoreSync {
     /// Stores this device's manifest as the store's (`manifest`, sealed), for the devices that
     /// join next: `coven migrate` calls it after migrating.
     public func publishManifest() throws {
-        let provider = try connectStorage()
+        let provider = try device.connectStorage()
         try DeviceSetup.publishManifest(manifest, provider: provider, keys: keys, replace: true)
     }
 }
