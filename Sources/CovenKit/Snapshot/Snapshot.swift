@@ -216,7 +216,7 @@ public struct Snapshots {
         defer { _ = lock }
         let provider = try connectStorage()
         _ = try keys.storeKey()
-        try StoreSync(device).refreshDevices(provider: provider, keys: keys)
+        try DeviceRegistry(device).refresh(provider: provider, keys: keys)
         try StoreSync(device).ensureSigningKey(provider: provider)
         let pushed = try StoreSync(device).push(provider: provider, keys: keys, stop: stop)
         try stop.check("the snapshot")

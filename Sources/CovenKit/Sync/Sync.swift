@@ -77,7 +77,7 @@ extension StoreSync {
         _ = try keys.storeKey()
         var report = SyncReport()
         // A device removed for good publishes nothing more.
-        let learned = try refreshDevices(provider: provider, keys: keys)
+        let learned = try DeviceRegistry(device).refresh(provider: provider, keys: keys)
         // New generations of the store's key (a member added or removed), read with this
         // device's member identity: one listing when there are none.
         try Members(device).refresh(provider: provider, retire: !learned.isEmpty)
@@ -138,7 +138,7 @@ extension StoreSync {
         defer { _ = lock }
         let provider = try self.device.connectStorage()
         _ = try keys.storeKey()
-        try refreshDevices(provider: provider, keys: keys)
+        try DeviceRegistry(self.device).refresh(provider: provider, keys: keys)
         let id: String
         if try database.queryOne("SELECT device FROM coven_device_registry WHERE device = ?1", [device]) != nil {
             id = device
