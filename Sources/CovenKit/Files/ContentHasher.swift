@@ -53,17 +53,7 @@ final class ContentHasher {
     /// the hint says.
     static func run(read: @escaping Reader, write: Writer?, sizeHint: Int64? = nil, progress: ((Int64) -> Void)?) throws -> ContentDigests {
         let whole = try SHA256()
-        // A small source expected whole in one block gets blocks its size (rounded up to whole
-        // chunks, plus one, so its end is seen without a second read), not 1 MiB: staging many
-        // small files then costs no more memory than their bytes. Blocks stay whole chunks, so
-        // a source that grows past its hint is still hashed in the right 64 KiB chunks.
-        let capacity: Int
-        if let sizeHint, sizeHint >= 0, sizeHint < Int64(blockSize) {
-            let chunk = ContentDigests.chunkSize
-            capacity = min(blockSize, (Int(sizeHint) / chunk + 1) * chunk)
-        } else {
-            capacity = blockSize
-        }
+        let capacity = blockCapacity(sizeHint: sizeHint)
         let blocks = [UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 4096),
                       UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 4096)]
         defer { blocks.forEach { $0.deallocate() } }
@@ -78,17 +68,13 @@ final class ContentHasher {
         let lanes = Lanes(whole: whole, write: write, read: read)
         repeat {
             let block = UnsafeRawBufferPointer(rebasing: blocks[current][0..<count])
-            let next = blocks[1 - current]
             let chunkCount = max(1, (count + ContentDigests.chunkSize - 1) / ContentDigests.chunkSize)
             let start = chunkHashes.count
             chunkHashes.append(contentsOf: repeatElement(0, count: chunkCount * 32))
             let isLast = count < capacity
-            let blockCount = count
             if isLast && total == 0 && chunkCount == 1 {
                 // A file of one chunk: its chunk hash is its whole-file hash, computed once.
-                chunkHashes.withUnsafeMutableBytes { hashes in
-                    SHA256.hash(block, into: hashes.baseAddress! + start)
-                }
+                hashChunks(block, into: &chunkHashes, at: start)
                 try write?(block)
                 total = Int64(count)
                 progress?(total)
@@ -97,53 +83,15 @@ final class ContentHasher {
             if isLast && count <= Self.inlineLimit {
                 // One short last block (a small file's only one): hashing it on this thread is
                 // cheaper than handing it to two.
-                chunkHashes.withUnsafeMutableBytes { hashes in
-                    guard let first = hashes.baseAddress else { return }
-                    let base = first + start
-                    for index in 0..<chunkCount {
-                        let lower = index * ContentDigests.chunkSize
-                        let upper = min(lower + ContentDigests.chunkSize, blockCount)
-                        SHA256.hash(UnsafeRawBufferPointer(rebasing: block[lower..<upper]), into: base + index * 32)
-                    }
-                }
+                hashChunks(block, into: &chunkHashes, at: start)
                 whole.update(block)
                 try write?(block)
                 total += Int64(count)
                 progress?(total)
                 break
             }
-            try chunkHashes.withUnsafeMutableBytes { hashes in
-                guard let first = hashes.baseAddress else { return }
-                let hashBase = SendablePointer(first + start)
-                let blockBase = SendableRawBuffer(block)
-                let nextBase = SendableMutableRawBuffer(next)
-                // Lane 0 hashes the whole file (and writes); lane 1 reads the next block and
-                // hashes the chunks, but for the last `handOver` of them, which lane 0 takes so
-                // that both lanes end together (reading costs lane 1 what writing costs lane 0).
-                let handOver = isLast ? 0 : min(state.handOver, chunkCount / 2)
-                DispatchQueue.concurrentPerform(iterations: 2) { lane in
-                    let started = DispatchTime.now().uptimeNanoseconds
-                    do {
-                        let chunks = lane == 0 ? (chunkCount - handOver)..<chunkCount : 0..<(chunkCount - handOver)
-                        if lane == 0 {
-                            lanes.whole.update(blockBase.buffer)
-                            try lanes.write?(blockBase.buffer)
-                        }
-                        for index in chunks {
-                            let lower = index * ContentDigests.chunkSize
-                            let upper = min(lower + ContentDigests.chunkSize, blockCount)
-                            SHA256.hash(UnsafeRawBufferPointer(rebasing: blockBase.buffer[lower..<upper]), into: hashBase.pointer + index * 32)
-                        }
-                        if lane == 1, !isLast { state.nextCount = try fill(nextBase.buffer, lanes.read) }
-                    } catch {
-                        state.record(error)
-                    }
-                    let took = DispatchTime.now().uptimeNanoseconds - started
-                    if lane == 0 { state.elapsed0 = took } else { state.elapsed1 = took }
-                }
-            }
-            if let error = state.error { throw error }
-            state.balance(chunkCount: chunkCount)
+            try hashOnTwoLanes(block, readingInto: blocks[1 - current], isLast: isLast, hashes: &chunkHashes, at: start,
+                               state: state, lanes: lanes)
             total += Int64(count)
             progress?(total)
             if isLast { break }
@@ -155,6 +103,71 @@ final class ContentHasher {
         // An empty file, or one ending exactly on a chunk boundary: hashes are already right for
         // the empty case (one chunk, SHA-256 of nothing); a full final block needs no extra chunk.
         return ContentDigests(size: total, content: whole.finish(), chunks: chunkHashes)
+    }
+
+    /// The size of each of the two blocks. A small source expected whole in one block gets
+    /// blocks its size (rounded up to whole chunks, plus one, so its end is seen without a
+    /// second read), not 1 MiB: staging many small files then costs no more memory than their
+    /// bytes. Blocks stay whole chunks, so a source that grows past its hint is still hashed in
+    /// the right 64 KiB chunks.
+    private static func blockCapacity(sizeHint: Int64?) -> Int {
+        guard let sizeHint, sizeHint >= 0, sizeHint < Int64(blockSize) else { return blockSize }
+        let chunk = ContentDigests.chunkSize
+        return min(blockSize, (Int(sizeHint) / chunk + 1) * chunk)
+    }
+
+    /// Hashes each 64 KiB chunk of `block` on this thread into `hashes` from byte `start`.
+    private static func hashChunks(_ block: UnsafeRawBufferPointer, into hashes: inout [UInt8], at start: Int) {
+        let chunkCount = max(1, (block.count + ContentDigests.chunkSize - 1) / ContentDigests.chunkSize)
+        hashes.withUnsafeMutableBytes { hashes in
+            guard let first = hashes.baseAddress else { return }
+            let base = first + start
+            for index in 0..<chunkCount {
+                let lower = index * ContentDigests.chunkSize
+                let upper = min(lower + ContentDigests.chunkSize, block.count)
+                SHA256.hash(UnsafeRawBufferPointer(rebasing: block[lower..<upper]), into: base + index * 32)
+            }
+        }
+    }
+
+    /// Hashes `block` on two lanes at once: lane 0 hashes the whole file (and writes); lane 1
+    /// reads the next block into `next` (unless `isLast`; its count is `state.nextCount`) and
+    /// hashes the chunks, but for the last `state.handOver` of them, which lane 0 takes so that
+    /// both lanes end together (reading costs lane 1 what writing costs lane 0). Throws the
+    /// first lane's error, after both ended.
+    private static func hashOnTwoLanes(_ block: UnsafeRawBufferPointer, readingInto next: UnsafeMutableRawBufferPointer, isLast: Bool,
+                                       hashes chunkHashes: inout [UInt8], at start: Int, state: PipelineState, lanes: Lanes) throws {
+        let blockCount = block.count
+        let chunkCount = max(1, (blockCount + ContentDigests.chunkSize - 1) / ContentDigests.chunkSize)
+        chunkHashes.withUnsafeMutableBytes { hashes in
+            guard let first = hashes.baseAddress else { return }
+            let hashBase = SendablePointer(first + start)
+            let blockBase = SendableRawBuffer(block)
+            let nextBase = SendableMutableRawBuffer(next)
+            let handOver = isLast ? 0 : min(state.handOver, chunkCount / 2)
+            DispatchQueue.concurrentPerform(iterations: 2) { lane in
+                let started = DispatchTime.now().uptimeNanoseconds
+                do {
+                    let chunks = lane == 0 ? (chunkCount - handOver)..<chunkCount : 0..<(chunkCount - handOver)
+                    if lane == 0 {
+                        lanes.whole.update(blockBase.buffer)
+                        try lanes.write?(blockBase.buffer)
+                    }
+                    for index in chunks {
+                        let lower = index * ContentDigests.chunkSize
+                        let upper = min(lower + ContentDigests.chunkSize, blockCount)
+                        SHA256.hash(UnsafeRawBufferPointer(rebasing: blockBase.buffer[lower..<upper]), into: hashBase.pointer + index * 32)
+                    }
+                    if lane == 1, !isLast { state.nextCount = try fill(nextBase.buffer, lanes.read) }
+                } catch {
+                    state.record(error)
+                }
+                let took = DispatchTime.now().uptimeNanoseconds - started
+                if lane == 0 { state.elapsed0 = took } else { state.elapsed1 = took }
+            }
+        }
+        if let error = state.error { throw error }
+        state.balance(chunkCount: chunkCount)
     }
 
     /// Reads until `buffer` is full or the source ends.

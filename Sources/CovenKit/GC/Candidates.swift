@@ -88,12 +88,18 @@ struct Candidates {
         try rows("WHERE object = ?1", [object])
     }
 
+    /// The candidates `tail` selects, read a row at a time (a page of 4,000 read whole as rows
+    /// first held 12 MiB at once).
     private func rows(_ tail: String, _ arguments: [SQLBindable]) throws -> [Candidate] {
-        try database.query("SELECT object, device, stamp, seq, why, files FROM coven_gc_candidates " + tail, arguments).map { row in
+        let statement = try database.prepare("SELECT object, device, stamp, seq, why, files FROM coven_gc_candidates " + tail)
+        try statement.bind(arguments)
+        var candidates: [Candidate] = []
+        while let row = try statement.next() {
             let files = (try? JSONSerialization.jsonObject(with: Data((row.string("files") ?? "[]").utf8))) as? [String] ?? []
-            return Candidate(object: row.string("object") ?? "", device: row.string("device") ?? "", stamp: row.string("stamp") ?? "",
-                             seq: row.int("seq"), why: CandidateReason(rawValue: row.string("why") ?? "") ?? .deleted, files: files)
+            candidates.append(Candidate(object: row.string("object") ?? "", device: row.string("device") ?? "", stamp: row.string("stamp") ?? "",
+                                        seq: row.int("seq"), why: CandidateReason(rawValue: row.string("why") ?? "") ?? .deleted, files: files))
         }
+        return candidates
     }
 
     /// Records the change of this device that published a candidate's write.

@@ -234,6 +234,17 @@ final class RowCapture {
         try database.scalar("SELECT EXISTS (SELECT 1 FROM temp.coven_capture_rows WHERE last_op = 'd' AND first_op <> 'i')").intValue == 1
     }
 
+    /// Whether the folded changes delete row `id` of `table` (a row the write did not insert):
+    /// a ``RecordedChange`` of operation `.delete` of ``foldedChanges(after:limit:fileColumns:)``.
+    func deletes(table: String, id: String) throws -> Bool {
+        let statement = try database.cached("""
+            SELECT 1 FROM temp.coven_capture_rows WHERE tbl = ?1 AND id = ?2 AND last_op = 'd' AND first_op <> 'i'
+            """)
+        try statement.bind([table, id])
+        defer { statement.reset() }
+        return try statement.next() != nil
+    }
+
     /// Up to `limit` changes of the folded rows (``fold()``) after position `pos`, in the order
     /// the write first touched the rows, each with its position to read on from. A row the
     /// write inserted and deleted is no change.

@@ -264,12 +264,6 @@ public struct Trash {
         return nil
     }
 
-    /// The tables whose delete can take a row along (``parent(of:columns:values:graph:isDeleted:)``):
-    /// those some table names as its parent by id. A write remembers its deletes of these only.
-    static func parentTables(_ graph: SchemaGraph) -> Set<String> {
-        Set(graph.parents.values.joined().filter { $0.parentColumn == "id" }.map(\.parent))
-    }
-
     /// Forgets row `id` of `table`: it is here again (a write or a pull brought it back).
     func forget(table: String, id: String) throws {
         try database.runCached("DELETE FROM coven_trash WHERE tbl = ?1 AND id = ?2", [table, id])

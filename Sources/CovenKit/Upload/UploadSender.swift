@@ -262,39 +262,10 @@ final class UploadSender {
 
     private func sendParts(_ claim: UploadClaim, source: UploadSource, key: FileKey, total: Int64) throws {
         let db = device.database
-        var uploadID = claim.uploadID
-        var partPlain = claim.partSize ?? settings.partSize
-        var confirmed: [Int: UploadedPart] = [:]
-        if let existing = uploadID {
-            // Resume: keep the parts both sides agree on.
-            do {
-                let remote = Dictionary(try provider.listParts(claim.object, uploadID: existing).map { ($0.number, $0) }) { a, _ in a }
-                for recorded in try device.uploadQueue.parts(claim.object) {
-                    if let part = remote[recorded.number], part.etag == recorded.etag, part.size == recorded.size {
-                        confirmed[recorded.number] = part
-                    }
-                }
-            } catch let error as CovenError where error.code == .missing {
-                uploadID = nil
-            }
-        }
-        if uploadID == nil {
-            partPlain = settings.partSize
-            confirmed = [:]
-            try stillWanted(claim.object)
-            abandonUnrecorded(claim.object, keeping: claim.uploadID)
-            let id = try provider.createMultipart(claim.object, totalSize: total, partSize: partPlain / ObjectLayout.chunkSize * ObjectLayout.sealedChunkSize)
-            let kept: Bool = try db.transaction {
-                try device.uploadQueue.startSession(claim.object, worker: worker.text, uploadID: id, partSize: partPlain)
-            }
-            guard kept else {
-                try? provider.abortMultipart(claim.object, uploadID: id)
-                throw UploadStop.leaseLost
-            }
-            uploadID = id
-        }
-        guard let uploadID else { throw CovenError(.internal, "no upload session") }
-        let chunksPerPart = max(1, partPlain / ObjectLayout.chunkSize)
+        let session = try resumeOrStartSession(claim, total: total)
+        let uploadID = session.uploadID
+        var confirmed = session.confirmed
+        let chunksPerPart = max(1, session.partPlain / ObjectLayout.chunkSize)
         try db.transaction {
             try device.uploadQueue.replaceParts(claim.object, with: confirmed.values.sorted { $0.number < $1.number })
         }
@@ -311,212 +282,61 @@ final class UploadSender {
         let partCount = Int((chunkCount + chunksPerPart - 1) / chunksPerPart)
         var done = confirmed.values.reduce(Int64(0)) { $0 + $1.size }
         progress(claim.object, done, total)
-
-        // A pipeline over the cores, with no barrier between parts: `sealerCount` threads each
-        // read a whole part straight into its buffer, check it chunk by chunk against the
-        // recorded hashes and seal it in place (a chunk still in the core's cache), one part
-        // after another; a sealed part goes out on a free lane of `laneCount` connections while
-        // the sealers go on with the next parts. The job thread only hands out parts and records
-        // them (its database work no longer holds up a core's sealing), and a sealer never waits
-        // for the other at a part's end. A part is recorded as soon as the provider confirms it,
-        // whatever the others do (one stalled part holds no other). Memory stays constant: to a
-        // local folder, where a send (a write) is quicker than a seal, a buffer per sealer and
-        // per lane, so a sealer never waits for the write of a part before it (1 GiB on tmpfs
-        // 1.29 → 1.22 s with three buffers against four); over a network, where sends are the
-        // slower stage, a buffer per lane and one more, sealed while the lanes send (a fourth
-        // took an S3 upload from 63 to 75 MiB, over the 64 MiB of --jobs 1).
-        let laneCount = providers.count
-        let sealerCount = max(1, min(ChunkRun.threads, laneCount))
-        let sealedCapacity = Int(chunksPerPart * ObjectLayout.sealedChunkSize + ObjectLayout.headerSize)
-        let bufferCount = provider is FileStorage ? sealerCount + laneCount : max(laneCount + 1, sealerCount)
-        let buffers = (0..<bufferCount).map { _ in UnsafeMutableRawBufferPointer.allocate(byteCount: sealedCapacity, alignment: 4096) }
-        defer { buffers.forEach { $0.deallocate() } }
-        let queues = (0..<laneCount).map { DispatchQueue(label: "coven.upload.send.\($0)") }
-        let boxes = providers.map { ProviderBox($0) }
-        let sealers = try (0..<sealerCount).map { _ in SealerBox(try ObjectSealer(key: key, lanes: 1), source: source) }
-        let sealQueues = (0..<sealerCount).map { DispatchQueue(label: "coven.upload.seal.\($0)") }
-        let finished = DispatchSemaphore(value: 0)
-        var sending: [PartSend] = []
-        var sealing: [PartSeal] = []
-        var sealed: [PartSeal] = []
-        var unrecorded: [PartSend] = []
-        var freeLanes = Array(0..<laneCount)
-        var freeSealers = Array(0..<sealerCount)
-        var freeBuffers = Array(0..<buffers.count)
-        var waiting = (1...max(1, partCount)).filter { confirmed[$0] == nil }.reversed() as [Int]
-
-        /// Frees a finished send's lane and buffer (the provider holds its bytes, or failed).
-        func release(_ send: PartSend) {
-            send.group.wait()
-            sending.removeAll { $0 === send }
-            freeLanes.append(send.lane)
-            freeBuffers.append(send.buffer)
-            unrecorded.append(send)
-        }
-
-        /// Records a send the provider confirmed (after ``release(_:)``).
-        func record(_ send: PartSend) throws {
-            unrecorded.removeAll { $0 === send }
-            let part = try send.result.get()
-            let stored: Bool = try db.transaction {
-                try device.uploadQueue.recordPart(claim.object, part, worker: worker.text, leaseUntil: Date().timeIntervalSince1970 + settings.lease)
-            }
-            guard stored else { throw UploadStop.leaseLost }
-            confirmed[part.number] = part
-            done += part.size
-            progress(claim.object, done, total)
-        }
-
-        /// Takes in every part sealed so far; a failed seal's error is thrown (its buffer freed).
-        func collectSealed() throws {
-            for seal in sealing where seal.group.wait(timeout: .now()) == .success {
-                sealing.removeAll { $0 === seal }
-                freeSealers.append(seal.sealer)
-                switch seal.result {
-                case .success:
-                    sealed.append(seal)
-                case .failure(let error):
-                    freeBuffers.append(seal.buffer)
-                    throw error
+        let waiting = (1...max(1, partCount)).filter { confirmed[$0] == nil }
+        let pipeline = try PartPipeline(
+            object: claim.object, uploadID: uploadID, source: source, key: key, chunksPerPart: chunksPerPart,
+            providers: providers, waiting: waiting,
+            stillWanted: { [self] in try stillWanted(claim.object) },
+            record: { [self] part in
+                let stored: Bool = try db.transaction {
+                    try device.uploadQueue.recordPart(claim.object, part, worker: worker.text, leaseUntil: Date().timeIntervalSince1970 + settings.lease)
                 }
-            }
-        }
-
-        /// Starts sealing parts while a sealer and a buffer are free; how many it started.
-        func startSealing() -> Int {
-            var started = 0
-            while let number = waiting.last, !freeSealers.isEmpty, !freeBuffers.isEmpty {
-                waiting.removeLast()
-                started += 1
-                let (chunks, offset) = Self.part(number, chunksPerPart: chunksPerPart, plaintextSize: source.size)
-                let seal = PartSeal(number: number, offset: offset, sealer: freeSealers.removeLast(), buffer: freeBuffers.removeLast())
-                let box = sealers[seal.sealer]
-                let buffer = SendableMutableRawBuffer(buffers[seal.buffer])
-                seal.group.enter()
-                sealQueues[seal.sealer].async {
-                    seal.result = Result { try box.seal(number: number, chunks: chunks, into: buffer.buffer) }
-                    seal.group.leave()
-                    finished.signal()
-                }
-                sealing.append(seal)
-            }
-            return started
-        }
-
-        /// Sends sealed parts while a lane is free.
-        func startSending() {
-            while !sealed.isEmpty, let lane = freeLanes.popLast() {
-                let seal = sealed.removeFirst()
-                let length = (try? seal.result.get()) ?? 0
-                let send = PartSend(number: seal.number, lane: lane, buffer: seal.buffer)
-                let box = boxes[lane]
-                let bytes = SendableRawBuffer(UnsafeRawBufferPointer(rebasing: buffers[seal.buffer][0..<length]))
-                let object = claim.object
-                let number = seal.number
-                let offset = seal.offset
-                send.group.enter()
-                queues[lane].async {
-                    send.result = Result { try box.provider.uploadPart(object, uploadID: uploadID, number: number, offset: offset, data: bytes.buffer) }
-                    send.group.leave()
-                    finished.signal()
-                }
-                sending.append(send)
-            }
-        }
-
-        do {
-            while true {
-                try collectSealed()
-                for send in sending where send.group.wait(timeout: .now()) == .success { release(send) }
-                // The sealers and lanes are kept busy first; the database's part comes after: a
-                // lease renewal (and check that the upload is still wanted) for each part started,
-                // before it can be sent, and the record of each part sent.
-                startSending()
-                for _ in 0..<startSealing() { try stillWanted(claim.object) }
-                for send in unrecorded { try record(send) }
-                if waiting.isEmpty && sealing.isEmpty && sealed.isEmpty && sending.isEmpty { break }
-                // Something is in flight (or a sealed part waits for a lane a send holds): each
-                // end signals once.
-                finished.wait()
-            }
-        } catch {
-            // Never free a buffer a sealer or a send still uses; keep what the provider confirmed.
-            for seal in sealing { seal.group.wait() }
-            sending.forEach(release)
-            for send in unrecorded {
-                do { try record(send) } catch { continue }
-            }
-            throw error
-        }
+                guard stored else { throw UploadStop.leaseLost }
+                confirmed[part.number] = part
+                done += part.size
+                progress(claim.object, done, total)
+            })
+        try pipeline.run()
         try db.execute("PRAGMA synchronous = FULL")
         try stillWanted(claim.object)
         let parts = confirmed.values.sorted { $0.number < $1.number }
         try provider.completeMultipart(claim.object, uploadID: uploadID, parts: parts)
     }
 
-}
-
-/// One part being sealed on a sealer's queue. @unchecked: `result` is written by the seal block
-/// before `group.leave()` and read only after `group.wait()`.
-private final class PartSeal: @unchecked Sendable {
-    let number: Int
-    let offset: Int64
-    let sealer: Int
-    let buffer: Int
-    let group = DispatchGroup()
-    /// The part's length in its buffer, once sealed.
-    var result: Result<Int, Error> = .failure(CovenError(.internal, "part not sealed"))
-    init(number: Int, offset: Int64, sealer: Int, buffer: Int) {
-        self.number = number
-        self.offset = offset
-        self.sealer = sealer
-        self.buffer = buffer
-    }
-}
-
-/// A sealer's own cipher and the upload's source, for its queue. @unchecked: a sealer seals one
-/// part at a time (the job thread starts a sealer's next part only after its last one ended),
-/// and the source is only read (`pread`, no shared offset).
-private final class SealerBox: @unchecked Sendable {
-    let sealer: ObjectSealer
-    let source: UploadSource
-    init(_ sealer: ObjectSealer, source: UploadSource) {
-        self.sealer = sealer
-        self.source = source
-    }
-
-    /// Part `number` (chunks `chunks`), read, checked and sealed into `buffer` (the object's
-    /// header first for part 1); its length.
-    func seal(number: Int, chunks: Range<Int64>, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
-        var length = 0
-        if number == 1 {
-            for (index, byte) in sealer.header.enumerated() { buffer[index] = byte }
-            length = sealer.header.count
+    /// The claim's multipart session: resumed with the parts both sides agree on, or (none
+    /// recorded, or storage no longer holds it) a new one, recorded before any part is sent.
+    private func resumeOrStartSession(
+        _ claim: UploadClaim, total: Int64
+    ) throws -> (uploadID: String, partPlain: Int64, confirmed: [Int: UploadedPart]) {
+        var uploadID = claim.uploadID
+        var partPlain = claim.partSize ?? settings.partSize
+        var confirmed: [Int: UploadedPart] = [:]
+        if let existing = uploadID {
+            // Resume: keep the parts both sides agree on.
+            do {
+                let remote = Dictionary(try provider.listParts(claim.object, uploadID: existing).map { ($0.number, $0) }) { a, _ in a }
+                for recorded in try device.uploadQueue.parts(claim.object) {
+                    if let part = remote[recorded.number], part.etag == recorded.etag, part.size == recorded.size {
+                        confirmed[recorded.number] = part
+                    }
+                }
+            } catch let error as CovenError where error.code == .missing {
+                uploadID = nil
+            }
         }
-        return length + (try source.sealRun(chunks, sealer: sealer, into: UnsafeMutableRawBufferPointer(rebasing: buffer[length...])))
+        if let uploadID { return (uploadID, partPlain, confirmed) }
+        partPlain = settings.partSize
+        try stillWanted(claim.object)
+        abandonUnrecorded(claim.object, keeping: claim.uploadID)
+        let id = try provider.createMultipart(claim.object, totalSize: total, partSize: partPlain / ObjectLayout.chunkSize * ObjectLayout.sealedChunkSize)
+        let kept: Bool = try device.database.transaction {
+            try device.uploadQueue.startSession(claim.object, worker: worker.text, uploadID: id, partSize: partPlain)
+        }
+        guard kept else {
+            try? provider.abortMultipart(claim.object, uploadID: id)
+            throw UploadStop.leaseLost
+        }
+        return (id, partPlain, [:])
     }
 }
 
-/// One part being sent on the send queue. @unchecked: `result` is written by the send block
-/// before `group.leave()` and read only after `group.wait()`.
-private final class PartSend: @unchecked Sendable {
-    let number: Int
-    let lane: Int
-    let buffer: Int
-    let group = DispatchGroup()
-    var result: Result<UploadedPart, Error> = .failure(CovenError(.internal, "part not sent"))
-    init(number: Int, lane: Int, buffer: Int) {
-        self.number = number
-        self.lane = lane
-        self.buffer = buffer
-    }
-}
-
-/// Hands a provider to its send lane. @unchecked: a provider is used by one send at a time
-/// (lanes take turns in order, and a lane's next send starts only after its previous one was
-/// waited for), and the job thread uses the first provider for control requests only while no
-/// send is in flight.
-private final class ProviderBox: @unchecked Sendable {
-    let provider: any StorageProvider
-    init(_ provider: any StorageProvider) { self.provider = provider }
-}

@@ -115,17 +115,6 @@ final class RecordedWrite {
         let deletes = try changes.hasDeletes()
         let trashHolds = try !trash.isEmpty()
         let graph = deletes ? try device.schemaGraph() : nil
-        // Only a table some row names as its parent can take rows along: its deletes alone are
-        // remembered (a library of 100,000 tracks deleted held 26 MiB of keys for nothing).
-        let parents = graph.map(Trash.parentTables) ?? []
-        var deleted: Set<String> = []
-        if !parents.isEmpty {
-            try changes.forEachBatch(oldFiles: false) { batch in
-                for change in batch where change.operation == .delete && parents.contains(change.table) {
-                    deleted.insert(change.table + "\u{0}" + change.id)
-                }
-            }
-        }
         // Rows the write moved to another audience leave the old one first (AudienceMoves).
         for retract in try AudienceMoves.retracts(in: database, stamp: stamp) {
             piece.add(retract)
@@ -170,9 +159,13 @@ final class RecordedWrite {
                         let audience = deletedAudiences[change.table]?[change.id] ?? RowAudiences.store
                         try tombstones.set(table: change.table, id: change.id, stamp: stamp, audience: audience)
                         if let graph, let image = try capture.image(table: change.table, id: change.id) {
+                            // Whether the write deleted the parent too: asked of the folded
+                            // changes, not of a set of every row deleted (26 MiB at 100,000).
+                            var failure: Error?
                             let parent = Trash.parent(of: change.table, columns: image.columns, values: image.values, graph: graph) {
-                                deleted.contains($0 + "\u{0}" + $1)
+                                do { return try capture.deletes(table: $0, id: $1) } catch { failure = error; return false }
                             }
+                            if let failure { throw failure }
                             try trash.record(table: change.table, id: change.id, columns: image.columns, values: image.values, stamp: stamp,
                                              writer: device.deviceID, seq: nil, audience: audience, parent: parent)
                         }

@@ -1,0 +1,116 @@
+import CLinux
+import Foundation
+
+// MARK: - file:// provider: folders, temporary files, writes and syncs (POSIX calls)
+
+extension FileStorage {
+    static func temporaryName() -> String {
+        temporaryPrefix + SecureRandom.nonce(8).hex
+    }
+
+    /// Creates the folders of `folder` below the store directory (never the directory itself),
+    /// fsyncing each parent that gained an entry.
+    func makeFolders(_ folder: String, key: String?) throws {
+        guard folder.count > directory.count, folder.hasPrefix(directory + "/") else { return }
+        var info = stat()
+        if stat(folder, &info) == 0, info.st_mode & S_IFMT == S_IFDIR { return }
+        let relative = folder.dropFirst(directory.count + 1).split(separator: "/")
+        var current = directory
+        for segment in relative {
+            let next = current + "/" + segment
+            if mkdir(next, 0o755) == 0 {
+                try syncFolder(current, key: key)
+            } else {
+                let code = errno
+                guard code == EEXIST else {
+                    if code == ENOENT, current == directory { try checkRoot() }
+                    throw failure("create folder for", key: key, path: next, errno: code)
+                }
+            }
+            current = next
+        }
+    }
+
+    /// Folders fsynced by every file:// provider of this process so far: what a test counts to
+    /// see a batch of objects pay one folder sync, not one an object.
+    static var folderSyncs: Int { folderSyncCount.withLock { $0 } }
+    private static let folderSyncCount = LockedCount()
+
+    /// fsyncs a folder so a rename or a new entry in it survives a crash.
+    func syncFolder(_ folder: String, key: String?) throws {
+        Self.folderSyncCount.withLock { $0 += 1 }
+        let fd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw failure("open folder of", key: key, path: folder, errno: errno) }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw failure("sync folder of", key: key, path: folder, errno: errno) }
+    }
+
+    /// Writes every byte at `offset` (or the file position when nil), resuming on EINTR and
+    /// short writes.
+    func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, offset: Int64?, key: String?, path: String) throws {
+        guard var base = bytes.baseAddress else { return }
+        var remaining = bytes.count
+        var position = offset
+        while remaining > 0 {
+            let written: Int
+            if let at = position {
+                written = pwrite(fd, base, remaining, off_t(at))
+            } else {
+                written = write(fd, base, remaining)
+            }
+            if written < 0 {
+                if errno == EINTR, !Stop.signalled { continue }
+                throw failure("write", key: key, path: path, errno: errno)
+            }
+            remaining -= written
+            base += written
+            position = position.map { $0 + Int64(written) }
+        }
+    }
+
+    /// Writes `bytes` to a new temporary file in `folder`, fsynced (unless `syncing` is false:
+    /// a batch's, synced by ``makeDurable(_:)`` before it is renamed) and closed; returns its path.
+    func writeTemporary(_ bytes: UnsafeRawBufferPointer, in folder: String, key: String?, syncing: Bool = true) throws -> String {
+        let temporary = folder + "/" + Self.temporaryName()
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw failure("write", key: key, path: temporary, errno: errno) }
+        do {
+            try writeAll(fd, bytes, offset: nil, key: key, path: temporary)
+            guard !syncing || fsync(fd) == 0 else { throw failure("sync", key: key, path: temporary, errno: errno) }
+        } catch {
+            close(fd)
+            unlink(temporary)
+            throw error
+        }
+        guard close(fd) == 0 else {
+            let code = errno
+            unlink(temporary)
+            throw failure("write", key: key, path: temporary, errno: code)
+        }
+        return temporary
+    }
+
+    /// Replaces `path` with `bytes` atomically: temporary file, fsync, rename, then (unless
+    /// `syncingFolder` is false, when the caller syncs it later) fsync the folder.
+    func replaceFile(_ path: String, with bytes: UnsafeRawBufferPointer, key: String?, syncingFolder: Bool = true) throws {
+        let folder = Self.parent(of: path)
+        let temporary = try writeTemporary(bytes, in: folder, key: key)
+        guard rename(temporary, path) == 0 else {
+            let code = errno
+            unlink(temporary)
+            throw failure("write", key: key, path: path, errno: code)
+        }
+        if syncingFolder { try syncFolder(folder, key: key) }
+    }
+}
+
+/// A count under a lock. @unchecked: `value` is read and written under `lock` only.
+final class LockedCount: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = 0
+    func withLock<T>(_ body: (inout Int) -> T) -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&value)
+    }
+}
