@@ -22,6 +22,8 @@ final class RecordedWrite {
 
     private let capture: RowCapture
     private let fileColumns: [String: [String]]
+    /// The stored columns of each table whose images the write read (``columns(_:)``).
+    private var columnsOf: [String: [String]] = [:]
 
     /// The tables a write records: the manifest's synced tables and `coven_files`, each with
     /// the columns whose old values the capture keeps: its file columns, the owner column of
@@ -92,14 +94,6 @@ final class RecordedWrite {
         let changes = try changes()
         let database = device.database
         try stampAfterWhatItChanged()
-        var columnsOf: [String: [String]] = [:]
-        func columns(_ table: String) throws -> [String] {
-            if let known = columnsOf[table] { return known }
-            // Generated columns (hidden 2 and 3) are never published: each device computes them.
-            let names = try database.storedColumns(table)
-            columnsOf[table] = names
-            return names
-        }
         let outbox = Outbox(database: database)
         let tombstones = Tombstones(database: database)
         var piece = Outbox.Piece()
@@ -132,23 +126,7 @@ final class RecordedWrite {
             try changes.forEachBatch(oldFiles: false) { all in
                 let batch = all.filter { recordFirst($0) == pass }
                 guard !batch.isEmpty else { return }
-                var images: [String: [String: [SQLValue]]] = [:]
-                var idsByTable: [String: [String]] = [:]
-                for change in batch where change.operation != .delete { idsByTable[change.table, default: []].append(change.id) }
-                for (table, ids) in idsByTable {
-                    let names = try columns(table)
-                    let list = names.map(RowCapture.quote).joined(separator: ", ")
-                    // A file record no row names is written as its image (FileRecords' register).
-                    let sources = table == "coven_files" ? ["coven_files", "coven_deleted_files"] : [table]
-                    for source in sources {
-                        let statement = try database.prepare("SELECT \(list) FROM main.\(RowCapture.quote(source)) WHERE id IN (SELECT value FROM json_each(?1))")
-                        try statement.bind([RecordedChanges.json(ids: ids)])
-                        while let row = try statement.next() {
-                            guard let id = row["id"].textValue, images[table]?[id] == nil else { continue }
-                            images[table, default: [:]][id] = row.values
-                        }
-                    }
-                }
+                let images = try self.images(of: batch)
                 for change in batch {
                     let entry: RowEntry
                     if change.operation != .delete, let values = images[change.table]?[change.id] {
@@ -158,17 +136,7 @@ final class RecordedWrite {
                         entry = RowEntry(kind: .delete, table: change.table, id: change.id, stamp: stamp)
                         let audience = deletedAudiences[change.table]?[change.id] ?? RowAudiences.store
                         try tombstones.set(table: change.table, id: change.id, stamp: stamp, audience: audience)
-                        if let graph, let image = try capture.image(table: change.table, id: change.id) {
-                            // Whether the write deleted the parent too: asked of the folded
-                            // changes, not of a set of every row deleted (26 MiB at 100,000).
-                            var failure: Error?
-                            let parent = Trash.parent(of: change.table, columns: image.columns, values: image.values, graph: graph) {
-                                do { return try capture.deletes(table: $0, id: $1) } catch { failure = error; return false }
-                            }
-                            if let failure { throw failure }
-                            try trash.record(table: change.table, id: change.id, columns: image.columns, values: image.values, stamp: stamp,
-                                             writer: device.deviceID, seq: nil, audience: audience, parent: parent)
-                        }
+                        if let graph { try trashDeleted(change, audience: audience, graph: graph, trash: trash) }
                     }
                     piece.add(entry)
                     recorded += 1
@@ -181,6 +149,51 @@ final class RecordedWrite {
         }
         if piece.count > 0 { try outbox.append(piece, stamp: stamp, waitsFor: waitsFor) }
         return recorded
+    }
+
+    /// The stored columns of `table` (generated columns, hidden 2 and 3, are never published:
+    /// each device computes them), read once per write.
+    private func columns(_ table: String) throws -> [String] {
+        if let known = columnsOf[table] { return known }
+        let names = try device.database.storedColumns(table)
+        columnsOf[table] = names
+        return names
+    }
+
+    /// The row images of the rows `batch` inserts or updates, by table and id: read table by
+    /// table, a batch of ids at a time. A file record no row names is written as its image
+    /// (FileRecords' register).
+    private func images(of batch: [RecordedChange]) throws -> [String: [String: [SQLValue]]] {
+        var images: [String: [String: [SQLValue]]] = [:]
+        var idsByTable: [String: [String]] = [:]
+        for change in batch where change.operation != .delete { idsByTable[change.table, default: []].append(change.id) }
+        for (table, ids) in idsByTable {
+            let list = try columns(table).map(RowCapture.quote).joined(separator: ", ")
+            let sources = table == "coven_files" ? ["coven_files", "coven_deleted_files"] : [table]
+            for source in sources {
+                let statement = try device.database.prepare("SELECT \(list) FROM main.\(RowCapture.quote(source)) WHERE id IN (SELECT value FROM json_each(?1))")
+                try statement.bind([RecordedChanges.json(ids: ids)])
+                while let row = try statement.next() {
+                    guard let id = row["id"].textValue, images[table]?[id] == nil else { continue }
+                    images[table, default: [:]][id] = row.values
+                }
+            }
+        }
+        return images
+    }
+
+    /// Puts the last image of a row the write deleted in the trash, with the row whose delete
+    /// took it along. Whether the write deleted the parent too is asked of the folded changes,
+    /// not of a set of every row deleted (26 MiB at 100,000).
+    private func trashDeleted(_ change: RecordedChange, audience: String, graph: SchemaGraph, trash: Trash) throws {
+        guard let image = try capture.image(table: change.table, id: change.id) else { return }
+        var failure: Error?
+        let parent = Trash.parent(of: change.table, columns: image.columns, values: image.values, graph: graph) {
+            do { return try capture.deletes(table: $0, id: $1) } catch { failure = error; return false }
+        }
+        if let failure { throw failure }
+        try trash.record(table: change.table, id: change.id, columns: image.columns, values: image.values, stamp: stamp,
+                         writer: device.deviceID, seq: nil, audience: audience, parent: parent)
     }
 }
 
