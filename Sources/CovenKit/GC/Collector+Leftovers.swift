@@ -108,15 +108,7 @@ extension Collector {
                 for row in rows where hold == nil {
                     hold = try holdBack(object: object, files: files, writer: row.device, seq: row.seq ?? Int64.max)
                 }
-                if let (reason, devices, detail) = hold {
-                    report.kept.append(.init(key: object, kind: .file, reason: reason, devices: devices, detail: detail))
-                    continue
-                }
-                // The proof says the object may go; the trash's window says when.
-                if let until = try trash.holds(object: object) {
-                    report.kept.append(.init(key: object, kind: .file, reason: .trash, detail: trashDetail.text(until: until)))
-                    continue
-                }
+                if try keeps(object, hold: hold, trash: trash, into: &report) { continue }
                 deletable.append(object)
             }
             try delete(deletable, kind: .file, into: &report) { object in

@@ -110,6 +110,21 @@ struct Collector {
         retained = readable.prefix(2).map(\.info) + unknown
     }
 
+    /// Whether `object`, which no record names, stays, named in the report: held back by the
+    /// proof (`hold`, from ``holdBack(object:files:writer:seq:)``), or, the proof letting it go,
+    /// by the trash's window, which says when.
+    func keeps(_ object: String, hold: (GCReport.KeepReason, [String], String?)?, trash: Trash, into report: inout GCReport) throws -> Bool {
+        if let (reason, devices, detail) = hold {
+            report.kept.append(.init(key: object, kind: .file, reason: reason, devices: devices, detail: detail))
+            return true
+        }
+        if let until = try trash.holds(object: object) {
+            report.kept.append(.init(key: object, kind: .file, reason: .trash, detail: trashDetail.text(until: until)))
+            return true
+        }
+        return false
+    }
+
     /// Why the bytes of `object` must stay, judged for a write of `writer`'s change `seq` (0:
     /// no write of any device is known to have ended a record naming it): nil when nothing
     /// holds them.
@@ -216,15 +231,7 @@ struct Collector {
                     }
                 }
                 if named { continue }
-                if let (reason, devices, detail) = hold {
-                    report.kept.append(.init(key: object, kind: .file, reason: reason, devices: devices, detail: detail))
-                    continue
-                }
-                // The proof says the object may go; the trash's window says when.
-                if let until = try trash.holds(object: object) {
-                    report.kept.append(.init(key: object, kind: .file, reason: .trash, detail: trashDetail.text(until: until)))
-                    continue
-                }
+                if try keeps(object, hold: hold, trash: trash, into: &report) { continue }
                 deletable.append(object)
             }
             try delete(deletable, kind: .file, into: &report) { object in
