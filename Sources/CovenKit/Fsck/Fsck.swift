@@ -192,9 +192,9 @@ public final class Fsck {
         try ledger.forgetUnnamedObjects()
         try loadKnownDamage()
         if !options.fast {
-            try checkSnapshots(provider: provider, keys: keys)
+            try checkSnapshots(provider: provider)
         }
-        try checkChanges(provider: provider, keys: keys)
+        try checkChanges(provider: provider)
         try checkListings(provider: provider)
         if !options.fast {
             try verifyObjects(given: given)
@@ -203,7 +203,7 @@ public final class Fsck {
         reportKnownDamage()
         if options.repair {
             try repairObjects(provider: provider)
-            try repairChanges(provider: provider, keys: keys)
+            try repairChanges(provider: provider)
         }
         try findLostFiles()
         try summarize()
@@ -233,7 +233,8 @@ public final class Fsck {
 
     // MARK: Snapshots
 
-    private func checkSnapshots(provider: StorageProvider, keys: Keyring) throws {
+    private func checkSnapshots(provider: StorageProvider) throws {
+        let keys = device.keys
         tell("snapshots")
         report.listings += 1
         let listed = try provider.list(prefix: "snapshots/")

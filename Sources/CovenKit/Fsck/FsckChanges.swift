@@ -44,7 +44,8 @@ extension Fsck {
         return seqs.sorted()
     }
 
-    func checkChanges(provider: StorageProvider, keys: Keyring) throws {
+    func checkChanges(provider: StorageProvider) throws {
+        let keys = device.keys
         tell("changes")
         let devices = try device.database.query("SELECT device, applied_seq, gone FROM coven_device_registry ORDER BY device")
         for row in devices {
@@ -136,12 +137,13 @@ extension Fsck {
     }
 
     /// Publishes this device's damaged or missing changes again, through ``ChangeDamage``.
-    func repairChanges(provider: StorageProvider, keys: Keyring) throws {
+    func repairChanges(provider: StorageProvider) throws {
+        let keys = device.keys
         guard !ownDamaged.isEmpty else { return }
         tell("repair")
         let damage = ChangeDamage(device: device)
         for seq in ownDamaged { try damage.noteReport(seq: seq) }
-        let (republished, _) = try damage.republish(provider: provider, keys: keys)
+        let (republished, _) = try damage.republish(provider: provider)
         for seq in republished {
             let path = ChangeObject.path(device: device.deviceID, seq: UInt64(seq))
             // Checked again before it counts as mended.

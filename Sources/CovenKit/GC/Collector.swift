@@ -4,7 +4,7 @@ import Foundation
 struct Collector {
     let device: Device
     let provider: StorageProvider
-    let keys: Keyring
+    var keys: Keyring { device.keys }
     let dryRun: Bool
     /// Told of each delete once confirmed.
     let confirmed: ((_ deleted: GCReport.Deleted, _ gone: Bool) -> Void)?
@@ -26,16 +26,16 @@ struct Collector {
     /// The newest two snapshots this device can read the coverage of, and those it cannot.
     private(set) var retained: [SnapshotInfo] = []
     /// The object lists of retained snapshots, read when a candidate needs one.
-    let snapshotObjects = SnapshotObjects()
+    let snapshotObjects: SnapshotObjects
     /// Why the trash keeps an object, one text for every object its window keeps until the same
     /// time (a mass delete's 100,000 objects share one).
     let trashDetail = TrashDetail()
 
-    init(device: Device, provider: StorageProvider, keys: Keyring, dryRun: Bool,
+    init(device: Device, provider: StorageProvider, dryRun: Bool,
          confirmed: ((_ deleted: GCReport.Deleted, _ gone: Bool) -> Void)? = nil) {
         self.device = device
         self.provider = provider
-        self.keys = keys
+        self.snapshotObjects = SnapshotObjects(provider: provider, keys: device.keys)
         self.dryRun = dryRun
         self.confirmed = confirmed
     }
@@ -149,7 +149,7 @@ struct Collector {
         for snapshot in retained where seq == 0 || (snapshot.coverage?[writer] ?? 0) < seq {
             guard snapshot.coverage != nil else { return (.snapshot, [], snapshot.key) }
             do {
-                if try snapshotObjects.of(snapshot, provider: provider, keys: keys).contains(object) {
+                if try snapshotObjects.of(snapshot).contains(object) {
                     return (.snapshot, [], snapshot.key)
                 }
             } catch let error as CovenError {
@@ -302,9 +302,16 @@ struct Collector {
 
 /// The object lists of the snapshots one gc pass reads, each read once.
 final class SnapshotObjects {
+    let provider: StorageProvider
+    let keys: Keyring
     var lists: [String: Result<Set<String>, CovenError>] = [:]
 
-    func of(_ snapshot: SnapshotInfo, provider: StorageProvider, keys: Keyring) throws -> Set<String> {
+    init(provider: StorageProvider, keys: Keyring) {
+        self.provider = provider
+        self.keys = keys
+    }
+
+    func of(_ snapshot: SnapshotInfo) throws -> Set<String> {
         if let known = lists[snapshot.key] { return try known.get() }
         let result: Result<Set<String>, CovenError>
         do {

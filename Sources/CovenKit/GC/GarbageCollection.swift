@@ -44,9 +44,9 @@ public struct GarbageCollection {
         var report = GCReport()
         report.dryRun = dryRun
         // One listing of devices/ serves the whole pass.
-        report.pulled = try StoreSync(device).sync(provider: provider, push: !dryRun, pull: true, stop: stop).pulled.changes
+        report.pulled = try StoreSync(device, storage: provider).syncLocked(push: !dryRun, pull: true, stop: stop).pulled.changes
         try stop.check("gc")
-        var collector = Collector(device: device, provider: provider, keys: device.keys, dryRun: dryRun, confirmed: confirmed)
+        var collector = Collector(device: device, provider: provider, dryRun: dryRun, confirmed: confirmed)
         // Rows past the window that keep no bytes leave the trash (those whose bytes this pass
         // frees stay until the next, so undelete can say so).
         if !dryRun { try device.database.transaction { try Trash(device).expire() } }

@@ -261,7 +261,7 @@ public struct Circles {
         let identity = try Members(device).identity()
         guard let own = try Members(device).memberID() else { throw CovenError(.internal, "a member identity without its member") }
         let provider = try device.connectStorage()
-        try DeviceRegistry(device).refresh(provider: provider, keys: device.keys)
+        try DeviceRegistry(device).refresh(provider: provider)
         try Members(device).refresh(provider: provider)
         try refresh(provider: provider)
         if try list().contains(where: { $0.name == name && $0.isMember }) {
@@ -350,7 +350,7 @@ public struct Circles {
         let identity = try Members(device).identity()
         let own = try Members(device).memberID()
         let provider = try device.connectStorage()
-        try DeviceRegistry(device).refresh(provider: provider, keys: device.keys)
+        try DeviceRegistry(device).refresh(provider: provider)
         try Members(device).refresh(provider: provider)
         try refresh(provider: provider)
         let target = try resolve(circle)

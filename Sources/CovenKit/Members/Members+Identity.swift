@@ -66,7 +66,7 @@ extension Members {
     /// ``adopt(identityAt:)`` under the caller's lock (a join holds the device).
     @discardableResult
     func adopt(_ identity: MemberIdentity, provider: StorageProvider) throws -> Member {
-        try DeviceRegistry(device).refresh(provider: provider, keys: device.keys, rereadUnvouched: true)
+        try DeviceRegistry(device).refresh(provider: provider, rereadUnvouched: true)
         guard let state = try storeChain(provider: provider).read(identity: identity), let newest = state.newest, state.unreadable.isEmpty,
               let me = newest.generation.roster.first(where: { $0.recipient == identity.recipient }) else {
             throw CovenError(.notFound, "that identity is not a member of this store's newest roster (never added, removed, or its keys replaced since)",

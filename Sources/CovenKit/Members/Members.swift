@@ -92,7 +92,7 @@ public struct Members {
         }
         let provider = try device.connectStorage()
         // Every device of the store becomes the owner's: know them all first.
-        try DeviceRegistry(device).refresh(provider: provider, keys: device.keys)
+        try DeviceRegistry(device).refresh(provider: provider)
         let chain = try storeChain(provider: provider)
         guard try chain.generations().isEmpty else {
             // A run of this device that published generation 1 and was killed before it
@@ -262,7 +262,7 @@ public struct Members {
                 try SyncState(database: device.database).setMemberSignature(id, member: member, signature: signature)
                 continue
             }
-            _ = try StoreSync(device).markGone(id, provider: provider)
+            _ = try StoreSync(device, storage: provider).markGone(id)
             retired.append(id)
         }
         return retired
@@ -392,7 +392,7 @@ public struct Members {
         let provider = try device.connectStorage()
         let gone = { () throws -> Set<String> in Set(try self.device.database.query("SELECT device FROM coven_device_registry WHERE gone = 1").compactMap { $0.string("device") }) }
         let before = try gone()
-        try DeviceRegistry(device).refresh(provider: provider, keys: device.keys)
+        try DeviceRegistry(device).refresh(provider: provider)
         // A removal stopped after its generation was learned here finishes now: its devices
         // gone, and its circles given new generations without it.
         try refresh(provider: provider, retire: true)
@@ -447,7 +447,7 @@ public struct Members {
         let provider = try device.connectStorage()
         let gone = { () throws -> Set<String> in Set(try self.device.database.query("SELECT device FROM coven_device_registry WHERE gone = 1").compactMap { $0.string("device") }) }
         let before = try gone()
-        try DeviceRegistry(device).refresh(provider: provider, keys: device.keys)
+        try DeviceRegistry(device).refresh(provider: provider)
         let nextPath = device.paths.memberIdentity + ".next"
         let next: MemberIdentity
         if FileManager.default.fileExists(atPath: nextPath) {

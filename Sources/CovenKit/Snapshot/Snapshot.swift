@@ -216,9 +216,10 @@ public struct Snapshots {
         defer { _ = lock }
         let provider = try connectStorage()
         _ = try keys.storeKey()
-        try DeviceRegistry(device).refresh(provider: provider, keys: keys)
-        try StoreSync(device).ensureSigningKey(provider: provider)
-        let pushed = try StoreSync(device).push(provider: provider, keys: keys, stop: stop)
+        try DeviceRegistry(device).refresh(provider: provider)
+        let sync = StoreSync(device, storage: provider)
+        try sync.ensureSigningKey()
+        let pushed = try sync.push(stop: stop)
         try stop.check("the snapshot")
 
         // tmp/snapshot-<pid>-<name>.*: a kill leaves them to the next open's sweep.

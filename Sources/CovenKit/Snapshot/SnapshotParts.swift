@@ -10,11 +10,12 @@ import Foundation
 ///   opened (else the part would miss rows): nothing of a circle reaches the store's part.
 /// - A device that has sections of a circle it could not open, and holds that circle's key now
 ///   (it joined from a snapshot, or its member was added to the circle), reads the newest part
-///   of that circle first (``reopen(provider:keys:authorizer:stop:)``): its rows are applied
+///   of that circle first (``reopen(provider:authorizer:stop:)``): its rows are applied
 ///   by last writer wins as a change of the snapshotting device would be, and the sections
 ///   the part covers count as opened. Only the sections past it are fetched from changes.
 struct SnapshotParts {
     let device: Device
+    private var keys: Keyring { device.keys }
     var database: Database { device.database }
 
     /// `snapshots/<device>-<seq>.<circle>`.
@@ -125,7 +126,7 @@ struct SnapshotParts {
     /// For each circle with sections this device could not open and whose key it holds now,
     /// applies the newest part of that circle it can open (one listing of `snapshots/`) and
     /// marks the sections that part covers opened.
-    func reopen(provider: StorageProvider, keys: Keyring, authorizer: any ChangeAuthorizer, stop: Stop) throws -> Reopened {
+    func reopen(provider: StorageProvider, authorizer: any ChangeAuthorizer, stop: Stop) throws -> Reopened {
         var result = Reopened()
         // Circles with a section this device can open now (a key of its generation held).
         var waiting: Set<String> = []
@@ -145,7 +146,7 @@ struct SnapshotParts {
             var candidates: [(info: ObjectInfo, manifest: SnapshotManifest, key: FileKey)] = []
             for info in byCircle[circle] ?? [] {
                 do {
-                    let (manifest, key) = try peek(provider: provider, info: info, keys: keys, circle: circle)
+                    let (manifest, key) = try peek(provider: provider, info: info, circle: circle)
                     candidates.append((info, manifest, key))
                 } catch let error as CovenError where error.code == .keyUnavailable {
                     continue  // sealed under a generation this member never held
@@ -157,7 +158,7 @@ struct SnapshotParts {
             for candidate in candidates {
                 try stop.check("the sync")
                 do {
-                    let applied = try apply(candidate.info, manifest: candidate.manifest, key: candidate.key, provider: provider, keys: keys, authorizer: authorizer)
+                    let applied = try apply(candidate.info, manifest: candidate.manifest, key: candidate.key, provider: provider, authorizer: authorizer)
                     result.parts += 1
                     result.entries += applied.entries
                     result.sections += applied.sections
@@ -172,7 +173,7 @@ struct SnapshotParts {
 
     /// The manifest of part `info` of `circle`, and the key that opens it, from its first
     /// chunk. - Throws: `.keyUnavailable` when this device holds no key of its generation.
-    private func peek(provider: StorageProvider, info: ObjectInfo, keys: Keyring, circle: String) throws -> (SnapshotManifest, FileKey) {
+    private func peek(provider: StorageProvider, info: ObjectInfo, circle: String) throws -> (SnapshotManifest, FileKey) {
         let first = try DeviceSetup.firstChunk(provider: provider, info: info)
         // Which generation: the part's own manifest says, inside; try the keys held, newest first.
         let generations = try keys.generations(audience: circle)
@@ -194,7 +195,7 @@ struct SnapshotParts {
     /// Downloads part `info`, applies its rows, file records and tombstones as entries of a
     /// change of the snapshotting device (a batch per transaction), then marks the sections of
     /// the circle it covers opened.
-    private func apply(_ info: ObjectInfo, manifest: SnapshotManifest, key: FileKey, provider: StorageProvider, keys: Keyring,
+    private func apply(_ info: ObjectInfo, manifest: SnapshotManifest, key: FileKey, provider: StorageProvider,
                        authorizer: any ChangeAuthorizer) throws -> (entries: Int, sections: Int) {
         let base = device.paths.temporary + "/" + SnapshotSweep.temporaryPrefix + String(getpid()) + "-" + Identifier.objectName()
         let path = base + ".part.db"

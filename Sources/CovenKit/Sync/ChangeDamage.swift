@@ -8,6 +8,7 @@ import Foundation
 /// pull (gaps and damage, for `coven status`).
 struct ChangeDamage {
     let device: Device
+    private var keys: Keyring { device.keys }
     private var database: Database { device.database }
 
     /// `devices/<device>.damaged.<seq>`: the name of a damage report.
@@ -18,7 +19,7 @@ struct ChangeDamage {
 
     /// Leaves word of damaged (or missing) change `seq` of `publisher` for it (once: a report
     /// already there stays as it is).
-    func report(_ path: String, device publisher: String, seq: Int64, error: CovenError, provider: StorageProvider, keys: Keyring) throws {
+    func report(_ path: String, device publisher: String, seq: Int64, error: CovenError, provider: StorageProvider) throws {
         let key = Self.reportKey(device: publisher, seq: seq)
         let plaintext = try JSONSerialization.data(withJSONObject: [
             "coven_change_damage": 1, "device": publisher, "seq": seq, "object": path, "reported_by": device.deviceID,
@@ -74,7 +75,7 @@ struct ChangeDamage {
     ///
     /// - Returns: the seqs published again, and those this device can no longer rebuild (its
     ///   record of them is gone: a database restored from before them).
-    func republish(provider: StorageProvider, keys: Keyring) throws -> (republished: [Int64], unrecoverable: [Int64]) {
+    func republish(provider: StorageProvider) throws -> (republished: [Int64], unrecoverable: [Int64]) {
         let due = try dueSeqs()
         guard !due.isEmpty else { return ([], []) }
         // Without its own key this device cannot sign what it publishes again: said first.

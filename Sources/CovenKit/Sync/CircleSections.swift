@@ -91,7 +91,8 @@ struct CircleSections {
     /// since), change by change in order of device and seq: each change is fetched again,
     /// opened, and only those sections applied (last writer wins, as any entry), without
     /// moving the applied seqs; then marked opened.
-    func backfill(device: Device, provider: StorageProvider, keys: Keyring, authorizer: any ChangeAuthorizer, stop: Stop) throws -> Backfill {
+    func backfill(device: Device, provider: StorageProvider, authorizer: any ChangeAuthorizer, stop: Stop) throws -> Backfill {
+        let keys = device.keys
         var result = Backfill()
         var pending: [(device: String, seq: Int64, audiences: Set<String>)] = []
         for row in try database.query("SELECT device, seq, audience, generation FROM coven_change_sections WHERE opened = 0 ORDER BY device, seq") {

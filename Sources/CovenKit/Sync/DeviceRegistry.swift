@@ -1,12 +1,12 @@
 import Foundation
 
 /// The device registry (`coven_device_registry`, whose rows ``SyncState`` writes): what this
-/// device knows of the others from `devices/` in storage. ``refresh(provider:keys:rereadUnvouched:)``
+/// device knows of the others from `devices/` in storage. ``refresh(provider:rereadUnvouched:)``
 /// lists `devices/` once and learns the devices and removals not known here; every sync, join,
 /// snapshot and member or circle change that must know the devices first calls it.
 ///
 /// ```swift
-/// let learned = try DeviceRegistry(device).refresh(provider: provider, keys: device.keys)
+/// let learned = try DeviceRegistry(device).refresh(provider: provider)
 /// ```
 struct DeviceRegistry {
     let device: Device
@@ -24,7 +24,8 @@ struct DeviceRegistry {
     /// - Throws: `.deviceGone` when this device was removed; `.integrity` for an entry that
     ///   fails authentication (a wrong store key, or tampering).
     @discardableResult
-    func refresh(provider: StorageProvider, keys: Keyring, rereadUnvouched: Bool = false) throws -> [String] {
+    func refresh(provider: StorageProvider, rereadUnvouched: Bool = false) throws -> [String] {
+        let keys = device.keys
         // Devices with a key registered here need no second look; one without (an entry of a
         // release before signing keys) is read again.
         // In a store of members, an entry that names no member yet is read again too: its
@@ -78,7 +79,7 @@ struct DeviceRegistry {
             }
             if !alreadyRegistered.contains(name) { learned.append(name) }
         }
-        try judge(marks, provider: provider, keys: keys)
+        try judge(marks, provider: provider)
         try StoreSync(device).refuseIfGone()
         return learned
     }
@@ -88,7 +89,8 @@ struct DeviceRegistry {
     /// are not honoured (``refusedRemovals()``).
     ///
     /// - Throws: `.integrity` for a mark that fails authentication or names another device.
-    private func judge(_ marks: [(key: String, device: String)], provider: StorageProvider, keys: Keyring) throws {
+    private func judge(_ marks: [(key: String, device: String)], provider: StorageProvider) throws {
+        let keys = device.keys
         var refused: [String: String] = [:]
         let authority = RemovalAuthority(keys: keys, database: database, store: storeID)
         for (key, device) in marks {

@@ -106,7 +106,7 @@ public enum DeviceSetup {
         let device = try Device.openKernel(paths: paths)
         device.storageEnvironment = environment
         started(snapshot)
-        try DeviceRegistry(device).refresh(provider: provider, keys: device.keys)
+        try DeviceRegistry(device).refresh(provider: provider)
         return device
     }
 

@@ -12,11 +12,12 @@ import Foundation
 /// back may not hold yet. Applied first, it would meet rows and file records it was written
 /// over missing (a row naming a cover it had pulled taken out, the older version winning here
 /// and gc deleting the bytes the winner names elsewhere), so the others' changes it follows
-/// are pulled first (``StoreSync/pull(provider:keys:stop:learned:progress:)``); theirs that
+/// are pulled first (``StoreSync/pull(stop:learned:progress:)``); theirs that
 /// follow own changes not caught up yet wait for them there.
 struct OwnHistory {
     let device: Device
     private var database: Database { device.database }
+    private var keys: Keyring { device.keys }
 
     /// Applies the changes of this device that storage holds past its published seq.
     ///
@@ -26,7 +27,7 @@ struct OwnHistory {
     ///   fails its checks (this database cannot go on after it; naming the object); `.storage`.
     ///
     /// - Parameter pullOthers: applies the other devices' changes that can be applied now.
-    func catchUp(provider: StorageProvider, keys: Keyring, pullOthers: () throws -> Void) throws -> [Int64] {
+    func catchUp(provider: StorageProvider, pullOthers: () throws -> Void) throws -> [Int64] {
         let published = try database.scalar("SELECT applied_seq FROM coven_device_registry WHERE device = ?1", [device.deviceID]).intValue ?? 0
         let prefix = "changes/\(device.deviceID)/"
         var seqs: [Int64] = []
@@ -70,7 +71,7 @@ struct OwnHistory {
             if try follows(change) { try pullOthers() }
             _ = try applier.apply(change, path: path)
             // Where this device holds the bytes of the files the change placed on it.
-            try OwnNotes(device: device).restore(seq: seq, provider: provider, keys: keys)
+            try OwnNotes(device: device).restore(seq: seq, provider: provider)
             let stamps = String(decoding: try JSONSerialization.data(withJSONObject: Array(Set(change.entries.map(\.stamp))).sorted()), as: UTF8.self)
             try database.transaction { try Outbox(database: database).remove(stamped: stamps) }
             applied.append(seq)

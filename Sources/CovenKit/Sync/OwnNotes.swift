@@ -18,6 +18,7 @@ import Foundation
 /// writes its notes again); gc deletes them with the change.
 struct OwnNotes {
     let device: Device
+    private var keys: Keyring { device.keys }
     private var database: Database { device.database }
 
     static func path(device: String, seq: Int64) -> String {
@@ -44,7 +45,7 @@ struct OwnNotes {
     }
 
     /// The sealed notes of the objects `entries` place on this device only, nil when none does.
-    func seal(entries: [RowEntry], seq: Int64, keys: Keyring) throws -> [UInt8]? {
+    func seal(entries: [RowEntry], seq: Int64) throws -> [UInt8]? {
         var objects: [String] = []
         var seen: Set<String> = []
         for entry in entries where entry.table == "coven_files" && entry.kind == .upsert {
@@ -74,7 +75,7 @@ struct OwnNotes {
         encoder.outputFormatting = [.sortedKeys]
         let plaintext = Array(try encoder.encode(notes))
         let nonce = SecureRandom.bytes(ChaChaPoly.nonceSize)
-        return nonce + (try ChaChaPoly.seal(plaintext, key: try key(keys), nonce: nonce, aad: aad(seq: seq)))
+        return nonce + (try ChaChaPoly.seal(plaintext, key: try key(), nonce: nonce, aad: aad(seq: seq)))
     }
 
     /// Records again, after own change `seq` was caught up, the bytes its notes name that this
@@ -82,12 +83,12 @@ struct OwnNotes {
     ///
     /// - Returns: how many objects' bytes were recorded again.
     @discardableResult
-    func restore(seq: Int64, provider: StorageProvider, keys: Keyring) throws -> Int {
+    func restore(seq: Int64, provider: StorageProvider) throws -> Int {
         guard let sealed = try provider.getObject(Self.path(device: device.deviceID, seq: seq)), sealed.count > ChaChaPoly.nonceSize else { return 0 }
         let nonce = Array(sealed.prefix(ChaChaPoly.nonceSize))
         let notes: [Note]
         do {
-            let plaintext = try ChaChaPoly.open(Array(sealed.dropFirst(ChaChaPoly.nonceSize)), key: try key(keys), nonce: nonce, aad: aad(seq: seq))
+            let plaintext = try ChaChaPoly.open(Array(sealed.dropFirst(ChaChaPoly.nonceSize)), key: try key(), nonce: nonce, aad: aad(seq: seq))
             notes = try JSONDecoder().decode([Note].self, from: Data(plaintext))
         } catch {
             return 0  // damaged notes recover nothing; the files stay named missing
@@ -141,7 +142,7 @@ struct OwnNotes {
                           modifiedNanos: note.nanos, changeStamp: note.changeStamp, contentHash: hash, chunkHashes: [])
     }
 
-    private func key(_ keys: Keyring) throws -> [UInt8] {
+    private func key() throws -> [UInt8] {
         try keys.signingKey().withSeed { seed in
             try HKDF.derive(ikm: Array(seed), salt: Array(device.storeID.utf8), info: Array("coven own notes v1".utf8))
         }

@@ -104,12 +104,12 @@ extension StoreSync {
     /// - Throws: `.deviceGone` when this device was removed; `.updateRequired` for a change of
     ///   a newer schema; `.decoding` / `.invalidId` for a well-signed change this device must
     ///   not apply (naming the object; nothing of it is applied); `.storage`.
-    public func pull(provider: StorageProvider, keys: Keyring, stop: Stop = Stop(), learned: [String]? = nil,
-                     progress: ((SyncProgress) -> Void)? = nil) throws -> PullReport {
+    public func pull(stop: Stop = Stop(), learned: [String]? = nil, progress: ((SyncProgress) -> Void)? = nil) throws -> PullReport {
+        let provider = try storage()
         var run = PullRun(applier: ChangeApplier(device: device, authorizer: MemberAuthorizer(keys: keys, database: database, store: storeID, manifest: manifest,
                                                                                                 audiences: try RowAudiences(device: device))))
         // `learned`: the caller listed devices/ already (sync does, before its push).
-        run.report.newDevices = try learned ?? DeviceRegistry(device).refresh(provider: provider, keys: keys)
+        run.report.newDevices = try learned ?? DeviceRegistry(device).refresh(provider: provider)
         run.report.refusedRemovals = try DeviceRegistry(device).refusedRemovals()
         defer { dropCachedBytes(of: run.uncache) }
         let context = PullContext(provider: provider, keys: keys, stop: stop, circles: Circles(device), progress: progress, storeID: storeID)
@@ -132,7 +132,7 @@ extension StoreSync {
         for (other, seq) in report.gaps {
             let path = ChangeObject.path(device: other, seq: UInt64(seq))
             try ChangeDamage(device: device).report(path, device: other, seq: seq, error: CovenError(.missing, "change '\(path)' is missing from storage"),
-                                                  provider: provider, keys: keys)
+                                                  provider: provider)
         }
         try ChangeDamage(device: device).remember(gaps: report.gaps, damaged: report.damaged)
         // Streams waiting for a key: this device is behind by what it cannot read, and gc
@@ -199,7 +199,7 @@ extension StoreSync {
                 run.report.keyUnavailable[other] = seq
             case .damaged(let seq, let path, let error):
                 run.report.damaged[other] = DamagedChange(seq: seq, object: path, message: error.message)
-                try ChangeDamage(device: device).report(path, device: other, seq: seq, error: error, provider: context.provider, keys: context.keys)
+                try ChangeDamage(device: device).report(path, device: other, seq: seq, error: error, provider: context.provider)
             }
             run.finished.insert(other)
             return
@@ -212,7 +212,7 @@ extension StoreSync {
         // Sections this device holds no key of: a circle's it is in, of a generation not read
         // yet, waits for it (the chains are read again once a pull); any other is gone past
         // and remembered.
-        guard let change = try withCircleKeys(opened, path: path, publisher: other, keys: context.keys, circles: context.circles,
+        guard let change = try withCircleKeys(opened, path: path, publisher: other, circles: context.circles,
                                               refreshed: &run.circlesRefreshed, provider: context.provider) else {
             run.report.keyUnavailable[other] = seq
             run.finished.insert(other)
@@ -241,7 +241,7 @@ extension StoreSync {
     /// yet (a generation storage does not show yet, or a circle it holds no chain of): the
     /// stream waits, as status shows, never skipped. The chains are read again once a pull,
     /// and a key learned then opens the change, read again.
-    private func withCircleKeys(_ change: ChangeObject, path: String, publisher: String, keys: Keyring, circles: Circles,
+    private func withCircleKeys(_ change: ChangeObject, path: String, publisher: String, circles: Circles,
                                 refreshed: inout Bool, provider: StorageProvider) throws -> ChangeObject? {
         func waits(_ change: ChangeObject) throws -> Bool {
             try change.unreadSections.contains { try circles.mayOpenLater($0) }

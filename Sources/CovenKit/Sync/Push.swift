@@ -40,8 +40,8 @@ extension StoreSync {
     /// asked whether it holds changes of this device past what this database published (a
     /// restored backup: ``OwnHistory``), and changes reported damaged are published again
     /// (``ChangeDamage``).
-    public func push(provider: StorageProvider, keys: Keyring, stop: Stop = Stop(), checkHistory: Bool = true,
-                     progress: ((SyncProgress) -> Void)? = nil) throws -> PushReport {
+    public func push(stop: Stop = Stop(), checkHistory: Bool = true, progress: ((SyncProgress) -> Void)? = nil) throws -> PushReport {
+        let provider = try storage()
         var report = PushReport()
         _ = try keys.signingKey()  // a missing or damaged signing key stops the push first
         var checked = !checkHistory
@@ -68,19 +68,19 @@ extension StoreSync {
             }
             if !checked {
                 checked = true
-                report.caughtUp = try OwnHistory(device: device).catchUp(provider: provider, keys: keys) {
-                    _ = try pull(provider: provider, keys: keys, stop: stop)
+                report.caughtUp = try OwnHistory(device: device).catchUp(provider: provider) {
+                    _ = try pull(stop: stop)
                 }
-                (report.republished, report.unrecoverable) = try ChangeDamage(device: device).republish(provider: provider, keys: keys)
+                (report.republished, report.unrecoverable) = try ChangeDamage(device: device).republish(provider: provider)
             }
-            guard try freezeNextChange(keys: keys, fileEntries: &fileEntries) else { break }
+            guard try freezeNextChange(fileEntries: &fileEntries) else { break }
         }
         report.held = try Outbox(database: database).waiting(isStored: { try device.uploadQueue.isUploaded($0) }).held
         return report
     }
 
     /// Freezes the next batch of outbox writes as change `seq`: false when nothing is ready.
-    private func freezeNextChange(keys: Keyring, fileEntries: inout [Int64: (entries: Int, records: Int)]) throws -> Bool {
+    private func freezeNextChange(fileEntries: inout [Int64: (entries: Int, records: Int)]) throws -> Bool {
         try database.transaction {
             let outbox = Outbox(database: database)
             var batch: [Outbox.Pending] = []
@@ -133,7 +133,7 @@ extension StoreSync {
             try database.run("""
                 INSERT INTO coven_push (seq, object, max_stamp, frontier, entries, frozen_at, writes, notes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                 """, [seq, sealed, entries.map(\.stamp).max() ?? "", Frontier.json(frontier), entries.count, Timestamp.iso8601(Date()),
-                      entries.isEmpty ? 0 : batch.count, try OwnNotes(device: device).seal(entries: entries, seq: seq, keys: keys)])
+                      entries.isEmpty ? 0 : batch.count, try OwnNotes(device: device).seal(entries: entries, seq: seq)])
             try CircleSections(database: database).rememberOwn(device: deviceID, seq: seq, sections: change.sections, keys: keys)
             try AudienceMoves.forget(entries, in: database)
             try outbox.remove(batch.map(\.seq))

@@ -67,17 +67,19 @@ extension StoreSync {
         defer { _ = lock }
         let cache = try SyncPageCache(database: database)
         defer { cache.restore() }
-        return try sync(provider: try device.connectStorage(), push: push, pull: pull, stop: stop, progress: progress)
+        return try connected().syncLocked(push: push, pull: pull, stop: stop, progress: progress)
     }
 
-    /// ``sync(push:pull:wait:stop:progress:)`` through `provider`, under the caller's lock.
-    func sync(provider: StorageProvider, push: Bool = true, pull: Bool = true, stop: Stop = Stop(),
-              progress: ((SyncProgress) -> Void)? = nil) throws -> SyncReport {
+    /// ``sync(push:pull:wait:stop:progress:)`` under the caller's lock, through the storage this
+    /// sync holds (connected once by ``connected()``).
+    func syncLocked(push: Bool = true, pull: Bool = true, stop: Stop = Stop(),
+                    progress: ((SyncProgress) -> Void)? = nil) throws -> SyncReport {
+        let provider = try storage()
         // A missing or damaged store key stops a sync before anything else.
         _ = try keys.storeKey()
         var report = SyncReport()
         // A device removed for good publishes nothing more.
-        let learned = try DeviceRegistry(device).refresh(provider: provider, keys: keys)
+        let learned = try DeviceRegistry(device).refresh(provider: provider)
         // New generations of the store's key (a member added or removed), read with this
         // device's member identity: one listing when there are none.
         try Members(device).refresh(provider: provider, retire: !learned.isEmpty)
@@ -86,21 +88,21 @@ extension StoreSync {
         // made, or one stopped half-way).
         try Circles(device).refresh(provider: provider)
         try Circles(device).dropRemovedMembers(provider: provider)
-        if push { try ensureSigningKey(provider: provider) }
-        if push { report.pushed = try self.push(provider: provider, keys: keys, stop: stop, progress: progress) }
+        if push { try ensureSigningKey() }
+        if push { report.pushed = try self.push(stop: stop, progress: progress) }
         if pull {
-            report.pulled = try self.pull(provider: provider, keys: keys, stop: stop, learned: learned, progress: progress)
+            report.pulled = try self.pull(stop: stop, learned: learned, progress: progress)
             // Circles' sections of earlier changes that a key learned now opens: from the
             // newest part of a snapshot for the circle, then the changes past it.
             let authorizer = MemberAuthorizer(keys: keys, database: database, store: storeID, manifest: manifest, audiences: try RowAudiences(device: device))
-            let parts = try SnapshotParts(device: device).reopen(provider: provider, keys: keys, authorizer: authorizer, stop: stop)
-            let backfill = try CircleSections(database: database).backfill(device: device, provider: provider, keys: keys, authorizer: authorizer, stop: stop)
+            let parts = try SnapshotParts(device: device).reopen(provider: provider, authorizer: authorizer, stop: stop)
+            let backfill = try CircleSections(database: database).backfill(device: device, provider: provider, authorizer: authorizer, stop: stop)
             report.pulled.reopenedSections = backfill.sections + parts.sections
             report.pulled.reopenedParts = parts.parts
             report.pulled.reopenUnavailable = backfill.unavailable.merging(parts.unavailable) { first, _ in first }
         }
         if push && pull {
-            let again = try self.push(provider: provider, keys: keys, stop: stop, checkHistory: false, progress: progress)
+            let again = try self.push(stop: stop, checkHistory: false, progress: progress)
             report.pushed.published += again.published
             report.pushed.entries += again.entries
             report.pushed.rows += again.rows
@@ -136,9 +138,9 @@ extension StoreSync {
     public func removeDevice(_ device: String) throws -> DeviceRemoval {
         let lock = try self.device.lock(wait: true)
         defer { _ = lock }
-        let provider = try self.device.connectStorage()
+        let provider = try storage()
         _ = try keys.storeKey()
-        try DeviceRegistry(self.device).refresh(provider: provider, keys: keys)
+        try DeviceRegistry(self.device).refresh(provider: provider)
         let id: String
         if try database.queryOne("SELECT device FROM coven_device_registry WHERE device = ?1", [device]) != nil {
             id = device
@@ -171,16 +173,17 @@ extension StoreSync {
                 }
             }
         }
-        return try markGone(id, provider: provider)
+        return try StoreSync(self.device, storage: provider).markGone(id)
     }
 
     /// Publishes `devices/<id>.gone` for a device of the registry and records it gone here
     /// (``removeDevice(_:)``, and `coven member remove` for each device of the member), under
     /// the caller's lock.
-    func markGone(_ id: String, provider: StorageProvider) throws -> DeviceRemoval {
+    func markGone(_ id: String) throws -> DeviceRemoval {
         guard let row = try database.queryOne("SELECT * FROM coven_device_registry WHERE device = ?1", [id]) else {
             throw CovenError(.notFound, "no device '\(id)' in this store", hint: "'coven devices' lists them", details: ["device": id])
         }
+        let provider = try storage()
         let dropped = try droppedChanges(of: id, provider: provider)
         let now = Timestamp.iso8601(Date())
         let mark = GoneMark(device: id, goneAt: now, removedBy: deviceID)
@@ -383,7 +386,7 @@ extension StoreSync {
     ///
     /// - Throws: `.io` when the key file is missing although this device registered a key:
     ///   a new key would sign changes every other device refuses (``Keyring/signingKey()``).
-    func ensureSigningKey(provider: StorageProvider) throws {
+    func ensureSigningKey() throws {
         guard !keys.hasSigningKeyFile else { return }
         if try keys.registeredPublicKey() != nil { _ = try keys.signingKey() }
         let key = try DeviceSigningKey()
@@ -391,7 +394,7 @@ extension StoreSync {
         let entry = DeviceEntry(device: deviceID, name: deviceName, joinedAt: joinedAt, publicKey: key.publicKey)
         // Registered before it is kept: a crash between the two makes a new key next time,
         // replacing the entry again; no change was signed by the lost one.
-        try provider.put(entry.path, data: try entry.seal(keys: keys))
+        try storage().put(entry.path, data: try entry.seal(keys: keys))
         try keys.adopt(signingKey: key)
         try database.transaction {
             try SyncState(database: database).learnDevice(deviceID, name: deviceName, joinedAt: joinedAt, publicKey: key.publicKey.hex)
@@ -401,7 +404,6 @@ extension StoreSync {
     /// Stores this device's manifest as the store's (`manifest`, sealed), for the devices that
     /// join next: `coven migrate` calls it after migrating.
     public func publishManifest() throws {
-        let provider = try device.connectStorage()
-        try DeviceSetup.publishManifest(manifest, provider: provider, keys: keys, replace: true)
+        try DeviceSetup.publishManifest(manifest, provider: try storage(), keys: keys, replace: true)
     }
 }

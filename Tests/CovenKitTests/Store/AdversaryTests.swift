@@ -93,7 +93,7 @@ class AdversaryTests: DeviceTestCase {
         // Around coven: a row written into the database, then recorded by coven's own write.
         try saved.database.run("UPDATE albums SET title = 'bob was here, directly' WHERE id = ?1", [Self.album])
         try saved.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.second)', 'bob was here')")
-        _ = try StoreSync(saved).push(provider: try saved.connectStorage(), keys: saved.keys, checkHistory: false)
+        _ = try StoreSync(saved, storage: try saved.connectStorage()).push(checkHistory: false)
         XCTAssertFalse(try saved.connectStorage().list(prefix: "changes/\(saved.deviceID)/").isEmpty)
         for device in [s.alice, s.carol] {
             _ = try StoreSync(device).sync()

@@ -46,7 +46,7 @@ class SyncS3Tests: DeviceTestCase {
         try twin.write(sql: "INSERT INTO settings (id, value) VALUES ('twin', '1')")
         let failing = CrashingStorage(try twin.connectStorage())
         failing.failBeforePut = true
-        XCTAssertThrowsError(try StoreSync(twin).push(provider: failing, keys: twin.keys))
+        XCTAssertThrowsError(try StoreSync(twin, storage: failing).push())
         try b.write(sql: "INSERT INTO settings (id, value) VALUES ('b', '1')")
         _ = try StoreSync(b).sync()
         XCTAssertThrowsError(try StoreSync(twin).sync()) { XCTAssertEqual(($0 as? CovenError)?.code, .deviceConflict) }

@@ -177,7 +177,7 @@ final class SyncTests: DeviceTestCase {
         // a freezes change 1 and fails before storage takes it.
         let failing = CrashingStorage(try StorageConnector(location: a.storage).connect())
         failing.failBeforePut = true
-        XCTAssertThrowsError(try StoreSync(a).push(provider: failing, keys: a.keys))
+        XCTAssertThrowsError(try StoreSync(a, storage: failing).push())
         let copy = try Device.open(paths: copyPaths)
         try copy.write(sql: "INSERT INTO settings (id, value) VALUES ('k2', 'copy')")
         _ = try StoreSync(copy).sync()
@@ -195,7 +195,7 @@ final class SyncTests: DeviceTestCase {
         let c = try join("c", from: a)
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k2', '2')")
-        _ = try StoreSync(a).push(provider: try StorageConnector(location: a.storage).connect(), keys: a.keys)
+        _ = try StoreSync(a, storage: try StorageConnector(location: a.storage).connect()).push()
         try c.write(sql: "INSERT INTO settings (id, value) VALUES ('c', '3')")
         _ = try StoreSync(c).sync()
         let path = storeFolder + "/" + ChangeObject.path(device: a.deviceID, seq: 1)
@@ -396,7 +396,7 @@ final class SyncCrashTests: DeviceTestCase {
         try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k', '1')")
         let storage = CrashingStorage(try StorageConnector(location: a.storage).connect())
         storage.failAfterPut = true
-        XCTAssertThrowsError(try StoreSync(a).push(provider: storage, keys: a.keys))
+        XCTAssertThrowsError(try StoreSync(a, storage: storage).push())
         XCTAssertEqual(try a.database.scalar("SELECT count(*) FROM coven_push").intValue, 1, "still frozen")
         // status counts the frozen change's write as not yet published.
         XCTAssertEqual(try DeviceStatus(of: a).sync.waiting, 1)
@@ -405,7 +405,7 @@ final class SyncCrashTests: DeviceTestCase {
         XCTAssertEqual(try DeviceStatus(of: a).sync.waiting, 2)
         XCTAssertEqual(try DeviceStatus(of: a).sync.frozenWrites, 1)
         storage.failAfterPut = false
-        let report = try StoreSync(a).push(provider: storage, keys: a.keys)
+        let report = try StoreSync(a, storage: storage).push()
         XCTAssertEqual(report.published, [1, 2])
         XCTAssertEqual(try DeviceStatus(of: a).sync.waiting, 0)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storeFolder + "/changes/" + a.deviceID).count, 2)
@@ -424,11 +424,11 @@ final class SyncCrashTests: DeviceTestCase {
         }
         let storage = CrashingStorage(try StorageConnector(location: b.storage).connect())
         storage.failOnGet = 2
-        XCTAssertThrowsError(try StoreSync(b).pull(provider: storage, keys: b.keys))
+        XCTAssertThrowsError(try StoreSync(b, storage: storage).pull())
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 1)
         XCTAssertEqual(try StoreSync(b).devices().first { $0.id == a.deviceID }?.seq, 1)
         storage.failOnGet = nil
-        let rest = try StoreSync(b).pull(provider: storage, keys: b.keys)
+        let rest = try StoreSync(b, storage: storage).pull()
         XCTAssertEqual(rest.applied[a.deviceID], [2, 3])
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM settings").intValue, 3)
         XCTAssertEqual(try b.database.scalar("SELECT count(*) FROM coven_sync_log WHERE device = ?1", [a.deviceID]).intValue, 3)
@@ -529,7 +529,7 @@ class SyncRequestTests: DeviceTestCase {
         }
         for _ in 0..<2 { for device in devices { _ = try StoreSync(device).sync() } }
         let counting = CrashingStorage(try StorageConnector(location: a.storage).connect())
-        let report = try StoreSync(devices[3]).sync(provider: counting)
+        let report = try StoreSync(devices[3], storage: counting).sync()
         XCTAssertTrue(report.quiet)
         let keys = Self.storeKind == .members ? ["LIST audiences/", "LIST audiences/store/"] : []
         XCTAssertEqual(counting.requests.filter { $0.hasPrefix("LIST ") }.sorted(),

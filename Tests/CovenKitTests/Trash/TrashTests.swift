@@ -258,7 +258,7 @@ class TrashTests: DeviceTestCase {
         for device in [a, b, a, b] { _ = try StoreSync(device).sync() }
         func quietRequests() throws -> [String] {
             let counting = CrashingStorage(try b.connectStorage())
-            let report = try StoreSync(b).sync(provider: counting)
+            let report = try StoreSync(b, storage: counting).sync()
             XCTAssertTrue(report.quiet)
             return counting.requests.sorted()
         }
