@@ -62,6 +62,12 @@ public enum StoreSealer {
     ///   store key, or bound to another path); `.updateRequired` when its version or algorithm is
     ///   newer than this code knows; `.internal` when libgcrypt fails.
     public static func open(_ sealed: [UInt8], storeKey: FileKey, boundTo path: String = "") throws -> [UInt8] {
+        try open(sealed[...], storeKey: storeKey, boundTo: path)
+    }
+
+    /// ``open(_:storeKey:boundTo:)`` of a part of a larger buffer (a change's section), read in
+    /// place: no copy of the sealed bytes.
+    public static func open(_ sealed: ArraySlice<UInt8>, storeKey: FileKey, boundTo path: String = "") throws -> [UInt8] {
         try sealed.withUnsafeBytes { sealed in
             try ObjectHeader.check(sealed, magic: ObjectHeader.storeMagic)
             guard sealed.count >= headerSize,

@@ -137,7 +137,7 @@ extension ChangeObject {
                 throw CovenError(.updateRequired, "a published change uses a newer format than this coven supports", hint: "update coven to read it",
                                  cause: "algorithm \(body[7])", details: ["version": String(sectionsFormat)])
             }
-            let (clear, sealedSections) = try clearPart(body)
+            let (clear, sealedSections) = try clearPart(bytes, signatureSize: signatureSize)
             guard clear.device == device, clear.seq == seq else {
                 throw CovenError(.integrity, "a published change names another device or seq than its path",
                                  cause: "it says seq \(clear.seq) of '\(clear.device)'", details: ["reason": "misplaced"])
@@ -168,14 +168,16 @@ extension ChangeObject {
         }
     }
 
-    /// The clear part of a sections-format change (its signature already checked): the store,
-    /// device, seq and generation it names, the sealed envelope, and the sealed sections.
-    private static func clearPart(_ body: ArraySlice<UInt8>) throws -> (
-        clear: (store: String, device: String, seq: UInt64, generation: UInt64, envelope: [UInt8]),
-        sections: [(audience: String, generation: UInt64, sealed: [UInt8])]
+    /// The clear part of a sections-format change (its signature, the last `signatureSize` of
+    /// `bytes`, already checked): the store, device, seq and generation it names, the sealed
+    /// envelope, and the sealed sections, as slices of `bytes` (a change of a library's first
+    /// push is megabytes: read in place, never copied while its sections are opened).
+    private static func clearPart(_ bytes: [UInt8], signatureSize: Int) throws -> (
+        clear: (store: String, device: String, seq: UInt64, generation: UInt64, envelope: ArraySlice<UInt8>),
+        sections: [(audience: String, generation: UInt64, sealed: ArraySlice<UInt8>)]
     ) {
-        var reader = ByteReader(Array(body))
-        var sealedSections: [(audience: String, generation: UInt64, sealed: [UInt8])] = []
+        var reader = ByteReader(bytes)
+        var sealedSections: [(audience: String, generation: UInt64, sealed: ArraySlice<UInt8>)] = []
         do {
             _ = try reader.take(8)
             let clear = (store: try reader.string(), device: try reader.string(), seq: try reader.varint(), generation: try reader.varint(),
@@ -183,7 +185,9 @@ extension ChangeObject {
             let count = try reader.varint()
             guard count <= UInt64(reader.remaining) else { throw failure("a count past the end") }
             for _ in 0..<count { sealedSections.append((try reader.string(), try reader.varint(), try readBytes(&reader))) }
-            guard reader.isAtEnd else { throw failure("trailing bytes") }
+            // The body ends where the signature begins: not before, not inside it.
+            guard reader.remaining >= signatureSize else { throw failure("a length past the end") }
+            guard reader.remaining == signatureSize else { throw failure("trailing bytes") }
             return (clear, sealedSections)
         } catch let error as CovenError where error.code == .decoding {
             throw CovenError(.integrity, "a published change is damaged", cause: error.cause, details: ["reason": "decoding"])
@@ -193,7 +197,7 @@ extension ChangeObject {
     /// Opens every section this device holds the key of into `change` (the store's under the
     /// envelope's key), naming the others in its ``unreadSections``; the plaintexts together
     /// stay within ``maximumPlaintextSize``.
-    private static func openSections(_ sealedSections: [(audience: String, generation: UInt64, sealed: [UInt8])], into change: inout ChangeObject,
+    private static func openSections(_ sealedSections: [(audience: String, generation: UInt64, sealed: ArraySlice<UInt8>)], into change: inout ChangeObject,
                                      path: String, storeKey: FileKey, keyOf: (String, UInt64) throws -> FileKey?) throws {
         var seen: Set<String> = []
         var size = 0
@@ -217,9 +221,9 @@ extension ChangeObject {
         }
     }
 
-    private static func readBytes(_ reader: inout ByteReader) throws -> [UInt8] {
+    private static func readBytes(_ reader: inout ByteReader) throws -> ArraySlice<UInt8> {
         let count = try reader.varint()
         guard count <= UInt64(reader.remaining) else { throw failure("a length past the end") }
-        return Array(try reader.take(Int(count)))
+        return try reader.take(Int(count))
     }
 }
