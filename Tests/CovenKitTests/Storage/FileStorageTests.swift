@@ -91,6 +91,12 @@ final class FileStorageTests: XCTestCase {
         XCTAssertEqual(try read("files/dev/o9").bytes, bytes(109, seed: 9))
         XCTAssertEqual(try read("files/dev/o3").bytes, bytes(3, seed: 42))
         XCTAssertEqual(entries("files/dev").count, 11, "no temporary left: \(entries("files/dev"))")
+        // A key that holds an object already: the new one replaces it whole, once durable.
+        try storage.putPending("files/dev/first", data: bytes(9, seed: 7))
+        XCTAssertEqual(try read("files/dev/first").bytes, bytes(5), "the old object until the batch is durable")
+        try storage.makeDurable(["files/dev/first"])
+        XCTAssertEqual(try read("files/dev/first").bytes, bytes(9, seed: 7))
+        XCTAssertEqual(entries("files/dev").count, 11, "no temporary left: \(entries("files/dev"))")
         XCTAssertThrowsError(try storage.makeDurable(["files/../x"])) { XCTAssertEqual($0.asCovenError.code, .storage) }
         XCTAssertThrowsError(try storage.putPending("a/.coven-tmp-1", data: [1])) { XCTAssertEqual($0.asCovenError.code, .storage) }
     }
