@@ -33,6 +33,13 @@
 # 2.8 us of CPU a row (building the image, binding, SQLite's insert into the table and the
 # index). Under 1.1x would take a tenth of that: images batched many rows to one SQLite row
 # (and compressed), a change of format not made here.
+# 2026-12-04 (ninth session), quiet machine (load 1), three runs by hand: 1.44/1.00 s,
+# 1.48/1.05 s, 1.60/1.11 s (1.41-1.44x). The floor, in plain SQL (Python's sqlite3, WAL,
+# synchronous FULL, the same 100,000 deletes in the pull's four transactions: delete the row,
+# upsert its tombstone, and insert a 330-byte image into coven_trash or not): 0.40-0.42 s
+# without the image, 0.80-0.96 s with it, with or without the unique (tbl, id) index. The cost
+# is the images' bytes, not the index or coven's code: only fewer bytes (batched, compressed
+# images) reach 1.1x.
 #
 # hyperfine medians of BENCH_TRASH_RUNS runs (default 5), each from the same starting state.
 # Environment: COVEN and BENCH_TMP from bench/run.sh; BENCH_TRASH_ROWS (100000) and
