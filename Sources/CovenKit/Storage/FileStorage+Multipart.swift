@@ -133,6 +133,29 @@ extension FileStorage {
     /// - Throws: `.storage` when the uploads folder cannot be read.
     public func uploadsInProgress(_ key: String) throws -> [String] {
         _ = try path(for: key)
+        return Array(Set(try uploadFolders(listing: "list the uploads of", key: key) { $0.key == key }.map(\.id))).sorted()
+    }
+
+    public func uploadsInProgress(prefix: String) throws -> [UploadInProgress] {
+        try checkRoot()
+        let uploads = directory + "/" + Self.uploadsFolder
+        var found: [UploadInProgress] = []
+        for (name, id, info) in try uploadFolders(listing: "list the uploads under", key: prefix, matching: { $0.key.hasPrefix(prefix) }) {
+            var status = stat()
+            let initiated = stat(uploads + "/" + name + "/info", &status) == 0
+                ? Date(timeIntervalSince1970: TimeInterval(status.st_mtim.tv_sec)) : nil
+            found.append(UploadInProgress(key: info.key, uploadID: id, initiated: initiated))
+        }
+        return found
+    }
+
+    /// The folders of `.uploads/` (finished or, `.coven-tmp-<id>`, half-built) whose info record
+    /// `matches`, in name order: each one's name, upload id and info. No uploads folder: none
+    /// (once the store is known to be there).
+    ///
+    /// - Throws: `.storage` (`operation` on `key`) when the uploads folder cannot be read.
+    private func uploadFolders(listing operation: String, key: String,
+                               matching: (UploadInfo) -> Bool) throws -> [(name: String, id: String, info: UploadInfo)] {
         let uploads = directory + "/" + Self.uploadsFolder
         guard let stream = opendir(uploads) else {
             let code = errno
@@ -140,7 +163,7 @@ extension FileStorage {
                 try checkRoot()
                 return []
             }
-            throw failure("list the uploads of", key: key, path: uploads, errno: code)
+            throw failure(operation, key: key, path: uploads, errno: code)
         }
         var names: [String] = []
         while let entry = readdir(stream) {
@@ -149,43 +172,13 @@ extension FileStorage {
             })
         }
         closedir(stream)
-        var ids: Set<String> = []
-        for name in names {
-            let id = name.hasPrefix(Self.temporaryPrefix) ? String(name.dropFirst(Self.temporaryPrefix.count)) : name
-            guard Self.isUploadID(id),
-                  let bytes = try? readSmallFile(uploads + "/" + name + "/info", key: key),
-                  let info = try? JSONDecoder().decode(UploadInfo.self, from: Data(bytes)), info.key == key
-            else { continue }
-            ids.insert(id)
-        }
-        return ids.sorted()
-    }
-
-    public func uploadsInProgress(prefix: String) throws -> [UploadInProgress] {
-        try checkRoot()
-        let uploads = directory + "/" + Self.uploadsFolder
-        guard let stream = opendir(uploads) else {
-            let code = errno
-            if code == ENOENT { return [] }
-            throw failure("list the uploads under", key: prefix, path: uploads, errno: code)
-        }
-        var names: [String] = []
-        while let entry = readdir(stream) {
-            names.append(withUnsafePointer(to: &entry.pointee.d_name) { pointer in
-                pointer.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-            })
-        }
-        closedir(stream)
-        var found: [UploadInProgress] = []
+        var found: [(name: String, id: String, info: UploadInfo)] = []
         for name in names.sorted() {
             let id = name.hasPrefix(Self.temporaryPrefix) ? String(name.dropFirst(Self.temporaryPrefix.count)) : name
-            guard Self.isUploadID(id), let bytes = try? readSmallFile(uploads + "/" + name + "/info", key: prefix),
-                  let info = try? JSONDecoder().decode(UploadInfo.self, from: Data(bytes)), info.key.hasPrefix(prefix)
+            guard Self.isUploadID(id), let bytes = try? readSmallFile(uploads + "/" + name + "/info", key: key),
+                  let info = try? JSONDecoder().decode(UploadInfo.self, from: Data(bytes)), matching(info)
             else { continue }
-            var status = stat()
-            let initiated = stat(uploads + "/" + name + "/info", &status) == 0
-                ? Date(timeIntervalSince1970: TimeInterval(status.st_mtim.tv_sec)) : nil
-            found.append(UploadInProgress(key: info.key, uploadID: id, initiated: initiated))
+            found.append((name, id, info))
         }
         return found
     }
