@@ -14,32 +14,21 @@
 #      same store on the same filesystem, each from a fresh copy, `sync` before each run:
 #      target <= 1.1x.
 #
-# Figures, 2026-12-04 (h37), on disk (ext4), load 3.9-4.4 all along (two other sessions
-# building on the 2 cores), one run of this script: trash --json 1.124 s 29.6 MiB (0.92-0.98 s
-# side by side with the binary before, which took the same); undelete --change 1.227 s, 0.82x
-# the write of 1.490 s; a quiet sync 19 store operations with 100,000 rows in the trash and
-# with none; the pull 2.570 s 62.9 MiB, without the trash 1.862 s 62.2 MiB: 1.38x (another
-# run 1.25x), target 1.1x MISSED. The same pull by hand, alternating, `sync` before each:
-#   before (schema 21, rows keyed by (table, id) WITHOUT ROWID, full-entry images):
-#       2.82 s, user 1.36 s, sys 0.75 s, 384 MiB written;
-#   now (schema 23, rows appended by rowid, a unique index on (table, id), images of 306
-#   bytes instead of 413): 1.75-2.12 s, user 1.14 s, sys 0.36 s, 229 MiB written;
-#   retention 0 (no trash): 1.26-1.38 s, user 0.87 s, sys 0.20 s, 141 MiB written.
-# Again with the binary merged with main (schema 23), load 2.4, three runs each: before
-# 2.28-2.49 s; now 1.53-1.98 s (user 1.06-1.14 s, sys 0.30-0.34 s, 63-65 MiB); retention 0
-# 1.01-1.44 s (user 0.77-0.86 s, sys 0.15-0.21 s, 62-64 MiB): 1.4-1.5x, against 2.2x before.
-# What is left is the trash itself: 100,000 rows of about 480 bytes (image, stamp, device,
-# key) and their index entries, 88 MiB more through the WAL and its checkpoint, and about
-# 2.8 us of CPU a row (building the image, binding, SQLite's insert into the table and the
-# index). Under 1.1x would take a tenth of that: images batched many rows to one SQLite row
-# (and compressed), a change of format not made here.
-# 2026-12-04 (ninth session), quiet machine (load 1), three runs by hand: 1.44/1.00 s,
-# 1.48/1.05 s, 1.60/1.11 s (1.41-1.44x). The floor, in plain SQL (Python's sqlite3, WAL,
-# synchronous FULL, the same 100,000 deletes in the pull's four transactions: delete the row,
-# upsert its tombstone, and insert a 330-byte image into coven_trash or not): 0.40-0.42 s
-# without the image, 0.80-0.96 s with it, with or without the unique (tbl, id) index. The cost
-# is the images' bytes, not the index or coven's code: only fewer bytes (batched, compressed
-# images) reach 1.1x.
+# Figures, 2026-12-04 (tenth session), quiet machine (load 1.0), one run of this script, on disk
+# (ext4), five runs each: trash --json 0.758 s 32.5 MiB; undelete --change 0.926 s, 0.95x the
+# write of 0.970 s; a quiet sync 19 store operations with 100,000 rows in the trash and with none;
+# the pull 1.225 s 62.0 MiB, without the trash 1.206 s 61.6 MiB: 1.02x (target 1.1x).
+# How it got there (schema 24, the trash in pages): before, a row per trashed row (its image of
+# about 330 bytes, stamp, device, key and index entries) made the pull 1.41-1.44x; in plain SQL
+# (Python's sqlite3, WAL, synchronous FULL, the pull's four transactions) the deletes and
+# tombstones took 0.86 s, with a row per image 1.42-1.59 s, with the images in pages of one
+# change 0.93-0.96 s uncompressed: the images' bytes and per-row inserts were the cost, not
+# coven's code. Now the images of the rows one change deletes are encoded into pages of 128 KiB,
+# zstd level 1 (about 8:1 on these rows), sealed on the other core while the pull goes on, and
+# each row's tombstone (written by every delete anyway) names its page: nothing is written per
+# row for the trash. perf of the pull with the trash, sealing inline: Trash.record 5% of the
+# samples, libzstd 4.7% (1.17x); sealed on their own thread, 1.02-1.04x. trash --json walks rows newest first, then by table, page and id, a
+# few decoded pages kept (by table and id alone it decoded a page per row: 73 s).
 #
 # hyperfine medians of BENCH_TRASH_RUNS runs (default 5), each from the same starting state.
 # Environment: COVEN and BENCH_TMP from bench/run.sh; BENCH_TRASH_ROWS (100000) and
@@ -104,11 +93,11 @@ hyperfine --shell bash --style basic --runs "$runs" --warmup 1 --export-json pul
     --command-name "coven sync --pull (retention 0)" --prepare "restore b0; restore store; sync" "$COVEN sync --pull --db $T/b0/device.db > /dev/null 2>&1"
 restore b; restore store; sync
 /usr/bin/time -v -o rss-pull.txt "$COVEN" --quiet sync --pull --db "$T/b/device.db" 2>/dev/null
-kept=$(sqlite3 "$T/b/device.db" "SELECT count(*) FROM coven_trash")
+kept=$(sqlite3 "$T/b/device.db" "SELECT count(*) FROM coven_tombstones WHERE trash IS NOT NULL")
 [[ $kept == "$rows" ]] || { echo "bench-trash: b's trash holds $kept rows, not $rows" >&2; exit 1; }
 restore b0; restore store; sync
 /usr/bin/time -v -o rss-pull0.txt "$COVEN" --quiet sync --pull --db "$T/b0/device.db" 2>/dev/null
-kept0=$(sqlite3 "$T/b0/device.db" "SELECT count(*) FROM coven_trash")
+kept0=$(sqlite3 "$T/b0/device.db" "SELECT count(*) FROM coven_tombstones WHERE trash IS NOT NULL")
 left0=$(sqlite3 "$T/b0/device.db" "SELECT count(*) FROM items")
 [[ $kept0 == 0 && $left0 == 0 ]] || { echo "bench-trash: without the trash, b0 holds $kept0 trashed and $left0 live rows" >&2; exit 1; }
 pull=$(median 0 pull.json)

@@ -159,7 +159,7 @@ class TrashCLITests: XCTestCase {
         XCTAssertEqual(try ok(folder, ["trash", "retention", "0"], db: "a"), "0d\n")
         XCTAssertEqual(try ok(folder, ["--json", "trash", "retention"], db: "a"), "{\"default\":false,\"retention\":\"0d\",\"seconds\":0}\n")
         try ok(folder, ["write", "DELETE FROM notes"], db: "a")
-        XCTAssertEqual(try ok(folder, ["sql", "SELECT count(*) FROM coven_trash"], db: "a"), "0\n")
+        XCTAssertEqual(try ok(folder, ["sql", "SELECT count(*) FROM coven_tombstones WHERE trash IS NOT NULL"], db: "a"), "0\n")
     }
 
     func testCircleAndOwnerOnlyRowsAreNeitherListedNorUndeletableByOthers() throws {
@@ -224,7 +224,7 @@ class TrashCLITests: XCTestCase {
             Thread.sleep(forTimeInterval: delay)
             kill(child.pid, SIGKILL)
             let status = Spawn.wait(child, timeout: 30).status
-            let counts = try ok(folder, ["sql", "SELECT (SELECT count(*) FROM notes), (SELECT count(*) FROM coven_trash)"], db: "a")
+            let counts = try ok(folder, ["sql", "SELECT (SELECT count(*) FROM notes), (SELECT count(*) FROM coven_tombstones WHERE trash IS NOT NULL)"], db: "a")
             if status == 128 + SIGKILL {
                 killed += 1
                 XCTAssertTrue(counts == "0\t8000\n" || counts == "8000\t0\n", "after a kill at \(delay)s: \(counts)")

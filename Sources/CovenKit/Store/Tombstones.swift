@@ -22,15 +22,46 @@ struct Tombstones {
     ///   does not read it (moved into a circle its member is not in, or kept back by its
     ///   writer's gate), so a write here of its id is not this device's to make
     ///   (``isRetracted(table:id:)``).
-    func set(table: String, id: String, stamp: String, audience: String = RowAudiences.store, retracted: Bool = false) throws {
+    /// - Parameter trash: the trash page holding the row's last image, when this delete put it
+    ///   in the trash (``Trash/record(table:id:columns:values:stamp:writer:seq:audience:parent:)``);
+    ///   nil keeps the page an earlier delete of the row named (a second delete of a row no
+    ///   longer here has no image of its own).
+    func set(table: String, id: String, stamp: String, audience: String = RowAudiences.store, retracted: Bool = false, trash: Int64? = nil) throws {
         let statement = try database.cached("""
-            INSERT INTO coven_tombstones (tbl, id, stamp, audience, retracted) VALUES (?1, ?2, ?3, ?4, ?5)
+            INSERT INTO coven_tombstones (tbl, id, stamp, audience, retracted, trash) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
             ON CONFLICT (tbl, id) DO UPDATE SET stamp = max(stamp, excluded.stamp), private = 0,
               audience = CASE WHEN excluded.stamp >= stamp THEN excluded.audience ELSE audience END,
-              retracted = CASE WHEN excluded.stamp >= stamp THEN excluded.retracted ELSE retracted END
+              retracted = CASE WHEN excluded.stamp >= stamp THEN excluded.retracted ELSE retracted END,
+              trash = coalesce(excluded.trash, trash)
             """)
-        try statement.bind([table, id, stamp, audience, retracted ? 1 : 0])
+        statement.reset()
+        try statement.bind(.text(table), at: 1)
+        try statement.bind(.text(id), at: 2)
+        try statement.bind(.text(stamp), at: 3)
+        try statement.bind(.text(audience), at: 4)
+        try statement.bind(.integer(retracted ? 1 : 0), at: 5)
+        try statement.bind(trash.map { SQLValue.integer($0) } ?? .null, at: 6)
         try statement.runToEnd()
+    }
+
+    // MARK: The trash's links
+
+    /// Unlinks row `id` of `table` from the trash: it is here again, or was emptied from it.
+    func unlinkTrash(table: String, id: String) throws {
+        let statement = try database.cached("UPDATE coven_tombstones SET trash = NULL WHERE tbl = ?1 AND id = ?2 AND trash IS NOT NULL")
+        try statement.bind([table, id])
+        try statement.runToEnd()
+    }
+
+    /// Unlinks from the trash the rows `condition` picks: an SQL expression over the tombstone
+    /// `t` (its `tbl`, `id`, `stamp`, `trash`) and its trash page `p` (``Trash``'s), with
+    /// `values` bound from `?1`. Returns how many.
+    func unlinkTrash(where condition: String, _ values: [SQLValue]) throws -> Int {
+        try database.run("""
+            UPDATE coven_tombstones AS t SET trash = NULL WHERE t.trash IS NOT NULL
+              AND EXISTS (SELECT 1 FROM coven_trash_pages p WHERE p.page = t.trash AND (\(condition)))
+            """, values)
+        return database.changes
     }
 
     // ``set(table:id:stamp:audience:retracted:)``'s `retracted` column is schema step
@@ -68,12 +99,14 @@ struct Tombstones {
 
     // MARK: Snapshots
 
-    /// Copies the tombstones of `tables` of rows of `audience` (but private ones) into `schema`.
+    /// Copies the tombstones of `tables` of rows of `audience` (but private ones) into `schema`,
+    /// with their links to the trash (whose pages of the store's rows the snapshot copies:
+    /// ``Trash/copyForSnapshot(into:)``).
     func copy(into schema: String, tables: [String], audience: String) throws {
         let names = String(decoding: try JSONSerialization.data(withJSONObject: tables), as: UTF8.self)
         try database.run("""
-            INSERT INTO \(schema).coven_tombstones (tbl, id, stamp, audience)
-            SELECT tbl, id, stamp, audience FROM main.coven_tombstones
+            INSERT INTO \(schema).coven_tombstones (tbl, id, stamp, audience, trash)
+            SELECT tbl, id, stamp, audience, trash FROM main.coven_tombstones
             WHERE tbl IN (SELECT value FROM json_each(?1)) AND private = 0 AND audience = ?2
             """, [names, audience])
     }

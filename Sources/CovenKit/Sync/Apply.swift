@@ -118,6 +118,7 @@ struct ChangeApplier {
             try database.execute("PRAGMA defer_foreign_keys = ON")
             trashHolds = try trash.begin()
             var touched = try applyEntries(of: change, path: path, report: &report)
+            try trash.finish()
             if source == .pulled {
                 report.massDelete = try trash.judgeMassDelete(writer: change.device, seq: Int64(change.seq), deleted: report.deletedRows)
             }
@@ -301,9 +302,11 @@ struct ChangeApplier {
     }
 
     /// Deletes (or retracts) a row for a winning entry: its last image to the trash (a delete
-    /// of a row here), its children taken out, the row gone, and its tombstone kept.
+    /// of a row here), its children taken out, the row gone, and its tombstone kept, naming
+    /// the trash page that holds the image.
     private mutating func delete(_ entry: RowEntry, audience: String, change: ChangeObject, localRow: Row?, names: [String],
                                  report: inout ApplyReport) throws {
+        var page: Int64?
         if entry.kind == .delete, let localRow, let graph {
             // The row's last image goes to the trash, with the row whose delete in this
             // change took it along (a cascade on its writer).
@@ -311,13 +314,14 @@ struct ChangeApplier {
             let parent = Trash.parent(of: entry.table, columns: names, values: localRow.values, graph: graph) {
                 deleted[RowKey(table: $0, id: $1)] != nil
             }
-            try trash.record(table: entry.table, id: entry.id, columns: names, values: localRow.values, stamp: entry.stamp,
+            page = try trash.record(table: entry.table, id: entry.id, columns: names, values: localRow.values, stamp: entry.stamp,
                              writer: change.device, seq: Int64(change.seq), audience: audience, parent: parent)
             report.deletedRows[entry.table, default: 0] += 1
         }
         try takeOutChildren(of: entry.table, id: entry.id, report: &report)
         try database.run("DELETE FROM main.\(RowCapture.quote(entry.table)) WHERE id = ?1", [entry.id])
-        try sync.tombstones.set(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience, retracted: entry.kind == .retract)
+        try sync.tombstones.set(table: entry.table, id: entry.id, stamp: entry.stamp, audience: audience, retracted: entry.kind == .retract,
+                                trash: page)
     }
 
     /// The stored columns of `entry`'s table, once the entry is one this device may apply: a

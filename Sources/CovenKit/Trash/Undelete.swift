@@ -56,19 +56,26 @@ public struct Undelete {
     public func change(device writer: String, seq: Int64) throws -> UndeleteReport {
         let lock = try device.lock(wait: true)
         defer { _ = lock }
-        let trash = Trash(device)
-        let keys = try database.query("""
-            SELECT t.tbl, t.id FROM coven_trash t WHERE t.device = ?1 AND \(Trash.seqSQL) = ?2 ORDER BY t.stamp, t.tbl, t.id
-            """, [writer, seq]).map { ($0.string("tbl") ?? "", $0.string("id") ?? "") }
-        let visible = try trash.visibility()
-        let seeable = try database.scalar("""
-            SELECT count(*) FROM coven_trash t WHERE t.device = ?3 AND \(Trash.seqSQL) = ?4 AND \(visible.sql)
-            """, visible.values + [.text(writer), .integer(seq)]).intValue ?? 0
-        guard !keys.isEmpty, seeable > 0 else {
+        let pages = try database.query("""
+            SELECT p.page, p.audience, p.owner FROM coven_trash_pages p WHERE p.device = ?1 AND \(Trash.seqSQL) = ?2 ORDER BY p.page
+            """, [writer, seq])
+        let readable = try TrashRows(device)
+        var keys: [(stamp: String, table: String, id: String)] = []
+        var seeable = false
+        for page in pages {
+            guard let number = page[0].intValue else { continue }
+            let visible = readable.sees(audience: page[1].textValue ?? RowAudiences.store, owner: page[2].textValue)
+            for entry in try readable.linked(page: number) {
+                keys.append((entry.stamp, entry.table, entry.id))
+                if visible { seeable = true }
+            }
+        }
+        guard !keys.isEmpty, seeable else {
             throw CovenError(.notFound, "the trash holds no row that change \(writer):\(seq) deleted", hint: "'coven trash' lists what can come back",
                              details: ["change": "\(writer):\(seq)"])
         }
-        return try bringBack(try plan(roots: keys, strict: false))
+        keys.sort { ($0.stamp, $0.table, $0.id) < ($1.stamp, $1.table, $1.id) }
+        return try bringBack(try plan(roots: keys.map { ($0.table, $0.id) }, strict: false, rows: readable))
     }
 
     // MARK: Plan
@@ -87,12 +94,9 @@ public struct Undelete {
     /// their parent link), checked: each in the trash, seen and writable by this device. A
     /// root this device may not bring back is refused when `strict` (rows named one by one),
     /// left out otherwise (a change's rows), as every row deleted with a root is.
-    func plan(roots: [(String, String)], strict: Bool) throws -> [Planned] {
+    func plan(roots: [(String, String)], strict: Bool, rows given: TrashRows? = nil) throws -> [Planned] {
         let what = { (key: (String, String)) in "row '\(key.1)' of '\(key.0)'" }
-        let me = try Members(device).memberID()
-        let writable = try Circles(device).writableAudiences()
-        let select = try database.cached("SELECT image, audience, owner FROM coven_trash WHERE tbl = ?1 AND id = ?2")
-        let children = try database.cached("SELECT tbl, id FROM coven_trash WHERE parent_tbl = ?1 AND parent_id = ?2 ORDER BY tbl, id")
+        let rows = try given ?? TrashRows(device)
         let files = try database.cached("SELECT file FROM coven_trash_files WHERE tbl = ?1 AND id = ?2 ORDER BY file")
         var planned: [Planned] = []
         var queue = roots
@@ -102,26 +106,23 @@ public struct Undelete {
             let key = queue[index]
             index += 1
             guard seen.insert(key.0 + "\u{0}" + key.1).inserted else { continue }
-            try select.bind([key.0, key.1])
-            guard let row = try select.next(), let entry = try RowEntryCodec.decode(row[0].bytesValue ?? []).first else {
-                select.reset()
+            guard let found = try rows.row(table: key.0, id: key.1) else {
                 if index <= roots.count {
                     throw CovenError(.notFound, "\(what(key)) is not in the trash", hint: "'coven trash' lists what can come back",
                                      details: ["table": key.0, "id": key.1])
                 }
                 continue
             }
-            let audience = row[1].textValue ?? RowAudiences.store
-            let owner = row[2].textValue
-            select.reset()
+            let audience = found.origin.audience
+            let owner = found.origin.owner
             // A row this device may not see is as unknown here as one never deleted.
-            guard writable.contains(audience) else {
+            guard rows.writable.contains(audience) else {
                 if strict, index <= roots.count, audience != RowAudiences.store {
                     throw CovenError(.notInCircle, "\(what(key)) is in a circle this device's member is not in", details: ["table": key.0, "id": key.1, "audience": audience])
                 }
                 continue
             }
-            if let owner, owner != me {
+            if let owner, owner != rows.me {
                 if strict, index <= roots.count {
                     throw CovenError(.notOwner, "\(what(key)) is of an owner-only table and belongs to another member", details: ["table": key.0, "id": key.1, "owner": owner])
                 }
@@ -131,10 +132,9 @@ public struct Undelete {
             var named: [String] = []
             while let file = try files.next() { if let id = file[0].textValue { named.append(id) } }
             files.reset()
+            let entry = RowEntry(kind: .upsert, table: key.0, id: key.1, stamp: found.entry.stamp, columns: found.entry.columns, values: found.entry.values)
             planned.append(Planned(table: key.0, id: key.1, entry: entry, audience: audience, owner: owner, files: named))
-            try children.bind([key.0, key.1])
-            while let child = try children.next() { queue.append((child[0].textValue ?? "", child[1].textValue ?? "")) }
-            children.reset()
+            for child in try rows.children(of: key.0, id: key.1, page: found.page) { queue.append(child) }
         }
         return planned
     }
@@ -229,5 +229,70 @@ public struct Undelete {
             }
         }
         return report
+    }
+}
+
+/// The trash's rows as ``Undelete`` reads them: a row through its tombstone's page, the rows
+/// of the change that deleted it (its pages') whose parent it is, and what this device may see.
+final class TrashRows {
+    let device: Device
+    var database: Database { device.database }
+    /// The audiences this device's member writes in, and the member (nil: a store without).
+    let writable: Set<String>
+    let me: String?
+    private let pages: TrashPageCache
+    private let origins: Trash.Origins
+    /// The rows deleted with each parent, by change (its pages'): read once per change.
+    private var children: [String: [String: [(String, String)]]] = [:]
+
+    init(_ device: Device) throws {
+        self.device = device
+        writable = try Circles(device).writableAudiences()
+        me = try Members(device).memberID()
+        pages = try TrashPageCache(database: device.database)
+        origins = try Trash.Origins(device.database)
+    }
+
+    /// Whether this device may see rows of `audience` (and of an owner-only table, `owner`).
+    func sees(audience: String, owner: String?) -> Bool { writable.contains(audience) && (owner == nil || owner == me) }
+
+    /// Row `id` of `table` as the trash holds it: its page, that page's origin and its entry;
+    /// nil when it is not in the trash.
+    func row(table: String, id: String) throws -> (page: Int64, origin: Trash.PageOrigin, entry: TrashPage.Entry)? {
+        guard let page = try database.queryOneCached("SELECT trash FROM coven_tombstones WHERE tbl = ?1 AND id = ?2", [table, id])?[0].intValue,
+              let origin = try origins.of(page), let entry = try pages.entry(page: page, table: table, id: id) else { return nil }
+        return (page, origin, entry)
+    }
+
+    /// The entries of page `page` whose rows are still in the trash (their tombstones name it).
+    func linked(page: Int64) throws -> [TrashPage.Entry] {
+        let stored = try database.scalar("SELECT entries FROM coven_trash_pages WHERE page = ?1", [page]).bytesValue ?? []
+        return try TrashPage.open(stored).filter { entry in
+            try database.queryOneCached("SELECT trash FROM coven_tombstones WHERE tbl = ?1 AND id = ?2", [entry.table, entry.id])?[0].intValue == page
+        }
+    }
+
+    /// The rows in the trash deleted with row `id` of `table` (in page `page`), by the same
+    /// change: the rows of that change's pages whose parent it is.
+    func children(of table: String, id: String, page: Int64) throws -> [(String, String)] {
+        guard let change = try database.queryOne("SELECT device, seq, stamp FROM coven_trash_pages WHERE page = ?1", [page]) else { return [] }
+        // A change: a pulled one by its seq, this device's unpublished write by its stamp.
+        let key = (change[0].textValue ?? "") + "\u{0}" + (change[1].intValue.map(String.init) ?? "write " + (change[2].textValue ?? ""))
+        if children[key] == nil {
+            var found: [String: [(String, String)]] = [:]
+            let group = try database.query("""
+                SELECT page FROM coven_trash_pages WHERE device = ?1 AND (seq = ?2 OR (seq IS NULL AND ?2 IS NULL AND stamp = ?3)) ORDER BY page
+                """, [change[0], change[1], change[2]])
+            for member in group {
+                guard let number = member[0].intValue else { continue }
+                for entry in try linked(page: number) {
+                    guard let parentTable = entry.parentTable, let parentID = entry.parentID else { continue }
+                    found[parentTable + "\u{0}" + parentID, default: []].append((entry.table, entry.id))
+                }
+            }
+            for (parent, rows) in found { found[parent] = rows.sorted { ($0.0, $0.1) < ($1.0, $1.1) } }
+            children[key] = found
+        }
+        return children[key]?[table + "\u{0}" + id] ?? []
     }
 }

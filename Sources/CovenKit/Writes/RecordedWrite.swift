@@ -107,7 +107,7 @@ final class RecordedWrite {
         // row whose delete took it along; rows it writes are in the trash no more.
         let trash = Trash(device)
         let deletes = try changes.hasDeletes()
-        let trashHolds = try !trash.isEmpty()
+        let trashHolds = try trash.begin()
         let graph = deletes ? try device.schemaGraph() : nil
         // Rows the write moved to another audience leave the old one first (AudienceMoves).
         for retract in try AudienceMoves.retracts(in: database, stamp: stamp) {
@@ -135,8 +135,8 @@ final class RecordedWrite {
                     } else {
                         entry = RowEntry(kind: .delete, table: change.table, id: change.id, stamp: stamp)
                         let audience = deletedAudiences[change.table]?[change.id] ?? RowAudiences.store
-                        try tombstones.set(table: change.table, id: change.id, stamp: stamp, audience: audience)
-                        if let graph { try trashDeleted(change, audience: audience, graph: graph, trash: trash) }
+                        let page = try graph.flatMap { try trashDeleted(change, audience: audience, graph: $0, trash: trash) }
+                        try tombstones.set(table: change.table, id: change.id, stamp: stamp, audience: audience, trash: page)
                     }
                     piece.add(entry)
                     recorded += 1
@@ -148,6 +148,7 @@ final class RecordedWrite {
             }
         }
         if piece.count > 0 { try outbox.append(piece, stamp: stamp, waitsFor: waitsFor) }
+        try trash.finish()
         return recorded
     }
 
@@ -183,17 +184,17 @@ final class RecordedWrite {
     }
 
     /// Puts the last image of a row the write deleted in the trash, with the row whose delete
-    /// took it along. Whether the write deleted the parent too is asked of the folded changes,
+    /// took it along; the page holding it, for its tombstone. Whether the write deleted the parent too is asked of the folded changes,
     /// not of a set of every row deleted (26 MiB at 100,000).
-    private func trashDeleted(_ change: RecordedChange, audience: String, graph: SchemaGraph, trash: Trash) throws {
-        guard let image = try capture.image(table: change.table, id: change.id) else { return }
+    private func trashDeleted(_ change: RecordedChange, audience: String, graph: SchemaGraph, trash: Trash) throws -> Int64? {
+        guard let image = try capture.image(table: change.table, id: change.id) else { return nil }
         var failure: Error?
         let parent = Trash.parent(of: change.table, columns: image.columns, values: image.values, graph: graph) {
             do { return try capture.deletes(table: $0, id: $1) } catch { failure = error; return false }
         }
         if let failure { throw failure }
-        try trash.record(table: change.table, id: change.id, columns: image.columns, values: image.values, stamp: stamp,
-                         writer: device.deviceID, seq: nil, audience: audience, parent: parent)
+        return try trash.record(table: change.table, id: change.id, columns: image.columns, values: image.values, stamp: stamp,
+                                writer: device.deviceID, seq: nil, audience: audience, parent: parent)
     }
 }
 

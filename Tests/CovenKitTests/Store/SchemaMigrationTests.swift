@@ -71,6 +71,12 @@ final class SchemaMigrationTests: DeviceTestCase {
         try database.execute("""
             DROP TABLE coven_released_copies; DROP TABLE coven_made_copies; DROP TABLE coven_checked; DROP TABLE coven_uncache;
             DROP TABLE coven_fetch_failures; DROP TABLE coven_clock_ahead; DROP TABLE coven_gc_floors; DROP TABLE coven_sync_flags;
+            DROP TABLE coven_trash_pages; ALTER TABLE coven_tombstones DROP COLUMN trash;
+            CREATE TABLE coven_trash (
+                tbl TEXT NOT NULL, id TEXT NOT NULL, image BLOB NOT NULL, stamp TEXT NOT NULL, deleted_at TEXT NOT NULL, device TEXT NOT NULL,
+                seq INTEGER, audience TEXT NOT NULL DEFAULT 'store', owner TEXT, parent_tbl TEXT, parent_id TEXT, files TEXT NOT NULL DEFAULT '[]',
+                PRIMARY KEY (tbl, id)
+            ) STRICT, WITHOUT ROWID;
             INSERT INTO coven_meta (key, value) VALUES
               ('release:copies/c1', 'copies/c1'), ('made-copy:o1', '{"folders":[],"path":"2f61"}'), ('checked:cache:o2', '1:2:3'),
               ('uncache:o3', 'o3'), ('fetch_failed:o4', 'missing'), ('clock_ahead:d1', '90000'), ('gc_changes_deleted:d1', '12'),

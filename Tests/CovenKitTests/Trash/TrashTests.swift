@@ -125,7 +125,7 @@ class TrashTests: DeviceTestCase {
         XCTAssertNil(try a.connectStorage().head(object))
         // The album named no file: past the window it left the trash; the cover stays one more
         // pass, so undelete can say its bytes are gone.
-        XCTAssertEqual(try b.database.query("SELECT tbl FROM coven_trash").compactMap { $0.string("tbl") }, ["covers"])
+        XCTAssertEqual(try b.database.query("SELECT tbl FROM coven_tombstones WHERE trash IS NOT NULL").compactMap { $0.string("tbl") }, ["covers"])
         XCTAssertEqual(try listed(b), [], "past the window nothing is listed")
         let outbox = try count(b, "SELECT count(*) FROM coven_outbox")
         let refused = assertCovenError(.bytesAbsent) { try Undelete(b).rows(table: "covers", ids: [Self.cover]) }
@@ -133,11 +133,13 @@ class TrashTests: DeviceTestCase {
         XCTAssertEqual(try count(b, "SELECT count(*) FROM covers"), 0, "nothing came back")
         XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_outbox"), outbox, "nothing recorded")
         // a never ran gc: its image of the record is there, but storage says the bytes are gone.
-        let seq = try XCTUnwrap(try a.database.scalar("SELECT seq FROM coven_trash WHERE tbl = 'covers'").intValue)
+        let seq = try XCTUnwrap(try a.database.scalar("""
+            SELECT \(Trash.seqSQL) FROM coven_trash_pages p JOIN coven_tombstones t ON t.trash = p.page WHERE t.tbl = 'covers'
+            """).intValue)
         assertCovenError(.bytesAbsent) { try Undelete(a).change(device: b.deviceID, seq: seq) }
         XCTAssertEqual(try count(a, "SELECT count(*) FROM albums"), 0, "all or nothing: the album stays deleted too")
         _ = try GarbageCollection(b).collectGarbage()
-        XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_trash"), 0, "past the window and keeping nothing, the rows leave")
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_tombstones WHERE trash IS NOT NULL"), 0, "past the window and keeping nothing, the rows leave")
     }
 
     /// `trash empty` lets gc free the bytes before the window ends; emptying before a time
@@ -156,31 +158,37 @@ class TrashTests: DeviceTestCase {
 
     /// A window of 0 turns the trash off for the store: the devices that applied the setting
     /// keep no deleted row, here or from a pull, and gc frees the bytes as soon as every device has seen the delete; rows trashed
-    /// before are past the window, and the next gc drops them. Its image, while kept, holds
-    /// the row's columns and values only (the trash row holds its table, id and stamp).
+    /// before are past the window, and the next gc drops them. Its image, while kept, is in a
+    /// page its tombstone names.
     func testARetentionOfZeroKeepsNoTrash() throws {
         let (a, b, _, object) = try albumWithCover()
         try a.write(sql: "INSERT INTO albums (id, title) VALUES ('\(Self.second)', 'kept before')")
         _ = try StoreSync(a).sync()
         try a.write(sql: "DELETE FROM albums WHERE id = '\(Self.second)'")
-        let entry = try XCTUnwrap(try RowEntryCodec.decode(XCTUnwrap(a.database.scalar("SELECT image FROM coven_trash").bytesValue)).first)
-        XCTAssertEqual([entry.table, entry.id, entry.stamp], ["", "", ""])
-        XCTAssertEqual(entry.value("title"), .text("kept before"))
+        // The row's tombstone names its page, which holds its image with its table, id and the
+        // delete's stamp.
+        let stored = try XCTUnwrap(a.database.scalar("""
+            SELECT p.entries FROM coven_trash_pages p JOIN coven_tombstones t ON t.trash = p.page WHERE t.tbl = 'albums' AND t.id = '\(Self.second)'
+            """).bytesValue)
+        let entry = try XCTUnwrap(try TrashPage.open(stored).first)
+        let stamp = try XCTUnwrap(a.database.scalar("SELECT stamp FROM coven_tombstones WHERE id = '\(Self.second)'").textValue)
+        XCTAssertEqual([entry.table, entry.id, entry.stamp], ["albums", Self.second, stamp])
+        XCTAssertEqual(entry.columns.firstIndex(of: "title").map { entry.values[$0] }, .text("kept before"))
         try Trash(a).setRetention(0)
         XCTAssertEqual(try Trash(a).retention(), 0)
         XCTAssertEqual(try listed(a), [], "the row trashed before is past the window")
         for device in [a, b, a] { _ = try StoreSync(device).sync() }
         XCTAssertEqual(try Trash(b).retention(), 0, "b applied a's setting")
         try b.write(sql: "DELETE FROM covers; DELETE FROM albums")
-        XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_trash WHERE id IN ('\(Self.album)', '\(Self.cover)')"), 0, "a delete here keeps nothing")
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_tombstones WHERE trash IS NOT NULL AND id IN ('\(Self.album)', '\(Self.cover)')"), 0, "a delete here keeps nothing")
         for device in [b, a] { _ = try StoreSync(device).sync() }
-        XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_trash WHERE id IN ('\(Self.album)', '\(Self.cover)')"), 0, "nor does a pull")
+        XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_tombstones WHERE trash IS NOT NULL AND id IN ('\(Self.album)', '\(Self.cover)')"), 0, "nor does a pull")
         XCTAssertEqual(try count(a, "SELECT count(*) FROM covers"), 0)
         _ = try StoreSync(b).sync()
         let report = try GarbageCollection(b).collectGarbage()
         XCTAssertEqual(report.deleted.map(\.key), [object], "no window to wait for")
         _ = try GarbageCollection(a).collectGarbage()
-        XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_trash"), 0, "gc dropped the row trashed before")
+        XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_tombstones WHERE trash IS NOT NULL"), 0, "gc dropped the row trashed before")
         assertCovenError(.notFound) { try Undelete(a).rows(table: "covers", ids: [Self.cover]) }
     }
 
@@ -198,6 +206,48 @@ class TrashTests: DeviceTestCase {
             """)
         XCTAssertEqual(try raw.scalar("SELECT group_concat(stamp) FROM coven_trash").textValue, "s2")
         XCTAssertEqual(try raw.scalar("SELECT count(*) FROM sqlite_schema WHERE name IN ('coven_trash_row', 'coven_trash_parent')").intValue, 2)
+    }
+
+    /// Schema step 24 moves step 23's trashed rows into pages, the rows of one change (this
+    /// device's unpublished writes by their stamp), audience and owner together, and links
+    /// each row's tombstone to its page; a row read from its page is the row as it was, image,
+    /// parent and files; coven_trash is gone.
+    func testSchemaStep24MovesTheTrashedRowsIntoPages() throws {
+        let raw = try Database(path: ":memory:", create: true)
+        for step in Schema.steps.prefix(23) { try step(raw) }
+        func image(_ title: String) -> [UInt8] {
+            RowEntryCodec.encode([RowEntry(kind: .upsert, table: "", id: "", stamp: "", columns: ["id", "title"], values: [.text("x"), .text(title)])])
+        }
+        let rows: [[SQLValue]] = [
+            ["albums", "a1", .blob(image("one")), "s1", "dev", 7, "store", .null, .null, .null, "[]"],
+            ["covers", "c1", .blob(image("cover")), "s1", "dev", 7, "store", .null, "albums", "a1", #"[{"id":"f1","size":12}]"#],
+            ["albums", "a2", .blob(image("two")), "s2", "me", .null, "store", .null, .null, .null, "[]"],
+            ["albums", "a3", .blob(image("three")), "s3", "me", .null, "store", .null, .null, .null, "[]"],
+            ["notes", "n1", .blob(image("mine")), "s4", "dev", 7, "store", "alice", .null, .null, "[]"],
+        ]
+        for row in rows {
+            try raw.run("""
+                INSERT INTO coven_trash (tbl, id, image, stamp, deleted_at, device, seq, audience, owner, parent_tbl, parent_id, files)
+                VALUES (?1, ?2, ?3, ?4, 'd', ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                """, row)
+        }
+        try raw.run("INSERT INTO coven_tombstones (tbl, id, stamp) VALUES ('albums', 'a1', 's9')")
+        try Schema.steps[23](raw)
+        XCTAssertFalse(try raw.hasTable("coven_trash"))
+        XCTAssertEqual(try raw.scalar("SELECT count(*) FROM coven_trash_pages").intValue, 4, "(dev, 7), me's two writes, alice's")
+        XCTAssertEqual(try raw.scalar("SELECT stamp FROM coven_tombstones WHERE id = 'a1'").textValue, "s9", "a tombstone keeps its stamp")
+        let pages = try TrashPageCache(database: raw)
+        for row in rows {
+            let table = row[0].textValue ?? "", id = row[1].textValue ?? ""
+            let page = try XCTUnwrap(raw.scalar("SELECT trash FROM coven_tombstones WHERE tbl = ?1 AND id = ?2", [table, id]).intValue, id)
+            let entry = try XCTUnwrap(pages.entry(page: page, table: table, id: id), id)
+            XCTAssertEqual(entry.stamp, row[3].textValue)
+            XCTAssertEqual(entry.values.last, try RowEntryCodec.decode(row[2].bytesValue ?? []).first?.values.last)
+            XCTAssertEqual(entry.parentID, row[9].textValue)
+            XCTAssertEqual(entry.files.map(\.id), id == "c1" ? ["f1"] : [])
+            XCTAssertEqual(entry.files.map(\.size), id == "c1" ? [12] : [])
+        }
+        XCTAssertEqual(try raw.scalar("SELECT group_concat(owner) FROM coven_trash_pages").textValue, "alice")
     }
 
     /// A mass delete applied by a pull is reported (and kept as the last one), and undelete
@@ -233,6 +283,50 @@ class TrashTests: DeviceTestCase {
         XCTAssertEqual(try dump(a), try dump(b))
         // The one deleted alone stays in the trash, undeletable by its own change.
         XCTAssertEqual(try listed(a).map(\.id), ["k1"])
+    }
+
+    /// A change deleting rows of more than a page's bytes spreads them over several pages,
+    /// sealed beside the pull (and beside the write that deleted them): every row is listed
+    /// once with its values and comes back; a row written back leaves the trash (its link cut,
+    /// its image left in its page), and a snapshot's pages hold only the rows still in the
+    /// trash; emptied, the pages go.
+    func testManyDeletesSpreadOverPagesAndASnapshotHoldsOnlyTheTrashedRows() throws {
+        let a = try makeDevice(name: "a")
+        let b = try join("b", from: a, identity: try Members(a).identity())
+        try a.write(sql: """
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000)
+            INSERT INTO settings (id, value) SELECT 'k' || i, 'v' || i || ' ' || hex(randomblob(60)) FROM n
+            """)
+        for device in [a, b] { _ = try StoreSync(device).sync() }
+        let values = Dictionary(uniqueKeysWithValues: try a.database.query("SELECT id, value FROM settings").map { ($0.string("id") ?? "", $0.string("value") ?? "") })
+        try b.write(sql: "DELETE FROM settings")
+        XCTAssertEqual(try listed(b).count, 3000, "the write's own pages")
+        let seqs = try StoreSync(b).sync().pushed.published
+        _ = try StoreSync(a).sync()
+        let pages = try count(a, "SELECT count(*) FROM coven_trash_pages")
+        XCTAssertGreaterThanOrEqual(pages, 4, "about 140 bytes a row, 128 KiB a page")
+        XCTAssertEqual(try count(a, "SELECT sum(rows) FROM coven_trash_pages"), 3000)
+        let rows = try listed(a)
+        XCTAssertEqual(rows.count, 3000)
+        XCTAssertEqual(Set(rows.map(\.id)).count, 3000)
+        for row in rows {
+            XCTAssertEqual(row.columns.firstIndex(of: "value").map { row.values[$0] }, .text(values[row.id] ?? "?"), row.id)
+            XCTAssertEqual(row.device, b.deviceID)
+            XCTAssertTrue(seqs.map { Int64($0) }.contains(row.seq ?? -1), "\(String(describing: row.seq)) of \(seqs)")
+        }
+        try a.write(sql: "INSERT INTO settings (id, value) VALUES ('k7', 'again')")
+        XCTAssertEqual(try listed(a).count, 2999)
+        XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_trash_pages"), pages, "the image stays in its page until gc")
+        _ = try StoreSync(a).sync()
+        _ = try Snapshots(a).snapshot()
+        let c = try join("c", from: a, identity: try Members(a).identity())
+        XCTAssertEqual(try listed(c).map(\.id), try listed(a).map(\.id))
+        XCTAssertEqual(try count(c, "SELECT sum(rows) FROM coven_trash_pages"), 2999, "no image of a row out of the trash")
+        let back = try seqs.reduce(0) { $0 + (try Undelete(c).change(device: b.deviceID, seq: Int64($1)).rows.count) }
+        XCTAssertEqual(back, 2999)
+        XCTAssertEqual(try count(c, "SELECT count(*) FROM settings"), 3000)
+        XCTAssertEqual(try Trash(a).empty(before: nil), 2999)
+        XCTAssertEqual(try count(a, "SELECT count(*) FROM coven_trash_pages"), 0)
     }
 
     /// A quarter of a table's rows is a mass delete too (when at least ten).
