@@ -379,42 +379,6 @@ public struct Trash {
                 [.text(RecordedChanges.json(ids: audiences)), me.map { SQLValue.text($0) } ?? .text("")])
     }
 
-    /// Who deleted the rows of a page, and in which change (``seqSQL``).
-    struct PageOrigin {
-        var device: String
-        var deviceName: String?
-        var member: String?
-        var seq: Int64?
-        var audience: String
-        var owner: String?
-    }
-
-    /// The origin of page `page`, read once per page (``origins(_:)``).
-    final class Origins {
-        private let select: Statement
-        private var known: [Int64: PageOrigin] = [:]
-
-        init(_ database: Database) throws {
-            select = try database.prepare("""
-                SELECT p.device, r.name, r.member, \(Trash.seqSQL), p.audience, p.owner
-                FROM coven_trash_pages p LEFT JOIN coven_device_registry r ON r.device = p.device WHERE p.page = ?1
-                """)
-        }
-
-        func of(_ page: Int64) throws -> PageOrigin? {
-            if let origin = known[page] { return origin }
-            select.reset()
-            try select.bind([page])
-            defer { select.reset() }
-            guard let row = try select.next() else { return nil }
-            let origin = PageOrigin(device: row[0].textValue ?? "", deviceName: row[1].textValue, member: row[2].textValue, seq: row[3].intValue,
-                                    audience: row[4].textValue ?? RowAudiences.store, owner: row[5].textValue)
-            if known.count >= 4096 { known.removeAll() }
-            known[page] = origin
-            return origin
-        }
-    }
-
     /// Calls `body` with each row in the window (deleted after the cutoff, or after `since`
     /// when later) that this device may see, newest first, of `table` when given; rows deleted
     /// at the same time by table, then page by page (the order a change deleted them), then by
