@@ -11,6 +11,8 @@ struct RecordedChange {
     /// The file columns' values before the write (updates and deletes), and an owner-only
     /// table's owner column's, when read (``RecordedChanges/forEachBatch(size:oldFiles:_:)``).
     var oldFiles: [String: SQLValue]
+    /// Where the write first touched the row, in its order (the capture's position).
+    var pos: Int64 = 0
 }
 
 /// The rows a recorded write had changed when ``RecordedWrite/changes()`` was called, one change

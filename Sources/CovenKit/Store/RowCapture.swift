@@ -261,7 +261,7 @@ final class RowCapture {
         try statement.bind([pos, limit])
         while let row = try statement.next() {
             let table = row[1].textValue ?? ""
-            var change = RecordedChange(table: table, id: row[2].textValue ?? "", operation: .insert, oldFiles: [:])
+            var change = RecordedChange(table: table, id: row[2].textValue ?? "", operation: .insert, oldFiles: [:], pos: row[0].intValue ?? 0)
             if row[3].textValue != "i" {
                 change.operation = row[4].textValue == "d" ? .delete : .update
                 if let fileColumns { change.oldFiles = try Self.files(json: row[5].textValue, columns: fileColumns[table] ?? []) }
@@ -269,6 +269,24 @@ final class RowCapture {
             changes.append((row[0].intValue ?? 0, change))
         }
         return changes
+    }
+
+    /// The file records among `ids` that the write put or changed (not deleted, not put and
+    /// deleted again) and first touched after position `pos`: a row at `pos` naming them is
+    /// recorded before them unless they go out ahead of it (RecordedWrite).
+    func recordsPut(_ ids: [String], after pos: Int64) throws -> [(id: String, pos: Int64, inserted: Bool)] {
+        guard !ids.isEmpty else { return [] }
+        let statement = try database.cached("""
+            SELECT id, pos, first_op FROM temp.coven_capture_rows
+            WHERE tbl = 'coven_files' AND id IN (SELECT value FROM json_each(?1)) AND pos > ?2
+              AND NOT (first_op = 'i' AND last_op = 'd') AND last_op NOT IN ('r', 'd')
+            """)
+        try statement.bind([RecordedChanges.json(ids: ids), pos])
+        var found: [(id: String, pos: Int64, inserted: Bool)] = []
+        while let row = try statement.next() {
+            if let id = row[0].textValue { found.append((id, row[1].intValue ?? 0, row[2].textValue == "i")) }
+        }
+        return found
     }
 
     /// The file columns' values a trigger recorded as `[typeof, value, …]` (``install(name:table:fileColumns:)``),

@@ -114,24 +114,34 @@ final class RecordedWrite {
             piece.add(retract)
             recorded += 1
         }
-        // The file records the write puts or changes go first, then everything else in the
-        // write's order (its rows, then the records it deletes): a write too big for one change
-        // is published in several, and a device applying them one by one must find a row's
-        // records there when the row arrives, or it would take the row out until they came (a
-        // lost value per row, restored later: 100,000 of them for a library imported at once).
-        let recordFirst: (RecordedChange) -> Bool = { $0.table == "coven_files" && $0.operation != .delete }
-        for pass in [true, false] {
+        // Everything in the write's order, each row right after the file records it names that
+        // the write puts and has not recorded yet (a put function's record is captured after
+        // its row's statement), and the records the write deletes last. A write too big for one
+        // change is published in several, cut only between a row and the next: a device
+        // applying them one by one finds a row's records in the row's change, or it would take
+        // the row out until they came; and finds each record's rows beside it, or it would end
+        // the record at the change's end (a tombstone and a gc candidate) and bring it back with
+        // the row (records all first made that 100,000 times for a library imported at once).
+        let isRecordDelete: (RecordedChange) -> Bool = { $0.table == "coven_files" && $0.operation == .delete }
+        // Records recorded ahead of their turn (one a row named), skipped when it comes.
+        var ahead: Set<String> = []
+        for pass in [false, true] {
             // Row images are read table by table, a batch of ids at a time, then emitted in the
             // write's order.
             try changes.forEachBatch(oldFiles: false) { all in
-                let batch = all.filter { recordFirst($0) == pass }
+                let batch = all.filter { isRecordDelete($0) == pass }
                 guard !batch.isEmpty else { return }
-                let images = try self.images(of: batch)
+                var images = try self.images(of: batch)
+                let named = pass ? [:] : try recordsAhead(of: batch, images: &images)
                 for change in batch {
+                    if change.table == "coven_files", ahead.remove(change.id) != nil { continue }
+                    for record in named[change.pos] ?? [] where ahead.insert(record.id).inserted {
+                        piece.add(try entry(record, images: images, trashHolds: trashHolds, trash: trash))
+                        recorded += 1
+                    }
                     let entry: RowEntry
-                    if change.operation != .delete, let values = images[change.table]?[change.id] {
-                        entry = RowEntry(kind: .upsert, table: change.table, id: change.id, stamp: stamp, columns: try columns(change.table), values: values)
-                        if trashHolds, change.operation == .insert { try trash.forget(table: change.table, id: change.id) }
+                    if change.operation != .delete, images[change.table]?[change.id] != nil {
+                        entry = try self.entry(change, images: images, trashHolds: trashHolds, trash: trash)
                     } else {
                         entry = RowEntry(kind: .delete, table: change.table, id: change.id, stamp: stamp)
                         let audience = deletedAudiences[change.table]?[change.id] ?? RowAudiences.store
@@ -150,6 +160,48 @@ final class RecordedWrite {
         if piece.count > 0 { try outbox.append(piece, stamp: stamp, waitsFor: waitsFor) }
         try trash.finish()
         return recorded
+    }
+
+    /// The upsert entry of `change`, whose image is in `images`; a row written is in the trash
+    /// no more.
+    private func entry(_ change: RecordedChange, images: [String: [String: [SQLValue]]], trashHolds: Bool, trash: Trash) throws -> RowEntry {
+        if trashHolds, change.operation == .insert { try trash.forget(table: change.table, id: change.id) }
+        return RowEntry(kind: .upsert, table: change.table, id: change.id, stamp: stamp, columns: try columns(change.table),
+                        values: images[change.table]?[change.id] ?? [])
+    }
+
+    /// The file records each row of `batch` names that the write puts and first touched after
+    /// the row (by the row's position), to be recorded ahead of it; their images are added to
+    /// `images`.
+    private func recordsAhead(of batch: [RecordedChange], images: inout [String: [String: [SQLValue]]]) throws -> [Int64: [RecordedChange]] {
+        var files: [String: [(pos: Int64, file: String)]] = [:]
+        for change in batch where change.table != "coven_files" && change.operation != .delete {
+            guard let spec = device.manifest.table(change.table), !spec.files.isEmpty, let values = images[change.table]?[change.id] else { continue }
+            let names = try columns(change.table)
+            for column in spec.files {
+                guard let index = names.firstIndex(of: column.column), index < values.count, let file = values[index].textValue else { continue }
+                files[file, default: []].append((change.pos, file))
+            }
+        }
+        guard !files.isEmpty, let first = batch.first?.pos else { return [:] }
+        var ahead: [(row: Int64, record: RecordedChange)] = []
+        var missing: [RecordedChange] = []
+        for record in try capture.recordsPut(Array(files.keys), after: first) {
+            // Ahead of the first row naming it that comes before it.
+            guard let row = files[record.id]?.filter({ $0.pos < record.pos }).map(\.pos).min() else { continue }
+            let change = RecordedChange(table: "coven_files", id: record.id, operation: record.inserted ? .insert : .update, oldFiles: [:], pos: record.pos)
+            ahead.append((row, change))
+            if images["coven_files"]?[record.id] == nil { missing.append(change) }
+        }
+        for (table, rows) in try self.images(of: missing) {
+            for (id, values) in rows { images[table, default: [:]][id] = values }
+        }
+        // A record with no image (neither live nor kept) goes at its own turn, as a delete.
+        var named: [Int64: [RecordedChange]] = [:]
+        for (row, record) in ahead.sorted(by: { $0.record.pos < $1.record.pos }) where images["coven_files"]?[record.id] != nil {
+            named[row, default: []].append(record)
+        }
+        return named
     }
 
     /// The stored columns of `table` (generated columns, hidden 2 and 3, are never published:

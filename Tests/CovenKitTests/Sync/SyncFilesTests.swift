@@ -88,9 +88,11 @@ final class SyncFilesTests: DeviceTestCase {
         XCTAssertEqual(try DeviceStatus(of: b).cache.used, 0)
     }
     /// A write of many rows, each naming a file it puts, published in several changes: each
-    /// change carries the records before the rows naming them, so a device pulling them change
-    /// by change never holds a row without its record: nothing is taken out (and no lost value
-    /// left behind to restore, 100,000 of them for a library), whatever the split.
+    /// row goes right after its record, in the same change, so a device pulling them change by
+    /// change never holds a row without its record (nothing is taken out, no lost value left
+    /// behind to restore) nor a record without its row at a change's end (none is ended, with a
+    /// tombstone and a gc candidate, and brought back with its row: 100,000 of each for a
+    /// library imported at once, when the records all went first), whatever the split.
     func testAWriteOfManyFilesSplitOverChangesArrivesWithNoRowTakenOut() throws {
         setenv("COVEN_SYNC_CHANGE_BYTES", "2000", 1)
         defer { unsetenv("COVEN_SYNC_CHANGE_BYTES") }
@@ -112,6 +114,12 @@ final class SyncFilesTests: DeviceTestCase {
         XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_lost_values"), 0, "no row was taken out and brought back")
         XCTAssertEqual(try count(b, "SELECT count(*) FROM tracks"), 120)
         XCTAssertEqual(try count(b, "SELECT count(*) FROM tracks t JOIN coven_files f ON f.id = t.file"), 120)
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_tombstones WHERE tbl = 'coven_files'"), 0, "no record was ended at a change's end")
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_gc_candidates"), 0)
+        XCTAssertEqual(try count(b, "SELECT count(*) FROM coven_deleted_files"), 0)
+        for track in try b.database.query("SELECT file FROM tracks").compactMap({ $0.string("file") }) {
+            XCTAssertNotNil(try b.fileRecord(track))
+        }
     }
 }
 
