@@ -148,11 +148,21 @@ enum Frontier {
 }
 
 extension HybridClock {
-    /// The device a stamp was made on (its last part), or nil for a stamp of another shape.
+    /// The device a stamp was made on (its last part: all after its fourth `-`), or nil for a
+    /// stamp of another shape. Found by a scan of the bytes, not a split into five strings: a
+    /// pull asks it of every entry it weighs (5% of a pull of 100,000 deletes split them).
     static func device(of stamp: String) -> String? {
-        let parts = stamp.split(separator: "-", maxSplits: 4, omittingEmptySubsequences: false)
-        guard parts.count == 5 else { return nil }
-        return String(parts[4])
+        let utf8 = stamp.utf8
+        var dashes = 0
+        var index = utf8.startIndex
+        while index != utf8.endIndex {
+            if utf8[index] == UInt8(ascii: "-") {
+                dashes += 1
+                if dashes == 4 { return String(stamp[utf8.index(after: index)...]) }
+            }
+            index = utf8.index(after: index)
+        }
+        return nil
     }
 }
 

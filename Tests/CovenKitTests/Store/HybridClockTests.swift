@@ -32,4 +32,15 @@ final class HybridClockTests: DeviceTestCase {
         XCTAssertTrue(b.contains(".501Z-0000-"), b)
         XCTAssertLessThan(a, b)
     }
+
+    /// A stamp's device is all after its fourth `-` (the time's two, the counter's, then the
+    /// device id with its own); a stamp of another shape has none.
+    func testTheDeviceOfAStampIsAllAfterItsFourthDash() {
+        let device = "0193a9b2-4c1e-7d3a-9f20-5b8e1c2d3f41"
+        XCTAssertEqual(HybridClock.device(of: "2026-12-04T10:00:00.000Z-00a1-" + device), device)
+        XCTAssertEqual(HybridClock.device(of: "a-b-c-d-"), "")
+        XCTAssertEqual(HybridClock.device(of: "a-b-c-d-é-f"), "é-f")
+        XCTAssertNil(HybridClock.device(of: "a-b-c-d"))
+        XCTAssertNil(HybridClock.device(of: ""))
+    }
 }
