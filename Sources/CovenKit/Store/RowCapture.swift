@@ -126,6 +126,7 @@ final class RowCapture {
                 first_op TEXT NOT NULL,
                 old_files TEXT,
                 last_op TEXT NOT NULL,
+                sent INTEGER NOT NULL DEFAULT 0,
                 UNIQUE (tbl, id)
             );
             """)
@@ -255,7 +256,7 @@ final class RowCapture {
         var changes: [(pos: Int64, change: RecordedChange)] = []
         let statement = try database.cached("""
             SELECT pos, tbl, id, first_op, last_op, old_files FROM temp.coven_capture_rows
-            WHERE pos > ?1 AND NOT (first_op = 'i' AND last_op = 'd') AND last_op <> 'r'
+            WHERE pos > ?1 AND NOT (first_op = 'i' AND last_op = 'd') AND last_op <> 'r' AND sent = 0
             ORDER BY pos LIMIT ?2
             """)
         try statement.bind([pos, limit])
@@ -272,14 +273,15 @@ final class RowCapture {
     }
 
     /// The file records among `ids` that the write put or changed (not deleted, not put and
-    /// deleted again) and first touched after position `pos`: a row at `pos` naming them is
-    /// recorded before them unless they go out ahead of it (RecordedWrite).
+    /// deleted again), first touched after position `pos` and not recorded yet: a row at `pos`
+    /// naming them is recorded before them unless they go out ahead of it (RecordedWrite,
+    /// which marks them: ``markSent(_:)``).
     func recordsPut(_ ids: [String], after pos: Int64) throws -> [(id: String, pos: Int64, inserted: Bool)] {
         guard !ids.isEmpty else { return [] }
         let statement = try database.cached("""
             SELECT id, pos, first_op FROM temp.coven_capture_rows
             WHERE tbl = 'coven_files' AND id IN (SELECT value FROM json_each(?1)) AND pos > ?2
-              AND NOT (first_op = 'i' AND last_op = 'd') AND last_op NOT IN ('r', 'd')
+              AND NOT (first_op = 'i' AND last_op = 'd') AND last_op NOT IN ('r', 'd') AND sent = 0
             """)
         try statement.bind([RecordedChanges.json(ids: ids), pos])
         var found: [(id: String, pos: Int64, inserted: Bool)] = []
@@ -287,6 +289,14 @@ final class RowCapture {
             if let id = row[0].textValue { found.append((id, row[1].intValue ?? 0, row[2].textValue == "i")) }
         }
         return found
+    }
+
+    /// Marks file records `ids` recorded ahead of their turn (RecordedWrite): the folded
+    /// changes read after it leave them out.
+    func markSent(_ ids: [String]) throws {
+        guard !ids.isEmpty else { return }
+        try database.run("UPDATE temp.coven_capture_rows SET sent = 1 WHERE tbl = 'coven_files' AND id IN (SELECT value FROM json_each(?1))",
+                         [RecordedChanges.json(ids: ids)])
     }
 
     /// The file columns' values a trigger recorded as `[typeof, value, …]` (``install(name:table:fileColumns:)``),
