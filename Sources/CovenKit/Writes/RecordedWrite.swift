@@ -180,13 +180,13 @@ final class RecordedWrite {
     /// the row (by the row's position), to be recorded ahead of it; their images are added to
     /// `images`.
     private func recordsAhead(of batch: [RecordedChange], images: inout [String: [String: [SQLValue]]]) throws -> [Int64: [RecordedChange]] {
-        var files: [String: [(pos: Int64, file: String)]] = [:]
+        var files: [String: [Int64]] = [:]
         for change in batch where change.table != "coven_files" && change.operation != .delete {
             guard let spec = device.manifest.table(change.table), !spec.files.isEmpty, let values = images[change.table]?[change.id] else { continue }
             let names = try columns(change.table)
             for column in spec.files {
                 guard let index = names.firstIndex(of: column.column), index < values.count, let file = values[index].textValue else { continue }
-                files[file, default: []].append((change.pos, file))
+                files[file, default: []].append(change.pos)
             }
         }
         guard !files.isEmpty, let first = batch.first?.pos else { return [:] }
@@ -194,7 +194,7 @@ final class RecordedWrite {
         var missing: [RecordedChange] = []
         for record in try capture.recordsPut(Array(files.keys), after: first) {
             // Ahead of the first row naming it that comes before it.
-            guard let row = files[record.id]?.filter({ $0.pos < record.pos }).map(\.pos).min() else { continue }
+            guard let row = files[record.id]?.filter({ $0 < record.pos }).min() else { continue }
             let change = RecordedChange(table: "coven_files", id: record.id, operation: record.inserted ? .insert : .update, oldFiles: [:], pos: record.pos)
             ahead.append((row, change))
             if images["coven_files"]?[record.id] == nil { missing.append(change) }
@@ -242,8 +242,9 @@ final class RecordedWrite {
     }
 
     /// Puts the last image of a row the write deleted in the trash, with the row whose delete
-    /// took it along; the page holding it, for its tombstone. Whether the write deleted the parent too is asked of the folded changes,
-    /// not of a set of every row deleted (26 MiB at 100,000).
+    /// took it along; returns the page holding it, for its tombstone. Whether the write deleted
+    /// the parent too is asked of the folded changes, not of a set of every row deleted (26 MiB
+    /// at 100,000).
     private func trashDeleted(_ change: RecordedChange, audience: String, graph: SchemaGraph, trash: Trash) throws -> Int64? {
         guard let image = try capture.image(table: change.table, id: change.id) else { return nil }
         var failure: Error?
