@@ -94,40 +94,51 @@ struct TrashPage {
     }
 }
 
-/// Decoded pages of the trash, a few at a time: a reader walking rows in an order of its own
-/// (newest first, then by table and id) finds the rows of one change in the few pages it holds.
+/// Decoded pages of the trash, a few at a time: the one reader of pages for the trash's
+/// listing and undelete. A reader walking rows in an order of its own (newest first, then by
+/// table, page and id; a change's rows page by page) finds them in the few pages it holds.
 final class TrashPageCache {
-    private let database: Database
+    private struct Decoded {
+        var page: Int64
+        var entries: [TrashPage.Entry]
+        var index: [String: Int]
+    }
     private let keep: Int
-    private var pages: [(page: Int64, entries: [String: TrashPage.Entry])] = []
+    private var pages: [Decoded] = []
     private let select: Statement
 
     init(database: Database, keep: Int = 8) throws {
-        self.database = database
         self.keep = keep
         select = try database.prepare("SELECT entries FROM coven_trash_pages WHERE page = ?1")
     }
 
+    /// The entries of page `page`, in the order they were written (none for a page not there).
+    func entries(page: Int64) throws -> [TrashPage.Entry] { try decoded(page).entries }
+
     /// The entry of row `id` of `table` in page `page`, nil when the page does not hold it.
     func entry(page: Int64, table: String, id: String) throws -> TrashPage.Entry? {
-        let key = table + "\u{0}" + id
-        if let index = pages.firstIndex(where: { $0.page == page }) {
-            let found = pages[index]
-            if index > 0 {
-                pages.remove(at: index)
-                pages.insert(found, at: 0)
-            }
-            return found.entries[key]
+        let found = try decoded(page)
+        return found.index[table + "\u{0}" + id].map { found.entries[$0] }
+    }
+
+    /// Page `page` decoded, from those kept or read now (the page read longest ago let go).
+    private func decoded(_ page: Int64) throws -> Decoded {
+        if let at = pages.firstIndex(where: { $0.page == page }) {
+            let found = pages.remove(at: at)
+            pages.insert(found, at: 0)
+            return found
         }
         select.reset()
         try select.bind([page])
         let stored = try select.next()?[0].bytesValue ?? []
         select.reset()
-        var entries: [String: TrashPage.Entry] = [:]
-        for entry in try TrashPage.open(stored) { entries[entry.table + "\u{0}" + entry.id] = entry }
-        pages.insert((page, entries), at: 0)
+        let entries = try TrashPage.open(stored)
+        var index: [String: Int] = [:]
+        for (at, entry) in entries.enumerated() { index[entry.table + "\u{0}" + entry.id] = at }
+        let found = Decoded(page: page, entries: entries, index: index)
+        pages.insert(found, at: 0)
         if pages.count > keep { pages.removeLast() }
-        return entries[key]
+        return found
     }
 }
 

@@ -70,10 +70,10 @@ final class TrashRows {
         return (page, origin, entry)
     }
 
-    /// The entries of page `page` whose rows are still in the trash (their tombstones name it).
+    /// The entries of page `page` whose rows are still in the trash (their tombstones name it),
+    /// in the order the page holds them.
     func linked(page: Int64) throws -> [TrashPage.Entry] {
-        let stored = try database.scalar("SELECT entries FROM coven_trash_pages WHERE page = ?1", [page]).bytesValue ?? []
-        return try TrashPage.open(stored).filter { entry in
+        try pages.entries(page: page).filter { entry in
             try database.queryOneCached("SELECT trash FROM coven_tombstones WHERE tbl = ?1 AND id = ?2", [entry.table, entry.id])?[0].intValue == page
         }
     }

@@ -74,7 +74,10 @@ public struct Undelete {
             throw CovenError(.notFound, "the trash holds no row that change \(writer):\(seq) deleted", hint: "'coven trash' lists what can come back",
                              details: ["change": "\(writer):\(seq)"])
         }
-        keys.sort { ($0.stamp, $0.table, $0.id) < ($1.stamp, $1.table, $1.id) }
+        // By the delete's stamp, then page by page as the change deleted them (the order the
+        // pages are read in again: by table and id it read a page per row once a change's rows
+        // outgrew the pages kept).
+        keys = keys.enumerated().sorted { ($0.element.stamp, $0.offset) < ($1.element.stamp, $1.offset) }.map(\.element)
         return try bringBack(try plan(roots: keys.map { ($0.table, $0.id) }, strict: false, rows: readable))
     }
 
