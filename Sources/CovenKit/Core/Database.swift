@@ -165,7 +165,7 @@ public final class Database {
     static let statementsKept = 256
     static let longestSQLKept = 2048
 
-    /// A statement for one call of ``run(_:_:)`` or ``queryOne(_:_:)``: kept prepared
+    /// A statement for one call of ``run(_:_:)``, ``query(_:_:)`` or ``queryOne(_:_:)``: kept prepared
     /// (``cached(_:)``) for short SQL, so that a statement run once per file of a batch of
     /// 10,000 is parsed once (preparing was a third of make-device-only's time).
     private func statementForOneCall(_ sql: String) throws -> Statement {
@@ -182,7 +182,8 @@ public final class Database {
 
     /// Runs a query and returns every row.
     public func query(_ sql: String, _ parameters: [SQLBindable] = []) throws -> [Row] {
-        let statement = try prepare(sql)
+        let statement = try statementForOneCall(sql)
+        defer { statement.reset() }
         try statement.bind(parameters)
         var rows: [Row] = []
         while let row = try statement.next() { rows.append(row) }
@@ -227,6 +228,18 @@ public final class Database {
             return try gatedTransaction(body)
         }
         return try gatedTransaction(body)
+    }
+
+    /// Runs `body` as ``transaction(_:)`` does, with a commit that does not wait for the disk
+    /// (`synchronous = NORMAL` for it): a crash of the process never loses it, a power cut may,
+    /// and the next durable commit makes it durable too (WAL keeps commits in order). Only for
+    /// bookkeeping whose loss repeats a step and changes nothing a user sees: an upload's claim
+    /// and lease. Every other state change commits durably.
+    @discardableResult
+    func transactionLosableToPowerCut<T>(_ body: () throws -> T) throws -> T {
+        try execute("PRAGMA synchronous = NORMAL")
+        defer { try? execute("PRAGMA synchronous = FULL") }
+        return try transaction(body)
     }
 
     private func gatedTransaction<T>(_ body: () throws -> T) throws -> T {

@@ -60,6 +60,9 @@ extension PathText {
 
     /// A C string (an argv entry) as a String that keeps every byte.
     public static func string(fromOSBytes bytes: [UInt8]) -> String {
+        // Valid UTF-8 throughout (nearly every path): the String of its bytes, validated at once
+        // (appending scalar by scalar was 4% of an upload of 10,000 small files).
+        if let valid = String(validating: bytes, as: UTF8.self) { return valid }
         var scalars = String.UnicodeScalarView()
         var index = 0
         while index < bytes.count {
@@ -77,6 +80,9 @@ extension PathText {
 
     /// The OS bytes of a path held in a String: UTF-8, with escaped bytes restored.
     public static func osBytes(_ path: String) -> [UInt8] {
+        // An escaped byte's scalar (U+10FE00...U+10FEFF) starts with 0xF4 in UTF-8: a path
+        // without that byte is its UTF-8 as it is.
+        if !path.utf8.contains(0xF4) { return Array(path.utf8) }
         var out: [UInt8] = []
         out.reserveCapacity(path.utf8.count)
         for scalar in path.unicodeScalars {

@@ -105,7 +105,8 @@ extension Uploads {
     ///
     /// - Returns: the claims (at least one), or why there is none.
     func claimUploads(worker: WorkerIdentity, lease: Double, excluded: Set<String>, limit: Int, objectBytes: Int64, batchBytes: Int64) throws -> Result<[UploadClaim], ClaimWaitBox> {
-        try device.database.transaction {
+        // A claim a power cut loses leaves the upload queued as it was: claimed again, once.
+        try device.database.transactionLosableToPowerCut {
             let now = Date().timeIntervalSince1970
             let paused = try device.setting("uploads_paused") == "1"
             let networkBlocked = try device.setting("unmetered_only") == "1" && device.setting("network_metered") == "1"
@@ -201,16 +202,6 @@ extension Uploads {
             task: task, object: object, move: row.string("move"), bound: bound, attempts: attempts,
             bytesTotal: row.int("bytes_total") ?? 0, uploadID: row.string("upload_id"), partSize: row.int("part_size"),
             resumed: row.string("worker") != nil))
-    }
-
-    /// Renews `worker`'s leases on `objects` and says, for each, whether its upload is still
-    /// wanted, in one transaction.
-    ///
-    /// - Returns: per object, nil when the worker may go on; otherwise why it must stop.
-    func renewLeases(objects: [String], worker: WorkerIdentity, lease: Double) throws -> [UploadStop?] {
-        try device.database.transaction {
-            try objects.map { try renewLeaseInTransaction(object: $0, worker: worker, lease: lease) }
-        }
     }
 
     /// Renews `worker`'s lease on `object` and says whether the upload is still wanted.

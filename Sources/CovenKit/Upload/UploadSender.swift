@@ -246,7 +246,10 @@ final class UploadSender {
         guard total == claim.bytesTotal else {
             throw CovenError(.internal, "the queued size of '\(claim.object)' disagrees with its local bytes", cause: "\(claim.bytesTotal) queued, \(total) from \(source.size.counted("byte"))")
         }
-        return (source, try ObjectSealer(key: try FileKey(hex: keyHex)), total)
+        // One cipher handle: a batch's senders each seal one object at a time on their own
+        // thread (a sealer of eight lanes opened eight handles in secure memory for a file of
+        // one chunk: half the worker's libgcrypt time on 10,000 small files).
+        return (source, try ObjectSealer(key: try FileKey(hex: keyHex), lanes: 1), total)
     }
 
     // MARK: Parts
