@@ -14,31 +14,71 @@ struct UploadSource {
     /// The path for messages.
     let display: String
 
-    /// Opens the object's local bytes and checks the source's size (and an original's exact
-    /// modification time) against what staging recorded, before any byte is read.
+    /// What staging recorded of an object's local bytes, read from the database: opened
+    /// (``open(_:)``) on any thread, with no database.
+    struct Recorded {
+        let object: String
+        let kind: FileKind
+        /// The original's path, or coven's copy's.
+        let path: String
+        /// The path for messages (an original's text; coven's copy's name in its folder).
+        let display: String
+        let size: Int64
+        let chunkHashes: [UInt8]
+        let contentHash: [UInt8]
+        /// An original's modification time as staged.
+        let modifiedSeconds: Int64?
+        let modifiedNanos: Int64?
+        /// Whether the chunk hashes are missing (a copy make-device-only wrote): derived from
+        /// the bytes once opened (``derivingChunkHashes(object:device:)``, which records them).
+        var derive: Bool { chunkHashes.isEmpty && size > 0 }
+    }
+
+    /// What staging recorded of `object`'s local bytes.
     ///
-    /// - Throws: `.userFileMissing` (original gone), `.userFileChanged` (original's size or
-    ///   time differs), `.fileUnavailable` (coven's copy missing or of another size).
-    static func open(object: String, device: Device) throws -> UploadSource {
+    /// - Throws: `.fileUnavailable` when no local bytes are recorded or their chunk hashes do
+    ///   not cover their size.
+    static func recorded(object: String, device: Device) throws -> Recorded {
         guard let row = try device.database.queryOneCached("SELECT * FROM coven_local WHERE object = ?1", [object]) else {
             throw CovenError(.fileUnavailable, "no local bytes of '\(object)' on this device", details: ["object": object])
         }
         let size = row.int("size") ?? 0
         let recorded = row.bytes("chunk_hashes") ?? []
         let content = row.bytes("content_hash") ?? []
-        // No chunk hashes (a copy make-device-only wrote): derived below from the bytes, once
-        // they are found to match the recorded content hash.
-        let derive = recorded.isEmpty && size > 0
-        guard derive || recorded.count == Int(ObjectLayout.chunkCount(plaintextSize: size)) * 32 else {
+        guard (recorded.isEmpty && size > 0) || recorded.count == Int(ObjectLayout.chunkCount(plaintextSize: size)) * 32 else {
             throw CovenError(.fileUnavailable, "the recorded chunk hashes of '\(object)' do not cover its size", details: ["object": object])
         }
         if row.string("kind") == FileKind.user.rawValue {
             let bytes = row.bytes("path") ?? []
-            let path = PathText.string(fromOSBytes: bytes)
-            let display = PathText.text(bytes)
+            return Recorded(object: object, kind: .user, path: PathText.string(fromOSBytes: bytes), display: PathText.text(bytes), size: size,
+                            chunkHashes: recorded, contentHash: content, modifiedSeconds: row.int("modified_seconds"), modifiedNanos: row.int("modified_nanos"))
+        }
+        let copy = row.string("copy") ?? ""
+        return Recorded(object: object, kind: .app, path: device.paths.folder + "/" + copy, display: copy, size: size,
+                        chunkHashes: recorded, contentHash: content, modifiedSeconds: nil, modifiedNanos: nil)
+    }
+
+    /// Opens the object's local bytes and checks the source's size (and an original's exact
+    /// modification time) against what staging recorded, before any byte is read.
+    ///
+    /// - Throws: `.userFileMissing` (original gone), `.userFileChanged` (original's size or
+    ///   time differs), `.fileUnavailable` (coven's copy missing or of another size).
+    static func open(object: String, device: Device) throws -> UploadSource {
+        let recorded = try recorded(object: object, device: device)
+        let source = try open(recorded)
+        return recorded.derive ? try source.derivingChunkHashes(object: object, device: device) : source
+    }
+
+    /// Opens recorded local bytes as ``open(object:device:)`` does, touching no database; the
+    /// chunk hashes of a source that has none (``Recorded/derive``) are not derived.
+    static func open(_ recorded: Recorded) throws -> UploadSource {
+        let display = recorded.display
+        let size = recorded.size
+        switch recorded.kind {
+        case .user:
             let file: FileHandleFD
             do {
-                file = try FileHandleFD(reading: path)
+                file = try FileHandleFD(reading: recorded.path)
             } catch let error as CovenError where error.code == .userFileMissing {
                 throw CovenError(.userFileMissing, "the original '\(display)' is missing", cause: error.cause, details: ["path": display])
             }
@@ -46,27 +86,25 @@ struct UploadSource {
             let seconds = Int64(info.st_mtim.tv_sec)
             let nanos = Int64(info.st_mtim.tv_nsec)
             guard (info.st_mode & S_IFMT) == S_IFREG, Int64(info.st_size) == size,
-                  seconds == row.int("modified_seconds"), nanos == row.int("modified_nanos") else {
+                  seconds == recorded.modifiedSeconds, nanos == recorded.modifiedNanos else {
                 throw CovenError(.userFileChanged, "the original '\(display)' changed since it was staged", hint: "stage it again", details: ["path": display])
             }
             posix_fadvise(file.fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
-            let source = UploadSource(kind: .user, file: file, size: size, chunkHashes: recorded, contentHash: content, display: display)
-            return derive ? try source.derivingChunkHashes(object: object, device: device) : source
+            return UploadSource(kind: .user, file: file, size: size, chunkHashes: recorded.chunkHashes, contentHash: recorded.contentHash, display: display)
+        case .app:
+            let path = recorded.path
+            let fd = Foundation.open(path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else {
+                throw CovenError(.fileUnavailable, "coven's copy '\(display)' cannot be opened", cause: String(cString: strerror(errno)), details: ["path": path])
+            }
+            let file = FileHandleFD(descriptor: fd, path: path)
+            let info = try file.status()
+            guard Int64(info.st_size) == size else {
+                throw CovenError(.fileUnavailable, "coven's copy '\(display)' is \(info.st_size.counted("byte")), not \(size)", details: ["path": path])
+            }
+            posix_fadvise(fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
+            return UploadSource(kind: .app, file: file, size: size, chunkHashes: recorded.chunkHashes, contentHash: recorded.contentHash, display: path)
         }
-        let copy = row.string("copy") ?? ""
-        let path = device.paths.folder + "/" + copy
-        let fd = Foundation.open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            throw CovenError(.fileUnavailable, "coven's copy '\(copy)' cannot be opened", cause: String(cString: strerror(errno)), details: ["path": path])
-        }
-        let file = FileHandleFD(descriptor: fd, path: path)
-        let info = try file.status()
-        guard Int64(info.st_size) == size else {
-            throw CovenError(.fileUnavailable, "coven's copy '\(copy)' is \(info.st_size.counted("byte")), not \(size)", details: ["path": path])
-        }
-        posix_fadvise(fd, 0, 0, Int32(POSIX_FADV_SEQUENTIAL))
-        let source = UploadSource(kind: .app, file: file, size: size, chunkHashes: recorded, contentHash: content, display: path)
-        return derive ? try source.derivingChunkHashes(object: object, device: device) : source
     }
 
     /// This source with its chunk hashes computed from its bytes, after one read that finds
@@ -234,22 +272,44 @@ final class UploadSender {
         return object
     }
 
-    /// Prepares a claim of a batch on the job's thread (its key and its source, the database's
-    /// part): what a lane then seals and sends without the database.
+    /// A batch's object, prepared on the job's thread from the database (its key and what
+    /// staging recorded of its bytes), for a sender to open, seal and send on its own thread
+    /// (``seal()``): a batch of 256 holds no open file and no cipher until its turn.
+    struct WholeObject {
+        let keyHex: String
+        /// Its local bytes as recorded, or already opened (a source whose chunk hashes were
+        /// derived and recorded here).
+        let recorded: UploadSource.Recorded
+        let opened: UploadSource?
+        /// Its encrypted size.
+        let total: Int64
+
+        /// Opens its bytes (the checks of ``UploadSource/open(_:)``) and seals them whole.
+        func seal() throws -> [UInt8] {
+            let source = try opened ?? UploadSource.open(recorded)
+            // One cipher handle: each sender seals one object at a time on its own thread (a
+            // sealer of eight lanes opened eight handles in secure memory for a file of one
+            // chunk: half the worker's libgcrypt time on 10,000 small files).
+            let sealer = try ObjectSealer(key: try FileKey(hex: keyHex), lanes: 1)
+            return try sealWhole(source: source, sealer: sealer, total: total)
+        }
+    }
+
+    /// Prepares a claim of a batch on the job's thread: the database's part of sending it.
     ///
     /// - Throws: ``UploadStop/retired`` when no record names the object; the failures of
+    ///   ``UploadSource/recorded(object:device:)``; for bytes without chunk hashes, those of
     ///   ``UploadSource/open(object:device:)``.
-    static func prepareWhole(_ claim: UploadClaim, device: Device) throws -> (source: UploadSource, sealer: ObjectSealer, total: Int64) {
+    static func prepareWhole(_ claim: UploadClaim, device: Device) throws -> WholeObject {
         guard let keyHex = try device.fileRecords.coordinates(object: claim.object)?.key else { throw UploadStop.retired }
-        let source = try UploadSource.open(object: claim.object, device: device)
-        let total = ObjectLayout.encryptedSize(plaintextSize: source.size)
+        let recorded = try UploadSource.recorded(object: claim.object, device: device)
+        let total = ObjectLayout.encryptedSize(plaintextSize: recorded.size)
         guard total == claim.bytesTotal else {
-            throw CovenError(.internal, "the queued size of '\(claim.object)' disagrees with its local bytes", cause: "\(claim.bytesTotal) queued, \(total) from \(source.size.counted("byte"))")
+            throw CovenError(.internal, "the queued size of '\(claim.object)' disagrees with its local bytes", cause: "\(claim.bytesTotal) queued, \(total) from \(recorded.size.counted("byte"))")
         }
-        // One cipher handle: a batch's senders each seal one object at a time on their own
-        // thread (a sealer of eight lanes opened eight handles in secure memory for a file of
-        // one chunk: half the worker's libgcrypt time on 10,000 small files).
-        return (source, try ObjectSealer(key: try FileKey(hex: keyHex), lanes: 1), total)
+        // Chunk hashes derived from the bytes are recorded: that needs the database, here.
+        let opened = recorded.derive ? try UploadSource.open(object: claim.object, device: device) : nil
+        return WholeObject(keyHex: keyHex, recorded: recorded, opened: opened, total: total)
     }
 
     // MARK: Parts

@@ -85,8 +85,7 @@ final class UploadBatchTests: XCTestCase {
         var inodes: [String: ino_t] = [:]
         guard case .file(let root) = fixture.location else { return XCTFail("a file:// store") }
         for claim in claims.prefix(3) {
-            let (source, sealer, total) = try UploadSender.prepareWhole(claim, device: fixture.device)
-            try provider.put(claim.object, data: try UploadSender.sealWhole(source: source, sealer: sealer, total: total))
+            try provider.put(claim.object, data: try UploadSender.prepareWhole(claim, device: fixture.device).seal())
             var info = stat()
             XCTAssertEqual(stat(root + "/" + claim.object, &info), 0)
             inodes[claim.object] = info.st_ino
@@ -159,8 +158,7 @@ final class UploadBatchTests: XCTestCase {
         XCTAssertEqual(claims.count, 4)
         let provider = try fixture.provider()
         for claim in claims {
-            let (source, sealer, total) = try UploadSender.prepareWhole(claim, device: fixture.device)
-            try provider.put(claim.object, data: try UploadSender.sealWhole(source: source, sealer: sealer, total: total))
+            try provider.put(claim.object, data: try UploadSender.prepareWhole(claim, device: fixture.device).seal())
         }
         let before = FileStorage.folderSyncs
         let summary = try fixture.run(jobs: 1)
