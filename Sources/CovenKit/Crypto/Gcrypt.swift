@@ -49,7 +49,12 @@ public enum SecureRandom {
         _ = Gcrypt.ready
         var bytes = [UInt8](repeating: 0, count: count)
         bytes.withUnsafeMutableBytes { raw in
-            if let base = raw.baseAddress { gcry_randomize(base, count, GCRY_STRONG_RANDOM) }
+            guard let base = raw.baseAddress else { return }
+            if count > StrongPool.shared.capacity / 4 {
+                gcry_randomize(base, count, GCRY_STRONG_RANDOM)
+            } else {
+                StrongPool.shared.take(into: base, count: count)
+            }
         }
         return bytes
     }
@@ -187,5 +192,50 @@ enum MD5 {
             }
         }
         return digest
+    }
+}
+
+// MARK: - Strong random bytes, drawn a block at a time
+
+/// Strong random bytes drawn from libgcrypt a block at a time and handed out in small pieces:
+/// each `gcry_randomize` call costs about 8 µs whatever its size up to a few hundred bytes (its
+/// pool is mixed and polled on every call), so a key a file on a write of 10,000 files paid
+/// 80 ms, a twentieth of the write. The block lives in libgcrypt's secure memory, each piece is
+/// wiped from it as it is handed out, and a forked child never uses its parent's block (the
+/// block is drawn again when the process id changes). @unchecked: under `lock`.
+final class StrongPool: @unchecked Sendable {
+    static let shared = StrongPool()
+    /// Bytes drawn at once.
+    let capacity = 1024
+    private let lock = NSLock()
+    private let block: UnsafeMutablePointer<UInt8>
+    /// Where the unused bytes start (`capacity`: none left).
+    private var next: Int
+    /// The process the block was drawn in.
+    private var owner: pid_t = 0
+
+    private init() {
+        _ = Gcrypt.ready
+        guard let memory = gcry_malloc_secure(capacity) else {
+            fatalError("libgcrypt has no secure memory for random bytes")
+        }
+        block = memory.bindMemory(to: UInt8.self, capacity: capacity)
+        next = capacity
+    }
+
+    /// Writes `count` (at most `capacity`) strong random bytes to `destination`.
+    func take(into destination: UnsafeMutableRawPointer, count: Int) {
+        precondition(count <= capacity, "internal error: too many bytes for the random pool")
+        lock.lock()
+        defer { lock.unlock() }
+        let process = getpid()
+        if next + count > capacity || owner != process {
+            gcry_randomize(block, capacity, GCRY_STRONG_RANDOM)
+            next = 0
+            owner = process
+        }
+        destination.copyMemory(from: block + next, byteCount: count)
+        (block + next).initialize(repeating: 0, count: count)
+        next += count
     }
 }

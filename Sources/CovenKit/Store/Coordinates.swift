@@ -88,30 +88,40 @@ public struct Coordinates: Sendable, Equatable, Codable {
     /// The coordinates of `json` when it is exactly the canonical text of some (plain strings,
     /// keys sorted, no space), else nil.
     static func canonical(_ json: String) -> Coordinates? {
-        var rest = Substring(json)
-        func take(_ literal: String) -> Bool {
-            guard rest.hasPrefix(literal) else { return false }
-            rest = rest.dropFirst(literal.count)
-            return true
+        var json = json
+        return json.withUTF8 { bytes -> Coordinates? in
+            var at = 0
+            func take(_ literal: StaticString) -> Bool {
+                let count = literal.utf8CodeUnitCount
+                guard at + count <= bytes.count else { return false }
+                let start = literal.utf8Start
+                for offset in 0..<count where bytes[at + offset] != start[offset] { return false }
+                at += count
+                return true
+            }
+            /// A string's bytes up to its closing quote, all plain and at least one.
+            func plainString() -> String? {
+                let start = at
+                while at < bytes.count, bytes[at] != UInt8(ascii: "\"") {
+                    let byte = bytes[at]
+                    guard byte >= 0x20, byte < 0x7F, byte != UInt8(ascii: "\\") else { return nil }
+                    at += 1
+                }
+                guard at < bytes.count, at > start else { return nil }
+                defer { at += 1 }
+                return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)
+            }
+            guard take(#"{"at":""#), let place = plainString().flatMap(Place.init(rawValue:)) else { return nil }
+            var device: String?
+            if take(#","device":""#) {
+                guard let text = plainString() else { return nil }
+                device = text
+            }
+            guard take(#","key":""#), let key = plainString(),
+                  take(#","object":""#), let object = plainString(),
+                  take("}"), at == bytes.count else { return nil }
+            return Coordinates(at: place, device: device, object: object, key: key)
         }
-        /// A string's characters up to its closing quote, all plain and at least one.
-        func plainString() -> String? {
-            guard let end = rest.firstIndex(of: "\"") else { return nil }
-            let text = String(rest[..<end])
-            guard !text.isEmpty, isPlain(text) else { return nil }
-            rest = rest[rest.index(after: end)...]
-            return text
-        }
-        guard take(#"{"at":""#), let place = plainString().flatMap(Place.init(rawValue:)) else { return nil }
-        var device: String?
-        if take(#","device":""#) {
-            guard let text = plainString() else { return nil }
-            device = text
-        }
-        guard take(#","key":""#), let key = plainString(),
-              take(#","object":""#), let object = plainString(),
-              take("}"), rest.isEmpty else { return nil }
-        return Coordinates(at: place, device: device, object: object, key: key)
     }
 }
 
