@@ -76,7 +76,13 @@ extension FileStorage {
         guard fd >= 0 else { throw failure("write", key: key, path: temporary, errno: errno) }
         do {
             try writeAll(fd, bytes, offset: nil, key: key, path: temporary)
-            guard !syncing || fsync(fd) == 0 else { throw failure("sync", key: key, path: temporary, errno: errno) }
+            if syncing {
+                guard fsync(fd) == 0 else { throw failure("sync", key: key, path: temporary, errno: errno) }
+            } else {
+                // Its bytes start for the disk now, while the batch goes on; the batch's one
+                // sync then waits for what is left (as git's batched fsync does).
+                _ = coven_start_writeback(fd, 0, 0)
+            }
         } catch {
             close(fd)
             unlink(temporary)
