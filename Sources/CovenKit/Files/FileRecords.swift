@@ -221,6 +221,20 @@ final class FileRecords {
         try database.query("SELECT id FROM coven_files WHERE object = ?1 ORDER BY id", [object]).compactMap { $0.string("id") }
     }
 
+    /// The record ids naming each of `objects` (as ``ids(object:)``), in one query: an object
+    /// no record names is absent.
+    func ids(objects: [String]) throws -> [String: [String]] {
+        let list = String(decoding: try JSONSerialization.data(withJSONObject: objects), as: UTF8.self)
+        var ids: [String: [String]] = [:]
+        for row in try database.query("""
+            SELECT object, id FROM coven_files WHERE object IN (SELECT value FROM json_each(?1)) ORDER BY object, id
+            """, [list]) {
+            guard let object = row.string("object"), let id = row.string("id") else { continue }
+            ids[object, default: []].append(id)
+        }
+        return ids
+    }
+
     /// The coordinates of a record naming `object` (they all hold its key), or nil when none
     /// does.
     func coordinates(object: String) throws -> Coordinates? {

@@ -374,11 +374,12 @@ private final class Job {
         }
         let attempts = claims.enumerated().map { ($0.element, ends[$0.offset]) }
         let results = try Uploads(device).finishAttempts(attempts, worker: worker, settings: settings)
+        let named = try device.fileRecords.ids(objects: claims.map(\.object))
         for (index, claim) in claims.enumerated() {
             let (outcome, orphan, abort) = results[index]
             if let orphan { try? storage().delete(orphan) }
             if let abort { try? storage().abortMultipart(claim.object, uploadID: abort) }
-            let files = try Uploads(device).fileIDs(object: claim.object)
+            let files = named[claim.object] ?? []
             if case .waitingForSource = outcome, once { shared.exclude(claim.object) }
             if case .failed(let error) = ends[index], error.code == .storage, error.storageFailure == .denied { shared.deny() }
             shared.record(outcome, files: files)

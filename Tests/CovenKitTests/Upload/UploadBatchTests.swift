@@ -201,4 +201,23 @@ final class UploadBatchTests: XCTestCase {
             XCTAssertEqual(try fixture.storedPlaintext(file), UploadFixture.bytes(4000 + index, seed: UInt8(index + 100)))
         }
     }
+
+    /// The record ids of a batch's objects, read in one query, are those each object's own
+    /// query reads; an object nothing names has none.
+    func testTheRecordIdsOfABatchAreReadAtOnce() throws {
+        let fixture = try UploadFixture()
+        var objects: [String] = []
+        for index in 0..<5 {
+            let file = try fixture.addOriginal("r\(index)", UploadFixture.bytes(100 + index, seed: UInt8(index + 3)))
+            objects.append(try fixture.record(file).coordinates.object)
+        }
+        objects.append("files/nobody/none")
+        let records = fixture.device.fileRecords
+        let named = try records.ids(objects: objects)
+        for object in objects {
+            XCTAssertEqual(named[object] ?? [], try records.ids(object: object), object)
+        }
+        XCTAssertNil(named["files/nobody/none"])
+        XCTAssertEqual(named.count, 5)
+    }
 }
