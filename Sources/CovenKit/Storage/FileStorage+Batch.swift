@@ -8,7 +8,7 @@ extension FileStorage {
     /// folder, not synced and not yet at `key`; ``makeDurable(_:)`` syncs the filesystem once
     /// for the whole batch, then renames each into place and syncs their folders. An import of
     /// 3,000 small files paid 3,000 fsyncs (a third of its time on disk); it now pays one
-    /// `syncfs` a batch of up to 64, as the way back does for its copies (MakeDeviceOnly).
+    /// `syncfs` a batch (up to 256 objects), as the way back does for its copies (MakeDeviceOnly).
     ///
     /// Crash-safe as before: a name only ever holds bytes synced before the rename, so a kill
     /// or a power cut leaves at a key the old object or the whole new one, never part of one (a

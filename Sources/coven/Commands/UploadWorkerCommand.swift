@@ -26,8 +26,8 @@ struct UploadWorkerCommand: Command {
     The worker never holds the device lock while it sends: each claim, confirmed part and \
     outcome is one short transaction. Each upload is claimed under a lease, so two workers at \
     once (overlapping cron runs) never send one upload twice. Small files go a batch at a \
-    time: up to 64 whole objects claimed, checked and recorded in one transaction each, sent \
-    on the job's lanes at once; a batch a kill left unrecorded is taken over by the next run, \
+    time: up to 256 whole objects claimed in one transaction, sent on the job's lanes at once, \
+    made durable together and recorded in one transaction; a batch a kill left unrecorded is taken over by the next run, \
     which sends none of its objects that storage already holds whole.
     """
     static let options = [
