@@ -82,6 +82,30 @@
 #   filesystem the upload is CPU and folder-lock bound (perf: a sixth libgcrypt, a sixth SQLite,
 #   rename an eighth); files with no name (O_TMPFILE, linked at their keys) were tried and were
 #   slower on ext4 with a journal (upload 3.89 s: each such inode goes on and off the orphan list).
+#
+# Session of 2026-12-04 (eleventh), small files, each tool on a fresh ext4, load 1.3-1.7: the
+# binary of the stop before and this one in turn, one run each, in the same hour:
+#   before: coven 5.06 / 6.26 s (upload-worker 3.27 / 4.39 s); restic 2.46 / 2.37 s, rclone
+#   2.38 / 2.27 s.
+#   after:  coven 4.90 / 4.01 / 3.55 s (stage 0.38-0.47, write --each 1.13-1.26, upload-worker
+#   3.21 / 2.30 / 2.04 s); restic 2.34 / 2.56 / 2.41 s (coven 2.09x / 1.57x / 1.47x), rclone
+#   2.59 / 2.31 / 2.22 s (1.89x / 1.74x / 1.60x).
+#   The upload alone, one staged and written set copied afresh for each run, the binaries in
+#   turn: 3.27-5.03 s before, 2.11-2.24 s after. What changed (perf, per-statement SQLite
+#   profile, per-phase clocks): a batch object's sealer opened eight AES-GCM handles in secure
+#   memory for a file of one chunk (libgcrypt walking its secure pool: a tenth of the CPU); the
+#   statements of `Database.query` were prepared afresh on every call (a tenth); a second
+#   transaction renewed the leases the claim had just taken; batches of 64 paid 157 claims,
+#   syncfs calls and records (now 256: 40); a batch opened every original and made every
+#   sealer before its senders started (now each sender in its turn); coordinates went through
+#   JSONDecoder/JSONEncoder (40 µs a record; now their canonical text directly); path bytes
+#   were turned into a String scalar by scalar. What is left: per job, the batch's one
+#   syncfs waits for the disk (1.2-1.4 s of the jobs' time: the 348 MB must be written;
+#   `cp -r` of the files and a sync takes 0.88 s here), the record of a batch (0.7 s, about
+#   20 statements a file, serialized between the jobs by SQLite's write lock) and the send
+#   (0.9 s, CPU: read, SHA-256 check, AES-GCM, write). More jobs (3, 4) change nothing.
+#   write --each 1.29 -> 1.14 s: a file key a file cost a gcry_randomize call (8 µs; now drawn
+#   a block at a time); the rest is about 20 statements a row with no single hot spot.
 # Every tool writes under BENCH_TMP. Unless BENCH_TMP is on tmpfs, the page cache is written back
 # (`sync`) before each timed command, so one's writes are not paid by the next; the script says
 # which. Each timed command runs once (the sets are big); the source files are read once before,
