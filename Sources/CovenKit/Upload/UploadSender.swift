@@ -32,6 +32,12 @@ struct UploadSource {
         /// Whether the chunk hashes are missing (a copy make-device-only wrote): derived from
         /// the bytes once opened (``derivingChunkHashes(object:device:)``, which records them).
         var derive: Bool { chunkHashes.isEmpty && size > 0 }
+
+        /// The same bytes with `chunkHashes`.
+        func with(chunkHashes: [UInt8]) -> Recorded {
+            Recorded(object: object, kind: kind, path: path, display: display, size: size, chunkHashes: chunkHashes,
+                     contentHash: contentHash, modifiedSeconds: modifiedSeconds, modifiedNanos: modifiedNanos)
+        }
     }
 
     /// What staging recorded of `object`'s local bytes.
@@ -277,16 +283,14 @@ final class UploadSender {
     /// (``seal()``): a batch of 256 holds no open file and no cipher until its turn.
     struct WholeObject {
         let keyHex: String
-        /// Its local bytes as recorded, or already opened (a source whose chunk hashes were
-        /// derived and recorded here).
+        /// Its local bytes as recorded, chunk hashes included.
         let recorded: UploadSource.Recorded
-        let opened: UploadSource?
         /// Its encrypted size.
         let total: Int64
 
         /// Opens its bytes (the checks of ``UploadSource/open(_:)``) and seals them whole.
         func seal() throws -> [UInt8] {
-            let source = try opened ?? UploadSource.open(recorded)
+            let source = try UploadSource.open(recorded)
             // One cipher handle: each sender seals one object at a time on its own thread (a
             // sealer of eight lanes opened eight handles in secure memory for a file of one
             // chunk: half the worker's libgcrypt time on 10,000 small files).
@@ -307,9 +311,10 @@ final class UploadSender {
         guard total == claim.bytesTotal else {
             throw CovenError(.internal, "the queued size of '\(claim.object)' disagrees with its local bytes", cause: "\(claim.bytesTotal) queued, \(total) from \(recorded.size.counted("byte"))")
         }
-        // Chunk hashes derived from the bytes are recorded: that needs the database, here.
-        let opened = recorded.derive ? try UploadSource.open(object: claim.object, device: device) : nil
-        return WholeObject(keyHex: keyHex, recorded: recorded, opened: opened, total: total)
+        // Bytes without chunk hashes have them derived and recorded here (the database's part);
+        // the file is closed again until the sender's turn, which checks each chunk against them.
+        let derived = recorded.derive ? try UploadSource.open(object: claim.object, device: device).chunkHashes : recorded.chunkHashes
+        return WholeObject(keyHex: keyHex, recorded: recorded.with(chunkHashes: derived), total: total)
     }
 
     // MARK: Parts

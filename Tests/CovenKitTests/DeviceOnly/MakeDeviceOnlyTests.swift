@@ -114,6 +114,25 @@ final class MakeDeviceOnlyTests: XCTestCase {
         XCTAssertEqual(try UploadSource.open(object: object, device: device).chunkHashes, expected)
     }
 
+    /// Files made device-only and moved back together go as one batch: the worker derives each
+    /// copy's chunk hashes on its job's thread and records them, and each sender opens its copy
+    /// in its turn and checks every chunk against them.
+    func testCopiesWithoutChunkHashesGoBackAsOneBatch() throws {
+        let contents = (0..<3).map { DeviceTestFixture.bytes(70_000 + $0 * 1000, seed: UInt8(20 + $0)) }
+        let ids = try contents.map { try fixture.storedFile($0) }
+        _ = try DeviceOnlyMaker(device).makeDeviceOnly(folder: folder, requests: ids.enumerated().map { request($0.element, ["t\($0.offset).flac"]) })
+        _ = try Moves(device).moveToCloud(files: ids)
+        _ = try StoredFiles.store(device, file: ids[0])
+        _ = try Cache(device).clearCache()
+        for (id, bytes) in zip(ids, contents) {
+            let record = try XCTUnwrap(device.fileRecord(id))
+            XCTAssertEqual(record.coordinates.at, .stored)
+            var read: [UInt8] = []
+            XCTAssertEqual(try Reader(device).readFile(id) { read.append(contentsOf: $0) }.source, .storage)
+            XCTAssertEqual(read, bytes)
+        }
+    }
+
     /// A copy edited after make-device-only, with its size and modification time put back: the
     /// move fails before any byte is sent (the derived chunk hashes need the bytes to match the
     /// recorded content hash first), the file stays on this device only and nothing is stored.
