@@ -230,16 +230,31 @@ public final class Database {
         return try gatedTransaction(body)
     }
 
-    /// Runs `body` as ``transaction(_:)`` does, with a commit that does not wait for the disk
-    /// (`synchronous = NORMAL` for it): a crash of the process never loses it, a power cut may,
-    /// and the next durable commit makes it durable too (WAL keeps commits in order). Only for
-    /// bookkeeping whose loss repeats a step and changes nothing a user sees: an upload's claim
-    /// and lease. Every other state change commits durably.
+    /// Runs `body` with commits that do not wait for the disk (`synchronous = NORMAL`), then
+    /// makes them wait again (FULL; an error if it cannot). A crash of the process never loses
+    /// such a commit, a power cut may, and the next durable commit makes it durable too (WAL
+    /// keeps commits in order). Only for bookkeeping whose loss repeats a step and changes
+    /// nothing a user sees: an upload's claim, a confirmed part's row, a lease. Every other
+    /// state change commits durably.
+    @discardableResult
+    func withCommitsLosableToPowerCut<T>(_ body: () throws -> T) throws -> T {
+        try execute("PRAGMA synchronous = NORMAL")
+        let result: T
+        do {
+            result = try body()
+        } catch {
+            try? execute("PRAGMA synchronous = FULL")
+            throw error
+        }
+        try execute("PRAGMA synchronous = FULL")
+        return result
+    }
+
+    /// One ``transaction(_:)`` whose commit may be lost to a power cut
+    /// (``withCommitsLosableToPowerCut(_:)``).
     @discardableResult
     func transactionLosableToPowerCut<T>(_ body: () throws -> T) throws -> T {
-        try execute("PRAGMA synchronous = NORMAL")
-        defer { try? execute("PRAGMA synchronous = FULL") }
-        return try transaction(body)
+        try withCommitsLosableToPowerCut { try transaction(body) }
     }
 
     private func gatedTransaction<T>(_ body: () throws -> T) throws -> T {

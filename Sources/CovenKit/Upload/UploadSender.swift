@@ -344,28 +344,27 @@ final class UploadSender {
         // disk; two WAL syncs per part on the job's thread were a third of a file:// upload's
         // time on disk. The session itself was recorded above with full sync, and full sync is
         // back before the upload completes.
-        try db.execute("PRAGMA synchronous = NORMAL")
-        defer { try? db.execute("PRAGMA synchronous = FULL") }
         let chunkCount = ObjectLayout.chunkCount(plaintextSize: source.size)
         let partCount = Int((chunkCount + chunksPerPart - 1) / chunksPerPart)
         var done = confirmed.values.reduce(Int64(0)) { $0 + $1.size }
         progress(claim.object, done, total)
         let waiting = (1...max(1, partCount)).filter { confirmed[$0] == nil }
-        let pipeline = try PartPipeline(
-            object: claim.object, uploadID: uploadID, source: source, key: key, chunksPerPart: chunksPerPart,
-            providers: providers, waiting: waiting,
-            stillWanted: { [self] in try stillWanted(claim.object) },
-            record: { [self] part in
-                let stored: Bool = try db.transaction {
-                    try device.uploadQueue.recordPart(claim.object, part, worker: worker.text, leaseUntil: Date().timeIntervalSince1970 + settings.lease)
-                }
-                guard stored else { throw UploadStop.leaseLost }
-                confirmed[part.number] = part
-                done += part.size
-                progress(claim.object, done, total)
-            })
-        try pipeline.run()
-        try db.execute("PRAGMA synchronous = FULL")
+        try db.withCommitsLosableToPowerCut {
+            let pipeline = try PartPipeline(
+                object: claim.object, uploadID: uploadID, source: source, key: key, chunksPerPart: chunksPerPart,
+                providers: providers, waiting: waiting,
+                stillWanted: { [self] in try stillWanted(claim.object) },
+                record: { [self] part in
+                    let stored: Bool = try db.transaction {
+                        try device.uploadQueue.recordPart(claim.object, part, worker: worker.text, leaseUntil: Date().timeIntervalSince1970 + settings.lease)
+                    }
+                    guard stored else { throw UploadStop.leaseLost }
+                    confirmed[part.number] = part
+                    done += part.size
+                    progress(claim.object, done, total)
+                })
+            try pipeline.run()
+        }
         try stillWanted(claim.object)
         let parts = confirmed.values.sorted { $0.number < $1.number }
         try provider.completeMultipart(claim.object, uploadID: uploadID, parts: parts)
