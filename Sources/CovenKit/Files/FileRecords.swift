@@ -224,7 +224,7 @@ final class FileRecords {
     /// The record ids naming each of `objects` (as ``ids(object:)``), in one query: an object
     /// no record names is absent.
     func ids(objects: [String]) throws -> [String: [String]] {
-        let list = String(decoding: try JSONSerialization.data(withJSONObject: objects), as: UTF8.self)
+        let list = RecordedChanges.json(ids: objects)
         var ids: [String: [String]] = [:]
         for row in try database.query("""
             SELECT object, id FROM coven_files WHERE object IN (SELECT value FROM json_each(?1)) ORDER BY object, id

@@ -24,7 +24,7 @@ struct UploadSource {
         /// The path for messages (an original's text; coven's copy's name in its folder).
         let display: String
         let size: Int64
-        let chunkHashes: [UInt8]
+        var chunkHashes: [UInt8]
         let contentHash: [UInt8]
         /// An original's modification time as staged.
         let modifiedSeconds: Int64?
@@ -32,12 +32,6 @@ struct UploadSource {
         /// Whether the chunk hashes are missing (a copy make-device-only wrote): derived from
         /// the bytes once opened (``derivingChunkHashes(object:device:)``, which records them).
         var derive: Bool { chunkHashes.isEmpty && size > 0 }
-
-        /// The same bytes with `chunkHashes`.
-        func with(chunkHashes: [UInt8]) -> Recorded {
-            Recorded(object: object, kind: kind, path: path, display: display, size: size, chunkHashes: chunkHashes,
-                     contentHash: contentHash, modifiedSeconds: modifiedSeconds, modifiedNanos: modifiedNanos)
-        }
     }
 
     /// What staging recorded of `object`'s local bytes.
@@ -306,15 +300,17 @@ final class UploadSender {
     ///   ``UploadSource/open(object:device:)``.
     static func prepareWhole(_ claim: UploadClaim, device: Device) throws -> WholeObject {
         guard let keyHex = try device.fileRecords.coordinates(object: claim.object)?.key else { throw UploadStop.retired }
-        let recorded = try UploadSource.recorded(object: claim.object, device: device)
+        var recorded = try UploadSource.recorded(object: claim.object, device: device)
         let total = ObjectLayout.encryptedSize(plaintextSize: recorded.size)
         guard total == claim.bytesTotal else {
             throw CovenError(.internal, "the queued size of '\(claim.object)' disagrees with its local bytes", cause: "\(claim.bytesTotal) queued, \(total) from \(recorded.size.counted("byte"))")
         }
         // Bytes without chunk hashes have them derived and recorded here (the database's part);
         // the file is closed again until the sender's turn, which checks each chunk against them.
-        let derived = recorded.derive ? try UploadSource.open(object: claim.object, device: device).chunkHashes : recorded.chunkHashes
-        return WholeObject(keyHex: keyHex, recorded: recorded.with(chunkHashes: derived), total: total)
+        if recorded.derive {
+            recorded.chunkHashes = try UploadSource.open(recorded).derivingChunkHashes(object: claim.object, device: device).chunkHashes
+        }
+        return WholeObject(keyHex: keyHex, recorded: recorded, total: total)
     }
 
     // MARK: Parts
