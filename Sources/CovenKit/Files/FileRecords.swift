@@ -40,6 +40,18 @@ final class FileRecords {
             """, [id, audience, namespace, size, hash, coordinates.json, stamp])
     }
 
+    /// The new records of a write's puts, in one statement, in the order the write made them:
+    /// a staged file's in the store's audience (until a row names it) at its new coordinates,
+    /// a new record over an existing file's bytes with that file's audience, hash and
+    /// coordinates.
+    func insertPuts(_ puts: PutIntents, stamp: String) throws {
+        try database.run("""
+            INSERT INTO coven_files (id, audience, namespace, size, hash, coordinates, _updated_at)
+            SELECT file, coalesce(record_audience, 'store'), namespace, size, record_hash, coordinates, ?1
+            FROM \(PutIntents.table) ORDER BY seq
+            """, [stamp])
+    }
+
     /// A new file takes the audience of the first row naming it.
     func setAudience(_ id: String, _ audience: String) throws {
         try database.run("UPDATE coven_files SET audience = ?1 WHERE id = ?2", [audience, id])
@@ -376,6 +388,19 @@ final class FileRecords {
                 change_stamp = excluded.change_stamp, content_hash = excluded.content_hash, chunk_hashes = excluded.chunk_hashes
             """, [bytes.object, bytes.kind.rawValue, bytes.path, bytes.copy, bytes.size, bytes.modifiedSeconds, bytes.modifiedNanos,
                   bytes.changeStamp, bytes.contentHash, bytes.chunkHashes])
+    }
+
+    /// Records this device's bytes of every staged file a write put (``recordLocal(_:)`` of
+    /// each, in one statement): the original's path or coven's copy, as it was staged.
+    func recordLocalBytesOfPuts(_ puts: PutIntents) throws {
+        try database.run("""
+            INSERT INTO coven_local (object, kind, path, copy, size, modified_seconds, modified_nanos, change_stamp, content_hash, chunk_hashes)
+            SELECT p.object, p.kind, s.path, s.copy, p.size, s.modified_seconds, s.modified_nanos, s.change_stamp, s.content_hash, s.chunk_hashes
+            FROM \(PutIntents.table) p JOIN coven_staged s ON s.id = p.staged WHERE true ORDER BY p.seq
+            ON CONFLICT (object) DO UPDATE SET kind = excluded.kind, path = excluded.path, copy = excluded.copy, size = excluded.size,
+                modified_seconds = excluded.modified_seconds, modified_nanos = excluded.modified_nanos,
+                change_stamp = excluded.change_stamp, content_hash = excluded.content_hash, chunk_hashes = excluded.chunk_hashes
+            """)
     }
 
     /// Records chunk hashes derived from bytes that matched `contentHash`: only into the row

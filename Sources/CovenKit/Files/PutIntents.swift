@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 
 /// The files a write puts (``PutIntent``) and the file references it sets and drops, kept in
@@ -19,6 +20,15 @@ struct PutIntents {
     /// Rows read at a time.
     static let pageSize = 500
 
+    /// The table of puts, for the owners of the tables a put changes to read in one statement
+    /// (``FileRecords/insertPuts(_:stamp:)``, ``FileRecords/recordLocalBytesOfPuts(_:)``,
+    /// ``UploadQueue/enqueuePuts(_:move:)``, ``StagedFiles/removePut(_:)``): its columns are
+    /// `seq` (the order of the puts), `file`, `staged` (null for a new record over an existing
+    /// file), `record_audience` and `record_hash` (that record's), `coordinates` (the new
+    /// record's, as text), `namespace`, `kind`, `place`, `size`, `object` and `upload_bytes`
+    /// (the stored size of a staged file's upload the write queues, else null).
+    static let table = "temp.coven_write_puts"
+
     /// Makes the tables unless there, and empties them: a write begins.
     func begin() throws {
         try database.execute("""
@@ -28,13 +38,13 @@ struct PutIntents {
                 staged TEXT UNIQUE,
                 record_audience TEXT,
                 record_hash TEXT,
-                record_coordinates TEXT,
+                coordinates TEXT NOT NULL,
                 namespace TEXT NOT NULL,
                 kind TEXT NOT NULL,
                 place TEXT NOT NULL,
                 size INTEGER NOT NULL,
                 object TEXT NOT NULL,
-                key TEXT NOT NULL,
+                upload_bytes INTEGER,
                 audience TEXT
             );
             CREATE TEMP TABLE IF NOT EXISTS coven_write_references (
@@ -55,6 +65,8 @@ struct PutIntents {
     // MARK: Puts
 
     /// Records a file the write puts, after those already put.
+    ///
+    /// - Throws: `.notFound` for a staged file the write put already.
     func add(_ intent: PutIntent) throws {
         var staged: String?
         var record: FileRecord?
@@ -62,16 +74,32 @@ struct PutIntents {
         case .staged(let id): staged = id
         case .existing(let existing): record = existing
         }
-        try database.runCached("""
-            INSERT INTO temp.coven_write_puts (file, staged, record_audience, record_hash, record_coordinates, namespace, kind, place, size, object, key)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-            """, [intent.fileID, staged, record?.audience, record?.hash, record?.coordinates.json, intent.namespace,
-                  intent.kind.rawValue, intent.place.rawValue, intent.size, intent.object, intent.key])
+        let uploadBytes = intent.queuesUpload ? ObjectLayout.encryptedSize(plaintextSize: intent.size) : nil
+        do {
+            try database.runCached("""
+                INSERT INTO temp.coven_write_puts (file, staged, record_audience, record_hash, coordinates, namespace, kind, place, size, object, upload_bytes)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                """, [intent.fileID, staged, record?.audience, record?.hash, intent.coordinates.json, intent.namespace,
+                      intent.kind.rawValue, intent.place.rawValue, intent.size, intent.object, uploadBytes])
+        } catch let error as CovenError where error.sqliteCode == SQLITE_CONSTRAINT | (8 << 8) { // SQLITE_CONSTRAINT_UNIQUE
+            guard let staged else { throw error }
+            throw CovenError(.notFound, "staged file '\(staged)' is already put in this write", details: ["staged": staged])
+        }
     }
 
-    /// Whether the write put the staged file `id` already.
-    func contains(staged id: String) throws -> Bool {
-        try database.queryOneCached("SELECT 1 FROM temp.coven_write_puts WHERE staged = ?1", [id]) != nil
+    /// The staged files the write put that no longer are (none: nothing but the write
+    /// forgets a staged file, and it does when it applies the puts).
+    func stagedGone() throws -> [String] {
+        try database.query("""
+            SELECT p.staged FROM temp.coven_write_puts p
+            WHERE p.staged IS NOT NULL AND NOT EXISTS (SELECT 1 FROM coven_staged s WHERE s.id = p.staged)
+            ORDER BY p.seq LIMIT 1
+            """).compactMap { $0.string("staged") }
+    }
+
+    /// Whether a put queues an upload.
+    func queueUploads() throws -> Bool {
+        try database.queryOne("SELECT 1 FROM temp.coven_write_puts WHERE upload_bytes IS NOT NULL LIMIT 1") != nil
     }
 
     /// Whether the write put the file `fileID`.
@@ -82,19 +110,6 @@ struct PutIntents {
     /// The intent that put file `fileID` in this write, if one did.
     func intent(for fileID: String) throws -> PutIntent? {
         try database.queryOneCached("SELECT * FROM temp.coven_write_puts WHERE file = ?1", [fileID]).map(Self.intent)
-    }
-
-    /// Calls `body` with the write's puts in the order it made them, a page at a time; `body`
-    /// may change the database (not these tables).
-    func forEachPage(_ body: ([PutIntent]) throws -> Void) throws {
-        var after: Int64 = 0
-        while true {
-            let rows = try database.query("SELECT * FROM temp.coven_write_puts WHERE seq > ?1 ORDER BY seq LIMIT ?2", [after, Self.pageSize])
-            guard let last = rows.last else { return }
-            after = last.int("seq") ?? after
-            try body(rows.map(Self.intent))
-            if rows.count < Self.pageSize { return }
-        }
     }
 
     /// Calls `body` with each put file's id and the staged id it came from (nil for a new
@@ -127,12 +142,12 @@ struct PutIntents {
         } else {
             source = .existing(try FileRecord(row: Row(
                 columns: ["id", "audience", "namespace", "size", "hash", "coordinates"],
-                values: [.text(fileID), row["record_audience"], row["namespace"], row["size"], row["record_hash"], row["record_coordinates"]])))
+                values: [.text(fileID), row["record_audience"], row["namespace"], row["size"], row["record_hash"], row["coordinates"]])))
         }
         return PutIntent(
             fileID: fileID, source: source, namespace: row.string("namespace") ?? "",
             kind: FileKind(rawValue: row.string("kind") ?? "") ?? .app, place: Place(rawValue: row.string("place") ?? "") ?? .cloud,
-            size: row.int("size") ?? 0, object: row.string("object") ?? "", key: row.string("key") ?? "")
+            size: row.int("size") ?? 0, coordinates: try Coordinates(json: row.string("coordinates") ?? ""))
     }
 
     // MARK: References

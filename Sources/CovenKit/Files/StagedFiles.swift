@@ -38,6 +38,11 @@ struct StagedFiles {
     func remove(_ id: String) throws {
         try database.runCached("DELETE FROM coven_staged WHERE id = ?1", [id])
     }
+
+    /// Forgets every staged file a write put (``remove(_:)`` of each, in one statement).
+    func removePut(_ puts: PutIntents) throws {
+        try database.run("DELETE FROM coven_staged WHERE id IN (SELECT staged FROM \(PutIntents.table) WHERE staged IS NOT NULL)")
+    }
 }
 
 extension Device {

@@ -4,34 +4,20 @@ import Foundation
 extension WriteSession {
     // After the SQL: the write's files, its rows' stamps and checks, and what it released.
 
-    /// Makes the records, local bytes and uploads of the files the SQL put.
+    /// Applies the write's puts (``puts``) to coven's tables, each table in one statement over
+    /// them all, in the order the write made them: a new file record for every put, this
+    /// device's bytes and the upload of every staged file, and the staged files forgotten.
     func applyIntents() throws {
-        try puts.forEachPage { page in try page.forEach(apply) }
-    }
-
-    /// Applies one put of ``applyIntents()``.
-    private func apply(_ intent: PutIntent) throws {
-        switch intent.source {
-        case .existing(let record):
-            try device.fileRecords.insert(id: intent.fileID, audience: record.audience, namespace: record.namespace, size: record.size,
-                                          hash: record.hash, coordinates: record.coordinates, stamp: stamp)
-        case .staged(let id):
-            guard let row = try device.stagedFiles.row(id) else {
-                throw CovenError(.internal, "staged file '\(id)' went away during the write that puts it", details: ["staged": id])
-            }
-            let coordinates = Coordinates(at: .device, device: device.deviceID, object: intent.object, key: intent.key)
-            try device.fileRecords.insert(id: intent.fileID, audience: "store", namespace: intent.namespace, size: intent.size,
-                                          hash: nil, coordinates: coordinates, stamp: stamp)
-            try device.fileRecords.recordLocal(LocalBytes(
-                object: intent.object, kind: intent.kind, path: row.bytes("path"), copy: row.string("copy"), size: intent.size,
-                modifiedSeconds: row.int("modified_seconds"), modifiedNanos: row.int("modified_nanos"), changeStamp: row.string("change_stamp"),
-                contentHash: row.bytes("content_hash") ?? [], chunkHashes: row.bytes("chunk_hashes") ?? []))
-            try device.stagedFiles.remove(row.string("id") ?? "")
-            if intent.place == .cloud {
-                if moveID == nil { moveID = Identifier.uuid7() }
-                try device.uploadQueue.enqueue(intent.object, move: moveID, bytesTotal: ObjectLayout.encryptedSize(plaintextSize: intent.size))
-            }
+        if let gone = try puts.stagedGone().first {
+            throw CovenError(.internal, "staged file '\(gone)' went away during the write that puts it", details: ["staged": gone])
         }
+        try device.fileRecords.insertPuts(puts, stamp: stamp)
+        try device.fileRecords.recordLocalBytesOfPuts(puts)
+        if try puts.queueUploads() {
+            if moveID == nil { moveID = Identifier.uuid7() }
+            try device.uploadQueue.enqueuePuts(puts, move: moveID)
+        }
+        try device.stagedFiles.removePut(puts)
     }
 
     /// Stamps every synced row the SQL inserted or updated with the write's clock value, a batch

@@ -30,8 +30,18 @@ struct PutIntent {
     var kind: FileKind
     var place: Place
     var size: Int64
-    var object: String
-    var key: String
+    /// Where the new record's bytes are: a staged file's new object on this device, or the
+    /// existing record's.
+    var coordinates: Coordinates
+
+    var object: String { coordinates.object }
+    var key: String { coordinates.key }
+
+    /// Whether the write queues the file's upload: staged for the cloud.
+    var queuesUpload: Bool {
+        if case .staged = source { return place == .cloud }
+        return false
+    }
 }
 
 extension Device {
@@ -191,6 +201,8 @@ final class WriteSession {
         // A write that fails leaves no puts listed (the rollback would bring back the last
         // write's); one that lists its files in the result leaves none either.
         let result: WriteResult
+        let cache = try PageCache(database: database)
+        defer { cache.restore() }
         do {
             result = try transaction(listsFiles: listsFiles, statements)
         } catch {
@@ -366,9 +378,6 @@ final class WriteSession {
     /// Puts a staged app file or a prepared original: checks it, allocates the file's id,
     /// storage name and key, and records the intent applied after the SQL.
     func putStaged(_ id: String, expectedKind: FileKind, namespace requested: String?, place requestedPlace: Place?) throws -> String {
-        guard try !puts.contains(staged: id) else {
-            throw CovenError(.notFound, "staged file '\(id)' is already put in this write", details: ["staged": id])
-        }
         guard let row = try device.stagedFiles.row(id) else {
             throw CovenError(.notFound, "no staged file '\(id)'", hint: "stage it with 'coven stage' first; a staged file is put by one write only", details: ["staged": id])
         }
@@ -391,10 +400,11 @@ final class WriteSession {
         }
         let place = requestedPlace ?? Place(rawValue: row.string("place") ?? "") ?? .cloud
         let fileID = Identifier.uuid7()
+        // A staged id put twice is refused by the table (its staged column is unique).
         try puts.add(PutIntent(
-            fileID: fileID, source: .staged(id), namespace: namespace, kind: kind, place: place,
-            size: row.int("size") ?? 0, object: "files/\(device.deviceID)/\(Identifier.objectName())",
-            key: SecureRandom.bytes(32).hex))
+            fileID: fileID, source: .staged(id), namespace: namespace, kind: kind, place: place, size: row.int("size") ?? 0,
+            coordinates: Coordinates(at: .device, device: device.deviceID, object: "files/\(device.deviceID)/\(Identifier.objectName())",
+                                     key: SecureRandom.bytes(32).hex)))
         return fileID
     }
 
@@ -405,9 +415,8 @@ final class WriteSession {
             record = existing
         } else if let pending = try intent(for: id) {
             // A file put earlier in this same write.
-            let coordinates = Coordinates(at: .device, device: device.deviceID, object: pending.object, key: pending.key)
             record = try FileRecord(row: Row(columns: ["id", "audience", "namespace", "size", "hash", "coordinates"],
-                                             values: [.text(id), .text("store"), .text(pending.namespace), .integer(pending.size), .null, .text(coordinates.json)]))
+                                             values: [.text(id), .text("store"), .text(pending.namespace), .integer(pending.size), .null, .text(pending.coordinates.json)]))
         } else {
             throw CovenError(.fileUnknown, "no file '\(id)' to stage anew", details: ["file": id])
         }
@@ -418,8 +427,7 @@ final class WriteSession {
         let fileID = Identifier.uuid7()
         try puts.add(PutIntent(
             fileID: fileID, source: .existing(record), namespace: record.namespace, kind: kind,
-            place: record.coordinates.at == .stored ? .cloud : .deviceOnly, size: record.size,
-            object: record.coordinates.object, key: record.coordinates.key))
+            place: record.coordinates.at == .stored ? .cloud : .deviceOnly, size: record.size, coordinates: record.coordinates))
         return fileID
     }
 }

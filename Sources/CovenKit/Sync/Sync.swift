@@ -65,7 +65,7 @@ extension StoreSync {
                      progress: ((SyncProgress) -> Void)? = nil) throws -> SyncReport {
         let lock = try device.lock(wait: wait)
         defer { _ = lock }
-        let cache = try SyncPageCache(database: database)
+        let cache = try PageCache(database: database)
         defer { cache.restore() }
         return try connected().syncLocked(push: push, pull: pull, stop: stop, progress: progress)
     }

@@ -312,6 +312,17 @@ struct UploadQueue {
             """, [object, move, bytesTotal])
     }
 
+    /// Queues the uploads of a write's puts (those of staged files for the cloud), after every
+    /// upload queued, in the order the write made them (``enqueue(_:move:bytesTotal:)`` of
+    /// each, in one statement).
+    func enqueuePuts(_ puts: PutIntents, move: String?) throws {
+        try database.run("""
+            INSERT INTO coven_upload_queue (object, position, move, bytes_total)
+            SELECT object, (SELECT coalesce(max(position), 0) FROM coven_upload_queue) + row_number() OVER (ORDER BY seq), ?1, upload_bytes
+            FROM \(PutIntents.table) WHERE upload_bytes IS NOT NULL ORDER BY seq
+            """, [move])
+    }
+
     /// Makes an upload bound: outside any move, sent before trailing ones, never paused.
     func bind(_ object: String) throws {
         try database.run("UPDATE coven_upload_queue SET bound = 1, move = NULL WHERE object = ?1", [object])
