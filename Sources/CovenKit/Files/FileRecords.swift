@@ -162,7 +162,7 @@ final class FileRecords {
     /// two stamps, and its object becomes a gc candidate of `ended`. This device's bytes of it
     /// and an upload of it under way stay until gc deletes the object: a row that wins over the
     /// delete later brings the record back with its bytes, and an upload that finishes meanwhile
-    /// updates the image (``switchToStored(object:hash:stamp:)``).
+    /// updates the image (``switchToStored(objects:stamp:)``).
     ///
     /// - Returns: the object whose cached bytes go after the commit, if the record went.
     func endIfUnnamed(_ id: String, ended: End) throws -> String? {
@@ -262,22 +262,34 @@ final class FileRecords {
             """, [object, device.deviceID]).map(FileRecord.init(row:))
     }
 
-    /// Switches every record of this device naming `object` to stored, with its content hash:
-    /// the images of records no row names here too (an upload that finished after its file's
-    /// row was deleted), so a row that brings one back brings it back stored, on every device
-    /// (the recorded write publishes an image's switch as the record's: ``RowCapture``).
-    func switchToStored(object: String, hash: String?, stamp: String) throws {
-        for record in try deviceOnlyHere(object: object) {
-            let stored = Coordinates(at: .stored, device: nil, object: record.coordinates.object, key: record.coordinates.key)
-            try setCoordinates(record.id, stored, hash: hash, stamp: stamp)
+    /// Switches every record of this device naming one of `objects` to stored, with the content
+    /// hash of this device's bytes: the images of records no row names here too (an upload
+    /// that finished after its file's row was deleted), so a row that brings one back brings it
+    /// back stored, on every device (the recorded write publishes an image's switch as the
+    /// record's: ``RowCapture``). The records and images of a page of objects are read in one
+    /// query each.
+    func switchToStored(objects: [String], stamp: String) throws {
+        let list = RecordedChanges.json(ids: objects)
+        let device = Coordinates.Place.device.sql
+        for row in try database.query("""
+            SELECT f.id, f.coordinates, l.content_hash FROM json_each(?1) j
+            JOIN coven_files f ON f.object = j.value AND f.place = \(device) AND f.device = ?2
+            LEFT JOIN coven_local l ON l.object = j.value
+            """, [list, self.device.deviceID]) {
+            let coordinates = try Coordinates(json: row.string("coordinates") ?? "")
+            let stored = Coordinates(at: .stored, device: nil, object: coordinates.object, key: coordinates.key)
+            try setCoordinates(row.string("id") ?? "", stored, hash: row["content_hash"].bytesValue?.hex, stamp: stamp)
         }
-        for image in try database.query("""
-            SELECT * FROM coven_deleted_files WHERE object = ?1 AND json_extract(coordinates, '$.at') = \(Coordinates.Place.device.sql)
-              AND json_extract(coordinates, '$.device') = ?2
-            """, [object, device.deviceID]).map(FileRecord.init(row:)) {
-            let stored = Coordinates(at: .stored, device: nil, object: image.coordinates.object, key: image.coordinates.key)
+        for row in try database.query("""
+            SELECT d.id, d.coordinates, l.content_hash FROM json_each(?1) j
+            JOIN coven_deleted_files d ON d.object = j.value
+              AND json_extract(d.coordinates, '$.at') = \(device) AND json_extract(d.coordinates, '$.device') = ?2
+            LEFT JOIN coven_local l ON l.object = j.value
+            """, [list, self.device.deviceID]) {
+            let coordinates = try Coordinates(json: row.string("coordinates") ?? "")
+            let stored = Coordinates(at: .stored, device: nil, object: coordinates.object, key: coordinates.key)
             try database.run("UPDATE coven_deleted_files SET coordinates = ?2, hash = coalesce(?3, hash), _updated_at = ?4 WHERE id = ?1",
-                             [image.id, stored.json, hash, stamp])
+                             [row.string("id") ?? "", stored.json, row["content_hash"].bytesValue?.hex, stamp])
         }
     }
 
@@ -422,10 +434,17 @@ final class FileRecords {
     /// after the transaction commits (a crash before that leaves a copy no row names, which
     /// the next open removes).
     func forgetLocalBytes(object: String) throws {
-        if let copy = try database.scalar("SELECT copy FROM coven_local WHERE object = ?1 AND kind = 'app'", [object]).textValue {
-            try CopySweep(device).release(copy)
+        try forgetLocalBytes(objects: [object])
+    }
+
+    /// Drops this device's record of the local bytes of `objects` (a page of them), releasing
+    /// coven's copies of app bytes.
+    func forgetLocalBytes(objects: [String]) throws {
+        let list = RecordedChanges.json(ids: objects)
+        for row in try database.query("SELECT copy FROM coven_local WHERE object IN (SELECT value FROM json_each(?1)) AND kind = 'app' AND copy IS NOT NULL", [list]) {
+            if let copy = row.string("copy") { try CopySweep(device).release(copy) }
         }
-        try database.run("DELETE FROM coven_local WHERE object = ?1", [object])
+        try database.run("DELETE FROM coven_local WHERE object IN (SELECT value FROM json_each(?1))", [list])
     }
 
     // MARK: coven_pins

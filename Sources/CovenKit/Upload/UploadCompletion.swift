@@ -163,14 +163,12 @@ extension Uploads {
     }
 
     /// Switches every record of this device naming `objects` to stored, with its content hash;
-    /// the uploads leave the queue and coven's copies are released.
+    /// the uploads leave the queue and coven's copies are released: a statement or two each
+    /// for the page of objects, and one update a record.
     private func switchToStored(_ objects: [String], stamp: String) throws {
-        for object in objects {
-            let hash = try device.database.queryOneCached("SELECT content_hash FROM coven_local WHERE object = ?1", [object])?[0].bytesValue?.hex
-            try device.fileRecords.switchToStored(object: object, hash: hash, stamp: stamp)
-            try device.uploadQueue.remove(object)
-            try device.forgetLocalBytes(object: object)
-        }
+        try device.fileRecords.switchToStored(objects: objects, stamp: stamp)
+        try device.uploadQueue.remove(objects)
+        try device.fileRecords.forgetLocalBytes(objects: objects)
     }
 
     /// Gives back to the queue, with fresh attempts, the uploads that failed for good because

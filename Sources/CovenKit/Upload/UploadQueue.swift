@@ -335,6 +335,13 @@ struct UploadQueue {
         try database.runCached("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
     }
 
+    /// Removes the uploads of `objects` (a page of them) and their recorded parts: stored.
+    func remove(_ objects: [String]) throws {
+        let list = RecordedChanges.json(ids: objects)
+        try database.run("DELETE FROM coven_upload_parts WHERE object IN (SELECT value FROM json_each(?1))", [list])
+        try database.run("DELETE FROM coven_upload_queue WHERE object IN (SELECT value FROM json_each(?1))", [list])
+    }
+
     /// Removes the uploads of a cancelled move that have sent nothing; the others stay for the
     /// worker, which aborts their sessions.
     func removeIdle(move: String) throws {
