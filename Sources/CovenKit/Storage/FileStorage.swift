@@ -130,16 +130,35 @@ public final class FileStorage: StorageProvider {
 
     /// The file path of a key, after checking the key names a file inside the store.
     func path(for key: String) throws -> String {
-        let segments = key.split(separator: "/", omittingEmptySubsequences: false)
-        let valid = !key.isEmpty && !key.contains("\0")
-            && segments.allSatisfy { !$0.isEmpty && $0 != "." && $0 != ".." && !$0.hasPrefix(Self.temporaryPrefix) }
-            && segments.first != Substring(Self.uploadsFolder)
-        guard valid else {
+        guard Self.isPlainKey(key) || Self.isValidKey(key) else {
             throw CovenError.storage(
                 "'\(key)' cannot be a key of a file:// store", failure: .provider,
                 cause: "keys are relative paths without empty, '.', '..' or reserved segments", details: key)
         }
         return directory + "/" + key
+    }
+
+    /// Whether `key` is a key of a file:// store: a relative path without empty, `.`, `..` or
+    /// reserved segments (temporary names, the uploads folder) and without a NUL byte.
+    static func isValidKey(_ key: String) -> Bool {
+        let segments = key.split(separator: "/", omittingEmptySubsequences: false)
+        return !key.isEmpty && !key.utf8.contains(0)
+            && segments.allSatisfy { !$0.isEmpty && $0 != "." && $0 != ".." && !$0.hasPrefix(Self.temporaryPrefix) }
+            && segments.first != Substring(Self.uploadsFolder)
+    }
+
+    /// The keys coven names (`files/DEVICE/NAME`, one pass over the bytes): non-empty
+    /// segments none of which starts with a dot, no NUL. Every such key is valid
+    /// (``isValidKey(_:)``: each reserved segment starts with a dot); a key that is not plain
+    /// is judged by the full check.
+    static func isPlainKey(_ key: String) -> Bool {
+        var previous: UInt8 = UInt8(ascii: "/")
+        for byte in key.utf8 {
+            if byte == 0 { return false }
+            if previous == UInt8(ascii: "/") && (byte == UInt8(ascii: "/") || byte == UInt8(ascii: ".")) { return false }
+            previous = byte
+        }
+        return previous != UInt8(ascii: "/")
     }
 
     static func parent(of path: String) -> String {

@@ -180,6 +180,24 @@ final class FileStorageTests: XCTestCase {
         }
     }
 
+    /// The one-pass check of the keys coven names never lets through a key the full check
+    /// refuses, and says yes to the keys coven makes.
+    func testAPlainKeyIsAValidKey() {
+        XCTAssertTrue(FileStorage.isPlainKey("files/0190a5c4-7b1e-7c3d-9f00-1234567890ab/4c2f9e8a71d34b5c9e0f1a2b3c4d5e6f"))
+        XCTAssertTrue(FileStorage.isPlainKey("changes/device/00000000000000000001"))
+        for key in ["", "/", "a/", "/a", "a//b", ".", "..", "a/.", "a/..", ".uploads/x", ".coven-tmp-1", "a/.coven-tmp-x", "a\0b", ".hidden/x"] {
+            XCTAssertFalse(FileStorage.isPlainKey(key), key)
+        }
+        var random = SystemRandomNumberGenerator()
+        let alphabet: [Character] = ["a", "b", ".", "/", "\0", "-", "c", "é"]
+        for _ in 0..<20_000 {
+            let key = String((0..<Int.random(in: 0...8, using: &random)).map { _ in alphabet.randomElement(using: &random)! })
+            if FileStorage.isPlainKey(key) {
+                XCTAssertTrue(FileStorage.isValidKey(key), key)
+            }
+        }
+    }
+
     func testListIsRecursiveSortedAndHidesInternals() throws {
         let keys = ["store.json", "files/b/2", "files/a/1", "files/a/10", "files/ab/3", "changes/a/0001", "snapshots/a-1"]
         for key in keys { try storage.put(key, data: Array(repeating: 7, count: key.count)) }
