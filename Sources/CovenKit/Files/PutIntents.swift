@@ -130,8 +130,8 @@ struct PutIntents {
     ///
     /// - Returns: the audience of the first row that named it (`audience` when this is it).
     func nameAudience(_ fileID: String, _ audience: String) throws -> String {
-        try database.runCached("UPDATE temp.coven_write_puts SET audience = ?2 WHERE file = ?1 AND audience IS NULL", [fileID, audience])
-        return try database.queryOneCached("SELECT audience FROM temp.coven_write_puts WHERE file = ?1", [fileID])?.string("audience") ?? audience
+        try database.queryOneCached("UPDATE temp.coven_write_puts SET audience = coalesce(audience, ?2) WHERE file = ?1 RETURNING audience",
+                                    [fileID, audience])?.string("audience") ?? audience
     }
 
     private static func intent(_ row: Row) throws -> PutIntent {
