@@ -41,6 +41,29 @@ public final class Statement {
         (0..<columnCount).map { String(cString: sqlite3_column_name(handle, Int32($0))) }
     }
 
+    /// The column names of the rows ``next()`` read last, shared by every row it reads while
+    /// they stay the same.
+    private var rowColumns: [String] = []
+
+    /// The result column names, made once for the rows of a statement run many times: checked
+    /// against SQLite's on each row (a statement SQLite prepared again after a change of the
+    /// schema may name other columns: `SELECT *` after a migration), never trusted blindly.
+    private func currentColumnNames() -> [String] {
+        let count = Int(sqlite3_column_count(handle))
+        if rowColumns.count == count {
+            var same = true
+            for index in 0..<count {
+                guard let name = sqlite3_column_name(handle, Int32(index)), rowColumns[index].withCString({ strcmp($0, name) == 0 }) else {
+                    same = false
+                    break
+                }
+            }
+            if same { return rowColumns }
+        }
+        rowColumns = columnNames
+        return rowColumns
+    }
+
     /// Binds positional parameters, from ?1.
     public func bind(_ values: [SQLBindable]) throws {
         for (index, value) in values.enumerated() {
@@ -90,7 +113,8 @@ public final class Statement {
         let code = sqlite3_step(handle)
         switch code {
         case SQLITE_ROW:
-            return Row(columns: columnNames, values: (0..<Int32(columnCount)).map { column($0) })
+            let columns = currentColumnNames()
+            return Row(columns: columns, values: (0..<Int32(columns.count)).map { column($0) })
         case SQLITE_DONE:
             return nil
         default:
