@@ -125,13 +125,14 @@ struct PutIntents {
         }
     }
 
-    /// Records that a row of `audience` names the put file `fileID`: the first such row gives
-    /// it its audience.
+    /// Records that a row of `audience` names file `fileID`, if the write put it: the first such
+    /// row gives it its audience.
     ///
-    /// - Returns: the audience of the first row that named it (`audience` when this is it).
-    func nameAudience(_ fileID: String, _ audience: String) throws -> String {
+    /// - Returns: the audience of the first row that named it (`audience` when this is it), or
+    ///   nil when the write did not put the file.
+    func nameAudience(_ fileID: String, _ audience: String) throws -> String? {
         try database.queryOneCached("UPDATE temp.coven_write_puts SET audience = coalesce(audience, ?2) WHERE file = ?1 RETURNING audience",
-                                    [fileID, audience])?.string("audience") ?? audience
+                                    [fileID, audience])?.string("audience")
     }
 
     private static func intent(_ row: Row) throws -> PutIntent {

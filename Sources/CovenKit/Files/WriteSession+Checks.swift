@@ -122,7 +122,7 @@ extension WriteSession {
                 }
                 try puts.named(fileID)
                 let audience = audienceOf[table.name]?[rowID] ?? RowAudiences.store
-                try checkReference(fileID, table: table, column: column, rowID: rowID, audience: audience, put: try intent(for: fileID))
+                try checkReference(fileID, table: table, column: column, rowID: rowID, audience: audience)
             }
         }
     }
@@ -142,7 +142,7 @@ extension WriteSession {
         guard let row else { return }
         for column in table.files {
             guard let fileID = row[column.column].textValue, let record = try device.fileRecord(fileID), record.coordinates.at == .device else { continue }
-            if let intent = try intent(for: fileID), case .staged = intent.source, intent.place == .cloud { continue }
+            if try intent(for: fileID)?.queuesUpload == true { continue }
             // Already on its way to the cloud (an upload or a move queued).
             if try !device.uploadQueue.isUploaded(record.coordinates.object) { continue }
             throw CovenError(.remoteRoot, "'\(table.name).\(column.column)' of row '\(rowID)' names file '\(fileID)', which is on one device only, but '\(table.name)' is under remote root '\(root)'",
@@ -151,16 +151,18 @@ extension WriteSession {
         }
     }
 
-    ///
-    /// - Parameter put: the intent that put the file in this write, if one did.
-    func checkReference(_ fileID: String, table: Manifest.SyncedTable, column: Manifest.FileColumn, rowID: String, audience: String, put: PutIntent?) throws {
+    /// Checks one file reference a row of `audience` sets: the file is known and in the row's
+    /// audience (a file this write put takes the audience of the first row naming it), and a
+    /// bound column's file is app bytes within the column's limit, stored or on its way.
+    func checkReference(_ fileID: String, table: Manifest.SyncedTable, column: Manifest.FileColumn, rowID: String, audience: String) throws {
         let where_ = ["table": table.name, "column": column.column, "id": rowID, "file": fileID]
         guard let record = try device.fileRecord(fileID) else {
             throw CovenError(.fileUnknown, "'\(table.name).\(column.column)' names no file '\(fileID)'", details: where_)
         }
-        if put != nil {
-            // A new file takes the audience of the first row naming it.
-            if try puts.nameAudience(fileID, audience) != audience {
+        // A new file takes the audience of the first row naming it.
+        let firstAudience = try puts.nameAudience(fileID, audience)
+        if let firstAudience {
+            if firstAudience != audience {
                 throw CovenError(.fileUnknown, "file '\(fileID)' is named by rows of two audiences", details: where_)
             }
             if record.audience != audience {
@@ -179,7 +181,7 @@ extension WriteSession {
         }
         if record.coordinates.at == .stored { return }
         let object = record.coordinates.object
-        if let put, case .staged = put.source, put.place == .cloud {
+        if firstAudience != nil, try intent(for: fileID)?.queuesUpload == true {
             // Staged by this write for the cloud: its upload is bound, outside any move.
             try device.uploadQueue.bind(object)
             waitsFor.insert(object)
