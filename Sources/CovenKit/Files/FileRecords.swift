@@ -266,31 +266,26 @@ final class FileRecords {
     /// hash of this device's bytes: the images of records no row names here too (an upload
     /// that finished after its file's row was deleted), so a row that brings one back brings it
     /// back stored, on every device (the recorded write publishes an image's switch as the
-    /// record's: ``RowCapture``). The records and images of a page of objects are read in one
-    /// query each.
+    /// record's: ``RowCapture``). One statement switches the records of a page of objects,
+    /// one their images.
     func switchToStored(objects: [String], stamp: String) throws {
         let list = RecordedChanges.json(ids: objects)
         let device = Coordinates.Place.device.sql
-        for row in try database.query("""
-            SELECT f.id, f.coordinates, l.content_hash FROM json_each(?1) j
-            JOIN coven_files f ON f.object = j.value AND f.place = \(device) AND f.device = ?2
-            LEFT JOIN coven_local l ON l.object = j.value
-            """, [list, self.device.deviceID]) {
-            let coordinates = try Coordinates(json: row.string("coordinates") ?? "")
-            let stored = Coordinates(at: .stored, device: nil, object: coordinates.object, key: coordinates.key)
-            try setCoordinates(row.string("id") ?? "", stored, hash: row["content_hash"].bytesValue?.hex, stamp: stamp)
-        }
-        for row in try database.query("""
-            SELECT d.id, d.coordinates, l.content_hash FROM json_each(?1) j
-            JOIN coven_deleted_files d ON d.object = j.value
-              AND json_extract(d.coordinates, '$.at') = \(device) AND json_extract(d.coordinates, '$.device') = ?2
-            LEFT JOIN coven_local l ON l.object = j.value
-            """, [list, self.device.deviceID]) {
-            let coordinates = try Coordinates(json: row.string("coordinates") ?? "")
-            let stored = Coordinates(at: .stored, device: nil, object: coordinates.object, key: coordinates.key)
-            try database.run("UPDATE coven_deleted_files SET coordinates = ?2, hash = coalesce(?3, hash), _updated_at = ?4 WHERE id = ?1",
-                             [row.string("id") ?? "", stored.json, row["content_hash"].bytesValue?.hex, stamp])
-        }
+        // One statement for the page (each record's new text made by coven_stored_coordinates):
+        // as setCoordinates(_:_:hash:stamp:) sets a stored place.
+        try database.run("""
+            UPDATE coven_files SET coordinates = coven_stored_coordinates(coordinates),
+                hash = coalesce((SELECT lower(hex(l.content_hash)) FROM coven_local l WHERE l.object = coven_files.object), hash),
+                _updated_at = ?3
+            WHERE object IN (SELECT value FROM json_each(?1)) AND place = \(device) AND device = ?2
+            """, [list, self.device.deviceID, stamp])
+        try database.run("""
+            UPDATE coven_deleted_files SET coordinates = coven_stored_coordinates(coordinates),
+                hash = coalesce((SELECT lower(hex(l.content_hash)) FROM coven_local l WHERE l.object = coven_deleted_files.object), hash),
+                _updated_at = ?3
+            WHERE object IN (SELECT value FROM json_each(?1))
+              AND json_extract(coordinates, '$.at') = \(device) AND json_extract(coordinates, '$.device') = ?2
+            """, [list, self.device.deviceID, stamp])
     }
 
     /// Stamps a record afresh for its re-emit to peers that were told to delete it (the push's

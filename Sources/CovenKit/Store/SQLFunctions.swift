@@ -11,6 +11,13 @@ enum SQLFunctions {
             guard let text = args[0].textValue, let coordinates = try? Coordinates(json: text) else { return .null }
             return coordinates.at == .device ? .text(coordinates.device ?? "") : .null
         }
+        // coven_stored_coordinates(coordinates): a file's coordinates once its bytes are stored
+        // (the same object and key, on no device), as coven writes them.
+        try database.createFunction("coven_stored_coordinates", arguments: 1, deterministic: true) { args in
+            guard let text = args[0].textValue else { return .null }
+            let coordinates = try Coordinates(json: text)
+            return .text(Coordinates(at: .stored, device: nil, object: coordinates.object, key: coordinates.key).json)
+        }
         // coven_path_text(path): path bytes as text for people.
         try database.createFunction("coven_path_text", arguments: 1, deterministic: true) { args in
             guard let bytes = args[0].bytesValue else { return .null }

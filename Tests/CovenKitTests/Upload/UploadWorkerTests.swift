@@ -218,6 +218,8 @@ final class UploadWorkerTests: XCTestCase {
         XCTAssertEqual(fixture.storeFiles().filter { $0.hasPrefix("files/") }, [object])
         XCTAssertNil(try fixture.device.fileRecord(file))
         XCTAssertEqual(try fixture.device.fileRecords.image(file)?.coordinates.at, .stored)
+        XCTAssertEqual(try fixture.device.fileRecords.image(file)?.coordinates.object, object)
+        XCTAssertEqual(try fixture.device.fileRecords.image(file)?.hash, SHA256.digest(UploadFixture.bytes(3000)).hex)
         let switched = try RowEntryCodec.decode(try XCTUnwrap(fixture.device.database.scalar("SELECT entries FROM coven_outbox ORDER BY seq DESC LIMIT 1").bytesValue))
         XCTAssertTrue(switched.contains { $0.table == "coven_files" && $0.kind == .upsert && $0.id == file && $0.value("coordinates")?.textValue?.contains("stored") == true })
         _ = try StoreSync(fixture.device).sync()
