@@ -58,6 +58,7 @@ extension Uploads {
                 let (outcome, orphan, abort) = try finishInTransaction(claim, worker: worker, end: end, settings: settings, switching: &switching)
                 results.append((outcome, orphan, abort))
             }
+            try settleUploaded(&switching)
             if !switching.isEmpty {
                 try device.recordWrite { write in
                     try switchToStored(switching.objects, stamp: write.stamp)
@@ -76,6 +77,9 @@ extension Uploads {
     struct Switching {
         var objects: [String] = []
         var moves: [String] = []
+        /// The objects of the batch stored for a move, by move, in the order they came: marked
+        /// uploaded together once the batch's attempts are read (``settleUploaded(_:)``).
+        var uploaded: [(move: String, objects: [String])] = []
         var isEmpty: Bool { objects.isEmpty && moves.isEmpty }
     }
 
@@ -117,7 +121,7 @@ extension Uploads {
         }
         switch end {
         case .stored:
-            try storeCompleted(claim.object, move: row.string("move"), moveState: moveState, switching: &switching)
+            storeCompleted(claim.object, move: row.string("move"), switching: &switching)
             return (.stored, nil, nil)
         case .stopped(let stop):
             if stop == .leaseLost || stop == .gone { return (.dropped, nil, nil) }
@@ -137,18 +141,32 @@ extension Uploads {
     }
 
     /// Storage holds `object`: a bound upload's file goes in `switching` now; a move's upload
-    /// waits until every file of the move is stored, then the move goes in `switching`, for
-    /// the caller's one write.
-    private func storeCompleted(_ object: String, move: String?, moveState: MoveState?, switching: inout Switching) throws {
+    /// waits until every file of the move is stored (``settleUploaded(_:)``), then the move goes
+    /// in `switching`, for the caller's one write.
+    private func storeCompleted(_ object: String, move: String?, switching: inout Switching) {
         guard let move else {
             switching.objects.append(object)
             return
         }
-        try device.uploadQueue.markUploaded(object)
-        guard try !device.uploadQueue.hasUnsent(move: move), moveState == nil || moveState == .moving else { return }
-        // Switched by the caller's one write, with the batch's other files.
-        if !switching.moves.contains(move) { switching.moves.append(move) }
-        try device.moveRecords.markDone(move)
+        if let index = switching.uploaded.firstIndex(where: { $0.move == move }) {
+            switching.uploaded[index].objects.append(object)
+        } else {
+            switching.uploaded.append((move, [object]))
+        }
+    }
+
+    /// Marks the batch's uploads stored for a move uploaded, a statement a move; a move with
+    /// nothing left to send (and still moving) is done, and goes in `switching` for the
+    /// caller's one write, with the batch's other files.
+    private func settleUploaded(_ switching: inout Switching) throws {
+        for (move, objects) in switching.uploaded {
+            try device.uploadQueue.markUploaded(objects)
+            guard try !device.uploadQueue.hasUnsent(move: move) else { continue }
+            let state = try device.moveRecords.state(move)
+            guard state == nil || state == .moving else { continue }
+            if !switching.moves.contains(move) { switching.moves.append(move) }
+            try device.moveRecords.markDone(move)
+        }
     }
 
     /// Switches the stored objects of `move` (``switchToStored(_:stamp:)``), a page at a time

@@ -453,14 +453,14 @@ struct UploadQueue {
 
     // MARK: Attempts ending
 
-    /// Storage holds an upload of a move that waits for its other files: it stays queued,
-    /// marked uploaded, every byte confirmed.
-    func markUploaded(_ object: String) throws {
-        try database.runCached("""
+    /// Storage holds the uploads of `objects` (a batch's, of one move) whose move waits for
+    /// its other files: they stay queued, marked uploaded, every byte confirmed.
+    func markUploaded(_ objects: [String]) throws {
+        try database.run("""
             UPDATE coven_upload_queue SET uploaded = 1, state = \(UploadState.queued.sql), worker = NULL, lease_until = NULL,
                 bytes_confirmed = bytes_total, last_error = NULL, last_error_code = NULL
-            WHERE object = ?1
-            """, [object])
+            WHERE object IN (SELECT value FROM json_each(?1))
+            """, [RecordedChanges.json(ids: objects)])
     }
 
     /// Records a failed attempt: the upload goes back to the queue (to be retried at
