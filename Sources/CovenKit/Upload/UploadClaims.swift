@@ -152,9 +152,7 @@ extension Uploads {
                 }
             }
             guard !claims.isEmpty else { return .failure(ClaimWaitBox(wait)) }
-            for claim in claims {
-                try queue.lease(claim.object, worker: worker.text, until: now + lease, attempts: claim.attempts)
-            }
+            try queue.lease(claims.map { ($0.object, $0.attempts) }, worker: worker.text, until: now + lease)
             return .success(claims)
         }
     }

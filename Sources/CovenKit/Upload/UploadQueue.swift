@@ -375,15 +375,17 @@ struct UploadQueue {
 
     // MARK: Claims and leases
 
-    /// Claims an upload for `worker` until `leaseUntil`: it is being sent (a retired one stays
-    /// retired, claimed for its clean-up), with `attempts` made.
-    func lease(_ object: String, worker: String, until leaseUntil: Double, attempts: Int64) throws {
-        try database.runCached("""
+    /// Claims uploads (a batch's, in one statement) for `worker` until `leaseUntil`: each is
+    /// being sent (a retired one stays retired, claimed for its clean-up), with its `attempts`
+    /// made.
+    func lease(_ claims: [(object: String, attempts: Int64)], worker: String, until leaseUntil: Double) throws {
+        try database.run("""
             UPDATE coven_upload_queue
             SET state = CASE WHEN state = \(UploadState.retired.sql) THEN \(UploadState.retired.sql) ELSE \(UploadState.sending.sql) END,
-                worker = ?2, lease_until = ?3, attempts = ?4
-            WHERE object = ?1
-            """, [object, worker, leaseUntil, attempts])
+                worker = ?3, lease_until = ?4, attempts = a.value
+            FROM json_each(?1) o JOIN json_each(?2) a ON a.key = o.key
+            WHERE coven_upload_queue.object = o.value
+            """, [RecordedChanges.json(ids: claims.map(\.object)), "[" + claims.map { String($0.attempts) }.joined(separator: ",") + "]", worker, leaseUntil])
     }
 
     /// Renews a claim's lease.
