@@ -106,6 +106,26 @@
 #   (0.9 s, CPU: read, SHA-256 check, AES-GCM, write). More jobs (3, 4) change nothing.
 #   write --each 1.29 -> 1.14 s: a file key a file cost a gcry_randomize call (8 µs; now drawn
 #   a block at a time); the rest is about 20 statements a row with no single hot spot.
+#
+# Session of 2026-12-04 (twelfth), small files, each tool on a fresh ext4, load 1.0-1.5, six
+# runs of this binary: coven 3.45-3.61 s in five (stage 0.40-0.45, write --each 0.96-1.07,
+# upload-worker 1.99-2.23 s) and 4.36 s in one (its upload 2.98 s); restic 2.17-2.60 s
+# (coven 1.39x-1.66x), rclone 2.28-2.45 s (coven 1.43x-1.58x). The stop-44 binary the same
+# hour, three runs: 3.68-5.08 s (write --each 1.06-1.33 s). Alternating on one staged set:
+# write --each 1.21-1.45 -> 1.02-1.14 s; upload-worker 2.06-2.10 -> 1.89-2.01 s.
+#   What changed: a write applied its puts five statements a file (the file record, its local
+#   bytes, its upload, the staged row read again and forgotten): now each table in one
+#   statement over the write's puts; its transaction spilled pages to the WAL before the
+#   commit with SQLite's 2 MiB cache (a tenth of its time): now 8 MiB, as a sync has. An
+#   upload's switch of a move's 10,000 files to stored ran eight statements a file after the
+#   last send (0.36 s of CPU at the end, alone): now one statement a page of records, one for
+#   their images, one for the queue, one for the local bytes. A batch's claims are leased, and
+#   its uploads marked uploaded, in one statement each. Every row a statement read built its
+#   column names anew: now shared while SQLite's stay the same.
+#   Peak RSS at 100,000 (part 2): stage 28.5, write --each 38.9 (9.63 s; 8 MiB of it the page
+#   cache), upload 44.4 (18.09 s, was 30-38 s), status 22.8, delete 46.8, trash empty 26.1,
+#   gc 47.1, write - 44.0 MiB: within 64.
+#
 # Every tool writes under BENCH_TMP. Unless BENCH_TMP is on tmpfs, the page cache is written back
 # (`sync`) before each timed command, so one's writes are not paid by the next; the script says
 # which. Each timed command runs once (the sets are big); the source files are read once before,
