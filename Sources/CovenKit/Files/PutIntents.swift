@@ -87,18 +87,18 @@ struct PutIntents {
         }
     }
 
-    /// The staged files the write put that no longer are (none: nothing but the write
-    /// forgets a staged file, and it does when it applies the puts).
-    func stagedGone() throws -> [String] {
-        try database.query("""
+    /// The first staged file the write put that no longer is, if any (none: nothing but the
+    /// write forgets a staged file, and it does when it applies the puts).
+    func firstStagedGone() throws -> String? {
+        try database.queryOne("""
             SELECT p.staged FROM temp.coven_write_puts p
             WHERE p.staged IS NOT NULL AND NOT EXISTS (SELECT 1 FROM coven_staged s WHERE s.id = p.staged)
             ORDER BY p.seq LIMIT 1
-            """).compactMap { $0.string("staged") }
+            """)?.string("staged")
     }
 
-    /// Whether a put queues an upload.
-    func queueUploads() throws -> Bool {
+    /// Whether a put of the write queues an upload (``PutIntent/queuesUpload``).
+    func queuesUploads() throws -> Bool {
         try database.queryOne("SELECT 1 FROM temp.coven_write_puts WHERE upload_bytes IS NOT NULL LIMIT 1") != nil
     }
 

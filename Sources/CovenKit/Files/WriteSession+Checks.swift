@@ -8,12 +8,12 @@ extension WriteSession {
     /// them all, in the order the write made them: a new file record for every put, this
     /// device's bytes and the upload of every staged file, and the staged files forgotten.
     func applyIntents() throws {
-        if let gone = try puts.stagedGone().first {
+        if let gone = try puts.firstStagedGone() {
             throw CovenError(.internal, "staged file '\(gone)' went away during the write that puts it", details: ["staged": gone])
         }
         try device.fileRecords.insertPuts(puts, stamp: stamp)
         try device.fileRecords.recordLocalBytesOfPuts(puts)
-        if try puts.queueUploads() {
+        if try puts.queuesUploads() {
             if moveID == nil { moveID = Identifier.uuid7() }
             try device.uploadQueue.enqueuePuts(puts, move: moveID)
         }
