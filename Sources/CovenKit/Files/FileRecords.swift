@@ -255,13 +255,6 @@ final class FileRecords {
         return try json.map(Coordinates.init(json:))
     }
 
-    /// The records of this device's files on this device only that name `object`.
-    func deviceOnlyHere(object: String) throws -> [FileRecord] {
-        try database.query("""
-            SELECT * FROM coven_files WHERE object = ?1 AND place = \(Coordinates.Place.device.sql) AND device = ?2
-            """, [object, device.deviceID]).map(FileRecord.init(row:))
-    }
-
     /// Switches every record of this device naming one of `objects` to stored, with the content
     /// hash of this device's bytes: the images of records no row names here too (an upload
     /// that finished after its file's row was deleted), so a row that brings one back brings it
