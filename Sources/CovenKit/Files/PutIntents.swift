@@ -80,7 +80,7 @@ struct PutIntents {
                 INSERT INTO temp.coven_write_puts (file, staged, record_audience, record_hash, coordinates, namespace, kind, place, size, object, upload_bytes)
                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
                 """, [intent.fileID, staged, record?.audience, record?.hash, intent.coordinates.json, intent.namespace,
-                      intent.kind.rawValue, intent.place.rawValue, intent.size, intent.object, uploadBytes])
+                      intent.kind.rawValue, intent.place.rawValue, intent.size, intent.coordinates.object, uploadBytes])
         } catch let error as CovenError where error.sqliteCode == SQLITE_CONSTRAINT | (8 << 8) { // SQLITE_CONSTRAINT_UNIQUE
             guard let staged else { throw error }
             throw CovenError(.notFound, "staged file '\(staged)' is already put in this write", details: ["staged": staged])

@@ -34,8 +34,6 @@ struct PutIntent {
     /// existing record's.
     var coordinates: Coordinates
 
-    var object: String { coordinates.object }
-    var key: String { coordinates.key }
 
     /// Whether the write queues the file's upload: staged for the cloud.
     var queuesUpload: Bool {

@@ -331,8 +331,7 @@ struct UploadQueue {
     /// Removes an upload and its recorded parts (stored, cancelled, dropped, or replaced by a
     /// new move).
     func remove(_ object: String) throws {
-        try database.runCached("DELETE FROM coven_upload_parts WHERE object = ?1", [object])
-        try database.runCached("DELETE FROM coven_upload_queue WHERE object = ?1", [object])
+        try remove([object])
     }
 
     /// Removes the uploads of `objects` (a page of them) and their recorded parts: stored.
