@@ -55,6 +55,14 @@ public final class ObjectSealer {
         ciphers = try (0..<max(1, lanes)).map { _ in try ChunkCipher(key: key, associatedData: associatedData) }
     }
 
+    /// Seals under `key` from now on: the next object of a sender that seals one object after
+    /// another, with the same header, on the same handles (``ChunkCipher/rekey(_:)``).
+    ///
+    /// - Throws: ``CovenError`` `.internal` when libgcrypt cannot set the key.
+    func rekey(_ key: FileKey) throws {
+        for cipher in ciphers { try cipher.rekey(key) }
+    }
+
     // MARK: - Sealing
 
     /// Seals chunks `chunks` of an object of `plaintextSize` bytes into `output`, filling each

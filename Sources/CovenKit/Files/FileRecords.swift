@@ -255,6 +255,24 @@ final class FileRecords {
         return try json.map(Coordinates.init(json:))
     }
 
+    /// The text of the coordinates of a record naming each of `objects`, by object, as
+    /// ``coordinates(object:)`` finds them, in a query for the batch (and one for the images of
+    /// those no record names); an object nothing names is absent.
+    func coordinatesText(objects: [String]) throws -> [String: String] {
+        var found: [String: String] = [:]
+        for row in try database.query("SELECT object, coordinates FROM coven_files WHERE object IN (SELECT value FROM json_each(?1))",
+                                      [RecordedChanges.json(ids: objects)]) {
+            if let object = row.string("object"), found[object] == nil { found[object] = row.string("coordinates") }
+        }
+        let missing = objects.filter { found[$0] == nil }
+        guard !missing.isEmpty else { return found }
+        for row in try database.query("SELECT object, coordinates FROM coven_deleted_files WHERE object IN (SELECT value FROM json_each(?1))",
+                                      [RecordedChanges.json(ids: missing)]) {
+            if let object = row.string("object"), found[object] == nil { found[object] = row.string("coordinates") }
+        }
+        return found
+    }
+
     /// Switches every record of this device naming one of `objects` to stored, with the content
     /// hash of this device's bytes: the images of records no row names here too (an upload
     /// that finished after its file's row was deleted), so a row that brings one back brings it

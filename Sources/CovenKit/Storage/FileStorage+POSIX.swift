@@ -4,9 +4,21 @@ import Foundation
 // MARK: - file:// provider: folders, temporary files, writes and syncs (POSIX calls)
 
 extension FileStorage {
+    /// A name for a temporary file no other is given: this process's random tag and a count.
+    /// (Eight bytes from libgcrypt's nonce generator a file, under its one lock, kept a batch's
+    /// 16 senders waiting a second in all on 10,000 small files.) `O_EXCL` still refuses a name
+    /// another process took.
     static func temporaryName() -> String {
-        temporaryPrefix + SecureRandom.nonce(8).hex
+        let number = temporaryCount.withLock { count in
+            count += 1
+            return count
+        }
+        return temporaryPrefix + processTag + String(number, radix: 16)
     }
+
+    /// Random for each process, so two processes writing to one store never pick the same name.
+    private static let processTag = SecureRandom.nonce(8).hex + "-"
+    private static let temporaryCount = LockedCount()
 
     /// Creates the folders of `folder` below the store directory (never the directory itself),
     /// fsyncing each parent that gained an entry.

@@ -61,21 +61,41 @@ struct RecordedChanges {
         json.reserveCapacity(ids.reduce(2) { $0 + $1.utf8.count + 3 })
         for (index, id) in ids.enumerated() {
             if index > 0 { json += "," }
-            json += "\""
-            guard id.utf8.contains(where: { $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 < 0x20 }) else {
-                json += id + "\""
-                continue
-            }
-            for scalar in id.unicodeScalars {
-                switch scalar {
-                case "\"": json += "\\\""
-                case "\\": json += "\\\\"
-                case _ where scalar.value < 0x20: json += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count) + String(scalar.value, radix: 16)
-                default: json.unicodeScalars.append(scalar)
-                }
-            }
-            json += "\""
+            appendString(id, to: &json)
         }
         return json + "]"
+    }
+
+    /// A number for each id as a JSON object, for `json_each`, whose `key` is then the id and
+    /// `value` its number: a statement joins it to a table by the id alone. (Two arrays joined
+    /// by their index scan the second for each row of the first: 4 ms a batch of 256.) Each id
+    /// is given once.
+    static func json(numbers: [(id: String, number: Int64)]) -> String {
+        var json = "{"
+        json.reserveCapacity(numbers.reduce(2) { $0 + $1.id.utf8.count + 24 })
+        for (index, pair) in numbers.enumerated() {
+            if index > 0 { json += "," }
+            appendString(pair.id, to: &json)
+            json += ":" + String(pair.number)
+        }
+        return json + "}"
+    }
+
+    /// Appends `text` to `json` as a JSON string.
+    private static func appendString(_ text: String, to json: inout String) {
+        json += "\""
+        guard text.utf8.contains(where: { $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 < 0x20 }) else {
+            json += text + "\""
+            return
+        }
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": json += "\\\""
+            case "\\": json += "\\\\"
+            case _ where scalar.value < 0x20: json += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count) + String(scalar.value, radix: 16)
+            default: json.unicodeScalars.append(scalar)
+            }
+        }
+        json += "\""
     }
 }

@@ -381,10 +381,10 @@ struct UploadQueue {
         try database.run("""
             UPDATE coven_upload_queue
             SET state = CASE WHEN state = \(UploadState.retired.sql) THEN \(UploadState.retired.sql) ELSE \(UploadState.sending.sql) END,
-                worker = ?3, lease_until = ?4, attempts = a.value
-            FROM json_each(?1) o JOIN json_each(?2) a ON a.key = o.key
-            WHERE coven_upload_queue.object = o.value
-            """, [RecordedChanges.json(ids: claims.map(\.object)), "[" + claims.map { String($0.attempts) }.joined(separator: ",") + "]", worker, leaseUntil])
+                worker = ?2, lease_until = ?3, attempts = a.value
+            FROM json_each(?1) a
+            WHERE coven_upload_queue.object = a.key
+            """, [RecordedChanges.json(numbers: claims.map { ($0.object, $0.attempts) }), worker, leaseUntil])
     }
 
     /// Renews a claim's lease.

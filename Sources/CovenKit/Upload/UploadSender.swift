@@ -39,7 +39,22 @@ struct UploadSource {
     /// - Throws: `.fileUnavailable` when no local bytes are recorded or their chunk hashes do
     ///   not cover their size.
     static func recorded(object: String, device: Device) throws -> Recorded {
-        guard let row = try device.database.queryOneCached("SELECT * FROM coven_local WHERE object = ?1", [object]) else {
+        try recorded(object: object, row: device.database.queryOneCached("SELECT * FROM coven_local WHERE object = ?1", [object]), device: device)
+    }
+
+    /// The rows of coven_local of `objects`, by object, in one query (a batch's).
+    static func recordedRows(objects: [String], device: Device) throws -> [String: Row] {
+        var rows: [String: Row] = [:]
+        for row in try device.database.query("SELECT * FROM coven_local WHERE object IN (SELECT value FROM json_each(?1))",
+                                             [RecordedChanges.json(ids: objects)]) {
+            if let object = row.string("object") { rows[object] = row }
+        }
+        return rows
+    }
+
+    /// What staging recorded of `object`'s local bytes, from its row of coven_local (nil: none).
+    static func recorded(object: String, row: Row?, device: Device) throws -> Recorded {
+        guard let row else {
             throw CovenError(.fileUnavailable, "no local bytes of '\(object)' on this device", details: ["object": object])
         }
         let size = row.int("size") ?? 0
@@ -282,25 +297,46 @@ final class UploadSender {
         /// Its encrypted size.
         let total: Int64
 
-        /// Opens its bytes (the checks of ``UploadSource/open(_:)``) and seals them whole.
-        func seal() throws -> [UInt8] {
+        /// Opens its bytes (the checks of ``UploadSource/open(_:)``) and seals them whole, with
+        /// `sealer` re-keyed, or a new one left there for the sender's next object.
+        func seal(reusing sealer: inout ObjectSealer?) throws -> [UInt8] {
             let source = try UploadSource.open(recorded)
+            let key = try FileKey(hex: keyHex)
             // One cipher handle: each sender seals one object at a time on its own thread (a
             // sealer of eight lanes opened eight handles in secure memory for a file of one
-            // chunk: half the worker's libgcrypt time on 10,000 small files).
-            let sealer = try ObjectSealer(key: try FileKey(hex: keyHex), lanes: 1)
-            return try sealWhole(source: source, sealer: sealer, total: total)
+            // chunk: half the worker's libgcrypt time on 10,000 small files), and keeps it for
+            // the next object.
+            if let sealer {
+                try sealer.rekey(key)
+            } else {
+                sealer = try ObjectSealer(key: key, lanes: 1)
+            }
+            return try sealWhole(source: source, sealer: sealer!, total: total)
         }
     }
 
-    /// Prepares a claim of a batch on the job's thread: the database's part of sending it.
+    /// Prepares the claims of a batch on the job's thread: the database's part of sending
+    /// them, two queries for the batch (a query or two an object were a tenth of the job's
+    /// database time), then each claim as ``prepareWhole(_:coordinates:local:device:)``.
+    ///
+    /// - Returns: per claim, in order, its object or why it cannot be sent.
+    static func prepareWhole(_ claims: [UploadClaim], device: Device) throws -> [Result<WholeObject, Error>] {
+        let objects = claims.map(\.object)
+        let coordinates = try device.fileRecords.coordinatesText(objects: objects)
+        let local = try UploadSource.recordedRows(objects: objects, device: device)
+        return claims.map { claim in
+            Result { try prepareWhole(claim, coordinates: coordinates[claim.object], local: local[claim.object], device: device) }
+        }
+    }
+
+    /// Prepares a claim of a batch from the text of its coordinates and its row of local bytes.
     ///
     /// - Throws: ``UploadStop/retired`` when no record names the object; the failures of
-    ///   ``UploadSource/recorded(object:device:)``; for bytes without chunk hashes, those of
+    ///   ``UploadSource/recorded(object:row:device:)``; for bytes without chunk hashes, those of
     ///   ``UploadSource/open(object:device:)``.
-    static func prepareWhole(_ claim: UploadClaim, device: Device) throws -> WholeObject {
-        guard let keyHex = try device.fileRecords.coordinates(object: claim.object)?.key else { throw UploadStop.retired }
-        var recorded = try UploadSource.recorded(object: claim.object, device: device)
+    private static func prepareWhole(_ claim: UploadClaim, coordinates: String?, local: Row?, device: Device) throws -> WholeObject {
+        guard let keyHex = try coordinates.map(Coordinates.init(json:))?.key else { throw UploadStop.retired }
+        var recorded = try UploadSource.recorded(object: claim.object, row: local, device: device)
         let total = ObjectLayout.encryptedSize(plaintextSize: recorded.size)
         guard total == claim.bytesTotal else {
             throw CovenError(.internal, "the queued size of '\(claim.object)' disagrees with its local bytes", cause: "\(claim.bytesTotal) queued, \(total) from \(recorded.size.counted("byte"))")

@@ -209,6 +209,7 @@ private final class Job {
     let worker = WorkerIdentity.current()
     private var providers: [any StorageProvider] = []
     private var batchProviders: [any StorageProvider] = []
+    private var finishing: (any StorageProvider)?
 
     init(paths: DevicePaths, connect: @escaping @Sendable () throws -> any StorageProvider, settings: UploadSettings, once: Bool, shared: RunState,
          stop: Stop, events: @escaping @Sendable (UploadEvent) -> Void) throws {
@@ -241,46 +242,77 @@ private final class Job {
     func run() throws {
         // A job that stops may leave the run drained for the others.
         defer { shared.changed() }
-        while !stop.isRequested && !shared.denied {
-            let handledBefore = shared.handledCount
-            shared.begin()
-            let claimed: Result<[UploadClaim], ClaimWaitBox>
-            do {
-                let objectBytes = min(Self.batchObjectBytes, settings.singleRequestLimit, try storage().singleRequestLimit)
-                claimed = try Uploads(device).claimUploads(worker: worker, lease: settings.lease, excluded: shared.excluded,
-                                                  limit: Self.batchLimit, objectBytes: objectBytes, batchBytes: Self.batchBytes)
-            } catch let error as CovenError where error.code == .busy {
-                // Another job's record held the database past the busy timeout (the one write
-                // switching a move of 100,000 files): claim again once it is done.
-                shared.end()
-                continue
-            } catch {
-                shared.end()
-                throw error
-            }
-            switch claimed {
-            case .success(let claims):
-                defer { shared.endHandled() }
-                if claims.count == 1 {
-                    try handle(claims[0])
-                } else {
-                    try handleBatch(claims)
+        // The batch sent last, not yet made durable and recorded: that is done while the
+        // next batch is sent (``finishBatch(_:)``).
+        var sent: RunningBatch?
+        do {
+            while !stop.isRequested && !shared.denied {
+                let handledBefore = shared.handledCount
+                shared.begin()
+                let claimed: Result<[UploadClaim], ClaimWaitBox>
+                do {
+                    let objectBytes = min(Self.batchObjectBytes, settings.singleRequestLimit, try storage().singleRequestLimit)
+                    claimed = try Uploads(device).claimUploads(worker: worker, lease: settings.lease, excluded: shared.excluded,
+                                                               limit: Self.batchLimit, objectBytes: objectBytes, batchBytes: Self.batchBytes)
+                } catch let error as CovenError where error.code == .busy {
+                    // Another job's record held the database past the busy timeout (the one write
+                    // switching a move of 100,000 files): claim again once it is done.
+                    shared.end()
+                    continue
+                } catch {
+                    shared.end()
+                    throw error
                 }
-            case .failure(let box):
-                shared.end()
-                let wait = box.wait
-                let now = Date().timeIntervalSince1970
-                if once {
-                    // Drained when nothing is due later and no other job may queue more work.
-                    if wait.nextAttempt == nil && wait.heldElsewhere == 0 && shared.busy == 0 { return }
-                    if wait.nextAttempt == nil && wait.heldElsewhere > 0 && shared.busy == 0 {
-                        // Held by another run: leave them to it.
-                        return
+                switch claimed {
+                case .success(let claims) where claims.count > 1:
+                    let next: RunningBatch
+                    do {
+                        next = try startBatch(claims, after: sent)
+                    } catch {
+                        shared.end()
+                        throw error
                     }
+                    let previous = sent
+                    sent = next
+                    if let previous { try finishBatch(previous) }
+                case .success(let claims):
+                    if let previous = sent {
+                        sent = nil
+                        try finishBatch(previous)
+                    }
+                    defer { shared.endHandled() }
+                    try handle(claims[0])
+                case .failure(let box):
+                    shared.end()
+                    if let previous = sent {
+                        // Its ends may queue work again (a retry due now), or leave the run drained.
+                        sent = nil
+                        try finishBatch(previous)
+                        continue
+                    }
+                    let wait = box.wait
+                    let now = Date().timeIntervalSince1970
+                    if once {
+                        // Drained when nothing is due later and no other job may queue more work.
+                        if wait.nextAttempt == nil && wait.heldElsewhere == 0 && shared.busy == 0 { return }
+                        if wait.nextAttempt == nil && wait.heldElsewhere > 0 && shared.busy == 0 {
+                            // Held by another run: leave them to it.
+                            return
+                        }
+                    }
+                    let until = min(wait.nextAttempt ?? (now + settings.poll), now + (once ? 0.5 : settings.poll))
+                    sleep(until: until, unlessHandledSince: handledBefore)
                 }
-                let until = min(wait.nextAttempt ?? (now + settings.poll), now + (once ? 0.5 : settings.poll))
-                sleep(until: until, unlessHandledSince: handledBefore)
             }
+            if let previous = sent {
+                sent = nil
+                try finishBatch(previous)
+            }
+        } catch {
+            // The batch in flight is still recorded (what storage holds, what failed), or, if
+            // that fails too, left leased to this run, which the next run finds dead.
+            if let previous = sent { try? finishBatch(previous) }
+            throw error
         }
     }
 
@@ -319,52 +351,65 @@ private final class Job {
         return Array(senders.prefix(count))
     }
 
-    /// Sends a batch of whole objects, just claimed (the claim's transaction found each still
-    /// wanted and leased it: a second transaction checking the same was a tenth of the
-    /// job's database time); the lanes seal and send them at once, each on its own provider,
-    /// touching no database; one request makes the stored ones durable (file://: one sync of
-    /// their folder, not one an object); one transaction records every end. A kill before that
-    /// record leaves the uploads leased by a dead process: the next run claims them, finds the
-    /// ones storage already holds whole (`head`), makes them durable and records them without
-    /// sending them again.
-    private func handleBatch(_ claims: [UploadClaim]) throws {
-        let ends = BatchEnds(count: claims.count)
+    /// Starts sending a batch of whole objects, just claimed (the claim's transaction found
+    /// each still wanted and leased it: a second transaction checking the same was a tenth of
+    /// the job's database time): its database part is read on the job's thread (two queries),
+    /// then, once the senders of the batch `after` are done (they are this batch's senders
+    /// too), the senders seal and send its objects on threads of their own, touching no
+    /// database, while the job makes the batch before durable and records it
+    /// (``finishBatch(_:)``): the job's database work and the syncs no longer leave the
+    /// senders idle (0.45 s of an upload of 10,000 small files).
+    private func startBatch(_ claims: [UploadClaim], after previous: RunningBatch?) throws -> RunningBatch {
+        let batch = RunningBatch(claims: claims)
         var prepared: [(index: Int, whole: UploadSender.WholeObject)] = []
-        for (index, claim) in claims.enumerated() {
-            do {
-                prepared.append((index, try UploadSender.prepareWhole(claim, device: device)))
-            } catch let stop as UploadStop {
-                ends[index] = .stopped(stop)
-            } catch {
-                ends[index] = .failed(error.asCovenError)
+        for (index, result) in try UploadSender.prepareWhole(claims, device: device).enumerated() {
+            switch result {
+            case .success(let whole): prepared.append((index, whole))
+            case .failure(let stop as UploadStop): batch.ends[index] = .stopped(stop)
+            case .failure(let error): batch.ends[index] = .failed(error.asCovenError)
             }
         }
         let work = BatchWork(prepared.map { BatchItem(index: $0.index, object: claims[$0.index].object, resumed: claims[$0.index].resumed,
                                                        whole: $0.whole) },
                              budget: Self.batchBytesInFlight)
+        previous?.waitSent()
         let providers = try batchSenders(min(Self.batchSendersPerLane * max(1, settings.lanes), max(1, work.count))).map { ProviderHandle($0) }
         let stop = self.stop
-        let events = self.events
+        let ends = batch.ends
         // Each sender on a thread of its own (blocking requests and syncs: not concurrentPerform,
         // which runs as many at once as there are cores).
-        let group = DispatchGroup()
         for (lane, handle) in providers.enumerated() {
-            DispatchQueue(label: "coven.upload.batch.\(lane)").async(group: group) {
+            DispatchQueue(label: "coven.upload.batch.\(lane)").async(group: batch.group) {
                 let provider = handle.provider
+                var sealer: ObjectSealer?
                 while let item = work.next() {
                     defer { work.done(item) }
-                    ends[item.index] = stop.isRequested ? .stopped(.interrupted) : Self.send(item, provider: provider)
+                    ends[item.index] = stop.isRequested ? .stopped(.interrupted) : Self.send(item, provider: provider, sealer: &sealer)
                 }
             }
         }
-        group.wait()
+        return batch
+    }
+
+    /// Ends a batch once its senders are done: one request makes the stored objects durable
+    /// (file://: one sync of their folder, not one an object); one transaction records every
+    /// end. A kill before that record leaves the uploads leased by a dead process: the next
+    /// run claims them, finds the ones storage already holds whole (`head`), makes them
+    /// durable and records them without sending them again. Its requests go through a
+    /// provider of their own: the next batch's senders use the others meanwhile.
+    private func finishBatch(_ batch: RunningBatch) throws {
+        defer { shared.endHandled() }
+        batch.waitSent()
+        let claims = batch.claims
+        let ends = batch.ends
+        let storage = try finisher()
         // Durable before recorded: one sync (file://: of the objects' folder) for the batch's
         // stored objects, those sent now and those a killed run left, found whole. Should it
         // fail, none of them is recorded stored: they are sent again later.
         let stored = claims.indices.filter { if case .stored = ends[$0] { return true } else { return false } }
         if !stored.isEmpty {
             do {
-                try storage().makeDurable(stored.map { claims[$0].object })
+                try storage.makeDurable(stored.map { claims[$0].object })
                 for index in stored {
                     events(.progress(object: claims[index].object, confirmed: claims[index].bytesTotal, total: claims[index].bytesTotal))
                 }
@@ -377,8 +422,8 @@ private final class Job {
         let named = try device.fileRecords.ids(objects: claims.map(\.object))
         for (index, claim) in claims.enumerated() {
             let (outcome, orphan, abort) = results[index]
-            if let orphan { try? storage().delete(orphan) }
-            if let abort { try? storage().abortMultipart(claim.object, uploadID: abort) }
+            if let orphan { try? storage.delete(orphan) }
+            if let abort { try? storage.abortMultipart(claim.object, uploadID: abort) }
             let files = named[claim.object] ?? []
             if case .waitingForSource = outcome, once { shared.exclude(claim.object) }
             if case .failed(let error) = ends[index], error.code == .storage, error.storageFailure == .denied { shared.deny() }
@@ -387,15 +432,23 @@ private final class Job {
         }
     }
 
+    /// The provider that ends batches, made on first use.
+    private func finisher() throws -> any StorageProvider {
+        if let finishing { return finishing }
+        let made = try connect()
+        finishing = made
+        return made
+    }
+
     /// Seals and sends one whole object of a batch, not yet durable (the batch makes its
-    /// objects durable together): how its attempt ends.
-    private static func send(_ item: BatchItem, provider: any StorageProvider) -> AttemptEnd {
+    /// objects durable together), with the sender's sealer: how its attempt ends.
+    private static func send(_ item: BatchItem, provider: any StorageProvider, sealer: inout ObjectSealer?) -> AttemptEnd {
         do {
             // Sent before by a run a kill stopped: storage holds it whole already.
             if item.resumed, let info = try? provider.head(item.object), info.size == item.total {
                 return .stored
             }
-            let bytes = try item.whole.seal()
+            let bytes = try item.whole.seal(reusing: &sealer)
             try provider.putPending(item.object, data: bytes)
             return .stored
         } catch let stopped as UploadStop {
@@ -518,6 +571,21 @@ private final class BatchWork: @unchecked Sendable {
         condition.broadcast()
         condition.unlock()
     }
+}
+
+/// A batch whose senders were started: its claims, how each attempt ended, and the senders'
+/// group.
+private final class RunningBatch {
+    let claims: [UploadClaim]
+    let ends: BatchEnds
+    let group = DispatchGroup()
+    init(claims: [UploadClaim]) {
+        self.claims = claims
+        ends = BatchEnds(count: claims.count)
+    }
+
+    /// Waits until every sender of the batch is done.
+    func waitSent() { group.wait() }
 }
 
 /// How each attempt of a batch ended, written by the lanes. @unchecked: under `lock`.

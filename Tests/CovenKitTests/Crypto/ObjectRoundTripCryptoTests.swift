@@ -99,6 +99,26 @@ final class ObjectRoundTripCryptoTests: XCTestCase {
         XCTAssertNotEqual(try sealObject(plaintext, key: key), try sealObject(plaintext, key: FileKey()))
     }
 
+    /// A sealer re-keyed for the next object (an upload's sender keeps one) seals it exactly as
+    /// a new sealer under that key would, whatever it sealed before (chunks of every kind: a
+    /// short final one, whole ones, several lanes), and the object opens under its own key only.
+    func testARekeyedSealerSealsAsANewOne() throws {
+        let sizes = [0, 1, Self.cs - 1, Self.cs, 3 * Self.cs + 17, 20 * Self.cs]
+        for lanes in [1, ObjectSealer.maximumLanes] {
+            let reused = try ObjectSealer(key: FileKey(), lanes: lanes)
+            _ = try reused.sealObject(randomBytes(2 * Self.cs + 5, seed: 11))
+            for (index, size) in sizes.enumerated() {
+                let plaintext = randomBytes(size, seed: UInt64(20 + index))
+                let key = FileKey()
+                try reused.rekey(key)
+                let object = try reused.sealObject(plaintext)
+                XCTAssertEqual(object, try ObjectSealer(key: key, lanes: lanes).sealObject(plaintext), "\(size) bytes, \(lanes) lanes")
+                XCTAssertEqual(try openObject(object, key: key, plaintextSize: Int64(size)), plaintext)
+                XCTAssertThrowsError(try openObject(object, key: FileKey(), plaintextSize: Int64(size)))
+            }
+        }
+    }
+
     func testSealChunksRejectsRunsThatAreNotWholeChunks() throws {
         let sealer = try ObjectSealer(key: FileKey())
         var output = [UInt8](repeating: 0, count: 4 * 65552)

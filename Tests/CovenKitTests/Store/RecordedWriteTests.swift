@@ -167,4 +167,19 @@ final class RecordedWriteTests: DeviceTestCase {
         XCTAssertEqual(try device.database.query("SELECT value FROM json_each(?1) ORDER BY key", [json]).map { $0["value"] }, ids.map { .text($0) })
         XCTAssertEqual(RecordedChanges.json(ids: []), "[]")
     }
+
+    /// A number for each id goes to SQL as one JSON object: `json_each` gives each id back as
+    /// its key, as it was, with its number.
+    func testNumbersByIdGoToSQLAsTheyAre() throws {
+        let device = try makeDevice(Self.itemsManifest)
+        let pairs: [(id: String, number: Int64)] = [("plain", 0), ("", -3), ("quote \" and \\ backslash", Int64.max),
+                                                    ("tab\tnew\nline\u{1}\u{1F}", 7), ("ünï/cødé 🦊", Int64.min), ("{\"x\":1}", 42)]
+        let json = RecordedChanges.json(numbers: pairs)
+        let parsed = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: NSNumber])
+        XCTAssertEqual(parsed.mapValues(\.int64Value), Dictionary(uniqueKeysWithValues: pairs.map { ($0.id, $0.number) }))
+        let rows = try device.database.query("SELECT key, value FROM json_each(?1)", [json])
+        XCTAssertEqual(rows.map { $0["key"] }, pairs.map { .text($0.id) })
+        XCTAssertEqual(rows.map { $0["value"] }, pairs.map { .integer($0.number) })
+        XCTAssertEqual(RecordedChanges.json(numbers: []), "{}")
+    }
 }

@@ -84,8 +84,11 @@ final class UploadBatchTests: XCTestCase {
         let provider = try fixture.provider()
         var inodes: [String: ino_t] = [:]
         guard case .file(let root) = fixture.location else { return XCTFail("a file:// store") }
+        var sealer: ObjectSealer?
+        for (claim, result) in zip(claims.prefix(3), try UploadSender.prepareWhole(Array(claims.prefix(3)), device: fixture.device)) {
+            try provider.put(claim.object, data: try result.get().seal(reusing: &sealer))
+        }
         for claim in claims.prefix(3) {
-            try provider.put(claim.object, data: try UploadSender.prepareWhole(claim, device: fixture.device).seal())
             var info = stat()
             XCTAssertEqual(stat(root + "/" + claim.object, &info), 0)
             inodes[claim.object] = info.st_ino
@@ -157,8 +160,11 @@ final class UploadBatchTests: XCTestCase {
         let claims = try Uploads(fixture.device).claimUploads(worker: dead, lease: 300, excluded: [], limit: 64, objectBytes: 1 << 20, batchBytes: 64 << 20).get()
         XCTAssertEqual(claims.count, 4)
         let provider = try fixture.provider()
-        for claim in claims {
-            try provider.put(claim.object, data: try UploadSender.prepareWhole(claim, device: fixture.device).seal())
+        var sealer: ObjectSealer?
+        let prepared = try UploadSender.prepareWhole(claims, device: fixture.device)
+        XCTAssertEqual(prepared.count, claims.count)
+        for (claim, result) in zip(claims, prepared) {
+            try provider.put(claim.object, data: try result.get().seal(reusing: &sealer))
         }
         let before = FileStorage.folderSyncs
         let summary = try fixture.run(jobs: 1)
