@@ -165,6 +165,29 @@ final class BatchImportCLITests: XCTestCase {
         XCTAssertTrue(noID.stderrText.contains("line 1: no value for parameter ':id'"), noID.stderrText)
     }
 
+    /// write --each parses its lines ahead of the write on a thread of its own: on an input of
+    /// thousands of lines, a bad line far in still names its line after every line before it
+    /// ran, and a line the write refuses early ends the command at once (the reading thread,
+    /// waiting with its lines parsed ahead, is stopped), both changing nothing.
+    func testWriteEachOfManyLinesStopsAtItsFirstBadLine() throws {
+        let update = "UPDATE tracks SET title = :title WHERE id = :id"
+        var lines = (1...3_000).map { #"{"id": "01a00000-0000-7000-8000-\#(String(format: "%012d", $0))", "title": "t\#($0)"}"# }
+        lines[1_999] = "{not json"
+        try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: work + "/late.jsonl"))
+        let late = try coven(["write", "--each", "late.jsonl", update])
+        XCTAssertEqual(late.status, 2)
+        XCTAssertTrue(late.stderrText.contains("line 2000 of late.jsonl is not JSON"), late.stderrText)
+
+        lines[1_999] = lines[1_998]
+        lines[2] = #"{"title": "no id"}"#
+        try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: work + "/early.jsonl"))
+        // (Processes.run fails the test should the command not end.)
+        let early = try coven(["write", "--each", "-", update], stdin: work + "/early.jsonl")
+        XCTAssertEqual(early.status, 2)
+        XCTAssertTrue(early.stderrText.contains("line 3: no value for parameter ':id'"), early.stderrText)
+        XCTAssertEqual(try sql("SELECT count(*) FROM tracks"), "0")
+    }
+
     /// write --each prints the files it put from the device a page at a time (never all
     /// held): the same lines, and under --json the same document, as a write's result.
     func testWriteEachPrintsTheFilesItPutAsAWriteDoes() throws {
