@@ -126,6 +126,28 @@
 #   cache), upload 44.4 (18.09 s, was 30-38 s), status 22.8, delete 46.8, trash empty 26.1,
 #   gc 47.1, write - 44.0 MiB: within 64.
 #
+# Session of 2026-12-04 (thirteenth), small files, each tool on a fresh ext4, load 1.0-1.5, three
+# runs of the last commit: coven 2.91 / 3.02 / 2.86 s (stage 0.38-0.40, write --each 0.90-0.92,
+# upload-worker 1.58-1.70 s); restic 2.24 / 2.25 / 2.18 s (coven 1.30x / 1.34x / 1.31x), rclone
+# 2.42 / 2.33 / 2.32 s (1.20x / 1.30x / 1.23x). The stop-45 binary the same hour, two runs:
+# 3.42 / 3.56 s (upload-worker 2.01 / 2.15 s), restic 1.40x, rclone 1.51x / 1.45x.
+#   What changed (perf with off-CPU stacks, per-statement SQLite profile): the senders waited
+#   2.5 s in all on libgcrypt's process-wide locks (a cipher handle opened in secure memory an
+#   object, eight bytes of its nonce generator a temporary name): a sender keeps its handle and
+#   re-keys it, names come from a process tag and a count. A batch's lease joined two JSON
+#   arrays by index (json_each scanned the second for each row: 4 ms a batch): one JSON object
+#   keyed by object. A batch's keys and local bytes were two queries an object: two a batch.
+#   The senders idled while their job made the batch durable and recorded it: the next batch is
+#   sent meanwhile. They waited 4 s in all in the block layer's writeback throttle: a thread of
+#   its own starts the writeback. A move's switch spilled its pages before its commit: the
+#   8 MiB page cache a write has. write --each parses its lines ahead on a thread of its own.
+#   What is left of the upload: the switch of the move's 10,000 records when its last file is
+#   stored (0.35 s, one core, nothing beside it), ext4's one folder lock for the 10,000 creates
+#   (the store's layout: one folder a device), the disk.
+#   Peak RSS at 100,000 (part 2): stage 28.6, write --each 39.6 (9.18 s), upload 50.0 (16.88 s),
+#   status 22.7, delete 46.2, trash empty 25.8, gc 47.5 (41.40 s), write - 44.3 MiB: within 64.
+#   Part 3 (moto, 1,000 files): coven 4.65 s, rclone 7.30 s (0.64x); 1,000 requests, rclone 2,002.
+#
 # Every tool writes under BENCH_TMP. Unless BENCH_TMP is on tmpfs, the page cache is written back
 # (`sync`) before each timed command, so one's writes are not paid by the next; the script says
 # which. Each timed command runs once (the sets are big); the source files are read once before,
