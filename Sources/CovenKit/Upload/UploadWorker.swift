@@ -358,7 +358,8 @@ private final class Job {
     /// too), the senders seal and send its objects on threads of their own, touching no
     /// database, while the job makes the batch before durable and records it
     /// (``finishBatch(_:)``): the job's database work and the syncs no longer leave the
-    /// senders idle (an upload of 10,000 small files took 1.95 s, now 1.78 s).
+    /// senders idle (with the two queries and the one lease of a batch, an upload of 10,000
+    /// small files took 1.95 s, now 1.78 s).
     private func startBatch(_ claims: [UploadClaim], after previous: RunningBatch?) throws -> RunningBatch {
         let batch = RunningBatch(claims: claims)
         var prepared: [(index: Int, whole: UploadSender.WholeObject)] = []
