@@ -250,14 +250,12 @@ final class FileRecords {
     /// The coordinates of a record naming `object` (they all hold its key), or nil when none
     /// does.
     func coordinates(object: String) throws -> Coordinates? {
-        let json = try database.scalar("SELECT coordinates FROM coven_files WHERE object = ?1 LIMIT 1", [object]).textValue
-            ?? database.scalar("SELECT coordinates FROM coven_deleted_files WHERE object = ?1 LIMIT 1", [object]).textValue
-        return try json.map(Coordinates.init(json:))
+        try coordinatesText(objects: [object])[object].map(Coordinates.init(json:))
     }
 
-    /// The text of the coordinates of a record naming each of `objects`, by object, as
-    /// ``coordinates(object:)`` finds them, in a query for the batch (and one for the images of
-    /// those no record names); an object nothing names is absent.
+    /// The text of the coordinates of a record naming each of `objects`, by object: a record's,
+    /// else (no record names it) an image's; in a query for the batch (and one for the images
+    /// of those no record names); an object nothing names is absent.
     func coordinatesText(objects: [String]) throws -> [String: String] {
         var found: [String: String] = [:]
         for row in try database.query("SELECT object, coordinates FROM coven_files WHERE object IN (SELECT value FROM json_each(?1))",

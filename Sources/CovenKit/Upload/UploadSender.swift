@@ -39,7 +39,7 @@ struct UploadSource {
     /// - Throws: `.fileUnavailable` when no local bytes are recorded or their chunk hashes do
     ///   not cover their size.
     static func recorded(object: String, device: Device) throws -> Recorded {
-        try recorded(object: object, row: device.database.queryOneCached("SELECT * FROM coven_local WHERE object = ?1", [object]), device: device)
+        try recorded(object: object, row: recordedRows(objects: [object], device: device)[object], device: device)
     }
 
     /// The rows of coven_local of `objects`, by object, in one query (a batch's).
