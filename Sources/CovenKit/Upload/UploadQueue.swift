@@ -285,9 +285,12 @@ struct UploadQueue {
     /// Rows of the queue read at a time where a whole move's are walked.
     static let pageSize = 500
 
-    /// The first `limit` objects of `move` that storage holds, in queue order.
+    /// `limit` objects of `move` that storage holds, as the move's index gives them: no sort,
+    /// so a move's switch, which takes them a page at a time and removes each page, reads only
+    /// the page it takes (ordered by position, each page sorted every one left: a tenth of the
+    /// switch of 10,000 files).
     func uploaded(move: String, limit: Int) throws -> [String] {
-        try database.query("SELECT object FROM coven_upload_queue WHERE move = ?1 AND uploaded = 1 ORDER BY position LIMIT ?2", [move, limit])
+        try database.query("SELECT object FROM coven_upload_queue WHERE move = ?1 AND uploaded = 1 LIMIT ?2", [move, limit])
             .compactMap { $0.string("object") }
     }
 
