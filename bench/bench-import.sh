@@ -148,6 +148,22 @@
 #   status 22.7, delete 46.2, trash empty 25.8, gc 47.5 (41.40 s), write - 44.3 MiB: within 64.
 #   Part 3 (moto, 1,000 files): coven 4.65 s, rclone 7.30 s (0.64x); 1,000 requests, rclone 2,002.
 #
+# Session of 2026-12-05 (fourteenth), small files, each tool on a fresh ext4, load 1.0-1.1, three
+# runs: coven 2.98 / 2.83 / 3.04 s (stage 0.36-0.38, write --each 0.90-1.05, upload-worker
+# 1.57-1.70 s); restic 2.41 / 2.35 / 2.35 s (coven 1.24x / 1.20x / 1.29x), rclone 2.34 / 2.52 /
+# 2.46 s (1.27x / 1.12x / 1.24x). Peak RSS 29 / 40 / 49 MiB; restic 61-79, rclone 76-77 MiB.
+#   Where the upload's wall time goes (sched_switch of both cores): 80-90% busy while it sends,
+#   then 0.4 s on one core for the move's switch (its 10,000 records, their images published,
+#   their uploads and local bytes dropped: about 35 us a record, spread over a dozen statements;
+#   its page query sorted every object left for each page of 500, now it reads the move's index).
+#   Tried and not kept: a fan-out of files/<device>/ into 1,024 folders (two characters of the
+#   object's name), the folder lock the senders wait for in open and rename: the 10,000 creates
+#   and renames alone (a C program, 8 threads, fresh ext4) take 0.65 s instead of 0.83; in coven,
+#   with the folders made beforehand and one syncfs after the renames, 1.73-1.84 s against
+#   1.57-1.84 s (system time 0.1-0.2 s less, no wall time gained), and the folders made on the
+#   way (a fsync of the parent each) 1.84-2.22 s. A larger page cache for the switch (32 MiB,
+#   and the temp schema's too): 1.59-1.79 s against 1.72-2.01, within the noise of the runs.
+#
 # Every tool writes under BENCH_TMP. Unless BENCH_TMP is on tmpfs, the page cache is written back
 # (`sync`) before each timed command, so one's writes are not paid by the next; the script says
 # which. Each timed command runs once (the sets are big); the source files are read once before,

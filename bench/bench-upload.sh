@@ -117,6 +117,16 @@ echo "file://: coven $(ratio "$SIZE" "$(awk -v t="$coven_file" 'BEGIN{print t*1e
 # the figure to compare, with the cores free.
 # The machine's memory is a VM's whose freed pages go back to the host, so fresh pages can cost a
 # fault on the host too (a dd of 1 GiB into tmpfs: 0.45 s or 2.4 s).
+# Session of 2026-12-05 (fourteenth), load 1.0-1.4: this script (SKIP_S3=1) gave tmpfs 1.12 s
+# against rclone crypt 4.92 s (4.40x), the stop-45 binary 1.04 s (4.75x), both with a first run
+# of 2.7-2.9 s. One staged 1 GiB copied afresh each run, five rounds in turn: this stop's
+# binary 0.90-1.00 s (one 1.28 s) against rclone crypt 4.82-4.89 s (two of 5.44 and 6.14 s),
+# 5.3x with the medians (0.92 and 4.89 s); this stop's 0.91-0.97 s (one 1.51 s) against the
+# binary of 2026-12-03 that measured 0.81 s and 6.89x, 0.91 and 0.95 s (three of 1.09-2.57 s):
+# the code is no slower; the system time of a run is 0.76-0.83 s (0.6 s then).
+# perf of a run: libgcrypt 48% of the CPU (most of it the SHA-256 check of the 64 KiB chunks
+# on the SHA extensions, then AES-GCM), the kernel 49% (the copies into and out of tmpfs 22%,
+# its page and inode locks 10%), coven's own code 1%.
 if [[ -d /dev/shm && $(df --output=avail -B1 /dev/shm | tail -1) -gt $((3 * SIZE)) ]]; then
     # Not the last section's three copies of the file (they are in memory too when BENCH_TMP is
     # on tmpfs, as its store, rclone's and cp's destinations): the machine short of free memory
