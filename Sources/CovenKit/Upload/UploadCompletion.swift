@@ -177,7 +177,8 @@ extension Uploads {
     }
 
     /// Switches the stored objects of `move` (``switchToStored(_:stamp:)``), a page at a time
-    /// as the queue's move index gives them: each page leaves the queue, so the next is read from its start.
+    /// as the queue's move index gives them: each page leaves the queue, so the next is read
+    /// from its start.
     private func switchMoveToStored(_ move: String, stamp: String, pageSize: Int) throws {
         while true {
             let page = try device.uploadQueue.uploaded(move: move, limit: pageSize)

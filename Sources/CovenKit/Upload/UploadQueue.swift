@@ -287,8 +287,8 @@ struct UploadQueue {
 
     /// `limit` objects of `move` that storage holds, as the move's index gives them: no sort,
     /// so a move's switch, which takes them a page at a time and removes each page, reads only
-    /// the page it takes (ordered by position, each page sorted every one left: a tenth of the
-    /// switch of 10,000 files).
+    /// the page it takes (ordered by position, each page sorted every one left: 7% of the
+    /// switch of 10,000 files in perf).
     func uploaded(move: String, limit: Int) throws -> [String] {
         try database.query("SELECT object FROM coven_upload_queue WHERE move = ?1 AND uploaded = 1 LIMIT ?2", [move, limit])
             .compactMap { $0.string("object") }
