@@ -20,6 +20,17 @@
 # Environment (from bench/run.sh): COVEN (release binary), BENCH_TMP (scratch). Optional:
 # BENCH_READ_SIZE (bytes, default 1 GiB), BENCH_RUNS (default 5), COVEN_SHARED_DIR (the shared
 # folder with s3/start-s3-server, default ../shared beside the repository).
+#
+# Session of 2026-12-05 (fourteenth), two runs, load 1.0-1.4: ranged read on moto 0.565-0.651 s
+# against rclone's 1.17-1.27 s (1.95x-2.08x; moto's ranged GET grows with the object), on
+# SeaweedFS 0.023 s against 0.096-0.103 s (4.14x-4.38x), 327,760 bytes fetched; cold full read
+# 0.893 s against rclone cat's 1.705 s (1.91x; the stop-45 binary 0.923 s the same hour; a run
+# after tens of GB written to this throttling disk 1.172 s), CPU-bound (1.78 CPU-s on 2 cores);
+# warm full 0.147 s against cat's 0.088 (1.68x). Peak RSS: cold 26.9, warm 25.8, S3 range
+# 31.2-31.5, S3 8 MiB 33.0-33.7 MiB: over 32 for the 8 MiB read. At its peak (smaps, heaptrack)
+# the heap is 4.4 MiB (3.15 of it the prefetcher's three run buffers) and 24 MiB are file pages:
+# 14.7 of coven's static binary (the code a read runs, with the kernel's fault-around), 3.1 of
+# libcrypto, 1.1 of GnuTLS and the other libraries libcurl loads and initialises.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
