@@ -66,7 +66,7 @@ extension Uploads {
                 // bytes in one transaction: with SQLite's default cache its pages spilled to the
                 // WAL before the commit (a sixth of the switch of 10,000 files, which ends a run
                 // alone). The cache is set back after the commit.
-                if !switching.moves.isEmpty && cache == nil { cache = try PageCache(database: device.database) }
+                if !switching.moves.isEmpty { cache = try PageCache(database: device.database) }
                 try device.recordWrite { write in
                     try switchToStored(switching.objects, stamp: write.stamp)
                     for move in switching.moves { try switchMoveToStored(move, stamp: write.stamp, pageSize: settings.pageSize) }
