@@ -4,6 +4,10 @@ import XCTest
 final class ContentHasherTests: XCTestCase {
     /// Hashes `bytes` through the two-lane pipeline, reading in pieces of `piece`.
     func digests(_ bytes: [UInt8], piece: Int = .max, sizeHint: Int64? = nil) throws -> ContentDigests {
+        try Self.digests(bytes, piece: piece, sizeHint: sizeHint)
+    }
+
+    static func digests(_ bytes: [UInt8], piece: Int, sizeHint: Int64?) throws -> ContentDigests {
         var offset = 0
         return try ContentHasher.run(read: { buffer in
             let count = min(buffer.count, piece, bytes.count - offset)
@@ -74,6 +78,75 @@ final class ContentHasherTests: XCTestCase {
     func testReaderErrorPropagates() {
         XCTAssertThrowsError(try ContentHasher.run(read: { _ in throw CovenError(.io, "boom") }, write: nil, progress: nil)) { error in
             XCTAssertEqual((error as? CovenError)?.code, .io)
+        }
+    }
+
+    /// The lanes share each block's chunks by their times: a slow reader hands the whole-file
+    /// lane chunks, a slow writer takes them back. The hashes are right whichever lane made
+    /// each, and the writer still gets every byte in order.
+    func testChunksHandedBetweenLanesHashRight() throws {
+        let block = ContentHasher.blockSize
+        let bytes = (0..<(block * 9 + 65536 * 5 + 77)).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ $0 >> 11) }
+        let (content, chunks) = expected(bytes)
+        for slow in ["reader", "writer"] {
+            var offset = 0
+            var copy: [UInt8] = []
+            let result = try ContentHasher.run(read: { buffer in
+                if slow == "reader" { usleep(3000) }
+                let count = min(buffer.count, bytes.count - offset)
+                bytes.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[offset..<offset + count])) }
+                offset += count
+                return count
+            }, write: { piece in
+                if slow == "writer" { usleep(3000) }
+                copy.append(contentsOf: piece)
+            }, sizeHint: Int64(bytes.count), progress: nil)
+            XCTAssertEqual(result.size, Int64(bytes.count), slow)
+            XCTAssertEqual(result.content, content, slow)
+            XCTAssertEqual(result.chunks, chunks, "chunk hashes, a slow \(slow)")
+            XCTAssertEqual(copy, bytes, slow)
+        }
+    }
+
+    /// A writer failing on a later block (a full disk under `stage -`) fails the run with its
+    /// error, the blocks still in the other lane's hands ended first; so does a reader failing
+    /// after some blocks.
+    func testLaterErrorsOfEitherLanePropagate() {
+        let block = ContentHasher.blockSize
+        let bytes = [UInt8](repeating: 5, count: block * 6)
+        for failing in ["reader", "writer"] {
+            var offset = 0
+            var written = 0
+            XCTAssertThrowsError(try ContentHasher.run(read: { buffer in
+                if failing == "reader", offset >= block * 3 { throw CovenError(.io, "unplugged") }
+                let count = min(buffer.count, bytes.count - offset)
+                bytes.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[offset..<offset + count])) }
+                offset += count
+                return count
+            }, write: { piece in
+                if failing == "writer", written >= block * 2 { throw CovenError(.storageFull, "full") }
+                written += piece.count
+            }, progress: nil), failing) { error in
+                XCTAssertEqual((error as? CovenError)?.code, failing == "reader" ? .io : .storageFull, failing)
+            }
+        }
+    }
+
+    /// Sources hashed side by side (a batch's workers) each get their own hashes.
+    func testSourcesHashedAtOnceEachRight() throws {
+        let block = ContentHasher.blockSize
+        let sources = (0..<4).map { seed in (0..<(block * 3 + seed * 70_000)).map { UInt8(truncatingIfNeeded: $0 &* (seed + 3) &+ $0 >> 7) } }
+        let results = UnsafeMutableBufferPointer<ContentDigests?>.allocate(capacity: sources.count)
+        results.initialize(repeating: nil)
+        defer { results.deallocate() }
+        nonisolated(unsafe) let slots = results
+        DispatchQueue.concurrentPerform(iterations: sources.count) { index in
+            slots[index] = try? Self.digests(sources[index], piece: 100_000, sizeHint: nil)
+        }
+        for (index, bytes) in sources.enumerated() {
+            let (content, chunks) = expected(bytes)
+            XCTAssertEqual(results[index]?.content, content, "source \(index)")
+            XCTAssertEqual(results[index]?.chunks, chunks, "source \(index)")
         }
     }
 }
