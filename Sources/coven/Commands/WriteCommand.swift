@@ -148,8 +148,10 @@ struct WriteCommand: Command {
 /// the write's core runs its statements while the next lines are parsed (parsing was a tenth
 /// of a `write --each` of 10,000 staged files). At most ``depth`` parsed lines wait: the input
 /// is still never held whole. A reading or parsing error comes in its place, after the lines
-/// before it. @unchecked: its state is read and written under `condition`; the reader is
-/// used by the thread alone.
+/// before it. Each side wakes the other only when it waits for it, and a full queue waits until
+/// it is half empty: one wake-up a half queue, not one a line (a futex wake a line was a
+/// twentieth of the write's thread). @unchecked: its state is read and written under
+/// `condition`; the reader is used by the thread alone.
 final class PrefetchedLines: @unchecked Sendable {
     typealias Line = (line: Int, parameters: [String: SQLValue])
     static let depth = 256
@@ -159,6 +161,9 @@ final class PrefetchedLines: @unchecked Sendable {
     private var head = 0
     private var stopping = false
     private var done = false
+    /// Whether the reading thread waits for room, and the taker for a line.
+    private var producerWaits = false
+    private var consumerWaits = false
 
     init(_ reader: JSONLineReader) {
         // The thread alone uses the reader from now on.
@@ -179,13 +184,17 @@ final class PrefetchedLines: @unchecked Sendable {
             let item: Result<Line?, Error>
             do { item = .success(try reader.next()) } catch { item = .failure(error) }
             condition.lock()
-            while waiting.count - head >= Self.depth && !stopping { condition.wait() }
+            if waiting.count - head >= Self.depth {
+                producerWaits = true
+                while waiting.count - head > Self.depth / 2 && !stopping { condition.wait() }
+                producerWaits = false
+            }
             if stopping {
                 condition.unlock()
                 return
             }
             waiting.append(item)
-            condition.broadcast()
+            if consumerWaits { condition.broadcast() }
             condition.unlock()
             if case .success(let line) = item, line != nil { continue }
             return
@@ -198,7 +207,9 @@ final class PrefetchedLines: @unchecked Sendable {
         defer { condition.unlock() }
         while head == waiting.count {
             if done { return nil }
+            consumerWaits = true
             condition.wait()
+            consumerWaits = false
         }
         let item = waiting[head]
         head += 1
@@ -206,7 +217,7 @@ final class PrefetchedLines: @unchecked Sendable {
             waiting.removeFirst(head)
             head = 0
         }
-        condition.broadcast()
+        if producerWaits && waiting.count - head <= Self.depth / 2 { condition.broadcast() }
         return try item.get()
     }
 
