@@ -164,6 +164,18 @@
 #   way (a fsync of the parent each) 1.84-2.22 s. A larger page cache for the switch (32 MiB,
 #   and the temp schema's too): 1.59-1.79 s against 1.72-2.01, within the noise of the runs.
 #
+# Session of 2026-12-05 (fifteenth), small files, load 0.9-1.1, one run: coven 2.79 s (stage
+# 0.34, write --each 0.86, upload-worker 1.59 s); restic 2.40 s (coven 1.16x), rclone crypt
+# 2.20 s (1.27x). write --each's line reader woke the write's thread for every line it queued
+# (a futex wake a line, 4% of that thread): the two sides now wake each other only when one
+# waits, and a full queue refills from half empty; alternating on one staged set 0.91-0.92 ->
+# 0.85-0.86 s. Where the upload's 1.59 s goes, perf at 1 kHz: the sending phase keeps the
+# cores 65-75% busy (the job thread a fifth of them: claims, leases, the records of each
+# batch, the renames that make a batch durable), then 0.35 s of the job thread alone: the
+# move's switch, half of it the recorded write's commit (the folded images, the outbox), a
+# quarter the records' update with its capture triggers, the rest the queue's and local bytes'
+# deletes, SQLite spilling pages of the transaction on the way.
+#
 # Every tool writes under BENCH_TMP. Unless BENCH_TMP is on tmpfs, the page cache is written back
 # (`sync`) before each timed command, so one's writes are not paid by the next; the script says
 # which. Each timed command runs once (the sets are big); the source files are read once before,
