@@ -53,11 +53,11 @@ final class ContentHasher {
     /// hashes up front so they never grow by copying; the hashes are of what is read whatever
     /// the hint says.
     ///
-    /// Past its first block, a source is hashed on two lanes: this thread reads each block and
-    /// hashes its chunks, but for its last few, while ``WholeLane`` hashes the whole file (and
-    /// writes) a block behind, then those last chunks, so that both lanes take as long
-    /// (``PipelineState``). With two blocks, each lane can run up to a block ahead of the other:
-    /// neither waits on a block the other was a little slower at, only on a slower lane.
+    /// A source of more than one short block is hashed on two lanes: this thread reads each
+    /// block and hashes its chunks, but for its last few, while ``WholeLane`` hashes the whole
+    /// file (and writes) a block behind, then those last chunks, so that both lanes take as
+    /// long (``PipelineState``). With two blocks, each lane can run up to a block ahead of the
+    /// other: neither waits on a block the other was a little slower at, only on a slower lane.
     static func run(read: Reader, write: Writer?, sizeHint: Int64? = nil, progress: ((Int64) -> Void)?) throws -> ContentDigests {
         let whole = try SHA256()
         let capacity = blockCapacity(sizeHint: sizeHint)
@@ -196,9 +196,10 @@ private struct PipelineState {
 }
 
 /// The whole-file lane of one source's hashing (``ContentHasher/run``): a thread of its own,
-/// from the second block to the end, that hashes each block into the whole-file hash, writes it,
-/// then hashes the block's last chunks the reading lane left it. Blocks are handed over by
-/// their index (each of the two buffers holds every other one) and collected in order.
+/// from the first block hashed on two lanes to the end, that hashes each block into the
+/// whole-file hash, writes it, then hashes the block's last chunks the reading lane left it.
+/// Blocks are handed over by their index (each of the two buffers holds every other one) and
+/// collected in order.
 ///
 /// A lane that waits for the other would lose some tens of microseconds a block (of about
 /// 0.6 ms) to being woken from a sleep: so while its source is the only one hashed on two lanes
