@@ -23,10 +23,11 @@
 # 0.774 s: 0.89x (before: 0.733 / 0.798 s, 0.92x; alternating runs with a sync and the file
 # read before each: 0.68-0.70 s against 0.71-0.84, openssl 0.78-0.82). Its CPU is 86.8%
 # libgcrypt (the two SHA-256 passes, 1.18 CPU-s measured alone in C), 10.7% the kernel's copy
-# out of the page cache, 1.5% the spin. Peak RSS of the 4 GiB stage 30.4-32.9 MiB with either
-# binary: most of it is the 75 MB binary's pages mapped at start (17 MiB at `--version`), more
-# of them when the page cache holds all of the binary (this machine's reclaim, DAMON's pageout,
-# evicts cold pages: a binary run an hour ago maps 2 MiB less).
+# out of the page cache, 1.5% the spin. Peak RSS of the 4 GiB stage 29.7-32.1 MiB (30,364-32,916
+# KiB) with either binary, the bar 32,768 KiB: 16-17 MiB of it is the 75 MB binary's pages mapped
+# at start (`--version`), more of them when the page cache holds all of the binary (fault-around
+# maps a touched page's neighbours; this machine's reclaim, DAMON's pageout, evicts cold pages:
+# copied afresh, the same binaries map 31.2-31.7 MiB against 29.7-31.3 an hour later).
 set -euo pipefail
 
 : "${COVEN:?run through bench/run.sh}" "${BENCH_TMP:?run through bench/run.sh}"
