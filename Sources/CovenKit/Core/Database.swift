@@ -141,6 +141,23 @@ public final class Database {
         try statement.runToEnd()
     }
 
+    /// Runs one statement as ``runCached(_:_:)`` does, with `blob` bound at parameter `index`
+    /// where it is instead of copied (whatever `parameters` hold there is replaced): a staged
+    /// file's chunk hashes, 2 MiB at 4 GiB, were copied by the binding and again into the row,
+    /// the peak of a 4 GiB stage. The binding is cleared before the bytes' scope ends.
+    func runCached(_ sql: String, _ parameters: [SQLBindable], inPlace blob: [UInt8], at index: Int32) throws {
+        let statement = try cached(sql)
+        try statement.bind(parameters)
+        try blob.withUnsafeBytes { bytes in
+            defer {
+                statement.reset()
+                statement.clearBindings()
+            }
+            try statement.bindInPlace(bytes, at: index)
+            try statement.runToEnd()
+        }
+    }
+
     /// Runs a query as ``queryOne(_:_:)`` does, kept prepared (``cached(_:)``), and resets it.
     func queryOneCached(_ sql: String, _ parameters: [SQLBindable] = []) throws -> Row? {
         let statement = try cached(sql)

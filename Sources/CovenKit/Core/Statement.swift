@@ -98,6 +98,14 @@ public final class Statement {
         try database.check(code, sql)
     }
 
+    /// Binds `bytes` at a 1-based position where they are, not copied (SQLite's static
+    /// binding). They must stay as they are until the statement has run and its bindings are
+    /// cleared: ``Database/runCached(_:_:inPlace:at:)`` does both within the bytes' scope.
+    func bindInPlace(_ bytes: UnsafeRawBufferPointer, at index: Int32) throws {
+        let code = sqlite3_bind_blob64(handle, index, bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1), sqlite3_uint64(bytes.count), nil)
+        try database.check(code, sql)
+    }
+
     /// Resets the statement so it can run again, keeping its bindings.
     public func reset() {
         sqlite3_reset(handle)

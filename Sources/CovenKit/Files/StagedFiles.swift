@@ -16,14 +16,15 @@ struct StagedFiles {
     }
 
     /// Records a person's original prepared where it is: its path, how it looked when it was
-    /// read (``OriginalIdentity``) and its hashes.
+    /// read (``OriginalIdentity``) and its hashes (the chunk hashes bound where they are: 32
+    /// bytes a 64 KiB chunk, 2 MiB at 4 GiB).
     func addOriginal(id: String, namespace: String, place: Place, path: [UInt8], identity: OriginalIdentity,
                      contentHash: [UInt8], chunkHashes: [UInt8]) throws {
         try database.runCached("""
             INSERT INTO coven_staged (id, kind, namespace, place, path, size, modified_seconds, modified_nanos, change_stamp, content_hash, chunk_hashes, created_at)
             VALUES (?1, 'user', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
             """, [id, namespace, place.rawValue, path, identity.size, identity.modifiedSeconds, identity.modifiedNanos, identity.changeStamp,
-                  contentHash, chunkHashes, Timestamp.iso8601(Date())])
+                  contentHash, SQLValue.null, Timestamp.iso8601(Date())], inPlace: chunkHashes, at: 10)
     }
 
     /// Records staged app bytes, held in coven's copy `copy` (a path under the device folder).
@@ -31,7 +32,7 @@ struct StagedFiles {
         try database.runCached("""
             INSERT INTO coven_staged (id, kind, namespace, place, copy, size, content_hash, chunk_hashes, created_at)
             VALUES (?1, 'app', ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-            """, [id, namespace, place.rawValue, copy, size, contentHash, chunkHashes, Timestamp.iso8601(Date())])
+            """, [id, namespace, place.rawValue, copy, size, contentHash, SQLValue.null, Timestamp.iso8601(Date())], inPlace: chunkHashes, at: 7)
     }
 
     /// Forgets staged file `id`: a write put it, or its staging was taken back.

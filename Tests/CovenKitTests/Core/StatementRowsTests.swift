@@ -42,4 +42,26 @@ final class StatementRowsTests: XCTestCase {
         XCTAssertEqual(try database.queryOneCached("SELECT a AS y, c FROM t WHERE a = ?1", [2])?.columns, ["y", "c"])
         XCTAssertEqual(try database.queryOneCached("SELECT a AS x FROM t WHERE a = ?1", [2])?.int("x"), 2)
     }
+
+    /// A blob bound where it is (a staged file's chunk hashes) is stored as given, and the kept
+    /// statement holds no pointer to it after: its next run, without the blob, binds nothing
+    /// stale, and a failed run clears it too.
+    func testABlobBoundInPlaceIsStoredAsGivenAndNotKeptBound() throws {
+        let database = try Database(path: folder + "/in-place.db", create: true)
+        try database.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB)")
+        let insert = "INSERT INTO t (id, b) VALUES (?1, ?2)"
+        var big = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ 7) }
+        try database.runCached(insert, [1, SQLValue.text("replaced")], inPlace: big, at: 2)
+        try database.runCached(insert, [2, SQLValue.null], inPlace: [], at: 2)
+        big[0] ^= 0xFF  // changed after its run: the row keeps what was bound
+        try database.runCached(insert, [3])
+        let rows = try database.query("SELECT id, b, typeof(b) AS kind FROM t ORDER BY id")
+        XCTAssertEqual(rows[0].bytes("b").map { Array($0) }, (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ 7) })
+        XCTAssertEqual(rows[1].string("kind"), "blob")
+        XCTAssertEqual(rows[1].bytes("b")?.count, 0)
+        XCTAssertEqual(rows[2].string("kind"), "null", "the in-place binding was cleared")
+        XCTAssertThrowsError(try database.runCached(insert, [1, SQLValue.null], inPlace: [1, 2, 3], at: 2), "a taken id")
+        try database.runCached(insert, [4])
+        XCTAssertEqual(try database.query("SELECT typeof(b) AS kind FROM t WHERE id = 4").first?.string("kind"), "null")
+    }
 }
