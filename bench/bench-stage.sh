@@ -27,7 +27,11 @@
 # KiB) with either binary, the bar 32,768 KiB: 16-17 MiB of it is the 75 MB binary's pages mapped
 # at start (`--version`), more of them when the page cache holds all of the binary (fault-around
 # maps a touched page's neighbours; this machine's reclaim, DAMON's pageout, evicts cold pages:
-# copied afresh, the same binaries map 31.2-31.7 MiB against 29.7-31.3 an hour later).
+# copied afresh, the same binaries map 31.2-31.7 MiB against 29.7-31.3 an hour later). The peak
+# came at the staged row's insert, where SQLite's binding copied the 2 MiB of chunk hashes
+# before the row took another copy (heaptrack: 8.7 MiB of heap then): bound where they are,
+# stage --user of 4 GiB 30,448-30,880 KiB and stage - 30,324-31,048 (30,840-32,552 and
+# 32,504-32,812 before, both binaries copied afresh and run in turn).
 set -euo pipefail
 
 : "${COVEN:?run through bench/run.sh}" "${BENCH_TMP:?run through bench/run.sh}"
