@@ -136,10 +136,14 @@ if [[ -d /dev/shm && $(df --output=avail -B1 /dev/shm | tail -1) -gt $((3 * SIZE
     trap 'rm -rf "$SHM"' EXIT
     sed "s|$BENCH_TMP/rclone-dest|$SHM/rclone-dest|" "$rclone_config" > "$SHM/rclone.conf"
     template "file://$SHM/store" "$SHM/template" "$BENCH_TMP/big.bin"
+    # The source is read into the page cache before each run of each tool: this machine's
+    # reclaim (DAMON's pageout) evicts a file's cold pages within a minute, and a run that
+    # reads some from the disk was timed as the tool's.
+    warm="cat $BENCH_TMP/big.bin > /dev/null"
     hyperfine --runs "$RUNS" --export-json shm.json \
-        --prepare "rm -rf $SHM/run && cp -a $SHM/template $SHM/run && rm -rf $SHM/store/files $SHM/store/.uploads" -n "coven upload-worker (file:// on tmpfs)" "COVEN_DB=$SHM/run/device.db $COVEN upload-worker --once --jobs 1" \
-        --prepare "rm -rf $SHM/rclone-dest" -n "rclone copy (local crypt on tmpfs)" "rclone --config $SHM/rclone.conf copy $BENCH_TMP/big.bin localcrypt:" \
-        --prepare "rm -rf $SHM/cp-dest && mkdir $SHM/cp-dest" -n "cp (to tmpfs)" "cp $BENCH_TMP/big.bin $SHM/cp-dest/"
+        --prepare "rm -rf $SHM/run && cp -a $SHM/template $SHM/run && rm -rf $SHM/store/files $SHM/store/.uploads && $warm" -n "coven upload-worker (file:// on tmpfs)" "COVEN_DB=$SHM/run/device.db $COVEN upload-worker --once --jobs 1" \
+        --prepare "rm -rf $SHM/rclone-dest && $warm" -n "rclone copy (local crypt on tmpfs)" "rclone --config $SHM/rclone.conf copy $BENCH_TMP/big.bin localcrypt:" \
+        --prepare "rm -rf $SHM/cp-dest && mkdir $SHM/cp-dest && $warm" -n "cp (to tmpfs)" "cp $BENCH_TMP/big.bin $SHM/cp-dest/"
     median shm.json
     coven_shm=$(jq -r '.results[0].median' shm.json)
     rclone_shm=$(jq -r '.results[1].median' shm.json)
