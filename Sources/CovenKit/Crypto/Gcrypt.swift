@@ -1,4 +1,5 @@
 import CGcrypt
+import CovenSHA256
 import Foundation
 
 // MARK: - Library initialization
@@ -119,6 +120,31 @@ public final class SHA256 {
             gcry_md_hash_buffer(
                 Int32(GCRY_MD_SHA256.rawValue), output, bytes.baseAddress ?? empty.baseAddress, bytes.count)
         }
+    }
+
+    /// The SHA-256 of `a` into `digestA` and of `b` into `digestB` (32 bytes each). Two
+    /// buffers of one length are hashed together where the CPU has the SHA extensions
+    /// (`coven_sha256_pair`: one stream's rounds wait on each other, two overlap, 1.9 times the
+    /// bytes a second); otherwise one after the other, as ``hash(_:into:)``.
+    public static func hashPair(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer,
+                                into digestA: UnsafeMutableRawPointer, _ digestB: UnsafeMutableRawPointer) {
+        if a.count == b.count, a.count > 0, let baseA = a.baseAddress, let baseB = b.baseAddress,
+           coven_sha256_pair(baseA.assumingMemoryBound(to: UInt8.self), baseB.assumingMemoryBound(to: UInt8.self), a.count,
+                             digestA.assumingMemoryBound(to: UInt8.self), digestB.assumingMemoryBound(to: UInt8.self)) == 1 {
+            return
+        }
+        hash(a, into: digestA)
+        hash(b, into: digestB)
+    }
+
+    /// Hashes `count` buffers, `buffer(i)` into `digest(i)`, two at a time (``hashPair``).
+    public static func hashEach(_ count: Int, _ buffer: (Int) -> UnsafeRawBufferPointer, into digest: (Int) -> UnsafeMutableRawPointer) {
+        var index = 0
+        while index + 1 < count {
+            hashPair(buffer(index), buffer(index + 1), into: digest(index), digest(index + 1))
+            index += 2
+        }
+        if index < count { hash(buffer(index), into: digest(index)) }
     }
 
     /// The SHA-256 of one buffer.

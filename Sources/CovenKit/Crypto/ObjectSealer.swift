@@ -1,6 +1,6 @@
 /// Encrypts the chunks of an object, run by run, on both cores: the one sealer every writer uses.
 ///
-/// Uploads seal file objects with it (``sealRun(_:plaintextSize:into:fill:)``: each chunk is read
+/// Uploads seal file objects with it (``sealRun(_:plaintextSize:into:fill:check:)``: each chunk is read
 /// straight into the place its ciphertext goes, checked by the caller, then sealed in place), and
 /// ``StoreSealer`` seals store objects with it. A caller streaming an object writes ``header`` and
 /// then the sealed runs, in order; the result is the v1 object of docs/format.md (section 4 for a
@@ -9,7 +9,8 @@
 ///
 /// A run is cut into up to ``maximumLanes`` slices of consecutive chunks, each with its own
 /// ``ChunkCipher``, that the cores take in turn; each slice fills, checks and seals one chunk at a
-/// time, so a chunk is still in the core's cache when it is sealed, and a core that something else
+/// time (two when the caller checks them: they are hashed together), so a chunk is still in the
+/// core's cache when it is sealed, and a core that something else
 /// interrupted does not leave the other idle at the end of the run (measured on uploads: 1.69 cores
 /// busy instead of 1.55 with one slice per core).
 ///
@@ -84,13 +85,18 @@ public final class ObjectSealer {
     ///   - plaintextSize: the size of the whole object's plaintext, which decides its final chunk.
     ///   - output: room for the run's sealed bytes.
     ///   - fill: writes one chunk's plaintext into its place.
+    ///   - check: when given, sees the plaintext `fill` wrote before any of it is sealed, two
+    ///     chunks at a time (`chunk` and, when its slice goes on, `chunk + 1` as `next`), so a
+    ///     caller hashes them together (``SHA256/hashPair(_:_:into:_:)``); it throws to refuse
+    ///     them, as `fill` may.
     /// - Returns: the number of sealed bytes written.
-    /// - Throws: whatever `fill` throws; ``CovenError`` `.internal` when the chunks are not
-    ///   within the object, `output` is too small, or libgcrypt fails.
+    /// - Throws: whatever `fill` or `check` throws; ``CovenError`` `.internal` when the chunks
+    ///   are not within the object, `output` is too small, or libgcrypt fails.
     @discardableResult
     public func sealRun(
         _ chunks: Range<Int64>, plaintextSize: Int64, into output: UnsafeMutableRawBufferPointer,
-        fill: (_ chunk: Int64, _ place: UnsafeMutableRawBufferPointer) throws -> Void
+        fill: (_ chunk: Int64, _ place: UnsafeMutableRawBufferPointer) throws -> Void,
+        check: ((_ chunk: Int64, _ plaintext: UnsafeRawBufferPointer, _ next: UnsafeRawBufferPointer?) throws -> Void)? = nil
     ) throws -> Int {
         guard !chunks.isEmpty, chunks.lowerBound >= 0, plaintextSize >= 0,
             chunks.upperBound <= ObjectLayout.chunkCount(plaintextSize: plaintextSize)
@@ -110,16 +116,28 @@ public final class ObjectSealer {
         let lanes = min(ciphers.count, max(2, run.count / 16))
         try run.forEachSlice(parts: lanes) { slice, indexes in
             let cipher = ciphers[slice]
-            for k in indexes {
-                let (_, plainCount, sealedOffset) = run.chunk(k)
-                let index = run.firstChunk + Int64(k)
-                let at = base + sealedOffset
-                try fill(index, UnsafeMutableRawBufferPointer(start: at, count: plainCount))
-                // In place: libgcrypt encrypts a buffer onto itself.
-                try cipher.seal(
-                    index: index, isLast: index == run.finalChunk,
-                    plaintext: UnsafeRawBufferPointer(start: at, count: plainCount),
-                    into: UnsafeMutableRawBufferPointer(start: at, count: plainCount + ChunkRun.tagSize))
+            var k = indexes.lowerBound
+            while k < indexes.upperBound {
+                let pair = check != nil && k + 1 < indexes.upperBound ? k..<(k + 2) : k..<(k + 1)
+                var plaintexts: (UnsafeRawBufferPointer, UnsafeRawBufferPointer?) = (UnsafeRawBufferPointer(start: nil, count: 0), nil)
+                for j in pair {
+                    let (_, plainCount, sealedOffset) = run.chunk(j)
+                    let place = UnsafeMutableRawBufferPointer(start: base + sealedOffset, count: plainCount)
+                    try fill(run.firstChunk + Int64(j), place)
+                    if j == k { plaintexts.0 = UnsafeRawBufferPointer(place) } else { plaintexts.1 = UnsafeRawBufferPointer(place) }
+                }
+                if let check { try check(run.firstChunk + Int64(k), plaintexts.0, plaintexts.1) }
+                for j in pair {
+                    let (_, plainCount, sealedOffset) = run.chunk(j)
+                    let index = run.firstChunk + Int64(j)
+                    let at = base + sealedOffset
+                    // In place: libgcrypt encrypts a buffer onto itself.
+                    try cipher.seal(
+                        index: index, isLast: index == run.finalChunk,
+                        plaintext: UnsafeRawBufferPointer(start: at, count: plainCount),
+                        into: UnsafeMutableRawBufferPointer(start: at, count: plainCount + ChunkRun.tagSize))
+                }
+                k = pair.upperBound
             }
         }
         return run.sealedCount
@@ -131,7 +149,7 @@ public final class ObjectSealer {
     /// 64 KiB chunks, or a run that ends exactly at the end of the object (whose final chunk may
     /// be short, and which is flagged as final). For an empty object, seal `firstChunk` 0 with an
     /// empty `plaintext`: it produces the single empty final chunk. Otherwise as
-    /// ``sealRun(_:plaintextSize:into:fill:)``, whose path this is (each chunk copied into place,
+    /// ``sealRun(_:plaintextSize:into:fill:check:)``, whose path this is (each chunk copied into place,
     /// then sealed there).
     ///
     /// - Parameters:

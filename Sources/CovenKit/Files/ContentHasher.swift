@@ -155,13 +155,14 @@ final class ContentHasher {
     }
 
 
-    /// Hashes the 64 KiB chunks `chunks` of `block`, each into its 32 bytes from `base`.
+    /// Hashes the 64 KiB chunks `chunks` of `block`, each into its 32 bytes from `base`, two at
+    /// a time (``SHA256/hashPair(_:_:into:_:)``).
     fileprivate static func hashChunks(of block: UnsafeRawBufferPointer, _ chunks: Range<Int>, into base: UnsafeMutableRawPointer) {
-        for index in chunks {
-            let lower = index * ContentDigests.chunkSize
+        SHA256.hashEach(chunks.count, { offset in
+            let lower = (chunks.lowerBound + offset) * ContentDigests.chunkSize
             let upper = min(lower + ContentDigests.chunkSize, block.count)
-            SHA256.hash(UnsafeRawBufferPointer(rebasing: block[lower..<upper]), into: base + index * 32)
-        }
+            return UnsafeRawBufferPointer(rebasing: block[lower..<upper])
+        }, into: { offset in base + (chunks.lowerBound + offset) * 32 })
     }
 
     /// Reads until `buffer` is full or the source ends.

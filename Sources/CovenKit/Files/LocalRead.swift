@@ -39,7 +39,7 @@ struct LocalRead {
         let first = wanted.lowerBound / chunk
         let last = (wanted.upperBound - 1) / chunk
         var buffer = [UInt8](repeating: 0, count: Int(Self.runChunks * chunk))
-        var digest = [UInt8](repeating: 0, count: 32)
+        var digests = [UInt8](repeating: 0, count: Int(Self.runChunks) * 32)
         var run = first
         while run <= last {
             try stop.check("the read")
@@ -51,12 +51,16 @@ struct LocalRead {
             // Shorter than recorded: the file shrank since it was opened.
             if got < count { throw changed((start + Int64(got)) / chunk) }
             try buffer.withUnsafeBytes { raw in
+                digests.withUnsafeMutableBytes { out in
+                    guard let base = out.baseAddress else { return }
+                    SHA256.hashEach(Int(end - run), { offset in
+                        let from = offset * Int(chunk)
+                        let to = Int(min(stopAt, (run + Int64(offset) + 1) * chunk) - start)
+                        return UnsafeRawBufferPointer(rebasing: raw[from..<to])
+                    }, into: { base + $0 * 32 })
+                }
                 for index in run..<end {
-                    let from = Int((index - run) * chunk)
-                    let to = Int(min(stopAt, (index + 1) * chunk) - start)
-                    digest.withUnsafeMutableBytes { out in
-                        if let base = out.baseAddress { SHA256.hash(UnsafeRawBufferPointer(rebasing: raw[from..<to]), into: base) }
-                    }
+                    let digest = digests[Int(index - run) * 32..<Int(index - run) * 32 + 32]
                     let recorded = chunkHashes[Int(index * 32)..<Int(index * 32 + 32)]
                     guard digest.elementsEqual(recorded) else { throw changed(index) }
                 }

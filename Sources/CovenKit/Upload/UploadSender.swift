@@ -158,8 +158,9 @@ struct UploadSource {
 
     /// Reads chunks `chunks` straight into their sealed places in `output` (each chunk where its
     /// ciphertext goes, its tag's 16 bytes left free) and checks each chunk against its recorded
-    /// hash and, only once it matched, seals it in place: the fill of
-    /// ``ObjectSealer/sealRun(_:plaintextSize:into:fill:)``, the one sealer (on both cores for a
+    /// hash (two chunks hashed together) and, only once it matched, seals it in place: the fill
+    /// and check of
+    /// ``ObjectSealer/sealRun(_:plaintextSize:into:fill:check:)``, the one sealer (on both cores for a
     /// sealer of several lanes; on the calling thread alone for one lane, as the parts of a
     /// multipart upload are, each sealer thread a part).
     ///
@@ -175,10 +176,8 @@ struct UploadSource {
     func sealRun(_ chunks: Range<Int64>, sealer: ObjectSealer, into output: UnsafeMutableRawBufferPointer) throws -> Int {
         guard !chunks.isEmpty else { return 0 }
         return try chunkHashes.withUnsafeBytes { recorded in
-            try sealer.sealRun(chunks, plaintextSize: size, into: output) { chunk, place in
-                guard let at = place.baseAddress, let recordedBase = recorded.baseAddress else {
-                    throw CovenError(.internal, "no recorded chunk hashes for chunk \(chunk) of '\(display)'")
-                }
+            try sealer.sealRun(chunks, plaintextSize: size, into: output, fill: { chunk, place in
+                guard let at = place.baseAddress else { return }
                 var filled = 0
                 while filled < place.count {
                     let got = try file.read(into: UnsafeMutableRawBufferPointer(start: at + filled, count: place.count - filled),
@@ -187,12 +186,23 @@ struct UploadSource {
                     if got == 0 { throw changed(chunk: chunk) }
                     filled += got
                 }
-                try withUnsafeTemporaryAllocation(byteCount: 32, alignment: 16) { digest in
-                    guard let digestBase = digest.baseAddress else { return }
-                    SHA256.hash(UnsafeRawBufferPointer(place), into: digestBase)
-                    guard memcmp(digestBase, recordedBase + Int(chunk) * 32, 32) == 0 else { throw changed(chunk: chunk) }
+            }, check: { chunk, plaintext, next in
+                guard let recordedBase = recorded.baseAddress, recorded.count >= Int(chunk + (next == nil ? 1 : 2)) * 32 else {
+                    throw CovenError(.internal, "no recorded chunk hashes for chunk \(chunk) of '\(display)'")
                 }
-            }
+                try withUnsafeTemporaryAllocation(byteCount: 64, alignment: 16) { digests in
+                    guard let digestBase = digests.baseAddress else { return }
+                    if let next {
+                        SHA256.hashPair(plaintext, next, into: digestBase, digestBase + 32)
+                    } else {
+                        SHA256.hash(plaintext, into: digestBase)
+                    }
+                    guard memcmp(digestBase, recordedBase + Int(chunk) * 32, 32) == 0 else { throw changed(chunk: chunk) }
+                    if next != nil, memcmp(digestBase + 32, recordedBase + Int(chunk + 1) * 32, 32) != 0 {
+                        throw changed(chunk: chunk + 1)
+                    }
+                }
+            })
         }
     }
 }

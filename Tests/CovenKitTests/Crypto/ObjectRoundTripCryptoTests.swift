@@ -194,6 +194,50 @@ final class ObjectRoundTripCryptoTests: XCTestCase {
         ) { XCTAssertEqual(($0 as? CovenError)?.code, .internal) }
     }
 
+    /// The upload's check sees every chunk's plaintext once, two at a time where a slice goes
+    /// on, before either is sealed; a refused pair seals nothing of its slice after it.
+    func testSealRunChecksEachChunkOnceTwoAtATimeBeforeSealingIt() throws {
+        struct Refused: Error, Equatable { let chunk: Int64 }
+        let key = FileKey()
+        let size = Int64(64 * Self.cs + 9)
+        let plaintext = randomBytes(Int(size), seed: 13)
+        let expected = try sealObjectSequentially(plaintext, key: key)
+        let sealer = try ObjectSealer(key: key)
+        var output = [UInt8](repeating: 0, count: Int(ObjectLayout.encryptedSize(plaintextSize: size)) - 8)
+        let seen = LockedChunks()
+        func fill(_ input: UnsafeRawBufferPointer) -> (Int64, UnsafeMutableRawBufferPointer) -> Void {
+            { chunk, place in
+                let range = ObjectLayout.plaintextRange(chunk: chunk, plaintextSize: size)
+                place.copyMemory(from: UnsafeRawBufferPointer(rebasing: input[Int(range.lowerBound)..<Int(range.upperBound)]))
+            }
+        }
+        _ = try plaintext.withUnsafeBytes { input in
+            try output.withUnsafeMutableBytes { out in
+                try sealer.sealRun(0..<65, plaintextSize: size, into: out, fill: fill(input), check: { chunk, first, next in
+                    // Still plaintext: nothing of either is sealed yet.
+                    for (index, bytes) in [(chunk, first)] + (next.map { [(chunk + 1, $0)] } ?? []) {
+                        let range = ObjectLayout.plaintextRange(chunk: index, plaintextSize: size)
+                        XCTAssertTrue(bytes.elementsEqual(input[Int(range.lowerBound)..<Int(range.upperBound)]), "chunk \(index)")
+                        seen.add(index)
+                    }
+                    if next != nil { seen.pair() }
+                })
+            }
+        }
+        XCTAssertEqual(ObjectHeader.file + output, expected)
+        XCTAssertEqual(seen.chunks.sorted(), Array(0..<65))
+        XCTAssertGreaterThanOrEqual(seen.pairs, 65 / 2 - ObjectSealer.maximumLanes, "checked two at a time")
+        XCTAssertThrowsError(
+            try plaintext.withUnsafeBytes { input in
+                try output.withUnsafeMutableBytes { out in
+                    try sealer.sealRun(0..<65, plaintextSize: size, into: out, fill: fill(input), check: { chunk, _, next in
+                        if chunk == 30 || (chunk + 1 == 30 && next != nil) { throw Refused(chunk: 30) }
+                    })
+                }
+            }
+        ) { XCTAssertEqual($0 as? Refused, Refused(chunk: 30)) }
+    }
+
     func testChunkCipherInPlace() throws {
         let key = FileKey()
         let cipher = try ChunkCipher(key: key)
@@ -268,4 +312,15 @@ final class ObjectReaderTargetCryptoTests: XCTestCase {
         }
         XCTAssertEqual(emitted, 65536)
     }
+}
+
+/// Chunks a test's check saw, from the sealer's threads. @unchecked: under `lock`.
+private final class LockedChunks: @unchecked Sendable {
+    private let lock = NSLock()
+    private var seen: [Int64] = []
+    private var pairCount = 0
+    func add(_ chunk: Int64) { lock.lock(); seen.append(chunk); lock.unlock() }
+    func pair() { lock.lock(); pairCount += 1; lock.unlock() }
+    var chunks: [Int64] { lock.lock(); defer { lock.unlock() }; return seen }
+    var pairs: Int { lock.lock(); defer { lock.unlock() }; return pairCount }
 }
