@@ -182,3 +182,35 @@ final class LockedCount: @unchecked Sendable {
         return body(&value)
     }
 }
+
+/// A lock for each key in use: `withLock(key)` runs one body at a time per key, bodies of
+/// different keys at once; a key's lock goes when no body holds or waits for it.
+/// @unchecked: `locks` is read and written under `lock` only.
+final class KeyedLocks: @unchecked Sendable {
+    private let lock = NSLock()
+    private var locks: [String: (lock: NSLock, users: Int)] = [:]
+
+    func withLock<T>(_ key: String, _ body: () throws -> T) rethrows -> T {
+        lock.lock()
+        let entry = locks[key] ?? (NSLock(), 0)
+        locks[key] = (entry.lock, entry.users + 1)
+        lock.unlock()
+        entry.lock.lock()
+        defer {
+            entry.lock.unlock()
+            lock.lock()
+            if let now = locks[key] {
+                if now.users <= 1 { locks[key] = nil } else { locks[key] = (now.lock, now.users - 1) }
+            }
+            lock.unlock()
+        }
+        return try body()
+    }
+
+    /// Keys with a lock now (a test sees them go).
+    var count: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return locks.count
+    }
+}
