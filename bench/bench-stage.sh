@@ -32,6 +32,12 @@
 # before the row took another copy (heaptrack: 8.7 MiB of heap then): bound where they are,
 # stage --user of 4 GiB 30,448-30,880 KiB and stage - 30,324-31,048 (30,840-32,552 and
 # 32,504-32,812 before, both binaries copied afresh and run in turn).
+# Session of 2026-12-05 (sixteenth), load 1.1-1.2: the reading lane hashes its chunks two at a
+# time (SHA256.hashPair: two streams' SHA-NI rounds overlap, 3.4 GB/s a core against libgcrypt's
+# 1.8), so the whole-file pass, one stream, is what is left to wait for: stage --user 1 GiB
+# 0.619 s against openssl's 0.780 s, 0.79x (user CPU 1.24 -> 0.99 s; alternating with the last
+# binary, best runs 0.63 against 0.69 s); 5.04x sha256sum; stage - 0.936 s against cat + sync
+# 0.948 s (0.99x); peak RSS at 4 GiB 30,028 / 30,408 KiB.
 set -euo pipefail
 
 : "${COVEN:?run through bench/run.sh}" "${BENCH_TMP:?run through bench/run.sh}"
