@@ -176,6 +176,20 @@
 # quarter the records' update with its capture triggers, the rest the queue's and local bytes'
 # deletes, SQLite spilling pages of the transaction on the way.
 #
+# Session of 2026-12-05 (sixteenth), small files, load 0.8-1.0, one run: coven 2.94 s (stage
+# 0.36, write --each 0.85, upload-worker 1.73 s); restic 2.38 s (1.24x), rclone crypt 2.45 s
+# (1.20x); alternating on one prepared set the upload takes 1.49-1.69 s. Where the upload's
+# threads wait (perf trace -s, one run): each sender's creates in the device's one folder take
+# 0.3 ms on average (1,000-1,500 a sender, up to 50 ms one), each job thread's renames into it
+# 0.1 ms (5,000 a job, up to 47 ms one), its syncfs 14 ms a batch: ext4's folder lock and its
+# journal, held across the waits for the commits the batches' syncs force. A batch of 1,024
+# instead of 256 (a quarter of the syncs): 1.49-1.58 s against 1.51-1.69 s, 5 MiB more peak
+# RSS; not kept. Nor would a folder of temporaries per sender help: a C program making 10,000
+# files of 4-64 KiB on 16 threads, a syncfs and 256 renames a batch, on a fresh ext4, takes
+# 0.82-1.00 s with the temporaries in the objects' folder and 0.82-0.93 s with one folder each,
+# renamed across: that is the floor of one object per file here, half of the upload. A claim no
+# longer parses its own worker's leased rows nor asks the host's name for each (1% of its CPU).
+#
 # Every tool writes under BENCH_TMP. Unless BENCH_TMP is on tmpfs, the page cache is written back
 # (`sync`) before each timed command, so one's writes are not paid by the next; the script says
 # which. Each timed command runs once (the sets are big); the source files are read once before,
