@@ -195,7 +195,8 @@ final class ObjectRoundTripCryptoTests: XCTestCase {
     }
 
     /// The upload's check sees every chunk's plaintext once, two at a time where a slice goes
-    /// on, before either is sealed; a refused pair seals nothing of its slice after it.
+    /// on, before either is sealed, and the run seals as the sequential sealer does; a pair the
+    /// check refuses fails the run with its error.
     func testSealRunChecksEachChunkOnceTwoAtATimeBeforeSealingIt() throws {
         struct Refused: Error, Equatable { let chunk: Int64 }
         let key = FileKey()
