@@ -176,9 +176,14 @@
 # quarter the records' update with its capture triggers, the rest the queue's and local bytes'
 # deletes, SQLite spilling pages of the transaction on the way.
 #
-# Session of 2026-12-05 (sixteenth), small files, load 0.8-1.0, one run: coven 2.94 s (stage
-# 0.36, write --each 0.85, upload-worker 1.73 s); restic 2.38 s (1.24x), rclone crypt 2.45 s
-# (1.20x); alternating on one prepared set the upload takes 1.49-1.69 s. Where the upload's
+# Session of 2026-12-05 (sixteenth), small files, load 0.8-1.4, five runs: coven 2.94 / 2.95 /
+# 3.00 / 3.02 / 3.22 s (stage 0.36-0.48, write --each 0.85-0.96, upload-worker 1.66-1.82 s);
+# restic 2.38 / 3.59 / 2.46 / 2.40 / 2.42 s (coven 1.24x / 0.82x / 1.22x / 1.26x / 1.33x: the
+# 0.82x is restic's one slow run, not coven's fast one), rclone crypt 2.40-2.78 s (1.16x-1.25x).
+# Two runs taken after some 20 GB of writes in an hour, with the disk throttled, gave coven 4.30
+# and 5.87 s (its upload 2.69 and 3.65 s: coven syncs a batch at a time, the others' writes go
+# to the page cache until the timer's sync) against restic 2.39 and 2.51 s. Alternating on one
+# prepared set the upload takes 1.49-1.69 s. Where the upload's
 # threads wait (perf trace -s, one run): each sender's creates in the device's one folder take
 # 0.3 ms on average (1,000-1,500 a sender, up to 50 ms one), each job thread's renames into it
 # 0.1 ms (5,000 a job, up to 47 ms one), its syncfs 14 ms a batch: ext4's folder lock and its
