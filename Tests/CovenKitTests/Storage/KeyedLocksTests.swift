@@ -6,13 +6,13 @@ import XCTest
 final class KeyedLocksTests: XCTestCase {
     func testBodiesOfOneKeyNeverOverlapAndTheLockGoesAfter() {
         let locks = KeyedLocks()
-        let inside = Counter()
+        let inside = LockedCount()
         DispatchQueue.concurrentPerform(iterations: 8) { index in
             for _ in 0..<50 {
                 locks.withLock("part file") {
-                    XCTAssertEqual(inside.add(1), 1, "two bodies of one key at once")
+                    XCTAssertEqual(inside.withLock { count in count += 1; return count }, 1, "two bodies of one key at once")
                     usleep(50)
-                    inside.add(-1)
+                    inside.withLock { $0 -= 1 }
                 }
             }
             _ = index
@@ -51,18 +51,5 @@ final class KeyedLocksTests: XCTestCase {
         var ran = false
         locks.withLock("key") { ran = true }
         XCTAssertTrue(ran)
-    }
-}
-
-/// A count under a lock; `add` returns the new value.
-private final class Counter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value = 0
-    @discardableResult
-    func add(_ delta: Int) -> Int {
-        lock.lock()
-        defer { lock.unlock() }
-        value += delta
-        return value
     }
 }
