@@ -21,7 +21,8 @@ extension WriteSession {
     }
 
     /// Stamps every synced row the SQL inserted or updated with the write's clock value, a batch
-    /// of changes at a time.
+    /// of changes at a time. A row the SQL stamped already (`coven_stamp()`) is left as it is:
+    /// not written twice, nor captured twice (a tenth of a `write --each` of 10,000 rows).
     func stampRows(_ changes: RecordedChanges) throws {
         try changes.forEachBatch(oldFiles: false) { batch in
             var byTable: [String: [String]] = [:]
@@ -29,7 +30,7 @@ extension WriteSession {
                 byTable[change.table, default: []].append(change.id)
             }
             for (table, ids) in byTable {
-                try database.run("UPDATE \(RowCapture.quote(table)) SET _updated_at = ?1 WHERE id IN (SELECT value FROM json_each(?2))", [stamp, RecordedChanges.json(ids: ids)])
+                try database.run("UPDATE \(RowCapture.quote(table)) SET _updated_at = ?1 WHERE id IN (SELECT value FROM json_each(?2)) AND _updated_at IS NOT ?1", [stamp, RecordedChanges.json(ids: ids)])
             }
         }
     }

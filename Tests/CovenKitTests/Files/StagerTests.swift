@@ -369,4 +369,38 @@ final class StagerTests: AlbumDeviceTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: paths.isEmpty ? "" : device.paths.temporary).filter { $0.contains(".tmp.") }, [])
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: device.paths.copies).count, 256)
     }
+
+    /// A window is read while the one before it is recorded: a report that fails (stdout
+    /// closed) ends the run with the first window recorded and the second, read meanwhile,
+    /// left behind whole: none of its copies stays in the temporary folder, none is staged.
+    func testBatchStagingThatFailsToReportLeavesNoCopyOfTheWindowReadMeanwhile() throws {
+        let paths = try (0..<300).map { try file("report-\($0).bin", [UInt8(truncatingIfNeeded: $0), 1]) }
+        var remaining = paths[...]
+        struct Closed: Error {}
+        XCTAssertThrowsError(try Staging(device).stageBatch(kind: .app, namespace: "covers", place: .cloud, next: { remaining.popFirst() },
+                                                            report: { _ in throw Closed() })) { error in
+            XCTAssertTrue(error is Closed, "\(error)")
+        }
+        XCTAssertTrue(remaining.isEmpty, "the second window was taken while the first was recorded")
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_staged"), 256)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: device.paths.temporary).filter { $0.contains(".tmp.") }, [])
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: device.paths.copies).count, 256)
+    }
+
+    /// An input that fails while the first window is hashed ends the run once that window is
+    /// recorded and reported, as it did when windows were read one after the other.
+    func testBatchStagingRecordsTheWindowsReadBeforeTheInputFailed() throws {
+        let paths = try (0..<300).map { try file("input-\($0).bin", [UInt8(truncatingIfNeeded: $0), 2]) }
+        var remaining = paths[...]
+        struct Broken: Error {}
+        var reported: [Int] = []
+        XCTAssertThrowsError(try Staging(device).stageBatch(kind: .user, namespace: "music", place: .cloud, next: {
+            if remaining.count == 10 { throw Broken() }
+            return remaining.popFirst()
+        }, report: { reported.append($0.index) })) { error in
+            XCTAssertTrue(error is Broken, "\(error)")
+        }
+        XCTAssertEqual(reported, Array(0..<256))
+        XCTAssertEqual(try count(device, "SELECT count(*) FROM coven_staged"), 256)
+    }
 }
