@@ -19,10 +19,4 @@ static inline int coven_sqlite_db_config_defensive(sqlite3 *db, int on) {
 static inline void coven_sqlite_set_temp_directory(char *folder) {
     sqlite3_temp_directory = folder;
 }
-
-// sqlite3_config is variadic too, and takes effect only before SQLite initializes (it returns
-// SQLITE_MISUSE after): the size at which a statement journal goes from memory to a file.
-static inline int coven_sqlite_config_statement_journal_spill(int bytes) {
-    return sqlite3_config(SQLITE_CONFIG_STMTJRNL_SPILL, bytes);
-}
 #endif

@@ -31,7 +31,6 @@ public final class Database {
     /// - Throws: ``CovenError`` `.noDevice` when the file is missing and `create` is false,
     ///   `.sql` for any other failure.
     public init(path: String, create: Bool = false, readOnly: Bool = false) throws {
-        _ = Self.configured
         var db: OpaquePointer?
         var flags = readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE
         if create { flags |= SQLITE_OPEN_CREATE }
@@ -58,7 +57,6 @@ public final class Database {
     /// SQLite's setting is the process's: the device opened last names it (a folder SQLite
     /// cannot use there is passed over for its usual ones).
     static func keepTemporaryFiles(in paths: DevicePaths) {
-        _ = configured
         var info = stat()
         let folder = stat(paths.temporary, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR ? paths.temporary : paths.folder
         temporaryFolderLock.lock()
@@ -70,19 +68,6 @@ public final class Database {
         coven_sqlite_set_temp_directory(copy)
         temporaryFolder = folder
     }
-
-    /// The size up to which a statement's journal stays in memory: 4 MiB, not SQLite's 64 KiB.
-    /// SQLite journals the pages a statement changes that were there before it, so that the
-    /// statement alone can be undone; coven never undoes one statement of a transaction (a
-    /// failure rolls the whole transaction back), and the journal is written, never read. A
-    /// switch of 10,000 files to stored wrote 23 MB of it to a temporary file, 11,000 writes
-    /// on the path that ends an upload; a statement changing more than 4 MiB of pages still
-    /// spills, so memory stays bounded whatever the write.
-    static let statementJournalInMemory: Int32 = 4 << 20
-
-    /// SQLite's process-wide settings, made once before the first connection (SQLite takes
-    /// them only before it initializes): `SQLITE_OK`, or what SQLite answered.
-    static let configured: Int32 = coven_sqlite_config_statement_journal_spill(statementJournalInMemory)
 
     private static let temporaryFolderLock = NSLock()
     nonisolated(unsafe) private static var temporaryFolder: String?
