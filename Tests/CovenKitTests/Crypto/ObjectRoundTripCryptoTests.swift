@@ -159,13 +159,20 @@ final class ObjectRoundTripCryptoTests: XCTestCase {
         }
     }
 
-    func testSealRunFillsInPlaceAndAFailingFillStopsItsRunWithTheLowestChunksError() throws {
-        struct Refused: Error, Equatable { let chunk: Int64 }
+    /// A chunk a test's fill or check refuses.
+    private struct Refused: Error, Equatable { let chunk: Int64 }
+
+    /// The object of the sealRun tests: 64 chunks and 9 bytes of random plaintext, what the
+    /// sequential sealer makes of it, and a sealer of the same key.
+    private func sealRunObject(seed: UInt64) throws -> (size: Int64, plaintext: [UInt8], expected: [UInt8], sealer: ObjectSealer) {
         let key = FileKey()
         let size = Int64(64 * Self.cs + 9)
-        let plaintext = randomBytes(Int(size), seed: 12)
-        let expected = try sealObjectSequentially(plaintext, key: key)
-        let sealer = try ObjectSealer(key: key)
+        let plaintext = randomBytes(Int(size), seed: seed)
+        return (size, plaintext, try sealObjectSequentially(plaintext, key: key), try ObjectSealer(key: key))
+    }
+
+    func testSealRunFillsInPlaceAndAFailingFillStopsItsRunWithTheLowestChunksError() throws {
+        let (size, plaintext, expected, sealer) = try sealRunObject(seed: 12)
         var output = [UInt8](repeating: 0, count: Int(ObjectLayout.encryptedSize(plaintextSize: size)) - 8)
         // The upload's way: every chunk read into the place its ciphertext goes, then sealed there.
         let written = try plaintext.withUnsafeBytes { input in
@@ -198,12 +205,7 @@ final class ObjectRoundTripCryptoTests: XCTestCase {
     /// on, before either is sealed, and the run seals as the sequential sealer does; a pair the
     /// check refuses fails the run with its error.
     func testSealRunChecksEachChunkOnceTwoAtATimeBeforeSealingIt() throws {
-        struct Refused: Error, Equatable { let chunk: Int64 }
-        let key = FileKey()
-        let size = Int64(64 * Self.cs + 9)
-        let plaintext = randomBytes(Int(size), seed: 13)
-        let expected = try sealObjectSequentially(plaintext, key: key)
-        let sealer = try ObjectSealer(key: key)
+        let (size, plaintext, expected, sealer) = try sealRunObject(seed: 13)
         var output = [UInt8](repeating: 0, count: Int(ObjectLayout.encryptedSize(plaintextSize: size)) - 8)
         let seen = LockedChunks()
         func fill(_ input: UnsafeRawBufferPointer) -> (Int64, UnsafeMutableRawBufferPointer) -> Void {
