@@ -299,13 +299,7 @@ public struct Staging {
             let done = current.wait()
             // A file a stop cut short is neither staged nor failed: it was not read whole.
             let interrupted = stop.isRequested
-            running = nil
-            if interrupted {
-                // Taken from the input but never read: not counted as read.
-                summary.read -= following.count
-            } else {
-                running = BatchWindow.start(following, kind: kind, device: device, workers: workers, stop: stop, afterRead: afterRead)
-            }
+            running = interrupted ? nil : BatchWindow.start(following, kind: kind, device: device, workers: workers, stop: stop, afterRead: afterRead)
             do {
                 try recordWindow(current, done: done, interrupted: interrupted, namespace: name, place: place, early: early,
                                  summary: &summary, report: report, windowReported: windowReported)
@@ -313,14 +307,12 @@ public struct Staging {
                 running?.discard()
                 throw error
             }
-            if interrupted { break }
-            if stop.isRequested, let taken = running {
-                // Asked to stop while this window was recorded: the run ends after it, as it
-                // would have before the next was read; the next is read no further and
-                // forgotten.
-                taken.discard()
-                summary.read -= taken.items.count
-                running = nil
+            if stop.isRequested {
+                // The run ends after this window, as it did before the next was taken early:
+                // the paths taken after it are forgotten (its copies removed), not counted read.
+                running?.discard()
+                summary.read -= following.count
+                break
             }
         }
         if let inputFailure { throw inputFailure }
